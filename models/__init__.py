@@ -1,0 +1,1 @@
+"""Flax NNX decoder-only Transformers (installed as ``jaxmem.models``)."""
