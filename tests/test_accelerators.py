@@ -1,0 +1,206 @@
+"""Compile-only TPU and GPU devices: names, topologies, sharded compiles, out-of-memory parsing."""
+
+import os
+
+# The CLI's process model: no accelerator attached, CPU backend only. Set before jax is imported,
+# and only if the runner (conftest.py) has not chosen already.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxmem import accelerators as acc
+from jaxmem.errors import JaxmemError
+
+GiB = 1 << 30
+TPU_MESSAGE = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+               "temporaries (66.79G) exceeds available HBM (15.75G).")
+
+
+@pytest.fixture(scope="module")
+def tpu():
+  ok, why = acc.tpu_compiler_available()
+  if not ok:
+    pytest.skip(f"TPU compiler not available: {why}")
+
+
+@pytest.fixture(scope="module")
+def gpu():
+  ok, why = acc.gpu_compiler_available("h100")
+  if not ok:
+    pytest.skip(f"GPU compiler not available: {why}")
+
+
+def _sharded_compile(devices):
+  """x @ w with both arguments split by rows over every device; returns the memory analysis."""
+  mesh = Mesh(np.array(devices), ("d",))
+  rows = NamedSharding(mesh, P("d", None))
+  x = jax.ShapeDtypeStruct((1024, 512), jnp.float32, sharding=rows)
+  w = jax.ShapeDtypeStruct((512, 256), jnp.float32, sharding=rows)
+  f = jax.jit(lambda x, w: jnp.tanh(x @ w), in_shardings=(rows, rows), out_shardings=rows)
+  return f.lower(x, w).compile().memory_analysis()
+
+
+# -- names (no compiler needed) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("generation, size, expected", [
+    ("v5e", 1, "v5e:1x1"), ("v5e", 8, "v5e:2x4"), ("v5e", 256, "v5e:16x16"),
+    ("v6e", 8, "v6e:2x4"), ("v6e", 256, "v6e:16x16"),
+    ("v4", 8, "v4:2x2x1"), ("v4", 4096, "v4:8x16x16"),
+    ("v5p", 8, "v5p:2x2x1"), ("v5p", 128, "v5p:4x4x4"), ("v5p", 17920, "v5p:16x20x28"),
+    ("v7x", 8, "tpu7x:2x2x1"), ("v5litepod", 16, "v5e:4x4"),
+])
+def test_topology_names(generation, size, expected):
+  assert acc.tpu_topology_name(generation, size) == expected
+
+
+def test_tables_are_consistent():
+  for gen in acc.TPU_GENERATIONS.values():
+    assert gen.sizes == tuple(sorted(gen.sizes))
+    assert gen.hbm_bytes_per_device * gen.devices_per_chip == gen.hbm_bytes_per_chip
+  assert acc.TPU_GENERATIONS["v5p"].chips(8) == 4  # Cloud counts TensorCores for v4/v5p
+  assert acc.TPU_GENERATIONS["v5e"].chips(8) == 8  # and chips for v5e/v6e
+  for spec in acc.GPU_SPECS.values():
+    text = acc.gpu_target_config(spec)
+    assert f"device_memory_size: {spec.hbm_bytes}" in text
+    assert f'device_description_str: "{spec.description}"' in text
+
+
+def test_unknown_names_list_the_valid_ones():
+  with pytest.raises(JaxmemError, match="v5e.*v6e"):
+    acc.tpu_topology_name("v9z", 8)
+  with pytest.raises(JaxmemError, match=r"1, 4, 8, 16, 32, 64, 128, 256"):
+    acc.tpu_topology_name("v5e", 12)
+  with pytest.raises(JaxmemError, match=r"TensorCores\): 8, 16"):
+    acc.tpu_devices("v5p", 4)
+  with pytest.raises(JaxmemError, match="a100-40gb.*h100.*b200"):
+    acc.gpu_devices("rtx4090", 1)
+  with pytest.raises(JaxmemError, match="a100-40gb.*h100.*b200"):
+    acc.gpu_compiler_available("rtx4090")
+  with pytest.raises(JaxmemError, match="num_slices"):
+    acc.tpu_devices("v5e", 4, num_slices=0)
+  with pytest.raises(JaxmemError, match="devices_per_host"):
+    acc.gpu_devices("h100", 0)
+
+
+def test_parse_oom_messages():
+  assert acc.parse_oom(TPU_MESSAGE) == {
+      "required_bytes": round(66.79 * GiB), "available_bytes": round(15.75 * GiB)}
+  assert acc.parse_oom("XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
+                       "Used 17.12G of 15.48G hbm. Exceeded hbm capacity by 1.64G.") == {
+      "required_bytes": round(17.12 * GiB), "available_bytes": round(15.48 * GiB)}
+  assert acc.parse_oom("RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
+                       "allocate 8.00G. That was not possible. There are 5.14G free.") == {
+      "required_bytes": 8 * GiB, "available_bytes": round(5.14 * GiB)}
+  assert acc.parse_oom("E gpu_hlo_schedule.cc:968] The byte size of input/output arguments "
+                       "(274878955520) exceeds the base limit (67954383257).") == {
+      "required_bytes": 274878955520, "available_bytes": 67954383257}
+  assert acc.parse_oom("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123456 "
+                       "bytes.") == {"required_bytes": 123456, "available_bytes": None}
+  assert acc.parse_oom("INVALID_ARGUMENT: shapes do not match") is None
+  assert acc.parse_oom("") is None
+
+
+# -- TPU ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("generation", list(acc.TPU_GENERATIONS))
+def test_every_slice_size_is_accepted_by_libtpu(tpu, generation):
+  gen = acc.TPU_GENERATIONS[generation]
+  for size in gen.sizes:
+    devices = acc.tpu_devices(generation, size)
+    assert len(devices) == gen.chips(size) * gen.devices_per_chip, f"{generation}-{size}"
+    assert devices[0].device_kind == gen.device_kind
+    assert devices[0].platform == "tpu"
+
+
+def test_tpu_devices_are_cached_and_multislice(tpu):
+  assert acc.tpu_devices("v5e", 4) == acc.tpu_devices("v5e", 4)
+  assert acc.tpu_devices("v5e", 4)[0] is acc.tpu_devices("v5e", 4)[0]
+  two = acc.tpu_devices("v5e", 4, num_slices=2)
+  assert len(two) == 8
+  assert sorted({d.slice_index for d in two}) == [0, 1]
+
+
+def test_sharded_compile_on_v5e_4(tpu):
+  stats = _sharded_compile(acc.tpu_devices("v5e", 4))
+  assert stats.argument_size_in_bytes == (1024 * 512 + 512 * 256) * 4 // 4
+  assert stats.output_size_in_bytes == 1024 * 256 * 4 // 4
+
+
+def test_real_tpu_out_of_memory_is_parsed(tpu):
+  devices = acc.tpu_devices("v5e", 1)
+  sharding = NamedSharding(Mesh(np.array(devices), ("d",)), P())
+  x = jax.ShapeDtypeStruct((1 << 16,), jnp.float32, sharding=sharding)
+  big = jax.jit(lambda v: jnp.cumsum(jnp.outer(v, v), axis=0)[-1])  # 16 GiB that must exist at once
+  with pytest.raises(Exception) as info:
+    big.lower(x).compile()
+  oom = acc.parse_oom(str(info.value))
+  assert oom is not None, str(info.value)
+  assert oom["required_bytes"] > 16 * GiB - 1
+  assert 15 * GiB < oom["available_bytes"] < 16 * GiB
+
+
+def test_usable_hbm_is_read_from_the_compiler(tpu):
+  assert abs(acc.usable_hbm_bytes("v5e") - 15.75 * GiB) < 6 << 20
+  assert acc.usable_hbm_bytes("h100") == acc.GPU_SPECS["h100"].hbm_bytes
+
+
+# -- GPU ------------------------------------------------------------------------------------------
+
+def test_sharded_compile_on_h100_x2(gpu):
+  devices = acc.gpu_devices("h100", 2)
+  assert [d.device_kind for d in devices] == ["NVIDIA H100 80GB HBM3"] * 2
+  stats = _sharded_compile(devices)
+  assert stats.argument_size_in_bytes == (1024 * 512 + 512 * 256) * 4 // 2
+  assert stats.output_size_in_bytes == 1024 * 256 * 4 // 2
+
+
+def test_gpu_multi_host_and_cache(gpu):
+  devices = acc.gpu_devices("h100", 4, hosts=2)
+  assert [d.process_index for d in devices] == [0] * 4 + [1] * 4
+  assert acc.gpu_devices("h100", 4, hosts=2)[0] is devices[0]
+
+
+@pytest.mark.parametrize("name", list(acc.GPU_SPECS))
+def test_gpu_compiler_available_answers_per_gpu(gpu, name):
+  ok, why = acc.gpu_compiler_available(name)
+  assert ok or why  # b200 (sm_100) compiles with ptxas 13.0; an older ptxas says why not
+
+
+def test_both_targets_in_one_process(tpu, gpu):
+  assert _sharded_compile(acc.tpu_devices("v6e", 4)).argument_size_in_bytes > 0
+  assert _sharded_compile(acc.gpu_devices("a100-80gb", 4)).argument_size_in_bytes > 0
+  assert _sharded_compile(acc.tpu_devices("v5p", 8)).argument_size_in_bytes > 0
+
+
+def test_nothing_reaches_stderr(tpu):
+  # A fresh process, because libtpu's start-up noise comes once per process.
+  script = textwrap.dedent("""
+      import os, sys
+      os.environ["JAX_PLATFORMS"] = "cpu"
+      import jax  # its own import noise is the caller's business
+      print("MARK", file=sys.stderr, flush=True)
+      from jaxmem import accelerators as acc
+      acc.tpu_compiler_available(); acc.gpu_compiler_available()
+      acc.tpu_devices("v5e", 4); acc.tpu_devices("v4", 8); acc.usable_hbm_bytes("v5e")
+      try:
+        acc.gpu_devices("h100", 2)
+      except acc.JaxmemError:
+        pass
+      try:
+        acc.tpu_devices("v5e", 3)
+      except acc.JaxmemError:
+        pass
+  """)
+  env = {k: v for k, v in os.environ.items() if k != "JAXMEM_VERBOSE"}
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                       timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert out.stderr.split("MARK\n", 1)[1] == ""
