@@ -1,0 +1,109 @@
+"""Causal self-attention: multi-head (GPT-2) and grouped-query (Llama 3) in one module.
+
+Grouped-query attention (Ainslie et al. 2023) shares each of ``num_kv_heads`` key/value heads
+among ``num_heads // num_kv_heads`` query heads; multi-head attention is the case
+``num_kv_heads == num_heads``. The attention itself is plain einsums with a causal mask
+(Vaswani et al. 2017, eq. 1): no flash or cuDNN kernels, so the same program compiles for
+CPU, GPU and TPU, and XLA's memory figures show the full T x T score matrix that a naive
+implementation materialises.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
+
+from .config import ModelConfig
+from .layers import DEFAULT_INIT, Constrain, param
+from .names import (
+  BATCH,
+  CONTEXT,
+  EMBED,
+  HEAD_DIM,
+  HEADS,
+  KEY_PROJ,
+  KV_HEADS,
+  OUT_PROJ,
+  QUERY_PROJ,
+  SEQ,
+  VALUE_PROJ,
+)
+from .rope import apply_rope
+
+
+class Attention(nnx.Module):
+  """Causal self-attention with optional biases (GPT-2) and optional RoPE (Llama 3)."""
+
+  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs):
+    d, n, k, h = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    pdt = cfg.param_jnp_dtype
+    self.dtype = cfg.compute_jnp_dtype
+    self.use_rope = cfg.style == "llama3"
+    self.w_q_dnh = param(rngs, DEFAULT_INIT, (d, n, h), (EMBED, HEADS, HEAD_DIM), pdt)
+    self.w_k_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
+    self.w_v_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
+    self.w_o_nhd = param(rngs, out_init, (n, h, d), (HEADS, HEAD_DIM, EMBED), pdt)
+    self.use_bias = cfg.style == "gpt2"
+    if self.use_bias:
+      zeros = nnx.initializers.zeros
+      self.b_q_nh = param(rngs, zeros, (n, h), (HEADS, HEAD_DIM), pdt)
+      self.b_k_kh = param(rngs, zeros, (k, h), (KV_HEADS, HEAD_DIM), pdt)
+      self.b_v_kh = param(rngs, zeros, (k, h), (KV_HEADS, HEAD_DIM), pdt)
+      self.b_o_d = param(rngs, zeros, (d,), (EMBED,), pdt)
+
+  def _w(self, v: nnx.Param) -> jax.Array:
+    return v[...].astype(self.dtype)
+
+  def __call__(
+    self,
+    x_btd: jax.Array,
+    *,
+    rope_sin_tk: jax.Array | None,
+    rope_cos_tk: jax.Array | None,
+    constrain: Constrain,
+  ) -> jax.Array:
+    b, t, _ = x_btd.shape
+    n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
+    g = n // k
+
+    q_btnh = jnp.einsum("btd,dnh->btnh", x_btd, self._w(self.w_q_dnh))
+    k_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_k_dkh))
+    v_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_v_dkh))
+    if self.use_bias:
+      q_btnh = q_btnh + self._w(self.b_q_nh)
+      k_btkh = k_btkh + self._w(self.b_k_kh)
+      v_btkh = v_btkh + self._w(self.b_v_kh)
+    # Named right after the projections (before RoPE), where MaxText names them, so a policy
+    # saving "query_proj" keeps the projection output and recomputes only the cheap rotation.
+    q_btnh = checkpoint_name(q_btnh, QUERY_PROJ)
+    k_btkh = checkpoint_name(k_btkh, KEY_PROJ)
+    v_btkh = checkpoint_name(v_btkh, VALUE_PROJ)
+    if self.use_rope:
+      q_btnh = apply_rope(q_btnh, rope_sin_tk, rope_cos_tk)
+      k_btkh = apply_rope(k_btkh, rope_sin_tk, rope_cos_tk)
+    q_btnh = constrain(q_btnh, (BATCH, SEQ, HEADS, HEAD_DIM))
+    k_btkh = constrain(k_btkh, (BATCH, SEQ, KV_HEADS, HEAD_DIM))
+    v_btkh = constrain(v_btkh, (BATCH, SEQ, KV_HEADS, HEAD_DIM))
+
+    # Query head n = kv head k * g + group member: the grouping Llama's repeat_kv implies.
+    q_btkgh = q_btnh.reshape(b, t, k, g, h)
+    # Scores and softmax in float32: bf16 exp/sum over thousands of keys loses the tail.
+    scores_bkgts = jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_btkh, preferred_element_type=jnp.float32)
+    scores_bkgts = scores_bkgts * (1.0 / math.sqrt(h))
+    causal_ts = jnp.tril(jnp.ones((t, t), dtype=jnp.bool_))
+    scores_bkgts = jnp.where(causal_ts, scores_bkgts, jnp.finfo(jnp.float32).min)
+    probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(self.dtype)
+    ctx_btkgh = jnp.einsum("bkgts,bskh->btkgh", probs_bkgts, v_btkh)
+    ctx_btnh = ctx_btkgh.reshape(b, t, n, h)
+    ctx_btnh = constrain(ctx_btnh, (BATCH, SEQ, HEADS, HEAD_DIM))
+    ctx_btnh = checkpoint_name(ctx_btnh, CONTEXT)
+
+    out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
+    if self.use_bias:
+      out_btd = out_btd + self._w(self.b_o_d)
+    out_btd = constrain(out_btd, (BATCH, SEQ, EMBED))
+    return checkpoint_name(out_btd, OUT_PROJ)

@@ -1,0 +1,154 @@
+"""The decoder-only Transformer: embeddings, a scanned stack of pre-norm blocks, the head.
+
+Blocks are built once, stacked along a leading "layers" axis (``nnx.vmap`` over split RNGs),
+and run with ``jax.lax.scan``. XLA therefore compiles one block body whatever the depth, so
+compile time stays flat from 8 to 126 layers, and the stacked parameters and the per-layer
+residuals saved for the backward pass show up as single [layers, ...] buffers in XLA's
+memory figures, as they do in MaxText and other scanned production models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jaxmem.errors import JaxmemError
+
+from .attention import Attention
+from .config import ModelConfig
+from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
+from .mlp import make_mlp
+from .names import BATCH, EMBED, LAYERS, POS, SEQ, VOCAB
+from .rope import rope_tables
+
+# A jax.checkpoint policy, e.g. jax.checkpoint_policies.nothing_saveable.
+RematPolicy = Callable[..., Any]
+
+
+class Block(nnx.Module):
+  """x + attn(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 and Llama."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    # GPT-2 scales the init of the projections that write into the residual stream by
+    # 1/sqrt(2 * num_layers) (Radford et al. 2019, section 2.3), so the stream's variance does
+    # not grow with depth.
+    out_init = nnx.initializers.normal(stddev=0.02 / math.sqrt(2 * cfg.num_layers))
+    self.attn_norm = make_norm(cfg, rngs=rngs)
+    self.attn = Attention(cfg, out_init=out_init, rngs=rngs)
+    self.mlp_norm = make_norm(cfg, rngs=rngs)
+    self.mlp = make_mlp(cfg, out_init=out_init, rngs=rngs)
+
+  def __call__(
+    self,
+    x_btd: jax.Array,
+    *,
+    rope_sin_tk: jax.Array | None,
+    rope_cos_tk: jax.Array | None,
+    constrain: Constrain,
+  ) -> jax.Array:
+    x_btd = x_btd + self.attn(
+      self.attn_norm(x_btd), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain
+    )
+    x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
+    x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
+    return constrain(x_btd, (BATCH, SEQ, EMBED))
+
+
+class Transformer(nnx.Module):
+  """Decoder-only language model; ``cfg.style`` selects GPT-2 or Llama 3 (see ModelConfig).
+
+  Parameters (``nnx.Param``, logical axes in brackets; block parameters are stacked, with
+  "layers" prepended):
+    embed.table_vd [vocab, embed]; pos_embed_pd [pos, embed] (gpt2);
+    blocks.{attn_norm,mlp_norm}.scale_d (and .bias_d for gpt2) [layers, norm];
+    blocks.attn.w_q_dnh [layers, embed, heads, head_dim], w_k_dkh / w_v_dkh
+      [layers, embed, kv_heads, head_dim], w_o_nhd [layers, heads, head_dim, embed]
+      (+ biases b_q_nh, b_k_kh, b_v_kh, b_o_d for gpt2);
+    blocks.mlp: gpt2 w_in_df, b_in_f, w_out_fd, b_out_d; llama3 w_gate_df, w_up_df,
+      w_down_fd [layers, embed|mlp, ...];
+    final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied.
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.embed = Embed(cfg, rngs=rngs)
+    if cfg.style == "gpt2":
+      # GPT-2 initialises its position table with std 0.01 (openai/gpt-2 model.py, "wpe").
+      self.pos_embed_pd = param(
+        rngs, nnx.initializers.normal(stddev=0.01), (cfg.max_seq_len, cfg.d_model), (POS, EMBED),
+        cfg.param_jnp_dtype,
+      )
+
+    # One Block per layer, stacked: split_rngs gives each layer its own key, vmap stacks the
+    # resulting parameters on axis 0 and prepends "layers" to their logical axes.
+    @nnx.split_rngs(splits=cfg.num_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: LAYERS})
+    def make_blocks(rngs: nnx.Rngs) -> Block:
+      return Block(cfg, rngs=rngs)
+
+    self.blocks = make_blocks(rngs)
+    self.final_norm = make_norm(cfg, rngs=rngs)
+    if not cfg.tie_embeddings:
+      self.unembed_dv = param(rngs, DEFAULT_INIT, (cfg.d_model, cfg.vocab_size), (EMBED, VOCAB), cfg.param_jnp_dtype)
+
+  def __call__(
+    self,
+    tokens_bt: jax.Array,
+    *,
+    remat: RematPolicy | None = None,
+    constrain: Constrain | None = None,
+  ) -> jax.Array:
+    """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq].
+
+    Args:
+      tokens_bt: int token ids, shape [batch, seq], seq <= max_seq_len for gpt2.
+      remat: None runs the blocks without any ``jax.checkpoint`` (the baseline: every
+        residual the backward pass needs is saved). A policy callable (e.g.
+        ``jax.checkpoint_policies.dots_saveable``) wraps the scanned block body in
+        ``jax.checkpoint(body, policy=remat, prevent_cse=False)``; prevent_cse is
+        unnecessary inside scan (JAX's own advice) and would only block optimisation.
+      constrain: ``constrain(x, logical_axes) -> x`` applied to the embeddings, the residual
+        stream, q/k/v, attention context, MLP hidden, block outputs and logits; typically
+        ``jax.lax.with_sharding_constraint`` through the caller's logical->mesh rules.
+    """
+    cfg = self.cfg
+    constrain = no_constraint if constrain is None else constrain
+    _, t = tokens_bt.shape
+
+    x_btd = self.embed(tokens_bt)
+    rope_sin_tk = rope_cos_tk = None
+    if cfg.style == "gpt2":
+      if t > cfg.max_seq_len:
+        raise JaxmemError(f"model {cfg.name!r}: sequence length {t} exceeds max_seq_len {cfg.max_seq_len}")
+      x_btd = x_btd + self.pos_embed_pd[:t].astype(x_btd.dtype)[None]
+    else:
+      # Computed once outside the scan and closed over: identical for every layer.
+      rope_sin_tk, rope_cos_tk = rope_tables(t, cfg.head_dim, cfg.rope_theta)
+    x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
+
+    # Split once: the scan carries the residual stream and slices one layer of parameters per
+    # step; merging inside the body rebuilds a plain Block around that slice.
+    block_def, block_state = nnx.split(self.blocks)
+
+    def body(carry_btd: jax.Array, layer_state: nnx.State) -> tuple[jax.Array, None]:
+      block = nnx.merge(block_def, layer_state)
+      y_btd = block(carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
+      return y_btd, None
+
+    if remat is not None:
+      body = jax.checkpoint(body, policy=remat, prevent_cse=False)
+    x_btd, _ = jax.lax.scan(body, x_btd, block_state)
+
+    x_btd = self.final_norm(x_btd)
+    if cfg.tie_embeddings:
+      logits_btv = self.embed.attend(x_btd)
+    else:
+      logits_btv = jnp.einsum(
+        "btd,dv->btv", x_btd, self.unembed_dv[...].astype(x_btd.dtype), preferred_element_type=jnp.float32
+      )
+    return constrain(logits_btv, (BATCH, SEQ, VOCAB))
