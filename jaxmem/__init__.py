@@ -1,1 +1,27 @@
-"""jaxmem."""
+"""jaxmem: will this fit, what is eating the memory, and what do I change?
+
+Memory figures read from the XLA compiler itself for JAX programs, per device, for CPU, TPU and
+GPU targets, with abstract inputs (nothing is allocated).
+
+>>> import jax, jax.numpy as jnp, jaxmem
+>>> x = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)
+>>> report = jaxmem.analyze(lambda a: a @ a, x)
+>>> report.argument_size_in_bytes
+4194304
+"""
+
+from jaxmem._quiet import quiet as _quiet
+
+with _quiet():
+  # Importing jax loads the TPU and CUDA plugins, which print start-up noise on machines
+  # without the hardware; keep it off the user's terminal.
+  import jax as _jax  # noqa: F401
+
+__version__ = "0.1.0"
+
+from jaxmem.analysis import analyze  # noqa: E402
+from jaxmem.sweep import Row, compare  # noqa: E402
+from jaxmem.errors import JaxmemError  # noqa: E402
+from jaxmem.report import MemoryReport  # noqa: E402
+
+__all__ = ["analyze", "compare", "Row", "MemoryReport", "JaxmemError", "__version__"]

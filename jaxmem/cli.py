@@ -1,0 +1,175 @@
+"""Command line: a thin layer over the library. ``main(argv) -> int`` so tests call it directly.
+
+Bad input is one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from jaxmem.errors import JaxmemError
+
+DEFAULT_REMAT = "none,dots_saveable,full"
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse, but a usage error is a JaxmemError (one line) instead of usage + exit."""
+
+  def error(self, message: str):  # noqa: D102
+    raise JaxmemError(f"{message} (see {self.prog} --help)")
+
+
+def _add_workload(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--model", default="gpt2-small", help="model preset (see `jaxmem models`); default gpt2-small")
+  p.add_argument("--batch", type=int, default=8, help="global batch size; default 8")
+  p.add_argument("--seq", type=int, default=1024, help="sequence length; default 1024")
+  p.add_argument("--target", default="cpu", help="where to compile: cpu, cpu:N (N simulated devices); default cpu")
+  p.add_argument(
+      "--mesh",
+      action="append",
+      default=None,
+      help="mesh axes, e.g. data=4 or fsdp=2,tensor=2; repeat for one row group per mesh (default: fsdp over all devices)",
+  )
+  p.add_argument("--param-dtype", default=None, help="parameter dtype (default float32)")
+  p.add_argument("--dtype", default=None, help="compute dtype (default bfloat16)")
+  p.add_argument("--format", default="table", help="table, markdown, json or csv; default table")
+  p.add_argument("--output", default=None, help="also write the result to this file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = _Parser(prog="jaxmem", description="Will it fit? XLA's own per-device memory figures for JAX train steps.")
+  sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+  sub.required = True
+  c = sub.add_parser("compare", help="compare remat policies and optimizers for a model's train step")
+  _add_workload(c)
+  c.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all; none is always the baseline (default {DEFAULT_REMAT})")
+  c.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
+  c.set_defaults(func=cmd_compare)
+  m = sub.add_parser("models", help="list model presets")
+  m.add_argument("--format", default="table", help="table, markdown, json or csv")
+  m.set_defaults(func=cmd_models)
+  return parser
+
+
+def _prepare_cpu_devices(target: str) -> None:
+  """Simulated CPU devices must be configured before JAX's backends start."""
+  from jaxmem import targets
+
+  import jax
+
+  need = targets.cpu_devices_needed([target])
+  # Only raise the count: a process (a test, a notebook) that already started JAX with enough
+  # devices keeps them, and one with too few gets targets' one-line explanation.
+  if need > max(1, jax.config.jax_num_cpu_devices):
+    jax.config.update("jax_num_cpu_devices", need)
+
+
+def _emit(text: str, output: str | None) -> None:
+  print(text)
+  if output:
+    _write(output, text)
+
+
+def _write(path: str, text: str) -> None:
+  try:
+    with open(path, "w") as f:
+      f.write(text if text.endswith("\n") else text + "\n")
+  except OSError as e:
+    raise JaxmemError(f"cannot write --output {path}: {e.strerror}") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+  from jaxmem import sweep as cmp
+  from jaxmem import format as fmt
+
+  fmt.check_format(args.format)
+  _prepare_cpu_devices(args.target)
+  plan = cmp.plan(
+      model=args.model,
+      remat=args.remat,
+      optimizer=args.optimizer,
+      batch=args.batch,
+      seq=args.seq,
+      target=args.target,
+      mesh=args.mesh,
+      param_dtype=args.param_dtype,
+      dtype=args.dtype,
+  )
+  configs = plan.configs()
+  bar = _progress(len(configs), args.format)
+  rows: list[cmp.Row] = []
+  try:
+    for mesh, opt, rp in configs:
+      if bar is not None:
+        bar.set_postfix_str(f"{opt.name} {rp.name}", refresh=True)
+      rows.append(cmp.run_config(plan, mesh, opt, rp))
+      if args.output:  # keep what is done on disk, so an interrupted sweep loses nothing
+        _write(args.output, fmt.render_compare(cmp.with_overheads(rows), args.format))
+      if bar is not None:
+        bar.update(1)
+  except KeyboardInterrupt:
+    if bar is not None:
+      bar.close()
+    if rows:
+      _emit(fmt.render_compare(cmp.with_overheads(rows), args.format), args.output)
+    print(f"jaxmem: interrupted after {len(rows)} of {len(configs)} configurations", file=sys.stderr)
+    return 130
+  if bar is not None:
+    bar.close()
+  _emit(fmt.render_compare(cmp.with_overheads(rows), args.format), args.output)
+  return 0
+
+
+def _progress(total: int, fmt_name: str):
+  """A progress bar on stderr for sweeps of several configurations, only on a terminal."""
+  if total < 3 or fmt_name == "json" or not sys.stderr.isatty() or os.environ.get("JAXMEM_NO_PROGRESS"):
+    return None
+  from tqdm import tqdm
+
+  return tqdm(total=total, unit="config", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+  from jaxmem import format as fmt
+  from jaxmem.models import PRESETS, count_params
+
+  fmt.check_format(args.format)
+  records = []
+  for name, make in PRESETS.items():
+    c = make()
+    records.append(
+        dict(
+            model=name,
+            style=c.style,
+            params=count_params(c),
+            layers=c.num_layers,
+            d_model=c.d_model,
+            heads=c.num_heads,
+            kv_heads=c.num_kv_heads,
+            head_dim=c.head_dim,
+            d_ff=c.d_ff,
+            vocab=c.vocab_size,
+            tied=c.tie_embeddings,
+        )
+    )
+  print(fmt.render_records(records, args.format))
+  return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = build_parser()
+  try:
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return args.func(args)
+  except JaxmemError as e:
+    print(f"jaxmem: error: {e}", file=sys.stderr)
+    return 2
+  except SystemExit as e:  # --help
+    return e.code if isinstance(e.code, int) else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

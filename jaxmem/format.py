@@ -1,0 +1,162 @@
+"""Rendering rows as text: ``table`` (plain), ``markdown``, ``json``, ``csv``.
+
+The library returns frozen dataclasses and never prints; this module is the only place that
+turns them into text. Tables show sizes per device in GiB (MiB for small models), with deltas
+against the ``none`` (no remat) row of the same mesh and optimizer.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from tabulate import tabulate
+
+from jaxmem.errors import JaxmemError
+
+FORMATS = ("table", "markdown", "json", "csv")
+GiB = 1024**3
+MiB = 1024**2
+
+
+def check_format(fmt: str) -> str:
+  if fmt not in FORMATS:
+    raise JaxmemError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+  return fmt
+
+
+def envelope(rows: Sequence[Any], **extra: Any) -> dict[str, Any]:
+  from jaxmem import __version__
+
+  return {"jaxmem_version": __version__, "jax_version": jax.__version__, **extra, "rows": [_as_dict(r) for r in rows]}
+
+
+def _as_dict(r: Any) -> dict[str, Any]:
+  return r.as_dict() if hasattr(r, "as_dict") else dict(r)
+
+
+def render_json(rows: Sequence[Any], **extra: Any) -> str:
+  return json.dumps(envelope(rows, **extra), indent=2)
+
+
+def render_csv(rows: Sequence[Any]) -> str:
+  dicts = [_as_dict(r) for r in rows]
+  if not dicts:
+    return ""
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=list(dicts[0]), lineterminator="\n")
+  writer.writeheader()
+  for d in dicts:
+    writer.writerow({k: "; ".join(v) if isinstance(v, list) else ("" if v is None else v) for k, v in d.items()})
+  return buf.getvalue()
+
+
+def render_records(rows: Sequence[dict[str, Any]], fmt: str, headers: Sequence[str] | None = None) -> str:
+  """Generic listing (models, targets): rows of plain dicts in any format."""
+  check_format(fmt)
+  if fmt == "json":
+    return json.dumps(envelope(rows), indent=2)
+  if fmt == "csv":
+    return render_csv(rows)
+  keys = list(headers or (rows[0].keys() if rows else []))
+  body = [[_cell(r.get(k)) for k in keys] for r in rows]
+  return tabulate(body, headers=keys, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
+
+
+def _cell(v: Any) -> str:
+  if v is None:
+    return "-"
+  if isinstance(v, float):
+    return f"{v:.4g}"
+  if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
+    return f"{v:,}"
+  return str(v)
+
+
+def _size(v: int | None, unit: int) -> str:
+  return "-" if v is None else f"{v / unit:.2f}"
+
+
+def _delta(v: int | None, base: int | None, unit: int) -> str:
+  if v is None or base is None:
+    return "-"
+  d = (v - base) / unit
+  return f"{d:+.2f}" if abs(d) >= 0.005 else "0"
+
+
+def render_compare(rows: Sequence[Any], fmt: str) -> str:
+  """Renders compare rows; table and markdown get a one-line heading and notes below."""
+  check_format(fmt)
+  if fmt == "json":
+    return render_json(rows)
+  if fmt == "csv":
+    return render_csv(rows)
+  if not rows:
+    return "no rows"
+  biggest = max((getattr(r, f) or 0) for r in rows for f in ("total_bytes", "argument_size_in_bytes", "param_bytes"))
+  unit, uname = (GiB, "GiB") if biggest >= GiB // 10 else (MiB, "MiB")
+  base = {(r.target, r.mesh, r.optimizer): r for r in rows if r.remat == "none"}
+  varying = [k for k in ("model", "target", "batch", "seq") if len({getattr(r, k) for r in rows}) > 1]
+  show_mesh = len({r.mesh for r in rows}) > 1 or rows[0].num_devices > 1
+  show_opt = len({r.optimizer for r in rows}) > 1
+  show_fit = any(r.capacity_bytes is not None for r in rows)
+  headers = [*varying]
+  headers += ["mesh"] if show_mesh else []
+  headers += ["optimizer"] if show_opt else []
+  headers += ["remat", "params", "opt state", "argument", "temp", "Δtemp", "peak", "total", "Δtotal", "GFLOP", "recompute", "compile s"]
+  headers += ["capacity", "fits"] if show_fit else []
+  body = []
+  for r in rows:
+    b = base.get((r.target, r.mesh, r.optimizer))
+    line = [str(getattr(r, k)) for k in varying]
+    line += [r.mesh] if show_mesh else []
+    line += [r.optimizer] if show_opt else []
+    if r.error:
+      line += [r.remat, _size(r.param_bytes, unit), _size(r.optimizer_state_bytes, unit)]
+      line += ["error (see below)"] + ["-"] * 8
+    else:
+      line += [
+          r.remat,
+          _size(r.param_bytes, unit),
+          _size(r.optimizer_state_bytes, unit),
+          _size(r.argument_size_in_bytes, unit),
+          _size(r.temp_size_in_bytes, unit),
+          _delta(r.temp_size_in_bytes, b and b.temp_size_in_bytes, unit),
+          _size(r.peak_memory_in_bytes, unit),
+          _size(r.total_bytes, unit),
+          _delta(r.total_bytes, b and b.total_bytes, unit),
+          "-" if r.flops is None else f"{r.flops / 1e9:,.1f}",
+          "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%",
+          "-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}",
+      ]
+    if show_fit:
+      line += [_size(r.capacity_bytes, unit), "-" if r.fits is None else ("yes" if r.fits else "NO")]
+    body.append(line)
+  r0 = rows[0]
+  heading_parts = [f"{k} {getattr(r0, k)}" for k in ("model", "target", "batch", "seq") if k not in varying]
+  heading = " · ".join(heading_parts) + f" · {r0.param_dtype} params, {r0.dtype} compute · {uname} per device"
+  table = tabulate(body, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
+  notes = _notes(rows)
+  out = [heading, "", table]
+  if notes:
+    out += [""] + [f"{'- ' if fmt == 'markdown' else ''}{n}" for n in notes]
+  return "\n".join(out)
+
+
+def _notes(rows: Sequence[Any]) -> list[str]:
+  seen: dict[str, None] = {}
+  for r in rows:
+    for n in r.notes:
+      seen.setdefault(f"note: {n}")
+    if r.error:
+      seen.setdefault(f"error [{r.mesh} {r.optimizer} {r.remat}]: {r.error}")
+  return list(seen)
+
+
+def row_fields(row_type: type) -> list[str]:
+  return [f.name for f in dataclasses.fields(row_type)]

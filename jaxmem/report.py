@@ -1,0 +1,129 @@
+"""What the compiler says about one compiled program, per device.
+
+:class:`MemoryReport` is a small frozen record of ``Compiled.memory_analysis()`` and
+``Compiled.cost_analysis()``. :func:`read_compiled` is the one place that copes with
+``memory_analysis()`` returning ``None`` and with fields that differ across backends and
+jax releases: a figure that cannot be had is ``None`` and ``notes`` says why.
+
+Meaning of the fields (per device: under SPMD every device runs the same partitioned program,
+and XLA reports the sizes of that one program):
+
+- ``argument_size_in_bytes``: the inputs (parameters, optimizer state, batch) resident on the
+  device while the step runs.
+- ``output_size_in_bytes``: the outputs (new parameters and optimizer state, loss).
+- ``alias_size_in_bytes``: output bytes that reuse a donated input buffer, so they cost nothing
+  beyond the argument bytes.
+- ``temp_size_in_bytes``: the compiler's temporary allocation (activations saved for the
+  backward pass, gradients, workspace). On TPU it is the size of the temp allocation, which may
+  be larger than the live temporaries at any one moment.
+- ``generated_code_size_in_bytes``: the compiled executable itself.
+- ``host_temp_size_in_bytes``: temporaries placed in host memory (remat host offload).
+- ``peak_memory_in_bytes``: the peak of the buffers live at once, from XLA's heap simulation.
+  TPU: a true peak, and it can be below argument + temp. GPU: argument + temp. CPU: XLA reports
+  the argument size here, not a peak, so jaxmem gives ``None`` with a note.
+- ``total_bytes`` = argument + output - alias + temp: every byte the step needs on the device
+  if nothing overlapped (the formula MaxText's ``train_compile`` prints). It is an upper bound on
+  the peak; use ``peak_memory_in_bytes`` where the backend gives one.
+- ``flops``: from ``cost_analysis()``, per device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+_MEMORY_FIELDS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+    "host_temp_size_in_bytes",
+    "peak_memory_in_bytes",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MemoryReport:
+  """The compiler's per-device memory and cost figures for one program."""
+
+  platform: str
+  num_devices: int
+  argument_size_in_bytes: int | None
+  output_size_in_bytes: int | None
+  alias_size_in_bytes: int | None
+  temp_size_in_bytes: int | None
+  generated_code_size_in_bytes: int | None
+  host_temp_size_in_bytes: int | None
+  peak_memory_in_bytes: int | None
+  total_bytes: int | None
+  flops: float | None
+  compile_seconds: float | None
+  notes: tuple[str, ...] = ()
+
+  def as_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["notes"] = list(self.notes)
+    return d
+
+
+def _total(a: int | None, o: int | None, al: int | None, t: int | None) -> int | None:
+  if None in (a, o, al, t):
+    return None
+  return a + o - al + t
+
+
+def read_compiled(compiled, *, compile_seconds: float | None = None) -> MemoryReport:
+  """Reads a ``jax.stages.Compiled`` into a :class:`MemoryReport`."""
+  devices = _devices_of(compiled)
+  platform = devices[0].platform if devices else "unknown"
+  notes: list[str] = []
+  stats = compiled.memory_analysis()
+  values: dict[str, int | None] = {}
+  if stats is None:
+    notes.append(f"memory_analysis() returned None on {platform}: no memory figures")
+    values = dict.fromkeys(_MEMORY_FIELDS)
+  else:
+    for field in _MEMORY_FIELDS:
+      v = getattr(stats, field, None)
+      values[field] = None if v is None else int(v)
+      if v is None:
+        notes.append(f"{field}: not reported by this jaxlib")
+  if platform == "cpu" and values["peak_memory_in_bytes"] is not None:
+    # Checked on jaxlib 0.10: the CPU client reports the argument size as the "peak".
+    values["peak_memory_in_bytes"] = None
+    notes.append("peak_memory_in_bytes: the CPU backend reports no peak (it echoes the argument size)")
+  return MemoryReport(
+      platform=platform,
+      num_devices=len(devices),
+      **values,
+      total_bytes=_total(
+          values["argument_size_in_bytes"],
+          values["output_size_in_bytes"],
+          values["alias_size_in_bytes"],
+          values["temp_size_in_bytes"],
+      ),
+      flops=_flops(compiled),
+      compile_seconds=compile_seconds,
+      notes=tuple(notes),
+  )
+
+
+def _devices_of(compiled) -> list:
+  # `input_shardings` is public on every backend; a program with no inputs reports no devices.
+  for s in jax.tree_util.tree_leaves(compiled.input_shardings):
+    if hasattr(s, "device_set"):
+      return sorted(s.device_set, key=lambda d: d.id)
+  return []
+
+
+def _flops(compiled) -> float | None:
+  cost = compiled.cost_analysis()
+  # Older jaxlibs return a list with one dict per program, newer ones the dict itself.
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  if not cost or "flops" not in cost:
+    return None
+  return float(cost["flops"])

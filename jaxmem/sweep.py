@@ -1,0 +1,234 @@
+"""The sweep behind ``compare``: the train step under each remat policy, optimizer and mesh, one row each.
+
+>>> rows = compare(model="tiny", remat="dots_saveable", batch=2, seq=16)  # doctest: +SKIP
+>>> [r.remat for r in rows]  # doctest: +SKIP
+['none', 'dots_saveable']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from jaxmem import sharding as shd
+from jaxmem.analysis import compile_timed
+from jaxmem.errors import JaxmemError
+from jaxmem.models import ModelConfig, get_config
+from jaxmem.optimizers import Optimizer, parse_optimizers
+from jaxmem.remat import RematPolicy, parse_remat
+from jaxmem.report import MemoryReport, read_compiled
+from jaxmem.targets import Target, get_target
+from jaxmem.train import build_train_program, check_batch
+
+# The compiler fields every row carries, in XLA's own names (see jaxmem.report).
+COMPILER_FIELDS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "alias_size_in_bytes",
+    "temp_size_in_bytes",
+    "generated_code_size_in_bytes",
+    "host_temp_size_in_bytes",
+    "peak_memory_in_bytes",
+    "total_bytes",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Row:
+  """One configuration's per-device figures. Byte fields are per device; ``None`` means the
+  figure cannot be had on this target, and ``notes`` says why."""
+
+  model: str
+  target: str
+  mesh: str
+  remat: str
+  optimizer: str
+  batch: int
+  seq: int
+  param_dtype: str
+  dtype: str
+  num_devices: int
+  argument_size_in_bytes: int | None = None
+  output_size_in_bytes: int | None = None
+  alias_size_in_bytes: int | None = None
+  temp_size_in_bytes: int | None = None
+  generated_code_size_in_bytes: int | None = None
+  host_temp_size_in_bytes: int | None = None
+  peak_memory_in_bytes: int | None = None
+  total_bytes: int | None = None
+  param_bytes: int | None = None
+  optimizer_state_bytes: int | None = None
+  flops: float | None = None
+  recompute_overhead_pct: float | None = None
+  compile_seconds: float | None = None
+  capacity_bytes: int | None = None
+  fits: bool | None = None
+  error: str | None = None
+  notes: tuple[str, ...] = ()
+
+  def as_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["notes"] = list(self.notes)
+    return d
+
+  @property
+  def required_bytes(self) -> int | None:
+    """What must fit: the compiler's peak where the backend gives one, else ``total_bytes``."""
+    return self.peak_memory_in_bytes if self.peak_memory_in_bytes is not None else self.total_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """A validated sweep: every name resolved and every mesh checked before anything compiles."""
+
+  cfg: ModelConfig
+  target: Target
+  meshes: tuple[shd.MeshSpec, ...]
+  optimizers: tuple[Optimizer, ...]
+  remats: tuple[RematPolicy, ...]
+  batch: int
+  seq: int
+
+  def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
+    return list(itertools.product(self.meshes, self.optimizers, self.remats))
+
+
+def _as_list(v: str | Sequence[str] | None) -> list[str]:
+  if v is None:
+    return []
+  if isinstance(v, str):
+    return [v]
+  return list(v)
+
+
+def plan(
+    *,
+    model: str | ModelConfig = "gpt2-small",
+    remat: str | Sequence[str] = "none,dots_saveable,full",
+    optimizer: str | Sequence[str] = "adamw",
+    batch: int = 8,
+    seq: int = 1024,
+    target: str | Target = "cpu",
+    mesh: str | Sequence[str] | None = None,
+    param_dtype: str | None = None,
+    dtype: str | None = None,
+) -> Plan:
+  """Resolves and checks a sweep; raises :class:`JaxmemError` on any bad input."""
+  overrides = {k: v for k, v in (("param_dtype", param_dtype), ("dtype", dtype)) if v is not None}
+  if isinstance(model, ModelConfig):
+    cfg = dataclasses.replace(model, **overrides)
+  else:
+    cfg = get_config(model, **overrides)
+  tgt = get_target(target) if isinstance(target, str) else target
+  remats = parse_remat(",".join(_as_list(remat)), host_memory=tgt.has_host_memory)
+  optimizers = parse_optimizers(",".join(_as_list(optimizer)))
+  meshes = tuple(shd.parse_mesh(m) for m in _as_list(mesh)) or (shd.default_mesh(tgt.num_devices),)
+  for m in meshes:
+    if shd.mesh_size(m) != tgt.num_devices:
+      raise JaxmemError(
+          f"mesh {shd.format_mesh(m)} has {shd.mesh_size(m)} devices but target {tgt.name} has "
+          f"{tgt.num_devices}; make the axis sizes multiply to {tgt.num_devices}"
+      )
+    check_batch(batch, seq, m, cfg)
+  return Plan(cfg, tgt, meshes, tuple(optimizers), tuple(remats), batch, seq)
+
+
+def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> Row:
+  """Compiles one configuration. A compile the backend refuses (out of memory, an unsupported
+  feature) becomes a row with ``error`` set rather than an exception, so a sweep goes on."""
+  base = dict(
+      model=p.cfg.name,
+      target=p.target.name,
+      mesh=shd.format_mesh(mesh),
+      remat=rp.name,
+      optimizer=opt.name,
+      batch=p.batch,
+      seq=p.seq,
+      param_dtype=p.cfg.param_dtype,
+      dtype=p.cfg.dtype,
+      num_devices=p.target.num_devices,
+      capacity_bytes=p.target.capacity_bytes,
+  )
+  program = build_train_program(
+      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh
+  )
+  base.update(param_bytes=program.param_bytes, optimizer_state_bytes=program.optimizer_state_bytes)
+  notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
+  try:
+    compiled, seconds = compile_timed(program.lower())
+  except jax.errors.JaxRuntimeError as e:
+    return Row(**base, fits=_fits_from_error(str(e)), error=_one_line(str(e)), notes=tuple(notes))
+  report: MemoryReport = read_compiled(compiled, compile_seconds=seconds)
+  row = Row(
+      **base,
+      **{f: getattr(report, f) for f in COMPILER_FIELDS},
+      flops=report.flops,
+      compile_seconds=report.compile_seconds,
+      notes=tuple(notes) + report.notes,
+  )
+  if row.capacity_bytes is not None and row.required_bytes is not None:
+    row = dataclasses.replace(row, fits=row.required_bytes <= row.capacity_bytes)
+  return row
+
+
+def _fits_from_error(message: str) -> bool | None:
+  return False if "RESOURCE_EXHAUSTED" in message else None
+
+
+def _one_line(message: str) -> str:
+  lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+  return lines[0] if lines else message
+
+
+def with_overheads(rows: list[Row]) -> list[Row]:
+  """Fills ``recompute_overhead_pct``: FLOPs over the ``none`` row of the same mesh/optimizer."""
+  base = {(r.mesh, r.optimizer): r.flops for r in rows if r.remat == "none" and r.flops}
+  out = []
+  for r in rows:
+    b = base.get((r.mesh, r.optimizer))
+    pct = None if (b is None or r.flops is None) else 100.0 * (r.flops - b) / b
+    out.append(dataclasses.replace(r, recompute_overhead_pct=pct))
+  return out
+
+
+def compare(
+    *,
+    model: str | ModelConfig = "gpt2-small",
+    remat: str | Sequence[str] = "none,dots_saveable,full",
+    optimizer: str | Sequence[str] = "adamw",
+    batch: int = 8,
+    seq: int = 1024,
+    target: str | Target = "cpu",
+    mesh: str | Sequence[str] | None = None,
+    param_dtype: str | None = None,
+    dtype: str | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> list[Row]:
+  """Compiles the train step for every (mesh, optimizer, remat) and returns one row each.
+
+  ``none`` (no remat) is always included as the baseline. Everything is validated before the
+  first compile, so bad input raises :class:`JaxmemError` without wasting work. ``on_row`` is
+  called after each configuration (for progress and for saving partial results).
+  """
+  p = plan(
+      model=model,
+      remat=remat,
+      optimizer=optimizer,
+      batch=batch,
+      seq=seq,
+      target=target,
+      mesh=mesh,
+      param_dtype=param_dtype,
+      dtype=dtype,
+  )
+  rows: list[Row] = []
+  for mesh_spec, opt, rp in p.configs():
+    row = run_config(p, mesh_spec, opt, rp)
+    rows.append(row)
+    if on_row is not None:
+      on_row(row)
+  return with_overheads(rows)

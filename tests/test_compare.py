@@ -1,0 +1,142 @@
+"""The train step sweep: relationships the seeds predict, read from the compiler."""
+
+import dataclasses
+
+import pytest
+
+from jaxmem import sweep as cmp
+from jaxmem import optimizers, remat
+from jaxmem.errors import JaxmemError
+from jaxmem.models import get_config
+
+# Tiny but with enough sequence that activations, not workspace, dominate the temporaries.
+SMALL = get_config("tiny", num_layers=4, d_model=128, d_ff=512, num_heads=4, num_kv_heads=2, head_dim=32)
+WORK = dict(model=SMALL, batch=4, seq=128)
+
+
+def _by(rows, key="remat"):
+  return {getattr(r, key): r for r in rows}
+
+
+@pytest.fixture(scope="module")
+def remat_rows():
+  return _by(cmp.compare(**WORK, remat="dots_saveable,full,everything_saveable", optimizer="adamw"))
+
+
+def test_temp_falls_with_stronger_remat(remat_rows):
+  none, dots, full = remat_rows["none"], remat_rows["dots_saveable"], remat_rows["full"]
+  assert none.temp_size_in_bytes >= dots.temp_size_in_bytes >= full.temp_size_in_bytes
+  assert none.temp_size_in_bytes > full.temp_size_in_bytes  # remat must save something here
+
+
+def test_remat_moves_only_temporaries(remat_rows):
+  args = {r.argument_size_in_bytes for r in remat_rows.values()}
+  assert len(args) == 1  # params + optimizer state + batch do not depend on the policy
+
+
+def test_full_remat_costs_flops(remat_rows):
+  assert remat_rows["none"].recompute_overhead_pct == 0
+  assert remat_rows["full"].recompute_overhead_pct > 0
+  assert remat_rows["full"].flops > remat_rows["none"].flops
+
+
+def test_row_fields_and_argument_accounting(remat_rows):
+  r = remat_rows["none"]
+  assert r.error is None and r.capacity_bytes is None and r.fits is None
+  assert r.peak_memory_in_bytes is None  # CPU gives no peak: null, with a note
+  assert any("peak_memory_in_bytes" in n for n in r.notes)
+  tokens = 2 * WORK["batch"] * WORK["seq"] * 4  # int32 inputs and targets
+  assert r.argument_size_in_bytes == r.param_bytes + r.optimizer_state_bytes + tokens
+  assert r.total_bytes == r.argument_size_in_bytes + r.output_size_in_bytes - r.alias_size_in_bytes + r.temp_size_in_bytes
+  # Parameters and optimizer state are donated: their outputs reuse the input buffers.
+  assert r.alias_size_in_bytes >= r.param_bytes + r.optimizer_state_bytes - 64
+  d = r.as_dict()
+  for key in ("model", "target", "mesh", "remat", "optimizer", "batch", "seq", "error", "capacity_bytes", "fits"):
+    assert key in d
+
+
+@pytest.fixture(scope="module")
+def opt_rows():
+  return _by(cmp.compare(**WORK, remat="none", optimizer="sgd,adamw,adamw_bf16,adafactor"), "optimizer")
+
+
+def test_adamw_minus_sgd_is_two_fp32_copies_of_params(opt_rows):
+  sgd, adamw = opt_rows["sgd"], opt_rows["adamw"]
+  diff = adamw.argument_size_in_bytes - sgd.argument_size_in_bytes
+  assert sgd.param_bytes == adamw.param_bytes
+  assert abs(diff - 2 * adamw.param_bytes) <= 16  # + Adam's step count
+  assert sgd.optimizer_state_bytes <= 16
+
+
+def test_bf16_moments_halve_adamw_state(opt_rows):
+  assert abs(opt_rows["adamw_bf16"].optimizer_state_bytes * 2 - opt_rows["adamw"].optimizer_state_bytes) <= 32
+
+
+def test_adafactor_state_far_below_adamw(opt_rows):
+  assert opt_rows["adafactor"].optimizer_state_bytes < 0.2 * opt_rows["adamw"].optimizer_state_bytes
+
+
+def _one(**kwargs):
+  """Compiles a single configuration (no baseline row), to keep registry sweeps cheap."""
+  p = cmp.plan(batch=2, seq=16, **kwargs)
+  ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == p.remats[-1].name]
+  return cmp.run_config(p, mesh, opt, rp)
+
+
+@pytest.mark.parametrize("name", list(optimizers.OPTIMIZERS))
+def test_every_optimizer_compiles(name):
+  row = _one(model="tiny", remat="none", optimizer=name)
+  assert row.optimizer == name
+  assert row.error is None and row.argument_size_in_bytes >= row.param_bytes + row.optimizer_state_bytes
+
+
+@pytest.mark.parametrize("name", [n for n, p in remat.REMAT_POLICIES.items() if p.alias_of is None and n != "none"])
+def test_every_remat_policy_compiles(name):
+  row = _one(model="tiny-gpt2", remat=name, optimizer="sgd")
+  assert row.remat == name
+  if remat.REMAT_POLICIES[name].needs_host_memory:
+    return  # the CPU backend may refuse host offload; that is then an error row, not a crash
+  assert row.error is None and row.temp_size_in_bytes is not None
+
+
+def test_fsdp_divides_param_and_optimizer_bytes():
+  rows = cmp.compare(**WORK, target="cpu:4", remat="none", optimizer="adamw", mesh=["data=4", "fsdp=4"])
+  by = _by(rows, "mesh")
+  dp, fsdp = by["data=4"], by["fsdp=4"]
+  assert fsdp.param_bytes < dp.param_bytes / 3  # ~1/4, small unsharded vectors aside
+  assert fsdp.optimizer_state_bytes < dp.optimizer_state_bytes / 3
+  assert fsdp.argument_size_in_bytes < dp.argument_size_in_bytes / 3
+
+
+def test_tensor_parallel_shards_weights():
+  rows = cmp.compare(**WORK, target="cpu:4", remat="none", optimizer="sgd", mesh=["data=4", "tensor=2,data=2"])
+  by = _by(rows, "mesh")
+  assert by["tensor=2,data=2"].param_bytes < 0.7 * by["data=4"].param_bytes
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(model="gpt5"), "unknown model"),
+        (dict(remat="dots"), "unknown remat policy"),
+        (dict(optimizer="adamm"), "unknown optimizer"),
+        (dict(target="cpu:4", mesh="data=2"), "has 2 devices but target cpu:4 has 4"),
+        (dict(target="cpu:4", mesh="data=4", batch=6), "not divisible"),
+        (dict(batch=0), "at least 1"),
+        (dict(target="cpu:2", mesh="tensor=2", model="tiny-gpt2", batch=2), None),
+    ],
+)
+def test_bad_input_is_refused_before_compiling(kwargs, match):
+  base = dict(model="tiny", batch=2, seq=16)
+  base.update(kwargs)
+  if match is None:
+    cmp.plan(**base)  # valid
+    return
+  with pytest.raises(JaxmemError, match=match):
+    cmp.plan(**base)
+
+
+def test_indivisible_weight_axis_is_an_error():
+  cfg = dataclasses.replace(SMALL, vocab_size=255)
+  with pytest.raises(JaxmemError, match="not divisible"):
+    cmp.compare(model=cfg, batch=2, seq=16, target="cpu:2", mesh="tensor=2", remat="none")

@@ -1,0 +1,95 @@
+"""Remat and optimizer registries, and mesh parsing: names, errors, and what `all` means."""
+
+import inspect
+
+import jax
+import pytest
+
+from jaxmem import optimizers, remat, sharding
+from jaxmem.errors import JaxmemError
+from jaxmem.models import CHECKPOINT_NAMES
+
+
+def test_every_argument_free_jax_policy_is_registered():
+  for name in dir(jax.checkpoint_policies):
+    fn = getattr(jax.checkpoint_policies, name)
+    if name.startswith("_") or not callable(fn):
+      continue
+    params = list(inspect.signature(fn).parameters.values())
+    kinds = {p.kind for p in params}
+    if params[0].name == "prim" or {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds:
+      assert name in remat.REMAT_POLICIES, name
+
+
+def test_factories_are_not_registered_as_policies():
+  for factory in (
+      "save_only_these_names",
+      "save_any_names_but_these",
+      "save_anything_except_these_names",
+      "save_and_offload_only_these_names",
+      "save_from_both_policies",
+  ):
+    assert factory not in remat.REMAT_POLICIES
+
+
+@pytest.mark.parametrize("name", [n for n, p in remat.REMAT_POLICIES.items() if p.saves or p.offloads])
+def test_name_presets_use_model_tags(name):
+  p = remat.REMAT_POLICIES[name]
+  assert set(p.saves) | set(p.offloads) <= set(CHECKPOINT_NAMES)
+
+
+def test_parse_remat_puts_baseline_first_and_dedupes():
+  names = [p.name for p in remat.parse_remat("dots_saveable,full,dots_saveable")]
+  assert names == ["none", "dots_saveable", "full"]
+
+
+def test_parse_remat_all_skips_aliases_and_offload_without_host_memory():
+  names = [p.name for p in remat.parse_remat("all", host_memory=False)]
+  assert names[0] == "none" and "full" in names and "dots_saveable" in names
+  assert "nothing_saveable" not in names and "checkpoint_dots" not in names
+  assert not any(remat.REMAT_POLICIES[n].needs_host_memory for n in names)
+  assert "qkv_proj_offloaded" in [p.name for p in remat.parse_remat("all", host_memory=True)]
+
+
+def test_unknown_remat_lists_valid_names():
+  with pytest.raises(JaxmemError, match="valid: none, full.*dots_saveable"):
+    remat.parse_remat("dots_savable")
+
+
+def test_unknown_optimizer_lists_valid_names():
+  with pytest.raises(JaxmemError, match="unknown optimizer 'adamm'; valid: sgd"):
+    optimizers.parse_optimizers("adamm")
+
+
+def test_optimizer_registry_has_the_usual_names():
+  assert {"sgd", "momentum", "nesterov", "adam", "adamw", "adamw_bf16", "adafactor", "lion", "lamb"} <= set(
+      optimizers.OPTIMIZERS
+  )
+  assert [o.name for o in optimizers.parse_optimizers("all")] == list(optimizers.OPTIMIZERS)
+
+
+@pytest.mark.parametrize(
+    "spec,expected",
+    [("data=4", (("data", 4),)), ("fsdp=2, tensor=2", (("fsdp", 2), ("tensor", 2))), ("data=2,fsdp=2,tensor=2", None)],
+)
+def test_parse_mesh(spec, expected):
+  mesh = sharding.parse_mesh(spec)
+  if expected is not None:
+    assert mesh == expected
+  assert sharding.mesh_size(mesh) == (4 if expected else 8)
+
+
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("data", "axis=size"),
+        ("data=x", "axis=size"),
+        ("pipeline=2", "unknown axis 'pipeline'"),
+        ("data=2,data=2", "given twice"),
+        ("data=0", "at least 1"),
+        ("", "at least one axis"),
+    ],
+)
+def test_bad_mesh(spec, match):
+  with pytest.raises(JaxmemError, match=match):
+    sharding.parse_mesh(spec)
