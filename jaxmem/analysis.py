@@ -9,6 +9,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxmem.flops import jaxpr_flops
 from jaxmem.report import MemoryReport, read_compiled
 from jaxmem.targets import Target, get_target
 
@@ -39,9 +40,9 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
       target = get_target(target)
     replicated = NamedSharding(target.make_mesh((("devices", target.num_devices),)), PartitionSpec())
     args = jax.tree_util.tree_map(lambda a: _on(a, replicated), args)
-  lowered = jax.jit(fn, **jit_kwargs).lower(*args)
-  compiled, seconds = compile_timed(lowered)
-  return read_compiled(compiled, compile_seconds=seconds)
+  traced = jax.jit(fn, **jit_kwargs).trace(*args)
+  compiled, seconds = compile_timed(traced.lower())
+  return read_compiled(compiled, compile_seconds=seconds, program_flops=jaxpr_flops(traced.jaxpr.jaxpr))
 
 
 def _on(leaf: Any, sharding: NamedSharding) -> Any:

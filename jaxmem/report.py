@@ -24,7 +24,11 @@ and XLA reports the sizes of that one program):
 - ``total_bytes`` = argument + output - alias + temp: every byte the step needs on the device
   if nothing overlapped (the formula MaxText's ``train_compile`` prints). It is an upper bound on
   the peak; use ``peak_memory_in_bytes`` where the backend gives one.
-- ``flops``: from ``cost_analysis()``, per device.
+- ``flops``: the step's floating-point operations per device: counted from the jaxpr that is
+  lowered, with scanned layers multiplied by their count, divided by the device count (see
+  :mod:`jaxmem.flops` for why: XLA's cost analysis counts a loop body once).
+- ``compiler_flops``: ``cost_analysis()["flops"]`` as XLA gives it, per device, for reference;
+  it undercounts programs with loops, such as scanned layers.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class MemoryReport:
   peak_memory_in_bytes: int | None
   total_bytes: int | None
   flops: float | None
+  compiler_flops: float | None
   compile_seconds: float | None
   notes: tuple[str, ...] = ()
 
@@ -75,8 +80,14 @@ def _total(a: int | None, o: int | None, al: int | None, t: int | None) -> int |
   return a + o - al + t
 
 
-def read_compiled(compiled, *, compile_seconds: float | None = None) -> MemoryReport:
-  """Reads a ``jax.stages.Compiled`` into a :class:`MemoryReport`."""
+def read_compiled(
+    compiled, *, compile_seconds: float | None = None, program_flops: float | None = None
+) -> MemoryReport:
+  """Reads a ``jax.stages.Compiled`` into a :class:`MemoryReport`.
+
+  ``program_flops`` is the whole program's FLOP count (from :mod:`jaxmem.flops`); it is
+  divided over the devices.
+  """
   devices = _devices_of(compiled)
   platform = devices[0].platform if devices else "unknown"
   notes: list[str] = []
@@ -105,7 +116,8 @@ def read_compiled(compiled, *, compile_seconds: float | None = None) -> MemoryRe
           values["alias_size_in_bytes"],
           values["temp_size_in_bytes"],
       ),
-      flops=_flops(compiled),
+      flops=None if program_flops is None else program_flops / max(1, len(devices)),
+      compiler_flops=_flops(compiled),
       compile_seconds=compile_seconds,
       notes=tuple(notes),
   )

@@ -17,6 +17,7 @@ import jax
 from jaxmem import sharding as shd
 from jaxmem.analysis import compile_timed
 from jaxmem.errors import JaxmemError
+from jaxmem.flops import jaxpr_flops
 from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
 from jaxmem.remat import RematPolicy, parse_remat
@@ -63,6 +64,7 @@ class Row:
   param_bytes: int | None = None
   optimizer_state_bytes: int | None = None
   flops: float | None = None
+  compiler_flops: float | None = None
   recompute_overhead_pct: float | None = None
   compile_seconds: float | None = None
   capacity_bytes: int | None = None
@@ -158,15 +160,19 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   )
   base.update(param_bytes=program.param_bytes, optimizer_state_bytes=program.optimizer_state_bytes)
   notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
+  traced = program.trace()
   try:
-    compiled, seconds = compile_timed(program.lower())
+    compiled, seconds = compile_timed(traced.lower())
   except jax.errors.JaxRuntimeError as e:
     return Row(**base, fits=_fits_from_error(str(e)), error=_one_line(str(e)), notes=tuple(notes))
-  report: MemoryReport = read_compiled(compiled, compile_seconds=seconds)
+  report: MemoryReport = read_compiled(
+      compiled, compile_seconds=seconds, program_flops=jaxpr_flops(traced.jaxpr.jaxpr)
+  )
   row = Row(
       **base,
       **{f: getattr(report, f) for f in COMPILER_FIELDS},
       flops=report.flops,
+      compiler_flops=report.compiler_flops,
       compile_seconds=report.compile_seconds,
       notes=tuple(notes) + report.notes,
   )

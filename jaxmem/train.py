@@ -53,8 +53,8 @@ class TrainProgram:
   param_bytes: int  # per device
   optimizer_state_bytes: int  # per device
 
-  def lower(self) -> jax.stages.Lowered:
-    return self.step.lower(*self.args)
+  def trace(self) -> jax.stages.Traced:
+    return self.step.trace(*self.args)
 
 
 def check_batch(batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig) -> None:
