@@ -26,7 +26,13 @@ def _add_workload(p: argparse.ArgumentParser) -> None:
   p.add_argument("--model", default="gpt2-small", help="model preset (see `jaxmem models`); default gpt2-small")
   p.add_argument("--batch", type=int, default=8, help="global batch size; default 8")
   p.add_argument("--seq", type=int, default=1024, help="sequence length; default 1024")
-  p.add_argument("--target", default="cpu", help="where to compile: cpu, cpu:N (N simulated devices); default cpu")
+  p.add_argument(
+      "--target",
+      default=None,
+      help="where to compile: attached, tpu:v5e-8, gpu:h100x8, cpu, cpu:N (see `jaxmem targets`); "
+      "default: the attached accelerator, else a representative one whose compiler is installed",
+  )
+  p.add_argument("--slices", type=int, default=1, help="TPU slices (multi-slice over DCN); default 1")
   p.add_argument(
       "--mesh",
       action="append",
@@ -37,6 +43,7 @@ def _add_workload(p: argparse.ArgumentParser) -> None:
   p.add_argument("--dtype", default=None, help="compute dtype (default bfloat16)")
   p.add_argument("--format", default="table", help="table, markdown, json or csv; default table")
   p.add_argument("--output", default=None, help="also write the result to this file")
+  p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,19 +55,30 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all; none is always the baseline (default {DEFAULT_REMAT})")
   c.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
   c.set_defaults(func=cmd_compare)
+  t = sub.add_parser("targets", help="list compilation targets: devices, memory, compiler installed")
+  t.add_argument("--format", default="table", help="table, markdown, json or csv")
+  t.set_defaults(func=cmd_targets)
   m = sub.add_parser("models", help="list model presets")
   m.add_argument("--format", default="table", help="table, markdown, json or csv")
   m.set_defaults(func=cmd_models)
   return parser
 
 
-def _prepare_cpu_devices(target: str) -> None:
-  """Simulated CPU devices must be configured before JAX's backends start."""
-  from jaxmem import targets
+def _start_jax(target: str | None) -> None:
+  """Configures JAX before its backends start: which platforms, and how many CPU devices.
 
+  Without an attached accelerator JAX is restricted to the CPU platform: the CUDA plugin can
+  then still compile for GPUs without one (it cannot when JAX tried and failed to start CUDA),
+  and libtpu prints no start-up errors.
+  """
   import jax
 
-  need = targets.cpu_devices_needed([target])
+  from jaxmem import targets
+
+  if "JAX_PLATFORMS" not in os.environ and not targets.attached_accelerator_present():
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax.config.update("jax_platforms", "cpu")
+  need = targets.cpu_devices_needed([target or ""])
   # Only raise the count: a process (a test, a notebook) that already started JAX with enough
   # devices keeps them, and one with too few gets targets' one-line explanation.
   if need > max(1, jax.config.jax_num_cpu_devices):
@@ -81,12 +99,24 @@ def _write(path: str, text: str) -> None:
     raise JaxmemError(f"cannot write --output {path}: {e.strerror}") from None
 
 
+def _resolve_target(args: argparse.Namespace) -> str:
+  """The --target given, or the default, saying on stderr which one was chosen and why."""
+  from jaxmem import targets
+
+  _start_jax(args.target)
+  if args.target:
+    return args.target
+  name, why = targets.default_target_name()
+  print(f"jaxmem: target {name} ({why}; choose with --target)", file=sys.stderr)
+  return name
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
   from jaxmem import sweep as cmp
   from jaxmem import format as fmt
 
   fmt.check_format(args.format)
-  _prepare_cpu_devices(args.target)
+  args.target = _resolve_target(args)
   plan = cmp.plan(
       model=args.model,
       remat=args.remat,
@@ -97,6 +127,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
       mesh=args.mesh,
       param_dtype=args.param_dtype,
       dtype=args.dtype,
+      slices=args.slices,
   )
   configs = plan.configs()
   bar = _progress(len(configs), args.format)
@@ -107,19 +138,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"{opt.name} {rp.name}", refresh=True)
       rows.append(cmp.run_config(plan, mesh, opt, rp))
       if args.output:  # keep what is done on disk, so an interrupted sweep loses nothing
-        _write(args.output, fmt.render_compare(cmp.with_overheads(rows), args.format))
+        _write(args.output, fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals))
       if bar is not None:
         bar.update(1)
   except KeyboardInterrupt:
     if bar is not None:
       bar.close()
     if rows:
-      _emit(fmt.render_compare(cmp.with_overheads(rows), args.format), args.output)
+      _emit(fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals), args.output)
     print(f"jaxmem: interrupted after {len(rows)} of {len(configs)} configurations", file=sys.stderr)
     return 130
   if bar is not None:
     bar.close()
-  _emit(fmt.render_compare(cmp.with_overheads(rows), args.format), args.output)
+  _emit(fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals), args.output)
   return 0
 
 
@@ -130,6 +161,16 @@ def _progress(total: int, fmt_name: str):
   from tqdm import tqdm
 
   return tqdm(total=total, unit="config", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+  from jaxmem import format as fmt
+  from jaxmem import targets
+
+  fmt.check_format(args.format)
+  _start_jax(None)
+  print(fmt.render_records(targets.list_targets(), args.format))
+  return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:

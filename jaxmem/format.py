@@ -8,7 +8,6 @@ against the ``none`` (no remat) row of the same mesh and optimizer.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 from collections.abc import Sequence
@@ -89,9 +88,34 @@ def _delta(v: int | None, base: int | None, unit: int) -> str:
   return f"{d:+.2f}" if abs(d) >= 0.005 else "0"
 
 
-def render_compare(rows: Sequence[Any], fmt: str) -> str:
-  """Renders compare rows; table and markdown get a one-line heading and notes below."""
+# Whole-mesh figures for --totals: a per-device field times the device count.
+TOTALS = {
+    "all_devices_param_bytes": "param_bytes",
+    "all_devices_optimizer_state_bytes": "optimizer_state_bytes",
+    "all_devices_argument_bytes": "argument_size_in_bytes",
+    "all_devices_temp_bytes": "temp_size_in_bytes",
+    "all_devices_total_bytes": "total_bytes",
+}
+
+
+def with_totals(r: Any) -> dict[str, Any]:
+  d = _as_dict(r)
+  for key, field in TOTALS.items():
+    v = d.get(field)
+    d[key] = None if v is None else v * d["num_devices"]
+  return d
+
+
+def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
+  """Renders compare rows; table and markdown get a one-line heading and notes below.
+
+  With ``totals``, whole-mesh figures are added (per-device bytes times the device count), next
+  to ``param_bytes_global``, the model's own size: under data parallelism the sum over devices
+  is N copies of the model, under FSDP it is one. Sharding moves ownership, not total bytes.
+  """
   check_format(fmt)
+  if totals:
+    rows = [_Dict(with_totals(r)) for r in rows]
   if fmt == "json":
     return render_json(rows)
   if fmt == "csv":
@@ -109,7 +133,8 @@ def render_compare(rows: Sequence[Any], fmt: str) -> str:
   headers += ["mesh"] if show_mesh else []
   headers += ["optimizer"] if show_opt else []
   headers += ["remat", "params", "opt state", "argument", "temp", "Δtemp", "peak", "total", "Δtotal", "GFLOP", "recompute", "compile s"]
-  headers += ["capacity", "fits"] if show_fit else []
+  headers += ["capacity", "required", "fits"] if show_fit else []
+  headers += ["model params", "Σ params", "Σ opt state", "Σ argument", "Σ total"] if totals else []
   body = []
   for r in rows:
     b = base.get((r.target, r.mesh, r.optimizer))
@@ -135,11 +160,23 @@ def render_compare(rows: Sequence[Any], fmt: str) -> str:
           "-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}",
       ]
     if show_fit:
-      line += [_size(r.capacity_bytes, unit), "-" if r.fits is None else ("yes" if r.fits else "NO")]
+      line += [
+          _size(r.capacity_bytes, unit),
+          _size(r.required_bytes, unit),
+          "-" if r.fits is None else ("yes" if r.fits else "NO"),
+      ]
+    if totals:
+      line += [_size(r.param_bytes_global, unit)] + [
+          _size(getattr(r, k), unit)
+          for k in ("all_devices_param_bytes", "all_devices_optimizer_state_bytes", "all_devices_argument_bytes", "all_devices_total_bytes")
+      ]
     body.append(line)
   r0 = rows[0]
   heading_parts = [f"{k} {getattr(r0, k)}" for k in ("model", "target", "batch", "seq") if k not in varying]
-  heading = " · ".join(heading_parts) + f" · {r0.param_dtype} params, {r0.dtype} compute · {uname} per device"
+  devices = f"{r0.num_devices} devices" if r0.num_devices > 1 else "1 device"
+  heading = " · ".join(heading_parts) + f" ({devices}) · {r0.param_dtype} params, {r0.dtype} compute · {uname} per device"
+  if totals:
+    heading += f"; Σ = summed over all {r0.num_devices} devices"
   table = tabulate(body, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
   notes = _notes(rows)
   out = [heading, "", table]
@@ -158,5 +195,10 @@ def _notes(rows: Sequence[Any]) -> list[str]:
   return list(seen)
 
 
-def row_fields(row_type: type) -> list[str]:
-  return [f.name for f in dataclasses.fields(row_type)]
+class _Dict(dict):
+  """A row as a dict whose keys also read as attributes (for the table code)."""
+
+  __getattr__ = dict.__getitem__
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(self)

@@ -15,6 +15,8 @@ from typing import Any
 import jax
 
 from jaxmem import sharding as shd
+from jaxmem._quiet import quiet
+from jaxmem.accelerators import parse_oom
 from jaxmem.analysis import compile_timed
 from jaxmem.errors import JaxmemError
 from jaxmem.flops import jaxpr_flops
@@ -22,7 +24,7 @@ from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
 from jaxmem.remat import RematPolicy, parse_remat
 from jaxmem.report import MemoryReport, read_compiled
-from jaxmem.targets import Target, get_target
+from jaxmem.targets import Target, get_target, with_capacity
 from jaxmem.train import build_train_program, check_batch
 
 # The compiler fields every row carries, in XLA's own names (see jaxmem.report).
@@ -41,7 +43,13 @@ COMPILER_FIELDS = (
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Row:
   """One configuration's per-device figures. Byte fields are per device; ``None`` means the
-  figure cannot be had on this target, and ``notes`` says why."""
+  figure cannot be had on this target, and ``notes`` says why.
+
+  ``required_bytes`` is what must fit in ``capacity_bytes``: the compiler's peak where the
+  backend gives one, else ``total_bytes``; for a compile refused for lack of memory, the
+  figure from the compiler's message. ``fits`` compares the two (``None`` without a capacity).
+  ``param_bytes_global`` is the parameters' size summed over the whole model, unsharded.
+  """
 
   model: str
   target: str
@@ -62,12 +70,14 @@ class Row:
   peak_memory_in_bytes: int | None = None
   total_bytes: int | None = None
   param_bytes: int | None = None
+  param_bytes_global: int | None = None
   optimizer_state_bytes: int | None = None
   flops: float | None = None
   compiler_flops: float | None = None
   recompute_overhead_pct: float | None = None
   compile_seconds: float | None = None
   capacity_bytes: int | None = None
+  required_bytes: int | None = None
   fits: bool | None = None
   error: str | None = None
   notes: tuple[str, ...] = ()
@@ -76,11 +86,6 @@ class Row:
     d = dataclasses.asdict(self)
     d["notes"] = list(self.notes)
     return d
-
-  @property
-  def required_bytes(self) -> int | None:
-    """What must fit: the compiler's peak where the backend gives one, else ``total_bytes``."""
-    return self.peak_memory_in_bytes if self.peak_memory_in_bytes is not None else self.total_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +123,7 @@ def plan(
     mesh: str | Sequence[str] | None = None,
     param_dtype: str | None = None,
     dtype: str | None = None,
+    slices: int = 1,
 ) -> Plan:
   """Resolves and checks a sweep; raises :class:`JaxmemError` on any bad input."""
   overrides = {k: v for k, v in (("param_dtype", param_dtype), ("dtype", dtype)) if v is not None}
@@ -125,7 +131,7 @@ def plan(
     cfg = dataclasses.replace(model, **overrides)
   else:
     cfg = get_config(model, **overrides)
-  tgt = get_target(target) if isinstance(target, str) else target
+  tgt = with_capacity(get_target(target, slices=slices) if isinstance(target, str) else target)
   remats = parse_remat(",".join(_as_list(remat)), host_memory=tgt.has_host_memory)
   optimizers = parse_optimizers(",".join(_as_list(optimizer)))
   meshes = tuple(shd.parse_mesh(m) for m in _as_list(mesh)) or (shd.default_mesh(tgt.num_devices),)
@@ -158,13 +164,25 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh
   )
-  base.update(param_bytes=program.param_bytes, optimizer_state_bytes=program.optimizer_state_bytes)
+  base.update(
+      param_bytes=program.param_bytes,
+      param_bytes_global=program.param_bytes_global,
+      optimizer_state_bytes=program.optimizer_state_bytes,
+  )
   notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
   traced = program.trace()
   try:
-    compiled, seconds = compile_timed(traced.lower())
+    with quiet():  # the GPU compiler logs to fd 2 when arguments near the device's memory
+      compiled, seconds = compile_timed(traced.lower())
   except jax.errors.JaxRuntimeError as e:
-    return Row(**base, fits=_fits_from_error(str(e)), error=_one_line(str(e)), notes=tuple(notes))
+    oom = parse_oom(str(e)) if "RESOURCE_EXHAUSTED" in str(e) else None
+    return Row(
+        **base,
+        required_bytes=None if oom is None else oom.get("required_bytes"),
+        fits=False if oom is not None else None,
+        error=_one_line(str(e)),
+        notes=tuple(notes),
+    )
   report: MemoryReport = read_compiled(
       compiled, compile_seconds=seconds, program_flops=jaxpr_flops(traced.jaxpr.jaxpr)
   )
@@ -176,13 +194,9 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       compile_seconds=report.compile_seconds,
       notes=tuple(notes) + report.notes,
   )
-  if row.capacity_bytes is not None and row.required_bytes is not None:
-    row = dataclasses.replace(row, fits=row.required_bytes <= row.capacity_bytes)
-  return row
-
-
-def _fits_from_error(message: str) -> bool | None:
-  return False if "RESOURCE_EXHAUSTED" in message else None
+  required = row.peak_memory_in_bytes if row.peak_memory_in_bytes is not None else row.total_bytes
+  fits = None if (row.capacity_bytes is None or required is None) else required <= row.capacity_bytes
+  return dataclasses.replace(row, required_bytes=required, fits=fits)
 
 
 def _one_line(message: str) -> str:
@@ -212,6 +226,7 @@ def compare(
     mesh: str | Sequence[str] | None = None,
     param_dtype: str | None = None,
     dtype: str | None = None,
+    slices: int = 1,
     on_row: Callable[[Row], None] | None = None,
 ) -> list[Row]:
   """Compiles the train step for every (mesh, optimizer, remat) and returns one row each.
@@ -230,6 +245,7 @@ def compare(
       mesh=mesh,
       param_dtype=param_dtype,
       dtype=dtype,
+      slices=slices,
   )
   rows: list[Row] = []
   for mesh_spec, opt, rp in p.configs():

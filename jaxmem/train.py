@@ -51,6 +51,7 @@ class TrainProgram:
   step: Any  # jax.jit-wrapped step
   args: tuple[Any, ...]  # ShapeDtypeStructs with shardings
   param_bytes: int  # per device
+  param_bytes_global: int  # the whole model, unsharded
   optimizer_state_bytes: int  # per device
 
   def trace(self) -> jax.stages.Traced:
@@ -122,5 +123,6 @@ def build_train_program(
       step=step,
       args=args,
       param_bytes=tree_bytes_per_device(params, param_sh),
+      param_bytes_global=sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)),
       optimizer_state_bytes=tree_bytes_per_device(opt_state, opt_sh),
   )
