@@ -99,16 +99,15 @@ def _write(path: str, text: str) -> None:
     raise JaxmemError(f"cannot write --output {path}: {e.strerror}") from None
 
 
-def _resolve_target(args: argparse.Namespace) -> str:
-  """The --target given, or the default, saying on stderr which one was chosen and why."""
+def _resolve_target(args: argparse.Namespace) -> tuple[str, str | None]:
+  """(target, why): the --target given, or the default and the reason it was chosen."""
   from jaxmem import targets
 
   _start_jax(args.target)
   if args.target:
-    return args.target
+    return args.target, None
   name, why = targets.default_target_name()
-  print(f"jaxmem: target {name} ({why}; choose with --target)", file=sys.stderr)
-  return name
+  return name, f"jaxmem: target {name} ({why}; choose with --target)"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -116,7 +115,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
   from jaxmem import format as fmt
 
   fmt.check_format(args.format)
-  args.target = _resolve_target(args)
+  args.target, chosen = _resolve_target(args)
   plan = cmp.plan(
       model=args.model,
       remat=args.remat,
@@ -129,6 +128,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
       dtype=args.dtype,
       slices=args.slices,
   )
+  if chosen:  # said once the input is known to be good, so an error stays one line
+    print(chosen, file=sys.stderr)
   configs = plan.configs()
   bar = _progress(len(configs), args.format)
   rows: list[cmp.Row] = []

@@ -8,7 +8,7 @@ import pytest
 
 from jaxmem.cli import main
 
-TINY = ["compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--remat", "dots_saveable"]
+TINY = ["compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--remat", "dots_saveable", "--target", "cpu"]
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json", "csv"])

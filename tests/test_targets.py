@@ -1,0 +1,143 @@
+"""TPU and GPU targets through their real compilers, without the hardware; meshes; fit and OOM."""
+
+import pytest
+
+from jaxmem import accelerators as acc
+from jaxmem import sweep
+from jaxmem import targets as tg
+from jaxmem.cli import main
+from jaxmem.errors import JaxmemError
+
+TPU_OK, TPU_WHY = acc.tpu_compiler_available()
+GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
+needs_tpu = pytest.mark.skipif(not TPU_OK, reason=f"TPU compiler unavailable: {TPU_WHY}")
+needs_gpu = pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
+from jaxmem.models import get_config
+
+# Small, but with dimensions of whole TPU tiles (multiples of 128), so layout padding of tiny
+# arrays does not blur the ratios.
+TILED = get_config("tiny", d_model=256, d_ff=512, num_heads=4, num_kv_heads=2, head_dim=64, vocab_size=1024)
+TINY = dict(model=TILED, batch=8, seq=128, optimizer="adamw")
+
+
+@pytest.mark.parametrize(
+    "name,devices,platform",
+    [
+        ("cpu", 1, "cpu"),
+        ("cpu:4", 4, "cpu"),
+        ("tpu:v5e-8", 8, "tpu"),
+        ("tpu:v5p-8", 4, "tpu"),  # v5p names count TensorCores: 4 chips
+        ("tpu:v4-16", 8, "tpu"),
+        ("tpu:v6e-256", 256, "tpu"),
+        ("gpu:h100", 1, "gpu"),
+        ("gpu:a100-80gbx8", 8, "gpu"),
+        ("gpu:h100x16", 16, "gpu"),
+    ],
+)
+def test_target_names(name, devices, platform):
+  t = tg.get_target(name)
+  assert (t.num_devices, t.platform) == (devices, platform)
+
+
+def test_gpu_hosts_of_eight():
+  t = tg.get_target("gpu:h100x16")
+  assert (t.hosts, t.size) == (2, 8)
+
+
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("tpu:v9-8", "unknown TPU generation"),
+        ("tpu:v5e-3", "valid sizes"),
+        ("gpu:rtx9090", "unknown GPU"),
+        ("gpu:h100x12", "multiple of 8"),
+        ("quantum", "unknown target"),
+    ],
+)
+def test_bad_target_names(name, match):
+  with pytest.raises(JaxmemError, match=match):
+    tg.get_target(name)
+
+
+def test_slices_only_for_tpu():
+  with pytest.raises(JaxmemError, match="TPU targets only"):
+    tg.get_target("gpu:h100", slices=2)
+
+
+@needs_tpu
+def test_tpu_fsdp_divides_state_and_data_parallel_does_not():
+  rows = sweep.compare(**TINY, target="tpu:v5e-4", remat="none", mesh=["data=4", "fsdp=4"])
+  by = {r.mesh: r for r in rows}
+  dp, fsdp = by["data=4"], by["fsdp=4"]
+  assert dp.error is None and fsdp.error is None
+  assert dp.param_bytes == dp.param_bytes_global  # replicated: every device holds all
+  assert fsdp.param_bytes < dp.param_bytes / 3
+  assert fsdp.optimizer_state_bytes < dp.optimizer_state_bytes / 3
+  # The compiler agrees: argument bytes per device fall by about the mesh size.
+  assert fsdp.argument_size_in_bytes < dp.argument_size_in_bytes / 3
+  assert fsdp.capacity_bytes and fsdp.fits is True and fsdp.peak_memory_in_bytes is not None
+
+
+@needs_tpu
+def test_tensor_parallel_on_tpu_shards_weights():
+  rows = sweep.compare(**TINY, target="tpu:v5e-4", remat="none", mesh=["data=4", "data=2,tensor=2"])
+  by = {r.mesh: r for r in rows}
+  assert by["data=2,tensor=2"].param_bytes < 0.7 * by["data=4"].param_bytes
+
+
+@needs_gpu
+def test_gpu_target_compiles_and_fits():
+  rows = sweep.compare(**TINY, target="gpu:h100x2", remat="full", mesh="fsdp=2")
+  for r in rows:
+    assert r.error is None
+    assert r.peak_memory_in_bytes is not None and r.fits is True
+    assert r.capacity_bytes < 80 * 2**30
+
+
+@needs_tpu
+def test_out_of_memory_is_a_row_not_a_crash():
+  # An 8B model's AdamW state alone is ~96 GB: far beyond one v5e chip's 16 GiB.
+  rows = sweep.compare(model="llama3-8b", batch=1, seq=128, target="tpu:v5e-1", remat="full", optimizer="adamw")
+  assert len(rows) == 2
+  for r in rows:
+    assert r.fits is False
+    assert r.error and "RESOURCE_EXHAUSTED" in r.error
+    assert r.required_bytes is None or r.required_bytes > r.capacity_bytes
+
+
+@needs_tpu
+def test_cli_out_of_memory_exits_zero(capsys):
+  argv = ["compare", "--model", "llama3-8b", "--batch", "1", "--seq", "128", "--target", "tpu:v5e-1", "--remat", "full", "--format", "json"]
+  assert main(argv) == 0
+  assert '"fits": false' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--target", "tpu:v5e-8", "--mesh", "data=4"], "has 4 devices but target tpu:v5e-8 has 8"),
+        (["--target", "tpu:v5e-4", "--mesh", "fsdp=4", "--batch", "2"], "not divisible"),
+        (["--target", "tpu:v5e-4", "--mesh", "tensor=4", "--model", "tiny-gpt2"], None),
+    ],
+)
+def test_bad_meshes_on_accelerators(argv, match, capsys):
+  if not TPU_OK:
+    pytest.skip(TPU_WHY)
+  if match is None:
+    return
+  assert main(["compare", "--model", "tiny", "--batch", "8", "--seq", "16", *argv]) == 2
+  err = capsys.readouterr().err
+  assert match in err and "Traceback" not in err
+
+
+def test_indivisible_heads_on_tensor_axis(capsys):
+  # tiny has 2 KV heads: a tensor axis of 4 cannot split them.
+  assert main(["compare", "--model", "tiny", "--batch", "8", "--seq", "16", "--target", "cpu:4", "--mesh", "tensor=4"]) == 2
+  err = capsys.readouterr().err
+  assert "not divisible" in err and "kv_heads" in err
+
+
+def test_default_target_is_said(capsys, monkeypatch):
+  name, why = tg.default_target_name()
+  assert name in tg.DEFAULT_ACCELERATORS or name in ("cpu", "attached")
+  assert why
