@@ -55,6 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all; none is always the baseline (default {DEFAULT_REMAT})")
   c.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
   c.set_defaults(func=cmd_compare)
+  v = sub.add_parser("validate", help="run real steps on the attached accelerator: measured peak vs predicted")
+  _add_workload(v)
+  v.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all (default {DEFAULT_REMAT})")
+  v.add_argument("--optimizer", default="adamw", help="optimizers, comma separated; default adamw")
+  v.add_argument("--steps", type=int, default=3, help="train steps to run per configuration; default 3")
+  v.set_defaults(func=cmd_validate)
+  w = sub.add_parser("_measure")  # one configuration in a fresh process, for validate
+  _add_workload(w)
+  w.add_argument("--remat", required=True)
+  w.add_argument("--optimizer", required=True)
+  w.add_argument("--steps", type=int, default=3)
+  w.set_defaults(func=cmd_measure)
   t = sub.add_parser("targets", help="list compilation targets: devices, memory, compiler installed")
   t.add_argument("--format", default="table", help="table, markdown, json or csv")
   t.set_defaults(func=cmd_targets)
@@ -162,6 +174,64 @@ def _progress(total: int, fmt_name: str):
   from tqdm import tqdm
 
   return tqdm(total=total, unit="config", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+
+def _validation_plan(args: argparse.Namespace):
+  from jaxmem import sweep as cmp
+  from jaxmem import targets
+  from jaxmem import validate as val
+
+  if args.target not in (None, "attached"):
+    raise JaxmemError(f"validate runs on the attached devices; drop --target {args.target}")
+  _start_jax("attached")
+  val.require_accelerator(targets.get_target("attached").platform)
+  return cmp.plan(
+      model=args.model,
+      remat=args.remat,
+      optimizer=args.optimizer,
+      batch=args.batch,
+      seq=args.seq,
+      target="attached",
+      mesh=args.mesh,
+      param_dtype=args.param_dtype,
+      dtype=args.dtype,
+  )
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+  from jaxmem import format as fmt
+  from jaxmem import sharding as shd
+  from jaxmem import validate as val
+
+  fmt.check_format(args.format)
+  if args.steps < 1:
+    raise JaxmemError(f"--steps must be at least 1 (got {args.steps})")
+  plan = _validation_plan(args)
+  records = []
+  for mesh, opt, rp in plan.configs():
+    argv = ["--model", args.model, "--batch", str(args.batch), "--seq", str(args.seq), "--mesh", shd.format_mesh(mesh)]
+    argv += ["--remat", rp.name, "--optimizer", opt.name, "--steps", str(args.steps)]
+    argv += [f"--{k.replace('_', '-')}={v}" for k, v in (("param_dtype", args.param_dtype), ("dtype", args.dtype)) if v]
+    m = val.measure_in_subprocess(argv)
+    m.update(mesh=m.get("mesh", shd.format_mesh(mesh)), remat=rp.name, optimizer=opt.name)
+    records.append(m)
+    if args.output:
+      _write(args.output, fmt.render_records(records, args.format))
+  keys = ["mesh", "optimizer", "remat", "predicted_bytes", "measured_bytes", "ratio", "loss", "error"]
+  text = fmt.render_records(records, args.format, headers=None if args.format in ("json", "csv") else keys)
+  _emit(text, args.output)
+  return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+  import json
+
+  from jaxmem import validate as val
+
+  plan = _validation_plan(args)
+  ((mesh, opt, rp),) = [c for c in plan.configs() if c[2].name == args.remat]
+  print(json.dumps(val.measure(plan, mesh, opt, rp, steps=args.steps).as_dict()))
+  return 0
 
 
 def cmd_targets(args: argparse.Namespace) -> int:

@@ -50,12 +50,30 @@ class TrainProgram:
 
   step: Any  # jax.jit-wrapped step
   args: tuple[Any, ...]  # ShapeDtypeStructs with shardings
+  cfg: ModelConfig
+  tx: optax.GradientTransformation
   param_bytes: int  # per device
   param_bytes_global: int  # the whole model, unsharded
   optimizer_state_bytes: int  # per device
 
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
+
+  def concrete_args(self, seed: int = 0) -> tuple[Any, ...]:
+    """Real, initialised inputs laid out as the abstract ones (for running the step)."""
+    shardings = lambda tree: jax.tree.map(lambda a: a.sharding, tree)  # noqa: E731
+    p_sh, s_sh, tok = shardings(self.args[0]), shardings(self.args[1]), self.args[2]
+
+    def init_params():
+      return nnx.split(Transformer(self.cfg, rngs=nnx.Rngs(seed)), nnx.Param)[1]
+
+    params = jax.jit(init_params, out_shardings=p_sh)()
+    state = jax.jit(self.tx.init, out_shardings=s_sh)(params)
+    draw = lambda k: jax.random.randint(k, tok.shape, 0, self.cfg.vocab_size, tok.dtype)  # noqa: E731
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    tokens = jax.jit(draw, out_shardings=tok.sharding)(k1)
+    targets = jax.jit(draw, out_shardings=tok.sharding)(k2)
+    return params, state, tokens, targets
 
 
 def check_batch(batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig) -> None:
@@ -122,6 +140,8 @@ def build_train_program(
   return TrainProgram(
       step=step,
       args=args,
+      cfg=cfg,
+      tx=tx,
       param_bytes=tree_bytes_per_device(params, param_sh),
       param_bytes_global=sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)),
       optimizer_state_bytes=tree_bytes_per_device(opt_state, opt_sh),
