@@ -48,11 +48,23 @@ are looked into (TPU puts collectives inside fusions) as part of the computation
 
 Each logical collective counts once: ``-done`` halves of async pairs (``all-gather-start``/
 ``-done``, ``all-reduce-start``, ``collective-permute-start``, ``reduce-scatter-start``,
-``all-to-all-start``) are skipped, and collectives met again in one computation under the same
-``channel_id`` are counted once (the TPU compiler repeats an async all-gather in its start,
-overlap and done fusions, all with one channel id). The TPU compiler also spells a reduce-scatter as
-a fusion named ``all-reduce-scatter*`` around an all-reduce and a dynamic-slice; that all-reduce
-is counted as the reduce-scatter it is.
+``all-to-all-start``; ``async-update``/``async-done``) are skipped, and a collective met again in
+one computation under the same ``channel_id`` counts once. The TPU compiler writes an async
+collective as three fusions sharing one channel id: a start fusion (custom-call
+``AsyncCollectiveStart``), overlap fusions ``async_collective_fusion*`` and a done fusion
+(``AsyncCollectiveDone``); the overlap fusions may sit inside a loop the collective spans (seen
+for GPT-2's embedding all-gather, started before the layer scan and finished after it), so only
+the start fusion's copy counts, at the start's execution count. The TPU compiler also spells a
+reduce-scatter as a fusion named ``all-reduce-scatter*`` around an all-reduce and a
+dynamic-slice; that all-reduce is counted as the reduce-scatter it is.
+
+Reading the kinds: the kind is what the compiler emitted, not what the sharding asked for. The
+TPU compiler may turn an FSDP all-gather or reduce-scatter next to a matmul into a windowed
+einsum ("collective matmul": ``windowed_dot_general_body_ag``/``_rs`` loops of
+collective-permutes in both ring directions), so on TPU FSDP traffic can show up as
+``collective_permute``; the CPU compiler reduced FSDP gradients with all-reduces rather than
+reduce-scatters in the programs checked; GPU and TPU may reduce gradients in bf16 where CPU uses
+f32. Across backends, compare ``total_bytes``.
 
 Not counted: send/recv, ``collective-broadcast`` and ``ragged-all-to-all`` (noted when present);
 transfers between hosts; and communication hidden inside custom calls.
@@ -319,6 +331,11 @@ def _group_size(inst: _Inst, module: _Module, notes: list[str]) -> int:
   return size * module.num_partitions if mode == "replica_and_partition" else size
 
 
+def _channel(inst: _Inst) -> str | None:
+  m = re.search(r"(?:^|[\s,])channel_id=(\d+)", inst.attrs)
+  return m.group(1) if m else None
+
+
 def _permute_sends(attrs: str) -> int:
   pairs = _attr_braced(attrs, "source_target_pairs")
   if not pairs:
@@ -378,6 +395,15 @@ class _Walker:
     self.notes: list[str] = []
     self._memo: dict[str, _Tally] = {}
     self._active: set[str] = set()
+    # TPU async collectives: a fusion holding custom-call AsyncCollectiveStart starts the
+    # collective; the same channel id reappears in overlap fusions (possibly inside a loop the
+    # collective spans) and in the AsyncCollectiveDone fusion. Only the start counts.
+    self._async_starts: dict[str, str] = {}
+    for comp in module.comps.values():
+      if any(i.opcode == "custom-call" and '"AsyncCollectiveStart"' in i.attrs for i in comp.insts.values()):
+        for i in comp.insts.values():
+          if i.opcode in _OPCODE_KIND and (ch := _channel(i)):
+            self._async_starts[ch] = comp.name
 
   def note(self, text: str) -> None:
     if text not in self.notes:
@@ -408,11 +434,11 @@ class _Walker:
       op = inst.opcode
       kind = _OPCODE_KIND.get(op)
       if kind is not None:
-        channel = re.search(r"(?:^|[\s,])channel_id=(\d+)", inst.attrs)
+        channel = _channel(inst)
         if channel:
-          if channel.group(1) in seen_channels:
+          if channel in seen_channels or self._async_starts.get(channel, comp.name) != comp.name:
             continue
-          seen_channels.add(channel.group(1))
+          seen_channels.add(channel)
         from_input = False
         if kind == "all_reduce" and in_reduce_scatter_fusion:
           kind, from_input = "reduce_scatter", True
@@ -499,7 +525,7 @@ class _Walker:
     return None
 
 
-_PASS_THROUGH = ("copy", "bitcast", "convert", "reshape", "copy-done")
+_PASS_THROUGH = ("copy", "bitcast", "convert", "reshape", "copy-start", "copy-done")
 
 
 def _through(comp: _Comp, name: str) -> _Inst | None:

@@ -306,7 +306,8 @@ def test_loop_without_trip_count_counts_once_with_note():
 
 def test_tpu_async_collective_fusions_and_reduce_scatter_fusion():
   # The TPU compiler repeats one async all-gather (one channel id) in its start, overlap and
-  # done fusions, and writes a reduce-scatter as an all-reduce inside an all-reduce-scatter fusion.
+  # done fusions, the overlap ones possibly inside a loop the collective spans; it writes a
+  # reduce-scatter as an all-reduce inside an all-reduce-scatter fusion.
   text = """HloModule m, num_partitions=8
 
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -328,6 +329,28 @@ def test_tpu_async_collective_fusions_and_reduce_scatter_fusion():
   ROOT %cc = bf16[256,256]{1,0} custom-call(%p0, %p1, %ag2), custom_call_target="AsyncCollectiveDone"
 }
 
+%overlap (p0: bf16[64,256]) -> bf16[256,256] {
+  %p0 = bf16[64,256]{1,0} parameter(0)
+  ROOT %ag3 = bf16[256,256]{1,0} all-gather(%p0), channel_id=15, replica_groups=[2,4]<=[4,2]T(1,0), dimensions={0}, use_global_device_ids=true
+}
+
+%body (t: (s32[], bf16[64,256])) -> (s32[], bf16[64,256]) {
+  %t = (s32[], bf16[64,256]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %x = bf16[64,256]{1,0} get-tuple-element(%t), index=1
+  %o = bf16[256,256]{1,0} fusion(%x), kind=kCustom, calls=%overlap
+  ROOT %r = (s32[], bf16[64,256]{1,0}) tuple(%next, %x)
+}
+
+%cond (t: (s32[], bf16[64,256])) -> pred[] {
+  %t = (s32[], bf16[64,256]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %n = s32[] constant(12)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
 %all-reduce-scatter.clone.1 (input.2: f32[256,256]) -> f32[64,256] {
   %input.2 = f32[256,256]{1,0:T(8,128)} parameter(0)
   %ar = f32[256,256]{1,0:T(8,128)} all-reduce(%input.2), channel_id=16, replica_groups={{0,2,4,6},{1,3,5,7}}, use_global_device_ids=true, to_apply=%add
@@ -342,6 +365,9 @@ ENTRY %main (p: bf16[64,256], q: f32[256,256]) -> bf16[256,256] {
   %s = (bf16[64,256]{1,0}, bf16[256,256]{1,0}) fusion(%p), kind=kCustom, calls=%start
   %g0 = bf16[64,256]{1,0} get-tuple-element(%s), index=0
   %g1 = bf16[256,256]{1,0} get-tuple-element(%s), index=1
+  %zero = s32[] constant(0)
+  %init = (s32[], bf16[64,256]{1,0}) tuple(%zero, %g0)
+  %w = (s32[], bf16[64,256]{1,0}) while(%init), condition=%cond, body=%body
   ROOT %d = bf16[256,256]{1,0} fusion(%g0, %g1), kind=kCustom, calls=%done
 }
 """
