@@ -133,6 +133,8 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
   headers += ["mesh"] if show_mesh else []
   headers += ["optimizer"] if show_opt else []
   headers += ["remat", "params", "opt state", "argument", "temp", "Δtemp", "peak", "total", "Δtotal", "GFLOP", "recompute", "compile s"]
+  show_comm = any((r.num_devices or 1) > 1 for r in rows)
+  headers += ["comm"] if show_comm else []
   headers += ["capacity", "required", "fits"] if show_fit else []
   headers += ["model params", "Σ params", "Σ opt state", "Σ argument", "Σ total"] if totals else []
   body = []
@@ -144,6 +146,7 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
     if r.error:
       line += [r.remat, _size(r.param_bytes, unit), _size(r.optimizer_state_bytes, unit)]
       line += ["error (see below)"] + ["-"] * 8
+      line += ["-"] if show_comm else []
     else:
       line += [
           r.remat,
@@ -159,6 +162,7 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
           "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%",
           "-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}",
       ]
+      line += [_size(r.comm_bytes, unit)] if show_comm else []
     if show_fit:
       line += [
           _size(r.capacity_bytes, unit),
@@ -177,6 +181,8 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
   heading = " · ".join(heading_parts) + f" ({devices}) · {r0.param_dtype} params, {r0.dtype} compute · {uname} per device"
   if totals:
     heading += f"; Σ = summed over all {r0.num_devices} devices"
+  if show_comm:
+    heading += "; comm = bytes each device sends per step in collectives"
   table = tabulate(body, headers=headers, tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
   notes = _notes(rows)
   out = [heading, "", table]

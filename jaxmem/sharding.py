@@ -102,9 +102,10 @@ def logical_to_spec(
       continue
     ways = math.prod(mesh.shape[a] for a in axes)
     if dim % ways:
+      by = " x ".join(f"{a}={mesh.shape[a]}" for a in axes) + (f" = {ways}" if len(axes) > 1 else "")
       raise JaxmemError(
-          f"{what}: dimension {name}={dim} is not divisible by mesh axes "
-          f"{'x'.join(f'{a}={mesh.shape[a]}' for a in axes)}={ways}; pick axis sizes that divide {dim}"
+          f"{what}: dimension {name}={dim} is not divisible by mesh {by}; pick axis sizes that divide {dim}"
+          + (" (or pad the vocabulary)" if name == "vocab" else "")
       )
     used.update(axes)
     entries.append(axes[0] if len(axes) == 1 else axes)

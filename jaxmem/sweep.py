@@ -18,6 +18,7 @@ from jaxmem import sharding as shd
 from jaxmem._quiet import quiet
 from jaxmem.accelerators import parse_oom
 from jaxmem.analysis import compile_timed
+from jaxmem.comms import collectives
 from jaxmem.errors import JaxmemError
 from jaxmem.flops import jaxpr_flops
 from jaxmem.models import ModelConfig, get_config
@@ -49,6 +50,8 @@ class Row:
   backend gives one, else ``total_bytes``; for a compile refused for lack of memory, the
   figure from the compiler's message. ``fits`` compares the two (``None`` without a capacity).
   ``param_bytes_global`` is the parameters' size summed over the whole model, unsharded.
+  ``comm_*_bytes`` are the bytes one device sends per step in each kind of collective, read from
+  the optimized HLO under ring-algorithm costs (:mod:`jaxmem.comms`); ``comm_bytes`` is their sum.
   """
 
   model: str
@@ -76,6 +79,12 @@ class Row:
   compiler_flops: float | None = None
   recompute_overhead_pct: float | None = None
   compile_seconds: float | None = None
+  comm_bytes: int | None = None
+  comm_all_gather_bytes: int | None = None
+  comm_reduce_scatter_bytes: int | None = None
+  comm_all_reduce_bytes: int | None = None
+  comm_all_to_all_bytes: int | None = None
+  comm_collective_permute_bytes: int | None = None
   capacity_bytes: int | None = None
   required_bytes: int | None = None
   fits: bool | None = None
@@ -186,13 +195,16 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   report: MemoryReport = read_compiled(
       compiled, compile_seconds=seconds, program_flops=jaxpr_flops(traced.jaxpr.jaxpr)
   )
+  comm = collectives(compiled)
   row = Row(
       **base,
       **{f: getattr(report, f) for f in COMPILER_FIELDS},
+      comm_bytes=comm.total_bytes,
+      **{f"comm_{k}_bytes": v for k, v in comm.bytes_by_kind.items()},
       flops=report.flops,
       compiler_flops=report.compiler_flops,
       compile_seconds=report.compile_seconds,
-      notes=tuple(notes) + report.notes,
+      notes=tuple(notes) + report.notes + tuple(f"comm: {n}" for n in comm.notes),
   )
   required = row.peak_memory_in_bytes if row.peak_memory_in_bytes is not None else row.total_bytes
   fits = None if (row.capacity_bytes is None or required is None) else required <= row.capacity_bytes

@@ -63,3 +63,42 @@ def test_bad_input_one_line_no_traceback(argv, match, capsys):
   assert match in err
   assert "Traceback" not in err
   assert len(err.strip().splitlines()) == 1
+
+
+def test_validate_without_accelerator_says_so(capsys):
+  from jaxmem import targets
+
+  if targets.attached_accelerator_present():
+    pytest.skip("an accelerator is attached")
+  assert main(["validate", "--model", "tiny", "--batch", "2", "--seq", "16"]) == 2
+  err = capsys.readouterr().err
+  assert "needs an attached TPU or GPU" in err and len(err.strip().splitlines()) == 1
+
+
+def test_validate_measure_runs_real_steps_on_cpu():
+  # The measuring half of validate, on the CPU: the step really runs, and the CPU's missing
+  # peak counter is reported as such rather than as a number.
+  from jaxmem import sweep, validate
+
+  p = sweep.plan(model="tiny", batch=2, seq=16, remat="full", optimizer="adamw", target="cpu")
+  m = validate.measure(p, p.meshes[0], p.optimizers[0], p.remats[-1], steps=2)
+  assert m.loss is not None and m.predicted_bytes > 0
+  assert m.measured_bytes is None and m.ratio is None and m.notes
+
+
+def test_targets_listing(capsys):
+  assert main(["targets", "--format", "json"]) == 0
+  import json as _json
+
+  rows = {r["target"]: r for r in _json.loads(capsys.readouterr().out)["rows"]}
+  assert rows["tpu:v5p-8"]["devices"] == 4 and rows["tpu:v5e-8"]["devices"] == 8
+  assert rows["gpu:h100x8"]["devices"] == 8 and rows["gpu:h100"]["hbm_gib"] > 70
+
+
+def test_totals_show_sharding_moves_ownership(capsys):
+  argv = ["compare", "--model", "tiny", "--batch", "8", "--seq", "16", "--target", "cpu:4", "--remat", "none"]
+  assert main([*argv, "--mesh", "data=4", "--mesh", "fsdp=4", "--totals", "--format", "json"]) == 0
+  rows = {r["mesh"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+  dp, fsdp = rows["data=4"], rows["fsdp=4"]
+  assert dp["all_devices_param_bytes"] == 4 * dp["param_bytes_global"]  # four copies
+  assert abs(fsdp["all_devices_param_bytes"] - fsdp["param_bytes_global"]) < 0.05 * fsdp["param_bytes_global"]  # one

@@ -106,6 +106,13 @@ def test_fsdp_divides_param_and_optimizer_bytes():
   assert fsdp.param_bytes < dp.param_bytes / 3  # ~1/4, small unsharded vectors aside
   assert fsdp.optimizer_state_bytes < dp.optimizer_state_bytes / 3
   assert fsdp.argument_size_in_bytes < dp.argument_size_in_bytes / 3
+  # ... and the memory saved comes back as communication: FSDP gathers weights every step.
+  assert dp.comm_all_reduce_bytes > 0  # gradients
+  assert fsdp.comm_bytes > dp.comm_bytes
+
+
+def test_single_device_sends_nothing(remat_rows):
+  assert remat_rows["none"].comm_bytes == 0
 
 
 def test_tensor_parallel_shards_weights():
