@@ -145,7 +145,9 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
     line += [r.optimizer] if show_opt else []
     if r.error:
       line += [r.remat, _size(r.param_bytes, unit), _size(r.optimizer_state_bytes, unit)]
-      line += ["error (see below)"] + ["-"] * 8
+      line += ["error (see below)"] + ["-"] * 5
+      line += ["-" if r.flops is None else f"{r.flops / 1e9:,.1f}"]
+      line += ["-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%", "-"]
       line += ["-"] if show_comm else []
     else:
       line += [

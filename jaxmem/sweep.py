@@ -180,6 +180,9 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   )
   notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
   traced = program.trace()
+  # Counted from the program, not the executable, so a configuration the compiler refuses
+  # still has its FLOPs (and so its recompute overhead).
+  flops = jaxpr_flops(traced.jaxpr.jaxpr) / p.target.num_devices
   try:
     with quiet():  # the GPU compiler logs to fd 2 when arguments near the device's memory
       compiled, seconds = compile_timed(traced.lower())
@@ -187,13 +190,14 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
     oom = parse_oom(str(e)) if "RESOURCE_EXHAUSTED" in str(e) else None
     return Row(
         **base,
+        flops=flops,
         required_bytes=None if oom is None else oom.get("required_bytes"),
         fits=False if oom is not None else None,
         error=_one_line(str(e)),
         notes=tuple(notes),
     )
   report: MemoryReport = read_compiled(
-      compiled, compile_seconds=seconds, program_flops=jaxpr_flops(traced.jaxpr.jaxpr)
+      compiled, compile_seconds=seconds, program_flops=flops * p.target.num_devices
   )
   comm = collectives(compiled)
   row = Row(
