@@ -77,24 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _start_jax(target: str | None) -> None:
-  """Configures JAX before its backends start: which platforms, and how many CPU devices.
-
-  Without an attached accelerator JAX is restricted to the CPU platform: the CUDA plugin can
-  then still compile for GPUs without one (it cannot when JAX tried and failed to start CUDA),
-  and libtpu prints no start-up errors.
-  """
-  import jax
-
+  """Starts JAX for the CLI before anything else touches it (see targets.start_jax)."""
   from jaxmem import targets
 
-  if "JAX_PLATFORMS" not in os.environ and not targets.attached_accelerator_present():
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    jax.config.update("jax_platforms", "cpu")
-  need = targets.cpu_devices_needed([target or ""])
-  # Only raise the count: a process (a test, a notebook) that already started JAX with enough
-  # devices keeps them, and one with too few gets targets' one-line explanation.
-  if need > max(1, jax.config.jax_num_cpu_devices):
-    jax.config.update("jax_num_cpu_devices", need)
+  targets.start_jax(targets.cpu_devices_needed([target or ""]))
 
 
 def _emit(text: str, output: str | None) -> None:

@@ -135,6 +135,8 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
   headers += ["remat", "params", "opt state", "argument", "temp", "Δtemp", "peak", "total", "Δtotal", "GFLOP", "recompute", "compile s"]
   show_comm = any((r.num_devices or 1) > 1 for r in rows)
   headers += ["comm"] if show_comm else []
+  show_host = any(r.host_temp_size_in_bytes for r in rows)
+  headers += ["host temp"] if show_host else []
   headers += ["capacity", "required", "fits"] if show_fit else []
   headers += ["model params", "Σ params", "Σ opt state", "Σ argument", "Σ total"] if totals else []
   body = []
@@ -149,6 +151,7 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
       line += ["-" if r.flops is None else f"{r.flops / 1e9:,.1f}"]
       line += ["-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%", "-"]
       line += ["-"] if show_comm else []
+      line += ["-"] if show_host else []
     else:
       line += [
           r.remat,
@@ -165,6 +168,7 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
           "-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}",
       ]
       line += [_size(r.comm_bytes, unit)] if show_comm else []
+      line += [_size(r.host_temp_size_in_bytes, unit)] if show_host else []
     if show_fit:
       line += [
           _size(r.capacity_bytes, unit),

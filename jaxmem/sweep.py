@@ -25,7 +25,7 @@ from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
 from jaxmem.remat import RematPolicy, parse_remat
 from jaxmem.report import MemoryReport, read_compiled
-from jaxmem.targets import Target, get_target, with_capacity
+from jaxmem.targets import Target, get_target, start_jax, with_capacity
 from jaxmem.train import build_train_program, check_batch
 
 # The compiler fields every row carries, in XLA's own names (see jaxmem.report).
@@ -135,6 +135,7 @@ def plan(
     slices: int = 1,
 ) -> Plan:
   """Resolves and checks a sweep; raises :class:`JaxmemError` on any bad input."""
+  start_jax()
   overrides = {k: v for k, v in (("param_dtype", param_dtype), ("dtype", dtype)) if v is not None}
   if isinstance(model, ModelConfig):
     cfg = dataclasses.replace(model, **overrides)

@@ -67,6 +67,7 @@ class Target:
       return cpu_devices(self.num_devices)
     if self.source == "attached":
       return attached_devices()
+    start_jax()
     if self.source == "tpu":
       return acc.tpu_devices(self.key, self.size, num_slices=self.slices)
     return acc.gpu_devices(self.key, self.size, hosts=self.hosts)
@@ -98,8 +99,8 @@ def _arrange(devices: list, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def cpu_devices(n: int) -> list:
-  with quiet():  # the first backend initialisation loads the plugins, which are noisy
-    devices = jax.devices("cpu")
+  start_jax(n)
+  devices = jax.devices("cpu")
   if len(devices) < n:
     raise JaxmemError(
         f"target cpu:{n} needs {n} CPU devices but JAX was started with {len(devices)}; call "
@@ -109,9 +110,36 @@ def cpu_devices(n: int) -> list:
 
 
 def attached_devices() -> list:
+  start_jax()
+  return jax.devices()
+
+
+_started = False
+
+
+def start_jax(cpu_devices: int = 1) -> None:
+  """Starts JAX's backends quietly, once, configured for what jaxmem does.
+
+  On a machine without an accelerator (and with ``JAX_PLATFORMS`` unset) JAX is restricted to
+  its CPU platform, which it would end up on anyway: the CUDA plugin can then still compile for
+  GPUs without one (it cannot once JAX tried and failed to start CUDA), and neither it nor
+  libtpu prints start-up errors. ``cpu_devices`` simulated CPU devices are configured if JAX
+  has not started yet. A process that already started JAX keeps its configuration.
+  """
+  global _started
+  if _started:
+    return
+  if not os.environ.get("JAX_PLATFORMS") and not jax.config.jax_platforms and not attached_accelerator_present():
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax.config.update("jax_platforms", "cpu")
+  if cpu_devices > max(1, jax.config.jax_num_cpu_devices):
+    try:
+      jax.config.update("jax_num_cpu_devices", cpu_devices)
+    except RuntimeError:  # JAX already started: cpu_devices() explains how to get more
+      pass
   with quiet():
-    devices = jax.devices()
-  return devices
+    jax.devices()
+  _started = True
 
 
 def attached_accelerator_present() -> bool:
