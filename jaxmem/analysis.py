@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.flops import jaxpr_flops
 from jaxmem.report import MemoryReport, read_compiled
-from jaxmem.targets import Target, get_target, start_jax
+from jaxmem.targets import Target, cpu_devices_needed, get_target, start_jax
 
 
 def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, float]:
@@ -35,7 +35,7 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
   >>> analyze(lambda a: a @ a, x).output_size_in_bytes
   524288
   """
-  start_jax()
+  start_jax(cpu_devices_needed([target]) if isinstance(target, str) else 1)
   if target is not None:
     if isinstance(target, str):
       target = get_target(target)

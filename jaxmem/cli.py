@@ -44,6 +44,9 @@ def _add_workload(p: argparse.ArgumentParser) -> None:
   p.add_argument("--format", default="table", help="table, markdown, json or csv; default table")
   p.add_argument("--output", default=None, help="also write the result to this file")
   p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
+  p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
+  p.add_argument("--scheduler", default=None, help="compile on the Dask cluster at this address (tcp://host:8786)")
+  p.add_argument("--no-cache", action="store_true", help="recompile everything instead of reusing cached rows")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,29 +131,54 @@ def cmd_compare(args: argparse.Namespace) -> int:
   )
   if chosen:  # said once the input is known to be good, so an error stays one line
     print(chosen, file=sys.stderr)
-  configs = plan.configs()
-  bar = _progress(len(configs), args.format)
-  rows: list[cmp.Row] = []
+  tasks = plan.tasks()
+  rows = _run_sweep(tasks, args)
+  if rows is None:
+    return 130
+  _emit(fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals), args.output)
+  return 0
+
+
+def _run_sweep(tasks, args: argparse.Namespace):
+  """Runs tasks with progress, cache and partial output; None if interrupted (what finished
+  has been printed and is in the cache)."""
+  from jaxmem import format as fmt
+  from jaxmem import sweep as cmp
+  from jaxmem.cache import RowCache
+  from jaxmem.runner import run_tasks
+
+  cache = RowCache(enabled=not args.no_cache)
+  bar = _progress(len(tasks), args.format)
+  done: dict[int, cmp.Row] = {}
+
+  def on_row(i: int, d: dict, cached: bool) -> None:
+    done[i] = cmp.row_from_dict(d)
+    if args.output:  # keep what is done on disk, so an interrupted sweep loses nothing
+      partial = cmp.with_overheads([done[k] for k in sorted(done)])
+      _write(args.output, fmt.render_compare(partial, args.format, totals=args.totals))
+    if bar is not None:
+      bar.set_postfix_str(f"{done[i].optimizer} {done[i].remat}" + (" (cached)" if cached else ""), refresh=False)
+      bar.update(1)
+
   try:
-    for mesh, opt, rp in configs:
-      if bar is not None:
-        bar.set_postfix_str(f"{opt.name} {rp.name}", refresh=True)
-      rows.append(cmp.run_config(plan, mesh, opt, rp))
-      if args.output:  # keep what is done on disk, so an interrupted sweep loses nothing
-        _write(args.output, fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals))
-      if bar is not None:
-        bar.update(1)
+    dicts = run_tasks(tasks, jobs=args.jobs, scheduler=args.scheduler, cache=cache, on_row=on_row)
   except KeyboardInterrupt:
     if bar is not None:
       bar.close()
-    if rows:
-      _emit(fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals), args.output)
-    print(f"jaxmem: interrupted after {len(rows)} of {len(configs)} configurations", file=sys.stderr)
-    return 130
+    if done:
+      partial = cmp.with_overheads([done[k] for k in sorted(done)])
+      _emit(fmt.render_compare(partial, args.format, totals=args.totals), args.output)
+    print(
+        f"jaxmem: interrupted after {len(done)} of {len(tasks)} configurations; "
+        "run the same command again to resume (finished ones are cached)",
+        file=sys.stderr,
+    )
+    return None
   if bar is not None:
     bar.close()
-  _emit(fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals), args.output)
-  return 0
+  if cache.hits:
+    print(f"jaxmem: {cache.hits} of {len(tasks)} configurations from the cache ({cache.directory}; --no-cache to recompile)", file=sys.stderr)
+  return [cmp.row_from_dict(d) for d in dicts]
 
 
 def _progress(total: int, fmt_name: str):

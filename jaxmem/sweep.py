@@ -25,7 +25,9 @@ from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
 from jaxmem.remat import RematPolicy, parse_remat
 from jaxmem.report import MemoryReport, read_compiled
-from jaxmem.targets import Target, get_target, start_jax, with_capacity
+from jaxmem.cache import RowCache
+from jaxmem.runner import Task, run_tasks
+from jaxmem.targets import Target, cpu_devices_needed, get_target, start_jax, with_capacity
 from jaxmem.train import build_train_program, check_batch
 
 # The compiler fields every row carries, in XLA's own names (see jaxmem.report).
@@ -108,9 +110,29 @@ class Plan:
   remats: tuple[RematPolicy, ...]
   batch: int
   seq: int
+  target_name: str = "cpu"  # as given, so another process can rebuild the target
+  slices: int = 1
 
   def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
     return list(itertools.product(self.meshes, self.optimizers, self.remats))
+
+  def tasks(self) -> list[Task]:
+    """The configurations as picklable, cacheable tasks, in ``configs()`` order."""
+    cpu = cpu_devices_needed([self.target_name])
+    return [
+        Task(
+            cfg=self.cfg,
+            target=self.target_name,
+            slices=self.slices,
+            mesh=mesh,
+            remat=rp.name,
+            optimizer=opt.name,
+            batch=self.batch,
+            seq=self.seq,
+            cpu_devices=cpu,
+        )
+        for mesh, opt, rp in self.configs()
+    ]
 
 
 def _as_list(v: str | Sequence[str] | None) -> list[str]:
@@ -135,7 +157,7 @@ def plan(
     slices: int = 1,
 ) -> Plan:
   """Resolves and checks a sweep; raises :class:`JaxmemError` on any bad input."""
-  start_jax()
+  start_jax(cpu_devices_needed([target]) if isinstance(target, str) else 1)
   overrides = {k: v for k, v in (("param_dtype", param_dtype), ("dtype", dtype)) if v is not None}
   if isinstance(model, ModelConfig):
     cfg = dataclasses.replace(model, **overrides)
@@ -152,7 +174,8 @@ def plan(
           f"{tgt.num_devices}; make the axis sizes multiply to {tgt.num_devices}"
       )
     check_batch(batch, seq, m, cfg)
-  return Plan(cfg, tgt, meshes, tuple(optimizers), tuple(remats), batch, seq)
+  name = target if isinstance(target, str) else tgt.name
+  return Plan(cfg, tgt, meshes, tuple(optimizers), tuple(remats), batch, seq, name, slices)
 
 
 def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> Row:
@@ -244,13 +267,18 @@ def compare(
     param_dtype: str | None = None,
     dtype: str | None = None,
     slices: int = 1,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    cache: RowCache | None = None,
     on_row: Callable[[Row], None] | None = None,
 ) -> list[Row]:
   """Compiles the train step for every (mesh, optimizer, remat) and returns one row each.
 
   ``none`` (no remat) is always included as the baseline. Everything is validated before the
   first compile, so bad input raises :class:`JaxmemError` without wasting work. ``on_row`` is
-  called after each configuration (for progress and for saving partial results).
+  called after each configuration (for progress and for saving partial results). ``jobs``
+  compiles in that many processes, ``scheduler`` on a Dask cluster at that address, and
+  ``cache`` (a :class:`jaxmem.cache.RowCache`) answers configurations compiled before.
   """
   p = plan(
       model=model,
@@ -264,10 +292,11 @@ def compare(
       dtype=dtype,
       slices=slices,
   )
-  rows: list[Row] = []
-  for mesh_spec, opt, rp in p.configs():
-    row = run_config(p, mesh_spec, opt, rp)
-    rows.append(row)
-    if on_row is not None:
-      on_row(row)
-  return with_overheads(rows)
+  callback = None if on_row is None else (lambda i, d, cached: on_row(row_from_dict(d)))
+  dicts = run_tasks(p.tasks(), jobs=jobs, scheduler=scheduler, cache=cache, on_row=callback)
+  return with_overheads([row_from_dict(d) for d in dicts])
+
+
+def row_from_dict(d: dict[str, Any]) -> Row:
+  """A row back from its ``as_dict()`` (from a worker process or the cache)."""
+  return Row(**{**d, "notes": tuple(d.get("notes") or ())})

@@ -12,3 +12,8 @@ os.environ.setdefault("JAXMEM_NO_PROGRESS", "1")
 import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+import tempfile  # noqa: E402
+
+# Each test session gets its own row cache, so no test is answered from an earlier run's rows.
+os.environ.setdefault("JAXMEM_CACHE_DIR", tempfile.mkdtemp(prefix="jaxmem-test-cache-"))
