@@ -12,7 +12,11 @@ Public interface::
   get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields
   count_params(cfg) -> int         closed form, equals the built model's parameter count
   Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None)
-                                   -> float32 logits_btv
+                                   -> float32 logits_btv;
+                                   cached(tokens_bt, cache, *, pos=0, constrain=None, weights=None,
+                                   last_only=True) -> (logits, KVCache): prefill and decode
+  KVCache(k_lbskh, v_lbskh)        the KV cache, [layers, batch, context, kv_heads, head_dim] each;
+                                   CACHE_AXES its logical axes; kv_cache_bytes(cfg, batch=, context=)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
 
 Logical axes (``LOGICAL_AXES``; ``nnx.get_partition_spec`` of the model state gives one per
@@ -53,14 +57,19 @@ body in ``jax.checkpoint(body, policy=remat, prevent_cse=False)``. Remat never c
 math, only what is saved for the backward pass.
 """
 
+from .cache import CACHE_AXES, KVCache, kv_cache_bytes
 from .config import PRESETS, ModelConfig, get_config
 from .counting import count_params
 from .layers import Constrain
 from .names import ACTIVATION_AXES, CHECKPOINT_NAMES, LOGICAL_AXES
-from .transformer import RematPolicy, Transformer
+from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [
   "ACTIVATION_AXES",
+  "CACHE_AXES",
+  "KVCache",
+  "WeightHook",
+  "kv_cache_bytes",
   "CHECKPOINT_NAMES",
   "Constrain",
   "LOGICAL_AXES",

@@ -58,18 +58,15 @@ class Attention(nnx.Module):
   def _w(self, v: nnx.Param) -> jax.Array:
     return v[...].astype(self.dtype)
 
-  def __call__(
+  def project(
     self,
     x_btd: jax.Array,
     *,
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
-  ) -> jax.Array:
-    b, t, _ = x_btd.shape
-    n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
-    g = n // k
-
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(q_btnh, k_btkh, v_btkh): the projections, biases, checkpoint names, RoPE, constraints."""
     q_btnh = jnp.einsum("btd,dnh->btnh", x_btd, self._w(self.w_q_dnh))
     k_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_k_dkh))
     v_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_v_dkh))
@@ -88,6 +85,67 @@ class Attention(nnx.Module):
     q_btnh = constrain(q_btnh, (BATCH, SEQ, HEADS, HEAD_DIM))
     k_btkh = constrain(k_btkh, (BATCH, SEQ, KV_HEADS, HEAD_DIM))
     v_btkh = constrain(v_btkh, (BATCH, SEQ, KV_HEADS, HEAD_DIM))
+    return q_btnh, k_btkh, v_btkh
+
+  def cached(
+    self,
+    x_btd: jax.Array,
+    cache_k_bskh: jax.Array,
+    cache_v_bskh: jax.Array,
+    *,
+    pos: jax.Array,
+    rope_sin_tk: jax.Array | None,
+    rope_cos_tk: jax.Array | None,
+    constrain: Constrain,
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Attention for tokens at positions pos .. pos+t-1 against a KV cache of S positions.
+
+    The new keys and values are written into the cache at ``pos`` (in place once the caller
+    donates the cache) and the queries attend to every cached position <= their own: prefill
+    is ``pos = 0`` with the prompt, decode one token at ``pos``. Keys and values are cached
+    per kv head, so grouped-query attention caches ``num_kv_heads`` heads, not ``num_heads``.
+    Returns (out_btd, new cache_k, new cache_v).
+    """
+    b, t, _ = x_btd.shape
+    s = cache_k_bskh.shape[1]
+    n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
+    g = n // k
+    q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
+    zero = jnp.zeros((), jnp.int32)
+    at = (zero, pos.astype(jnp.int32), zero, zero)
+    cache_k_bskh = jax.lax.dynamic_update_slice(cache_k_bskh, k_btkh.astype(cache_k_bskh.dtype), at)
+    cache_v_bskh = jax.lax.dynamic_update_slice(cache_v_bskh, v_btkh.astype(cache_v_bskh.dtype), at)
+    cache_k_bskh = constrain(cache_k_bskh, (BATCH, None, KV_HEADS, HEAD_DIM))
+    cache_v_bskh = constrain(cache_v_bskh, (BATCH, None, KV_HEADS, HEAD_DIM))
+
+    q_btkgh = q_btnh.reshape(b, t, k, g, h)
+    scores_bkgts = jnp.einsum(
+      "btkgh,bskh->bkgts", q_btkgh, cache_k_bskh.astype(self.dtype), preferred_element_type=jnp.float32
+    )
+    scores_bkgts = scores_bkgts * (1.0 / math.sqrt(h))
+    # Query t sits at position pos + t and sees cached positions up to its own.
+    visible_ts = jnp.arange(s)[None, :] <= (pos + jnp.arange(t))[:, None]
+    scores_bkgts = jnp.where(visible_ts, scores_bkgts, jnp.finfo(jnp.float32).min)
+    probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(self.dtype)
+    ctx_btkgh = jnp.einsum("bkgts,bskh->btkgh", probs_bkgts, cache_v_bskh.astype(self.dtype))
+    ctx_btnh = constrain(ctx_btkgh.reshape(b, t, n, h), (BATCH, SEQ, HEADS, HEAD_DIM))
+    out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
+    if self.use_bias:
+      out_btd = out_btd + self._w(self.b_o_d)
+    return constrain(out_btd, (BATCH, SEQ, EMBED)), cache_k_bskh, cache_v_bskh
+
+  def __call__(
+    self,
+    x_btd: jax.Array,
+    *,
+    rope_sin_tk: jax.Array | None,
+    rope_cos_tk: jax.Array | None,
+    constrain: Constrain,
+  ) -> jax.Array:
+    b, t, _ = x_btd.shape
+    n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
+    g = n // k
+    q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
 
     # Query head n = kv head k * g + group member: the grouping Llama's repeat_kv implies.
     q_btkgh = q_btnh.reshape(b, t, k, g, h)

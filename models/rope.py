@@ -23,6 +23,14 @@ def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[jax.Array, j
   return jnp.sin(angle_tk), jnp.cos(angle_tk)
 
 
+def rope_tables_at(positions_t: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+  """(sin_tk, cos_tk) for explicit (possibly traced) positions: a decode step's token sits at
+  position ``pos``, not 0. Same frequencies as :func:`rope_tables` (RoFormer eq. 15)."""
+  inv_freq_k = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  angle_tk = positions_t.astype(jnp.float32)[:, None] * inv_freq_k[None, :]
+  return jnp.sin(angle_tk), jnp.cos(angle_tk)
+
+
 def apply_rope(x_btnh: jax.Array, sin_tk: jax.Array, cos_tk: jax.Array) -> jax.Array:
   """Rotates each (i, i + head_dim/2) channel pair of x by its position's angle."""
   # Rotate in float32 (as the HF and MaxText ports do): bf16 has 8 mantissa bits, too few

@@ -20,14 +20,31 @@ from flax import nnx
 from jaxmem.errors import JaxmemError
 
 from .attention import Attention
+from .cache import KVCache
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
 from .mlp import make_mlp
 from .names import BATCH, EMBED, LAYERS, POS, SEQ, VOCAB
-from .rope import rope_tables
+from .rope import rope_tables, rope_tables_at
 
 # A jax.checkpoint policy, e.g. jax.checkpoint_policies.nothing_saveable.
 RematPolicy = Callable[..., Any]
+# weights(stored) -> usable: maps a pytree of stored parameter values (an nnx.State, or one
+# value) to the same pytree with plain arrays, e.g. dequantizing int8 values with their scales.
+WeightHook = Callable[[Any], Any]
+
+
+def _with_weights(module: nnx.Module, weights: WeightHook | None) -> nnx.Module:
+  """The module rebuilt around ``weights(its parameters)``."""
+  if weights is None:
+    return module
+  graphdef, state = nnx.split(module)
+  return nnx.merge(graphdef, weights(state))
+
+
+def _value(p: nnx.Param, weights: WeightHook | None) -> jax.Array:
+  v = p.get_value()
+  return v if weights is None else weights(v)
 
 
 class Block(nnx.Module):
@@ -57,6 +74,26 @@ class Block(nnx.Module):
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
     x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
     return constrain(x_btd, (BATCH, SEQ, EMBED))
+
+  def cached(
+    self,
+    x_btd: jax.Array,
+    cache_k_bskh: jax.Array,
+    cache_v_bskh: jax.Array,
+    *,
+    pos: jax.Array,
+    rope_sin_tk: jax.Array | None,
+    rope_cos_tk: jax.Array | None,
+    constrain: Constrain,
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The block for tokens at pos.. against this layer's KV cache (see Attention.cached)."""
+    attn_btd, cache_k_bskh, cache_v_bskh = self.attn.cached(
+      self.attn_norm(x_btd), cache_k_bskh, cache_v_bskh, pos=pos, rope_sin_tk=rope_sin_tk,
+      rope_cos_tk=rope_cos_tk, constrain=constrain,
+    )
+    x_btd = constrain(x_btd + attn_btd, (BATCH, SEQ, EMBED))
+    x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
+    return constrain(x_btd, (BATCH, SEQ, EMBED)), cache_k_bskh, cache_v_bskh
 
 
 class Transformer(nnx.Module):
@@ -152,3 +189,76 @@ class Transformer(nnx.Module):
         "btd,dv->btv", x_btd, self.unembed_dv[...].astype(x_btd.dtype), preferred_element_type=jnp.float32
       )
     return constrain(logits_btv, (BATCH, SEQ, VOCAB))
+
+  def cached(
+    self,
+    tokens_bt: jax.Array,
+    cache: KVCache,
+    *,
+    pos: jax.Array | int = 0,
+    constrain: Constrain | None = None,
+    weights: WeightHook | None = None,
+    last_only: bool = True,
+  ) -> tuple[jax.Array, KVCache]:
+    """Inference with a KV cache: (float32 logits, the updated cache).
+
+    ``tokens_bt`` sit at positions pos .. pos+t-1; their keys and values are written into
+    ``cache`` (see :class:`KVCache`) and every query attends to the cached positions up to its
+    own. Prefill is a prompt at ``pos=0``; decode is one token (t = 1) at ``pos``. ``pos`` may be
+    traced, so one compiled decode step serves every position. With ``last_only`` the logits are
+    those of the last token only ([batch, 1, vocab]), which is all generation needs.
+
+    ``weights`` (a :data:`WeightHook`) turns stored parameters into arrays. It is applied to one
+    layer's parameters *inside* the scanned body, so a dequantized copy of at most one layer
+    can exist at a time, and to the embedding, final norm and unembedding where they are used.
+    The cache is carried through the layer scan and updated in place one layer at a time.
+    """
+    cfg = self.cfg
+    constrain = no_constraint if constrain is None else constrain
+    _, t = tokens_bt.shape
+    pos = jnp.asarray(pos, jnp.int32)
+
+    x_btd = _with_weights(self.embed, weights)(tokens_bt)
+    rope_sin_tk = rope_cos_tk = None
+    if cfg.style == "gpt2":
+      if cache.k_lbskh.shape[2] > cfg.max_seq_len:
+        raise JaxmemError(
+          f"model {cfg.name!r}: context {cache.k_lbskh.shape[2]} exceeds max_seq_len {cfg.max_seq_len}"
+        )
+      pos_pd = _value(self.pos_embed_pd, weights)
+      x_btd = x_btd + jax.lax.dynamic_slice_in_dim(pos_pd, pos, t, axis=0).astype(x_btd.dtype)[None]
+    else:
+      rope_sin_tk, rope_cos_tk = rope_tables_at(pos + jnp.arange(t), cfg.head_dim, cfg.rope_theta)
+    x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
+
+    block_def, block_state = nnx.split(self.blocks)
+
+    def body(carry, xs):
+      x_btd, k_lbskh, v_lbskh = carry
+      layer_state, i = xs
+      if weights is not None:
+        # Inside the body: one layer's weights are made usable (dequantized) per step.
+        layer_state = weights(layer_state)
+      block = nnx.merge(block_def, layer_state)
+      x_btd, k_bskh, v_bskh = block.cached(
+        x_btd, k_lbskh[i], v_lbskh[i], pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+        constrain=constrain,
+      )
+      k_lbskh = jax.lax.dynamic_update_index_in_dim(k_lbskh, k_bskh, i, 0)
+      v_lbskh = jax.lax.dynamic_update_index_in_dim(v_lbskh, v_bskh, i, 0)
+      return (x_btd, k_lbskh, v_lbskh), None
+
+    layers = jnp.arange(cfg.num_layers, dtype=jnp.int32)
+    (x_btd, k_lbskh, v_lbskh), _ = jax.lax.scan(body, (x_btd, cache.k_lbskh, cache.v_lbskh), (block_state, layers))
+
+    if last_only:
+      x_btd = x_btd[:, -1:]
+    x_btd = _with_weights(self.final_norm, weights)(x_btd)
+    if cfg.tie_embeddings:
+      logits_btv = _with_weights(self.embed, weights).attend(x_btd)
+    else:
+      logits_btv = jnp.einsum(
+        "btd,dv->btv", x_btd, _value(self.unembed_dv, weights).astype(x_btd.dtype),
+        preferred_element_type=jnp.float32,
+      )
+    return constrain(logits_btv, (BATCH, SEQ, VOCAB)), KVCache(k_lbskh, v_lbskh)

@@ -1,0 +1,513 @@
+"""Inference memory from the compiler: prefill and decode steps with a KV cache, per weight format.
+
+Prefill runs a prompt of ``prompt`` tokens through the model and writes its keys and values
+into a KV cache of ``prompt`` positions; decode runs one token against a cache of ``context``
+positions (:meth:`jaxmem.models.Transformer.cached`). Both take the cache as an argument and
+return it, donated, so XLA updates it in place as a serving loop would. Parameters are stored
+in the chosen format (:mod:`jaxmem.quant`) and dequantized inside the scanned layer body, so the
+compiler's argument bytes are the stored bytes, and its temporaries show where (and whether) a
+dequantized copy materialises.
+
+Sharding: weights as for training (``embed`` over ``fsdp``; heads, MLP and vocabulary over
+``tensor``); the cache's batch over ``data`` and ``fsdp`` and its kv heads over ``tensor`` (left
+whole, with a note, when the tensor axis does not divide them, as servers replicate kv heads
+when the tensor-parallel degree exceeds them).
+
+>>> rows = infer(model="tiny", weights="bf16,int8", context=[64, 128], prompt=32)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxmem import quant
+from jaxmem import sharding as shd
+from jaxmem._quiet import quiet
+from jaxmem.accelerators import parse_oom
+from jaxmem.analysis import compile_timed
+from jaxmem.errors import JaxmemError
+from jaxmem.models import CACHE_AXES, KVCache, ModelConfig, get_config, kv_cache_bytes
+from jaxmem.report import read_compiled
+from jaxmem.sweep import COMPILER_FIELDS
+from jaxmem.targets import Target, get_target, start_jax, with_capacity
+from jaxmem.train import abstract_model
+
+PHASES = ("prefill", "decode")
+DEFAULT_PROMPT = 1024
+DEFAULT_CONTEXT = (2048,)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferRow:
+  """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
+  ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
+
+  ``context`` is the KV cache's length in positions: the prompt for prefill, the cache a
+  decode step reads for decode. ``required_bytes`` and ``fits`` as in :class:`jaxmem.sweep.Row`.
+  """
+
+  model: str
+  target: str
+  mesh: str
+  phase: str
+  weights: str
+  context: int
+  prompt: int | None
+  batch: int
+  num_devices: int
+  argument_size_in_bytes: int | None = None
+  output_size_in_bytes: int | None = None
+  alias_size_in_bytes: int | None = None
+  temp_size_in_bytes: int | None = None
+  generated_code_size_in_bytes: int | None = None
+  host_temp_size_in_bytes: int | None = None
+  peak_memory_in_bytes: int | None = None
+  total_bytes: int | None = None
+  weight_bytes: int | None = None
+  weight_scale_bytes: int | None = None
+  kv_cache_bytes: int | None = None
+  weight_bytes_per_device: int | None = None
+  kv_cache_bytes_per_device: int | None = None
+  capacity_bytes: int | None = None
+  required_bytes: int | None = None
+  fits: bool | None = None
+  compile_seconds: float | None = None
+  error: str | None = None
+  notes: tuple[str, ...] = ()
+
+  def as_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["notes"] = list(self.notes)
+    return d
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferProgram:
+  step: Any
+  args: tuple[Any, ...]
+  weight_bytes: int
+  weight_scale_bytes: int
+  weight_bytes_per_device: int
+  kv_cache_bytes: int
+  kv_cache_bytes_per_device: int
+  notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class InferPlan:
+  """A validated set of inference configurations."""
+
+  cfg: ModelConfig
+  target: Target
+  meshes: tuple[shd.MeshSpec, ...]
+  formats: tuple[quant.WeightFormat, ...]
+  phases: tuple[str, ...]
+  prompt: int
+  contexts: tuple[int, ...]
+  batch: int
+
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int]]:
+    out = []
+    for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
+      for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
+        out.append((mesh, fmt, phase, ctx))
+    return out
+
+
+def _ints(v: int | str | Sequence[int | str], what: str) -> tuple[int, ...]:
+  items = v.split(",") if isinstance(v, str) else (list(v) if isinstance(v, (list, tuple)) else [v])
+  out = []
+  for x in items:
+    try:
+      n = int(str(x).strip())
+    except ValueError:
+      raise JaxmemError(f"--{what} must be whole numbers separated by commas, got {v!r}") from None
+    if n < 1:
+      raise JaxmemError(f"--{what} must be at least 1 (got {n})")
+    out.append(n)
+  if not out:
+    raise JaxmemError(f"--{what} is empty")
+  return tuple(dict.fromkeys(out))
+
+
+def plan_infer(
+    *,
+    model: str | ModelConfig = "gpt2-small",
+    weights: str | Sequence[str] = "bf16",
+    phase: str | Sequence[str] = "prefill,decode",
+    prompt: int = DEFAULT_PROMPT,
+    context: int | str | Sequence[int] = DEFAULT_CONTEXT,
+    batch: int = 1,
+    target: str | Target = "cpu",
+    mesh: str | Sequence[str] | None = None,
+    dtype: str | None = None,
+    slices: int = 1,
+) -> InferPlan:
+  """Resolves and checks everything before a compile; :class:`JaxmemError` on bad input."""
+  start_jax()
+  overrides = {"dtype": dtype} if dtype else {}
+  cfg = dataclasses.replace(model, **overrides) if isinstance(model, ModelConfig) else get_config(model, **overrides)
+  # Stored weights are bf16 before any quantization: the checkpoint's precision.
+  cfg = dataclasses.replace(cfg, param_dtype="bfloat16")
+  tgt = with_capacity(get_target(target, slices=slices) if isinstance(target, str) else target)
+  formats = quant.parse_formats(weights)
+  phases = tuple(dict.fromkeys(p.strip() for p in (phase.split(",") if isinstance(phase, str) else phase) if p.strip()))
+  for p in phases:
+    if p not in PHASES:
+      raise JaxmemError(f"unknown phase {p!r}; valid: {', '.join(PHASES)}")
+  if not phases:
+    raise JaxmemError(f"--phase is empty; valid: {', '.join(PHASES)}")
+  (prompt,) = _ints(prompt, "prompt")
+  contexts = _ints(context, "context")
+  (batch,) = _ints(batch, "batch")
+  meshes = tuple(shd.parse_mesh(m) for m in ([mesh] if isinstance(mesh, str) else (mesh or ()))) or (
+      shd.default_mesh(tgt.num_devices),
+  )
+  for m in meshes:
+    if shd.mesh_size(m) != tgt.num_devices:
+      raise JaxmemError(
+          f"mesh {shd.format_mesh(m)} has {shd.mesh_size(m)} devices but target {tgt.name} has "
+          f"{tgt.num_devices}; make the axis sizes multiply to {tgt.num_devices}"
+      )
+    ways = shd.data_parallel_size(m)
+    if batch % ways:
+      raise JaxmemError(
+          f"batch {batch} is not divisible by the data axes of mesh {shd.format_mesh(m)} ({ways} ways); "
+          f"use a multiple of {ways}, or shard the model with tensor={tgt.num_devices} for small batches"
+      )
+  if cfg.style == "gpt2":
+    longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
+    if longest > cfg.max_seq_len:
+      raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
+  if "prefill" in phases and "decode" in phases and any(c <= prompt for c in contexts):
+    pass  # a decode context at or below the prompt is still a valid cache length
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch)
+
+
+def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) -> tuple[PartitionSpec, list[str]]:
+  """Activation rules, leaving a dimension whole (with a note) where its axes do not divide it."""
+  entries: list[Any] = []
+  used: set[str] = set()
+  notes: list[str] = []
+  for name, dim in zip(logical, shape, strict=True):
+    axes = tuple(
+        a for a in shd.ACTIVATION_RULES.get(name or "", ()) if a in jmesh.shape and jmesh.shape[a] > 1 and a not in used
+    )
+    ways = math.prod(jmesh.shape[a] for a in axes) if axes else 1
+    if not axes:
+      entries.append(None)
+      continue
+    if dim % ways:
+      notes.append(f"{name}={dim} is not divisible by {'x'.join(axes)}={ways}: the KV cache is replicated over it")
+      entries.append(None)
+      continue
+    used.update(axes)
+    entries.append(axes[0] if len(axes) == 1 else axes)
+  return PartitionSpec(*entries), notes
+
+
+def build_infer_program(
+    cfg: ModelConfig,
+    *,
+    phase: str,
+    fmt: quant.WeightFormat,
+    batch: int,
+    context: int,
+    target: Target,
+    mesh: shd.MeshSpec,
+) -> InferProgram:
+  """The sharded, cache-donating prefill (``context`` = prompt length) or decode step."""
+  jmesh = target.make_mesh(mesh)
+  graphdef, params, logical = abstract_model(cfg)
+  param_sh = shd.param_shardings(params, logical, jmesh)
+  stored, stored_sh = quant.abstract_quantized(params, param_sh, fmt)
+  cache_spec, notes = _lenient_spec(CACHE_AXES, KVCache.shape(cfg, batch=batch, context=context), jmesh)
+  cache_sh = NamedSharding(jmesh, cache_spec)
+  cache = KVCache.abstract(cfg, batch=batch, context=context, sharding=cache_sh)
+  t = context if phase == "prefill" else 1
+  tok_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq"), (batch, t), jmesh)[0])
+  logits_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq", "vocab"), (batch, 1, cfg.vocab_size), jmesh)[0])
+  replicated = NamedSharding(jmesh, PartitionSpec())
+  constrain = shd.activation_constrainer(jmesh)
+  hook = quant.weight_hook(cfg.compute_jnp_dtype)
+
+  def step(p, kv, tokens_bt, pos):
+    model = nnx.merge(graphdef, p)
+    return model.cached(tokens_bt, kv, pos=pos, constrain=constrain, weights=hook)
+
+  cache_tree_sh = KVCache(cache_sh, cache_sh)
+  jitted = jax.jit(
+      step,
+      in_shardings=(stored_sh, cache_tree_sh, tok_sh, replicated),
+      out_shardings=(logits_sh, cache_tree_sh),
+      donate_argnums=(1,),
+  )
+  args = (
+      stored,
+      cache,
+      jax.ShapeDtypeStruct((batch, t), jnp.int32, sharding=tok_sh),
+      jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+  )
+  values, scales = quant.tree_stored_bytes(stored)
+  kv_dev = 2 * quant.stored_bytes(cache_sh.shard_shape(cache.k_lbskh.shape), cache.k_lbskh.dtype)
+  return InferProgram(
+      step=jitted,
+      args=args,
+      weight_bytes=int(values + scales),
+      weight_scale_bytes=int(scales),
+      weight_bytes_per_device=int(quant.tree_stored_bytes_per_device(stored, stored_sh)),
+      kv_cache_bytes=kv_cache_bytes(cfg, batch=batch, context=context),
+      kv_cache_bytes_per_device=int(kv_dev),
+      notes=tuple(f"kv cache: {n}" for n in notes),
+  )
+
+
+def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, phase: str, context: int) -> InferRow:
+  """Compiles one configuration; a compile the backend refuses becomes a row with ``error``."""
+  base = dict(
+      model=p.cfg.name,
+      target=p.target.name,
+      mesh=shd.format_mesh(mesh),
+      phase=phase,
+      weights=fmt.name,
+      context=context,
+      prompt=p.prompt if phase == "prefill" else None,
+      batch=p.batch,
+      num_devices=p.target.num_devices,
+      capacity_bytes=p.target.capacity_bytes,
+  )
+  program = build_infer_program(p.cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh)
+  base.update(
+      weight_bytes=program.weight_bytes,
+      weight_scale_bytes=program.weight_scale_bytes,
+      weight_bytes_per_device=program.weight_bytes_per_device,
+      kv_cache_bytes=program.kv_cache_bytes,
+      kv_cache_bytes_per_device=program.kv_cache_bytes_per_device,
+  )
+  notes = list(program.notes)
+  if p.target.capacity_note is not None:
+    notes.append(f"capacity_bytes: {p.target.capacity_note}")
+  lowered = program.step.trace(*program.args).lower()
+  try:
+    with quiet():
+      compiled, seconds = compile_timed(lowered)
+  except jax.errors.JaxRuntimeError as e:
+    oom = parse_oom(str(e)) if "RESOURCE_EXHAUSTED" in str(e) else None
+    return InferRow(
+        **base,
+        required_bytes=None if oom is None else oom.get("required_bytes"),
+        fits=False if oom is not None else None,
+        error=_one_line(str(e)),
+        notes=tuple(notes),
+    )
+  report = read_compiled(compiled, compile_seconds=seconds)
+  required = report.peak_memory_in_bytes if report.peak_memory_in_bytes is not None else report.total_bytes
+  cap = p.target.capacity_bytes
+  return InferRow(
+      **base,
+      **{f: getattr(report, f) for f in COMPILER_FIELDS},
+      required_bytes=required,
+      fits=None if (cap is None or required is None) else required <= cap,
+      compile_seconds=seconds,
+      notes=tuple(notes) + report.notes,
+  )
+
+
+def _one_line(message: str) -> str:
+  lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+  return lines[0] if lines else message
+
+
+def infer(*, on_row: Callable[[InferRow], None] | None = None, **kwargs: Any) -> list[InferRow]:
+  """Compiles every (mesh, weight format, phase, context) of :func:`plan_infer`'s arguments."""
+  p = plan_infer(**kwargs)
+  rows = []
+  for mesh, fmt, phase, ctx in p.configs():
+    row = run_infer_config(p, mesh, fmt, phase, ctx)
+    rows.append(row)
+    if on_row is not None:
+      on_row(row)
+  return rows
+
+
+# --- the KV cache from its formula -------------------------------------------------------------
+
+
+def kv_cache_table(
+    model: str | ModelConfig, *, contexts: Sequence[int], batches: Sequence[int], bytes_per_element: float = 2
+) -> list[dict[str, Any]]:
+  """Whole-model KV cache bytes for every (batch, context), from
+  ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (bf16: 2 bytes)."""
+  cfg = get_config(model) if isinstance(model, str) else model
+  return [
+      dict(
+          model=cfg.name,
+          batch=b,
+          context=c,
+          kv_heads=cfg.num_kv_heads,
+          kv_cache_bytes=kv_cache_bytes(cfg, batch=b, context=c, bytes_per_element=bytes_per_element),
+      )
+      for b in batches
+      for c in contexts
+  ]
+
+
+def plot(rows: Sequence[InferRow], path: str, *, kv_rows: Sequence[dict[str, Any]] = ()) -> str:
+  """Writes a figure: per-device required bytes against context, one line per weight format
+  (decode rows), with the device's capacity; and the formula's KV cache against context per
+  batch when ``kv_rows`` are given. Returns ``path``."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  gib = 2**30
+  panels = 2 if kv_rows else 1
+  fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
+  ax = axes[0][0]
+  decode = [r for r in rows if r.phase == "decode" and r.required_bytes is not None]
+  for fmt in dict.fromkeys(r.weights for r in decode):
+    pts = sorted((r.context, r.required_bytes / gib) for r in decode if r.weights == fmt)
+    ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", label=f"decode, {fmt} weights")
+  caps = {r.capacity_bytes for r in rows if r.capacity_bytes}
+  for cap in caps:
+    ax.axhline(cap / gib, color="red", linestyle="--", label="capacity")
+  if decode:
+    r0 = decode[0]
+    ax.set_title(f"{r0.model} on {r0.target} ({r0.mesh}), batch {r0.batch}")
+  ax.set_xlabel("context (KV cache positions)")
+  ax.set_ylabel("GiB per device (compiler)")
+  ax.legend(fontsize=8)
+  if kv_rows:
+    ax2 = axes[0][1]
+    for b in dict.fromkeys(r["batch"] for r in kv_rows):
+      pts = sorted((r["context"], r["kv_cache_bytes"] / gib) for r in kv_rows if r["batch"] == b)
+      ax2.plot([c for c, _ in pts], [v for _, v in pts], marker=".", label=f"batch {b}")
+    ax2.set_xscale("log", base=2)
+    ax2.set_yscale("log", base=2)
+    ax2.set_xlabel("context")
+    ax2.set_ylabel("KV cache, whole model, GiB")
+    ax2.set_title(f"{kv_rows[0]['model']}: 2·L·K·H·S·B·2 bytes")
+    ax2.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+  return path
+
+
+# --- training against inference ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload:
+  """One side of training-vs-inference: per-device figures and their sum over the devices."""
+
+  workload: str  # "train" or "decode"
+  model: str
+  target: str
+  mesh: str
+  detail: str  # optimizer and remat, or weights and context
+  batch: int
+  num_devices: int
+  argument_size_in_bytes: int | None
+  temp_size_in_bytes: int | None
+  required_bytes: int | None
+  all_devices_required_bytes: int | None
+  capacity_bytes: int | None
+  fits: bool | None
+  verdict: str
+  error: str | None = None
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def _verdict(kind: str, fits: bool | None) -> str:
+  if fits is None:
+    return "no capacity on this target"
+  if kind == "train":
+    return "can be trained here" if fits else "cannot be trained here"
+  return "fits for inference" if fits else "does not fit for inference"
+
+
+def training_vs_inference(
+    *,
+    model: str = "gpt2-small",
+    target: str | Target = "cpu",
+    mesh: str | None = None,
+    batch: int = 8,
+    seq: int = 1024,
+    remat: str = "full",
+    optimizer: str = "adamw",
+    weights: str = "bf16",
+    context: int | None = None,
+    infer_batch: int | None = None,
+    train_row: Any = None,
+) -> list[Workload]:
+  """The train step (:func:`jaxmem.sweep.run_config`) and a decode step for the same model,
+  target and mesh, side by side. ``context`` defaults to ``seq``, ``infer_batch`` to ``batch``.
+  Pass ``train_row`` (a :class:`jaxmem.sweep.Row`) to reuse a compiled training row."""
+  from jaxmem import sweep
+
+  if train_row is None:
+    p = sweep.plan(model=model, remat=remat, optimizer=optimizer, batch=batch, seq=seq, target=target, mesh=mesh)
+    (cfg_t,) = [c for c in p.configs() if c[2].name == remat] or [p.configs()[0]]
+    train_row = sweep.run_config(p, *cfg_t)
+  ip = plan_infer(
+      model=train_row.model,
+      weights=weights,
+      phase="decode",
+      context=context or train_row.seq,
+      batch=infer_batch or train_row.batch,
+      target=target,
+      mesh=train_row.mesh,
+  )
+  (cfg_i,) = ip.configs()
+  irow = run_infer_config(ip, *cfg_i)
+  n = train_row.num_devices
+  total = lambda v: None if v is None else v * n  # noqa: E731
+  return [
+      Workload(
+          workload="train",
+          model=train_row.model,
+          target=train_row.target,
+          mesh=train_row.mesh,
+          detail=f"{train_row.optimizer}, remat {train_row.remat}, seq {train_row.seq}",
+          batch=train_row.batch,
+          num_devices=n,
+          argument_size_in_bytes=train_row.argument_size_in_bytes,
+          temp_size_in_bytes=train_row.temp_size_in_bytes,
+          required_bytes=train_row.required_bytes,
+          all_devices_required_bytes=total(train_row.required_bytes),
+          capacity_bytes=train_row.capacity_bytes,
+          fits=train_row.fits,
+          verdict=_verdict("train", train_row.fits),
+          error=train_row.error,
+      ),
+      Workload(
+          workload="decode",
+          model=irow.model,
+          target=irow.target,
+          mesh=irow.mesh,
+          detail=f"{irow.weights} weights, context {irow.context}",
+          batch=irow.batch,
+          num_devices=n,
+          argument_size_in_bytes=irow.argument_size_in_bytes,
+          temp_size_in_bytes=irow.temp_size_in_bytes,
+          required_bytes=irow.required_bytes,
+          all_devices_required_bytes=total(irow.required_bytes),
+          capacity_bytes=irow.capacity_bytes,
+          fits=irow.fits,
+          verdict=_verdict("decode", irow.fits),
+          error=irow.error,
+      ),
+  ]

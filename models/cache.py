@@ -1,0 +1,59 @@
+"""The KV cache a decoder keeps between generation steps (grouped-query aware).
+
+Keys and values are cached per *kv* head: ``k`` and ``v`` are each [layers, batch, context,
+kv_heads, head_dim], so grouped-query attention (Llama 3: 8 kv heads for 32 to 128 query
+heads) caches ``num_heads / num_kv_heads`` times less than multi-head attention would. Whole
+model, in bytes (both tensors):
+
+  2 * layers * kv_heads * head_dim * context * batch * bytes_per_element
+
+(e.g. Llama 3.1 8B, 128k context, batch 1, bf16: 2 * 32 * 8 * 128 * 131072 * 2 = 16 GiB).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from .config import ModelConfig
+from .names import BATCH, HEAD_DIM, KV_HEADS, LAYERS
+
+# The cache's position axis: no sharding rule names it, so it stays whole on every device.
+CACHE_SEQ = "cache_seq"
+# Logical axes of cache.k and cache.v, for the caller's logical->mesh rules.
+CACHE_AXES: tuple[str, ...] = (LAYERS, BATCH, CACHE_SEQ, KV_HEADS, HEAD_DIM)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KVCache:
+  """k_lbskh, v_lbskh: [layers, batch, context, kv_heads, head_dim], in the compute dtype."""
+
+  k_lbskh: jax.Array
+  v_lbskh: jax.Array
+
+  @staticmethod
+  def shape(cfg: ModelConfig, *, batch: int, context: int) -> tuple[int, ...]:
+    return (cfg.num_layers, batch, context, cfg.num_kv_heads, cfg.head_dim)
+
+  @classmethod
+  def zeros(cls, cfg: ModelConfig, *, batch: int, context: int, dtype=None) -> KVCache:
+    dt = cfg.compute_jnp_dtype if dtype is None else jnp.dtype(dtype)
+    shape = cls.shape(cfg, batch=batch, context=context)
+    return cls(jnp.zeros(shape, dt), jnp.zeros(shape, dt))
+
+  @classmethod
+  def abstract(cls, cfg: ModelConfig, *, batch: int, context: int, dtype=None, sharding=None) -> KVCache:
+    """ShapeDtypeStructs only: nothing allocated."""
+    dt = cfg.compute_jnp_dtype if dtype is None else jnp.dtype(dtype)
+    sds = jax.ShapeDtypeStruct(cls.shape(cfg, batch=batch, context=context), dt, sharding=sharding)
+    return cls(sds, sds)
+
+
+def kv_cache_bytes(cfg: ModelConfig, *, batch: int, context: int, bytes_per_element: float | None = None) -> int:
+  """Whole-model KV cache bytes: 2 * layers * kv_heads * head_dim * context * batch * bytes."""
+  per = cfg.compute_jnp_dtype.itemsize if bytes_per_element is None else bytes_per_element
+  return int(2 * math.prod(KVCache.shape(cfg, batch=batch, context=context)) * per)
