@@ -1,0 +1,490 @@
+"""What fills the memory of a train step: consumers, the buffers live at the peak, a timeline.
+
+:func:`explain` compiles one configuration with XLA's dump enabled and reads the optimized
+module's buffer assignment (which HLO value sits where in which allocation), its schedule and
+live ranges (when each value is alive), and the HLO metadata (the jax op name and the Python
+source of each instruction). From these it rebuilds, for every position of the schedule, the
+bytes occupied in the device's main memory (memory color 0: HBM; on TPU, VMEM and the other
+on-chip spaces are left out), stacked by kind, and the set live at the peak.
+
+How the figures are derived (all per device):
+
+- ``peak_bytes``: the compiler's ``peak_memory_in_bytes``. XLA:CPU gives no peak (it echoes the
+  argument size), so on CPU it is the peak XLA's own live-range dump reports
+  (``Stack trace breakdown for peak usage``), with a note.
+- ``live_bytes_at_peak``: the reconstruction: at the schedule position where the rebuilt curve
+  is highest, the bytes the live values occupy, counting memory shared by aliased values
+  (donated parameters, loop carries) once. Checked against ``peak_bytes`` (jax 0.10.2): equal
+  to the byte on CPU, within 100 bytes on GPU (H100 compiled without a GPU), within 0.01% on
+  TPU (v5e compiled without a TPU) once the step's temporaries are in HBM; for programs so small
+  that libtpu keeps their temporaries in VMEM, libtpu's peak adds bytes that its dumped buffer
+  assignment does not place in HBM, and the note gives the gap.
+- ``consumers`` sum to ``compiler_bytes`` = argument + output - alias + temp + generated code
+  (``memory_analysis()``): ``params`` and ``optimizer_state`` are exact (the input trees and
+  their shardings), ``generated_code`` is exact (the compiler's figure). ``gradients`` and
+  ``activations`` are *estimates*: the compiler's temp allocation is one heap whose bytes are
+  reused over the step, so it is split in the proportions of the live set at the peak (saved
+  residuals -> activations, gradients -> gradients); ``workspace`` is the remainder: other
+  temporaries, the token batch, non-donated outputs and layout padding.
+
+Kinds of buffers: ``parameter`` (an input of the step: parameters, optimizer state, tokens),
+``output`` (a new parameter or state written into a donated input, or the loss),
+``saved residual`` (made in the forward pass and alive in the backward pass), ``gradient``
+(made in the backward pass with a parameter's shape, or alive into the optimizer update) and
+``temporary`` (everything else). Phases come from the jax op names: ``transpose(jvp(...))`` is
+the backward pass, ``jvp(...)`` the forward pass, what follows the backward pass the optimizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxmem import sharding as shd
+from jaxmem._quiet import quiet
+from jaxmem.accelerators import parse_oom
+from jaxmem.errors import JaxmemError
+from jaxmem.explain_hlo import Dump, Hlo, read_dump  # noqa: F401  (Dump for analyse's callers)
+from jaxmem.models import ModelConfig
+from jaxmem.report import MemoryReport, read_compiled
+from jaxmem.targets import Target
+
+KINDS = ("parameter", "output", "saved residual", "gradient", "temporary")
+CONSUMERS = ("params", "gradients", "optimizer_state", "activations", "workspace", "generated_code")
+ESTIMATED = ("gradients", "activations", "workspace")
+AGREEMENT = 0.05  # live-at-peak and the compiler's peak agree within this fraction
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PeakBuffer:
+  """One buffer live at the peak."""
+
+  size_bytes: int
+  shape: str
+  dtype: str
+  kind: str
+  hlo: str  # the defining HLO instruction, with the tuple index for loop carries
+  op_name: str  # jax's name for the op, from the HLO metadata
+  source: str | None  # file:line of the innermost frame outside jax/flax/optax, else None
+  module: str  # the model class (Attention, SwiGLU, ...) or code that made it
+  phase: str  # where the schedule defines it: forward, backward, optimizer
+  live: tuple[int, int]  # schedule positions, inclusive
+
+  def as_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["live"] = list(self.live)
+    return d
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timeline:
+  """Live bytes per kind at every position of the schedule, and the phases' spans."""
+
+  bytes_by_kind: dict[str, tuple[int, ...]]
+  regions: tuple[tuple[str, int, int], ...]  # (phase, first, last position)
+  peak_position: int
+
+  @property
+  def length(self) -> int:
+    return len(next(iter(self.bytes_by_kind.values()), ()))
+
+  def total(self) -> list[int]:
+    return [sum(v) for v in zip(*self.bytes_by_kind.values())]
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(
+        bytes_by_kind={k: list(v) for k, v in self.bytes_by_kind.items()},
+        regions=[list(r) for r in self.regions],
+        peak_position=self.peak_position,
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Explanation:
+  """What fills one configuration's memory, per device. See the module docstring."""
+
+  model: str
+  target: str
+  mesh: str
+  remat: str
+  optimizer: str
+  batch: int
+  seq: int
+  platform: str
+  num_devices: int
+  compiler_bytes: int | None  # argument + output - alias + temp + generated code
+  consumers: dict[str, int | None]
+  estimated: tuple[str, ...]  # consumers that are estimates
+  peak_bytes: int | None
+  peak_source: str  # "compiler" or "xla live-range dump" (CPU)
+  live_bytes_at_peak: int | None
+  peak_position: int | None
+  peak_buffers: tuple[PeakBuffer, ...]  # largest first, the top N
+  live_buffer_count: int
+  by_module: dict[str, int]
+  by_kind: dict[str, int]
+  timeline: Timeline | None
+  report: MemoryReport
+  dump_files: tuple[str, ...]
+  notes: tuple[str, ...] = ()
+
+  def as_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["peak_buffers"] = [b.as_dict() for b in self.peak_buffers]
+    d["timeline"] = None if self.timeline is None else self.timeline.as_dict()
+    d["report"] = self.report.as_dict()
+    d["estimated"] = list(self.estimated)
+    d["dump_files"] = list(self.dump_files)
+    d["notes"] = list(self.notes)
+    return d
+
+
+# ----------------------------------------------------------------------------- compile
+
+
+def explain(
+    *,
+    model: str | ModelConfig = "gpt2-small",
+    remat: str = "none",
+    optimizer: str = "adamw",
+    batch: int = 8,
+    seq: int = 1024,
+    target: str | Target = "cpu",
+    mesh: str | None = None,
+    param_dtype: str | None = None,
+    dtype: str | None = None,
+    slices: int = 1,
+    top: int = 10,
+) -> Explanation:
+  """Compiles one configuration (the first of each list given) and explains its memory.
+
+  Arguments are :func:`jaxmem.sweep.plan`'s. ``remat`` picks one policy (``none`` unless
+  another is named); ``top`` is how many of the buffers live at the peak to keep.
+  """
+  from jaxmem import sweep, train
+
+  if top < 1:
+    raise JaxmemError(f"--top must be at least 1 (got {top})")
+  for what, v in (("remat", remat), ("optimizer", optimizer), ("mesh", mesh)):
+    if isinstance(v, str) and "," in v and what != "mesh":
+      raise JaxmemError(f"explain takes one {what} (got {v!r}); run it once per {what}")
+  p = sweep.plan(
+      model=model, remat=remat, optimizer=optimizer, batch=batch, seq=seq, target=target,
+      mesh=mesh, param_dtype=param_dtype, dtype=dtype, slices=slices,
+  )
+  m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
+  prog = train.build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m)
+  lowered = prog.trace().lower()
+  with tempfile.TemporaryDirectory(prefix="jaxmem-explain-") as d:
+    try:
+      with quiet():
+        # The three backends honour these two options alike (checked on jaxlib 0.10.2).
+        compiled = lowered.compile({"xla_dump_to": d, "xla_dump_hlo_as_text": True})
+    except jax.errors.JaxRuntimeError as e:
+      msg = str(e).strip().splitlines()[0] if str(e).strip() else str(e)
+      oom = parse_oom(str(e)) if "RESOURCE_EXHAUSTED" in str(e) else None
+      need = "" if not oom or oom.get("required_bytes") is None else f" (needs {oom['required_bytes']:,} bytes)"
+      raise JaxmemError(f"the compiler refused this configuration{need}, so there is no plan to explain: {msg}") from None
+    dump = read_dump(d)
+  report = read_compiled(compiled)
+  return analyse(
+      dump,
+      report,
+      param_bytes=prog.param_bytes,
+      optimizer_state_bytes=prog.optimizer_state_bytes,
+      top=top,
+      labels=dict(
+          model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name,
+          optimizer=opt.name, batch=p.batch, seq=p.seq,
+      ),
+  )
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+_LIBRARY = ("site-packages", "/jax/", "/jaxlib/", "/flax/", "/optax/", "<frozen")
+
+
+def _phase(op_name: str, files: Sequence[str]) -> str:
+  if "transpose(jvp" in op_name:
+    return "backward"
+  if "jvp(" in op_name:
+    return "forward"
+  if any("/optax/" in f for f in files):
+    return "optimizer"
+  return "other"
+
+
+def _dtype_dims(shape: str) -> tuple[str, str]:
+  m = re.match(r"^(\w+)\[([\d,]*)\]", shape)
+  return (m.group(1), m.group(2)) if m else ("", "")
+
+
+@dataclasses.dataclass
+class _Info:
+  op_name: str
+  source: str | None
+  module: str
+  phase: str
+
+
+def _info(hlo: Hlo, name: str) -> _Info:
+  ins = hlo.described(name)
+  if ins is None:
+    return _Info("", None, "(compiler)", "other")
+  stack = hlo.stack(ins.frame)
+  files = [f for f, _, _ in stack]
+  source = module = None
+  for f, fn, line in stack:
+    if not any(s in f for s in _LIBRARY):
+      if source is None:
+        source = f"{_short(f)}:{line}"
+      if module is None and "." in fn and not fn.startswith("<") and "<locals>" not in fn.split(".")[0]:
+        module = fn.split(".")[0]
+  if module is None:
+    opt = next((fn for f, fn, _ in stack if "/optax/" in f), None)
+    module = f"optax {opt.split('.')[0]}" if opt else ("train_step" if stack else "(compiler)")
+  return _Info(ins.op_name, source, module, _phase(ins.op_name, files))
+
+
+def _short(path: str) -> str:
+  for marker in ("/models/", "/jaxmem/"):
+    if marker in path:
+      return marker.strip("/") + "/" + path.split(marker, 1)[1]
+  return path
+
+
+def analyse(
+    dump: Dump,
+    report: MemoryReport,
+    *,
+    param_bytes: int | None,
+    optimizer_state_bytes: int | None,
+    top: int = 10,
+    labels: dict[str, Any] | None = None,
+) -> Explanation:
+  """Rebuilds the live set over the schedule from ``dump`` and splits the compiler's figure."""
+  notes: list[str] = []
+  hlo, live = dump.hlo, dump.live
+  T = len(live.sequence)
+  infos: dict[str, _Info] = {}
+
+  def info(name):
+    if name not in infos:
+      infos[name] = _info(hlo, name)
+    return infos[name]
+
+  # Phase spans over the schedule. A few ops are scheduled out of their pass (constants and
+  # broadcasts hoisted early), so each boundary is the split that the most ops agree with.
+  phases = np.array([("forward", "backward").index(p) if p in ("forward", "backward") else 2 for p in (info(n).phase for n in live.sequence)])
+  is_f, is_b, is_o = (phases == 0).astype(int), (phases == 1).astype(int), (phases == 2).astype(int)
+  bwd = bool(is_b.any())
+  if bwd:
+    # first_bwd = s maximising forward ops before s + backward ops from s on.
+    score = np.concatenate([[0], np.cumsum(is_f)]) + np.concatenate([np.cumsum(is_b[::-1])[::-1], [0]])
+    first_bwd = int(score[: T].argmax())
+    # last_bwd = e maximising backward ops in [first_bwd, e] + other ops after e.
+    tail_b = np.cumsum(is_b[first_bwd:])
+    tail_o = np.concatenate([np.cumsum(is_o[first_bwd:][::-1])[::-1][1:], [0]])
+    last_bwd = first_bwd + int((tail_b + tail_o).argmax())
+  else:
+    first_bwd, last_bwd = T, T - 1
+  regions = [("forward", 0, first_bwd - 1)] if first_bwd > 0 else []
+  if bwd:
+    regions.append(("backward", first_bwd, last_bwd))
+  if last_bwd + 1 <= T - 1:
+    regions.append(("optimizer", last_bwd + 1, T - 1))
+
+  param_dims = set()
+  for a in dump.allocations:
+    if a.kind == "parameter" and a.color == 0:
+      for v in a.values:
+        param_dims.add(_dtype_dims(v.shape))
+
+  def kind_of(alloc, v, start, end) -> str:
+    if alloc.kind == "parameter":
+      ins = hlo.instructions.get(v.name)
+      return "parameter" if ins is None or ins.opcode == "parameter" else "output"
+    if alloc.kind in ("output", "live-out"):
+      return "output"
+    # By where the schedule defines it: a remat recompute inside the backward pass is a temporary.
+    if bwd and start < first_bwd <= end:
+      return "saved residual"
+    if bwd and first_bwd <= start <= last_bwd and (_dtype_dims(v.shape) in param_dims or (bwd and end > last_bwd)):
+      return "gradient"
+    return "temporary"
+
+  # Per allocation, the live values as (start, end, offset, stop, kind, value) rows.
+  tables = []
+  missing = 0
+  for a in dump.allocations:
+    if a.color != 0 or a.kind == "thread-local":
+      continue  # other memory spaces (TPU VMEM, SMEM, host) and per-thread scratch
+    rows = []
+    for v in a.values:
+      r = live.ranges.get(v.key)
+      if r is None:
+        missing += 1
+        continue
+      rows.append((r[0], r[1], v.offset, v.offset + v.size, KINDS.index(kind_of(a, v, *r)), v))
+    if rows:
+      tables.append((a, rows, np.array([row[:5] for row in rows], dtype=np.int64)))
+  if missing:
+    notes.append(f"{missing} values in the buffer assignment have no live range in XLA's dump; left out")
+
+  curves = np.zeros((len(KINDS), T), dtype=np.int64)
+  for _, _, arr in tables:
+    for t in range(T):
+      sel = arr[(arr[:, 0] <= t) & (arr[:, 1] >= t)]
+      if len(sel):
+        _occupy(sel, curves[:, t])
+  totals = curves.sum(axis=0)
+  peak_t = int(totals.argmax()) if T else 0
+  live_at_peak = int(totals[peak_t]) if T else None
+
+  # The live set at the peak, each byte counted once (aliases share memory).
+  buffers: list[tuple[int, Any, Any, int]] = []
+  for a, rows, arr in tables:
+    idx = np.nonzero((arr[:, 0] <= peak_t) & (arr[:, 1] >= peak_t))[0]
+    covered: list[tuple[int, int]] = []
+    for i in sorted(idx, key=lambda i: (-(rows[i][3] - rows[i][2]), rows[i][2])):
+      s, e = rows[i][2], rows[i][3]
+      own = _uncovered(s, e, covered)
+      if own > 0:
+        buffers.append((own, a, rows[i], rows[i][4]))
+        covered.append((s, e))
+  buffers.sort(key=lambda b: -b[0])
+  by_module: dict[str, int] = defaultdict(int)
+  by_kind: dict[str, int] = {k: 0 for k in KINDS}
+  peak_buffers = []
+  for own, a, row, k in buffers:
+    v = row[5]
+    nfo = info(v.name)
+    module = nfo.module if a.kind == "temp" else ("inputs" if KINDS[k] == "parameter" else "outputs")
+    by_module[module] += own
+    by_kind[KINDS[k]] += own
+    if len(peak_buffers) < top:
+      dt, dims = _dtype_dims(v.shape)
+      peak_buffers.append(
+          PeakBuffer(
+              size_bytes=own, shape=f"[{dims}]" if dt else v.shape, dtype=dt or "tuple", kind=KINDS[k],
+              hlo=v.key.removesuffix("{}"), op_name=nfo.op_name, source=nfo.source, module=module,
+              phase=_region(regions, int(row[0])), live=(int(row[0]), int(row[1])),
+          )
+      )
+
+  # The compiler's peak, or on CPU XLA's own live-range peak.
+  peak, peak_source = report.peak_memory_in_bytes, "compiler"
+  if peak is None and live.xla_peak_bytes:
+    peak, peak_source = live.xla_peak_bytes, "xla live-range dump"
+    notes.append(
+        "peak_bytes: XLA:CPU reports no peak; this is the peak of XLA's own live-range dump for the "
+        "scheduled module (a simulation of the schedule, not a device measurement)"
+    )
+  elif peak is None:
+    peak, peak_source = live_at_peak, "reconstructed"
+    notes.append("peak_bytes: the backend reports no peak; this is jaxmem's reconstruction")
+  if peak and live_at_peak is not None:
+    gap = (live_at_peak - peak) / peak
+    if abs(gap) > AGREEMENT:
+      notes.append(
+          f"live_bytes_at_peak is {gap:+.1%} off the compiler's peak: the compiler counts memory its "
+          f"dumped buffer assignment does not place in device memory (libtpu does so for programs "
+          f"whose temporaries fit in on-chip VMEM); the buffer list shows the part XLA's dump explains"
+      )
+
+  consumers, cnotes = _consumers(report, param_bytes, optimizer_state_bytes, by_kind, tables, peak_t)
+  notes += cnotes
+  labels = labels or {}
+  return Explanation(
+      model=labels.get("model", ""), target=labels.get("target", ""), mesh=labels.get("mesh", ""),
+      remat=labels.get("remat", ""), optimizer=labels.get("optimizer", ""), batch=labels.get("batch", 0),
+      seq=labels.get("seq", 0), platform=report.platform, num_devices=report.num_devices,
+      compiler_bytes=None if report.total_bytes is None else report.total_bytes + (report.generated_code_size_in_bytes or 0),
+      consumers=consumers, estimated=ESTIMATED, peak_bytes=peak, peak_source=peak_source,
+      live_bytes_at_peak=live_at_peak, peak_position=peak_t if T else None,
+      peak_buffers=tuple(peak_buffers), live_buffer_count=len(buffers),
+      by_module=dict(sorted(by_module.items(), key=lambda kv: -kv[1])), by_kind=by_kind,
+      timeline=Timeline(
+          bytes_by_kind={k: tuple(int(x) for x in curves[i]) for i, k in enumerate(KINDS)},
+          regions=tuple(regions), peak_position=peak_t,
+      ),
+      report=report, dump_files=dump.files, notes=tuple(notes) + report.notes,
+  )
+
+
+def _region(regions, position: int) -> str:
+  for name, first, last in regions:
+    if first <= position <= last:
+      return name
+  return "other"
+
+
+def _occupy(sel: np.ndarray, out: np.ndarray) -> None:
+  """Adds the bytes the live rows ``sel`` occupy to ``out[kind]``; overlapping bytes once,
+  charged to the row that first covers them (rows by offset)."""
+  sel = sel[np.lexsort((-sel[:, 3], sel[:, 2]))]
+  reach = -1
+  for s, e, k in zip(sel[:, 2], sel[:, 3], sel[:, 4]):
+    if e <= reach:
+      continue
+    out[k] += e - max(s, reach)
+    reach = e
+
+
+def _uncovered(s: int, e: int, covered: list[tuple[int, int]]) -> int:
+  own = e - s
+  for cs, ce in covered:
+    own -= max(0, min(e, ce) - max(s, cs))
+  return max(0, own)
+
+
+def _consumers(report, param_bytes, opt_bytes, by_kind, tables, peak_t):
+  notes = []
+  r = report
+  fields = (r.argument_size_in_bytes, r.output_size_in_bytes, r.alias_size_in_bytes, r.temp_size_in_bytes)
+  if None in fields or param_bytes is None or opt_bytes is None:
+    notes.append("consumers: the compiler did not report every memory field; no split")
+    return dict.fromkeys(CONSUMERS), notes
+  arg, out, alias, temp = fields
+  code = r.generated_code_size_in_bytes or 0
+  # The temp heap's live bytes at the peak, by kind: the proportions temp is split in.
+  live_temp = {k: 0 for k in KINDS}
+  for a, rows, arr in tables:
+    if a.kind != "temp":
+      continue
+    sel = arr[(arr[:, 0] <= peak_t) & (arr[:, 1] >= peak_t)]
+    if len(sel):
+      acc = np.zeros(len(KINDS), dtype=np.int64)
+      _occupy(sel, acc)
+      for i, k in enumerate(KINDS):
+        live_temp[k] += int(acc[i])
+  live_sum = sum(live_temp.values())
+  if live_sum and temp:
+    grads = int(temp * live_temp["gradient"] / max(live_sum, temp))
+    acts = int(temp * live_temp["saved residual"] / max(live_sum, temp))
+  else:
+    grads = acts = 0
+    if not temp:
+      notes.append("consumers: the compiler reports no temp allocation in device memory (on TPU, small "
+                   "programs keep their temporaries in VMEM), so gradients and activations are 0 here")
+  rest = arg - param_bytes - opt_bytes
+  if rest < 0:
+    notes.append("consumers: argument bytes below params + optimizer state; workspace may be negative")
+  consumers = dict(
+      params=param_bytes,
+      gradients=grads,
+      optimizer_state=opt_bytes,
+      activations=acts,
+      workspace=rest + (out - alias) + temp - grads - acts,
+      generated_code=code,
+  )
+  return consumers, notes

@@ -1,0 +1,148 @@
+"""``python -m jaxmem explain``, and the residuals table behind ``compare --residuals``.
+
+The lead registers it in ``jaxmem/cli.py`` (see :func:`add_explain_parser`); this module keeps
+the command's flags, its output in every format, and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source")
+
+
+def add_explain_parser(subparsers, add_workload) -> argparse.ArgumentParser:
+  """Adds ``explain`` with the shared workload flags (``add_workload``, cli's ``_add_workload``)."""
+  e = subparsers.add_parser("explain", help="what fills the memory: consumers, buffers live at the peak, timeline")
+  add_workload(e)
+  e.add_argument("--remat", default="none", help="one remat policy (default none)")
+  e.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
+  e.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")
+  e.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
+  e.set_defaults(func=cmd_explain)
+  return e
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+  from jaxmem import format as fmt
+  from jaxmem.cli import _emit, _resolve_target
+  from jaxmem.errors import JaxmemError
+  from jaxmem.explain import explain
+  from jaxmem.timeline import plot_timeline
+
+  fmt.check_format(args.format)
+  if args.mesh and len(args.mesh) > 1:
+    raise JaxmemError("explain takes one --mesh; run it once per mesh")
+  if args.plot and not args.plot.lower().endswith((".png", ".svg")):
+    raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
+  args.target, chosen = _resolve_target(args)
+  if chosen:
+    print(chosen, file=sys.stderr)
+  result = explain(
+      model=args.model, remat=args.remat, optimizer=args.optimizer, batch=args.batch, seq=args.seq,
+      target=args.target, mesh=args.mesh[0] if args.mesh else None, param_dtype=args.param_dtype,
+      dtype=args.dtype, slices=args.slices, top=args.top,
+  )
+  if args.plot:
+    plot_timeline(result, args.plot)
+  _emit(render_explain(result, args.format), args.output)
+  return 0
+
+
+def explain_json(result) -> dict[str, Any]:
+  """The JSON document: the envelope with the four required keys, then the rest."""
+  from jaxmem.format import envelope
+
+  d = result.as_dict()
+  doc = envelope(
+      [],
+      consumers=d["consumers"],
+      peak_bytes=d["peak_bytes"],
+      live_bytes_at_peak=d["live_bytes_at_peak"],
+      peak_buffers=[{k: b[k] for k in JSON_BUFFER_KEYS} for b in d["peak_buffers"]],
+      estimated=d["estimated"],
+      compiler_bytes=d["compiler_bytes"],
+      peak_source=d["peak_source"],
+      configuration={k: d[k] for k in ("model", "target", "mesh", "remat", "optimizer", "batch", "seq", "platform", "num_devices")},
+      by_module=d["by_module"],
+      by_kind=d["by_kind"],
+      peak_buffer_details=d["peak_buffers"],
+      timeline=d["timeline"],
+      notes=d["notes"],
+  )
+  doc.pop("rows", None)
+  return doc
+
+
+def render_explain(result, fmt_name: str) -> str:
+  from jaxmem.format import render_csv, render_records
+  from jaxmem.timeline import timeline_text
+
+  if fmt_name == "json":
+    return json.dumps(explain_json(result), indent=2)
+  if fmt_name == "csv":
+    return render_csv([{**{k: b.as_dict()[k] for k in JSON_BUFFER_KEYS}, "module": b.module, "phase": b.phase} for b in result.peak_buffers])
+  peak = max(result.peak_bytes or 0, result.compiler_bytes or 0, 1)
+  unit, uname = (1024**3, "GiB") if peak >= 1024**3 // 10 else ((1024**2, "MiB") if peak >= 1024**2 // 10 else (1024, "KiB"))
+  size = lambda v: "-" if v is None else f"{v / unit:,.2f}"  # noqa: E731
+  r = result
+  head = (f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · "
+          f"batch {r.batch} · seq {r.seq} · {uname} per device")
+  consumers = [
+      {"consumer": k, uname: size(v), "how": "estimate" if k in r.estimated else "exact"}
+      for k, v in r.consumers.items()
+  ]
+  consumers.append({"consumer": "sum = compiler total", uname: size(r.compiler_bytes), "how": "argument+output-alias+temp+code"})
+  peak_lines = [
+      f"peak_bytes {size(r.peak_bytes)} {uname} ({r.peak_source}); live_bytes_at_peak {size(r.live_bytes_at_peak)} {uname} "
+      f"at schedule position {r.peak_position}, {r.live_buffer_count} buffers"
+  ]
+  bufs = [
+      {uname: size(b.size_bytes), "kind": b.kind, "dtype": b.dtype, "shape": b.shape, "hlo": b.hlo,
+       "module": b.module, "source": b.source or "-", "op_name": b.op_name or "-"}
+      for b in r.peak_buffers
+  ]
+  groups = [{"module": m, uname: size(v)} for m, v in r.by_module.items()]
+  kinds = [{"kind": k, uname: size(v)} for k, v in r.by_kind.items() if v]
+  out = [head, "", render_records(consumers, fmt_name), "", *peak_lines, "", render_records(bufs, fmt_name),
+         "", render_records(groups, fmt_name), "", render_records(kinds, fmt_name)]
+  if fmt_name == "table":
+    out += ["", timeline_text(r)]
+  out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in r.notes]
+  return "\n".join(out).rstrip()
+
+
+def residuals_table(rows: Sequence[Any], fmt_name: str) -> str:
+  """``compare --residuals``: ``rows`` from :func:`jaxmem.residuals.saved_residuals_by_policy`
+  (``PolicyResiduals``), one line per saved residual, with each policy's per-layer and total bytes."""
+  from jaxmem.format import check_format, render_csv, render_records
+
+  check_format(fmt_name)
+  flat = [rec for p in rows for rec in p.rows()]
+  if fmt_name == "json":
+    from jaxmem.format import envelope
+
+    return json.dumps(envelope([], policies=[p.as_dict() for p in rows]) | {"rows": flat}, indent=2)
+  if fmt_name == "csv":
+    return render_csv([{**r, "shape": "x".join(map(str, r["shape"]))} for r in flat])
+  biggest = max((p.total_bytes for p in rows), default=0)
+  unit, uname = (1024**3, "GiB") if biggest >= 1024**3 // 10 else ((1024**2, "MiB") if biggest >= 1024**2 // 10 else (1024, "KiB"))
+  summary = [
+      {"remat": p.remat, "residuals": len(p.residuals), f"per layer {uname}": f"{p.per_layer_bytes / unit:,.2f}",
+       f"all {p.num_layers} layers {uname}": f"{p.total_bytes / unit:,.2f}"}
+      for p in rows
+  ]
+  detail = [
+      {"remat": r["remat"], "residual": r["residual"], "shape": "[" + ",".join(map(str, r["shape"])) + "]",
+       "dtype": r["dtype"], uname: f"{r['bytes'] / unit:,.3f}"}
+      for r in flat
+  ]
+  head = ""
+  if rows:
+    p0 = rows[0]
+    head = f"saved for the backward pass · model {p0.model} · batch {p0.batch} x seq {p0.seq}, one device, unsharded · {uname}\n\n"
+  return head + render_records(summary, fmt_name) + "\n\n" + render_records(detail, fmt_name)
