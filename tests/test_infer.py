@@ -95,3 +95,21 @@ def test_training_vs_inference_and_plot(tmp_path):
   assert kv[-1]["kv_cache_bytes"] == kv_cache_bytes(get_config("tiny"), batch=2, context=64)
   path = infer.plot(rows, str(tmp_path / "kv.png"), kv_rows=kv)
   assert (tmp_path / "kv.png").stat().st_size > 0 and path.endswith("kv.png")
+
+
+def test_infer_and_estimate_parsers(capsys):
+  import argparse
+
+  from jaxmem import cli, infer_cli
+
+  parser = cli._Parser(prog="jaxmem")
+  sub = parser.add_subparsers(dest="command", parser_class=cli._Parser)
+  infer_cli.add_infer_parsers(sub, cli._add_workload)
+  args = parser.parse_args(["infer", "--model", "tiny", "--target", "cpu", "--phase", "decode", "--context", "32,64", "--weights", "int4", "--format", "json"])
+  assert args.func(args) == 0
+  assert '"phase": "decode"' in capsys.readouterr().out
+  args = parser.parse_args(["estimate", "--model", "llama3-405b"])
+  assert args.func(args) == 0
+  out = capsys.readouterr().out
+  assert "811.71" in out and "81.2" in out
+  assert isinstance(args, argparse.Namespace)
