@@ -196,7 +196,7 @@ _REMAT_TO_RECOMPUTE = {"none": "none", "full": "full", "nothing_saveable": "full
 
 def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
   reasons = []
-  if component in ("temp", "activations"):
+  if component in ("temp", "total"):
     if cfg.style == "llama3":
       reasons.append("SwiGLU keeps three d_ff-wide tensors where the formula's GELU MLP keeps two of 4h")
       if cfg.num_kv_heads < cfg.num_heads:
