@@ -22,10 +22,10 @@ class _Parser(argparse.ArgumentParser):
     raise JaxmemError(f"{message} (see {self.prog} --help)")
 
 
-def _add_workload(p: argparse.ArgumentParser) -> None:
+def _add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024) -> None:
   p.add_argument("--model", default="gpt2-small", help="model preset (see `jaxmem models`); default gpt2-small")
-  p.add_argument("--batch", type=int, default=8, help="global batch size; default 8")
-  p.add_argument("--seq", type=int, default=1024, help="sequence length; default 1024")
+  p.add_argument("--batch", type=int, default=batch, help=f"global batch size; default {batch or 'searched'}")
+  p.add_argument("--seq", type=int, default=seq, help=f"sequence length; default {seq or 'searched'}")
   p.add_argument(
       "--target",
       default=None,
@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all; none is always the baseline (default {DEFAULT_REMAT})")
   c.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
   c.set_defaults(func=cmd_compare)
+  f = sub.add_parser("fit", help="the largest batch (or sequence) that fits, per remat policy, optimizer and mesh")
+  _add_workload(f, batch=None, seq=None)
+  f.add_argument("--over", default="batch", help="search the batch (default) or seq")
+  f.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all (default {DEFAULT_REMAT})")
+  f.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
+  f.set_defaults(func=cmd_fit)
   v = sub.add_parser("validate", help="run real steps on the attached accelerator: measured peak vs predicted")
   _add_workload(v)
   v.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all (default {DEFAULT_REMAT})")
@@ -179,6 +185,66 @@ def _run_sweep(tasks, args: argparse.Namespace):
   if cache.hits:
     print(f"jaxmem: {cache.hits} of {len(tasks)} configurations from the cache ({cache.directory}; --no-cache to recompile)", file=sys.stderr)
   return [cmp.row_from_dict(d) for d in dicts]
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+  import math
+
+  from jaxmem import fit
+  from jaxmem import format as fmt
+  from jaxmem import sharding as shd
+  from jaxmem import sweep as cmp
+  from jaxmem import targets
+  from jaxmem.cache import RowCache
+
+  fmt.check_format(args.format)
+  if args.over not in ("batch", "seq"):
+    raise JaxmemError(f"--over must be batch or seq (got {args.over!r})")
+  args.target, chosen = _resolve_target(args)
+  searching = args.batch is None if args.over == "batch" else args.seq is None
+  # A template workload every mesh accepts (the searched dimension is replaced per probe): the
+  # smallest batch the data axes divide.
+  meshes = [shd.parse_mesh(m) for m in args.mesh or []] or [
+      shd.default_mesh(targets.get_target(args.target, slices=args.slices).num_devices)
+  ]
+  batch = args.batch if args.batch is not None else math.lcm(*[shd.data_parallel_size(m) for m in meshes])
+  seq = args.seq if args.seq is not None else (1024 if args.over == "batch" else fit.SEQ_QUANTUM)
+  plan = cmp.plan(
+      model=args.model,
+      remat=args.remat,
+      optimizer=args.optimizer,
+      batch=batch,
+      seq=seq,
+      target=args.target,
+      mesh=args.mesh,
+      param_dtype=args.param_dtype,
+      dtype=args.dtype,
+      slices=args.slices,
+  )
+  fit.require_capacity(plan)
+  if chosen:
+    print(chosen, file=sys.stderr)
+  cache = RowCache(enabled=not args.no_cache)
+  if not searching:
+    rows = _run_sweep(plan.tasks(), args)
+    if rows is None:
+      return 130
+    ranked = fit.rank(rows)
+    _emit(fmt.render_ranked(ranked, args.format), args.output)
+    return 0
+  bar = _progress(len(plan.tasks()) * 8, args.format)
+  on_round = None if bar is None else (lambda r, n: (bar.set_postfix_str(f"round {r}"), bar.update(n)))
+  try:
+    results = fit.search(plan, over=args.over, jobs=args.jobs, scheduler=args.scheduler, cache=cache, on_round=on_round)
+  except KeyboardInterrupt:
+    print("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)", file=sys.stderr)
+    return 130
+  finally:
+    if bar is not None:
+      bar.close()
+  results = fit.with_recompute(results, plan, lambda row: cmp.baseline_flops(plan, row))
+  _emit(fmt.render_fit(results, args.format), args.output)
+  return 0
 
 
 def _progress(total: int, fmt_name: str):

@@ -214,3 +214,54 @@ class _Dict(dict):
 
   def as_dict(self) -> dict[str, Any]:
     return dict(self)
+
+
+def render_ranked(rows: Sequence[Any], fmt: str) -> str:
+  """Configurations for one workload, ranked (fitting, cheapest recompute first), with the
+  recommendation said first."""
+  check_format(fmt)
+  best = next((r for r in rows if r.fits), None)
+  if best is None:
+    advice = "recommendation: none of these configurations fits; try a smaller batch, remat full, or more devices"
+  else:
+    pct = "-" if best.recompute_overhead_pct is None else f"{best.recompute_overhead_pct:+.1f}% recompute"
+    advice = (
+        f"recommendation: mesh {best.mesh}, {best.optimizer}, remat {best.remat} "
+        f"({_size(best.required_bytes, GiB)} of {_size(best.capacity_bytes, GiB)} GiB per device, {pct})"
+    )
+  if fmt == "json":
+    return json.dumps(envelope(rows, recommended=None if best is None else _as_dict(best)), indent=2)
+  if fmt == "csv":
+    return render_csv(rows)
+  return advice + "\n\n" + render_compare(rows, fmt)
+
+
+def render_fit(results: Sequence[Any], fmt: str) -> str:
+  """The largest fitting workload per configuration."""
+  check_format(fmt)
+  if fmt == "json":
+    return json.dumps(envelope(results), indent=2)
+  if fmt == "csv":
+    return render_csv([r.as_dict() for r in results])
+  over = results[0].over if results else "batch"
+  records = []
+  for r in results:
+    row = r.row
+    records.append(
+        {
+            "mesh": r.mesh,
+            "optimizer": r.optimizer,
+            "remat": r.remat,
+            f"max {over}": r.max_batch if over == "batch" else r.max_seq,
+            "required GiB": None if row is None else _size(row.required_bytes, GiB),
+            "capacity GiB": None if row is None else _size(row.capacity_bytes, GiB),
+            "temp GiB": None if row is None else _size(row.temp_size_in_bytes, GiB),
+            "recompute": None if row is None or row.recompute_overhead_pct is None else f"{row.recompute_overhead_pct:+.1f}%",
+            "compiles": r.compiles,
+            "note": r.note,
+        }
+    )
+  r0 = next((r.row for r in results if r.row is not None), None)
+  fixed = "" if r0 is None else (f" · seq {r0.seq}" if over == "batch" else f" · batch {r0.batch}")
+  head = "" if r0 is None else f"model {r0.model} · target {r0.target}{fixed} · largest {over} that fits, per device figures at it\n\n"
+  return head + render_records(records, fmt)

@@ -23,7 +23,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.flops import jaxpr_flops
 from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
-from jaxmem.remat import RematPolicy, parse_remat
+from jaxmem.remat import REMAT_POLICIES, RematPolicy, parse_remat
 from jaxmem.report import MemoryReport, read_compiled
 from jaxmem.cache import RowCache
 from jaxmem.runner import Task, run_tasks
@@ -300,3 +300,13 @@ def compare(
 def row_from_dict(d: dict[str, Any]) -> Row:
   """A row back from its ``as_dict()`` (from a worker process or the cache)."""
   return Row(**{**d, "notes": tuple(d.get("notes") or ())})
+
+
+def baseline_flops(p: Plan, row: Row) -> float | None:
+  """FLOPs per device of the no-remat program at ``row``'s workload: traced, not compiled."""
+  mesh = shd.parse_mesh(row.mesh)
+  opt = next(o for o in p.optimizers if o.name == row.optimizer)
+  program = build_train_program(
+      p.cfg, remat=REMAT_POLICIES["none"], optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh
+  )
+  return jaxpr_flops(program.trace().jaxpr.jaxpr) / p.target.num_devices
