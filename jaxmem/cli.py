@@ -57,7 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
   _add_workload(c)
   c.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all; none is always the baseline (default {DEFAULT_REMAT})")
   c.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
+  c.add_argument("--residuals", action="store_true", help="list what each remat policy saves for the backward pass, per layer")
   c.set_defaults(func=cmd_compare)
+  from jaxmem import infer_cli
+  from jaxmem.explain_cli import add_explain_parser
+
+  infer_cli.add_compare_flags(c)
+  infer_cli.add_infer_parsers(sub, _add_workload)
+  add_explain_parser(sub, _add_workload)
   f = sub.add_parser("fit", help="the largest batch (or sequence) that fits, per remat policy, optimizer and mesh")
   _add_workload(f, batch=None, seq=None)
   f.add_argument("--over", default="batch", help="search the batch (default) or seq")
@@ -137,11 +144,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
   )
   if chosen:  # said once the input is known to be good, so an error stays one line
     print(chosen, file=sys.stderr)
+  if args.residuals:
+    return _residuals(args)
   tasks = plan.tasks()
   rows = _run_sweep(tasks, args)
   if rows is None:
     return 130
-  _emit(fmt.render_compare(cmp.with_overheads(rows), args.format, totals=args.totals), args.output)
+  from jaxmem import infer_cli
+
+  rows = cmp.with_overheads(rows)
+  extras = infer_cli.compare_extras(args, rows)
+  if args.format == "json":
+    import json
+
+    _emit(json.dumps(fmt.envelope(rows, **extras), indent=2), args.output)
+  else:
+    text = fmt.render_compare(rows, args.format, totals=args.totals)
+    _emit(text + infer_cli.render_compare_extras(extras, args.format), args.output)
+  return 0
+
+
+def _residuals(args: argparse.Namespace) -> int:
+  """compare --residuals: what each policy saves per layer, from JAX's own residual listing."""
+  from jaxmem.explain_cli import residuals_table
+  from jaxmem.residuals import saved_residuals_by_policy
+
+  rows = saved_residuals_by_policy(
+      model=args.model, remat=args.remat, batch=args.batch, seq=args.seq, param_dtype=args.param_dtype, dtype=args.dtype
+  )
+  _emit(residuals_table(rows, args.format), args.output)
   return 0
 
 
