@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
   f.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all (default {DEFAULT_REMAT})")
   f.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
   f.set_defaults(func=cmd_fit)
+  sc = sub.add_parser("scale", help="each memory component against batch and sequence length, with growth exponents")
+  _add_workload(sc)
+  sc.add_argument("--over", action="append", default=None, help="seq=1024,2048,4096 or batch=8,16,32 (repeatable)")
+  sc.add_argument("--remat", default="none", help="policies, comma separated (default none)")
+  sc.add_argument("--optimizer", default="adamw", help="optimizers, comma separated; default adamw")
+  sc.add_argument("--plot", default=None, metavar="FILE", help="write the curves (png, svg, pdf) with the capacity as a line")
+  sc.set_defaults(func=cmd_scale)
   v = sub.add_parser("validate", help="run real steps on the attached accelerator: measured peak vs predicted")
   _add_workload(v)
   v.add_argument("--remat", default=DEFAULT_REMAT, help=f"policies, comma separated, or all (default {DEFAULT_REMAT})")
@@ -157,7 +164,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
   if args.format == "json":
     import json
 
-    _emit(json.dumps(fmt.envelope(rows, **extras), indent=2), args.output)
+    out = [fmt.with_totals(r) for r in rows] if args.totals else rows
+    _emit(json.dumps(fmt.envelope(out, **extras), indent=2), args.output)
   else:
     text = fmt.render_compare(rows, args.format, totals=args.totals)
     _emit(text + infer_cli.render_compare_extras(extras, args.format), args.output)
@@ -275,6 +283,44 @@ def cmd_fit(args: argparse.Namespace) -> int:
       bar.close()
   results = fit.with_recompute(results, plan, lambda row: cmp.baseline_flops(plan, row))
   _emit(fmt.render_fit(results, args.format), args.output)
+  return 0
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+  from jaxmem import format as fmt
+  from jaxmem import scale
+  from jaxmem import sweep as cmp
+
+  fmt.check_format(args.format)
+  over = scale.parse_over(args.over or [])
+  args.target, chosen = _resolve_target(args)
+  tasks = []
+  for batch, seq in scale.grid(over, args.batch, args.seq):
+    plan = cmp.plan(
+        model=args.model,
+        remat=args.remat,
+        optimizer=args.optimizer,
+        batch=batch,
+        seq=seq,
+        target=args.target,
+        mesh=args.mesh,
+        param_dtype=args.param_dtype,
+        dtype=args.dtype,
+        slices=args.slices,
+    )
+    # scale measures what the user named: the no-remat baseline only if asked for.
+    names = {n.strip() for n in args.remat.split(",")}
+    tasks += [t for t in plan.tasks() if t.remat in names or args.remat == "all"]
+  if chosen:
+    print(chosen, file=sys.stderr)
+  rows = _run_sweep(tasks, args)
+  if rows is None:
+    return 130
+  rows = cmp.with_overheads(rows)
+  growth = scale.growth_exponents(rows, over)
+  if args.plot:
+    scale.plot(rows, over, args.plot)
+  _emit(fmt.render_scale(rows, growth, args.format, totals=args.totals), args.output)
   return 0
 
 

@@ -124,7 +124,7 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
     return "no rows"
   biggest = max((getattr(r, f) or 0) for r in rows for f in ("total_bytes", "argument_size_in_bytes", "param_bytes"))
   unit, uname = (GiB, "GiB") if biggest >= GiB // 10 else (MiB, "MiB")
-  base = {(r.target, r.mesh, r.optimizer): r for r in rows if r.remat == "none"}
+  base = {(r.target, r.mesh, r.optimizer, r.batch, r.seq): r for r in rows if r.remat == "none"}
   varying = [k for k in ("model", "target", "batch", "seq") if len({getattr(r, k) for r in rows}) > 1]
   show_mesh = len({r.mesh for r in rows}) > 1 or rows[0].num_devices > 1
   show_opt = len({r.optimizer for r in rows}) > 1
@@ -141,7 +141,7 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
   headers += ["model params", "Σ params", "Σ opt state", "Σ argument", "Σ total"] if totals else []
   body = []
   for r in rows:
-    b = base.get((r.target, r.mesh, r.optimizer))
+    b = base.get((r.target, r.mesh, r.optimizer, r.batch, r.seq))
     line = [str(getattr(r, k)) for k in varying]
     line += [r.mesh] if show_mesh else []
     line += [r.optimizer] if show_opt else []
@@ -265,3 +265,30 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   fixed = "" if r0 is None else (f" · seq {r0.seq}" if over == "batch" else f" · batch {r0.batch}")
   head = "" if r0 is None else f"model {r0.model} · target {r0.target}{fixed} · largest {over} that fits, per device figures at it\n\n"
   return head + render_records(records, fmt)
+
+
+def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
+  """Per-point figures, then the fitted growth exponent of each component."""
+  check_format(fmt)
+  if fmt == "json":
+    return json.dumps(envelope(rows, growth=[g.as_dict() for g in growth]), indent=2)
+  if fmt == "csv":
+    return render_csv(rows)
+  records = [
+      {
+          "mesh": g.mesh,
+          "optimizer": g.optimizer,
+          "remat": g.remat,
+          "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
+          "batch exponent": _exponent(g.batch_exponent),
+          "seq exponent": _exponent(g.seq_exponent),
+      }
+      for g in growth
+  ]
+  table = render_compare(rows, fmt, totals=totals)
+  exps = render_records(records, fmt)
+  return f"{table}\n\ngrowth exponents (bytes ~ batch^a x seq^b; 0 constant, 1 linear, 2 quadratic):\n\n{exps}"
+
+
+def _exponent(x: float | None) -> str | None:
+  return None if x is None else f"{x + 0.0:.2f}".replace("-0.00", "0.00")

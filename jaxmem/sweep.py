@@ -245,11 +245,13 @@ def _one_line(message: str) -> str:
 
 
 def with_overheads(rows: list[Row]) -> list[Row]:
-  """Fills ``recompute_overhead_pct``: FLOPs over the ``none`` row of the same mesh/optimizer."""
-  base = {(r.mesh, r.optimizer): r.flops for r in rows if r.remat == "none" and r.flops}
+  """Fills ``recompute_overhead_pct``: FLOPs over the ``none`` row of the same target, mesh,
+  optimizer and workload (rows without one keep ``None``)."""
+  key = lambda r: (r.target, r.mesh, r.optimizer, r.batch, r.seq)  # noqa: E731
+  base = {key(r): r.flops for r in rows if r.remat == "none" and r.flops}
   out = []
   for r in rows:
-    b = base.get((r.mesh, r.optimizer))
+    b = base.get(key(r))
     pct = None if (b is None or r.flops is None) else 100.0 * (r.flops - b) / b
     out.append(dataclasses.replace(r, recompute_overhead_pct=pct))
   return out

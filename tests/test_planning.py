@@ -1,0 +1,160 @@
+"""Planning at speed: fit, scale, the row cache, resuming, parallel and Dask sweeps."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxmem import accelerators as acc
+from jaxmem import fit, scale, sweep
+from jaxmem.cache import RowCache
+from jaxmem.cli import main
+from jaxmem.errors import JaxmemError
+from jaxmem.models import get_config
+from jaxmem.runner import run_tasks
+
+TPU_OK, TPU_WHY = acc.tpu_compiler_available()
+GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
+TINY = dict(model="tiny", batch=2, seq=16, target="cpu")
+
+
+def test_cache_returns_identical_rows(tmp_path):
+  cache = RowCache(tmp_path)
+  first = sweep.compare(**TINY, remat="full", optimizer="sgd", cache=cache)
+  assert cache.hits == 0
+  again = sweep.compare(**TINY, remat="full", optimizer="sgd", cache=cache)
+  assert cache.hits == len(first) == 2
+  assert [r.as_dict() for r in again] == [r.as_dict() for r in first]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(batch=4),
+        dict(seq=32),
+        dict(remat="dots_saveable"),
+        dict(optimizer="lion"),
+        dict(mesh="data=2", target="cpu:2"),
+        dict(mesh="fsdp=2", target="cpu:2"),
+        dict(param_dtype="bfloat16"),
+        dict(model="tiny-gpt2"),
+    ],
+)
+def test_cache_misses_when_any_key_part_changes(change):
+  base = sweep.plan(**TINY, remat="full", optimizer="sgd").tasks()[-1]
+  kwargs = {**TINY, "remat": "full", "optimizer": "sgd", **change}
+  other = sweep.plan(**kwargs).tasks()[-1]
+  assert base.cache_key() != other.cache_key()
+  assert base.cache_key() == sweep.plan(**TINY, remat="full", optimizer="sgd").tasks()[-1].cache_key()
+
+
+def test_killed_sweep_resumes_without_recompiling(tmp_path):
+  env = {**os.environ, "JAXMEM_CACHE_DIR": str(tmp_path), "JAX_PLATFORMS": "cpu"}
+  argv = [sys.executable, "-m", "jaxmem", "compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--target", "cpu"]
+  argv += ["--remat", "full,dots_saveable,save_qkv_proj,save_out_proj", "--format", "json"]
+  proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  rows_dir = tmp_path / "rows"
+  deadline = time.time() + 120
+  while time.time() < deadline and len(list(rows_dir.glob("*.json"))) < 2:
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  finished = len(list(rows_dir.glob("*.json")))
+  assert 2 <= finished < 5, "kill the sweep midway"
+  out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+  assert f"{finished} of 5 configurations from the cache" in out.stderr
+  assert len(json.loads(out.stdout)["rows"]) == 5
+
+
+def test_parallel_jobs_give_the_same_rows(tmp_path):
+  serial = sweep.compare(**TINY, remat="full", optimizer="sgd,adamw")
+  parallel = sweep.compare(**TINY, remat="full", optimizer="sgd,adamw", jobs=2)
+  strip = lambda rows: [{k: v for k, v in r.as_dict().items() if k != "compile_seconds"} for r in rows]  # noqa: E731
+  assert strip(parallel) == strip(serial)
+
+
+def test_dask_path_gives_the_same_rows():
+  distributed = pytest.importorskip("distributed")
+  local = sweep.compare(**TINY, remat="full", optimizer="sgd")
+  with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    remote = sweep.compare(**TINY, remat="full", optimizer="sgd", scheduler=cluster.scheduler_address)
+  strip = lambda rows: [{k: v for k, v in r.as_dict().items() if k != "compile_seconds"} for r in rows]  # noqa: E731
+  assert strip(remote) == strip(local)
+
+
+def test_unreachable_scheduler_is_one_line(capsys):
+  argv = ["compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--target", "cpu", "--no-cache"]
+  assert main([*argv, "--scheduler", "tcp://127.0.0.1:1"]) == 2
+  err = capsys.readouterr().err
+  assert "cannot reach the Dask scheduler" in err and "Traceback" not in err
+
+
+# Big enough that the largest batch is some hundreds, small enough to compile in seconds.
+MID = get_config("tiny", d_model=256, d_ff=1024, num_heads=4, num_kv_heads=2, head_dim=64, vocab_size=8192, num_layers=2)
+
+
+@pytest.mark.skipif(not TPU_OK, reason=f"TPU compiler unavailable: {TPU_WHY}")
+def test_fit_agrees_with_compare_on_tpu():
+  p = sweep.plan(model=MID, remat="full", optimizer="adamw", batch=1, seq=1024, target="tpu:v5e-1")
+  p = dataclasses.replace(p, remats=p.remats[1:])  # search `full` only, to keep the test short
+  (found,) = fit.search(p)
+  assert found.remat == "full" and found.max_batch and found.row.fits and found.compiles <= 12
+  mesh, opt, rp = p.configs()[0]
+  at = sweep.run_config(dataclasses.replace(p, batch=found.max_batch), mesh, opt, rp)
+  above = sweep.run_config(dataclasses.replace(p, batch=found.max_batch + 1), mesh, opt, rp)
+  assert at.fits is True
+  assert above.fits is False
+
+
+def test_fit_needs_a_capacity():
+  with pytest.raises(JaxmemError, match="needs a target with a memory capacity"):
+    fit.search(sweep.plan(**TINY))
+
+
+@pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
+def test_fit_with_a_workload_ranks_and_recommends(capsys):
+  argv = ["fit", "--model", "tiny", "--batch", "8", "--seq", "64", "--target", "gpu:h100", "--remat", "full,dots_saveable"]
+  assert main(argv) == 0
+  out = capsys.readouterr().out
+  first = out.splitlines()[0]
+  assert first.startswith("recommendation: mesh fsdp=1, adamw, remat ")
+  # All fit a tiny model: the cheapest recompute (no remat) is recommended.
+  assert "remat none" in first
+
+
+@pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
+def test_scale_temporaries_grow_with_sequence(tmp_path):
+  plot = tmp_path / "scale.png"
+  argv = ["scale", "--model", "tiny", "--batch", "4", "--target", "gpu:h100", "--over", "seq=128,256,512"]
+  assert main([*argv, "--remat", "none", "--format", "json", "--plot", str(plot)]) == 0
+  assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scale_exponents_from_rows():
+  rows = []
+  for seq in (64, 128, 256):
+    rows += sweep.compare(model="tiny", batch=4, seq=seq, target="cpu", remat="none")
+  growth = {g.component: g for g in scale.growth_exponents(rows, {"seq": [64, 128, 256]})}
+  assert growth["temp_size_in_bytes"].seq_exponent > 0.8  # activations grow with the sequence
+  assert abs(growth["param_bytes"].seq_exponent) < 0.01  # parameters do not
+  assert growth["param_bytes"].batch_exponent is None
+
+
+@pytest.mark.parametrize("spec,match", [(["seq=1024"], "at least two"), (["len=1,2"], "seq=1024"), ([], "needs --over")])
+def test_bad_over(spec, match):
+  with pytest.raises(JaxmemError, match=match):
+    scale.parse_over(spec)
+
+
+def test_run_tasks_reports_cached_rows(tmp_path):
+  cache = RowCache(tmp_path)
+  tasks = sweep.plan(**TINY, remat="full", optimizer="sgd").tasks()
+  run_tasks(tasks, cache=cache)
+  seen = []
+  run_tasks(tasks, cache=cache, on_row=lambda i, row, cached: seen.append((i, cached)))
+  assert sorted(seen) == [(0, True), (1, True)]
