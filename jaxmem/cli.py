@@ -131,13 +131,11 @@ def _resolve_target(args: argparse.Namespace) -> tuple[str, str | None]:
   return name, f"jaxmem: target {name} ({why}; choose with --target)"
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def _plan(args: argparse.Namespace, **override):
+  """sweep.plan from the shared workload flags; ``override`` replaces any of them."""
   from jaxmem import sweep as cmp
-  from jaxmem import format as fmt
 
-  fmt.check_format(args.format)
-  args.target, chosen = _resolve_target(args)
-  plan = cmp.plan(
+  kwargs = dict(
       model=args.model,
       remat=args.remat,
       optimizer=args.optimizer,
@@ -149,6 +147,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
       dtype=args.dtype,
       slices=args.slices,
   )
+  return cmp.plan(**{**kwargs, **override})
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+  from jaxmem import sweep as cmp
+  from jaxmem import format as fmt
+
+  fmt.check_format(args.format)
+  args.target, chosen = _resolve_target(args)
+  plan = _plan(args)
   if chosen:  # said once the input is known to be good, so an error stays one line
     print(chosen, file=sys.stderr)
   if args.residuals:
@@ -248,18 +256,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
   ]
   batch = args.batch if args.batch is not None else math.lcm(*[shd.data_parallel_size(m) for m in meshes])
   seq = args.seq if args.seq is not None else (1024 if args.over == "batch" else fit.SEQ_QUANTUM)
-  plan = cmp.plan(
-      model=args.model,
-      remat=args.remat,
-      optimizer=args.optimizer,
-      batch=batch,
-      seq=seq,
-      target=args.target,
-      mesh=args.mesh,
-      param_dtype=args.param_dtype,
-      dtype=args.dtype,
-      slices=args.slices,
-  )
+  plan = _plan(args, batch=batch, seq=seq)
   fit.require_capacity(plan)
   if chosen:
     print(chosen, file=sys.stderr)
@@ -271,7 +268,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     ranked = fit.rank(rows)
     _emit(fmt.render_ranked(ranked, args.format), args.output)
     return 0
-  bar = _progress(len(plan.tasks()) * 8, args.format)
+  # The number of compiles is known only at the end: the bar counts them, with no total.
+  bar = _progress(len(plan.tasks()), args.format, unknown_total=True)
   on_round = None if bar is None else (lambda r, n: (bar.set_postfix_str(f"round {r}"), bar.update(n)))
   try:
     results = fit.search(plan, over=args.over, jobs=args.jobs, scheduler=args.scheduler, cache=cache, on_round=on_round)
@@ -296,18 +294,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
   args.target, chosen = _resolve_target(args)
   tasks = []
   for batch, seq in scale.grid(over, args.batch, args.seq):
-    plan = cmp.plan(
-        model=args.model,
-        remat=args.remat,
-        optimizer=args.optimizer,
-        batch=batch,
-        seq=seq,
-        target=args.target,
-        mesh=args.mesh,
-        param_dtype=args.param_dtype,
-        dtype=args.dtype,
-        slices=args.slices,
-    )
+    plan = _plan(args, batch=batch, seq=seq)
     # scale measures what the user named: the no-remat baseline only if asked for.
     names = {n.strip() for n in args.remat.split(",")}
     tasks += [t for t in plan.tasks() if t.remat in names or args.remat == "all"]
@@ -324,17 +311,22 @@ def cmd_scale(args: argparse.Namespace) -> int:
   return 0
 
 
-def _progress(total: int, fmt_name: str):
-  """A progress bar on stderr for sweeps of several configurations, only on a terminal."""
+def _progress(total: int, fmt_name: str, *, unknown_total: bool = False):
+  """A progress bar with ETA on stderr for sweeps of several configurations, only on a terminal."""
   if total < 3 or fmt_name == "json" or not sys.stderr.isatty() or os.environ.get("JAXMEM_NO_PROGRESS"):
     return None
   from tqdm import tqdm
 
-  return tqdm(total=total, unit="config", file=sys.stderr, dynamic_ncols=True, leave=False)
+  return tqdm(
+      total=None if unknown_total else total,
+      unit="compile" if unknown_total else "config",
+      file=sys.stderr,
+      dynamic_ncols=True,
+      leave=False,
+  )
 
 
 def _validation_plan(args: argparse.Namespace):
-  from jaxmem import sweep as cmp
   from jaxmem import targets
   from jaxmem import validate as val
 
@@ -342,17 +334,7 @@ def _validation_plan(args: argparse.Namespace):
     raise JaxmemError(f"validate runs on the attached devices; drop --target {args.target}")
   _start_jax("attached")
   val.require_accelerator(targets.get_target("attached").platform)
-  return cmp.plan(
-      model=args.model,
-      remat=args.remat,
-      optimizer=args.optimizer,
-      batch=args.batch,
-      seq=args.seq,
-      target="attached",
-      mesh=args.mesh,
-      param_dtype=args.param_dtype,
-      dtype=args.dtype,
-  )
+  return _plan(args, target="attached", slices=1)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

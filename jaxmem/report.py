@@ -38,7 +38,8 @@ from typing import Any
 
 import jax
 
-_MEMORY_FIELDS = (
+# XLA's own field names, as memory_analysis() spells them.
+MEMORY_FIELDS = (
     "argument_size_in_bytes",
     "output_size_in_bytes",
     "alias_size_in_bytes",
@@ -47,6 +48,8 @@ _MEMORY_FIELDS = (
     "host_temp_size_in_bytes",
     "peak_memory_in_bytes",
 )
+# What every result row carries from the compiler: XLA's fields and jaxmem's total.
+COMPILER_FIELDS = (*MEMORY_FIELDS, "total_bytes")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -95,9 +98,9 @@ def read_compiled(
   values: dict[str, int | None] = {}
   if stats is None:
     notes.append(f"memory_analysis() returned None on {platform}: no memory figures")
-    values = dict.fromkeys(_MEMORY_FIELDS)
+    values = dict.fromkeys(MEMORY_FIELDS)
   else:
-    for field in _MEMORY_FIELDS:
+    for field in MEMORY_FIELDS:
       v = getattr(stats, field, None)
       values[field] = None if v is None else int(v)
       if v is None:

@@ -24,23 +24,12 @@ from jaxmem.flops import jaxpr_flops
 from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
 from jaxmem.remat import REMAT_POLICIES, RematPolicy, parse_remat
-from jaxmem.report import MemoryReport, read_compiled
+from jaxmem.report import COMPILER_FIELDS, MemoryReport, read_compiled
 from jaxmem.cache import RowCache
 from jaxmem.runner import Task, run_tasks
 from jaxmem.targets import Target, cpu_devices_needed, get_target, start_jax, with_capacity
 from jaxmem.train import build_train_program, check_batch
 
-# The compiler fields every row carries, in XLA's own names (see jaxmem.report).
-COMPILER_FIELDS = (
-    "argument_size_in_bytes",
-    "output_size_in_bytes",
-    "alias_size_in_bytes",
-    "temp_size_in_bytes",
-    "generated_code_size_in_bytes",
-    "host_temp_size_in_bytes",
-    "peak_memory_in_bytes",
-    "total_bytes",
-)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
