@@ -47,6 +47,11 @@ def _add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int
   p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
   p.add_argument("--scheduler", default=None, help="compile on the Dask cluster at this address (tcp://host:8786)")
   p.add_argument("--no-cache", action="store_true", help="recompile everything instead of reusing cached rows")
+  p.add_argument(
+      "--distributed",
+      action="store_true",
+      help="multi-host TPU/GPU VMs: call jax.distributed.initialize() first and run the same command on every host",
+  )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,14 +104,27 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _start_jax(target: str | None) -> None:
+def _start_jax(target: str | None, *, distributed: bool = False) -> None:
   """Starts JAX for the CLI before anything else touches it (see targets.start_jax)."""
   from jaxmem import targets
 
+  if distributed:
+    import jax
+
+    try:
+      # Finds the coordinator from the Cloud TPU / SLURM / Kubernetes environment.
+      jax.distributed.initialize()
+    except (ValueError, RuntimeError) as e:
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      raise JaxmemError(f"--distributed: jax.distributed.initialize() failed: {first}") from None
   targets.start_jax(targets.cpu_devices_needed([target or ""]))
 
 
 def _emit(text: str, output: str | None) -> None:
+  import jax
+
+  if jax.process_index() != 0:  # multi-host: every host computes, the first one reports
+    return
   print(text)
   if output:
     _write(output, text)
@@ -124,7 +142,7 @@ def _resolve_target(args: argparse.Namespace) -> tuple[str, str | None]:
   """(target, why): the --target given, or the default and the reason it was chosen."""
   from jaxmem import targets
 
-  _start_jax(args.target)
+  _start_jax(args.target, distributed=getattr(args, "distributed", False))
   if args.target:
     return args.target, None
   name, why = targets.default_target_name()
@@ -332,7 +350,7 @@ def _validation_plan(args: argparse.Namespace):
 
   if args.target not in (None, "attached"):
     raise JaxmemError(f"validate runs on the attached devices; drop --target {args.target}")
-  _start_jax("attached")
+  _start_jax("attached", distributed=args.distributed)
   val.require_accelerator(targets.get_target("attached").platform)
   return _plan(args, target="attached", slices=1)
 
