@@ -141,3 +141,12 @@ def test_default_target_is_said(capsys, monkeypatch):
   name, why = tg.default_target_name()
   assert name in tg.DEFAULT_ACCELERATORS or name in ("cpu", "attached")
   assert why
+
+
+@needs_tpu
+def test_multislice_target_compiles():
+  t = tg.get_target("tpu:v5e-4", slices=2)
+  assert t.num_devices == 8 and t.name == "tpu:v5e-4x2slices"
+  rows = sweep.compare(model="tiny", batch=8, seq=32, target="tpu:v5e-4", slices=2, mesh="data=2,fsdp=4", remat="none")
+  assert rows[0].error is None and rows[0].num_devices == 8
+  assert rows[0].comm_bytes > 0  # gradients cross the slices
