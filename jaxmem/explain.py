@@ -76,6 +76,11 @@ class PeakBuffer:
   module: str  # the model class (Attention, SwiGLU, ...) or code that made it
   phase: str  # where the schedule defines it: forward, backward, optimizer
   live: tuple[int, int]  # schedule positions, inclusive
+  # Set when the value came out of a loop (the scan over the layers): op_name, source and module
+  # are then those of ``producer``, the instruction in the loop body that computes it, and
+  # ``via_loop`` is the while instruction (``hlo`` stays the loop's output as the dump names it).
+  via_loop: str | None = None
+  producer: str | None = None
 
   def as_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
@@ -237,7 +242,10 @@ class _Info:
 
 
 def _info(hlo: Hlo, name: str) -> _Info:
-  ins = hlo.described(name)
+  return _described(hlo, hlo.described(name))
+
+
+def _described(hlo: Hlo, ins) -> _Info:
   if ins is None:
     return _Info("", None, "(compiler)", "other")
   stack = hlo.stack(ins.frame)
@@ -249,6 +257,10 @@ def _info(hlo: Hlo, name: str) -> _Info:
         source = f"{_short(f)}:{line}"
       if module is None and "." in fn and not fn.startswith("<") and "<locals>" not in fn.split(".")[0]:
         module = fn.split(".")[0]
+  if module is None:
+    # Model code in a plain function (rope's apply_rope): XLA keeps only the innermost frames of
+    # a scanned layer, so the method that called it is often not there; the function names it.
+    module = next((fn for f, fn, _ in stack if "/models/" in f and not any(s in f for s in _LIBRARY) and not fn.startswith("<")), None)
   if module is None:
     opt = next((fn for f, fn, _ in stack if "/optax/" in f), None)
     module = f"optax {opt.split('.')[0]}" if opt else ("train_step" if stack else "(compiler)")
@@ -281,6 +293,14 @@ def analyse(
     if name not in infos:
       infos[name] = _info(hlo, name)
     return infos[name]
+
+  def attribution(v) -> tuple[_Info, Any]:
+    """A value's info, from the op in the loop body that made it when it came out of a loop."""
+    idx = v.key[len(v.name):].strip("{}")
+    origin = hlo.origin(v.name, int(idx) if idx.isdigit() else None)
+    if origin is None:
+      return info(v.name), None
+    return _described(hlo, origin.instruction), origin
 
   # Phase spans over the schedule. A few ops are scheduled out of their pass (constants and
   # broadcasts hoisted early), so each boundary is the split that the most ops agree with.
@@ -367,7 +387,7 @@ def analyse(
   peak_buffers = []
   for own, a, row, k in buffers:
     v = row[5]
-    nfo = info(v.name)
+    nfo, origin = attribution(v)
     module = nfo.module if a.kind == "temp" else ("inputs" if KINDS[k] == "parameter" else "outputs")
     by_module[module] += own
     by_kind[KINDS[k]] += own
@@ -378,6 +398,7 @@ def analyse(
               size_bytes=own, shape=f"[{dims}]" if dt else v.shape, dtype=dt or "tuple", kind=KINDS[k],
               hlo=v.key.removesuffix("{}"), op_name=nfo.op_name, source=nfo.source, module=module,
               phase=_region(regions, int(row[0])), live=(int(row[0]), int(row[1])),
+              via_loop=origin.loop if origin else None, producer=origin.instruction.name if origin else None,
           )
       )
 

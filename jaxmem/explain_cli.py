@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source")
+# via_loop: the while the value came out of when op_name/source are those of the op in its body.
+JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source", "via_loop")
 
 
 def add_explain_parser(subparsers, add_workload) -> argparse.ArgumentParser:
@@ -102,7 +103,9 @@ def render_explain(result, fmt_name: str) -> str:
       f"at schedule position {r.peak_position}, {r.live_buffer_count} buffers"
   ]
   bufs = [
-      {uname: size(b.size_bytes), "kind": b.kind, "dtype": b.dtype, "shape": b.shape, "hlo": b.hlo,
+      {uname: size(b.size_bytes), "kind": b.kind, "dtype": b.dtype, "shape": b.shape,
+       # A loop's output says which op in the body made it: the op_name and source are that op's.
+       "hlo": b.hlo if not b.via_loop else f"{b.hlo} <- {b.via_loop} body {b.producer}",
        "module": b.module, "source": b.source or "-", "op_name": b.op_name or "-"}
       for b in r.peak_buffers
   ]
@@ -112,7 +115,11 @@ def render_explain(result, fmt_name: str) -> str:
          "", render_records(groups, fmt_name), "", render_records(kinds, fmt_name)]
   if fmt_name == "table":
     out += ["", timeline_text(r)]
-  out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in r.notes]
+  notes = list(r.notes)
+  if any(b.via_loop for b in r.peak_buffers):
+    notes.append("hlo 'X <- W body P': X came out of the loop W (the scan over the layers); module, source "
+                 "and op_name are those of P, the instruction in W's body that computes it")
+  out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in notes]
   return "\n".join(out).rstrip()
 
 

@@ -170,6 +170,9 @@ class Instruction:
   frame: int | None  # stack_frame_id
   operands: tuple[str, ...] = ()
   calls: tuple[str, ...] = ()  # computations it calls (fusion bodies, loop bodies, wrapped ops)
+  index: int | None = None  # a parameter's number, a get-tuple-element's tuple index
+  computation: str = ""  # the computation it belongs to
+  body: str | None = None  # a while loop's body computation
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -201,6 +204,82 @@ class Hlo:
       todo += [(o, d + 1) for o in ins.operands]
     return None
 
+  def origin(self, name: str, index: int | None = None) -> Origin | None:
+    """The instruction that computes ``name`` (tuple element ``index``), followed back through
+    data movement: tuple plumbing, the stacked write of a loop (a ``dynamic-update-slice``'s
+    update operand), relayouts (bitcast, copy, transpose, reshape, convert, broadcast) and into
+    fusions (their root) and loop bodies (the body's ROOT tuple element) and out again (a fused
+    parameter is the fusion's operand). None when the value went through no loop: the
+    instruction's own metadata (:meth:`described`) already names it then.
+
+    A scanned layer's residual is a tuple element of the ``while`` that runs the layers, and XLA
+    tags the ``while`` with the scan's name and source; the op that made the value, and its
+    source line in the layer, are inside the body.
+    """
+    stack: list[str] = []  # the fusions and loops entered, innermost last
+    loop = None
+    path: list[Instruction] = []
+    entered = 0  # where on the path the innermost loop body was entered
+    n, idx = name, index
+    for _ in range(_ORIGIN_STEPS):
+      ins = self.instructions.get(n)
+      if ins is None:
+        return None
+      path.append(ins)
+      op = ins.opcode
+      if op == "get-tuple-element" and ins.operands:
+        n, idx = ins.operands[0], ins.index
+      elif op == "tuple" and idx is not None and idx < len(ins.operands):
+        n, idx = ins.operands[idx], None
+      elif op == "while" and ins.body in self.computations and idx is not None:
+        loop = loop or ins.name
+        stack.append(n)
+        entered = len(path)
+        n = self.computations[ins.body][0]  # the body's ROOT tuple, element idx
+      elif op in ("fusion", "call") and ins.calls and ins.calls[0] in self.computations:
+        stack.append(n)
+        n = self.computations[ins.calls[0]][0]
+      elif op == "dynamic-update-slice" and len(ins.operands) > 1:
+        n = ins.operands[1]  # the slice written this iteration, not the buffer written into
+      elif op == "dynamic-slice" and ins.operands and any(p in ins.op_name for p in _SCAN_PLUMBING):
+        n, idx = ins.operands[0], None  # this layer's slice of a stacked loop input (its weights)
+      elif op in _MOVES and ins.operands:
+        n, idx = ins.operands[0], None
+      elif op == "opt-barrier" and ins.operands:
+        n = ins.operands[0]  # a tuple passed through unchanged; idx still selects in it
+      elif op == "parameter":
+        caller = self.instructions.get(stack.pop()) if stack else self._only_caller(ins.computation)
+        if caller is None or ins.computation == "" or caller.opcode not in ("fusion", "call", "while"):
+          break
+        if caller.opcode == "while":
+          # A value carried into this iteration (the layer's input): an op in the body that cast
+          # or moved it names the residual better than whatever made the loop's first input.
+          if not caller.operands or any(_named(i) for i in path[entered:]):
+            break
+          n = caller.operands[0]  # a value passed through unchanged: its initial value names it
+        elif ins.index is not None and ins.index < len(caller.operands):
+          n, idx = caller.operands[ins.index], idx
+        else:
+          break
+      else:
+        break
+    else:
+      return None
+    if loop is None:
+      return None
+    # Its own metadata, or (a constant, an entry parameter) the nearest on the way with some
+    # that is not the loop's or the stacked write's.
+    named = [i for i in path if _named(i)]
+    computed = [i for i in named if i.opcode not in _MOVES]
+    # Else (a stacked layer weight: the scan's slice of an input of the step) that slice.
+    sliced = [i for i in path if i.op_name and i.opcode == "dynamic-slice"]
+    by = path[-1] if _named(path[-1]) else (computed or named or sliced or [None])[-1]
+    return None if by is None else Origin(instruction=by, loop=loop)
+
+  def _only_caller(self, computation: str) -> Instruction | None:
+    callers = [i for i in self.instructions.values() if computation and (i.body == computation or (i.opcode != "while" and computation in i.calls))]
+    return callers[0] if len(callers) == 1 else None
+
   def stack(self, frame: int | None) -> list[tuple[str, str, int]]:
     """(file, function, line) from the innermost frame outwards."""
     out = []
@@ -213,6 +292,31 @@ class Hlo:
         out.append((self.files.get(f, "?"), self.functions.get(fn, "?"), line))
       frame = parent
     return out
+
+
+_ORIGIN_STEPS = 200
+# Ops that move or retype a value without computing it: a value read through them is made by
+# their (first) operand. Convert is here because a bf16 residual is a cast of the op's f32 value.
+_MOVES = frozenset({"bitcast", "copy", "copy-start", "copy-done", "transpose", "reshape", "convert", "broadcast", "bitcast-convert"})
+# Ops whose metadata names the plumbing (the scan, the stacked write, a fusion's first op), not the value.
+_PLUMBING = frozenset({"while", "tuple", "get-tuple-element", "dynamic-update-slice", "fusion", "call", "parameter", "opt-barrier"})
+
+
+# jax's scan reads and writes its stacked inputs and outputs with these; XLA gives their names to
+# the slices and reshapes it adds around them.
+_SCAN_PLUMBING = ("dynamic_update_index_in_dim", "dynamic_index_in_dim")
+
+
+def _named(ins: Instruction) -> bool:
+  return bool(ins.op_name) and ins.opcode not in _PLUMBING and not any(p in ins.op_name for p in _SCAN_PLUMBING)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Origin:
+  """Where a loop's output comes from: the instruction in the body that computes it."""
+
+  instruction: Instruction  # whose metadata names the value
+  loop: str  # the while instruction it came out of
 
 
 _CALLS = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=\{?(%[^,}\s]+(?:, %[^,}\s]+)*)")
@@ -270,6 +374,14 @@ def parse_hlo(text: str) -> Hlo:
     op = re.search(r'op_name="([^"]*)"', meta)
     fr = re.search(r"stack_frame_id=(\d+)", meta)
     operands = tuple(re.findall(r"%([\w.\-]+)", args.split(")", 1)[0]))
+    if opcode == "parameter":
+      num = re.match(r"(\d+)\)", args)
+      index = int(num.group(1)) if num else None
+    elif opcode == "get-tuple-element":
+      num = re.search(r"\), index=(\d+)", tail)  # not the "/*index=5*/" comments inside tuples
+      index = int(num.group(1)) if num else None
+    else:
+      index = None
     calls = tuple(c.lstrip("%") for m in _CALLS.finditer(rest) for c in m.group(1).split(", "))
     instructions[name] = Instruction(
         name=name,
@@ -279,6 +391,9 @@ def parse_hlo(text: str) -> Hlo:
         frame=int(fr.group(1)) if fr else None,
         operands=operands,
         calls=calls,
+        index=index,
+        computation=cname if comp is not None else "",
+        body=body.group(1) if (body := re.search(r"\bbody=%([^,}\s]+)", rest)) else None,
     )
     if comp is not None:
       if s.startswith("ROOT "):

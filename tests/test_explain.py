@@ -6,7 +6,7 @@ import pytest
 
 from jaxmem import accelerators
 from jaxmem.explain import CONSUMERS, explain
-from jaxmem.explain_cli import JSON_BUFFER_KEYS, explain_json, residuals_table
+from jaxmem.explain_cli import JSON_BUFFER_KEYS, explain_json, render_explain, residuals_table
 from jaxmem.residuals import saved_residuals_by_policy
 from jaxmem.timeline import plot_timeline, timeline_text
 
@@ -44,12 +44,104 @@ def test_largest_buffer_at_no_remat_peak_is_model_code(cpu_none):
   assert b.kind == "saved residual"
 
 
-@pytest.mark.skipif(not accelerators.gpu_compiler_available("h100"), reason="CUDA compiler plugin not installed")
-def test_gpu_live_at_peak_matches():
-  r = explain(model="tiny", target="gpu:h100", mesh="fsdp=1", batch=8, seq=64, top=3)
+_LAYER_CODE = ("models/attention.py", "models/mlp.py", "models/layers.py", "models/rope.py")
+
+
+def _attributed_inside_the_layer(r):
+  """The scan's residuals name the op in the layer that made them, not the scan."""
+  saved = [b for b in r.peak_buffers if b.kind == "saved residual"]
+  assert saved, r.peak_buffers
+  b = saved[0]
+  assert b.via_loop and b.producer, b
+  assert not b.op_name.endswith("/while") and "/while/body/" in b.op_name, b
+  assert b.source and b.source.startswith(_LAYER_CODE), b
+  assert b.module not in ("Transformer", "train_step", "(compiler)"), b
+  # The layers' residuals land on the layers' modules, not on the scan that runs them.
+  assert max(r.by_module, key=r.by_module.get) not in ("Transformer", "inputs"), r.by_module
+  assert r.by_module.get("Transformer", 0) < r.by_module.get("Attention", 0), r.by_module
+
+
+def test_loop_outputs_attributed_to_the_layer_op(cpu_none):
+  _attributed_inside_the_layer(cpu_none)
+  text = render_explain(cpu_none, "table")
+  assert " <- while" in text and "body" in text
+
+
+_LOOP_HLO = """HloModule m
+
+%fused_dus (p0: f32[2,4], p1: s32[], p2: f32[4]) -> f32[2,4] {
+  %p0 = f32[2,4]{1,0} parameter(0)
+  %p2 = f32[4]{0} parameter(2)
+  %bc = f32[1,4]{1,0} bitcast(%p2), metadata={op_name="jit(f)/while/body/mul" stack_frame_id=2}
+  %p1 = s32[] parameter(1)
+  %z = s32[] constant(0), metadata={op_name="jit(f)/while/body/jit(dynamic_index_in_dim)"}
+  ROOT %dus = f32[2,4]{1,0} dynamic-update-slice(%p0, %bc, %p1, %z), metadata={op_name="jit(f)/while/body/jit(dynamic_update_index_in_dim)/dynamic_update_slice"}
+}
+
+%fused_two (q0: f32[4]) -> (f32[4], f32[4]) {
+  %q0 = f32[4]{0} parameter(0)
+  %e = f32[4]{0} exponential(%q0), metadata={op_name="jit(f)/while/body/exp" stack_frame_id=2}
+  %n = f32[4]{0} negate(%q0), metadata={op_name="jit(f)/while/body/neg" stack_frame_id=2}
+  ROOT %t = (f32[4]{0}, f32[4]{0}) tuple(%e, %n)
+}
+
+%body (arg: (s32[], f32[4], f32[2,4])) -> (s32[], f32[4], f32[2,4]) {
+  %arg = (s32[], f32[4]{0}, f32[2,4]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%arg), index=0
+  %x = f32[4]{0} get-tuple-element(%arg), index=1
+  %buf = f32[2,4]{1,0} get-tuple-element(%arg), index=2
+  %two = (f32[4]{0}, f32[4]{0}) fusion(%x), kind=kLoop, calls=%fused_two, metadata={op_name="jit(f)/while/body/exp"}
+  %m = f32[4]{0} get-tuple-element(%two), index=0
+  %w = f32[2,4]{1,0} fusion(%buf, %i, %m), kind=kLoop, calls=%fused_dus, metadata={op_name="jit(f)/while/body/jit(dynamic_update_index_in_dim)/dynamic_update_slice"}
+  ROOT %out = (s32[], f32[4]{0}, f32[2,4]{1,0}) tuple(%i, %x, %w), metadata={op_name="x" /*index=5*/}
+}
+
+%cond (c: (s32[], f32[4], f32[2,4])) -> pred[] {
+  %c = (s32[], f32[4]{0}, f32[2,4]{1,0}) parameter(0)
+  ROOT %k = pred[] constant(true)
+}
+
+ENTRY %main (a: f32[4], b: f32[2,4]) -> f32[2,4] {
+  %a = f32[4]{0} parameter(0)
+  %b = f32[2,4]{1,0} parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[4]{0}, f32[2,4]{1,0}) tuple(%zero, %a, %b)
+  %loop = (s32[], f32[4]{0}, f32[2,4]{1,0}) while(%init), condition=%cond, body=%body, metadata={op_name="jit(f)/while" stack_frame_id=1}
+  %g = f32[2,4]{1,0} get-tuple-element(%loop), index=2, metadata={op_name="jit(f)/while" stack_frame_id=1}
+  ROOT %c2 = f32[2,4]{0,1} copy(%g), metadata={op_name="jit(f)/while" stack_frame_id=1}
+}
+"""
+
+
+def test_origin_follows_the_loop_body():
+  from jaxmem.explain_hlo import parse_hlo
+
+  h = parse_hlo(_LOOP_HLO)
+  assert h.instructions["g"].index == 2 and h.instructions["p2"].index == 2
+  for name, index in (("loop", 2), ("g", None), ("c2", None)):
+    o = h.origin(name, index)
+    assert o is not None and o.loop == "loop", (name, o)
+    assert o.instruction.name == "e" and o.instruction.op_name == "jit(f)/while/body/exp"
+  assert h.origin("loop", 1) is None  # passed through unchanged: the step's input, no op names it
+  assert h.origin("a") is None  # not out of a loop: its own metadata names it
+
+
+@pytest.fixture(scope="module")
+def gpu_none():
+  if not accelerators.gpu_compiler_available("h100"):
+    pytest.skip("CUDA compiler plugin not installed")
+  return explain(model="tiny", target="gpu:h100", mesh="fsdp=1", batch=8, seq=64, top=5)
+
+
+def test_gpu_live_at_peak_matches(gpu_none):
+  r = gpu_none
   _close(r)
   assert r.peak_source == "compiler"
   assert sum(r.consumers.values()) == r.compiler_bytes
+
+
+def test_gpu_loop_outputs_attributed_to_the_layer_op(gpu_none):
+  _attributed_inside_the_layer(gpu_none)
 
 
 @pytest.mark.skipif(not accelerators.tpu_compiler_available(), reason="libtpu not installed")
@@ -59,6 +151,7 @@ def test_tpu_live_at_peak_matches():
   r = explain(model="tiny", target="tpu:v5e-4", mesh="fsdp=4", batch=64, seq=512, top=3)
   _close(r)
   assert r.peak_source == "compiler"
+  _attributed_inside_the_layer(r)
 
 
 def test_plot_png_and_text(cpu_none, tmp_path):
