@@ -117,8 +117,10 @@ def render_explain(result, fmt_name: str) -> str:
     out += ["", timeline_text(r)]
   notes = list(r.notes)
   if any(b.via_loop for b in r.peak_buffers):
-    notes.append("hlo 'X <- W body P': X came out of the loop W (the scan over the layers); module, source "
-                 "and op_name are those of P, the instruction in W's body that computes it")
+    notes.append(
+        "hlo 'X <- W body P': X came out of the loop W (the scan over the layers); module, source "
+        "and op_name are those of P, the instruction in W's body that computes it"
+    )
   out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in notes]
   return "\n".join(out).rstrip()
 

@@ -258,7 +258,7 @@ class Hlo:
             break
           n = caller.operands[0]  # a value passed through unchanged: its initial value names it
         elif ins.index is not None and ins.index < len(caller.operands):
-          n, idx = caller.operands[ins.index], idx
+          n = caller.operands[ins.index]
         else:
           break
       else:

@@ -6,7 +6,12 @@ import pytest
 
 from jaxmem import accelerators
 from jaxmem.explain import CONSUMERS, explain
-from jaxmem.explain_cli import JSON_BUFFER_KEYS, explain_json, render_explain, residuals_table
+from jaxmem.explain_cli import (
+  JSON_BUFFER_KEYS,
+  explain_json,
+  render_explain,
+  residuals_table,
+)
 from jaxmem.residuals import saved_residuals_by_policy
 from jaxmem.timeline import plot_timeline, timeline_text
 
