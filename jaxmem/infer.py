@@ -258,7 +258,7 @@ def build_infer_program(
       jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
   )
   values, scales = quant.tree_stored_bytes(stored)
-  kv_dev = 2 * quant.stored_bytes(cache_sh.shard_shape(cache.k_lbskh.shape), cache.k_lbskh.dtype)
+  kv_dev = 2 * quant.stored_bytes(cache_sh.shard_shape(cache.k_lbksh.shape), cache.k_lbksh.dtype)
   return InferProgram(
       step=jitted,
       args=args,

@@ -15,7 +15,7 @@ Public interface::
                                    -> float32 logits_btv;
                                    cached(tokens_bt, cache, *, pos=0, constrain=None, weights=None,
                                    last_only=True) -> (logits, KVCache): prefill and decode
-  KVCache(k_lbskh, v_lbskh)        the KV cache, [layers, batch, context, kv_heads, head_dim] each;
+  KVCache(k_lbksh, v_lbksh)        the KV cache, [layers, batch, kv_heads, context, head_dim] each;
                                    CACHE_AXES its logical axes; kv_cache_bytes(cfg, batch=, context=)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
 

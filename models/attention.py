@@ -90,8 +90,8 @@ class Attention(nnx.Module):
   def cached(
     self,
     x_btd: jax.Array,
-    cache_k_bskh: jax.Array,
-    cache_v_bskh: jax.Array,
+    cache_k_bksh: jax.Array,
+    cache_v_bksh: jax.Array,
     *,
     pos: jax.Array,
     rope_sin_tk: jax.Array | None,
@@ -103,36 +103,37 @@ class Attention(nnx.Module):
     The new keys and values are written into the cache at ``pos`` (in place once the caller
     donates the cache) and the queries attend to every cached position <= their own: prefill
     is ``pos = 0`` with the prompt, decode one token at ``pos``. Keys and values are cached
-    per kv head, so grouped-query attention caches ``num_kv_heads`` heads, not ``num_heads``.
+    per kv head, so grouped-query attention caches ``num_kv_heads`` heads, not ``num_heads``;
+    kv heads come before positions ([batch, kv_heads, S, head_dim]: see :mod:`.cache`).
     Returns (out_btd, new cache_k, new cache_v).
     """
     b, t, _ = x_btd.shape
-    s = cache_k_bskh.shape[1]
+    s = cache_k_bksh.shape[2]
     n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
     g = n // k
     q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
     zero = jnp.zeros((), jnp.int32)
-    at = (zero, pos.astype(jnp.int32), zero, zero)
-    cache_k_bskh = jax.lax.dynamic_update_slice(cache_k_bskh, k_btkh.astype(cache_k_bskh.dtype), at)
-    cache_v_bskh = jax.lax.dynamic_update_slice(cache_v_bskh, v_btkh.astype(cache_v_bskh.dtype), at)
-    cache_k_bskh = constrain(cache_k_bskh, (BATCH, None, KV_HEADS, HEAD_DIM))
-    cache_v_bskh = constrain(cache_v_bskh, (BATCH, None, KV_HEADS, HEAD_DIM))
+    at = (zero, zero, pos.astype(jnp.int32), zero)
+    new_k_bkth = jnp.swapaxes(k_btkh, 1, 2).astype(cache_k_bksh.dtype)
+    new_v_bkth = jnp.swapaxes(v_btkh, 1, 2).astype(cache_v_bksh.dtype)
+    cache_k_bksh = constrain(jax.lax.dynamic_update_slice(cache_k_bksh, new_k_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
+    cache_v_bksh = constrain(jax.lax.dynamic_update_slice(cache_v_bksh, new_v_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
 
     q_btkgh = q_btnh.reshape(b, t, k, g, h)
     scores_bkgts = jnp.einsum(
-      "btkgh,bskh->bkgts", q_btkgh, cache_k_bskh.astype(self.dtype), preferred_element_type=jnp.float32
+      "btkgh,bksh->bkgts", q_btkgh, cache_k_bksh.astype(self.dtype), preferred_element_type=jnp.float32
     )
     scores_bkgts = scores_bkgts * (1.0 / math.sqrt(h))
     # Query t sits at position pos + t and sees cached positions up to its own.
     visible_ts = jnp.arange(s)[None, :] <= (pos + jnp.arange(t))[:, None]
     scores_bkgts = jnp.where(visible_ts, scores_bkgts, jnp.finfo(jnp.float32).min)
     probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(self.dtype)
-    ctx_btkgh = jnp.einsum("bkgts,bskh->btkgh", probs_bkgts, cache_v_bskh.astype(self.dtype))
+    ctx_btkgh = jnp.einsum("bkgts,bksh->btkgh", probs_bkgts, cache_v_bksh.astype(self.dtype))
     ctx_btnh = constrain(ctx_btkgh.reshape(b, t, n, h), (BATCH, SEQ, HEADS, HEAD_DIM))
     out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
     if self.use_bias:
       out_btd = out_btd + self._w(self.b_o_d)
-    return constrain(out_btd, (BATCH, SEQ, EMBED)), cache_k_bskh, cache_v_bskh
+    return constrain(out_btd, (BATCH, SEQ, EMBED)), cache_k_bksh, cache_v_bksh
 
   def __call__(
     self,

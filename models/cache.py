@@ -1,13 +1,19 @@
 """The KV cache a decoder keeps between generation steps (grouped-query aware).
 
-Keys and values are cached per *kv* head: ``k`` and ``v`` are each [layers, batch, context,
-kv_heads, head_dim], so grouped-query attention (Llama 3: 8 kv heads for 32 to 128 query
+Keys and values are cached per *kv* head: ``k`` and ``v`` are each [layers, batch, kv_heads,
+context, head_dim], so grouped-query attention (Llama 3: 8 kv heads for 32 to 128 query
 heads) caches ``num_heads / num_kv_heads`` times less than multi-head attention would. Whole
 model, in bytes (both tensors):
 
   2 * layers * kv_heads * head_dim * context * batch * bytes_per_element
 
 (e.g. Llama 3.1 8B, 128k context, batch 1, bf16: 2 * 32 * 8 * 128 * 131072 * 2 = 16 GiB).
+
+The kv heads sit before the context (as in Hugging Face's and vLLM's caches). Attention treats
+(batch, kv_heads) as batch dimensions of its two matmuls, and XLA's GPU layout assignment wants
+batch dimensions major: with [.., context, kv_heads, ..] it gave the cache a transposed layout
+inside the decode step's layer loop, and so transposed the whole donated cache into and out of
+the loop every step (a temporary as large as the cache; TPU, free to tile, did not).
 """
 
 from __future__ import annotations
@@ -24,20 +30,24 @@ from .names import BATCH, HEAD_DIM, KV_HEADS, LAYERS
 # The cache's position axis: no sharding rule names it, so it stays whole on every device.
 CACHE_SEQ = "cache_seq"
 # Logical axes of cache.k and cache.v, for the caller's logical->mesh rules.
-CACHE_AXES: tuple[str, ...] = (LAYERS, BATCH, CACHE_SEQ, KV_HEADS, HEAD_DIM)
+CACHE_AXES: tuple[str, ...] = (LAYERS, BATCH, KV_HEADS, CACHE_SEQ, HEAD_DIM)
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class KVCache:
-  """k_lbskh, v_lbskh: [layers, batch, context, kv_heads, head_dim], in the compute dtype."""
+  """k_lbksh, v_lbksh: [layers, batch, kv_heads, context, head_dim], in the compute dtype."""
 
-  k_lbskh: jax.Array
-  v_lbskh: jax.Array
+  k_lbksh: jax.Array
+  v_lbksh: jax.Array
+
+  @property
+  def context(self) -> int:
+    return self.k_lbksh.shape[3]
 
   @staticmethod
   def shape(cfg: ModelConfig, *, batch: int, context: int) -> tuple[int, ...]:
-    return (cfg.num_layers, batch, context, cfg.num_kv_heads, cfg.head_dim)
+    return (cfg.num_layers, batch, cfg.num_kv_heads, context, cfg.head_dim)
 
   @classmethod
   def zeros(cls, cfg: ModelConfig, *, batch: int, context: int, dtype=None) -> KVCache:

@@ -78,8 +78,8 @@ class Block(nnx.Module):
   def cached(
     self,
     x_btd: jax.Array,
-    cache_k_bskh: jax.Array,
-    cache_v_bskh: jax.Array,
+    cache_k_bksh: jax.Array,
+    cache_v_bksh: jax.Array,
     *,
     pos: jax.Array,
     rope_sin_tk: jax.Array | None,
@@ -87,13 +87,13 @@ class Block(nnx.Module):
     constrain: Constrain,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The block for tokens at pos.. against this layer's KV cache (see Attention.cached)."""
-    attn_btd, cache_k_bskh, cache_v_bskh = self.attn.cached(
-      self.attn_norm(x_btd), cache_k_bskh, cache_v_bskh, pos=pos, rope_sin_tk=rope_sin_tk,
+    attn_btd, cache_k_bksh, cache_v_bksh = self.attn.cached(
+      self.attn_norm(x_btd), cache_k_bksh, cache_v_bksh, pos=pos, rope_sin_tk=rope_sin_tk,
       rope_cos_tk=rope_cos_tk, constrain=constrain,
     )
     x_btd = constrain(x_btd + attn_btd, (BATCH, SEQ, EMBED))
     x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
-    return constrain(x_btd, (BATCH, SEQ, EMBED)), cache_k_bskh, cache_v_bskh
+    return constrain(x_btd, (BATCH, SEQ, EMBED)), cache_k_bksh, cache_v_bksh
 
 
 class Transformer(nnx.Module):
@@ -211,7 +211,8 @@ class Transformer(nnx.Module):
     ``weights`` (a :data:`WeightHook`) turns stored parameters into arrays. It is applied to one
     layer's parameters *inside* the scanned body, so a dequantized copy of at most one layer
     can exist at a time, and to the embedding, final norm and unembedding where they are used.
-    The cache is carried through the layer scan and updated in place one layer at a time.
+    The cache is carried through the layer scan and updated in place one layer at a time; its
+    kv heads precede its positions so that GPU, too, updates it in place (see :mod:`.cache`).
     """
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
@@ -221,9 +222,9 @@ class Transformer(nnx.Module):
     x_btd = _with_weights(self.embed, weights)(tokens_bt)
     rope_sin_tk = rope_cos_tk = None
     if cfg.style == "gpt2":
-      if cache.k_lbskh.shape[2] > cfg.max_seq_len:
+      if cache.context > cfg.max_seq_len:
         raise JaxmemError(
-          f"model {cfg.name!r}: context {cache.k_lbskh.shape[2]} exceeds max_seq_len {cfg.max_seq_len}"
+          f"model {cfg.name!r}: context {cache.context} exceeds max_seq_len {cfg.max_seq_len}"
         )
       pos_pd = _value(self.pos_embed_pd, weights)
       x_btd = x_btd + jax.lax.dynamic_slice_in_dim(pos_pd, pos, t, axis=0).astype(x_btd.dtype)[None]
@@ -234,22 +235,27 @@ class Transformer(nnx.Module):
     block_def, block_state = nnx.split(self.blocks)
 
     def body(carry, xs):
-      x_btd, k_lbskh, v_lbskh = carry
+      x_btd, k_lbksh, v_lbksh = carry
       layer_state, i = xs
       if weights is not None:
         # Inside the body: one layer's weights are made usable (dequantized) per step.
         layer_state = weights(layer_state)
       block = nnx.merge(block_def, layer_state)
-      x_btd, k_bskh, v_bskh = block.cached(
-        x_btd, k_lbskh[i], v_lbskh[i], pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+      # This layer's cache is read out, updated and written back whole. Writing only the new
+      # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
+      # write reach the loop carry, and TPU then copies the whole cache around the loop.
+      x_btd, k_bksh, v_bksh = block.cached(
+        x_btd, k_lbksh[i], v_lbksh[i], pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
         constrain=constrain,
       )
-      k_lbskh = jax.lax.dynamic_update_index_in_dim(k_lbskh, k_bskh, i, 0)
-      v_lbskh = jax.lax.dynamic_update_index_in_dim(v_lbskh, v_bskh, i, 0)
-      return (x_btd, k_lbskh, v_lbskh), None
+      k_lbksh = jax.lax.dynamic_update_index_in_dim(k_lbksh, k_bksh, i, 0)
+      v_lbksh = jax.lax.dynamic_update_index_in_dim(v_lbksh, v_bksh, i, 0)
+      return (x_btd, k_lbksh, v_lbksh), None
 
     layers = jnp.arange(cfg.num_layers, dtype=jnp.int32)
-    (x_btd, k_lbskh, v_lbskh), _ = jax.lax.scan(body, (x_btd, cache.k_lbskh, cache.v_lbskh), (block_state, layers))
+    # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
+    # cache is one buffer for every step of the loop and becomes the output.
+    (x_btd, k_lbksh, v_lbksh), _ = jax.lax.scan(body, (x_btd, cache.k_lbksh, cache.v_lbksh), (block_state, layers))
 
     if last_only:
       x_btd = x_btd[:, -1:]
@@ -261,4 +267,4 @@ class Transformer(nnx.Module):
         "btd,dv->btv", x_btd, _value(self.unembed_dv, weights).astype(x_btd.dtype),
         preferred_element_type=jnp.float32,
       )
-    return constrain(logits_btv, (BATCH, SEQ, VOCAB)), KVCache(k_lbskh, v_lbskh)
+    return constrain(logits_btv, (BATCH, SEQ, VOCAB)), KVCache(k_lbksh, v_lbksh)
