@@ -219,7 +219,13 @@ class Transformer(nnx.Module):
     _, t = tokens_bt.shape
     pos = jnp.asarray(pos, jnp.int32)
 
-    x_btd = _with_weights(self.embed, weights)(tokens_bt)
+    if weights is None:
+      x_btd = self.embed(tokens_bt)
+    else:
+      # Gather the stored rows (and, quantized, their per-row scales) first, then make them
+      # usable: the hook on the whole table would dequantize all V x D of it for B x T rows.
+      rows = jax.tree.map(lambda a: jnp.take(a, tokens_bt, axis=0), self.embed.table_vd.get_value())
+      x_btd = weights(rows).astype(cfg.compute_jnp_dtype)
     rope_sin_tk = rope_cos_tk = None
     if cfg.style == "gpt2":
       if cache.context > cfg.max_seq_len:
@@ -261,6 +267,8 @@ class Transformer(nnx.Module):
       x_btd = x_btd[:, -1:]
     x_btd = _with_weights(self.final_norm, weights)(x_btd)
     if cfg.tie_embeddings:
+      # The output projection contracts with every row, so here the whole (tied) table is
+      # dequantized: a V x D temporary that gathering rows cannot avoid.
       logits_btv = _with_weights(self.embed, weights).attend(x_btd)
     else:
       logits_btv = jnp.einsum(
