@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from jaxmem._records import Record
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, count_params, get_config
 
@@ -94,7 +95,7 @@ def activation_bytes_per_layer(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Estimate:
+class Estimate(Record):
   """Closed-form figures for one model and workload, whole model (not per device) unless named
   ``*_per_device``. ``model_state_bytes`` = params + gradients + optimizer state."""
 
@@ -122,11 +123,6 @@ class Estimate:
   weight_bytes_int4: float
   h100_80gb_equivalents: float
   sources: tuple[str, ...] = tuple(f"{k}: {v}" for k, v in SOURCES.items())
-
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["sources"] = list(self.sources)
-    return d
 
 
 def kv_cache_bytes(cfg: ModelConfig, *, context: int, batch: int, bytes_per_element: float = 2) -> float:

@@ -32,6 +32,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxmem import quant
 from jaxmem import sharding as shd
 from jaxmem._quiet import quiet
+from jaxmem._records import Record
 from jaxmem.accelerators import parse_oom
 from jaxmem.analysis import compile_timed
 from jaxmem.errors import JaxmemError
@@ -47,7 +48,7 @@ DEFAULT_CONTEXT = (2048,)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class InferRow:
+class InferRow(Record):
   """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
   ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
 
@@ -83,11 +84,6 @@ class InferRow:
   compile_seconds: float | None = None
   error: str | None = None
   notes: tuple[str, ...] = ()
-
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["notes"] = list(self.notes)
-    return d
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

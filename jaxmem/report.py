@@ -34,9 +34,10 @@ and XLA reports the sizes of that one program):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
+
+from jaxmem._records import Record
 
 # XLA's own field names, as memory_analysis() spells them.
 MEMORY_FIELDS = (
@@ -53,7 +54,7 @@ COMPILER_FIELDS = (*MEMORY_FIELDS, "total_bytes")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryReport:
+class MemoryReport(Record):
   """The compiler's per-device memory and cost figures for one program."""
 
   platform: str
@@ -70,11 +71,6 @@ class MemoryReport:
   compiler_flops: float | None
   compile_seconds: float | None
   notes: tuple[str, ...] = ()
-
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["notes"] = list(self.notes)
-    return d
 
 
 def _total(a: int | None, o: int | None, al: int | None, t: int | None) -> int | None:

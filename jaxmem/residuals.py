@@ -22,13 +22,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jaxmem._records import Record
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, get_config
 from jaxmem.remat import RematPolicy, parse_remat
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Residual:
+class Residual(Record):
   """One value a layer saves for its backward pass."""
 
   name: str  # the checkpoint_name, or the primitive that made it, or the argument
@@ -37,11 +38,6 @@ class Residual:
   bytes: int
   source: str  # JAX's description: "from the argument ...", "output of dot_general from file:line", ...
   is_input: bool  # the block's input activation (saved by every policy that recomputes)
-
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["shape"] = list(self.shape)
-    return d
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,7 +96,9 @@ def saved_residuals_for(
     cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int
 ) -> PolicyResiduals:
   """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input."""
-  from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
+  from jax._src.ad_checkpoint import (
+    saved_residuals,  # the data behind print_saved_residuals
+  )
 
   fn, state = _block_fn(cfg, rp)
   x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)

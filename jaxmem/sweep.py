@@ -16,8 +16,10 @@ import jax
 
 from jaxmem import sharding as shd
 from jaxmem._quiet import quiet
+from jaxmem._records import Record
 from jaxmem.accelerators import parse_oom
 from jaxmem.analysis import compile_timed
+from jaxmem.cache import RowCache
 from jaxmem.comms import collectives
 from jaxmem.errors import JaxmemError
 from jaxmem.flops import jaxpr_flops
@@ -25,15 +27,19 @@ from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
 from jaxmem.remat import REMAT_POLICIES, RematPolicy, parse_remat
 from jaxmem.report import COMPILER_FIELDS, MemoryReport, read_compiled
-from jaxmem.cache import RowCache
 from jaxmem.runner import Task, run_tasks
-from jaxmem.targets import Target, cpu_devices_needed, get_target, start_jax, with_capacity
+from jaxmem.targets import (
+  Target,
+  cpu_devices_needed,
+  get_target,
+  start_jax,
+  with_capacity,
+)
 from jaxmem.train import build_train_program, check_batch
 
 
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Row:
+class Row(Record):
   """One configuration's per-device figures. Byte fields are per device; ``None`` means the
   figure cannot be had on this target, and ``notes`` says why.
 
@@ -81,11 +87,6 @@ class Row:
   fits: bool | None = None
   error: str | None = None
   notes: tuple[str, ...] = ()
-
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["notes"] = list(self.notes)
-    return d
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 
 from jaxmem import sharding as shd
+from jaxmem._records import Record
 from jaxmem.errors import JaxmemError
 from jaxmem.sweep import Plan
 from jaxmem.train import build_train_program
@@ -30,7 +31,7 @@ NEEDS_ACCELERATOR = (
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Measurement:
+class Measurement(Record):
   model: str
   target: str
   mesh: str
@@ -45,11 +46,6 @@ class Measurement:
   loss: float | None  # last step's loss: the step really ran
   error: str | None = None
   notes: tuple[str, ...] = ()
-
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["notes"] = list(self.notes)
-    return d
 
 
 def measure(p: Plan, mesh: shd.MeshSpec, opt, rp, *, steps: int = 3) -> Measurement:
