@@ -470,40 +470,29 @@ def training_vs_inference(
   (cfg_i,) = ip.configs()
   irow = run_infer_config(ip, *cfg_i)
   n = train_row.num_devices
-  total = lambda v: None if v is None else v * n  # noqa: E731
   return [
-      Workload(
-          workload="train",
-          model=train_row.model,
-          target=train_row.target,
-          mesh=train_row.mesh,
-          detail=f"{train_row.optimizer}, remat {train_row.remat}, seq {train_row.seq}",
-          batch=train_row.batch,
-          num_devices=n,
-          argument_size_in_bytes=train_row.argument_size_in_bytes,
-          temp_size_in_bytes=train_row.temp_size_in_bytes,
-          required_bytes=train_row.required_bytes,
-          all_devices_required_bytes=total(train_row.required_bytes),
-          capacity_bytes=train_row.capacity_bytes,
-          fits=train_row.fits,
-          verdict=_verdict("train", train_row.fits),
-          error=train_row.error,
-      ),
-      Workload(
-          workload="decode",
-          model=irow.model,
-          target=irow.target,
-          mesh=irow.mesh,
-          detail=f"{irow.weights} weights, context {irow.context}",
-          batch=irow.batch,
-          num_devices=n,
-          argument_size_in_bytes=irow.argument_size_in_bytes,
-          temp_size_in_bytes=irow.temp_size_in_bytes,
-          required_bytes=irow.required_bytes,
-          all_devices_required_bytes=total(irow.required_bytes),
-          capacity_bytes=irow.capacity_bytes,
-          fits=irow.fits,
-          verdict=_verdict("decode", irow.fits),
-          error=irow.error,
-      ),
+      _workload("train", train_row, f"{train_row.optimizer}, remat {train_row.remat}, seq {train_row.seq}", n),
+      _workload("decode", irow, f"{irow.weights} weights, context {irow.context}", n),
   ]
+
+
+def _workload(kind: str, row: Any, detail: str, n: int) -> Workload:
+  """One side of training vs inference from its row (a train Row or an InferRow)."""
+  total = lambda v: None if v is None else v * n  # noqa: E731
+  return Workload(
+      workload=kind,
+      model=row.model,
+      target=row.target,
+      mesh=row.mesh,
+      detail=detail,
+      batch=row.batch,
+      num_devices=n,
+      argument_size_in_bytes=row.argument_size_in_bytes,
+      temp_size_in_bytes=row.temp_size_in_bytes,
+      required_bytes=row.required_bytes,
+      all_devices_required_bytes=total(row.required_bytes),
+      capacity_bytes=row.capacity_bytes,
+      fits=row.fits,
+      verdict=_verdict(kind, row.fits),
+      error=row.error,
+  )
