@@ -29,7 +29,9 @@ How the figures are derived (all per device):
 
 Kinds of buffers: ``parameter`` (an input of the step: parameters, optimizer state, tokens),
 ``output`` (a new parameter or state written into a donated input, or the loss),
-``saved residual`` (made in the forward pass and alive in the backward pass), ``gradient``
+``saved residual`` (made in the forward pass and alive in the backward pass; a residual the
+forward layer scan stacks is one from its allocation on, with every value that holds its
+buffer over the loop, as is the loop's output a copy of which the backward pass reads), ``gradient``
 (made in the backward pass with a parameter's shape, or alive into the optimizer update) and
 ``temporary`` (everything else). Phases come from the jax op names: ``transpose(jvp(...))`` is
 the backward pass, ``jvp(...)`` the forward pass, what follows the backward pass the optimizer.
@@ -329,6 +331,29 @@ def analyse(
       for v in a.values:
         param_dims.add(_dtype_dims(v.shape))
 
+  # A residual the forward pass's layer scan stacks is one buffer over the loop's life: the zeros
+  # the loop starts from, the body's parameter, the stacked write in the body and the loop's
+  # output element. Often only a copy of that output (a relayout before the backward loop) is
+  # alive when the backward pass starts; either way the whole chain is the saved residual, from
+  # the moment it is allocated, not a temporary that turns into one after the loop. (The copy
+  # alive in the backward pass may be in another memory space: libtpu moves residuals into VMEM.)
+  carried: set[str] = set()
+  if bwd:
+    position = {n: i for i, n in enumerate(live.sequence)}
+    chains: set[tuple[str, int]] = set()
+    for a in dump.allocations:
+      if a.kind in ("parameter", "thread-local"):
+        continue
+      for v in a.values:
+        r = live.ranges.get(v.key)
+        if r is None or not r[0] < first_bwd <= r[1]:
+          continue
+        _, origin = attribution(v)
+        if origin is not None and origin.index is not None and position.get(origin.loop, T) < first_bwd:
+          chains.add((origin.loop, origin.index))
+    for loop, index in chains:
+      carried |= hlo.carried(loop, index)
+
   def kind_of(alloc, v, start, end) -> str:
     if alloc.kind == "parameter":
       ins = hlo.instructions.get(v.name)
@@ -337,6 +362,8 @@ def analyse(
       return "output"
     # By where the schedule defines it: a remat recompute inside the backward pass is a temporary.
     if bwd and start < first_bwd <= end:
+      return "saved residual"
+    if bwd and start < first_bwd and v.key in carried:
       return "saved residual"
     if bwd and first_bwd <= start <= last_bwd and (_dtype_dims(v.shape) in param_dims or (bwd and end > last_bwd)):
       return "gradient"

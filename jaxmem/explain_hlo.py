@@ -217,7 +217,7 @@ class Hlo:
     source line in the layer, are inside the body.
     """
     stack: list[str] = []  # the fusions and loops entered, innermost last
-    loop = None
+    loop = loop_index = None
     path: list[Instruction] = []
     entered = 0  # where on the path the innermost loop body was entered
     n, idx = name, index
@@ -232,7 +232,8 @@ class Hlo:
       elif op == "tuple" and idx is not None and idx < len(ins.operands):
         n, idx = ins.operands[idx], None
       elif op == "while" and ins.body in self.computations and idx is not None:
-        loop = loop or ins.name
+        if loop is None:
+          loop, loop_index = ins.name, idx
         stack.append(n)
         entered = len(path)
         n = self.computations[ins.body][0]  # the body's ROOT tuple, element idx
@@ -274,7 +275,65 @@ class Hlo:
     # Else (a stacked layer weight: the scan's slice of an input of the step) that slice.
     sliced = [i for i in path if i.op_name and i.opcode == "dynamic-slice"]
     by = path[-1] if _named(path[-1]) else (computed or named or sliced or [None])[-1]
-    return None if by is None else Origin(instruction=by, loop=loop)
+    return None if by is None else Origin(instruction=by, loop=loop, index=loop_index)
+
+  def carried(self, loop: str, index: int) -> set[str]:
+    """The values (``name{index}`` keys, as the buffer assignment names them) that hold element
+    ``index`` of the ``while`` ``loop``'s carry over the loop's life: the initial value the loop
+    starts from (a stacked residual's zeros), the body's and condition's parameter, what the body
+    writes into it (the stacked write, and the in-place updates before it) and the loop's output.
+    XLA keeps them all in one buffer."""
+    w = self.instructions.get(loop)
+    if w is None or w.opcode != "while":
+      return set()
+    keys = {f"{loop}{{{index}}}"}
+    params = set()
+    for c in w.calls:
+      p = next((self.instructions[n] for n in self.computations.get(c, ()) if self.instructions[n].opcode == "parameter"), None)
+      if p is not None:
+        keys.add(f"{p.name}{{{index}}}")
+        params.add(p.name)
+    if w.operands:
+      keys |= self._aliases(w.operands[0], index)[0]
+    if w.body in self.computations:
+      # The body's result, back through the in-place updates (a dynamic-update-slice, or a fusion
+      # of one, writing into its first operand) to the body's parameter.
+      got, ins = self._aliases(self.computations[w.body][0], index)
+      for _ in range(_ORIGIN_STEPS):
+        keys |= got
+        if ins is None or ins.opcode == "parameter" or not ins.operands or not self._writes_in_place(ins):
+          break
+        got, ins = self._aliases(ins.operands[0], None)
+    return keys
+
+  def _writes_in_place(self, ins: Instruction) -> bool:
+    """A dynamic-update-slice, or a fusion whose root is one: it writes into its first operand."""
+    if ins.opcode == "dynamic-update-slice":
+      return True
+    if ins.opcode != "fusion" or not ins.calls or not self.computations.get(ins.calls[0]):
+      return False
+    _, root = self._aliases(self.computations[ins.calls[0]][0], None)
+    return root is not None and root.opcode == "dynamic-update-slice"
+
+  def _aliases(self, name: str, index: int | None) -> tuple[set[str], Instruction | None]:
+    """The value keys that name (element ``index`` of) ``name`` through the ops that alias their
+    operand (tuple plumbing, bitcast), and the instruction that defines it."""
+    keys: set[str] = set()
+    n, idx = name, index
+    for _ in range(_ORIGIN_STEPS):
+      ins = self.instructions.get(n)
+      if ins is None:
+        return keys, None
+      keys.add(f"{n}{{{'' if idx is None else idx}}}")
+      if ins.opcode == "tuple" and idx is not None and idx < len(ins.operands):
+        n, idx = ins.operands[idx], None
+      elif ins.opcode == "get-tuple-element" and ins.operands:
+        n, idx = ins.operands[0], ins.index
+      elif ins.opcode in ("bitcast", "opt-barrier") and ins.operands:
+        n = ins.operands[0]
+      else:
+        return keys, ins
+    return keys, None
 
   def _only_caller(self, computation: str) -> Instruction | None:
     callers = [i for i in self.instructions.values() if computation and (i.body == computation or (i.opcode != "while" and computation in i.calls))]
@@ -317,6 +376,7 @@ class Origin:
 
   instruction: Instruction  # whose metadata names the value
   loop: str  # the while instruction it came out of
+  index: int | None = None  # the element of the loop's output tuple it came out of
 
 
 _CALLS = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=\{?(%[^,}\s]+(?:, %[^,}\s]+)*)")

@@ -66,6 +66,23 @@ def _attributed_inside_the_layer(r):
   assert r.by_module.get("Transformer", 0) < r.by_module.get("Attention", 0), r.by_module
 
 
+def _residuals_saved_from_the_forward_pass(r):
+  """The stacked residuals the forward layer scan writes are saved residuals from the moment
+  they are allocated, not temporaries that turn into residuals after the forward loop."""
+  attention = [b for b in r.peak_buffers if b.module == "Attention"]
+  assert attention and attention[0].kind == "saved residual", r.peak_buffers  # the softmax's exp
+  first_bwd = next(first for name, first, _ in r.timeline.regions if name == "backward")
+  saved = r.timeline.bytes_by_kind["saved residual"][:first_bwd]
+  temp = r.timeline.bytes_by_kind["temporary"][:first_bwd]
+  assert saved[first_bwd // 2] > 0, saved
+  # What the forward pass holds as temporaries is one layer's workspace, not the stack.
+  assert max(temp) <= max(saved) // 2, (max(temp), max(saved))
+
+
+def test_residuals_are_saved_during_the_forward_pass(cpu_none):
+  _residuals_saved_from_the_forward_pass(cpu_none)
+
+
 def test_loop_outputs_attributed_to_the_layer_op(cpu_none):
   _attributed_inside_the_layer(cpu_none)
   text = render_explain(cpu_none, "table")
@@ -128,6 +145,10 @@ def test_origin_follows_the_loop_body():
     assert o is not None and o.loop == "loop", (name, o)
     assert o.instruction.name == "e" and o.instruction.op_name == "jit(f)/while/body/exp"
   assert h.origin("loop", 1) is None  # passed through unchanged: the step's input, no op names it
+  assert h.origin("c2").index == 2
+  # The carry's one buffer: the initial value, the body's and condition's parameter, the stacked
+  # write back to the body's parameter, the loop's output.
+  assert h.carried("loop", 2) == {"loop{2}", "init{2}", "b{}", "arg{2}", "c{2}", "out{2}", "w{}", "buf{}"}
   assert h.origin("a") is None  # not out of a loop: its own metadata names it
 
 
@@ -149,6 +170,10 @@ def test_gpu_loop_outputs_attributed_to_the_layer_op(gpu_none):
   _attributed_inside_the_layer(gpu_none)
 
 
+def test_gpu_residuals_are_saved_during_the_forward_pass(gpu_none):
+  _residuals_saved_from_the_forward_pass(gpu_none)
+
+
 @pytest.mark.skipif(not accelerators.tpu_compiler_available(), reason="libtpu not installed")
 def test_tpu_live_at_peak_matches():
   # Large enough that libtpu puts the step's temporaries in HBM (smaller steps live in VMEM,
@@ -157,6 +182,8 @@ def test_tpu_live_at_peak_matches():
   _close(r)
   assert r.peak_source == "compiler"
   _attributed_inside_the_layer(r)
+  _residuals_saved_from_the_forward_pass(r)
+  assert sum(r.consumers.values()) == r.compiler_bytes
 
 
 def test_plot_png_and_text(cpu_none, tmp_path):
