@@ -33,12 +33,10 @@ from jaxmem import quant
 from jaxmem import sharding as shd
 from jaxmem._quiet import quiet
 from jaxmem._records import Record
-from jaxmem.accelerators import parse_oom
 from jaxmem.analysis import compile_timed
 from jaxmem.errors import JaxmemError
 from jaxmem.models import CACHE_AXES, KVCache, ModelConfig, get_config, kv_cache_bytes
-from jaxmem.report import read_compiled
-from jaxmem.sweep import COMPILER_FIELDS
+from jaxmem.report import COMPILER_FIELDS, fits, read_compiled, refused
 from jaxmem.targets import Target, get_target, start_jax, with_capacity
 from jaxmem.train import abstract_model
 
@@ -297,30 +295,16 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
     with quiet():
       compiled, seconds = compile_timed(lowered)
   except jax.errors.JaxRuntimeError as e:
-    oom = parse_oom(str(e)) if "RESOURCE_EXHAUSTED" in str(e) else None
-    return InferRow(
-        **base,
-        required_bytes=None if oom is None else oom.get("required_bytes"),
-        fits=False if oom is not None else None,
-        error=_one_line(str(e)),
-        notes=tuple(notes),
-    )
+    return InferRow(**base, **refused(e), notes=tuple(notes))
   report = read_compiled(compiled, compile_seconds=seconds)
-  required = report.peak_memory_in_bytes if report.peak_memory_in_bytes is not None else report.total_bytes
-  cap = p.target.capacity_bytes
   return InferRow(
       **base,
       **{f: getattr(report, f) for f in COMPILER_FIELDS},
-      required_bytes=required,
-      fits=None if (cap is None or required is None) else required <= cap,
+      required_bytes=report.required_bytes,
+      fits=fits(report.required_bytes, p.target.capacity_bytes),
       compile_seconds=seconds,
       notes=tuple(notes) + report.notes,
   )
-
-
-def _one_line(message: str) -> str:
-  lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
-  return lines[0] if lines else message
 
 
 def infer(*, on_row: Callable[[InferRow], None] | None = None, **kwargs: Any) -> list[InferRow]:

@@ -37,6 +37,8 @@ import dataclasses
 
 import jax
 
+from jaxmem.accelerators import parse_oom
+
 from jaxmem._records import Record
 
 # XLA's own field names, as memory_analysis() spells them.
@@ -71,6 +73,30 @@ class MemoryReport(Record):
   compiler_flops: float | None
   compile_seconds: float | None
   notes: tuple[str, ...] = ()
+
+  @property
+  def required_bytes(self) -> int | None:
+    """What must fit on a device: the compiler's peak where the backend gives one, else
+    ``total_bytes``."""
+    return self.peak_memory_in_bytes if self.peak_memory_in_bytes is not None else self.total_bytes
+
+
+def fits(required: int | None, capacity: int | None) -> bool | None:
+  """Whether ``required`` bytes fit in ``capacity``; None when either is unknown."""
+  return None if (required is None or capacity is None) else required <= capacity
+
+
+def refused(e: jax.errors.JaxRuntimeError) -> dict:
+  """Result fields for a compile the backend refused: the error's first line, and for an
+  out-of-memory refusal ``fits=False`` with the required bytes the message gives."""
+  message = str(e)
+  oom = parse_oom(message) if "RESOURCE_EXHAUSTED" in message else None
+  lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+  return dict(
+      required_bytes=None if oom is None else oom.get("required_bytes"),
+      fits=False if oom is not None else None,
+      error=lines[0] if lines else message,
+  )
 
 
 def _total(a: int | None, o: int | None, al: int | None, t: int | None) -> int | None:

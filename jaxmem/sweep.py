@@ -17,7 +17,6 @@ import jax
 from jaxmem import sharding as shd
 from jaxmem._quiet import quiet
 from jaxmem._records import Record
-from jaxmem.accelerators import parse_oom
 from jaxmem.analysis import compile_timed
 from jaxmem.cache import RowCache
 from jaxmem.comms import collectives
@@ -26,7 +25,7 @@ from jaxmem.flops import jaxpr_flops
 from jaxmem.models import ModelConfig, get_config
 from jaxmem.optimizers import Optimizer, parse_optimizers
 from jaxmem.remat import REMAT_POLICIES, RematPolicy, parse_remat
-from jaxmem.report import COMPILER_FIELDS, MemoryReport, read_compiled
+from jaxmem.report import COMPILER_FIELDS, MemoryReport, fits, read_compiled, refused
 from jaxmem.runner import Task, run_tasks
 from jaxmem.targets import (
   Target,
@@ -196,27 +195,19 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   traced = program.trace()
   # Counted from the program, not the executable, so a configuration the compiler refuses
   # still has its FLOPs (and so its recompute overhead).
-  flops = jaxpr_flops(traced.jaxpr.jaxpr) / p.target.num_devices
+  program_flops = jaxpr_flops(traced.jaxpr.jaxpr)
   try:
     with quiet():  # the GPU compiler logs to fd 2 when arguments near the device's memory
       compiled, seconds = compile_timed(traced.lower())
   except jax.errors.JaxRuntimeError as e:
-    oom = parse_oom(str(e)) if "RESOURCE_EXHAUSTED" in str(e) else None
-    return Row(
-        **base,
-        flops=flops,
-        required_bytes=None if oom is None else oom.get("required_bytes"),
-        fits=False if oom is not None else None,
-        error=_one_line(str(e)),
-        notes=tuple(notes),
-    )
-  report: MemoryReport = read_compiled(
-      compiled, compile_seconds=seconds, program_flops=flops * p.target.num_devices
-  )
+    return Row(**base, flops=program_flops / p.target.num_devices, **refused(e), notes=tuple(notes))
+  report: MemoryReport = read_compiled(compiled, compile_seconds=seconds, program_flops=program_flops)
   comm = collectives(compiled)
-  row = Row(
+  return Row(
       **base,
       **{f: getattr(report, f) for f in COMPILER_FIELDS},
+      required_bytes=report.required_bytes,
+      fits=fits(report.required_bytes, p.target.capacity_bytes),
       comm_bytes=comm.total_bytes,
       **{f"comm_{k}_bytes": v for k, v in comm.bytes_by_kind.items()},
       flops=report.flops,
@@ -224,14 +215,6 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       compile_seconds=report.compile_seconds,
       notes=tuple(notes) + report.notes + tuple(f"comm: {n}" for n in comm.notes),
   )
-  required = row.peak_memory_in_bytes if row.peak_memory_in_bytes is not None else row.total_bytes
-  fits = None if (row.capacity_bytes is None or required is None) else required <= row.capacity_bytes
-  return dataclasses.replace(row, required_bytes=required, fits=fits)
-
-
-def _one_line(message: str) -> str:
-  lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
-  return lines[0] if lines else message
 
 
 def with_overheads(rows: list[Row]) -> list[Row]:

@@ -21,6 +21,7 @@ import jax
 from jaxmem import sharding as shd
 from jaxmem._records import Record
 from jaxmem.errors import JaxmemError
+from jaxmem.report import read_compiled
 from jaxmem.sweep import Plan
 from jaxmem.train import build_train_program
 
@@ -52,13 +53,7 @@ def measure(p: Plan, mesh: shd.MeshSpec, opt, rp, *, steps: int = 3) -> Measurem
   """Runs one configuration in this process. Call it in a fresh process for a clean peak."""
   program = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh)
   compiled = program.trace().lower().compile()
-  stats = compiled.memory_analysis()
-  predicted = None
-  if stats is not None:
-    peak = getattr(stats, "peak_memory_in_bytes", 0) if p.target.platform != "cpu" else 0
-    predicted = int(peak) if peak else int(
-        stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes + stats.temp_size_in_bytes
-    )
+  predicted = read_compiled(compiled).required_bytes
   params, state, tokens, targets = program.concrete_args()
   loss = None
   for _ in range(steps):
