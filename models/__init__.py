@@ -11,12 +11,13 @@ Public interface::
   PRESETS: dict[str, () -> ModelConfig]   keyed by CLI name ("tiny", "gpt2-small", "llama3-8b", ...)
   get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields
   count_params(cfg) -> int         closed form, equals the built model's parameter count
-  Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None)
-                                   -> float32 logits_btv;
+  Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
+                                   attend=None) -> float32 logits_btv;
                                    cached(tokens_bt, cache, *, pos=0, constrain=None, weights=None,
                                    last_only=True) -> (logits, KVCache): prefill and decode
   KVCache(k_lbksh, v_lbksh)        the KV cache, [layers, batch, kv_heads, context, head_dim] each;
                                    CACHE_AXES its logical axes; kv_cache_bytes(cfg, batch=, context=)
+  AttendFn, dot_attend             how attention is computed (see attention_ops.py)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
 
 Logical axes (``LOGICAL_AXES``; ``nnx.get_partition_spec`` of the model state gives one per
@@ -57,6 +58,7 @@ body in ``jax.checkpoint(body, policy=remat, prevent_cse=False)``. Remat never c
 math, only what is saved for the backward pass.
 """
 
+from .attention_ops import AttendFn, dot_attend
 from .cache import CACHE_AXES, KVCache, kv_cache_bytes
 from .config import PRESETS, ModelConfig, get_config
 from .counting import count_params
@@ -66,6 +68,8 @@ from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [
   "ACTIVATION_AXES",
+  "AttendFn",
+  "dot_attend",
   "CACHE_AXES",
   "KVCache",
   "WeightHook",

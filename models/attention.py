@@ -2,10 +2,10 @@
 
 Grouped-query attention (Ainslie et al. 2023) shares each of ``num_kv_heads`` key/value heads
 among ``num_heads // num_kv_heads`` query heads; multi-head attention is the case
-``num_kv_heads == num_heads``. The attention itself is plain einsums with a causal mask
-(Vaswani et al. 2017, eq. 1): no flash or cuDNN kernels, so the same program compiles for
-CPU, GPU and TPU, and XLA's memory figures show the full T x T score matrix that a naive
-implementation materialises.
+``num_kv_heads == num_heads``. How softmax(q k^T) v is computed is an
+:data:`~.attention_ops.AttendFn` the caller chooses (:mod:`.attention_ops`); the default is plain
+einsums with a causal mask (Vaswani et al. 2017, eq. 1), which materialise the full T x T score
+matrix.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
+from .attention_ops import AttendFn, dot_attend
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, param
 from .names import (
@@ -142,23 +143,13 @@ class Attention(nnx.Module):
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
+    attend: AttendFn | None = None,
   ) -> jax.Array:
-    b, t, _ = x_btd.shape
-    n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
-    g = n // k
     q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
-
-    # Query head n = kv head k * g + group member: the grouping Llama's repeat_kv implies.
-    q_btkgh = q_btnh.reshape(b, t, k, g, h)
-    # Scores and softmax in float32: bf16 exp/sum over thousands of keys loses the tail.
-    scores_bkgts = jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_btkh, preferred_element_type=jnp.float32)
-    scores_bkgts = scores_bkgts * (1.0 / math.sqrt(h))
-    causal_ts = jnp.tril(jnp.ones((t, t), dtype=jnp.bool_))
-    scores_bkgts = jnp.where(causal_ts, scores_bkgts, jnp.finfo(jnp.float32).min)
-    probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(self.dtype)
-    ctx_btkgh = jnp.einsum("bkgts,bskh->btkgh", probs_bkgts, v_btkh)
-    ctx_btnh = ctx_btkgh.reshape(b, t, n, h)
+    ctx_btnh = (dot_attend if attend is None else attend)(q_btnh, k_btkh, v_btkh, causal=True)
     ctx_btnh = constrain(ctx_btnh, (BATCH, SEQ, HEADS, HEAD_DIM))
+    # Named here, outside every attention implementation, so name-based remat policies see the
+    # same "context" whichever kernel computed it.
     ctx_btnh = checkpoint_name(ctx_btnh, CONTEXT)
 
     out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))

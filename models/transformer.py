@@ -20,6 +20,7 @@ from flax import nnx
 from jaxmem.errors import JaxmemError
 
 from .attention import Attention
+from .attention_ops import AttendFn
 from .cache import KVCache
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
@@ -67,9 +68,11 @@ class Block(nnx.Module):
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
+    attend: AttendFn | None = None,
   ) -> jax.Array:
     x_btd = x_btd + self.attn(
-      self.attn_norm(x_btd), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain
+      self.attn_norm(x_btd), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain,
+      attend=attend,
     )
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
     x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
@@ -139,6 +142,7 @@ class Transformer(nnx.Module):
     *,
     remat: RematPolicy | None = None,
     constrain: Constrain | None = None,
+    attend: AttendFn | None = None,
   ) -> jax.Array:
     """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq].
 
@@ -152,6 +156,7 @@ class Transformer(nnx.Module):
       constrain: ``constrain(x, logical_axes) -> x`` applied to the embeddings, the residual
         stream, q/k/v, attention context, MLP hidden, block outputs and logits; typically
         ``jax.lax.with_sharding_constraint`` through the caller's logical->mesh rules.
+      attend: how attention is computed (:data:`AttendFn`); None is plain einsum attention.
     """
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
@@ -174,7 +179,7 @@ class Transformer(nnx.Module):
 
     def body(carry_btd: jax.Array, layer_state: nnx.State) -> tuple[jax.Array, None]:
       block = nnx.merge(block_def, layer_state)
-      y_btd = block(carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
+      y_btd = block(carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, attend=attend)
       return y_btd, None
 
     if remat is not None:
