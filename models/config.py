@@ -41,7 +41,10 @@ class ModelConfig:
     and attention projections with biases, tied embeddings, final LayerNorm.
   * ``"llama3"``: pre-RMSNorm, RoPE (``rope_theta``), grouped-query attention
     (``num_kv_heads`` < ``num_heads``), SwiGLU MLP, no biases, final RMSNorm; embeddings tied
-    only if ``tie_embeddings``.
+    only if ``tie_embeddings``. ``head_dim`` is free: ``num_heads * head_dim`` need not equal
+    ``d_model`` (Qwen3 4B: 32 heads of 128 on a 2560-wide residual stream). The architecture
+    flags ``qkv_bias`` (Qwen2) and ``qk_norm`` (Qwen3) add to this style; ``sliding_window``
+    (Mistral v0.1) is recorded only (see ``notes``).
 
   ``param_dtype`` is the storage dtype of the parameters; ``dtype`` is the compute dtype the
   weights are cast to at use. Attention softmax and the output logits are always float32.
@@ -63,6 +66,17 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "bfloat16"
 
+  # --- architecture flags (Hugging Face families: Qwen2, Qwen3, Mistral; issue 10) ----------
+  # Each defaults to off, so the GPT-2 and Llama presets are unchanged. qkv_bias and qk_norm
+  # apply to style "llama3" only (GPT-2 always has biases, and has no q/k norm).
+  qkv_bias: bool = False  # biases on the q, k and v projections, none on the output (Qwen2)
+  qk_norm: bool = False  # RMSNorm over head_dim of each q and k head, before RoPE (Qwen3)
+  # Recorded, not modelled: the attention implementations jaxmem compiles compute the causal
+  # mask over the whole sequence, so memory and FLOPs are those of full attention whatever
+  # the window (see ``notes``). None: no window (Mistral 7B v0.3, Qwen with
+  # use_sliding_window false).
+  sliding_window: int | None = None
+
   def __post_init__(self):
     if self.style not in STYLES:
       raise JaxmemError(f"model {self.name!r}: style must be one of {', '.join(STYLES)}, got {self.style!r}")
@@ -83,6 +97,30 @@ class ModelConfig:
       raise JaxmemError(f"model {self.name!r}: rope_theta must be > 0, got {self.rope_theta!r}")
     for field in ("param_dtype", "dtype"):
       _float_dtype(self.name, field, getattr(self, field))
+    self._check_architecture_flags()
+
+  def _check_architecture_flags(self) -> None:
+    for field in ("qkv_bias", "qk_norm"):
+      value = getattr(self, field)
+      if not isinstance(value, (bool, np.bool_)):
+        raise JaxmemError(f"model {self.name!r}: {field} must be true or false, got {value!r}")
+      if value and self.style != "llama3":
+        raise JaxmemError(
+          f"model {self.name!r}: {field} applies to style llama3 only (gpt2 always has q/k/v/out biases and no q/k norm)"
+        )
+    w = self.sliding_window
+    if w is not None and (not isinstance(w, (int, np.integer)) or isinstance(w, bool) or w < 1):
+      raise JaxmemError(f"model {self.name!r}: sliding_window must be a positive integer or None, got {w!r}")
+
+  @property
+  def notes(self) -> tuple[str, ...]:
+    """What the compiled figures do not reflect about this architecture, one line each."""
+    if self.sliding_window is None:
+      return ()
+    return (
+      f"sliding_window {self.sliding_window} recorded, not modelled: jaxmem's attention computes the "
+      "causal mask over the whole sequence, so memory and FLOPs are those of full attention",
+    )
 
   @property
   def param_jnp_dtype(self) -> jnp.dtype:
