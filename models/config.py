@@ -7,6 +7,11 @@ Preset sources (parameter counts in the tests are checked against these):
   1024, d_ff = 4 d_model, head_dim 64).
 * Llama 3: Llama Team 2024, "The Llama 3 Herd of Models", table 3 (8B/70B/405B), and the
   Llama 3.2 1B/3B model cards (``config.json`` on the Hugging Face hub: tied embeddings).
+* Mistral 7B v0.3, Qwen2.5 7B/72B, Qwen3 8B: the ``config.json`` of each checkpoint on the
+  Hugging Face hub (``mistralai/Mistral-7B-v0.3``, ``Qwen/Qwen2.5-7B``, ``Qwen/Qwen2.5-72B``,
+  ``Qwen/Qwen3-8B``), copied field for field into ``tests/data/hf/`` (the tests check that
+  :func:`models.hf.from_config` of each copy equals the preset); parameter counts from the model
+  cards (7.25B, 7.61B, 72.7B, 8.2B).
 """
 
 from __future__ import annotations
@@ -189,6 +194,36 @@ class ModelConfig:
     """Llama 3.1 405B."""
     return _llama3("llama3-405b", d_model=16384, num_layers=126, num_heads=128, head_dim=128, d_ff=53248, tie=False)
 
+  @classmethod
+  def mistral_7b(cls) -> ModelConfig:
+    """Mistral 7B v0.3 (mistralai/Mistral-7B-v0.3 config.json): Llama-style with a 32768-token
+    vocabulary, rope theta 1e6 and no sliding window (v0.1's 4096 window was dropped in v0.2)."""
+    return cls(
+      name="mistral-7b", style="llama3", vocab_size=32_768, d_model=4096, num_layers=32, num_heads=32,
+      num_kv_heads=8, head_dim=128, d_ff=14_336, max_seq_len=32_768, tie_embeddings=False, norm_eps=1e-5,
+      rope_theta=1_000_000.0,
+    )
+
+  @classmethod
+  def qwen2_5_7b(cls) -> ModelConfig:
+    """Qwen2.5 7B (Qwen/Qwen2.5-7B config.json): biases on q/k/v, untied; its sliding window is
+    off (use_sliding_window false)."""
+    return _qwen2_5("qwen2.5-7b", d_model=3584, num_layers=28, num_heads=28, num_kv_heads=4, d_ff=18_944, norm_eps=1e-6)
+
+  @classmethod
+  def qwen2_5_72b(cls) -> ModelConfig:
+    """Qwen2.5 72B (Qwen/Qwen2.5-72B config.json): as 7B, with rms_norm_eps 1e-5."""
+    return _qwen2_5("qwen2.5-72b", d_model=8192, num_layers=80, num_heads=64, num_kv_heads=8, d_ff=29_568, norm_eps=1e-5)
+
+  @classmethod
+  def qwen3_8b(cls) -> ModelConfig:
+    """Qwen3 8B (Qwen/Qwen3-8B config.json): RMSNorm on each q and k head, no biases, untied."""
+    return cls(
+      name="qwen3-8b", style="llama3", vocab_size=151_936, d_model=4096, num_layers=36, num_heads=32,
+      num_kv_heads=8, head_dim=128, d_ff=12_288, max_seq_len=40_960, tie_embeddings=False, norm_eps=1e-6,
+      rope_theta=1_000_000.0, qk_norm=True,
+    )
+
 
 def _float_dtype(name: str, field: str, value: Any) -> None:
   try:
@@ -216,6 +251,18 @@ def _llama3(name: str, *, d_model: int, num_layers: int, num_heads: int, head_di
   )
 
 
+def _qwen2_5(
+  name: str, *, d_model: int, num_layers: int, num_heads: int, num_kv_heads: int, d_ff: int, norm_eps: float
+) -> ModelConfig:
+  # Every Qwen2.5 base model: head_dim 128, vocab 152064 (the embedding is padded past the
+  # tokenizer's 151643 tokens), 128K context, rope theta 1e6 (Qwen/Qwen2.5-* config.json).
+  return ModelConfig(
+    name=name, style="llama3", vocab_size=152_064, d_model=d_model, num_layers=num_layers, num_heads=num_heads,
+    num_kv_heads=num_kv_heads, head_dim=128, d_ff=d_ff, max_seq_len=131_072, tie_embeddings=False,
+    norm_eps=norm_eps, rope_theta=1_000_000.0, qkv_bias=True,
+  )
+
+
 # CLI name -> preset constructor. Constructors rather than instances so callers always get a
 # fresh value to `dataclasses.replace`, and the dict stays cheap to import.
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
@@ -230,19 +277,33 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "llama3-8b": ModelConfig.llama3_8b,
   "llama3-70b": ModelConfig.llama3_70b,
   "llama3-405b": ModelConfig.llama3_405b,
+  "mistral-7b": ModelConfig.mistral_7b,
+  "qwen2.5-7b": ModelConfig.qwen2_5_7b,
+  "qwen2.5-72b": ModelConfig.qwen2_5_72b,
+  "qwen3-8b": ModelConfig.qwen3_8b,
 }
 
 
 def get_config(name: str, **overrides: Any) -> ModelConfig:
-  """The preset called ``name`` (a key of ``PRESETS``), with fields replaced by ``overrides``.
+  """The preset called ``name`` (a key of ``PRESETS``), or the model a Hugging Face-style
+  ``config.json`` describes when ``name`` is a path ending in ``.json`` (see
+  :func:`models.hf.from_config`), with fields replaced by ``overrides``.
 
   Raises:
-    JaxmemError: unknown preset name, unknown field, or an override that makes the config
-      invalid; the message is one line and lists what is valid.
+    JaxmemError: unknown preset name, unknown field, an unreadable or unsupported config
+      file, or an override that makes the config invalid; the message is one line and lists
+      what is valid.
   """
-  if name not in PRESETS:
-    raise JaxmemError(f"unknown model {name!r}; valid models: {', '.join(PRESETS)}")
-  cfg = PRESETS[name]()
+  if isinstance(name, str) and name.lower().endswith(".json"):
+    from .hf import from_config  # here, not at the top: hf imports this module
+
+    cfg = from_config(name)
+  elif name not in PRESETS:
+    raise JaxmemError(
+      f"unknown model {name!r}; valid models: {', '.join(PRESETS)}, or a path to a Hugging Face config.json"
+    )
+  else:
+    cfg = PRESETS[name]()
   if not overrides:
     return cfg
   fields = [f.name for f in dataclasses.fields(ModelConfig)]
