@@ -71,8 +71,8 @@ _IGNORED = frozenset({
   "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
   # transformers' output, head and export switches: nothing the train step computes
   "output_attentions", "output_hidden_states", "return_dict", "torchscript", "id2label", "label2id",
-  "num_labels", "problem_type", "finetuning_task", "chunk_size_feed_forward", "tie_encoder_decoder",
-  "is_decoder", "gradient_checkpointing",
+  "num_labels", "problem_type", "finetuning_task", "chunk_size_feed_forward", "is_decoder",
+  "gradient_checkpointing",
   # GPT2DoubleHeadsModel's multiple-choice head, which GPT2LMHeadModel does not build
   "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
 })
@@ -114,26 +114,26 @@ class _Fields:
       return default
     return value
 
-  def int(self, key: str, default: Any = _MISSING) -> int:
+  def integer(self, key: str, default: Any = _MISSING) -> int:
     value = self.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool):
       raise self.error(f"field {key!r} must be an integer, got {value!r}")
     return value
 
-  def float(self, key: str, default: Any = _MISSING) -> float:
+  def number(self, key: str, default: Any = _MISSING) -> float:
     value = self.get(key, default)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
       raise self.error(f"field {key!r} must be a number, got {value!r}")
     return float(value)
 
-  def bool(self, key: str, default: Any = _MISSING) -> bool:
+  def flag(self, key: str, default: Any = _MISSING) -> bool:
     value = self.get(key, default)
     if not isinstance(value, bool):
       raise self.error(f"field {key!r} must be true or false, got {value!r}")
     return value
 
   def refuse_if_true(self, key: str, why: str) -> None:
-    if self.bool(key, False):
+    if self.flag(key, False):
       raise self.error(f"{key} true is not supported: {why}")
 
   def check_all_read(self, arch: str, also_ignored: frozenset[str] = frozenset()) -> None:
@@ -239,7 +239,7 @@ def _default_name(raw: Mapping[str, Any], file_name: Path | None, arch: str) -> 
 def _rope_theta(f: _Fields) -> float:
   """rope_theta, from ``rope_theta`` or transformers 5's ``rope_parameters``, after checking
   that any RoPE scaling only changes frequencies."""
-  theta = f.float("rope_theta", 10_000.0)
+  theta = f.number("rope_theta", 10_000.0)
   for key in ("rope_scaling", "rope_parameters"):
     spec = f.get(key, None)
     if spec is None:
@@ -253,7 +253,10 @@ def _rope_theta(f: _Fields) -> float:
         "RoPE frequencies, not shapes)"
       )
     if key == "rope_parameters" and spec.get("rope_theta") is not None:
-      theta = float(spec["rope_theta"])
+      theta = spec["rope_theta"]
+      if not isinstance(theta, (int, float)) or isinstance(theta, bool):
+        raise f.error(f"rope_parameters.rope_theta must be a number, got {theta!r}")
+      theta = float(theta)
   return theta
 
 
@@ -264,10 +267,10 @@ def _sliding_window(f: _Fields, arch: str) -> int | None:
   if arch == "LlamaForCausalLM":
     # Llama has no window; a "sliding_window" in its file is left unread, so refused.
     return None
-  window = f.int("sliding_window", 0) or None
+  window = f.integer("sliding_window", 0) or None
   if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
-    f.int("max_window_layers", 0)
-    if not f.bool("use_sliding_window", False):
+    f.integer("max_window_layers", 0)
+    if not f.flag("use_sliding_window", False):
       return None
   return window
 
@@ -283,7 +286,7 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
   """Llama, Mistral, Qwen2 and Qwen3: pre-RMSNorm, RoPE, GQA and SwiGLU, as style llama3."""
   act = f.get("hidden_act", "silu")
   if act not in _SILU:
-    raise f.error(f"hidden_act {act!r} is not supported: {arch}'s MLP here is SwiGLU (silu)")
+    raise f.error(f"hidden_act {act!r} is not supported; supported: {', '.join(_SILU)} (the MLP here is SwiGLU)")
   f.refuse_if_true("mlp_bias", "the SwiGLU MLP here has no biases")
   if arch == "Qwen2ForCausalLM":
     # transformers' Qwen2 always puts biases on q, k and v (and none on o), whatever
@@ -295,7 +298,7 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
     )
   if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
     f.refuse_if_true("use_mrope", "multimodal RoPE (Qwen2-VL) is not supported")
-  d, heads = f.int("hidden_size"), f.int("num_attention_heads")
+  d, heads = f.integer("hidden_size"), f.integer("num_attention_heads")
   # transformers' defaults where a file leaves a field out (Qwen3Config: head_dim 128;
   # MistralConfig: 8 kv heads; the others: as many kv heads as heads, head_dim D / N).
   default_head_dim = 128 if arch == "Qwen3ForCausalLM" else d // max(heads, 1)
@@ -305,11 +308,11 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
   default_positions = {"LlamaForCausalLM": 2048, "MistralForCausalLM": 4096 * 32}.get(arch, 32_768)
   _check_layer_types(f)
   cfg = dict(
-    name=name, style="llama3", vocab_size=f.int("vocab_size"), d_model=d, num_layers=f.int("num_hidden_layers"),
-    num_heads=heads, num_kv_heads=f.int("num_key_value_heads", default_kv_heads),
-    head_dim=f.int("head_dim", default_head_dim), d_ff=f.int("intermediate_size"),
-    max_seq_len=f.int("max_position_embeddings", default_positions),
-    tie_embeddings=f.bool("tie_word_embeddings", False), norm_eps=f.float("rms_norm_eps", 1e-6),
+    name=name, style="llama3", vocab_size=f.integer("vocab_size"), d_model=d, num_layers=f.integer("num_hidden_layers"),
+    num_heads=heads, num_kv_heads=f.integer("num_key_value_heads", default_kv_heads),
+    head_dim=f.integer("head_dim", default_head_dim), d_ff=f.integer("intermediate_size"),
+    max_seq_len=f.integer("max_position_embeddings", default_positions),
+    tie_embeddings=f.flag("tie_word_embeddings", False), norm_eps=f.number("rms_norm_eps", 1e-6),
     rope_theta=_rope_theta(f), qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
     sliding_window=_sliding_window(f, arch),
   )
@@ -325,15 +328,15 @@ def _gpt2(f: _Fields, name: str) -> ModelConfig:
     raise f.error(
       f"activation_function {act!r} is not supported; supported: {', '.join(_TANH_GELU)} (GELU's tanh approximation)"
     )
-  d, heads = f.int("n_embd"), f.int("n_head")
+  d, heads = f.integer("n_embd"), f.integer("n_head")
   if heads < 1 or d % heads:
     raise f.error(f"n_embd {d} is not a multiple of n_head {heads}")
-  positions = f.int("n_positions", f.raw.get("n_ctx") or 1024)
+  positions = f.integer("n_positions", f.raw.get("n_ctx") or 1024)
   f.get("n_ctx", None)  # the older name of n_positions, which it duplicates
   cfg = dict(
-    name=name, style="gpt2", vocab_size=f.int("vocab_size"), d_model=d, num_layers=f.int("n_layer"),
-    num_heads=heads, num_kv_heads=heads, head_dim=d // heads, d_ff=f.int("n_inner", 4 * d), max_seq_len=positions,
-    tie_embeddings=f.bool("tie_word_embeddings", True), norm_eps=f.float("layer_norm_epsilon", 1e-5),
+    name=name, style="gpt2", vocab_size=f.integer("vocab_size"), d_model=d, num_layers=f.integer("n_layer"),
+    num_heads=heads, num_kv_heads=heads, head_dim=d // heads, d_ff=f.integer("n_inner", 4 * d), max_seq_len=positions,
+    tie_embeddings=f.flag("tie_word_embeddings", True), norm_eps=f.number("layer_norm_epsilon", 1e-5),
     rope_theta=10_000.0,
   )
   # Scaling and upcasting switches of the attention scores: values, not shapes.
