@@ -1,6 +1,7 @@
 """Flax NNX decoder-only Transformers (installed as ``jaxmem.models``).
 
-GPT-2 and Llama 3 families at their published sizes, built so that XLA's memory figures for a
+GPT-2 and Llama 3 families at their published sizes (and Mistral, Qwen2.5 and Qwen3, through
+architecture flags on the Llama 3 style), built so that XLA's memory figures for a
 train step look like those of a production model: scanned layers, mixed precision (float32
 parameters, bfloat16 compute, float32 softmax and logits), logical axis names on every
 parameter and sharding-constraint hooks on the main activations.
@@ -9,7 +10,10 @@ Public interface::
 
   ModelConfig                      frozen, keyword-only dataclass; presets as classmethods
   PRESETS: dict[str, () -> ModelConfig]   keyed by CLI name ("tiny", "gpt2-small", "llama3-8b", ...)
-  get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields
+  get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields; a name
+                                   ending in .json is a Hugging Face config.json (from_config)
+  from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3 and
+                                   GPT-2 config.json files (hf.py); JaxmemError on anything else
   count_params(cfg) -> int         closed form, equals the built model's parameter count
   Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
                                    attend=None) -> float32 logits_btv;
@@ -44,8 +48,9 @@ each block, MaxText's vocabulary, usable with ``jax.checkpoint_policies.save_onl
 and friends; B batch, T seq, N heads, K kv heads, H head_dim, D d_model, F d_ff; all in the
 compute dtype):
 
-  query_proj   [B, T, N, H]  query projection (+ bias for GPT-2), before RoPE
-  key_proj     [B, T, K, H]  key projection, before RoPE
+  query_proj   [B, T, N, H]  query projection (+ bias for GPT-2 and Qwen2), before q/k norm
+                             (Qwen3) and RoPE
+  key_proj     [B, T, K, H]  key projection (+ bias likewise), before q/k norm and RoPE
   value_proj   [B, T, K, H]  value projection
   context      [B, T, N, H]  softmax(q k^T) v: attention output before the output projection
   out_proj     [B, T, D]     attention output projection (+ bias), before the residual add
@@ -62,6 +67,7 @@ from .attention_ops import AttendFn, dot_attend
 from .cache import CACHE_AXES, KVCache, kv_cache_bytes
 from .config import PRESETS, ModelConfig, get_config
 from .counting import count_params
+from .hf import from_config
 from .layers import Constrain
 from .names import ACTIVATION_AXES, CHECKPOINT_NAMES, LOGICAL_AXES
 from .transformer import RematPolicy, Transformer, WeightHook
@@ -82,5 +88,6 @@ __all__ = [
   "RematPolicy",
   "Transformer",
   "count_params",
+  "from_config",
   "get_config",
 ]

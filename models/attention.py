@@ -28,6 +28,7 @@ from .names import (
   HEADS,
   KEY_PROJ,
   KV_HEADS,
+  NORM,
   OUT_PROJ,
   QUERY_PROJ,
   SEQ,
@@ -36,8 +37,25 @@ from .names import (
 from .rope import apply_rope
 
 
+class HeadRMSNorm(nnx.Module):
+  """RMSNorm over the last (head_dim) axis of [..., heads, head_dim], one scale shared by all
+  heads: Qwen3's q_norm / k_norm (Qwen Team 2025, "Qwen3 Technical Report", section 2)."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.eps = cfg.norm_eps
+    self.scale_h = param(rngs, nnx.initializers.ones, (cfg.head_dim,), (NORM,), cfg.param_jnp_dtype)
+
+  def __call__(self, x_btnh: jax.Array) -> jax.Array:
+    # Statistics in float32, as RMSNorm does; the result goes back to the compute dtype.
+    x32_btnh = x_btnh.astype(jnp.float32)
+    ms_btn1 = jnp.mean(jnp.square(x32_btnh), axis=-1, keepdims=True)
+    y_btnh = x32_btnh * jax.lax.rsqrt(ms_btn1 + self.eps) * self.scale_h[...].astype(jnp.float32)
+    return y_btnh.astype(x_btnh.dtype)
+
+
 class Attention(nnx.Module):
-  """Causal self-attention with optional biases (GPT-2) and optional RoPE (Llama 3)."""
+  """Causal self-attention with optional biases (GPT-2: q/k/v/out; Qwen2: q/k/v), optional
+  per-head q/k RMSNorm (Qwen3) and optional RoPE (Llama 3 style)."""
 
   def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs):
     d, n, k, h = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -48,13 +66,22 @@ class Attention(nnx.Module):
     self.w_k_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
     self.w_v_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
     self.w_o_nhd = param(rngs, out_init, (n, h, d), (HEADS, HEAD_DIM, EMBED), pdt)
+    # GPT-2 has biases on all four projections; Qwen2 (cfg.qkv_bias) on q, k and v only.
+    # use_bias is the output projection's bias (read by __call__ and cached).
     self.use_bias = cfg.style == "gpt2"
-    if self.use_bias:
-      zeros = nnx.initializers.zeros
+    self.qkv_bias = self.use_bias or cfg.qkv_bias
+    zeros = nnx.initializers.zeros
+    if self.qkv_bias:
       self.b_q_nh = param(rngs, zeros, (n, h), (HEADS, HEAD_DIM), pdt)
       self.b_k_kh = param(rngs, zeros, (k, h), (KV_HEADS, HEAD_DIM), pdt)
       self.b_v_kh = param(rngs, zeros, (k, h), (KV_HEADS, HEAD_DIM), pdt)
+    if self.use_bias:
       self.b_o_d = param(rngs, zeros, (d,), (EMBED,), pdt)
+    # Qwen3: one RMSNorm scale over head_dim shared by every q head, one by every k head.
+    self.qk_norm = cfg.qk_norm
+    if self.qk_norm:
+      self.q_norm = HeadRMSNorm(cfg, rngs=rngs)
+      self.k_norm = HeadRMSNorm(cfg, rngs=rngs)
 
   def _w(self, v: nnx.Param) -> jax.Array:
     return v[...].astype(self.dtype)
@@ -71,15 +98,20 @@ class Attention(nnx.Module):
     q_btnh = jnp.einsum("btd,dnh->btnh", x_btd, self._w(self.w_q_dnh))
     k_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_k_dkh))
     v_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_v_dkh))
-    if self.use_bias:
+    if self.qkv_bias:
       q_btnh = q_btnh + self._w(self.b_q_nh)
       k_btkh = k_btkh + self._w(self.b_k_kh)
       v_btkh = v_btkh + self._w(self.b_v_kh)
-    # Named right after the projections (before RoPE), where MaxText names them, so a policy
-    # saving "query_proj" keeps the projection output and recomputes only the cheap rotation.
+    # Named right after the projections (before q/k norm and RoPE), where MaxText names them,
+    # so a policy saving "query_proj" keeps the projection output and recomputes only the
+    # cheap norm and rotation.
     q_btnh = checkpoint_name(q_btnh, QUERY_PROJ)
     k_btkh = checkpoint_name(k_btkh, KEY_PROJ)
     v_btkh = checkpoint_name(v_btkh, VALUE_PROJ)
+    if self.qk_norm:
+      # Before RoPE, as Qwen3 does (transformers' Qwen3Attention.forward).
+      q_btnh = self.q_norm(q_btnh)
+      k_btkh = self.k_norm(k_btkh)
     if self.use_rope:
       q_btnh = apply_rope(q_btnh, rope_sin_tk, rope_cos_tk)
       k_btkh = apply_rope(k_btkh, rope_sin_tk, rope_cos_tk)

@@ -7,6 +7,11 @@ Preset sources (parameter counts in the tests are checked against these):
   1024, d_ff = 4 d_model, head_dim 64).
 * Llama 3: Llama Team 2024, "The Llama 3 Herd of Models", table 3 (8B/70B/405B), and the
   Llama 3.2 1B/3B model cards (``config.json`` on the Hugging Face hub: tied embeddings).
+* Mistral 7B v0.3, Qwen2.5 7B/72B, Qwen3 8B: the ``config.json`` of each checkpoint on the
+  Hugging Face hub (``mistralai/Mistral-7B-v0.3``, ``Qwen/Qwen2.5-7B``, ``Qwen/Qwen2.5-72B``,
+  ``Qwen/Qwen3-8B``), copied field for field into ``tests/data/hf/`` (the tests check that
+  :func:`models.hf.from_config` of each copy equals the preset); parameter counts from the model
+  cards (7.25B, 7.61B, 72.7B, 8.2B).
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ class ModelConfig:
     and attention projections with biases, tied embeddings, final LayerNorm.
   * ``"llama3"``: pre-RMSNorm, RoPE (``rope_theta``), grouped-query attention
     (``num_kv_heads`` < ``num_heads``), SwiGLU MLP, no biases, final RMSNorm; embeddings tied
-    only if ``tie_embeddings``.
+    only if ``tie_embeddings``. ``head_dim`` is free: ``num_heads * head_dim`` need not equal
+    ``d_model`` (Qwen3 4B: 32 heads of 128 on a 2560-wide residual stream). The architecture
+    flags ``qkv_bias`` (Qwen2) and ``qk_norm`` (Qwen3) add to this style; ``sliding_window``
+    (Mistral v0.1) is recorded only (see ``notes``).
 
   ``param_dtype`` is the storage dtype of the parameters; ``dtype`` is the compute dtype the
   weights are cast to at use. Attention softmax and the output logits are always float32.
@@ -63,6 +71,17 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "bfloat16"
 
+  # --- architecture flags (Hugging Face families: Qwen2, Qwen3, Mistral; issue 10) ----------
+  # Each defaults to off, so the GPT-2 and Llama presets are unchanged. qkv_bias and qk_norm
+  # apply to style "llama3" only (GPT-2 always has biases, and has no q/k norm).
+  qkv_bias: bool = False  # biases on the q, k and v projections, none on the output (Qwen2)
+  qk_norm: bool = False  # RMSNorm over head_dim of each q and k head, before RoPE (Qwen3)
+  # Recorded, not modelled: the attention implementations jaxmem compiles compute the causal
+  # mask over the whole sequence, so memory and FLOPs are those of full attention whatever
+  # the window (see ``notes``). None: no window (Mistral 7B v0.3, Qwen with
+  # use_sliding_window false).
+  sliding_window: int | None = None
+
   def __post_init__(self):
     if self.style not in STYLES:
       raise JaxmemError(f"model {self.name!r}: style must be one of {', '.join(STYLES)}, got {self.style!r}")
@@ -83,6 +102,30 @@ class ModelConfig:
       raise JaxmemError(f"model {self.name!r}: rope_theta must be > 0, got {self.rope_theta!r}")
     for field in ("param_dtype", "dtype"):
       _float_dtype(self.name, field, getattr(self, field))
+    self._check_architecture_flags()
+
+  def _check_architecture_flags(self) -> None:
+    for field in ("qkv_bias", "qk_norm"):
+      value = getattr(self, field)
+      if not isinstance(value, (bool, np.bool_)):
+        raise JaxmemError(f"model {self.name!r}: {field} must be true or false, got {value!r}")
+      if value and self.style != "llama3":
+        raise JaxmemError(
+          f"model {self.name!r}: {field} applies to style llama3 only (gpt2 always has q/k/v/out biases and no q/k norm)"
+        )
+    w = self.sliding_window
+    if w is not None and (not isinstance(w, (int, np.integer)) or isinstance(w, bool) or w < 1):
+      raise JaxmemError(f"model {self.name!r}: sliding_window must be a positive integer or None, got {w!r}")
+
+  @property
+  def notes(self) -> tuple[str, ...]:
+    """What the compiled figures do not reflect about this architecture, one line each."""
+    if self.sliding_window is None:
+      return ()
+    return (
+      f"sliding_window {self.sliding_window} recorded, not modelled: jaxmem's attention computes the "
+      "causal mask over the whole sequence, so memory and FLOPs are those of full attention",
+    )
 
   @property
   def param_jnp_dtype(self) -> jnp.dtype:
@@ -151,6 +194,36 @@ class ModelConfig:
     """Llama 3.1 405B."""
     return _llama3("llama3-405b", d_model=16384, num_layers=126, num_heads=128, head_dim=128, d_ff=53248, tie=False)
 
+  @classmethod
+  def mistral_7b(cls) -> ModelConfig:
+    """Mistral 7B v0.3 (mistralai/Mistral-7B-v0.3 config.json): Llama-style with a 32768-token
+    vocabulary, rope theta 1e6 and no sliding window (v0.1's 4096 window was dropped in v0.2)."""
+    return cls(
+      name="mistral-7b", style="llama3", vocab_size=32_768, d_model=4096, num_layers=32, num_heads=32,
+      num_kv_heads=8, head_dim=128, d_ff=14_336, max_seq_len=32_768, tie_embeddings=False, norm_eps=1e-5,
+      rope_theta=1_000_000.0,
+    )
+
+  @classmethod
+  def qwen2_5_7b(cls) -> ModelConfig:
+    """Qwen2.5 7B (Qwen/Qwen2.5-7B config.json): biases on q/k/v, untied; its sliding window is
+    off (use_sliding_window false)."""
+    return _qwen2_5("qwen2.5-7b", d_model=3584, num_layers=28, num_heads=28, num_kv_heads=4, d_ff=18_944, norm_eps=1e-6)
+
+  @classmethod
+  def qwen2_5_72b(cls) -> ModelConfig:
+    """Qwen2.5 72B (Qwen/Qwen2.5-72B config.json): as 7B, with rms_norm_eps 1e-5."""
+    return _qwen2_5("qwen2.5-72b", d_model=8192, num_layers=80, num_heads=64, num_kv_heads=8, d_ff=29_568, norm_eps=1e-5)
+
+  @classmethod
+  def qwen3_8b(cls) -> ModelConfig:
+    """Qwen3 8B (Qwen/Qwen3-8B config.json): RMSNorm on each q and k head, no biases, untied."""
+    return cls(
+      name="qwen3-8b", style="llama3", vocab_size=151_936, d_model=4096, num_layers=36, num_heads=32,
+      num_kv_heads=8, head_dim=128, d_ff=12_288, max_seq_len=40_960, tie_embeddings=False, norm_eps=1e-6,
+      rope_theta=1_000_000.0, qk_norm=True,
+    )
+
 
 def _float_dtype(name: str, field: str, value: Any) -> None:
   try:
@@ -178,6 +251,18 @@ def _llama3(name: str, *, d_model: int, num_layers: int, num_heads: int, head_di
   )
 
 
+def _qwen2_5(
+  name: str, *, d_model: int, num_layers: int, num_heads: int, num_kv_heads: int, d_ff: int, norm_eps: float
+) -> ModelConfig:
+  # Every Qwen2.5 base model: head_dim 128, vocab 152064 (the embedding is padded past the
+  # tokenizer's 151643 tokens), 128K context, rope theta 1e6 (Qwen/Qwen2.5-* config.json).
+  return ModelConfig(
+    name=name, style="llama3", vocab_size=152_064, d_model=d_model, num_layers=num_layers, num_heads=num_heads,
+    num_kv_heads=num_kv_heads, head_dim=128, d_ff=d_ff, max_seq_len=131_072, tie_embeddings=False,
+    norm_eps=norm_eps, rope_theta=1_000_000.0, qkv_bias=True,
+  )
+
+
 # CLI name -> preset constructor. Constructors rather than instances so callers always get a
 # fresh value to `dataclasses.replace`, and the dict stays cheap to import.
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
@@ -192,19 +277,33 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "llama3-8b": ModelConfig.llama3_8b,
   "llama3-70b": ModelConfig.llama3_70b,
   "llama3-405b": ModelConfig.llama3_405b,
+  "mistral-7b": ModelConfig.mistral_7b,
+  "qwen2.5-7b": ModelConfig.qwen2_5_7b,
+  "qwen2.5-72b": ModelConfig.qwen2_5_72b,
+  "qwen3-8b": ModelConfig.qwen3_8b,
 }
 
 
 def get_config(name: str, **overrides: Any) -> ModelConfig:
-  """The preset called ``name`` (a key of ``PRESETS``), with fields replaced by ``overrides``.
+  """The preset called ``name`` (a key of ``PRESETS``), or the model a Hugging Face-style
+  ``config.json`` describes when ``name`` is a path ending in ``.json`` (see
+  :func:`models.hf.from_config`), with fields replaced by ``overrides``.
 
   Raises:
-    JaxmemError: unknown preset name, unknown field, or an override that makes the config
-      invalid; the message is one line and lists what is valid.
+    JaxmemError: unknown preset name, unknown field, an unreadable or unsupported config
+      file, or an override that makes the config invalid; the message is one line and lists
+      what is valid.
   """
-  if name not in PRESETS:
-    raise JaxmemError(f"unknown model {name!r}; valid models: {', '.join(PRESETS)}")
-  cfg = PRESETS[name]()
+  if isinstance(name, str) and name.lower().endswith(".json"):
+    from .hf import from_config  # here, not at the top: hf imports this module
+
+    cfg = from_config(name)
+  elif name not in PRESETS:
+    raise JaxmemError(
+      f"unknown model {name!r}; valid models: {', '.join(PRESETS)}, or a path to a Hugging Face config.json"
+    )
+  else:
+    cfg = PRESETS[name]()
   if not overrides:
     return cfg
   fields = [f.name for f in dataclasses.fields(ModelConfig)]

@@ -108,7 +108,8 @@ class Transformer(nnx.Module):
     blocks.{attn_norm,mlp_norm}.scale_d (and .bias_d for gpt2) [layers, norm];
     blocks.attn.w_q_dnh [layers, embed, heads, head_dim], w_k_dkh / w_v_dkh
       [layers, embed, kv_heads, head_dim], w_o_nhd [layers, heads, head_dim, embed]
-      (+ biases b_q_nh, b_k_kh, b_v_kh, b_o_d for gpt2);
+      (+ biases b_q_nh, b_k_kh, b_v_kh, b_o_d for gpt2; b_q_nh, b_k_kh, b_v_kh with qkv_bias;
+      q_norm.scale_h, k_norm.scale_h [layers, norm] with qk_norm);
     blocks.mlp: gpt2 w_in_df, b_in_f, w_out_fd, b_out_d; llama3 w_gate_df, w_up_df,
       w_down_fd [layers, embed|mlp, ...];
     final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied.

@@ -1,0 +1,346 @@
+"""ModelConfigs from Hugging Face-style ``config.json`` files.
+
+``from_config(path_or_dict, *, name=None)`` reads the ``config.json`` of a checkpoint of one of
+the families the models here can express and returns the :class:`ModelConfig` of the same
+shapes:
+
+  LlamaForCausalLM    style llama3
+  MistralForCausalLM  style llama3; ``sliding_window`` recorded (see ModelConfig.notes)
+  Qwen2ForCausalLM    style llama3 with biases on q, k and v (``qkv_bias``)
+  Qwen3ForCausalLM    style llama3 with RMSNorm on each q and k head (``qk_norm``)
+  GPT2LMHeadModel     style gpt2 (its own field names: n_embd, n_layer, n_head, n_positions)
+
+Every field of the file is accounted for: it is mapped to a ModelConfig field, checked to
+hold a value the models can express, or on a list of fields that do not change memory (below,
+with the reason). Anything else is a one-line :class:`JaxmemError` naming the field, so a
+config this module does not understand is never analysed as a model it is not. The field
+names and their defaults follow transformers' ``LlamaConfig``, ``MistralConfig``,
+``Qwen2Config``, ``Qwen3Config`` and ``GPT2Config``.
+
+The checkpoint's ``torch_dtype`` is ignored: it is the storage dtype of the released weights,
+while the train step's dtypes are ``param_dtype`` and ``dtype`` (``--param-dtype``,
+``--dtype``), float32 parameters and bfloat16 compute by default, as for every preset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jaxmem.errors import JaxmemError
+
+from .config import ModelConfig
+
+SUPPORTED: tuple[str, ...] = (
+  "LlamaForCausalLM",
+  "MistralForCausalLM",
+  "Qwen2ForCausalLM",
+  "Qwen3ForCausalLM",
+  "GPT2LMHeadModel",
+)
+# model_type -> architecture, for a config without "architectures".
+_BY_MODEL_TYPE = {
+  "llama": "LlamaForCausalLM",
+  "mistral": "MistralForCausalLM",
+  "qwen2": "Qwen2ForCausalLM",
+  "qwen3": "Qwen3ForCausalLM",
+  "gpt2": "GPT2LMHeadModel",
+}
+
+# Fields accepted and ignored for every family, because they do not change memory:
+_IGNORED = frozenset({
+  # identity and bookkeeping (the name is taken from _name_or_path separately)
+  "architectures", "model_type", "transformers_version", "auto_map", "_name_or_path", "name_or_path",
+  "_commit_hash", "tokenizer_class", "_from_model_config",
+  # token ids and generation defaults: values of the inputs, not shapes
+  "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
+  "max_length", "min_length", "do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
+  "num_beams", "num_return_sequences", "length_penalty", "no_repeat_ngram_size", "early_stopping",
+  "task_specific_params", "prefix", "output_past",
+  # initialisation: values of the parameters, not their shapes
+  "initializer_range",
+  # storage dtype of the released weights (see the module docstring)
+  "torch_dtype", "dtype", "use_bfloat16",
+  # dropout probabilities: jaxmem's train step has no dropout (no preset does), so no dropout
+  # masks are compiled or counted whatever these say
+  "attention_dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",
+  # which attention kernel transformers would run: the model here compiles its own
+  "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
+  # transformers' output, head and export switches: nothing the train step computes
+  "output_attentions", "output_hidden_states", "return_dict", "torchscript", "id2label", "label2id",
+  "num_labels", "problem_type", "finetuning_task", "chunk_size_feed_forward", "is_decoder",
+  "gradient_checkpointing",
+  # GPT2DoubleHeadsModel's multiple-choice head, which GPT2LMHeadModel does not build
+  "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+})
+
+# Fields that make a model these modules cannot build (they are refused with a reason,
+# before anything else is read, whatever the architecture claims to be).
+_MOE_FIELDS = (
+  "num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+  "n_shared_experts", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+  "first_k_dense_replace", "moe_layer_freq",
+)
+_MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+# RoPE variants that only change the rotation frequencies (values), never a shape: accepted.
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+_SILU = ("silu", "swish")  # transformers' ACT2FN maps both to SiLU
+# GPT-2's tanh approximation of GELU (models/mlp.py uses approximate=True), under its names.
+_TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+
+_MISSING = object()
+
+
+class _Fields:
+  """The config's fields, read one at a time, so that whatever is left unread is refused."""
+
+  def __init__(self, raw: Mapping[str, Any], where: str):
+    self.raw, self.where, self.seen = raw, where, set()
+
+  def error(self, message: str) -> JaxmemError:
+    return JaxmemError(f"{self.where}: {message}")
+
+  def get(self, key: str, default: Any = _MISSING) -> Any:
+    """The value of ``key``; a null or absent field is ``default`` (required without one)."""
+    self.seen.add(key)
+    value = self.raw.get(key)
+    if value is None:
+      if default is _MISSING:
+        raise self.error(f"required field {key!r} is missing")
+      return default
+    return value
+
+  def integer(self, key: str, default: Any = _MISSING) -> int:
+    value = self.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+      raise self.error(f"field {key!r} must be an integer, got {value!r}")
+    return value
+
+  def number(self, key: str, default: Any = _MISSING) -> float:
+    value = self.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+      raise self.error(f"field {key!r} must be a number, got {value!r}")
+    return float(value)
+
+  def flag(self, key: str, default: Any = _MISSING) -> bool:
+    value = self.get(key, default)
+    if not isinstance(value, bool):
+      raise self.error(f"field {key!r} must be true or false, got {value!r}")
+    return value
+
+  def refuse_if_true(self, key: str, why: str) -> None:
+    if self.flag(key, False):
+      raise self.error(f"{key} true is not supported: {why}")
+
+  def check_all_read(self, arch: str, also_ignored: frozenset[str] = frozenset()) -> None:
+    unknown = sorted(set(self.raw) - self.seen - _IGNORED - also_ignored)
+    if unknown:
+      raise self.error(
+        f"unknown field(s) {', '.join(unknown)} for {arch}: jaxmem cannot tell whether they change "
+        "memory; remove them from the file if they do not"
+      )
+
+
+def from_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], *, name: str | None = None) -> ModelConfig:
+  """The ModelConfig a Hugging Face-style ``config.json`` describes (see the module docstring).
+
+  Args:
+    path_or_dict: a path to the JSON file, or its contents as a mapping.
+    name: the config's name; by default ``_name_or_path`` from the file if set, else the name
+      of the file's directory for a file called ``config.json`` (the hub's layout, e.g.
+      ``Qwen2.5-7B/config.json``), else the file name without ``.json``.
+
+  Raises:
+    JaxmemError: an unreadable file, an unsupported architecture, or a field whose value the
+      models cannot express; one line, naming what is supported.
+  """
+  raw, where, file_name = _load(path_or_dict)
+  arch = _architecture(raw, where)
+  fields = _Fields(raw, where)
+  _refuse_unbuildable(fields)
+  name = name or _default_name(raw, file_name, arch)
+  if arch == "GPT2LMHeadModel":
+    return _gpt2(fields, name)
+  return _llama_family(fields, arch, name)
+
+
+def _load(path_or_dict: Any) -> tuple[Mapping[str, Any], str, Path | None]:
+  """(fields, where to say an error is, the file's path or None)."""
+  if isinstance(path_or_dict, Mapping):
+    return path_or_dict, "model config", None
+  path = Path(path_or_dict)
+  try:
+    text = path.read_text(encoding="utf-8")
+  except OSError as e:
+    raise JaxmemError(f"cannot read model config {path}: {e.strerror or e}") from None
+  try:
+    raw = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise JaxmemError(f"{path} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+  if not isinstance(raw, dict):
+    raise JaxmemError(f"{path}: a config.json holds a JSON object, got {type(raw).__name__}")
+  return raw, str(path), path
+
+
+def _architecture(raw: Mapping[str, Any], where: str) -> str:
+  archs = raw.get("architectures")
+  if isinstance(archs, list) and archs:
+    arch = archs[0]
+  elif raw.get("model_type") in _BY_MODEL_TYPE:
+    arch = _BY_MODEL_TYPE[raw["model_type"]]
+  else:
+    arch = raw.get("model_type") or "no architectures or model_type"
+  if arch not in SUPPORTED:
+    raise JaxmemError(f"{where}: unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED)}")
+  return arch
+
+
+def _refuse_unbuildable(f: _Fields) -> None:
+  """Fields whose presence alone means a model the dense decoder here cannot express."""
+  moe = [k for k in _MOE_FIELDS if f.raw.get(k) not in (None, 0, [], False)]
+  if moe:
+    raise f.error(
+      f"mixture-of-experts field(s) {', '.join(moe)} are not supported; supported: dense "
+      f"{', '.join(SUPPORTED)}"
+    )
+  mla = [k for k in _MLA_FIELDS if f.raw.get(k) is not None]
+  if mla:
+    raise f.error(f"multi-head latent attention field(s) {', '.join(mla)} are not supported")
+  if f.raw.get("quantization_config") is not None:
+    raise f.error(
+      "quantization_config is not supported: the train step stores parameters in param_dtype; "
+      "use the unquantized config, and `jaxmem infer --weights` for quantized inference weights"
+    )
+  f.refuse_if_true("is_encoder_decoder", "jaxmem's models are decoder-only")
+  f.refuse_if_true("add_cross_attention", "jaxmem's models have no cross-attention")
+  if f.get("pruned_heads", {}):
+    raise f.error("pruned_heads is not supported: every layer here has the same number of heads")
+  f.refuse_if_true("tie_encoder_decoder", "jaxmem's models are decoder-only")
+
+
+def _default_name(raw: Mapping[str, Any], file_name: Path | None, arch: str) -> str:
+  for key in ("_name_or_path", "name_or_path"):
+    value = raw.get(key)
+    if isinstance(value, str) and value.strip("/ "):
+      # A hub id ("Qwen/Qwen2.5-7B") is kept whole; a local directory only by its last part.
+      local = value.startswith(("/", ".", "~")) or os.path.isabs(value)
+      return Path(value).name if local else value
+  if file_name is not None:
+    stem = file_name.parent.resolve().name if file_name.name == "config.json" else file_name.stem
+    if stem:
+      return stem
+  return str(raw.get("model_type") or arch)
+
+
+def _rope_theta(f: _Fields) -> float:
+  """rope_theta, from ``rope_theta`` or transformers 5's ``rope_parameters``, after checking
+  that any RoPE scaling only changes frequencies."""
+  theta = f.number("rope_theta", 10_000.0)
+  for key in ("rope_scaling", "rope_parameters"):
+    spec = f.get(key, None)
+    if spec is None:
+      continue
+    if not isinstance(spec, Mapping):
+      raise f.error(f"field {key!r} must be an object, got {spec!r}")
+    kind = spec.get("rope_type", spec.get("type", "default"))
+    if kind not in _ROPE_TYPES:
+      raise f.error(
+        f"{key} type {kind!r} is not supported; supported: {', '.join(_ROPE_TYPES)} (they change "
+        "RoPE frequencies, not shapes)"
+      )
+    if key == "rope_parameters" and spec.get("rope_theta") is not None:
+      theta = spec["rope_theta"]
+      if not isinstance(theta, (int, float)) or isinstance(theta, bool):
+        raise f.error(f"rope_parameters.rope_theta must be a number, got {theta!r}")
+      theta = float(theta)
+  return theta
+
+
+def _sliding_window(f: _Fields, arch: str) -> int | None:
+  """The window the checkpoint's attention uses, or None. Mistral applies ``sliding_window``
+  to every layer; Qwen2/3 only with ``use_sliding_window`` (from layer ``max_window_layers``
+  on; the layer split does not matter, since the window is recorded, not modelled)."""
+  if arch == "LlamaForCausalLM":
+    # Llama has no window; a "sliding_window" in its file is left unread, so refused.
+    return None
+  window = f.integer("sliding_window", 0) or None
+  if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+    f.integer("max_window_layers", 0)
+    if not f.flag("use_sliding_window", False):
+      return None
+  return window
+
+
+def _check_layer_types(f: _Fields) -> None:
+  """transformers 4.53+ lists each layer's attention; full or sliding is a mask, not a shape."""
+  layer_types = f.get("layer_types", [])
+  if not isinstance(layer_types, list) or set(layer_types) - {"full_attention", "sliding_attention"}:
+    raise f.error(f"layer_types may only list full_attention and sliding_attention, got {layer_types!r}")
+
+
+def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
+  """Llama, Mistral, Qwen2 and Qwen3: pre-RMSNorm, RoPE, GQA and SwiGLU, as style llama3."""
+  act = f.get("hidden_act", "silu")
+  if act not in _SILU:
+    raise f.error(f"hidden_act {act!r} is not supported; supported: {', '.join(_SILU)} (the MLP here is SwiGLU)")
+  f.refuse_if_true("mlp_bias", "the SwiGLU MLP here has no biases")
+  if arch == "Qwen2ForCausalLM":
+    # transformers' Qwen2 always puts biases on q, k and v (and none on o), whatever
+    # attention_bias says; reading it here keeps it from being refused as unknown.
+    f.get("attention_bias", None)
+  else:
+    f.refuse_if_true(
+      "attention_bias", "biases on all four attention projections are not supported (Qwen2ForCausalLM's q/k/v biases are)"
+    )
+  if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+    f.refuse_if_true("use_mrope", "multimodal RoPE (Qwen2-VL) is not supported")
+  d, heads = f.integer("hidden_size"), f.integer("num_attention_heads")
+  # transformers' defaults where a file leaves a field out (Qwen3Config: head_dim 128;
+  # MistralConfig: 8 kv heads; the others: as many kv heads as heads, head_dim D / N).
+  default_head_dim = 128 if arch == "Qwen3ForCausalLM" else d // max(heads, 1)
+  if arch != "Qwen3ForCausalLM" and heads > 0 and d % heads and f.raw.get("head_dim") is None:
+    raise f.error(f"hidden_size {d} is not a multiple of num_attention_heads {heads}; give head_dim")
+  default_kv_heads = 8 if arch == "MistralForCausalLM" else heads
+  default_positions = {"LlamaForCausalLM": 2048, "MistralForCausalLM": 4096 * 32}.get(arch, 32_768)
+  _check_layer_types(f)
+  cfg = dict(
+    name=name, style="llama3", vocab_size=f.integer("vocab_size"), d_model=d, num_layers=f.integer("num_hidden_layers"),
+    num_heads=heads, num_kv_heads=f.integer("num_key_value_heads", default_kv_heads),
+    head_dim=f.integer("head_dim", default_head_dim), d_ff=f.integer("intermediate_size"),
+    max_seq_len=f.integer("max_position_embeddings", default_positions),
+    tie_embeddings=f.flag("tie_word_embeddings", False), norm_eps=f.number("rms_norm_eps", 1e-6),
+    rope_theta=_rope_theta(f), qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
+    sliding_window=_sliding_window(f, arch),
+  )
+  # pretraining_tp: how Llama 1/2 sliced matmuls during pretraining; same shapes either way.
+  f.check_all_read(arch, frozenset({"pretraining_tp"}))
+  return ModelConfig(**cfg)
+
+
+def _gpt2(f: _Fields, name: str) -> ModelConfig:
+  """GPT2LMHeadModel, whose fields are named after the original TensorFlow code."""
+  act = f.get("activation_function", "gelu_new")
+  if act not in _TANH_GELU:
+    raise f.error(
+      f"activation_function {act!r} is not supported; supported: {', '.join(_TANH_GELU)} (GELU's tanh approximation)"
+    )
+  d, heads = f.integer("n_embd"), f.integer("n_head")
+  if heads < 1 or d % heads:
+    raise f.error(f"n_embd {d} is not a multiple of n_head {heads}")
+  positions = f.integer("n_positions", f.raw.get("n_ctx") or 1024)
+  f.get("n_ctx", None)  # the older name of n_positions, which it duplicates
+  cfg = dict(
+    name=name, style="gpt2", vocab_size=f.integer("vocab_size"), d_model=d, num_layers=f.integer("n_layer"),
+    num_heads=heads, num_kv_heads=heads, head_dim=d // heads, d_ff=f.integer("n_inner", 4 * d), max_seq_len=positions,
+    tie_embeddings=f.flag("tie_word_embeddings", True), norm_eps=f.number("layer_norm_epsilon", 1e-5),
+    rope_theta=10_000.0,
+  )
+  # Scaling and upcasting switches of the attention scores: values, not shapes.
+  f.check_all_read(
+    "GPT2LMHeadModel", frozenset({"scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"})
+  )
+  return ModelConfig(**cfg)
