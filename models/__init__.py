@@ -61,13 +61,35 @@ math, only what is saved for the backward pass.
 from .attention_ops import AttendFn, dot_attend
 from .cache import CACHE_AXES, KVCache, kv_cache_bytes
 from .config import PRESETS, ModelConfig, get_config
-from .counting import count_params
+from .counting import count_active_params, count_params
 from .layers import Constrain
-from .names import ACTIVATION_AXES, CHECKPOINT_NAMES, LOGICAL_AXES
+from .mla import MLA_CACHE_AXES, MLACache, cache_bytes, cache_class, mla_cache_bytes
+from .moe import ExpertsFn, capacity_experts, dropless_experts, expert_capacity
+from .names import (
+  ACTIVATION_AXES,
+  CHECKPOINT_NAMES,
+  DENSE_CHECKPOINT_NAMES,
+  LOGICAL_AXES,
+  MLA_CHECKPOINT_NAMES,
+  MOE_CHECKPOINT_NAMES,
+)
 from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [
   "ACTIVATION_AXES",
+  "DENSE_CHECKPOINT_NAMES",
+  "ExpertsFn",
+  "MLACache",
+  "MLA_CACHE_AXES",
+  "MLA_CHECKPOINT_NAMES",
+  "MOE_CHECKPOINT_NAMES",
+  "cache_bytes",
+  "cache_class",
+  "capacity_experts",
+  "count_active_params",
+  "dropless_experts",
+  "expert_capacity",
+  "mla_cache_bytes",
   "AttendFn",
   "dot_attend",
   "CACHE_AXES",
