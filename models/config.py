@@ -113,7 +113,8 @@ class ModelConfig:
       raise JaxmemError(
         f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
       )
-    if self.style == "llama3" and self.head_dim % 2:
+    # (MLA rotates only its qk_rope_head_dim channels, checked in _check_mla.)
+    if self.style == "llama3" and self.head_dim % 2 and not self.kv_lora_rank:
       raise JaxmemError(f"model {self.name!r}: RoPE needs an even head_dim, got {self.head_dim}")
     if not self.norm_eps > 0:
       raise JaxmemError(f"model {self.name!r}: norm_eps must be > 0, got {self.norm_eps!r}")
