@@ -190,12 +190,16 @@ class ModelConfig:
   @classmethod
   def mixtral_8x7b(cls) -> ModelConfig:
     """Mixtral 8x7B: 8 experts, top-2, every layer MoE, GQA with 8 kv heads."""
-    return _mixtral("mixtral-8x7b", vocab=32_000, d_model=4096, num_layers=32, num_heads=32, d_ff=14_336, max_seq_len=32_768)
+    return _mixtral(
+      "mixtral-8x7b", vocab=32_000, d_model=4096, num_layers=32, num_heads=32, d_ff=14_336, max_seq_len=32_768
+    )
 
   @classmethod
   def mixtral_8x22b(cls) -> ModelConfig:
     """Mixtral 8x22B."""
-    return _mixtral("mixtral-8x22b", vocab=32_768, d_model=6144, num_layers=56, num_heads=48, d_ff=16_384, max_seq_len=65_536)
+    return _mixtral(
+      "mixtral-8x22b", vocab=32_768, d_model=6144, num_layers=56, num_heads=48, d_ff=16_384, max_seq_len=65_536
+    )
 
   @classmethod
   def qwen3_30b_a3b(cls) -> ModelConfig:
@@ -298,17 +302,21 @@ def _check_moe(cfg: ModelConfig) -> None:
   elif cfg.expert_d_ff < 1:
     bad = f"expert_d_ff must be a positive integer when num_experts > 0, got {cfg.expert_d_ff}"
   elif cfg.first_dense_layers >= cfg.num_layers:
-    bad = f"first_dense_layers ({cfg.first_dense_layers}) must be below num_layers ({cfg.num_layers}); use num_experts=0 for a dense model"
+    bad = (
+      f"first_dense_layers ({cfg.first_dense_layers}) must be below num_layers ({cfg.num_layers}); "
+      "use num_experts=0 for a dense model"
+    )
   elif cfg.router_scoring not in ROUTER_SCORINGS:
     bad = f"router_scoring must be one of {', '.join(ROUTER_SCORINGS)}, got {cfg.router_scoring!r}"
   elif not cfg.routed_scaling > 0:
     bad = f"routed_scaling must be > 0, got {cfg.routed_scaling!r}"
   elif e % groups or groups_per_token > groups:
-    bad = f"expert_groups ({groups}) must divide num_experts ({e}) and be >= expert_groups_per_token ({groups_per_token})"
+    bad = f"expert_groups ({groups}) must divide num_experts ({e}), be >= expert_groups_per_token ({groups_per_token})"
   elif k > groups_per_token * (e // groups):
-    bad = f"experts_per_token ({k}) exceeds the {groups_per_token * (e // groups)} experts in {groups_per_token} of {groups} groups"
+    reachable = groups_per_token * (e // groups)
+    bad = f"experts_per_token ({k}) exceeds the {reachable} experts in {groups_per_token} of {groups} groups"
   elif cfg.router_bias and groups > 1 and e // groups < 2:
-    bad = "group-limited routing with router_bias ranks groups by their top-2 scores: give each group at least 2 experts"
+    bad = "group-limited routing with router_bias ranks groups by their top-2 scores: give groups 2+ experts"
   elif cfg.moe_impl not in MOE_IMPLS:
     bad = f"moe_impl must be one of {', '.join(MOE_IMPLS)}, got {cfg.moe_impl!r}"
   elif not cfg.capacity_factor > 0:
@@ -328,11 +336,14 @@ def _check_mla(cfg: ModelConfig) -> None:
   if cfg.style != "llama3":
     bad = f"multi-head latent attention needs style llama3 (RoPE), got {cfg.style!r}"
   elif nope < 1 or cfg.v_head_dim < 1 or rope < 2 or rope % 2:
-    bad = f"MLA needs qk_nope_head_dim >= 1, v_head_dim >= 1 and an even qk_rope_head_dim >= 2, got {nope}, {cfg.v_head_dim}, {rope}"
+    bad = (
+      "MLA needs qk_nope_head_dim >= 1, v_head_dim >= 1 and an even qk_rope_head_dim >= 2, "
+      f"got {nope}, {cfg.v_head_dim}, {rope}"
+    )
   elif cfg.head_dim != nope + rope:
-    bad = f"with MLA head_dim is the q/k head size qk_nope_head_dim + qk_rope_head_dim = {nope + rope}, got {cfg.head_dim}"
+    bad = f"with MLA, head_dim is qk_nope_head_dim + qk_rope_head_dim = {nope + rope}, got {cfg.head_dim}"
   elif cfg.num_kv_heads != cfg.num_heads:
-    bad = f"MLA gives every head its own key and value: num_kv_heads must equal num_heads ({cfg.num_heads}), got {cfg.num_kv_heads}"
+    bad = f"MLA gives each head its own keys and values: num_kv_heads must be {cfg.num_heads}, got {cfg.num_kv_heads}"
   if bad:
     raise JaxmemError(f"model {cfg.name!r}: {bad}")
 
@@ -354,7 +365,9 @@ def _llama3(name: str, *, d_model: int, num_layers: int, num_heads: int, head_di
   )
 
 
-def _mixtral(name: str, *, vocab: int, d_model: int, num_layers: int, num_heads: int, d_ff: int, max_seq_len: int) -> ModelConfig:
+def _mixtral(
+  name: str, *, vocab: int, d_model: int, num_layers: int, num_heads: int, d_ff: int, max_seq_len: int
+) -> ModelConfig:
   # Both sizes: head_dim 128, 8 kv heads, RoPE base 1e6, RMSNorm eps 1e-5, untied, and 8
   # experts of the dense width (intermediate_size), 2 per token, softmax renormalised over the
   # chosen two (Jiang et al. 2024, section 2.1).

@@ -107,7 +107,8 @@ class Router(nnx.Module):
     # Plain values, not a bound function: module attributes that are not arrays become part of
     # the (hashed, compared) graph definition.
     self.k, self.scoring, self.norm_topk = cfg.experts_per_token, cfg.router_scoring, cfg.router_norm_topk
-    self.scaling, self.groups, self.groups_per_token = cfg.routed_scaling, cfg.expert_groups, cfg.expert_groups_per_token
+    self.scaling, self.groups = cfg.routed_scaling, cfg.expert_groups
+    self.groups_per_token = cfg.expert_groups_per_token
     self.w_router_de = param(rngs, DEFAULT_INIT, (d, e), (EMBED, EXPERT), pdt)
     self.use_bias = cfg.router_bias
     if self.use_bias:

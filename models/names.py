@@ -30,7 +30,9 @@ EXPERT = "exp"  # routed experts: leading axis of the expert weights, of dispatc
 Q_LORA = "q_lora"  # MLA's query latent c^Q (q_lora_rank)
 KV_LORA = "kv_lora"  # MLA's key/value latent c^KV (kv_lora_rank; + the RoPE key in its down-projection)
 
-LOGICAL_AXES: tuple[str, ...] = (VOCAB, EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS, POS, NORM, EXPERT, Q_LORA, KV_LORA)
+LOGICAL_AXES: tuple[str, ...] = (
+  VOCAB, EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS, POS, NORM, EXPERT, Q_LORA, KV_LORA,
+)
 
 # Activation-only axes: never on a parameter, used only in `constrain` calls, together with
 # EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP and VOCAB above.

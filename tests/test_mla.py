@@ -100,7 +100,8 @@ def reference_mla(attn: MLAttention, x_btd: np.ndarray, cfg) -> np.ndarray:
 @pytest.mark.parametrize("q_lora_rank", [32, 0])
 def test_training_forward_matches_the_papers_equations(q_lora_rank):
   cfg = get_config("tiny-mla", dtype="float32", q_lora_rank=q_lora_rank)
-  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: MLAttention(cfg, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param)
+  make = lambda: MLAttention(cfg, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))  # noqa: E731
+  graphdef, abstract = nnx.split(nnx.eval_shape(make), nnx.Param)
   params = random_like(abstract, seed=q_lora_rank)
   attn = nnx.merge(graphdef, params)
   t = 12
@@ -147,7 +148,8 @@ def test_cache_holds_latent_and_rope_key_per_token():
   # (d_c + d_h^R) = 576 bf16 values per token and layer.
   assert mla_cache_bytes(cfg, batch=1, context=1) == 61 * (512 + 64) * 2
   assert cache_class(cfg) is MLACache and cache_class(get_config("llama3-8b")) is KVCache
-  assert cache_bytes(get_config("llama3-8b"), batch=2, context=8) == kv_cache_bytes(get_config("llama3-8b"), batch=2, context=8)
+  gqa = get_config("llama3-8b")
+  assert cache_bytes(gqa, batch=2, context=8) == kv_cache_bytes(gqa, batch=2, context=8)
 
 
 def test_cache_is_far_below_gqa_models_of_similar_size():

@@ -99,7 +99,8 @@ def test_presets_match_published_total_and_active(name):
 def test_active_params_leave_out_unchosen_experts_of_the_built_model(name):
   cfg = get_config(name)
   params = built_params(cfg)
-  routed = numel([v for path, v in jax.tree_util.tree_leaves_with_path(params) if re.search(r"w_(gate|up|down)_e", jax.tree_util.keystr(path))])
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  routed = numel([v for path, v in leaves if re.search(r"w_(gate|up|down)_e", jax.tree_util.keystr(path))])
   assert routed == cfg.num_moe_layers * cfg.num_experts * 3 * cfg.d_model * cfg.expert_d_ff
   unchosen = routed * (cfg.num_experts - cfg.experts_per_token) // cfg.num_experts
   assert count_active_params(cfg) == numel(params) - unchosen
@@ -165,7 +166,10 @@ def test_every_param_has_a_full_logical_spec(name):
 def reference_route(logits_e, *, k, scoring, norm_topk, scaling, bias_e=None, groups=1, groups_per_token=1):
   """One token's (weights, experts) written out as Mixtral's and DeepSeek-V3's Gate describe."""
   logits_e = np.asarray(logits_e, np.float64)
-  s = np.exp(logits_e - logits_e.max()) / np.exp(logits_e - logits_e.max()).sum() if scoring == "softmax" else 1 / (1 + np.exp(-logits_e))
+  if scoring == "softmax":
+    s = np.exp(logits_e - logits_e.max()) / np.exp(logits_e - logits_e.max()).sum()
+  else:
+    s = 1 / (1 + np.exp(-logits_e))
   choice = s + (0 if bias_e is None else np.asarray(bias_e, np.float64))
   if groups > 1:
     per = choice.reshape(groups, -1)
@@ -332,7 +336,8 @@ def test_moe_checkpoint_names_are_what_a_policy_saves(impl):
   expected = {"router_logits": f"f32[{l},{b},{t},{e}]", "moe_mlpwi_0": hidden, "moe_mlpwi_1": hidden}
   policies = jax.checkpoint_policies
   text = str(jax.make_jaxpr(jax.grad(lm_loss(graphdef, remat=policies.nothing_saveable)))(params, tokens))
-  assert set(MOE_CHECKPOINT_NAMES) <= set(re.findall(r"name=(\w+)", text)) and set(MOE_CHECKPOINT_NAMES) <= set(CHECKPOINT_NAMES)
+  assert set(MOE_CHECKPOINT_NAMES) <= set(re.findall(r"name=(\w+)", text))
+  assert set(MOE_CHECKPOINT_NAMES) <= set(CHECKPOINT_NAMES)
   baseline = saved_scan_residuals(lm_loss(graphdef, remat=policies.nothing_saveable), params, tokens)
   for name, shape in expected.items():
     saved = saved_scan_residuals(lm_loss(graphdef, remat=policies.save_only_these_names(name)), params, tokens)
@@ -396,11 +401,13 @@ def sharded_forward(cfg, mesh, act_rules, param_rules, *, batch=8, **call):
   _, param_spec = rules_constrain(mesh, param_rules)
   graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
   logical = nnx.get_partition_spec(params)
+  on = lambda a, names: NamedSharding(mesh, param_spec(tuple(names), a.shape))  # noqa: E731
   args = jax.tree.map(
-    lambda p, names: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=NamedSharding(mesh, param_spec(tuple(names), p.shape))),
-    params, logical, is_leaf=lambda x: isinstance(x, P),
+    lambda a, names: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on(a, names)), params, logical,
+    is_leaf=lambda x: isinstance(x, P),
   )
-  tokens = jax.ShapeDtypeStruct((batch, 32), jnp.int32, sharding=NamedSharding(mesh, act_spec(("batch", "seq"), (batch, 32))))
+  batch_sharding = NamedSharding(mesh, act_spec(("batch", "seq"), (batch, 32)))
+  tokens = jax.ShapeDtypeStruct((batch, 32), jnp.int32, sharding=batch_sharding)
   fn = jax.jit(lambda p, t: nnx.merge(graphdef, p)(t, constrain=constrain, **call))
   return fn, (args, tokens)
 
