@@ -15,14 +15,25 @@ Public interface::
   from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3 and
                                    GPT-2 config.json files (hf.py); JaxmemError on anything else
   count_params(cfg) -> int         closed form, equals the built model's parameter count
+  count_active_params(cfg) -> int  parameters one token uses (MoE: k of E routed experts)
   Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
-                                   attend=None) -> float32 logits_btv;
+                                   attend=None, experts=None) -> float32 logits_btv;
                                    cached(tokens_bt, cache, *, pos=0, constrain=None, weights=None,
-                                   last_only=True) -> (logits, KVCache): prefill and decode
+                                   last_only=True) -> (logits, cache): prefill and decode
   KVCache(k_lbksh, v_lbksh)        the KV cache, [layers, batch, kv_heads, context, head_dim] each;
                                    CACHE_AXES its logical axes; kv_cache_bytes(cfg, batch=, context=)
+  MLACache(latent_lbsc, rope_k_lbsr)   multi-head latent attention's cache (mla.py); MLA_CACHE_AXES;
+                                   mla_cache_bytes; cache_class(cfg) / cache_bytes(cfg, ...) pick
+                                   the cache kind a config needs
   AttendFn, dot_attend             how attention is computed (see attention_ops.py)
+  ExpertsFn, dropless_experts, capacity_experts, expert_capacity
+                                   how an MoE layer's routed experts are computed (see moe.py)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
+  DENSE_/MOE_/MLA_CHECKPOINT_NAMES the names each kind of layer tags
+
+Mixture of experts (moe.py) and multi-head latent attention (mla.py) are ModelConfig fields
+(``num_experts`` > 0, ``kv_lora_rank`` > 0): the first ``first_dense_layers`` layers are the
+``blocks`` stack, the MoE layers after them the ``moe_blocks`` stack, each scanned.
 
 Logical axes (``LOGICAL_AXES``; ``nnx.get_partition_spec`` of the model state gives one per
 parameter dimension):
@@ -36,12 +47,20 @@ parameter dimension):
   layers     leading axis of every stacked block parameter
   pos        rows of GPT-2's learned position table
   norm       norm scale and bias vectors
+  exp        routed experts (leading axis of expert weights; router columns)
+  q_lora     MLA's query latent (q_lora_rank)
+  kv_lora    MLA's key/value latent (kv_lora_rank, + the RoPE key in its down-projection)
 
 ``constrain(x, axes)`` is called with ``ACTIVATION_AXES`` ("batch", "seq") followed by the
 names above: embeddings and residual stream ("batch", "seq", "embed"); q ("batch", "seq",
 "heads", "head_dim"); k and v ("batch", "seq", "kv_heads", "head_dim"); attention context
 ("batch", "seq", "heads", "head_dim"); MLP hidden ("batch", "seq", "mlp"); attention and MLP
-outputs ("batch", "seq", "embed"); logits ("batch", "seq", "vocab").
+outputs ("batch", "seq", "embed"); logits ("batch", "seq", "vocab"). MoE: router logits
+("batch", "seq", None); the capacity path's dispatched tokens (None, "batch", None, "embed")
+then ("exp", "batch", None, "embed"), expert hidden ("exp", "batch", None, "mlp") and expert
+output ("exp", "batch", None, "embed") then (None, "batch", None, "embed"): mapping "exp" to a
+mesh axis that also splits "batch" makes the two layout changes all-to-alls. MLA: latents
+("batch", "seq", "q_lora") and ("batch", "seq", "kv_lora").
 
 Checkpoint names (``CHECKPOINT_NAMES``; ``jax.ad_checkpoint.checkpoint_name`` tags inside
 each block, MaxText's vocabulary, usable with ``jax.checkpoint_policies.save_only_these_names``
@@ -57,6 +76,22 @@ compute dtype):
   mlpwi        [B, T, F]     MLP hidden after the input projection(s) and the activation:
                              gelu(x W_in + b) for GPT-2, silu(x W_gate) * (x W_up) for Llama
   mlpwo        [B, T, D]     MLP output projection (+ bias), before the residual add
+                             (MoE layers' shared experts tag mlpwi and mlpwo too)
+
+MoE layers (MaxText's names for the expert MLP; E experts, k per token, C capacity slots):
+
+  router_logits  [B, T, E] float32   x W_router, before softmax/sigmoid
+  moe_mlpwi_0    dropless [B*T*k, F], capacity [E, B, C, F]: the experts' gate projection
+  moe_mlpwi_1    the same shapes: the experts' up projection
+  moe_mlpwo      dropless [B*T*k, D], capacity [E, B, C, D]: the experts' down projection
+
+MLA layers (MaxText's names; they also tag query_proj, key_proj, value_proj, context, out_proj
+on the assembled q, k [B, T, N, qk_nope + qk_rope], v [B, T, N, v_head_dim]):
+
+  query_wa_proj  [B, T, q_lora]      x W^DQ, before its RMSNorm
+  mla_q          [B, T, q_lora]      after the RMSNorm
+  kv_wa_proj     [B, T, kv_lora + qk_rope]   x [W^DKV; W^KR], before the norm and RoPE
+  mla_kv         [B, T, kv_lora]     the normalised latent, what the inference cache holds
 
 Remat: ``remat=None`` applies no ``jax.checkpoint`` at all; a policy wraps the scanned block
 body in ``jax.checkpoint(body, policy=remat, prevent_cse=False)``. Remat never changes the
@@ -66,14 +101,36 @@ math, only what is saved for the backward pass.
 from .attention_ops import AttendFn, dot_attend
 from .cache import CACHE_AXES, KVCache, kv_cache_bytes
 from .config import PRESETS, ModelConfig, get_config
-from .counting import count_params
+from .counting import count_active_params, count_params
 from .hf import from_config
 from .layers import Constrain
-from .names import ACTIVATION_AXES, CHECKPOINT_NAMES, LOGICAL_AXES
+from .mla import MLA_CACHE_AXES, MLACache, cache_bytes, cache_class, mla_cache_bytes
+from .moe import ExpertsFn, capacity_experts, dropless_experts, expert_capacity
+from .names import (
+  ACTIVATION_AXES,
+  CHECKPOINT_NAMES,
+  DENSE_CHECKPOINT_NAMES,
+  LOGICAL_AXES,
+  MLA_CHECKPOINT_NAMES,
+  MOE_CHECKPOINT_NAMES,
+)
 from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [
   "ACTIVATION_AXES",
+  "DENSE_CHECKPOINT_NAMES",
+  "ExpertsFn",
+  "MLACache",
+  "MLA_CACHE_AXES",
+  "MLA_CHECKPOINT_NAMES",
+  "MOE_CHECKPOINT_NAMES",
+  "cache_bytes",
+  "cache_class",
+  "capacity_experts",
+  "count_active_params",
+  "dropless_experts",
+  "expert_capacity",
+  "mla_cache_bytes",
   "AttendFn",
   "dot_attend",
   "CACHE_AXES",

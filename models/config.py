@@ -12,6 +12,14 @@ Preset sources (parameter counts in the tests are checked against these):
   ``Qwen/Qwen3-8B``), copied field for field into ``tests/data/hf/`` (the tests check that
   :func:`models.hf.from_config` of each copy equals the preset); parameter counts from the model
   cards (7.25B, 7.61B, 72.7B, 8.2B).
+* Mixture of experts (issue 11), from each model's published ``config.json`` on the Hugging
+  Face hub (the same numbers as MaxText's ``configs/models/*.yml``):
+  Mixtral 8x7B / 8x22B (``mistralai/Mixtral-8x7B-v0.1``, ``mistralai/Mixtral-8x22B-v0.1``;
+  Jiang et al. 2024, "Mixtral of Experts": 46.7B total / 12.9B active, 141B / 39B);
+  Qwen3-30B-A3B (``Qwen/Qwen3-30B-A3B`` and its model card: 30.5B / 3.3B; Qwen3 report 2025);
+  DeepSeek-V3 (``deepseek-ai/DeepSeek-V3`` config.json and the repository's
+  ``inference/configs/config_671B.json``; DeepSeek-AI 2024, arXiv 2412.19437: 671B / 37B,
+  the main model without the 14B multi-token-prediction module, which is left out here).
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ from jaxmem.errors import JaxmemError
 
 Style = Literal["gpt2", "llama3"]
 STYLES: tuple[str, ...] = ("gpt2", "llama3")
+RouterScoring = Literal["softmax", "sigmoid"]
+ROUTER_SCORINGS: tuple[str, ...] = ("softmax", "sigmoid")
+MoeImpl = Literal["dropless", "capacity"]
+MOE_IMPLS: tuple[str, ...] = ("dropless", "capacity")
 
 # Llama 3.1 / 3.2 context length and RoPE base (Llama 3 paper, section 3.2 and table 3).
 _LLAMA3_ROPE_THETA = 500_000.0
@@ -81,6 +93,31 @@ class ModelConfig:
   # the window (see ``notes``). None: no window (Mistral 7B v0.3, Qwen with
   # use_sliding_window false).
   sliding_window: int | None = None
+  # --- mixture of experts and multi-head latent attention (issue 11) -------------------------
+  # The defaults describe a dense model with ordinary attention, so no earlier preset changes.
+  # MoE (models/moe.py): layers first_dense_layers.. num_layers-1 replace the MLP by a router
+  # over num_experts SwiGLU experts of width expert_d_ff (experts_per_token chosen per token)
+  # plus num_shared_experts always-on experts of the same width.
+  num_experts: int = 0  # routed experts per MoE layer; 0 means a dense model
+  experts_per_token: int = 0  # top-k
+  num_shared_experts: int = 0
+  expert_d_ff: int = 0
+  first_dense_layers: int = 0  # leading layers that keep the dense MLP (width d_ff)
+  router_scoring: RouterScoring = "softmax"  # softmax (Mixtral, Qwen3-MoE) or sigmoid (DeepSeek-V3)
+  router_norm_topk: bool = True  # renormalise the chosen k weights to sum to 1
+  routed_scaling: float = 1.0  # multiplies the routed weights (DeepSeek-V3: 2.5)
+  router_bias: bool = False  # DeepSeek-V3's selection-only bias (its e_score_correction_bias)
+  expert_groups: int = 1  # DeepSeek-V3's group-limited routing: n_group ...
+  expert_groups_per_token: int = 1  # ... and topk_group
+  moe_impl: MoeImpl = "dropless"  # dropless (sorted tokens, ragged_dot) or capacity (GShard)
+  capacity_factor: float = 1.25  # capacity impl only: slots per expert = factor x fair share
+  # MLA (models/mla.py) when kv_lora_rank > 0; then head_dim is the q/k head size
+  # qk_nope_head_dim + qk_rope_head_dim and num_kv_heads == num_heads.
+  kv_lora_rank: int = 0  # width of the cached latent c^KV; 0 means ordinary attention
+  q_lora_rank: int = 0  # width of the query latent c^Q; 0 projects queries directly
+  qk_nope_head_dim: int = 0
+  qk_rope_head_dim: int = 0
+  v_head_dim: int = 0
 
   def __post_init__(self):
     if self.style not in STYLES:
@@ -94,7 +131,8 @@ class ModelConfig:
       raise JaxmemError(
         f"model {self.name!r}: num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
       )
-    if self.style == "llama3" and self.head_dim % 2:
+    # (MLA rotates only its qk_rope_head_dim channels, checked in _check_mla.)
+    if self.style == "llama3" and self.head_dim % 2 and not self.kv_lora_rank:
       raise JaxmemError(f"model {self.name!r}: RoPE needs an even head_dim, got {self.head_dim}")
     if not self.norm_eps > 0:
       raise JaxmemError(f"model {self.name!r}: norm_eps must be > 0, got {self.norm_eps!r}")
@@ -103,6 +141,8 @@ class ModelConfig:
     for field in ("param_dtype", "dtype"):
       _float_dtype(self.name, field, getattr(self, field))
     self._check_architecture_flags()
+    _check_moe(self)
+    _check_mla(self)
 
   def _check_architecture_flags(self) -> None:
     for field in ("qkv_bias", "qk_norm"):
@@ -135,6 +175,23 @@ class ModelConfig:
   def compute_jnp_dtype(self) -> jnp.dtype:
     return jnp.dtype(self.dtype)
 
+  @property
+  def is_moe(self) -> bool:
+    return self.num_experts > 0
+
+  @property
+  def is_mla(self) -> bool:
+    return self.kv_lora_rank > 0
+
+  @property
+  def num_moe_layers(self) -> int:
+    return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+  @property
+  def num_dense_layers(self) -> int:
+    """Layers with a dense MLP: all of them in a dense model, the first few in an MoE one."""
+    return self.num_layers - self.num_moe_layers
+
   # --- presets -------------------------------------------------------------------------------
 
   @classmethod
@@ -151,6 +208,64 @@ class ModelConfig:
     return cls(
       name="tiny-gpt2", style="gpt2", vocab_size=256, d_model=64, num_layers=2, num_heads=4, num_kv_heads=4,
       head_dim=16, d_ff=256, max_seq_len=256, tie_embeddings=True, norm_eps=1e-5, rope_theta=10_000.0,
+    )
+
+  @classmethod
+  def tiny_moe(cls) -> ModelConfig:
+    """Mixtral-style toy: every layer a softmax top-2 router over 8 SwiGLU experts."""
+    return dataclasses.replace(
+      cls.tiny(), name="tiny-moe", num_experts=8, experts_per_token=2, expert_d_ff=32,
+    )
+
+  @classmethod
+  def tiny_mla(cls) -> ModelConfig:
+    """DeepSeek-V3 in miniature: MLA, one dense layer, then sigmoid group-limited routing over 8
+    experts (4 groups, 2 chosen) with a selection bias, plus one shared expert."""
+    return cls(
+      name="tiny-mla", style="llama3", vocab_size=256, d_model=64, num_layers=3, num_heads=4, num_kv_heads=4,
+      head_dim=24, d_ff=128, max_seq_len=256, tie_embeddings=False, norm_eps=1e-6, rope_theta=10_000.0,
+      num_experts=8, experts_per_token=2, num_shared_experts=1, expert_d_ff=32, first_dense_layers=1,
+      router_scoring="sigmoid", routed_scaling=2.5, router_bias=True, expert_groups=4, expert_groups_per_token=2,
+      kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    )
+
+  @classmethod
+  def mixtral_8x7b(cls) -> ModelConfig:
+    """Mixtral 8x7B: 8 experts, top-2, every layer MoE, GQA with 8 kv heads."""
+    return _mixtral(
+      "mixtral-8x7b", vocab=32_000, d_model=4096, num_layers=32, num_heads=32, d_ff=14_336, max_seq_len=32_768
+    )
+
+  @classmethod
+  def mixtral_8x22b(cls) -> ModelConfig:
+    """Mixtral 8x22B."""
+    return _mixtral(
+      "mixtral-8x22b", vocab=32_768, d_model=6144, num_layers=56, num_heads=48, d_ff=16_384, max_seq_len=65_536
+    )
+
+  @classmethod
+  def qwen3_30b_a3b(cls) -> ModelConfig:
+    """Qwen3-30B-A3B: 128 experts of width 768, top-8 renormalised (norm_topk_prob), no shared
+    expert, per-head q/k RMSNorms as every Qwen3."""
+    return cls(
+      name="qwen3-30b-a3b", style="llama3", vocab_size=151_936, d_model=2048, num_layers=48, num_heads=32,
+      num_kv_heads=4, head_dim=128, d_ff=6144, max_seq_len=40_960, tie_embeddings=False, norm_eps=1e-6,
+      rope_theta=1_000_000.0, num_experts=128, experts_per_token=8, expert_d_ff=768, qk_norm=True,
+    )
+
+  @classmethod
+  def deepseek_v3(cls) -> ModelConfig:
+    """DeepSeek-V3 (671B): MLA, 3 dense layers, then 1 shared + 256 routed experts, top-8 by
+    sigmoid affinity with group-limited, bias-corrected selection (8 groups, 4 chosen), weights
+    renormalised and scaled by 2.5. Left out: the multi-token-prediction module, and YaRN's
+    RoPE rescaling (values, not shapes)."""
+    return cls(
+      name="deepseek-v3", style="llama3", vocab_size=129_280, d_model=7168, num_layers=61, num_heads=128,
+      num_kv_heads=128, head_dim=192, d_ff=18_432, max_seq_len=163_840, tie_embeddings=False, norm_eps=1e-6,
+      rope_theta=10_000.0, num_experts=256, experts_per_token=8, num_shared_experts=1, expert_d_ff=2048,
+      first_dense_layers=3, router_scoring="sigmoid", routed_scaling=2.5, router_bias=True, expert_groups=8,
+      expert_groups_per_token=4, kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64,
+      v_head_dim=128,
     )
 
   @classmethod
@@ -234,6 +349,77 @@ def _float_dtype(name: str, field: str, value: Any) -> None:
     raise JaxmemError(f"model {name!r}: {field} must name a float dtype (e.g. float32, bfloat16), got {value!r}")
 
 
+def _check_count(cfg: ModelConfig, field: str, *, least: int = 0) -> int:
+  value = getattr(cfg, field)
+  if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+    what = "a positive integer" if least == 1 else f"an integer >= {least}"
+    raise JaxmemError(f"model {cfg.name!r}: {field} must be {what}, got {value!r}")
+  return int(value)
+
+
+def _check_moe(cfg: ModelConfig) -> None:
+  """The MoE fields; they are ignored (and may hold anything valid) when num_experts is 0."""
+  for field in ("num_experts", "experts_per_token", "num_shared_experts", "expert_d_ff", "first_dense_layers"):
+    _check_count(cfg, field)
+  groups = _check_count(cfg, "expert_groups", least=1)
+  groups_per_token = _check_count(cfg, "expert_groups_per_token", least=1)
+  e, k = cfg.num_experts, cfg.experts_per_token
+  if not e:
+    return
+  bad = None
+  if cfg.style != "llama3":
+    bad = f"mixture-of-experts layers need style llama3 (SwiGLU experts), got {cfg.style!r}"
+  elif not 1 <= k <= e:
+    bad = f"experts_per_token must be between 1 and num_experts ({e}), got {k}"
+  elif cfg.expert_d_ff < 1:
+    bad = f"expert_d_ff must be a positive integer when num_experts > 0, got {cfg.expert_d_ff}"
+  elif cfg.first_dense_layers >= cfg.num_layers:
+    bad = (
+      f"first_dense_layers ({cfg.first_dense_layers}) must be below num_layers ({cfg.num_layers}); "
+      "use num_experts=0 for a dense model"
+    )
+  elif cfg.router_scoring not in ROUTER_SCORINGS:
+    bad = f"router_scoring must be one of {', '.join(ROUTER_SCORINGS)}, got {cfg.router_scoring!r}"
+  elif not cfg.routed_scaling > 0:
+    bad = f"routed_scaling must be > 0, got {cfg.routed_scaling!r}"
+  elif e % groups or groups_per_token > groups:
+    bad = f"expert_groups ({groups}) must divide num_experts ({e}), be >= expert_groups_per_token ({groups_per_token})"
+  elif k > groups_per_token * (e // groups):
+    reachable = groups_per_token * (e // groups)
+    bad = f"experts_per_token ({k}) exceeds the {reachable} experts in {groups_per_token} of {groups} groups"
+  elif cfg.router_bias and groups > 1 and e // groups < 2:
+    bad = "group-limited routing with router_bias ranks groups by their top-2 scores: give groups 2+ experts"
+  elif cfg.moe_impl not in MOE_IMPLS:
+    bad = f"moe_impl must be one of {', '.join(MOE_IMPLS)}, got {cfg.moe_impl!r}"
+  elif not cfg.capacity_factor > 0:
+    bad = f"capacity_factor must be > 0, got {cfg.capacity_factor!r}"
+  if bad:
+    raise JaxmemError(f"model {cfg.name!r}: {bad}")
+
+
+def _check_mla(cfg: ModelConfig) -> None:
+  """The MLA fields; they are ignored when kv_lora_rank is 0."""
+  for field in ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+    _check_count(cfg, field)
+  if not cfg.kv_lora_rank:
+    return
+  bad = None
+  nope, rope = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
+  if cfg.style != "llama3":
+    bad = f"multi-head latent attention needs style llama3 (RoPE), got {cfg.style!r}"
+  elif nope < 1 or cfg.v_head_dim < 1 or rope < 2 or rope % 2:
+    bad = (
+      "MLA needs qk_nope_head_dim >= 1, v_head_dim >= 1 and an even qk_rope_head_dim >= 2, "
+      f"got {nope}, {cfg.v_head_dim}, {rope}"
+    )
+  elif cfg.head_dim != nope + rope:
+    bad = f"with MLA, head_dim is qk_nope_head_dim + qk_rope_head_dim = {nope + rope}, got {cfg.head_dim}"
+  elif cfg.num_kv_heads != cfg.num_heads:
+    bad = f"MLA gives each head its own keys and values: num_kv_heads must be {cfg.num_heads}, got {cfg.num_kv_heads}"
+  if bad:
+    raise JaxmemError(f"model {cfg.name!r}: {bad}")
+
+
 def _gpt2(name: str, *, d_model: int, num_layers: int, num_heads: int) -> ModelConfig:
   return ModelConfig(
     name=name, style="gpt2", vocab_size=_GPT2_VOCAB, d_model=d_model, num_layers=num_layers,
@@ -263,6 +449,19 @@ def _qwen2_5(
   )
 
 
+def _mixtral(
+  name: str, *, vocab: int, d_model: int, num_layers: int, num_heads: int, d_ff: int, max_seq_len: int
+) -> ModelConfig:
+  # Both sizes: head_dim 128, 8 kv heads, RoPE base 1e6, RMSNorm eps 1e-5, untied, and 8
+  # experts of the dense width (intermediate_size), 2 per token, softmax renormalised over the
+  # chosen two (Jiang et al. 2024, section 2.1).
+  return ModelConfig(
+    name=name, style="llama3", vocab_size=vocab, d_model=d_model, num_layers=num_layers, num_heads=num_heads,
+    num_kv_heads=8, head_dim=128, d_ff=d_ff, max_seq_len=max_seq_len, tie_embeddings=False, norm_eps=1e-5,
+    rope_theta=1_000_000.0, num_experts=8, experts_per_token=2, expert_d_ff=d_ff,
+  )
+
+
 # CLI name -> preset constructor. Constructors rather than instances so callers always get a
 # fresh value to `dataclasses.replace`, and the dict stays cheap to import.
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
@@ -281,6 +480,13 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "qwen2.5-7b": ModelConfig.qwen2_5_7b,
   "qwen2.5-72b": ModelConfig.qwen2_5_72b,
   "qwen3-8b": ModelConfig.qwen3_8b,
+  # Mixture of experts / multi-head latent attention (issue 11).
+  "tiny-moe": ModelConfig.tiny_moe,
+  "tiny-mla": ModelConfig.tiny_mla,
+  "mixtral-8x7b": ModelConfig.mixtral_8x7b,
+  "mixtral-8x22b": ModelConfig.mixtral_8x22b,
+  "qwen3-30b-a3b": ModelConfig.qwen3_30b_a3b,
+  "deepseek-v3": ModelConfig.deepseek_v3,
 }
 
 

@@ -1,4 +1,4 @@
-"""Closed-form parameter count of a ModelConfig, without building the model.
+"""Closed-form parameter counts of a ModelConfig, without building the model.
 
 With V vocab, D d_model, L layers, N heads, K kv heads, H head_dim, F d_ff, P max_seq_len:
 
@@ -14,7 +14,26 @@ With V vocab, D d_model, L layers, N heads, K kv heads, H head_dim, F d_ff, P ma
 
 E.g. GPT-2 small: 124,439,808; Llama 3.1 8B: 8,030,261,248; Qwen2.5 7B: 7,615,616,512;
 Qwen3 8B: 8,190,735,360 (the published 124M, 8.03B, 7.61B and 8.2B).
-The tests check that this equals the number of elements in the built model's parameters.
+
+Multi-head latent attention (models/mla.py) replaces the attention term, with latent widths
+Cq (q_lora_rank) and C (kv_lora_rank), per-head sizes Hn (qk_nope), Hr (qk_rope), Hv (v_head):
+
+  mla per layer = [Cq > 0] D*Cq + Cq + Cq*N*(Hn+Hr)  (W^DQ, q_norm, W^UQ;W^QR)
+                  [Cq = 0] D*N*(Hn+Hr)
+                  + D*(C+Hr) + C + C*N*Hn + C*N*Hv   (W^DKV;W^KR, kv_norm, W^UK, W^UV)
+                  + N*Hv*D                           (W^O)
+
+A mixture-of-experts layer (models/moe.py) replaces the MLP term, with E experts, Fe
+expert_d_ff and S shared experts:
+
+  moe per layer = D*E (router) + [router_bias] E + E*3*D*Fe (routed) + 3*D*(S*Fe) (shared)
+
+and an MoE model has first_dense_layers dense layers and L - first_dense_layers MoE layers.
+Active parameters per token (:func:`count_active_params`) count k = experts_per_token routed
+experts per MoE layer instead of E, and everything else (embeddings and head included, as the
+published "active" figures do).
+
+The tests check that count_params equals the number of elements in the built model's parameters.
 """
 
 from __future__ import annotations
@@ -22,19 +41,51 @@ from __future__ import annotations
 from .config import ModelConfig
 
 
-def count_params(cfg: ModelConfig) -> int:
-  """Number of scalar parameters of ``Transformer(cfg)`` (formula in the module docstring)."""
-  v, d, l, n, k, h, f = (
-    cfg.vocab_size, cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.d_ff,
-  )
+def _attention(cfg: ModelConfig) -> int:
+  d, n, k, h = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  if cfg.is_mla:
+    cq, c = cfg.q_lora_rank, cfg.kv_lora_rank
+    hn, hr, hv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    query = (d * cq + cq + cq * n * (hn + hr)) if cq else d * n * (hn + hr)
+    return query + d * (c + hr) + c + c * n * hn + c * n * hv + n * hv * d
+  biases = (n * h + 2 * k * h + d) if cfg.style == "gpt2" else 0
+  biases += (n * h + 2 * k * h) if cfg.qkv_bias else 0
+  norms = 2 * h if cfg.qk_norm else 0
+  return d * n * h + 2 * d * k * h + n * h * d + biases + norms
+
+
+def _dense_mlp(cfg: ModelConfig) -> int:
+  d, f = cfg.d_model, cfg.d_ff
+  return (2 * d * f + f + d) if cfg.style == "gpt2" else 3 * d * f
+
+
+def _moe(cfg: ModelConfig, *, routed: int) -> int:
+  """One MoE layer's parameters with ``routed`` of its routed experts counted."""
+  d, e, fe = cfg.d_model, cfg.num_experts, cfg.expert_d_ff
+  router = d * e + (e if cfg.router_bias else 0)
+  return router + routed * 3 * d * fe + 3 * d * cfg.num_shared_experts * fe
+
+
+def _count(cfg: ModelConfig, *, routed: int) -> int:
+  v, d = cfg.vocab_size, cfg.d_model
   gpt2 = cfg.style == "gpt2"
-  attention = d * n * h + 2 * d * k * h + n * h * d + ((n * h + 2 * k * h + d) if gpt2 else 0)
-  attention += (n * h + 2 * k * h if cfg.qkv_bias else 0) + (2 * h if cfg.qk_norm else 0)
-  mlp = (2 * d * f + f + d) if gpt2 else 3 * d * f
   norms = (4 if gpt2 else 2) * d
-  total = v * d + l * (attention + mlp + norms) + (2 if gpt2 else 1) * d
+  layers = cfg.num_layers * (_attention(cfg) + norms) + cfg.num_dense_layers * _dense_mlp(cfg)
+  layers += cfg.num_moe_layers * _moe(cfg, routed=routed)
+  total = v * d + layers + (2 if gpt2 else 1) * d
   if gpt2:
     total += cfg.max_seq_len * d
   if not cfg.tie_embeddings:
     total += d * v
   return total
+
+
+def count_params(cfg: ModelConfig) -> int:
+  """Number of scalar parameters of ``Transformer(cfg)`` (formula in the module docstring)."""
+  return _count(cfg, routed=cfg.num_experts)
+
+
+def count_active_params(cfg: ModelConfig) -> int:
+  """Parameters one token passes through: every routed expert but the k it chooses left out.
+  Equal to :func:`count_params` for a dense model."""
+  return _count(cfg, routed=cfg.experts_per_token)

@@ -25,8 +25,14 @@ MLP = "mlp"  # MLP hidden width d_ff
 LAYERS = "layers"  # leading axis of the stacked blocks
 POS = "pos"  # rows of the learned position table (GPT-2 only)
 NORM = "norm"  # norm scale/bias vectors: separate from "embed" so rules can replicate them
+# Mixture of experts and multi-head latent attention (issue 11). "exp" is MaxText's name.
+EXPERT = "exp"  # routed experts: leading axis of the expert weights, of dispatched activations
+Q_LORA = "q_lora"  # MLA's query latent c^Q (q_lora_rank)
+KV_LORA = "kv_lora"  # MLA's key/value latent c^KV (kv_lora_rank; + the RoPE key in its down-projection)
 
-LOGICAL_AXES: tuple[str, ...] = (VOCAB, EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS, POS, NORM)
+LOGICAL_AXES: tuple[str, ...] = (
+  VOCAB, EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS, POS, NORM, EXPERT, Q_LORA, KV_LORA,
+)
 
 # Activation-only axes: never on a parameter, used only in `constrain` calls, together with
 # EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP and VOCAB above.
@@ -43,7 +49,8 @@ OUT_PROJ = "out_proj"
 MLPWI = "mlpwi"
 MLPWO = "mlpwo"
 
-CHECKPOINT_NAMES: tuple[str, ...] = (
+# Every model tags these (MLA models too: their q, k, v, context and output carry the same names).
+DENSE_CHECKPOINT_NAMES: tuple[str, ...] = (
   QUERY_PROJ,
   KEY_PROJ,
   VALUE_PROJ,
@@ -52,3 +59,21 @@ CHECKPOINT_NAMES: tuple[str, ...] = (
   MLPWI,
   MLPWO,
 )
+
+# MoE layers (models/moe.py). The expert MLP's names are MaxText's (layers/moe.py tags its
+# gate and up projections and its output projection moe_mlpwi_0, moe_mlpwi_1, moe_mlpwo);
+# MaxText names no router output, so "router_logits" is ours (Hugging Face's word for them).
+ROUTER_LOGITS = "router_logits"  # [B, T, E] float32, before softmax/sigmoid
+MOE_MLPWI_0 = "moe_mlpwi_0"  # routed experts' gate projection, per routed token copy
+MOE_MLPWI_1 = "moe_mlpwi_1"  # routed experts' up projection
+MOE_MLPWO = "moe_mlpwo"  # routed experts' down projection, before the weighted combine
+MOE_CHECKPOINT_NAMES: tuple[str, ...] = (ROUTER_LOGITS, MOE_MLPWI_0, MOE_MLPWI_1, MOE_MLPWO)
+
+# Multi-head latent attention (models/mla.py), MaxText's names (layers/attention_mla.py).
+QUERY_WA_PROJ = "query_wa_proj"  # [B, T, q_lora] query down-projection, before its RMSNorm
+MLA_Q = "mla_q"  # the same after the RMSNorm
+KV_WA_PROJ = "kv_wa_proj"  # [B, T, kv_lora + rope] key/value down-projection and RoPE key, before the norm
+MLA_KV = "mla_kv"  # [B, T, kv_lora] the latent after its RMSNorm: what the inference cache holds
+MLA_CHECKPOINT_NAMES: tuple[str, ...] = (QUERY_WA_PROJ, MLA_Q, KV_WA_PROJ, MLA_KV)
+
+CHECKPOINT_NAMES: tuple[str, ...] = DENSE_CHECKPOINT_NAMES + MOE_CHECKPOINT_NAMES + MLA_CHECKPOINT_NAMES

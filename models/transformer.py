@@ -9,6 +9,7 @@ memory figures, as they do in MaxText and other scanned production models.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,9 @@ from .attention_ops import AttendFn
 from .cache import KVCache
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
+from .mla import MLACache, MLAttention
 from .mlp import make_mlp
+from .moe import ExpertsFn, MoE
 from .names import BATCH, EMBED, LAYERS, POS, SEQ, VOCAB
 from .rope import rope_tables, rope_tables_at
 
@@ -49,17 +52,28 @@ def _value(p: nnx.Param, weights: WeightHook | None) -> jax.Array:
 
 
 class Block(nnx.Module):
-  """x + attn(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 and Llama."""
+  """x + attn(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 and Llama.
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  ``moe`` swaps the MLP for a mixture of experts (:class:`~.moe.MoE`); ``cfg.kv_lora_rank``
+  swaps attention for multi-head latent attention (:class:`~.mla.MLAttention`).
+  """
+
+  def __init__(self, cfg: ModelConfig, *, moe: bool = False, rngs: nnx.Rngs):
     # GPT-2 scales the init of the projections that write into the residual stream by
     # 1/sqrt(2 * num_layers) (Radford et al. 2019, section 2.3), so the stream's variance does
     # not grow with depth.
     out_init = nnx.initializers.normal(stddev=0.02 / math.sqrt(2 * cfg.num_layers))
     self.attn_norm = make_norm(cfg, rngs=rngs)
-    self.attn = Attention(cfg, out_init=out_init, rngs=rngs)
+    attention = MLAttention if cfg.is_mla else Attention
+    self.attn = attention(cfg, out_init=out_init, rngs=rngs)
     self.mlp_norm = make_norm(cfg, rngs=rngs)
-    self.mlp = make_mlp(cfg, out_init=out_init, rngs=rngs)
+    self.is_moe = moe
+    self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(cfg, out_init=out_init, rngs=rngs)
+
+  def _ffn(self, x_btd: jax.Array, constrain: Constrain, experts: ExpertsFn | None) -> jax.Array:
+    if self.is_moe:
+      return self.mlp(self.mlp_norm(x_btd), constrain=constrain, experts=experts)
+    return self.mlp(self.mlp_norm(x_btd), constrain=constrain)
 
   def __call__(
     self,
@@ -69,34 +83,46 @@ class Block(nnx.Module):
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
     attend: AttendFn | None = None,
+    experts: ExpertsFn | None = None,
   ) -> jax.Array:
     x_btd = x_btd + self.attn(
       self.attn_norm(x_btd), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain,
       attend=attend,
     )
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
-    x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
+    x_btd = x_btd + self._ffn(x_btd, constrain, experts)
     return constrain(x_btd, (BATCH, SEQ, EMBED))
 
   def cached(
     self,
     x_btd: jax.Array,
-    cache_k_bksh: jax.Array,
-    cache_v_bksh: jax.Array,
-    *,
+    *layer_cache: jax.Array,
     pos: jax.Array,
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
-  ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The block for tokens at pos.. against this layer's KV cache (see Attention.cached)."""
-    attn_btd, cache_k_bksh, cache_v_bksh = self.attn.cached(
-      self.attn_norm(x_btd), cache_k_bksh, cache_v_bksh, pos=pos, rope_sin_tk=rope_sin_tk,
-      rope_cos_tk=rope_cos_tk, constrain=constrain,
+  ) -> tuple[jax.Array, ...]:
+    """The block for tokens at pos.. against this layer's cache arrays (KV: k, v; MLA: latent,
+    rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays)."""
+    attn_btd, *layer_cache = self.attn.cached(
+      self.attn_norm(x_btd), *layer_cache, pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+      constrain=constrain,
     )
     x_btd = constrain(x_btd + attn_btd, (BATCH, SEQ, EMBED))
-    x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
-    return constrain(x_btd, (BATCH, SEQ, EMBED)), cache_k_bksh, cache_v_bksh
+    x_btd = x_btd + self._ffn(x_btd, constrain, None)
+    return (constrain(x_btd, (BATCH, SEQ, EMBED)), *layer_cache)
+
+
+def _block_stack(cfg: ModelConfig, num: int, *, moe: bool, rngs: nnx.Rngs) -> Block:
+  """``num`` Blocks stacked: split_rngs gives each layer its own key, vmap stacks the resulting
+  parameters on axis 0 and prepends "layers" to their logical axes."""
+
+  @nnx.split_rngs(splits=num)
+  @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: LAYERS})
+  def make_blocks(rngs: nnx.Rngs) -> Block:
+    return Block(cfg, moe=moe, rngs=rngs)
+
+  return make_blocks(rngs)
 
 
 class Transformer(nnx.Module):
@@ -113,6 +139,12 @@ class Transformer(nnx.Module):
     blocks.mlp: gpt2 w_in_df, b_in_f, w_out_fd, b_out_d; llama3 w_gate_df, w_up_df,
       w_down_fd [layers, embed|mlp, ...];
     final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied.
+  Mixture-of-experts models stack their first ``first_dense_layers`` layers in ``blocks`` and
+  the rest in ``moe_blocks``, whose ``mlp`` is an MoE: router.w_router_de [layers, embed, exp]
+  (+ b_select_e [layers, exp]), w_gate_edf / w_up_edf [layers, exp, embed, mlp], w_down_efd
+  [layers, exp, mlp, embed], and shared.* (a SwiGLU) with shared experts. MLA models' ``attn``
+  holds w_q_a_dq, q_norm_q, w_q_b_qnh (or w_q_dnh), w_kv_a_dx, kv_norm_c, w_k_b_cnh, w_v_b_cnv,
+  w_o_nvd (see mla.py).
   """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -125,17 +157,32 @@ class Transformer(nnx.Module):
         cfg.param_jnp_dtype,
       )
 
-    # One Block per layer, stacked: split_rngs gives each layer its own key, vmap stacks the
-    # resulting parameters on axis 0 and prepends "layers" to their logical axes.
-    @nnx.split_rngs(splits=cfg.num_layers)
-    @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: LAYERS})
-    def make_blocks(rngs: nnx.Rngs) -> Block:
-      return Block(cfg, rngs=rngs)
-
-    self.blocks = make_blocks(rngs)
+    # One Block per layer, in stacks of identical blocks (see _block_stack): `blocks` holds the
+    # layers with a dense MLP (every layer of a dense model, the first_dense_layers of an MoE
+    # one), `moe_blocks` the mixture-of-experts layers after them. Each stack is one scan.
+    if cfg.num_dense_layers:
+      self.blocks = _block_stack(cfg, cfg.num_dense_layers, moe=False, rngs=rngs)
+    if cfg.num_moe_layers:
+      self.moe_blocks = _block_stack(cfg, cfg.num_moe_layers, moe=True, rngs=rngs)
     self.final_norm = make_norm(cfg, rngs=rngs)
     if not cfg.tie_embeddings:
       self.unembed_dv = param(rngs, DEFAULT_INIT, (cfg.d_model, cfg.vocab_size), (EMBED, VOCAB), cfg.param_jnp_dtype)
+
+  def stacks(self) -> list[tuple[Block, int, int]]:
+    """(stacked blocks, first layer, number of layers) in layer order: the dense layers, then
+    the MoE layers, each when present."""
+    cfg = self.cfg
+    out = []
+    if cfg.num_dense_layers:
+      out.append((self.blocks, 0, cfg.num_dense_layers))
+    if cfg.num_moe_layers:
+      out.append((self.moe_blocks, cfg.num_dense_layers, cfg.num_moe_layers))
+    return out
+
+  @property
+  def rope_dim(self) -> int:
+    # MLA rotates only its decoupled qk_rope_head_dim channels (mla.py, eqs. 14-15).
+    return self.cfg.qk_rope_head_dim if self.cfg.is_mla else self.cfg.head_dim
 
   def __call__(
     self,
@@ -144,6 +191,7 @@ class Transformer(nnx.Module):
     remat: RematPolicy | None = None,
     constrain: Constrain | None = None,
     attend: AttendFn | None = None,
+    experts: ExpertsFn | None = None,
   ) -> jax.Array:
     """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq].
 
@@ -158,6 +206,8 @@ class Transformer(nnx.Module):
         stream, q/k/v, attention context, MLP hidden, block outputs and logits; typically
         ``jax.lax.with_sharding_constraint`` through the caller's logical->mesh rules.
       attend: how attention is computed (:data:`AttendFn`); None is plain einsum attention.
+      experts: how an MoE layer's routed experts are computed (:data:`~.moe.ExpertsFn`, e.g.
+        a sharded one); None is the implementation ``cfg.moe_impl`` names.
     """
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
@@ -171,21 +221,25 @@ class Transformer(nnx.Module):
       x_btd = x_btd + self.pos_embed_pd[:t].astype(x_btd.dtype)[None]
     else:
       # Computed once outside the scan and closed over: identical for every layer.
-      rope_sin_tk, rope_cos_tk = rope_tables(t, cfg.head_dim, cfg.rope_theta)
+      rope_sin_tk, rope_cos_tk = rope_tables(t, self.rope_dim, cfg.rope_theta)
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
-    # Split once: the scan carries the residual stream and slices one layer of parameters per
-    # step; merging inside the body rebuilds a plain Block around that slice.
-    block_def, block_state = nnx.split(self.blocks)
+    for stack, _, _ in self.stacks():
+      # Split once: the scan carries the residual stream and slices one layer of parameters
+      # per step; merging inside the body rebuilds a plain Block around that slice.
+      block_def, block_state = nnx.split(stack)
 
-    def body(carry_btd: jax.Array, layer_state: nnx.State) -> tuple[jax.Array, None]:
-      block = nnx.merge(block_def, layer_state)
-      y_btd = block(carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, attend=attend)
-      return y_btd, None
+      def body(carry_btd: jax.Array, layer_state: nnx.State, block_def=block_def) -> tuple[jax.Array, None]:
+        block = nnx.merge(block_def, layer_state)
+        y_btd = block(
+          carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, attend=attend,
+          experts=experts,
+        )
+        return y_btd, None
 
-    if remat is not None:
-      body = jax.checkpoint(body, policy=remat, prevent_cse=False)
-    x_btd, _ = jax.lax.scan(body, x_btd, block_state)
+      if remat is not None:
+        body = jax.checkpoint(body, policy=remat, prevent_cse=False)
+      x_btd, _ = jax.lax.scan(body, x_btd, block_state)
 
     x_btd = self.final_norm(x_btd)
     if cfg.tie_embeddings:
@@ -199,17 +253,18 @@ class Transformer(nnx.Module):
   def cached(
     self,
     tokens_bt: jax.Array,
-    cache: KVCache,
+    cache: KVCache | MLACache,
     *,
     pos: jax.Array | int = 0,
     constrain: Constrain | None = None,
     weights: WeightHook | None = None,
     last_only: bool = True,
-  ) -> tuple[jax.Array, KVCache]:
+  ) -> tuple[jax.Array, KVCache | MLACache]:
     """Inference with a KV cache: (float32 logits, the updated cache).
 
     ``tokens_bt`` sit at positions pos .. pos+t-1; their keys and values are written into
-    ``cache`` (see :class:`KVCache`) and every query attends to the cached positions up to its
+    ``cache`` (see :class:`KVCache`; an MLA model takes an :class:`~.mla.MLACache` of latents,
+    ``mla.cache_class(cfg)``) and every query attends to the cached positions up to its
     own. Prefill is a prompt at ``pos=0``; decode is one token (t = 1) at ``pos``. ``pos`` may be
     traced, so one compiled decode step serves every position. With ``last_only`` the logits are
     those of the last token only ([batch, 1, vocab]), which is all generation needs.
@@ -241,33 +296,15 @@ class Transformer(nnx.Module):
       pos_pd = _value(self.pos_embed_pd, weights)
       x_btd = x_btd + jax.lax.dynamic_slice_in_dim(pos_pd, pos, t, axis=0).astype(x_btd.dtype)[None]
     else:
-      rope_sin_tk, rope_cos_tk = rope_tables_at(pos + jnp.arange(t), cfg.head_dim, cfg.rope_theta)
+      rope_sin_tk, rope_cos_tk = rope_tables_at(pos + jnp.arange(t), self.rope_dim, cfg.rope_theta)
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
-    block_def, block_state = nnx.split(self.blocks)
-
-    def body(carry, xs):
-      x_btd, k_lbksh, v_lbksh = carry
-      layer_state, i = xs
-      if weights is not None:
-        # Inside the body: one layer's weights are made usable (dequantized) per step.
-        layer_state = weights(layer_state)
-      block = nnx.merge(block_def, layer_state)
-      # This layer's cache is read out, updated and written back whole. Writing only the new
-      # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
-      # write reach the loop carry, and TPU then copies the whole cache around the loop.
-      x_btd, k_bksh, v_bksh = block.cached(
-        x_btd, k_lbksh[i], v_lbksh[i], pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-        constrain=constrain,
+    arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
+    for stack, first, num in self.stacks():
+      x_btd, arrays = self._cached_stack(
+        stack, range(first, first + num), x_btd, arrays, pos=pos, rope_sin_tk=rope_sin_tk,
+        rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights,
       )
-      k_lbksh = jax.lax.dynamic_update_index_in_dim(k_lbksh, k_bksh, i, 0)
-      v_lbksh = jax.lax.dynamic_update_index_in_dim(v_lbksh, v_bksh, i, 0)
-      return (x_btd, k_lbksh, v_lbksh), None
-
-    layers = jnp.arange(cfg.num_layers, dtype=jnp.int32)
-    # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
-    # cache is one buffer for every step of the loop and becomes the output.
-    (x_btd, k_lbksh, v_lbksh), _ = jax.lax.scan(body, (x_btd, cache.k_lbksh, cache.v_lbksh), (block_state, layers))
 
     if last_only:
       x_btd = x_btd[:, -1:]
@@ -281,4 +318,44 @@ class Transformer(nnx.Module):
         "btd,dv->btv", x_btd, _value(self.unembed_dv, weights).astype(x_btd.dtype),
         preferred_element_type=jnp.float32,
       )
-    return constrain(logits_btv, (BATCH, SEQ, VOCAB)), KVCache(k_lbksh, v_lbksh)
+    return constrain(logits_btv, (BATCH, SEQ, VOCAB)), type(cache)(*arrays)
+
+  @staticmethod
+  def _cached_stack(
+    stack: Block,
+    layers: range,
+    x_btd: jax.Array,
+    arrays: tuple[jax.Array, ...],
+    *,
+    pos: jax.Array,
+    rope_sin_tk: jax.Array | None,
+    rope_cos_tk: jax.Array | None,
+    constrain: Constrain,
+    weights: WeightHook | None,
+  ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """Scans one stack of blocks (model ``layers``) over the whole-model cache arrays
+    ([layers, ...] each), returning the residual stream and the updated arrays."""
+    block_def, block_state = nnx.split(stack)
+
+    def body(carry, xs):
+      x_btd, arrays = carry
+      layer_state, i = xs
+      if weights is not None:
+        # Inside the body: one layer's weights are made usable (dequantized) per step.
+        layer_state = weights(layer_state)
+      block = nnx.merge(block_def, layer_state)
+      # This layer's cache is read out, updated and written back whole. Writing only the new
+      # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
+      # write reach the loop carry, and TPU then copies the whole cache around the loop.
+      x_btd, *layer_arrays = block.cached(
+        x_btd, *(a[i] for a in arrays), pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+        constrain=constrain,
+      )
+      arrays = tuple(jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays, layer_arrays, strict=True))
+      return (x_btd, arrays), None
+
+    index = jnp.arange(layers.start, layers.stop, dtype=jnp.int32)
+    # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
+    # cache is one buffer for every step of the loop and becomes the output.
+    (x_btd, arrays), _ = jax.lax.scan(body, (x_btd, arrays), (block_state, index))
+    return x_btd, arrays

@@ -17,7 +17,7 @@ from flax import nnx
 
 from jaxmem.errors import JaxmemError
 from jaxmem.models import (
-  CHECKPOINT_NAMES,
+  DENSE_CHECKPOINT_NAMES,
   LOGICAL_AXES,
   ModelConfig,
   Transformer,
@@ -249,7 +249,7 @@ def test_tiny_qwen_keeps_every_checkpoint_name(tiny_hf):
   toks = jnp.zeros((2, 8), jnp.int32)
   loss = lambda p: nnx.merge(graphdef, p)(toks).mean()  # noqa: E731
   text = str(jax.make_jaxpr(jax.grad(loss))(params))
-  assert set(CHECKPOINT_NAMES) <= set(re.findall(r"name=(\w+)", text))
+  assert set(DENSE_CHECKPOINT_NAMES) <= set(re.findall(r"name=(\w+)", text))
 
 
 # --- end to end ----------------------------------------------------------------------------------
