@@ -9,12 +9,14 @@ memory figures, as they do in MaxText and other scanned production models.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxmem.errors import JaxmemError
@@ -24,6 +26,7 @@ from .attention_ops import AttendFn
 from .cache import KVCache
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
+from .loss import cross_entropy
 from .mlp import make_mlp
 from .names import BATCH, EMBED, LAYERS, POS, SEQ, VOCAB
 from .rope import rope_tables, rope_tables_at
@@ -88,11 +91,12 @@ class Block(nnx.Module):
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
+    attend: AttendFn | None = None,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The block for tokens at pos.. against this layer's KV cache (see Attention.cached)."""
     attn_btd, cache_k_bksh, cache_v_bksh = self.attn.cached(
       self.attn_norm(x_btd), cache_k_bksh, cache_v_bksh, pos=pos, rope_sin_tk=rope_sin_tk,
-      rope_cos_tk=rope_cos_tk, constrain=constrain,
+      rope_cos_tk=rope_cos_tk, constrain=constrain, attend=attend,
     )
     x_btd = constrain(x_btd + attn_btd, (BATCH, SEQ, EMBED))
     x_btd = x_btd + self.mlp(self.mlp_norm(x_btd), constrain=constrain)
@@ -144,7 +148,45 @@ class Transformer(nnx.Module):
     constrain: Constrain | None = None,
     attend: AttendFn | None = None,
   ) -> jax.Array:
-    """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq].
+    """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq]:
+    ``logits(hidden(tokens_bt, ...))``; the arguments are :meth:`hidden`'s."""
+    constrain = no_constraint if constrain is None else constrain
+    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend)
+    return self.logits(x_btd, constrain=constrain)
+
+  def loss(
+    self,
+    tokens_bt: jax.Array,
+    targets_bt: jax.Array,
+    *,
+    remat: RematPolicy | None = None,
+    constrain: Constrain | None = None,
+    attend: AttendFn | None = None,
+    vocab_tiles: int = 1,
+  ) -> jax.Array:
+    """Mean next-token cross entropy (float32 scalar) of the logits against ``targets_bt``.
+
+    ``vocab_tiles`` > 1 computes the output projection and the cross entropy tile by tile
+    under ``jax.checkpoint`` (MaxText's ``num_vocab_tiling``; see :func:`.loss.cross_entropy`),
+    so the float32 [batch, seq, vocab] logits never exist whole; 1 is exactly
+    ``optax.softmax_cross_entropy_with_integer_labels(self(tokens_bt), targets_bt).mean()``.
+    """
+    constrain = no_constraint if constrain is None else constrain
+    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend)
+    return cross_entropy(
+      x_btd, targets_bt, functools.partial(self.logits, constrain=constrain), vocab_tiles=vocab_tiles,
+      constrain=constrain,
+    )
+
+  def hidden(
+    self,
+    tokens_bt: jax.Array,
+    *,
+    remat: RematPolicy | None = None,
+    constrain: Constrain | None = None,
+    attend: AttendFn | None = None,
+  ) -> jax.Array:
+    """The final-normed hidden states [batch, seq, d_model] (compute dtype) for tokens [batch, seq].
 
     Args:
       tokens_bt: int token ids, shape [batch, seq], seq <= max_seq_len for gpt2.
@@ -186,8 +228,12 @@ class Transformer(nnx.Module):
       body = jax.checkpoint(body, policy=remat, prevent_cse=False)
     x_btd, _ = jax.lax.scan(body, x_btd, block_state)
 
-    x_btd = self.final_norm(x_btd)
-    if cfg.tie_embeddings:
+    return self.final_norm(x_btd)
+
+  def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
+    """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection)."""
+    constrain = no_constraint if constrain is None else constrain
+    if self.cfg.tie_embeddings:
       logits_btv = self.embed.attend(x_btd)
     else:
       logits_btv = jnp.einsum(
@@ -204,6 +250,7 @@ class Transformer(nnx.Module):
     constrain: Constrain | None = None,
     weights: WeightHook | None = None,
     last_only: bool = True,
+    attend: AttendFn | None = None,
   ) -> tuple[jax.Array, KVCache]:
     """Inference with a KV cache: (float32 logits, the updated cache).
 
@@ -218,10 +265,18 @@ class Transformer(nnx.Module):
     can exist at a time, and to the embedding, final norm and unembedding where they are used.
     The cache is carried through the layer scan and updated in place one layer at a time; its
     kv heads precede its positions so that GPU, too, updates it in place (see :mod:`.cache`).
+
+    ``attend`` (an :data:`AttendFn`) serves prefill only: at ``pos=0`` (a Python 0, so that it
+    is known when tracing) the prompt attends to its own keys with it, e.g. a fused kernel.
+    Decode attends to the cache with einsums, so ``attend`` with any other ``pos`` is an error.
     """
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
     _, t = tokens_bt.shape
+    if attend is not None and not (isinstance(pos, (int, np.integer)) and not isinstance(pos, bool) and pos == 0):
+      raise JaxmemError(
+        f"attend= serves prefill at pos=0 only (got pos={pos!r}); decode attends to the cache with einsums: drop attend"
+      )
     pos = jnp.asarray(pos, jnp.int32)
 
     if weights is None:
@@ -257,7 +312,7 @@ class Transformer(nnx.Module):
       # write reach the loop carry, and TPU then copies the whole cache around the loop.
       x_btd, k_bksh, v_bksh = block.cached(
         x_btd, k_lbksh[i], v_lbksh[i], pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-        constrain=constrain,
+        constrain=constrain, attend=attend,
       )
       k_lbksh = jax.lax.dynamic_update_index_in_dim(k_lbksh, k_bksh, i, 0)
       v_lbksh = jax.lax.dynamic_update_index_in_dim(v_lbksh, v_bksh, i, 0)
