@@ -251,12 +251,13 @@ def choose_attention(
   *,
   platform: str,
   shapes: AttentionShapes,
-  mesh: Mesh | None = None,
+  mesh: Mesh | Mapping[str, int] | None = None,
   qk_dtype: str | None = None,
   deviceless: bool = True,
   interpret: bool = False,
 ) -> AttentionChoice:
-  """The implementation for ``requested`` on ``platform`` ("cpu", "gpu", "tpu") at ``shapes``.
+  """The implementation for ``requested`` on ``platform`` ("cpu", "gpu", "tpu") at ``shapes``
+  over ``mesh`` (the train step's Mesh; axis sizes alone are enough to check support).
 
   ``auto`` takes :data:`AUTO_PREFERENCE`'s kernel, or ``chunked`` with a note when that kernel
   cannot take the shapes or the mesh. A name given explicitly that cannot run raises a
@@ -282,5 +283,7 @@ def choose_attention(
   impl = IMPLEMENTATIONS[name]
   if deviceless:
     notes.extend(impl.deviceless_notes(shapes))
-  attend = impl.make(mesh=mesh, qk_dtype=qk_dtype, interpret=interpret)
-  return AttentionChoice(requested=requested, name=name, attend=attend, notes=tuple(notes), mesh=mesh)
+  # Axis sizes alone answer the support checks; building a kernel's shard_map needs the Mesh.
+  jmesh = mesh if isinstance(mesh, Mesh) else None
+  attend = impl.make(mesh=jmesh, qk_dtype=qk_dtype, interpret=interpret)
+  return AttentionChoice(requested=requested, name=name, attend=attend, notes=tuple(notes), mesh=jmesh)
