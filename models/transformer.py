@@ -46,6 +46,14 @@ def _with_weights(module: nnx.Module, weights: WeightHook | None) -> nnx.Module:
   return nnx.merge(graphdef, weights(state))
 
 
+def _check_prefill_attend(attend: AttendFn | None, pos: Any) -> None:
+  """``attend`` sees only the new keys, which are all a query may see only at pos 0."""
+  if attend is not None and not (isinstance(pos, (int, np.integer)) and not isinstance(pos, bool) and pos == 0):
+    raise JaxmemError(
+      f"attend= serves prefill at pos=0 only (got pos={pos!r}); decode attends to the cache with einsums: drop attend"
+    )
+
+
 def _value(p: nnx.Param, weights: WeightHook | None) -> jax.Array:
   v = p.get_value()
   return v if weights is None else weights(v)
@@ -273,10 +281,7 @@ class Transformer(nnx.Module):
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
     _, t = tokens_bt.shape
-    if attend is not None and not (isinstance(pos, (int, np.integer)) and not isinstance(pos, bool) and pos == 0):
-      raise JaxmemError(
-        f"attend= serves prefill at pos=0 only (got pos={pos!r}); decode attends to the cache with einsums: drop attend"
-      )
+    _check_prefill_attend(attend, pos)
     pos = jnp.asarray(pos, jnp.int32)
 
     if weights is None:
