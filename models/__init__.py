@@ -3,7 +3,8 @@
 GPT-2 and Llama 3 families at their published sizes (and Mistral, Qwen2.5 and Qwen3, through
 architecture flags on the Llama 3 style), built so that XLA's memory figures for a
 train step look like those of a production model: scanned layers, mixed precision (float32
-parameters, bfloat16 compute, float32 softmax and logits), logical axis names on every
+parameters, bfloat16 compute, float32 logits; attention scores in the compute dtype unless
+float32 is asked for, as in MaxText), logical axis names on every
 parameter and sharding-constraint hooks on the main activations.
 
 Public interface::
@@ -17,15 +18,26 @@ Public interface::
   count_params(cfg) -> int         closed form, equals the built model's parameter count
   count_active_params(cfg) -> int  parameters one token uses (MoE: k of E routed experts)
   Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
-                                   attend=None, experts=None) -> float32 logits_btv;
+                                   attend=None, experts=None) -> float32 logits_btv
+                                   (= logits(hidden(...)));
+                                   hidden(tokens_bt, ...) -> final-normed x_btd;
+                                   logits(x_btd, *, constrain=None) -> float32 logits_btv;
+                                   loss(tokens_bt, targets_bt, *, remat, constrain, attend,
+                                   vocab_tiles=1) -> mean cross entropy (vocabulary-tiled if > 1);
                                    cached(tokens_bt, cache, *, pos=0, constrain=None, weights=None,
-                                   last_only=True) -> (logits, cache): prefill and decode
+                                   last_only=True, attend=None) -> (logits, KVCache): prefill and
+                                   decode (attend: prefill at pos=0 only)
+  cross_entropy(x_btd, targets_bt, logits_fn, *, vocab_tiles=1, constrain=...)  (loss.py)
   KVCache(k_lbksh, v_lbksh)        the KV cache, [layers, batch, kv_heads, context, head_dim] each;
                                    CACHE_AXES its logical axes; kv_cache_bytes(cfg, batch=, context=)
   MLACache(latent_lbsc, rope_k_lbsr)   multi-head latent attention's cache (mla.py); MLA_CACHE_AXES;
                                    mla_cache_bytes; cache_class(cfg) / cache_bytes(cfg, ...) pick
                                    the cache kind a config needs
-  AttendFn, dot_attend             how attention is computed (see attention_ops.py)
+  AttendFn, dot_attend, chunked_attend   how attention is computed (see attention_ops.py)
+  IMPLEMENTATIONS, ATTENTION_NAMES, AttentionImpl, AttentionShapes, AttentionChoice,
+  choose_attention(requested, *, platform, shapes, mesh=None, qk_dtype=None, deviceless=True)
+                                   the attention registry and the per-target "auto" choice
+                                   (attention_registry.py; kernels in attention_kernels.py)
   ExpertsFn, dropless_experts, capacity_experts, expert_capacity
                                    how an MoE layer's routed experts are computed (see moe.py)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
@@ -75,6 +87,8 @@ compute dtype):
   out_proj     [B, T, D]     attention output projection (+ bias), before the residual add
   mlpwi        [B, T, F]     MLP hidden after the input projection(s) and the activation:
                              gelu(x W_in + b) for GPT-2, silu(x W_gate) * (x W_up) for Llama
+  mlpwi_0      [B, T, F]     SwiGLU's gate projection x W_gate, before the activation (Llama only)
+  mlpwi_1      [B, T, F]     SwiGLU's up projection x W_up (Llama only)
   mlpwo        [B, T, D]     MLP output projection (+ bias), before the residual add
                              (MoE layers' shared experts tag mlpwi and mlpwo too)
 
@@ -98,12 +112,21 @@ body in ``jax.checkpoint(body, policy=remat, prevent_cse=False)``. Remat never c
 math, only what is saved for the backward pass.
 """
 
-from .attention_ops import AttendFn, dot_attend
+from .attention_ops import AttendFn, chunked_attend, dot_attend
+from .attention_registry import (
+  ATTENTION_NAMES,
+  IMPLEMENTATIONS,
+  AttentionChoice,
+  AttentionImpl,
+  AttentionShapes,
+  choose_attention,
+)
 from .cache import CACHE_AXES, KVCache, kv_cache_bytes
 from .config import PRESETS, ModelConfig, get_config
 from .counting import count_active_params, count_params
 from .hf import from_config
 from .layers import Constrain
+from .loss import cross_entropy
 from .mla import MLA_CACHE_AXES, MLACache, cache_bytes, cache_class, mla_cache_bytes
 from .moe import ExpertsFn, capacity_experts, dropless_experts, expert_capacity
 from .names import (
@@ -131,7 +154,15 @@ __all__ = [
   "dropless_experts",
   "expert_capacity",
   "mla_cache_bytes",
+  "ATTENTION_NAMES",
   "AttendFn",
+  "AttentionChoice",
+  "AttentionImpl",
+  "AttentionShapes",
+  "IMPLEMENTATIONS",
+  "choose_attention",
+  "chunked_attend",
+  "cross_entropy",
   "dot_attend",
   "CACHE_AXES",
   "KVCache",

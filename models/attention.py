@@ -5,7 +5,7 @@ among ``num_heads // num_kv_heads`` query heads; multi-head attention is the cas
 ``num_kv_heads == num_heads``. How softmax(q k^T) v is computed is an
 :data:`~.attention_ops.AttendFn` the caller chooses (:mod:`.attention_ops`); the default is plain
 einsums with a causal mask (Vaswani et al. 2017, eq. 1), which materialise the full T x T score
-matrix.
+matrix, in the compute dtype as MaxText computes them by default.
 """
 
 from __future__ import annotations
@@ -130,6 +130,7 @@ class Attention(nnx.Module):
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
+    attend: AttendFn | None = None,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Attention for tokens at positions pos .. pos+t-1 against a KV cache of S positions.
 
@@ -139,6 +140,11 @@ class Attention(nnx.Module):
     per kv head, so grouped-query attention caches ``num_kv_heads`` heads, not ``num_heads``;
     kv heads come before positions ([batch, kv_heads, S, head_dim]: see :mod:`.cache`).
     Returns (out_btd, new cache_k, new cache_v).
+
+    ``attend`` (prefill only: the caller guarantees ``pos == 0``) computes the attention of
+    the new tokens over their own keys, which at ``pos = 0`` are every position they may see:
+    plain causal self-attention, so a fused kernel serves it. None attends over the cache with
+    einsums (decode, or prefill the way it was compiled before).
     """
     b, t, _ = x_btd.shape
     s = cache_k_bksh.shape[2]
@@ -152,6 +158,10 @@ class Attention(nnx.Module):
     cache_k_bksh = constrain(jax.lax.dynamic_update_slice(cache_k_bksh, new_k_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
     cache_v_bksh = constrain(jax.lax.dynamic_update_slice(cache_v_bksh, new_v_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
 
+    if attend is not None:
+      ctx_btnh = constrain(attend(q_btnh, k_btkh, v_btkh, causal=True), (BATCH, SEQ, HEADS, HEAD_DIM))
+      return self._output(ctx_btnh, constrain=constrain), cache_k_bksh, cache_v_bksh
+
     q_btkgh = q_btnh.reshape(b, t, k, g, h)
     scores_bkgts = jnp.einsum(
       "btkgh,bksh->bkgts", q_btkgh, cache_k_bksh.astype(self.dtype), preferred_element_type=jnp.float32
@@ -163,10 +173,14 @@ class Attention(nnx.Module):
     probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(self.dtype)
     ctx_btkgh = jnp.einsum("bkgts,bksh->btkgh", probs_bkgts, cache_v_bksh.astype(self.dtype))
     ctx_btnh = constrain(ctx_btkgh.reshape(b, t, n, h), (BATCH, SEQ, HEADS, HEAD_DIM))
+    return self._output(ctx_btnh, constrain=constrain), cache_k_bksh, cache_v_bksh
+
+  def _output(self, ctx_btnh: jax.Array, *, constrain: Constrain) -> jax.Array:
+    """The output projection (+ bias) of the attention context, constrained."""
     out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
     if self.use_bias:
       out_btd = out_btd + self._w(self.b_o_d)
-    return constrain(out_btd, (BATCH, SEQ, EMBED)), cache_k_bksh, cache_v_bksh
+    return constrain(out_btd, (BATCH, SEQ, EMBED))
 
   def __call__(
     self,
@@ -183,9 +197,4 @@ class Attention(nnx.Module):
     # Named here, outside every attention implementation, so name-based remat policies see the
     # same "context" whichever kernel computed it.
     ctx_btnh = checkpoint_name(ctx_btnh, CONTEXT)
-
-    out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
-    if self.use_bias:
-      out_btd = out_btd + self._w(self.b_o_d)
-    out_btd = constrain(out_btd, (BATCH, SEQ, EMBED))
-    return checkpoint_name(out_btd, OUT_PROJ)
+    return checkpoint_name(self._output(ctx_btnh, constrain=constrain), OUT_PROJ)

@@ -1,8 +1,15 @@
 """The attention computation itself, pluggable: ``attend(q, k, v, *, causal) -> context``.
 
 The Attention modules project, rotate and name; *how* softmax(q k^T / sqrt(h)) v is computed is
-an :data:`AttendFn` the caller picks (plain einsums here; fused kernels elsewhere), so the same
-model compiles to the program a production trainer would run on each target.
+an :data:`AttendFn` the caller picks, so the same model compiles to the program a production
+trainer would run on each target. This module holds the two pure-JAX implementations:
+
+* :func:`dot_attend`: plain einsums that materialise the T x S scores (the reference);
+* :func:`chunked_attend`: blockwise online softmax with a FlashAttention-2-style backward pass,
+  which never holds more than one block of scores and compiles on every backend.
+
+The fused kernels (Pallas splash, cuDNN, Pallas Triton) and the registry that picks one per
+target are in :mod:`.attention_kernels` and :mod:`.attention_registry`.
 
 Shapes (B batch, T query positions, S key positions, N query heads, K kv heads, H q/k head
 size, V v head size):
@@ -11,19 +18,43 @@ size, V v head size):
 
 K divides N (grouped-query attention: query head n reads kv head n // (N // K), the grouping
 Llama's ``repeat_kv`` implies); V may differ from H (multi-head latent attention). Causal means
-query t sees keys s <= t (T == S in training).
+query t sees keys s <= t + (S - T) (T == S in training: the usual lower triangle).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from .names import CONTEXT
 
 # attend(q_btnh, k_bskh, v_bskv, *, causal=True) -> ctx_btnv, in the dtype of v.
 AttendFn = Callable[..., jax.Array]
+
+# A large finite negative for masked scores, MaxText's DEFAULT_MASK_VALUE
+# (-0.7 * float32 max): finite, so a fully masked block row gives exp(mask - max) = 0 or 1
+# instead of NaN, and representable in bfloat16.
+_MASK_FRACTION = -0.7
+
+
+def _mask_value(dtype: jnp.dtype) -> float:
+  return _MASK_FRACTION * float(jnp.finfo(dtype).max)
+
+
+def _visible(q_pos: jax.Array, k_pos: jax.Array, *, causal: bool, kv_len: int) -> jax.Array:
+  """[.., tq, sk] booleans: key position k_pos[s] is visible from query position q_pos[t]."""
+  ok = k_pos[None, :] < kv_len
+  if causal:
+    ok = ok & (k_pos[None, :] <= q_pos[:, None])
+  return ok
+
+
+# --- dot: the reference --------------------------------------------------------------------
 
 
 def dot_attend(
@@ -32,22 +63,227 @@ def dot_attend(
   v_bskv: jax.Array,
   *,
   causal: bool = True,
-  scores_dtype: jnp.dtype = jnp.float32,
+  scores_dtype: jnp.dtype | str | None = None,
 ) -> jax.Array:
-  """Attention as plain einsums (Vaswani et al. 2017, eq. 1): the full T x S score matrix is
-  materialised, in ``scores_dtype``; the softmax is computed in float32 (bf16 exp/sum over
-  thousands of keys loses the tail) and its probabilities are cast to v's dtype."""
+  """Attention as plain einsums (Vaswani et al. 2017, eq. 1): the full T x S scores exist.
+
+  ``scores_dtype`` follows MaxText's ``float32_qk_product`` (``layers/attention_op.py``,
+  ``apply_attention_dot`` and ``compute_local_attention``):
+
+  * ``None`` (the default, MaxText's ``float32_qk_product=False``): q k^T in the inputs'
+    dtype (bfloat16 in a bf16 model), masked, then MaxText's softmax: the row max, the
+    unnormalised exponentials exp(s - max) and their row sum in that same dtype, the
+    exponentials times v, and only then the division by the sum. The [B, N, T, S] scores and
+    exponentials are both in the compute dtype. MaxText folds 1/sqrt(H) into the query
+    projection's initialiser; here q is scaled before the product, which costs a [B, T, N, H]
+    multiply and no [.., T, S] one.
+  * ``float32``: q k^T accumulated and kept in float32, scaled, masked, a float32 softmax whose
+    probabilities are cast to v's dtype for the product with v (jaxmem's program before MaxText's
+    default was followed; bf16 exp/sum over thousands of keys loses the tail).
+
+  Any other dtype computes the scores in that dtype the float32 way.
+  """
   b, t, n, h = q_btnh.shape
-  k = k_bskh.shape[2]
+  s, k = k_bskh.shape[1], k_bskh.shape[2]
   g = n // k
-  q_btkgh = q_btnh.reshape(b, t, k, g, h)
-  scores_bkgts = jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_bskh, preferred_element_type=scores_dtype)
-  scores_bkgts = scores_bkgts * jnp.asarray(1.0 / math.sqrt(h), scores_dtype)
+  vd = v_bskv.shape[-1]
+  visible_ts = None
   if causal:
-    s = k_bskh.shape[1]
     # Query t sits at position t + (S - T): with S == T that is the usual lower triangle.
-    visible_ts = jnp.arange(s)[None, :] <= (jnp.arange(t) + (s - t))[:, None]
-    scores_bkgts = jnp.where(visible_ts, scores_bkgts, jnp.finfo(scores_dtype).min)
+    visible_ts = _visible(jnp.arange(t) + (s - t), jnp.arange(s), causal=True, kv_len=s)
+  if scores_dtype is None:
+    q_btkgh = (q_btnh * jnp.asarray(1.0 / math.sqrt(h), q_btnh.dtype)).reshape(b, t, k, g, h)
+    scores_bkgts = jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_bskh.astype(q_btnh.dtype))
+    if visible_ts is not None:
+      scores_bkgts = jnp.where(visible_ts, scores_bkgts, _mask_value(scores_bkgts.dtype))
+    max_bkgt1 = jnp.max(scores_bkgts, axis=-1, keepdims=True)
+    exps_bkgts = jnp.exp(scores_bkgts - max_bkgt1)
+    sum_bkgt1 = jnp.sum(exps_bkgts, axis=-1, keepdims=True)
+    ctx_btkgv = jnp.einsum("bkgts,bskv->btkgv", exps_bkgts, v_bskv.astype(exps_bkgts.dtype))
+    ctx_btkgv = ctx_btkgv / jnp.transpose(sum_bkgt1, (0, 3, 1, 2, 4))
+    return ctx_btkgv.reshape(b, t, n, vd).astype(v_bskv.dtype)
+
+  sdt = jnp.dtype(scores_dtype)
+  q_btkgh = q_btnh.reshape(b, t, k, g, h)
+  scores_bkgts = jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_bskh, preferred_element_type=sdt)
+  scores_bkgts = scores_bkgts * jnp.asarray(1.0 / math.sqrt(h), sdt)
+  if visible_ts is not None:
+    scores_bkgts = jnp.where(visible_ts, scores_bkgts, jnp.finfo(sdt).min)
   probs_bkgts = jax.nn.softmax(scores_bkgts.astype(jnp.float32), axis=-1).astype(v_bskv.dtype)
   ctx_btkgv = jnp.einsum("bkgts,bskv->btkgv", probs_bkgts, v_bskv)
-  return ctx_btkgv.reshape(b, t, n, v_bskv.shape[-1])
+  return ctx_btkgv.reshape(b, t, n, vd)
+
+
+# --- chunked: blockwise online softmax with a FlashAttention-2 backward ----------------------
+
+# Block length along T and S. 512 is what MaxText's splash defaults use (sa_block_* = 512) and
+# what FlashAttention-2 uses on GPU for head sizes <= 128; a sequence shorter than that is one
+# block, so short sequences pay no padding.
+CHUNK_BLOCK = 512
+
+
+def _block_and_padded(n: int, block: int) -> tuple[int, int]:
+  """(block length, n padded up to a multiple of it)."""
+  bl = min(block, n)
+  return bl, -(-n // bl) * bl
+
+
+def chunked_attend(
+  q_btnh: jax.Array,
+  k_bskh: jax.Array,
+  v_bskv: jax.Array,
+  *,
+  causal: bool = True,
+  block_q: int = CHUNK_BLOCK,
+  block_kv: int = CHUNK_BLOCK,
+) -> jax.Array:
+  """Memory-efficient exact attention in pure JAX, for every backend.
+
+  Forward: for each block of ``block_q`` queries, a scan over blocks of ``block_kv`` keys
+  keeps a running row max m, row sum l and output accumulator (the online softmax of Milakov &
+  Gimelshein 2018, used blockwise by Rabe & Staats 2021 and Dao 2023, FlashAttention-2
+  Algorithm 1), in float32. Only the output and the log-sum-exp m + log l of each row are kept.
+
+  Backward (``jax.custom_vjp``): recomputes each block's probabilities from q, k and the saved
+  log-sum-exp (FlashAttention-2 Algorithm 2), in two passes as splash attention's separate dq
+  and dk/dv kernels do: one over query blocks accumulating dq, one over key blocks accumulating
+  dk and dv, so no full-size float32 accumulator is carried. Peak temporaries are a few
+  [B, N, block_q, block_kv] float32 blocks, not [B, N, T, S].
+
+  Every block pair is computed (masked), as the einsum reference does, so the FLOPs equal
+  :func:`dot_attend`'s. T and S need not be multiples of the blocks: the inputs are padded and
+  padded keys masked. The output and the log-sum-exp carry the ``context`` checkpoint name (as
+  MaxText's splash call names its residuals), so a remat policy saving ``context`` keeps what
+  the backward pass needs.
+  """
+  t, s = q_btnh.shape[1], k_bskh.shape[1]
+  bq, tp = _block_and_padded(t, block_q)
+  bk, sp = _block_and_padded(s, block_kv)
+  if tp != t:
+    q_btnh = jnp.pad(q_btnh, ((0, 0), (0, tp - t), (0, 0), (0, 0)))
+  if sp != s:
+    k_bskh = jnp.pad(k_bskh, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
+    v_bskv = jnp.pad(v_bskv, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
+  out_btnv = _flash(q_btnh, k_bskh, v_bskv, causal, bq, bk, s, s - t)
+  return out_btnv[:, :t] if tp != t else out_btnv
+
+
+def _scores(q_bqkgh, k_bskh, i, j, *, bq, bk, causal, kv_len, offset):
+  """One block's masked, scaled float32 scores [B, K, G, bq, bk] (query block i, key block j)."""
+  scale = 1.0 / math.sqrt(q_bqkgh.shape[-1])
+  s_bkgqs = jnp.einsum("bqkgh,bskh->bkgqs", q_bqkgh, k_bskh, preferred_element_type=jnp.float32) * scale
+  q_pos = i * bq + jnp.arange(bq) + offset
+  k_pos = j * bk + jnp.arange(bk)
+  return jnp.where(_visible(q_pos, k_pos, causal=causal, kv_len=kv_len), s_bkgqs, _mask_value(jnp.float32))
+
+
+def _slice(x, i, size, axis=1):
+  return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=axis)
+
+
+def _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
+  """(out_btnv, lse_nbkgq): padded inputs; lse blocked by query block, [T/bq, B, K, G, bq]."""
+  b, tp, n, h = q_btnh.shape
+  sp, k = k_bskh.shape[1], k_bskh.shape[2]
+  g, vd = n // k, v_bskv.shape[-1]
+  q_btkgh = q_btnh.reshape(b, tp, k, g, h)
+  blk = functools.partial(_scores, bq=bq, bk=bk, causal=causal, kv_len=kv_len, offset=offset)
+
+  def one_query_block(i):
+    q_bqkgh = _slice(q_btkgh, i, bq)
+
+    def kv_step(carry, j):
+      m_bkgq, l_bkgq, acc_bkgqv = carry
+      s_bkgqs = blk(q_bqkgh, _slice(k_bskh, j, bk), i, j)
+      m_new = jnp.maximum(m_bkgq, jnp.max(s_bkgqs, axis=-1))
+      p_bkgqs = jnp.exp(s_bkgqs - m_new[..., None])
+      corr_bkgq = jnp.exp(m_bkgq - m_new)
+      l_bkgq = l_bkgq * corr_bkgq + jnp.sum(p_bkgqs, axis=-1)
+      pv_bkgqv = jnp.einsum(
+        "bkgqs,bskv->bkgqv", p_bkgqs.astype(v_bskv.dtype), _slice(v_bskv, j, bk), preferred_element_type=jnp.float32
+      )
+      return (m_new, l_bkgq, acc_bkgqv * corr_bkgq[..., None] + pv_bkgqv), None
+
+    # Key block 0 always holds a visible key for every row (key 0; causal offset >= 0), so m
+    # is finite after the first step and -inf never meets -inf.
+    init = (
+      jnp.full((b, k, g, bq), -jnp.inf, jnp.float32),
+      jnp.zeros((b, k, g, bq), jnp.float32),
+      jnp.zeros((b, k, g, bq, vd), jnp.float32),
+    )
+    (m_bkgq, l_bkgq, acc_bkgqv), _ = jax.lax.scan(kv_step, init, jnp.arange(sp // bk))
+    out_bqkgv = jnp.transpose(acc_bkgqv / l_bkgq[..., None], (0, 3, 1, 2, 4)).astype(v_bskv.dtype)
+    return out_bqkgv, m_bkgq + jnp.log(l_bkgq)
+
+  out_nbqkgv, lse_nbkgq = jax.lax.map(one_query_block, jnp.arange(tp // bq))
+  out_btnv = jnp.moveaxis(out_nbqkgv, 0, 1).reshape(b, tp, n, vd)
+  return out_btnv, lse_nbkgq
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _flash(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
+  return _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset)[0]
+
+
+def _flash_fwd(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
+  out_btnv, lse_nbkgq = _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset)
+  out_btnv = checkpoint_name(out_btnv, CONTEXT)
+  lse_nbkgq = checkpoint_name(lse_nbkgq, CONTEXT)
+  return out_btnv, (q_btnh, k_bskh, v_bskv, out_btnv, lse_nbkgq)
+
+
+def _flash_bwd(causal, bq, bk, kv_len, offset, res, dout_btnv):
+  """FlashAttention-2 Algorithm 2 (Dao 2023), as a dq pass and a dk/dv pass."""
+  q_btnh, k_bskh, v_bskv, out_btnv, lse_nbkgq = res
+  b, tp, n, h = q_btnh.shape
+  sp, k = k_bskh.shape[1], k_bskh.shape[2]
+  g, vd = n // k, v_bskv.shape[-1]
+  scale = 1.0 / math.sqrt(h)
+  q_btkgh = q_btnh.reshape(b, tp, k, g, h)
+  do_btkgv = dout_btnv.reshape(b, tp, k, g, vd)
+  # D_i = rowsum(dO_i * O_i) (Algorithm 2, line 4): the softmax backward's per-row term.
+  d_bkgt = jnp.einsum(
+    "btkgv,btkgv->bkgt", do_btkgv.astype(jnp.float32), out_btnv.reshape(b, tp, k, g, vd).astype(jnp.float32)
+  )
+  blk = functools.partial(_scores, bq=bq, bk=bk, causal=causal, kv_len=kv_len, offset=offset)
+
+  def probs_and_dscores(i, j):
+    """(P, dS) of block (i, j), float32 [B, K, G, bq, bk], and the block's q, dO, k."""
+    q_blk, do_blk = _slice(q_btkgh, i, bq), _slice(do_btkgv, i, bq)
+    k_blk, v_blk = _slice(k_bskh, j, bk), _slice(v_bskv, j, bk)
+    p_bkgqs = jnp.exp(blk(q_blk, k_blk, i, j) - lse_nbkgq[i][..., None])
+    dp_bkgqs = jnp.einsum("bqkgv,bskv->bkgqs", do_blk, v_blk, preferred_element_type=jnp.float32)
+    ds_bkgqs = p_bkgqs * (dp_bkgqs - _slice(d_bkgt, i, bq, axis=3)[..., None])
+    return p_bkgqs, ds_bkgqs, q_blk, do_blk, k_blk
+
+  def dq_block(i):
+    def step(dq_bqkgh, j):
+      _, ds_bkgqs, _, _, k_blk = probs_and_dscores(i, j)
+      return dq_bqkgh + jnp.einsum("bkgqs,bskh->bqkgh", ds_bkgqs, k_blk.astype(jnp.float32)) * scale, None
+
+    dq_bqkgh, _ = jax.lax.scan(step, jnp.zeros((b, bq, k, g, h), jnp.float32), jnp.arange(sp // bk))
+    return dq_bqkgh.astype(q_btnh.dtype)
+
+  def dkv_block(j):
+    def step(carry, i):
+      dk_bskh, dv_bskv = carry
+      p_bkgqs, ds_bkgqs, q_blk, do_blk, _ = probs_and_dscores(i, j)
+      dv_bskv = dv_bskv + jnp.einsum(
+        "bkgqs,bqkgv->bskv", p_bkgqs.astype(do_blk.dtype), do_blk, preferred_element_type=jnp.float32
+      )
+      dk_bskh = dk_bskh + jnp.einsum("bkgqs,bqkgh->bskh", ds_bkgqs, q_blk.astype(jnp.float32)) * scale
+      return (dk_bskh, dv_bskv), None
+
+    init = (jnp.zeros((b, bk, k, h), jnp.float32), jnp.zeros((b, bk, k, vd), jnp.float32))
+    (dk_bskh, dv_bskv), _ = jax.lax.scan(step, init, jnp.arange(tp // bq))
+    return dk_bskh.astype(k_bskh.dtype), dv_bskv.astype(v_bskv.dtype)
+
+  dq_nbqkgh = jax.lax.map(dq_block, jnp.arange(tp // bq))
+  dk_nbskh, dv_nbskv = jax.lax.map(dkv_block, jnp.arange(sp // bk))
+  dq_btnh = jnp.moveaxis(dq_nbqkgh, 0, 1).reshape(b, tp, n, h)
+  dk_bskh = jnp.moveaxis(dk_nbskh, 0, 1).reshape(b, sp, k, h)
+  dv_bskv = jnp.moveaxis(dv_nbskv, 0, 1).reshape(b, sp, k, vd)
+  return dq_btnh, dk_bskh, dv_bskv
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)

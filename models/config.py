@@ -64,7 +64,8 @@ class ModelConfig:
     (Mistral v0.1) is recorded only (see ``notes``).
 
   ``param_dtype`` is the storage dtype of the parameters; ``dtype`` is the compute dtype the
-  weights are cast to at use. Attention softmax and the output logits are always float32.
+  weights are cast to at use. The output logits are always float32; dot attention's scores are
+  in ``dtype`` unless float32 ones are asked for (``attention_ops.dot_attend``).
   """
 
   name: str

@@ -138,10 +138,13 @@ class MLAttention(nnx.Module):
   ) -> jax.Array:
     """Training (and any full-sequence) attention: eqs. (9)-(19) with keys and values expanded
     per head, so ``attend`` sees ordinary multi-head q, k, v (v narrower than q and k)."""
-    b, t, _ = x_btd.shape
     qc_btnh, qr_btnr = self._queries(x_btd, rope_sin_tk, rope_cos_tk, constrain)
     ckv_btc, kr_btr = self._latent(x_btd, rope_sin_tk, rope_cos_tk, constrain)
-    n = qc_btnh.shape[2]
+    return self._expanded(qc_btnh, qr_btnr, ckv_btc, kr_btr, constrain=constrain, attend=attend)
+
+  def _expanded(self, qc_btnh, qr_btnr, ckv_btc, kr_btr, *, constrain: Constrain, attend: AttendFn | None) -> jax.Array:
+    """Eqs. (16)-(19) with keys and values expanded per head from the latents (the naive form)."""
+    b, t, n, _ = qc_btnh.shape
     kc_btnh = jnp.einsum("btc,cnh->btnh", ckv_btc, self._w(self.w_k_b_cnh))
     v_btnv = jnp.einsum("btc,cnv->btnv", ckv_btc, self._w(self.w_v_b_cnv))
     q_btnh = jnp.concatenate([qc_btnh, qr_btnr], axis=-1)
@@ -164,6 +167,7 @@ class MLAttention(nnx.Module):
     rope_sin_tk: jax.Array,
     rope_cos_tk: jax.Array,
     constrain: Constrain,
+    attend: AttendFn | None = None,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Attention for tokens at pos .. pos+t-1 against an MLA cache of S positions.
 
@@ -174,6 +178,9 @@ class MLAttention(nnx.Module):
     is DeepSeek's own default (``attn_impl = "absorb"`` in its inference/model.py) and what
     serving stacks run, because the naive form would expand n_h x (d_h + d_h^R + d_v) keys and
     values for every cached position, a temporary 71x the cache for DeepSeek-V3.
+    With ``attend`` (prefill at position 0 only; the caller checks), the prompt attends to its own
+    tokens in the naive form through ``attend`` (as in training), which is how serving stacks run
+    prefill; the latents are cached all the same.
     Returns (out_btd, new latent cache, new rope-key cache).
     """
     s = latent_bsc.shape[1]
@@ -186,6 +193,8 @@ class MLAttention(nnx.Module):
     rope_k_bsr = jax.lax.dynamic_update_slice(rope_k_bsr, kr_btr.astype(rope_k_bsr.dtype), at)
     latent_bsc = constrain(latent_bsc, (BATCH, None, KV_LORA))
     rope_k_bsr = constrain(rope_k_bsr, (BATCH, None, HEAD_DIM))
+    if attend is not None:
+      return self._expanded(qc_btnh, qr_btnr, ckv_btc, kr_btr, constrain=constrain, attend=attend), latent_bsc, rope_k_bsr
 
     ql_btnc = jnp.einsum("btnh,cnh->btnc", qc_btnh, self._w(self.w_k_b_cnh))
     scores_bnts = jnp.einsum(

@@ -9,7 +9,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, param
-from .names import BATCH, EMBED, MLP, MLPWI, MLPWO, SEQ
+from .names import BATCH, EMBED, MLP, MLPWI, MLPWI_0, MLPWI_1, MLPWO, SEQ
 
 
 class GeluMLP(nnx.Module):
@@ -51,8 +51,10 @@ class SwiGLU(nnx.Module):
   def __call__(self, x_btd: jax.Array, *, constrain: Constrain) -> jax.Array:
     gate_btf = jnp.einsum("btd,df->btf", x_btd, self.w_gate_df[...].astype(self.dtype))
     up_btf = jnp.einsum("btd,df->btf", x_btd, self.w_up_df[...].astype(self.dtype))
-    gate_btf = constrain(gate_btf, (BATCH, SEQ, MLP))
-    up_btf = constrain(up_btf, (BATCH, SEQ, MLP))
+    # Each input projection is named on its own (MaxText's mlpwi_0 / mlpwi_1) and the hidden
+    # after the activation is still "mlpwi", so policies of either vocabulary apply.
+    gate_btf = checkpoint_name(constrain(gate_btf, (BATCH, SEQ, MLP)), MLPWI_0)
+    up_btf = checkpoint_name(constrain(up_btf, (BATCH, SEQ, MLP)), MLPWI_1)
     h_btf = jax.nn.silu(gate_btf) * up_btf
     h_btf = checkpoint_name(constrain(h_btf, (BATCH, SEQ, MLP)), MLPWI)
     out_btd = jnp.einsum("btf,fd->btd", h_btf, self.w_down_fd[...].astype(self.dtype))

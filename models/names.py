@@ -47,6 +47,11 @@ VALUE_PROJ = "value_proj"
 CONTEXT = "context"
 OUT_PROJ = "out_proj"
 MLPWI = "mlpwi"
+# SwiGLU's two input projections before the activation, MaxText's names (layers/linears.py):
+# "mlpwi_0" the gate x W_gate, "mlpwi_1" the up projection x W_up. Its "minimal" remat policy
+# saves these two, not the product after the activation ("mlpwi" here).
+MLPWI_0 = "mlpwi_0"
+MLPWI_1 = "mlpwi_1"
 MLPWO = "mlpwo"
 
 # Every model tags these (MLA models too: their q, k, v, context and output carry the same names).
@@ -57,6 +62,8 @@ DENSE_CHECKPOINT_NAMES: tuple[str, ...] = (
   CONTEXT,
   OUT_PROJ,
   MLPWI,
+  MLPWI_0,
+  MLPWI_1,
   MLPWO,
 )
 

@@ -10,12 +10,14 @@ memory figures, as they do in MaxText and other scanned production models.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jaxmem.errors import JaxmemError
@@ -25,6 +27,7 @@ from .attention_ops import AttendFn
 from .cache import KVCache
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
+from .loss import cross_entropy
 from .mla import MLACache, MLAttention
 from .mlp import make_mlp
 from .moe import ExpertsFn, MoE
@@ -44,6 +47,14 @@ def _with_weights(module: nnx.Module, weights: WeightHook | None) -> nnx.Module:
     return module
   graphdef, state = nnx.split(module)
   return nnx.merge(graphdef, weights(state))
+
+
+def _check_prefill_attend(attend: AttendFn | None, pos: Any) -> None:
+  """``attend`` sees only the new keys, which are all a query may see only at pos 0."""
+  if attend is not None and not (isinstance(pos, (int, np.integer)) and not isinstance(pos, bool) and pos == 0):
+    raise JaxmemError(
+      f"attend= serves prefill at pos=0 only (got pos={pos!r}); decode attends to the cache with einsums: drop attend"
+    )
 
 
 def _value(p: nnx.Param, weights: WeightHook | None) -> jax.Array:
@@ -101,12 +112,14 @@ class Block(nnx.Module):
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
+    attend: AttendFn | None = None,
   ) -> tuple[jax.Array, ...]:
     """The block for tokens at pos.. against this layer's cache arrays (KV: k, v; MLA: latent,
-    rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays)."""
+    rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays).
+    ``attend`` serves prefill (see Transformer.cached)."""
     attn_btd, *layer_cache = self.attn.cached(
       self.attn_norm(x_btd), *layer_cache, pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-      constrain=constrain,
+      constrain=constrain, attend=attend,
     )
     x_btd = constrain(x_btd + attn_btd, (BATCH, SEQ, EMBED))
     x_btd = x_btd + self._ffn(x_btd, constrain, None)
@@ -193,7 +206,47 @@ class Transformer(nnx.Module):
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
   ) -> jax.Array:
-    """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq].
+    """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq]:
+    ``logits(hidden(tokens_bt, ...))``; the arguments are :meth:`hidden`'s."""
+    constrain = no_constraint if constrain is None else constrain
+    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts)
+    return self.logits(x_btd, constrain=constrain)
+
+  def loss(
+    self,
+    tokens_bt: jax.Array,
+    targets_bt: jax.Array,
+    *,
+    remat: RematPolicy | None = None,
+    constrain: Constrain | None = None,
+    attend: AttendFn | None = None,
+    experts: ExpertsFn | None = None,
+    vocab_tiles: int = 1,
+  ) -> jax.Array:
+    """Mean next-token cross entropy (float32 scalar) of the logits against ``targets_bt``.
+
+    ``vocab_tiles`` > 1 computes the output projection and the cross entropy tile by tile
+    under ``jax.checkpoint`` (MaxText's ``num_vocab_tiling``; see :func:`.loss.cross_entropy`),
+    so the float32 [batch, seq, vocab] logits never exist whole; 1 is exactly
+    ``optax.softmax_cross_entropy_with_integer_labels(self(tokens_bt), targets_bt).mean()``.
+    """
+    constrain = no_constraint if constrain is None else constrain
+    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts)
+    return cross_entropy(
+      x_btd, targets_bt, functools.partial(self.logits, constrain=constrain), vocab_tiles=vocab_tiles,
+      constrain=constrain,
+    )
+
+  def hidden(
+    self,
+    tokens_bt: jax.Array,
+    *,
+    remat: RematPolicy | None = None,
+    constrain: Constrain | None = None,
+    attend: AttendFn | None = None,
+    experts: ExpertsFn | None = None,
+  ) -> jax.Array:
+    """The final-normed hidden states [batch, seq, d_model] (compute dtype) for tokens [batch, seq].
 
     Args:
       tokens_bt: int token ids, shape [batch, seq], seq <= max_seq_len for gpt2.
@@ -241,8 +294,12 @@ class Transformer(nnx.Module):
         body = jax.checkpoint(body, policy=remat, prevent_cse=False)
       x_btd, _ = jax.lax.scan(body, x_btd, block_state)
 
-    x_btd = self.final_norm(x_btd)
-    if cfg.tie_embeddings:
+    return self.final_norm(x_btd)
+
+  def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
+    """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection)."""
+    constrain = no_constraint if constrain is None else constrain
+    if self.cfg.tie_embeddings:
       logits_btv = self.embed.attend(x_btd)
     else:
       logits_btv = jnp.einsum(
@@ -259,6 +316,7 @@ class Transformer(nnx.Module):
     constrain: Constrain | None = None,
     weights: WeightHook | None = None,
     last_only: bool = True,
+    attend: AttendFn | None = None,
   ) -> tuple[jax.Array, KVCache | MLACache]:
     """Inference with a KV cache: (float32 logits, the updated cache).
 
@@ -274,10 +332,15 @@ class Transformer(nnx.Module):
     can exist at a time, and to the embedding, final norm and unembedding where they are used.
     The cache is carried through the layer scan and updated in place one layer at a time; its
     kv heads precede its positions so that GPU, too, updates it in place (see :mod:`.cache`).
+
+    ``attend`` (an :data:`AttendFn`) serves prefill only: at ``pos=0`` (a Python 0, so that it
+    is known when tracing) the prompt attends to its own keys with it, e.g. a fused kernel.
+    Decode attends to the cache with einsums, so ``attend`` with any other ``pos`` is an error.
     """
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
     _, t = tokens_bt.shape
+    _check_prefill_attend(attend, pos)
     pos = jnp.asarray(pos, jnp.int32)
 
     if weights is None:
@@ -303,7 +366,7 @@ class Transformer(nnx.Module):
     for stack, first, num in self.stacks():
       x_btd, arrays = self._cached_stack(
         stack, range(first, first + num), x_btd, arrays, pos=pos, rope_sin_tk=rope_sin_tk,
-        rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights,
+        rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights, attend=attend,
       )
 
     if last_only:
@@ -332,6 +395,7 @@ class Transformer(nnx.Module):
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
     weights: WeightHook | None,
+    attend: AttendFn | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """Scans one stack of blocks (model ``layers``) over the whole-model cache arrays
     ([layers, ...] each), returning the residual stream and the updated arrays."""
@@ -349,7 +413,7 @@ class Transformer(nnx.Module):
       # write reach the loop carry, and TPU then copies the whole cache around the loop.
       x_btd, *layer_arrays = block.cached(
         x_btd, *(a[i] for a in arrays), pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-        constrain=constrain,
+        constrain=constrain, attend=attend,
       )
       arrays = tuple(jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays, layer_arrays, strict=True))
       return (x_btd, arrays), None

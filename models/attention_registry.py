@@ -1,0 +1,289 @@
+"""Which attention implementation a train step uses: the registry and the ``auto`` choice.
+
+Names (what ``--attention`` will take):
+
+  dot       plain einsums, the full T x S scores (:func:`~.attention_ops.dot_attend`); the
+            reference and the naive baseline. Scores in the compute dtype by default (MaxText's
+            ``float32_qk_product=False``), float32 with ``qk_dtype="float32"``.
+  chunked   pure-JAX blockwise online softmax with a FlashAttention-2-style backward
+            (:func:`~.attention_ops.chunked_attend`); every backend.
+  splash    Pallas splash attention, TPU.
+  cudnn     cuDNN flash attention (``jax.nn.dot_product_attention``), GPU.
+  triton    Pallas Triton flash attention, GPU.
+  auto      the kernel a production trainer uses on the platform (MaxText's defaults: splash
+            on TPU, cuDNN on GPU; chunked on CPU), or chunked, with a note saying why, where
+            that kernel cannot take the shapes or the mesh.
+
+``qk_dtype`` applies to ``dot`` only: the fused kernels and ``chunked`` keep their block scores
+in float32 whatever it says (they never materialise the scores, so it does not change memory).
+
+An implementation named explicitly that cannot run is a :class:`JaxmemError` naming those that
+can; it is never replaced silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import ContextManager
+
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from jaxmem.errors import JaxmemError
+
+from . import attention_kernels as kernels
+from .attention_ops import AttendFn, chunked_attend, dot_attend
+from .config import ModelConfig
+
+PLATFORMS: tuple[str, ...] = ("cpu", "gpu", "tpu")
+# platform -> the implementation ``auto`` prefers there.
+AUTO_PREFERENCE: dict[str, str] = {"tpu": "splash", "gpu": "cudnn", "cpu": "chunked"}
+AUTO = "auto"
+FALLBACK = "chunked"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttentionShapes:
+  """One attention call's global shapes: what a support check needs to know."""
+
+  batch: int
+  seq: int  # T, query positions
+  kv_seq: int  # S, key positions (== seq in training and in prefill)
+  num_heads: int  # N
+  num_kv_heads: int  # K, divides N
+  head_dim: int  # H, of q and k
+  v_head_dim: int  # V, of v (== H except in multi-head latent attention)
+  dtype: str  # the compute dtype of q, k, v, e.g. "bfloat16"
+  causal: bool = True
+
+  @classmethod
+  def of(cls, cfg: ModelConfig, *, batch: int, seq: int) -> AttentionShapes:
+    """The self-attention of ``cfg`` in a train step (or prefill) of batch x seq tokens."""
+    return cls(
+      batch=batch, seq=seq, kv_seq=seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
+      head_dim=cfg.head_dim, v_head_dim=cfg.head_dim, dtype=cfg.dtype,
+    )
+
+
+def _mesh_shape(mesh: Mesh | Mapping[str, int] | None) -> dict[str, int]:
+  if mesh is None:
+    return {}
+  return dict(mesh.shape) if isinstance(mesh, Mesh) else dict(mesh)
+
+
+# --- support checks: the reason an implementation cannot take (platform, shapes, mesh) ------
+
+
+def _splash_problem(shapes: AttentionShapes) -> str | None:
+  for what, n in (("sequence", shapes.seq), ("key sequence", shapes.kv_seq)):
+    if kernels.splash_block(n) is None:
+      return f"splash needs a {what} length that is a multiple of 128 (its blocks are 128 lanes wide), got {n}"
+  if jnp.dtype(shapes.dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)):
+    return f"splash takes bfloat16 or float32 inputs, got {shapes.dtype}"
+  return None
+
+
+# Head sizes cuDNN's fused attention takes as jax checks them when tracing
+# (fused_attention_stablehlo.check_is_flash_attention): <= 128 and a multiple of 8 unless the
+# default backend is a Hopper-or-later GPU, which a deviceless compile's CPU backend is not; for
+# the same reason it refuses multi-head latent attention (V != H) without a GPU attached.
+_CUDNN_MAX_HEAD_DIM = 128
+
+
+def _cudnn_problem(shapes: AttentionShapes) -> str | None:
+  if jnp.dtype(shapes.dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+    return f"cudnn takes bfloat16 or float16 inputs, got {shapes.dtype}"
+  h = shapes.head_dim
+  if h > _CUDNN_MAX_HEAD_DIM or h % 8:
+    return f"cudnn (as jax checks it without a Hopper GPU attached) needs a head size <= 128 and a multiple of 8, got {h}"
+  if shapes.v_head_dim != h:
+    return f"cudnn takes a v head size ({shapes.v_head_dim}) unlike the q/k one ({h}) only on an attached Hopper GPU"
+  if shapes.causal and shapes.seq != shapes.kv_seq:
+    return "cudnn's causal mask is aligned at the first key, so it needs as many queries as keys"
+  if kernels.cudnn_version() is None:
+    return "cuDNN is not installed (it is needed to trace the call, even without a GPU): pip install 'jaxmem[cuda]'"
+  return None
+
+
+# Above this head size the kernel's default blocks need more shared memory than an H100 has
+# (measured: head size 256 asks for 320 KiB of 227 KiB).
+_TRITON_MAX_HEAD_DIM = 128
+
+
+def _triton_problem(shapes: AttentionShapes) -> str | None:
+  if shapes.head_dim > _TRITON_MAX_HEAD_DIM:
+    return f"triton's blocks at a head size over {_TRITON_MAX_HEAD_DIM} exceed a GPU's shared memory, got {shapes.head_dim}"
+  for what, n in (("sequence", shapes.seq), ("key sequence", shapes.kv_seq)):
+    if n % kernels.TRITON_BLOCK:
+      return f"triton needs a {what} length that is a multiple of {kernels.TRITON_BLOCK}, got {n}"
+  if shapes.v_head_dim != shapes.head_dim:
+    return f"triton needs equal q/k and v head sizes, got {shapes.head_dim} and {shapes.v_head_dim}"
+  if shapes.causal and shapes.seq != shapes.kv_seq:
+    return "triton's causal mask is aligned at the first key, so it needs as many queries as keys"
+  return None
+
+
+# --- the registry ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttentionImpl:
+  """One named way of computing attention.
+
+  ``make(mesh=, qk_dtype=, interpret=)`` builds the :data:`AttendFn`; ``mesh`` is the mesh the
+  train step is compiled over (kernels run under shard_map on it). ``notes(shapes)`` are what a
+  row using it must say (e.g. cuDNN's missing workspace) when compiled without the device.
+  """
+
+  name: str
+  platforms: tuple[str, ...]
+  summary: str
+  shape_problem: Callable[[AttentionShapes], str | None]
+  factory: Callable[..., AttendFn]
+  under_shard_map: bool  # a kernel XLA cannot partition: refused on meshes it cannot shard
+  deviceless_notes: Callable[[AttentionShapes], tuple[str, ...]] = lambda shapes: ()
+
+  def supports(
+    self, platform: str, shapes: AttentionShapes, *, mesh: Mesh | Mapping[str, int] | None = None
+  ) -> str | None:
+    """None when this implementation compiles for ``platform`` at ``shapes`` on ``mesh``
+    (a Mesh or axis sizes), else the reason it does not, as one clause."""
+    if platform not in self.platforms:
+      return f"{self.name} runs on {' and '.join(p.upper() for p in self.platforms)} targets, not {platform.upper()}"
+    problem = self.shape_problem(shapes)
+    if problem is None and self.under_shard_map:
+      problem = kernels.mesh_problem(
+        self.name, _mesh_shape(mesh), num_heads=shapes.num_heads, num_kv_heads=shapes.num_kv_heads
+      )
+    return problem
+
+  def make(self, *, mesh: Mesh | None = None, qk_dtype: str | None = None, interpret: bool = False) -> AttendFn:
+    return self.factory(mesh=mesh, qk_dtype=qk_dtype, interpret=interpret)
+
+
+def _make_dot(*, mesh, qk_dtype, interpret) -> AttendFn:
+  del mesh, interpret  # XLA partitions einsums itself
+  return dot_attend if qk_dtype is None else functools.partial(dot_attend, scores_dtype=jnp.dtype(qk_dtype))
+
+
+def _make_chunked(*, mesh, qk_dtype, interpret) -> AttendFn:
+  del mesh, qk_dtype, interpret  # pure JAX: XLA partitions it; its scores are always float32
+  return chunked_attend
+
+
+def _no_problem(shapes: AttentionShapes) -> None:
+  del shapes
+
+
+def _cudnn_notes(shapes: AttentionShapes) -> tuple[str, ...]:
+  del shapes
+  return (kernels.CUDNN_WORKSPACE_NOTE,)
+
+
+def _triton_notes(shapes: AttentionShapes) -> tuple[str, ...]:
+  if shapes.num_kv_heads == shapes.num_heads:
+    return ()
+  return ("attention triton: the kernel takes one kv head per query head, so k and v are repeated to all heads",)
+
+
+IMPLEMENTATIONS: dict[str, AttentionImpl] = {
+  impl.name: impl
+  for impl in (
+    AttentionImpl(
+      name="dot", platforms=PLATFORMS, summary="einsum attention materialising the T x S scores",
+      shape_problem=_no_problem, factory=_make_dot, under_shard_map=False,
+    ),
+    AttentionImpl(
+      name="chunked", platforms=PLATFORMS,
+      summary="pure-JAX blockwise online softmax, FlashAttention-2-style backward",
+      shape_problem=_no_problem, factory=_make_chunked, under_shard_map=False,
+    ),
+    AttentionImpl(
+      name="splash", platforms=("tpu",), summary="Pallas splash attention (TPU)",
+      shape_problem=_splash_problem,
+      factory=lambda *, mesh, qk_dtype, interpret: kernels.make_splash_attend(mesh, interpret=interpret),
+      under_shard_map=True,
+    ),
+    AttentionImpl(
+      name="cudnn", platforms=("gpu",), summary="cuDNN flash attention via jax.nn.dot_product_attention (GPU)",
+      shape_problem=_cudnn_problem,
+      factory=lambda *, mesh, qk_dtype, interpret: kernels.make_cudnn_attend(mesh),
+      under_shard_map=True, deviceless_notes=_cudnn_notes,
+    ),
+    AttentionImpl(
+      name="triton", platforms=("gpu",), summary="Pallas Triton flash attention (GPU)",
+      shape_problem=_triton_problem,
+      factory=lambda *, mesh, qk_dtype, interpret: kernels.make_triton_attend(mesh, interpret=interpret),
+      under_shard_map=True, deviceless_notes=_triton_notes,
+    ),
+  )
+}
+ATTENTION_NAMES: tuple[str, ...] = (AUTO, *IMPLEMENTATIONS)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttentionChoice:
+  """What a row reports: the implementation used (``name``, never "auto") and why."""
+
+  requested: str  # what was asked for: "auto" or an implementation name
+  name: str  # the implementation used
+  attend: AttendFn
+  notes: tuple[str, ...] = ()  # why auto fell back; what the figures leave out
+  mesh: Mesh | None = None
+
+  def lowering(self) -> ContextManager[None]:
+    """The context to lower (``jit(...).lower``) a program that uses ``attend`` in: the
+    Triton kernel must learn its GPU there (:func:`~.attention_kernels.triton_lowering`)."""
+    return kernels.triton_lowering(self.mesh) if self.name == "triton" else contextlib.nullcontext()
+
+
+def get_attention(name: str) -> AttentionImpl:
+  if name not in IMPLEMENTATIONS:
+    raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
+  return IMPLEMENTATIONS[name]
+
+
+def choose_attention(
+  requested: str = AUTO,
+  *,
+  platform: str,
+  shapes: AttentionShapes,
+  mesh: Mesh | Mapping[str, int] | None = None,
+  qk_dtype: str | None = None,
+  deviceless: bool = True,
+  interpret: bool = False,
+) -> AttentionChoice:
+  """The implementation for ``requested`` on ``platform`` ("cpu", "gpu", "tpu") at ``shapes``
+  over ``mesh`` (the train step's Mesh; axis sizes alone are enough to check support).
+
+  ``auto`` takes :data:`AUTO_PREFERENCE`'s kernel, or ``chunked`` with a note when that kernel
+  cannot take the shapes or the mesh. A name given explicitly that cannot run raises a
+  :class:`JaxmemError` naming the implementations that can. ``deviceless``: the program is
+  compiled without the device, so notes about what such a compile leaves out apply.
+
+  Call it after JAX has started its backends (the CUDA plugin loads cuDNN then), i.e. once
+  the target's devices exist.
+  """
+  notes: list[str] = []
+  if requested == AUTO:
+    name = AUTO_PREFERENCE.get(platform, FALLBACK)
+    reason = IMPLEMENTATIONS[name].supports(platform, shapes, mesh=mesh)
+    if reason is not None:
+      notes.append(f"attention auto: {reason}; using {FALLBACK}")
+      name = FALLBACK
+  else:
+    name = get_attention(requested).name
+    reason = IMPLEMENTATIONS[name].supports(platform, shapes, mesh=mesh)
+    if reason is not None:
+      able = [n for n, impl in IMPLEMENTATIONS.items() if impl.supports(platform, shapes, mesh=mesh) is None]
+      raise JaxmemError(f"attention {name!r} cannot be used here: {reason}; use one of {', '.join([AUTO, *able])}")
+  impl = IMPLEMENTATIONS[name]
+  if deviceless:
+    notes.extend(impl.deviceless_notes(shapes))
+  # Axis sizes alone answer the support checks; building a kernel's shard_map needs the Mesh.
+  jmesh = mesh if isinstance(mesh, Mesh) else None
+  attend = impl.make(mesh=jmesh, qk_dtype=qk_dtype, interpret=interpret)
+  return AttentionChoice(requested=requested, name=name, attend=attend, notes=tuple(notes), mesh=jmesh)
