@@ -204,9 +204,26 @@ def _parse_inst(rest: str, name: str) -> _Inst | None:
 
 
 def _operand_name(text: str) -> str:
-  # "%x", "%x.8#2" (tuple index suffix of newer printers) or "f32[2] %x" (older printers).
+  # "%x", "%x.8#2" (element 2 of tuple x.8, read in place) or "f32[2] %x" (older printers).
   tok = text.split()[-1] if text.split() else text
-  return tok.lstrip("%").split("#")[0]
+  return tok.lstrip("%")
+
+
+def _element_reads(inst: _Inst, comp: _Comp) -> None:
+  """Adds a get-tuple-element ``t#i`` for each operand ``%t#i`` of ``inst`` to ``comp``.
+
+  XLA's dump printer in jaxlib 0.12.0.1 (the optimized module ``xla_dump_to`` writes, CPU, GPU and
+  TPU alike) prints no get-tuple-element instructions: operands read tuple elements in place as
+  ``%t#1``. ``compiled.as_text()`` still prints them, in 0.10.2 and 0.12.0.1. With the element
+  reads restored, the trip-count derivation below reads both spellings.
+  """
+  for ref in inst.operands:
+    tuple_name, _, rest = ref.partition("#")
+    for index in rest.split("#") if rest else ():
+      name = f"{tuple_name}#{index}"
+      comp.insts.setdefault(name, _Inst(name=name, shape="", opcode="get-tuple-element",
+                                        operands=(tuple_name,), attrs=f", index={index}"))
+      tuple_name = name
 
 
 def _parse(hlo_text: str) -> _Module:
@@ -240,6 +257,7 @@ def _parse(hlo_text: str) -> _Module:
       continue
     cur.insts[inst.name] = inst
     cur.order.append(inst.name)
+    _element_reads(inst, cur)
     if m.group(1):
       cur.root = inst.name
   return _Module(comps=comps, entry=entry, replica_count=replica_count,

@@ -1,8 +1,9 @@
 """Parsers for the files XLA writes with ``xla_dump_to``: buffer assignment, live ranges, HLO.
 
-Checked with jax/jaxlib 0.10.2 on XLA:CPU, libtpu 0.0.42 (TPU compiled without a TPU) and the
-CUDA plugin (GPU compiled without a GPU). All three backends write the same four text files for
-the optimized module (the prefix differs: ``cpu_after_optimizations``, ``after_optimizations``,
+Checked with jax/jaxlib 0.10.2 (libtpu 0.0.42.1, CUDA plugin 0.10.2) and 0.12.0.1 (libtpu
+0.0.50.1, CUDA plugin 0.12.0.1) on XLA:CPU, TPU compiled without a TPU and GPU compiled without
+a GPU. All three backends write the same four text files for the optimized module (the prefix
+differs: ``cpu_after_optimizations``, ``after_optimizations``,
 ``sm_9.0a_gpu_after_optimizations``):
 
 - ``*-buffer-assignment.txt``: every allocation (its size, whether it holds an entry parameter,
@@ -17,6 +18,16 @@ the optimized module (the prefix differs: ``cpu_after_optimizations``, ``after_o
 
 These are debugging dumps, not a stable interface: parsing is strict about the lines it needs
 and a file it cannot read raises :class:`DumpFormatError` rather than giving a wrong figure.
+
+What changed between jaxlib 0.10.2 and 0.12.0.1, and is read in both forms:
+
+- HLO text: no ``get-tuple-element`` instructions are printed; an operand reads a tuple element
+  in place, ``%while.3#14`` (:func:`_element_reads`). The live-range schedule still lists the
+  unprinted instructions.
+- Buffer assignment: allocation headers gain ``, page N`` (ignored).
+- The CUDA plugin runs the backward layer scan's per-layer slices of stacked residuals as
+  ``async-start``/``async-done`` pairs around a dynamic-slice fusion (:meth:`Hlo.origin`).
+- Unchanged: the live-range file's format, the value lines, the metadata tables.
 """
 
 from __future__ import annotations
@@ -240,6 +251,14 @@ class Hlo:
       elif op in ("fusion", "call") and ins.calls and ins.calls[0] in self.computations:
         stack.append(n)
         n = self.computations[ins.calls[0]][0]
+      elif op == "async-done" and ins.operands:
+        # An async op's result (the CUDA plugin 0.12.0.1 runs the backward layer scan's
+        # per-layer slices of the stacked residuals as async dynamic-slice fusions; 0.10.2 did
+        # not): element 1 of its async-start's ((operands), result, context) tuple.
+        n, idx = ins.operands[0], 1
+      elif op == "async-start" and idx == 1 and ins.calls and ins.calls[0] in self.computations:
+        stack.append(n)
+        n, idx = self.computations[ins.calls[0]][0], None
       elif op == "dynamic-update-slice" and len(ins.operands) > 1:
         n = ins.operands[1]  # the slice written this iteration, not the buffer written into
       elif op == "dynamic-slice" and ins.operands and any(p in ins.op_name for p in _SCAN_PLUMBING):
@@ -250,7 +269,7 @@ class Hlo:
         n = ins.operands[0]  # a tuple passed through unchanged; idx still selects in it
       elif op == "parameter":
         caller = self.instructions.get(stack.pop()) if stack else self._only_caller(ins.computation)
-        if caller is None or ins.computation == "" or caller.opcode not in ("fusion", "call", "while"):
+        if caller is None or ins.computation == "" or caller.opcode not in ("fusion", "call", "while", "async-start"):
           break
         if caller.opcode == "while":
           # A value carried into this iteration (the layer's input): an op in the body that cast
@@ -433,7 +452,9 @@ def parse_hlo(text: str) -> Hlo:
     meta = rest.rpartition("metadata={")[2] if "metadata={" in rest else ""
     op = re.search(r'op_name="([^"]*)"', meta)
     fr = re.search(r"stack_frame_id=(\d+)", meta)
-    operands = tuple(re.findall(r"%([\w.\-]+)", args.split(")", 1)[0]))
+    operands = tuple(re.findall(r"%([\w.\-]+(?:#\d+)*)", args.split(")", 1)[0]))
+    for ref in operands:
+      _element_reads(ref, cname if comp is not None else "", instructions)
     if opcode == "parameter":
       num = re.match(r"(\d+)\)", args)
       index = int(num.group(1)) if num else None
@@ -461,6 +482,29 @@ def parse_hlo(text: str) -> Hlo:
       else:
         comp.append(name)
   return Hlo(instructions=instructions, computations={k: tuple(v) for k, v in computations.items()}, files=files, functions=functions, locations=locations, frames=frames)
+
+
+def _element_reads(ref: str, computation: str, instructions: dict[str, Instruction]) -> None:
+  """Restores the get-tuple-element instructions behind an operand ``%t#i`` (``%t#i#j`` nested).
+
+  Format change: jaxlib 0.10.2's XLA prints a tuple element read as its own instruction,
+  ``%get-tuple-element.7 = f32[4] get-tuple-element(%t), index=1``, and operands name it. jaxlib
+  0.12.0.1's prints no get-tuple-element instructions in the optimized module (CPU, the CUDA
+  plugin and libtpu 0.0.50 alike): operands read the element in place as ``%t#1``. The
+  live-range file still lists the unprinted instructions in its schedule (``get-tuple-element.7``,
+  ``while.55.0``), under names the HLO text no longer shows; they define no buffers. Here each
+  ``t#i`` becomes a get-tuple-element named ``t#i``, so the walks over tuple plumbing
+  (:meth:`Hlo.origin`, :meth:`Hlo.carried`) read both formats alike.
+  """
+  tuple_name, _, rest = ref.partition("#")
+  for index in rest.split("#") if rest else ():
+    name = f"{tuple_name}#{index}"
+    if name not in instructions:
+      instructions[name] = Instruction(
+          name=name, opcode="get-tuple-element", shape="", op_name="", frame=None,
+          operands=(tuple_name,), index=int(index), computation=computation,
+      )
+    tuple_name = name
 
 
 def _tuple_end(s: str) -> int:

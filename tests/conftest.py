@@ -2,6 +2,15 @@
 
 JAX_PLATFORMS=cpu keeps JAX from initialising the TPU and CUDA plugins as backends (there is
 no such hardware in CI); their compilers stay usable for compile-only targets.
+
+Markers for tests that compile for an accelerator without one (the check runs once per session,
+when the first such test is set up, and a test without its compiler is skipped with the reason):
+
+- ``@pytest.mark.needs_tpu_compiler``: libtpu is installed and makes a topology.
+- ``@pytest.mark.needs_gpu_compiler`` or ``needs_gpu_compiler("b200")``: a program compiles for
+  that GPU (default h100) through the CUDA plugin.
+
+A module-scoped fixture that compiles for the target is not set up for a test the marker skips.
 """
 
 import os
@@ -13,7 +22,57 @@ import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 
+import re  # noqa: E402
 import tempfile  # noqa: E402
+
+import pytest  # noqa: E402
 
 # Each test session gets its own row cache, so no test is answered from an earlier run's rows.
 os.environ.setdefault("JAXMEM_CACHE_DIR", tempfile.mkdtemp(prefix="jaxmem-test-cache-"))
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "needs_tpu_compiler: skipped (with the reason) where libtpu cannot compile")
+  config.addinivalue_line("markers", "needs_gpu_compiler(name='h100'): skipped (with the reason) where that GPU's compiler is missing")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+  # Before fixtures are set up, so a skipped test never starts its module's compile.
+  from jaxmem import accelerators
+
+  if item.get_closest_marker("needs_tpu_compiler") is not None:
+    ok, why = accelerators.tpu_compiler_available()
+    if not ok:
+      pytest.skip(f"TPU compiler unavailable: {why}")
+  gpu = item.get_closest_marker("needs_gpu_compiler")
+  if gpu is not None:
+    name = gpu.args[0] if gpu.args else gpu.kwargs.get("name", "h100")
+    ok, why = accelerators.gpu_compiler_available(name)
+    if not ok:
+      pytest.skip(f"GPU compiler for {name} unavailable: {why}")
+
+
+_GTE = re.compile(r"^\s*%([\w.\-]+) = \S+ get-tuple-element\(%([\w.\-#]+)\), index=(\d+).*\n", re.M)
+
+
+@pytest.fixture(scope="session")
+def elide_get_tuple_elements():
+  """HLO text as jaxlib 0.10.2's dumps print it -> as 0.12.0.1's do: no get-tuple-element
+  instructions, their readers naming the element in place (``%t#2``)."""
+
+  def convert(text: str) -> str:
+    reads = {m.group(1): (m.group(2), m.group(3)) for m in _GTE.finditer(text)}
+
+    def spelled(name):  # an element of an element: %t#1#2
+      source, index = reads[name]
+      return f"{spelled(source) if source in reads else source}#{index}"
+
+    reads = {name: spelled(name) for name in reads}
+    text = _GTE.sub("", text)
+    # Longest names first, and whole names only: %x.1 must not rewrite %x.10.
+    for name in sorted(reads, key=len, reverse=True):
+      text = re.sub(rf"%{re.escape(name)}(?![\w.\-])", "%" + reads[name], text)
+    return text
+
+  return convert

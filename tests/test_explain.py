@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from jaxmem import accelerators
 from jaxmem.explain import CONSUMERS, explain
 from jaxmem.explain_cli import (
   JSON_BUFFER_KEYS,
@@ -16,6 +15,7 @@ from jaxmem.residuals import saved_residuals_by_policy
 from jaxmem.timeline import plot_timeline, timeline_text
 
 
+# Each configuration compiles once per module; its tests share the Explanation.
 @pytest.fixture(scope="module")
 def cpu_none():
   return explain(model="tiny", remat="none", target="cpu:4", mesh="fsdp=4", batch=8, seq=64, top=5)
@@ -36,10 +36,13 @@ def test_consumers_sum_to_compiler_total(cpu_none):
 
 
 def test_cpu_live_at_peak_matches(cpu_none):
-  _close(cpu_none)
-  assert cpu_none.peak_source != "compiler"  # CPU has no compiler peak: said in the notes
-  assert any("XLA:CPU" in n for n in cpu_none.notes)
-  assert sum(cpu_none.by_kind.values()) == cpu_none.live_bytes_at_peak == sum(cpu_none.by_module.values())
+  r = cpu_none
+  _close(r)
+  # XLA:CPU reports no peak: the figure is the memory its buffer assignment allocates (argument +
+  # output - alias + temp), said in the notes.
+  assert r.peak_source == "compiler allocation" and r.peak_bytes == r.report.total_bytes
+  assert any("XLA:CPU" in n for n in r.notes)
+  assert sum(r.by_kind.values()) == r.live_bytes_at_peak == sum(r.by_module.values())
 
 
 def test_largest_buffer_at_no_remat_peak_is_model_code(cpu_none):
@@ -49,7 +52,10 @@ def test_largest_buffer_at_no_remat_peak_is_model_code(cpu_none):
   assert b.kind == "saved residual"
 
 
-_LAYER_CODE = ("models/attention.py", "models/mlp.py", "models/layers.py", "models/rope.py")
+_LAYER_CODE = ("models/attention.py", "models/attention_ops.py", "models/mlp.py", "models/layers.py", "models/rope.py")
+# Attention's buffers: the module's own (projections) and those of the AttendFn it calls
+# (models/attention_ops.py; XLA keeps too few frames of a scanned layer to see the module there).
+_ATTENTION = ("Attention", "dot_attend")
 
 
 def _attributed_inside_the_layer(r):
@@ -63,13 +69,13 @@ def _attributed_inside_the_layer(r):
   assert b.module not in ("Transformer", "train_step", "(compiler)"), b
   # The layers' residuals land on the layers' modules, not on the scan that runs them.
   assert max(r.by_module, key=r.by_module.get) not in ("Transformer", "inputs"), r.by_module
-  assert r.by_module.get("Transformer", 0) < r.by_module.get("Attention", 0), r.by_module
+  assert r.by_module.get("Transformer", 0) < sum(r.by_module.get(m, 0) for m in _ATTENTION), r.by_module
 
 
 def _residuals_saved_from_the_forward_pass(r):
   """The stacked residuals the forward layer scan writes are saved residuals from the moment
   they are allocated, not temporaries that turn into residuals after the forward loop."""
-  attention = [b for b in r.peak_buffers if b.module == "Attention"]
+  attention = [b for b in r.peak_buffers if b.module in _ATTENTION]
   assert attention and attention[0].kind == "saved residual", r.peak_buffers  # the softmax's exp
   first_bwd = next(first for name, first, _ in r.timeline.regions if name == "backward")
   saved = r.timeline.bytes_by_kind["saved residual"][:first_bwd]
@@ -118,6 +124,13 @@ _LOOP_HLO = """HloModule m
   ROOT %out = (s32[], f32[4]{0}, f32[2,4]{1,0}) tuple(%i, %x, %w), metadata={op_name="x" /*index=5*/}
 }
 
+%async_slice (s0: f32[2,4], s1: s32[]) -> f32[1,4] {
+  %s0 = f32[2,4]{1,0} parameter(0)
+  %s1 = s32[] parameter(1)
+  %zz = s32[] constant(0)
+  ROOT %ds = f32[1,4]{1,0} dynamic-slice(%s0, %s1, %zz), dynamic_slice_sizes={1,4}, metadata={op_name="jit(f)/transpose(jvp())/while/body/jit(dynamic_index_in_dim)/dynamic_slice"}
+}
+
 %cond (c: (s32[], f32[4], f32[2,4])) -> pred[] {
   %c = (s32[], f32[4]{0}, f32[2,4]{1,0}) parameter(0)
   ROOT %k = pred[] constant(true)
@@ -130,35 +143,53 @@ ENTRY %main (a: f32[4], b: f32[2,4]) -> f32[2,4] {
   %init = (s32[], f32[4]{0}, f32[2,4]{1,0}) tuple(%zero, %a, %b)
   %loop = (s32[], f32[4]{0}, f32[2,4]{1,0}) while(%init), condition=%cond, body=%body, metadata={op_name="jit(f)/while" stack_frame_id=1}
   %g = f32[2,4]{1,0} get-tuple-element(%loop), index=2, metadata={op_name="jit(f)/while" stack_frame_id=1}
+  %as = ((f32[2,4]{1,0}, s32[]), f32[1,4]{1,0}, u32[]) async-start(%g, %zero), calls=%async_slice
+  %ad = f32[1,4]{1,0} async-done(%as)
   ROOT %c2 = f32[2,4]{0,1} copy(%g), metadata={op_name="jit(f)/while" stack_frame_id=1}
 }
 """
 
 
-def test_origin_follows_the_loop_body():
+@pytest.mark.parametrize("printer", ["jaxlib 0.10.2", "jaxlib 0.12.0.1"])
+def test_origin_follows_the_loop_body(printer, elide_get_tuple_elements):
   from jaxmem.explain_hlo import parse_hlo
 
-  h = parse_hlo(_LOOP_HLO)
-  assert h.instructions["g"].index == 2 and h.instructions["p2"].index == 2
-  for name, index in (("loop", 2), ("g", None), ("c2", None)):
+  # jaxlib 0.12.0.1's dumps print no get-tuple-element: %g's readers say %loop#2 instead.
+  new = printer == "jaxlib 0.12.0.1"
+  text = elide_get_tuple_elements(_LOOP_HLO) if new else _LOOP_HLO
+  assert ("get-tuple-element" in text) != new and ("%loop#2" in text) == new
+  h = parse_hlo(text)
+  g = "loop#2" if new else "g"
+  assert h.instructions[g].index == 2 and h.instructions["p2"].index == 2
+  for name, index in (("loop", 2), (g, None), ("c2", None), ("ad", None)):
     o = h.origin(name, index)
     assert o is not None and o.loop == "loop", (name, o)
     assert o.instruction.name == "e" and o.instruction.op_name == "jit(f)/while/body/exp"
   assert h.origin("loop", 1) is None  # passed through unchanged: the step's input, no op names it
   assert h.origin("c2").index == 2
   # The carry's one buffer: the initial value, the body's and condition's parameter, the stacked
-  # write back to the body's parameter, the loop's output.
-  assert h.carried("loop", 2) == {"loop{2}", "init{2}", "b{}", "arg{2}", "c{2}", "out{2}", "w{}", "buf{}"}
+  # write back to the body's parameter, the loop's output (and the body's read of it, which is
+  # an instruction only where the printer shows get-tuple-elements).
+  carried = {k for k in h.carried("loop", 2) if "#" not in k}
+  assert carried == {"loop{2}", "init{2}", "b{}", "arg{2}", "c{2}", "out{2}", "w{}"} | (set() if new else {"buf{}"})
   assert h.origin("a") is None  # not out of a loop: its own metadata names it
 
 
+# Compiled only when a test that needs it runs; the needs_*_compiler markers skip the tests (and
+# so the compile) where the compiler is missing.
 @pytest.fixture(scope="module")
 def gpu_none():
-  if not accelerators.gpu_compiler_available("h100"):
-    pytest.skip("CUDA compiler plugin not installed")
   return explain(model="tiny", target="gpu:h100", mesh="fsdp=1", batch=8, seq=64, top=5)
 
 
+@pytest.fixture(scope="module")
+def tpu_none():
+  # Large enough that libtpu puts the step's temporaries in HBM (smaller steps live in VMEM,
+  # where libtpu's peak counts bytes its dumped buffer assignment does not place: see explain).
+  return explain(model="tiny", target="tpu:v5e-4", mesh="fsdp=4", batch=64, seq=512, top=3)
+
+
+@pytest.mark.needs_gpu_compiler("h100")
 def test_gpu_live_at_peak_matches(gpu_none):
   r = gpu_none
   _close(r)
@@ -166,24 +197,32 @@ def test_gpu_live_at_peak_matches(gpu_none):
   assert sum(r.consumers.values()) == r.compiler_bytes
 
 
+@pytest.mark.needs_gpu_compiler("h100")
 def test_gpu_loop_outputs_attributed_to_the_layer_op(gpu_none):
   _attributed_inside_the_layer(gpu_none)
 
 
+@pytest.mark.needs_gpu_compiler("h100")
 def test_gpu_residuals_are_saved_during_the_forward_pass(gpu_none):
   _residuals_saved_from_the_forward_pass(gpu_none)
 
 
-@pytest.mark.skipif(not accelerators.tpu_compiler_available(), reason="libtpu not installed")
-def test_tpu_live_at_peak_matches():
-  # Large enough that libtpu puts the step's temporaries in HBM (smaller steps live in VMEM,
-  # where libtpu's peak counts bytes its dumped buffer assignment does not place: see explain).
-  r = explain(model="tiny", target="tpu:v5e-4", mesh="fsdp=4", batch=64, seq=512, top=3)
+@pytest.mark.needs_tpu_compiler
+def test_tpu_live_at_peak_matches(tpu_none):
+  r = tpu_none
   _close(r)
   assert r.peak_source == "compiler"
-  _attributed_inside_the_layer(r)
-  _residuals_saved_from_the_forward_pass(r)
   assert sum(r.consumers.values()) == r.compiler_bytes
+
+
+@pytest.mark.needs_tpu_compiler
+def test_tpu_loop_outputs_attributed_to_the_layer_op(tpu_none):
+  _attributed_inside_the_layer(tpu_none)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_tpu_residuals_are_saved_during_the_forward_pass(tpu_none):
+  _residuals_saved_from_the_forward_pass(tpu_none)
 
 
 def test_plot_png_and_text(cpu_none, tmp_path):
