@@ -29,8 +29,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 
-from jaxmem import sweep, train  # noqa: E402
-from jaxmem.cache import RowCache  # noqa: E402
+from jaxmem.planning import sweep  # noqa: E402
+from jaxmem.program import train  # noqa: E402
+from jaxmem.planning.cache import RowCache  # noqa: E402
 from jaxmem.models import get_config  # noqa: E402
 
 

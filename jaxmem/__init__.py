@@ -19,9 +19,11 @@ with _quiet():
 
 __version__ = "0.1.0"
 
-from jaxmem.analysis import analyze  # noqa: E402
-from jaxmem.sweep import Row, compare  # noqa: E402
+from jaxmem.compiler.analysis import analyze  # noqa: E402
+from jaxmem.planning.sweep import Row, compare  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
-from jaxmem.report import MemoryReport  # noqa: E402
+from jaxmem.compiler.report import MemoryReport  # noqa: E402
+# The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
+from jaxmem.program import optimizers, remat  # noqa: E402, F401
 
 __all__ = ["analyze", "compare", "Row", "MemoryReport", "JaxmemError", "__version__"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxmem import accelerators as acc
+from jaxmem.compiler import accelerators as acc
 from jaxmem.errors import JaxmemError
 
 GiB = 1 << 30
@@ -187,7 +187,7 @@ def test_nothing_reaches_stderr(tpu):
       os.environ["JAX_PLATFORMS"] = "cpu"
       import jax  # its own import noise is the caller's business
       print("MARK", file=sys.stderr, flush=True)
-      from jaxmem import accelerators as acc
+      from jaxmem.compiler import accelerators as acc
       acc.tpu_compiler_available(); acc.gpu_compiler_available()
       acc.tpu_devices("v5e", 4); acc.tpu_devices("v4", 8); acc.usable_hbm_bytes("v5e")
       try:

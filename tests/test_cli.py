@@ -69,7 +69,7 @@ def test_bad_input_one_line_no_traceback(argv, match, capsys):
 
 
 def test_validate_without_accelerator_says_so(capsys):
-  from jaxmem import targets
+  from jaxmem.compiler import targets
 
   if targets.attached_accelerator_present():
     pytest.skip("an accelerator is attached")
@@ -81,7 +81,7 @@ def test_validate_without_accelerator_says_so(capsys):
 def test_validate_measure_runs_real_steps_on_cpu():
   # The measuring half of validate, on the CPU: the step really runs, and the CPU's missing
   # peak counter is reported as such rather than as a number.
-  from jaxmem import sweep, validate
+  from jaxmem.planning import sweep, validate
 
   p = sweep.plan(model="tiny", batch=2, seq=16, remat="full", optimizer="adamw", target="cpu")
   m = validate.measure(p, p.meshes[0], p.optimizers[0], p.remats[-1], steps=2)

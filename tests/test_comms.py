@@ -8,7 +8,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmem._quiet import quiet
-from jaxmem.comms import KINDS, collectives, collectives_from_hlo
+from jaxmem.hlo.comms import KINDS, collectives, collectives_from_hlo
 
 MIB = 1 << 20
 
@@ -126,7 +126,7 @@ def _accelerator_scans(devices_fn):
 
 
 def test_tpu_v5e_scan():
-  from jaxmem.accelerators import tpu_compiler_available, tpu_devices
+  from jaxmem.compiler.accelerators import tpu_compiler_available, tpu_devices
 
   ok, why = tpu_compiler_available()
   if not ok:
@@ -140,7 +140,7 @@ def test_tpu_v5e_scan():
 
 
 def test_gpu_h100_scan():
-  from jaxmem.accelerators import gpu_compiler_available, gpu_devices
+  from jaxmem.compiler.accelerators import gpu_compiler_available, gpu_devices
 
   ok, why = gpu_compiler_available("h100")
   if not ok:

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from jaxmem import sweep as cmp
-from jaxmem import optimizers, remat
+from jaxmem.planning import sweep as cmp
+from jaxmem.program import optimizers, remat
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 

@@ -4,16 +4,16 @@ import json
 
 import pytest
 
-from jaxmem import accelerators
-from jaxmem.explain import CONSUMERS, explain
-from jaxmem.explain_cli import (
+from jaxmem.compiler import accelerators
+from jaxmem.explain.analyse import CONSUMERS, explain
+from jaxmem.render.explain import (
   JSON_BUFFER_KEYS,
   explain_json,
   render_explain,
   residuals_table,
 )
-from jaxmem.residuals import saved_residuals_by_policy
-from jaxmem.timeline import plot_timeline, timeline_text
+from jaxmem.explain.residuals import saved_residuals_by_policy
+from jaxmem.explain.timeline import plot_timeline, timeline_text
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ ENTRY %main (a: f32[4], b: f32[2,4]) -> f32[2,4] {
 
 
 def test_origin_follows_the_loop_body():
-  from jaxmem.explain_hlo import parse_hlo
+  from jaxmem.hlo.dump import parse_hlo
 
   h = parse_hlo(_LOOP_HLO)
   assert h.instructions["g"].index == 2 and h.instructions["p2"].index == 2

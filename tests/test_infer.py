@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxmem import infer, quant
-from jaxmem import sharding as shd
+from jaxmem.inference import infer, quant
+from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
 from jaxmem.models import KVCache, Transformer, get_config, kv_cache_bytes
-from jaxmem.train import abstract_model
+from jaxmem.program.train import abstract_model
 
 
 def test_kv_bytes_match_the_formula():
@@ -52,7 +52,7 @@ def test_decode_argument_bytes_grow_by_the_kv_cache_growth_per_device():
 def test_gpu_decode_updates_the_cache_in_place():
   # With the kv heads after the positions, XLA's GPU layout assignment transposed the whole
   # donated cache into and out of the layer loop: temp grew by about the cache's own growth.
-  from jaxmem.accelerators import gpu_compiler_available
+  from jaxmem.compiler.accelerators import gpu_compiler_available
 
   if not gpu_compiler_available("h100")[0]:
     pytest.skip("no GPU compiler for h100 here")

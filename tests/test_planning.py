@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from jaxmem import accelerators as acc
-from jaxmem import fit, scale, sweep
-from jaxmem.cache import RowCache
+from jaxmem.compiler import accelerators as acc
+from jaxmem.planning import fit, scale, sweep
+from jaxmem.planning.cache import RowCache
 from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
-from jaxmem.runner import run_tasks
+from jaxmem.planning.runner import run_tasks
 
 TPU_OK, TPU_WHY = acc.tpu_compiler_available()
 GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")

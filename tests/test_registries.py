@@ -5,7 +5,7 @@ import inspect
 import jax
 import pytest
 
-from jaxmem import optimizers, remat, sharding
+from jaxmem.program import optimizers, remat, sharding
 from jaxmem.errors import JaxmemError
 from jaxmem.models import CHECKPOINT_NAMES
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from jaxmem.errors import JaxmemError
-from jaxmem.explain import KINDS, Explanation
+from jaxmem.explain.analyse import KINDS, Explanation
 
 _COLORS = {
     "parameter": "#4c72b0",

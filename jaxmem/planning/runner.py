@@ -15,10 +15,10 @@ import multiprocessing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from jaxmem.cache import RowCache, key
+from jaxmem.planning.cache import RowCache, key
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig
-from jaxmem.sharding import MeshSpec, format_mesh
+from jaxmem.program.sharding import MeshSpec, format_mesh
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,7 +42,8 @@ class Task:
 
 def run_task(task: Task) -> dict[str, Any]:
   """Compiles one task and returns its row as a dict (picklable, JSON-able)."""
-  from jaxmem import sweep, targets
+  from jaxmem.planning import sweep
+  from jaxmem.compiler import targets
 
   targets.start_jax(task.cpu_devices)
   p = sweep.plan(
@@ -60,7 +61,7 @@ def run_task(task: Task) -> dict[str, Any]:
 
 
 def _init_worker(cpu_devices: int) -> None:
-  from jaxmem import targets
+  from jaxmem.compiler import targets
 
   targets.start_jax(cpu_devices)
 

@@ -9,9 +9,9 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.flops import jaxpr_flops
-from jaxmem.report import MemoryReport, read_compiled
-from jaxmem.targets import Target, cpu_devices_needed, get_target, start_jax
+from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.report import MemoryReport, read_compiled
+from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, start_jax
 
 
 def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, float]:

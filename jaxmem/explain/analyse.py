@@ -49,14 +49,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxmem import sharding as shd
+from jaxmem.program import sharding as shd
 from jaxmem._quiet import quiet
-from jaxmem.accelerators import parse_oom
+from jaxmem.compiler.accelerators import parse_oom
 from jaxmem.errors import JaxmemError
-from jaxmem.explain_hlo import Dump, Hlo, read_dump  # noqa: F401  (Dump for analyse's callers)
+from jaxmem.hlo.dump import Dump, Hlo, read_dump  # noqa: F401  (Dump for analyse's callers)
 from jaxmem.models import ModelConfig
-from jaxmem.report import MemoryReport, read_compiled
-from jaxmem.targets import Target
+from jaxmem.compiler.report import MemoryReport, read_compiled
+from jaxmem.compiler.targets import Target
 
 KINDS = ("parameter", "output", "saved residual", "gradient", "temporary")
 CONSUMERS = ("params", "gradients", "optimizer_state", "activations", "workspace", "generated_code")
@@ -175,7 +175,8 @@ def explain(
   Arguments are :func:`jaxmem.sweep.plan`'s. ``remat`` picks one policy (``none`` unless
   another is named); ``top`` is how many of the buffers live at the peak to keep.
   """
-  from jaxmem import sweep, train
+  from jaxmem.planning import sweep
+  from jaxmem.program import train
 
   if top < 1:
     raise JaxmemError(f"--top must be at least 1 (got {top})")

@@ -31,10 +31,10 @@ import re
 import jax
 import numpy as np
 
-from jaxmem import accelerators as acc
+from jaxmem.compiler import accelerators as acc
 from jaxmem._quiet import quiet
 from jaxmem.errors import JaxmemError
-from jaxmem.sharding import MeshSpec, format_mesh
+from jaxmem.program.sharding import MeshSpec, format_mesh
 
 # JAX's GPU allocator takes this fraction of device memory unless told otherwise
 # (https://docs.jax.dev/en/latest/gpu_memory_allocation.html).

@@ -18,11 +18,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem import sharding as shd
-from jaxmem.cache import RowCache
+from jaxmem.program import sharding as shd
+from jaxmem.planning.cache import RowCache
 from jaxmem.errors import JaxmemError
-from jaxmem.runner import Task, run_tasks
-from jaxmem.sweep import Plan, Row, row_from_dict, with_overheads
+from jaxmem.planning.runner import Task, run_tasks
+from jaxmem.planning.sweep import Plan, Row, row_from_dict, with_overheads
 
 SEQ_QUANTUM = 128  # sequence steps: a multiple of TPU lane width keeps layouts unpadded
 MAX_STEPS = 1 << 16  # search ceiling, in units of the step

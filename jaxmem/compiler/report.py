@@ -37,9 +37,9 @@ import dataclasses
 
 import jax
 
-from jaxmem.accelerators import parse_oom
+from jaxmem.compiler.accelerators import parse_oom
 
-from jaxmem._records import Record
+from jaxmem.records import Record
 
 # XLA's own field names, as memory_analysis() spells them.
 MEMORY_FIELDS = (

@@ -49,7 +49,7 @@ def _table_records(dicts: Sequence[dict[str, Any]], keys: Sequence[str], unit: s
 
 
 def render(dicts: Sequence[dict[str, Any]], fmt_name: str, keys: Sequence[str]) -> str:
-  from jaxmem import format as fmt
+  from jaxmem.render import tables as fmt
 
   if fmt_name in ("json", "csv"):
     return fmt.render_records(list(dicts), fmt_name)
@@ -86,8 +86,8 @@ def add_infer_parsers(subparsers: Any, add_workload: Callable[[argparse.Argument
 def cmd_infer(args: argparse.Namespace) -> int:
   import sys
 
-  from jaxmem import format as fmt
-  from jaxmem import infer
+  from jaxmem.render import tables as fmt
+  from jaxmem.inference import infer
   from jaxmem.cli import _emit, _resolve_target
 
   fmt.check_format(args.format)
@@ -120,8 +120,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-  from jaxmem import estimate as est
-  from jaxmem import format as fmt
+  from jaxmem.inference import estimate as est
+  from jaxmem.render import tables as fmt
   from jaxmem.cli import _emit
 
   fmt.check_format(args.format)
@@ -162,8 +162,8 @@ def add_compare_flags(p: argparse.ArgumentParser) -> None:
 def compare_extras(args: argparse.Namespace, rows: Sequence[Any]) -> dict[str, list[dict[str, Any]]]:
   """Records for the sections ``compare`` adds: ``inference`` (training vs decode, one pair per
   mesh, for the last remat policy of that mesh) and ``estimate`` (per component, per row)."""
-  from jaxmem import estimate as est
-  from jaxmem import infer
+  from jaxmem.inference import estimate as est
+  from jaxmem.inference import infer
 
   out: dict[str, list[dict[str, Any]]] = {}
   if getattr(args, "with_inference", False):

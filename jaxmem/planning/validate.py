@@ -18,12 +18,12 @@ from typing import Any
 
 import jax
 
-from jaxmem import sharding as shd
-from jaxmem._records import Record
+from jaxmem.program import sharding as shd
+from jaxmem.records import Record
 from jaxmem.errors import JaxmemError
-from jaxmem.report import read_compiled
-from jaxmem.sweep import Plan
-from jaxmem.train import build_train_program
+from jaxmem.compiler.report import read_compiled
+from jaxmem.planning.sweep import Plan
+from jaxmem.program.train import build_train_program
 
 NEEDS_ACCELERATOR = (
     "validate runs real train steps and needs an attached TPU or GPU (this machine has none); "

@@ -29,11 +29,11 @@ def add_explain_parser(subparsers, add_workload) -> argparse.ArgumentParser:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-  from jaxmem import format as fmt
+  from jaxmem.render import tables as fmt
   from jaxmem.cli import _emit, _resolve_target
   from jaxmem.errors import JaxmemError
-  from jaxmem.explain import explain
-  from jaxmem.timeline import plot_timeline
+  from jaxmem.explain.analyse import explain
+  from jaxmem.explain.timeline import plot_timeline
 
   fmt.check_format(args.format)
   if args.mesh and len(args.mesh) > 1:
@@ -56,7 +56,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def explain_json(result) -> dict[str, Any]:
   """The JSON document: the envelope with the four required keys, then the rest."""
-  from jaxmem.format import envelope
+  from jaxmem.render.tables import envelope
 
   d = result.as_dict()
   doc = envelope(
@@ -80,8 +80,8 @@ def explain_json(result) -> dict[str, Any]:
 
 
 def render_explain(result, fmt_name: str) -> str:
-  from jaxmem.format import render_csv, render_records
-  from jaxmem.timeline import timeline_text
+  from jaxmem.render.tables import render_csv, render_records
+  from jaxmem.explain.timeline import timeline_text
 
   if fmt_name == "json":
     return json.dumps(explain_json(result), indent=2)
@@ -128,12 +128,12 @@ def render_explain(result, fmt_name: str) -> str:
 def residuals_table(rows: Sequence[Any], fmt_name: str) -> str:
   """``compare --residuals``: ``rows`` from :func:`jaxmem.residuals.saved_residuals_by_policy`
   (``PolicyResiduals``), one line per saved residual, with each policy's per-layer and total bytes."""
-  from jaxmem.format import check_format, render_csv, render_records
+  from jaxmem.render.tables import check_format, render_csv, render_records
 
   check_format(fmt_name)
   flat = [rec for p in rows for rec in p.rows()]
   if fmt_name == "json":
-    from jaxmem.format import envelope
+    from jaxmem.render.tables import envelope
 
     return json.dumps(envelope([], policies=[p.as_dict() for p in rows]) | {"rows": flat}, indent=2)
   if fmt_name == "csv":

@@ -19,12 +19,12 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem import sharding as shd
+from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, Transformer
-from jaxmem.optimizers import Optimizer
-from jaxmem.remat import RematPolicy
-from jaxmem.targets import Target
+from jaxmem.program.optimizers import Optimizer
+from jaxmem.program.remat import RematPolicy
+from jaxmem.compiler.targets import Target
 
 
 @functools.lru_cache(maxsize=16)

@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jaxmem._records import Record
+from jaxmem.records import Record
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, get_config
-from jaxmem.remat import RematPolicy, parse_remat
+from jaxmem.program.remat import RematPolicy, parse_remat
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,7 +145,7 @@ def saved_residuals_by_policy(
 
   Nothing is compiled or allocated: JAX traces the block's VJP with abstract inputs.
   """
-  from jaxmem.targets import start_jax
+  from jaxmem.compiler.targets import start_jax
 
   start_jax()
   if batch < 1 or seq < 1:

@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem._records import Record
+from jaxmem.records import Record
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, count_params, get_config
 
@@ -211,7 +211,7 @@ def estimate_vs_compiler(row: Any, *, precision: str = "fp32") -> list[Compariso
   """Estimate and compiler side by side, per device, for one compiled train step
   (a :class:`jaxmem.sweep.Row`). ``precision`` "fp32" matches jaxmem's own step (float32
   parameters and moments); a note is given wherever they differ by more than 20%."""
-  from jaxmem import sharding as shd
+  from jaxmem.program import sharding as shd
 
   cfg = get_config(row.model)
   mesh = shd.parse_mesh(row.mesh)

@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
   c.add_argument("--residuals", action="store_true", help="list what each remat policy saves for the backward pass, per layer")
   c.set_defaults(func=cmd_compare)
-  from jaxmem import infer_cli
-  from jaxmem.explain_cli import add_explain_parser
+  from jaxmem.render import inference as infer_cli
+  from jaxmem.render.explain import add_explain_parser
 
   infer_cli.add_compare_flags(c)
   infer_cli.add_infer_parsers(sub, _add_workload)
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _start_jax(target: str | None, *, distributed: bool = False) -> None:
   """Starts JAX for the CLI before anything else touches it (see targets.start_jax)."""
-  from jaxmem import targets
+  from jaxmem.compiler import targets
 
   if distributed:
     import jax
@@ -140,7 +140,7 @@ def _write(path: str, text: str) -> None:
 
 def _resolve_target(args: argparse.Namespace) -> tuple[str, str | None]:
   """(target, why): the --target given, or the default and the reason it was chosen."""
-  from jaxmem import targets
+  from jaxmem.compiler import targets
 
   _start_jax(args.target, distributed=getattr(args, "distributed", False))
   if args.target:
@@ -151,7 +151,7 @@ def _resolve_target(args: argparse.Namespace) -> tuple[str, str | None]:
 
 def _plan(args: argparse.Namespace, **override):
   """sweep.plan from the shared workload flags; ``override`` replaces any of them."""
-  from jaxmem import sweep as cmp
+  from jaxmem.planning import sweep as cmp
 
   kwargs = dict(
       model=args.model,
@@ -169,8 +169,8 @@ def _plan(args: argparse.Namespace, **override):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-  from jaxmem import sweep as cmp
-  from jaxmem import format as fmt
+  from jaxmem.planning import sweep as cmp
+  from jaxmem.render import tables as fmt
 
   fmt.check_format(args.format)
   args.target, chosen = _resolve_target(args)
@@ -183,7 +183,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
   rows = _run_sweep(tasks, args)
   if rows is None:
     return 130
-  from jaxmem import infer_cli
+  from jaxmem.render import inference as infer_cli
 
   rows = cmp.with_overheads(rows)
   extras = infer_cli.compare_extras(args, rows)
@@ -200,8 +200,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _residuals(args: argparse.Namespace) -> int:
   """compare --residuals: what each policy saves per layer, from JAX's own residual listing."""
-  from jaxmem.explain_cli import residuals_table
-  from jaxmem.residuals import saved_residuals_by_policy
+  from jaxmem.render.explain import residuals_table
+  from jaxmem.explain.residuals import saved_residuals_by_policy
 
   rows = saved_residuals_by_policy(
       model=args.model, remat=args.remat, batch=args.batch, seq=args.seq, param_dtype=args.param_dtype, dtype=args.dtype
@@ -213,10 +213,10 @@ def _residuals(args: argparse.Namespace) -> int:
 def _run_sweep(tasks, args: argparse.Namespace):
   """Runs tasks with progress, cache and partial output; None if interrupted (what finished
   has been printed and is in the cache)."""
-  from jaxmem import format as fmt
-  from jaxmem import sweep as cmp
-  from jaxmem.cache import RowCache
-  from jaxmem.runner import run_tasks
+  from jaxmem.render import tables as fmt
+  from jaxmem.planning import sweep as cmp
+  from jaxmem.planning.cache import RowCache
+  from jaxmem.planning.runner import run_tasks
 
   cache = RowCache(enabled=not args.no_cache)
   bar = _progress(len(tasks), args.format)
@@ -255,12 +255,12 @@ def _run_sweep(tasks, args: argparse.Namespace):
 def cmd_fit(args: argparse.Namespace) -> int:
   import math
 
-  from jaxmem import fit
-  from jaxmem import format as fmt
-  from jaxmem import sharding as shd
-  from jaxmem import sweep as cmp
-  from jaxmem import targets
-  from jaxmem.cache import RowCache
+  from jaxmem.planning import fit
+  from jaxmem.render import tables as fmt
+  from jaxmem.program import sharding as shd
+  from jaxmem.planning import sweep as cmp
+  from jaxmem.compiler import targets
+  from jaxmem.planning.cache import RowCache
 
   fmt.check_format(args.format)
   if args.over not in ("batch", "seq"):
@@ -303,9 +303,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-  from jaxmem import format as fmt
-  from jaxmem import scale
-  from jaxmem import sweep as cmp
+  from jaxmem.render import tables as fmt
+  from jaxmem.planning import scale
+  from jaxmem.planning import sweep as cmp
 
   fmt.check_format(args.format)
   over = scale.parse_over(args.over or [])
@@ -345,8 +345,8 @@ def _progress(total: int, fmt_name: str, *, unknown_total: bool = False):
 
 
 def _validation_plan(args: argparse.Namespace):
-  from jaxmem import targets
-  from jaxmem import validate as val
+  from jaxmem.compiler import targets
+  from jaxmem.planning import validate as val
 
   if args.target not in (None, "attached"):
     raise JaxmemError(f"validate runs on the attached devices; drop --target {args.target}")
@@ -356,9 +356,9 @@ def _validation_plan(args: argparse.Namespace):
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-  from jaxmem import format as fmt
-  from jaxmem import sharding as shd
-  from jaxmem import validate as val
+  from jaxmem.render import tables as fmt
+  from jaxmem.program import sharding as shd
+  from jaxmem.planning import validate as val
 
   fmt.check_format(args.format)
   if args.steps < 1:
@@ -383,7 +383,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
   import json
 
-  from jaxmem import validate as val
+  from jaxmem.planning import validate as val
 
   plan = _validation_plan(args)
   ((mesh, opt, rp),) = [c for c in plan.configs() if c[2].name == args.remat]
@@ -392,8 +392,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-  from jaxmem import format as fmt
-  from jaxmem import targets
+  from jaxmem.render import tables as fmt
+  from jaxmem.compiler import targets
 
   fmt.check_format(args.format)
   _start_jax(None)
@@ -402,7 +402,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-  from jaxmem import format as fmt
+  from jaxmem.render import tables as fmt
   from jaxmem.models import PRESETS, count_params
 
   fmt.check_format(args.format)

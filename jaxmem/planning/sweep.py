@@ -14,27 +14,27 @@ from typing import Any
 
 import jax
 
-from jaxmem import sharding as shd
+from jaxmem.program import sharding as shd
 from jaxmem._quiet import quiet
-from jaxmem._records import Record
-from jaxmem.analysis import compile_timed
-from jaxmem.cache import RowCache
-from jaxmem.comms import collectives
+from jaxmem.records import Record
+from jaxmem.compiler.analysis import compile_timed
+from jaxmem.planning.cache import RowCache
+from jaxmem.hlo.comms import collectives
 from jaxmem.errors import JaxmemError
-from jaxmem.flops import jaxpr_flops
+from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.models import ModelConfig, get_config
-from jaxmem.optimizers import Optimizer, parse_optimizers
-from jaxmem.remat import REMAT_POLICIES, RematPolicy, parse_remat
-from jaxmem.report import COMPILER_FIELDS, MemoryReport, fits, read_compiled, refused
-from jaxmem.runner import Task, run_tasks
-from jaxmem.targets import (
+from jaxmem.program.optimizers import Optimizer, parse_optimizers
+from jaxmem.program.remat import REMAT_POLICIES, RematPolicy, parse_remat
+from jaxmem.compiler.report import COMPILER_FIELDS, MemoryReport, fits, read_compiled, refused
+from jaxmem.planning.runner import Task, run_tasks
+from jaxmem.compiler.targets import (
   Target,
   cpu_devices_needed,
   get_target,
   start_jax,
   with_capacity,
 )
-from jaxmem.train import build_train_program, check_batch
+from jaxmem.program.train import build_train_program, check_batch
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -29,16 +29,16 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem import quant
-from jaxmem import sharding as shd
+from jaxmem.inference import quant
+from jaxmem.program import sharding as shd
 from jaxmem._quiet import quiet
-from jaxmem._records import Record
-from jaxmem.analysis import compile_timed
+from jaxmem.records import Record
+from jaxmem.compiler.analysis import compile_timed
 from jaxmem.errors import JaxmemError
 from jaxmem.models import CACHE_AXES, KVCache, ModelConfig, get_config, kv_cache_bytes
-from jaxmem.report import COMPILER_FIELDS, fits, read_compiled, refused
-from jaxmem.targets import Target, get_target, start_jax, with_capacity
-from jaxmem.train import abstract_model
+from jaxmem.compiler.report import COMPILER_FIELDS, fits, read_compiled, refused
+from jaxmem.compiler.targets import Target, get_target, start_jax, with_capacity
+from jaxmem.program.train import abstract_model
 
 PHASES = ("prefill", "decode")
 DEFAULT_PROMPT = 1024
@@ -436,7 +436,7 @@ def training_vs_inference(
   """The train step (:func:`jaxmem.sweep.run_config`) and a decode step for the same model,
   target and mesh, side by side. ``context`` defaults to ``seq``, ``infer_batch`` to ``batch``.
   Pass ``train_row`` (a :class:`jaxmem.sweep.Row`) to reuse a compiled training row."""
-  from jaxmem import sweep
+  from jaxmem.planning import sweep
 
   if train_row is None:
     p = sweep.plan(model=model, remat=remat, optimizer=optimizer, batch=batch, seq=seq, target=target, mesh=mesh)

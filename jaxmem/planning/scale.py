@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from jaxmem.errors import JaxmemError
-from jaxmem.sweep import Row
+from jaxmem.planning.sweep import Row
 
 COMPONENTS = (
     "param_bytes",
