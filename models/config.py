@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmem.errors import JaxmemError
+from jaxmem.registry import Registry
 
 Style = Literal["gpt2", "llama3"]
 STYLES: tuple[str, ...] = ("gpt2", "llama3")
@@ -180,7 +181,7 @@ def _llama3(name: str, *, d_model: int, num_layers: int, num_heads: int, head_di
 
 # CLI name -> preset constructor. Constructors rather than instances so callers always get a
 # fresh value to `dataclasses.replace`, and the dict stays cheap to import.
-PRESETS: dict[str, Callable[[], ModelConfig]] = {
+_PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "tiny": ModelConfig.tiny,
   "tiny-gpt2": ModelConfig.tiny_gpt2,
   "gpt2-small": ModelConfig.gpt2_small,
@@ -193,6 +194,9 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "llama3-70b": ModelConfig.llama3_70b,
   "llama3-405b": ModelConfig.llama3_405b,
 }
+
+# A read-only Mapping with the same get/parse and one-line errors as the other registries.
+PRESETS: Registry[Callable[[], ModelConfig]] = Registry("model", _PRESETS, flag="model")
 
 
 def get_config(name: str, **overrides: Any) -> ModelConfig:

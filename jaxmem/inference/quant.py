@@ -33,11 +33,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.errors import JaxmemError
+from jaxmem.records import Record
+from jaxmem.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class WeightFormat:
+class WeightFormat(Record):
   """How parameters are stored: ``dtype``, and ``qmax`` when matmul weights carry scales."""
 
   name: str
@@ -54,17 +55,14 @@ class WeightFormat:
   def bits(self) -> int:
     return jax.dtypes.itemsize_bits(jnp.dtype(self.dtype))
 
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
-
-WEIGHT_FORMATS: dict[str, WeightFormat] = {
+WEIGHT_FORMATS: Registry[WeightFormat] = Registry("weight format", {
   "bf16": WeightFormat(name="bf16", dtype="bfloat16", description="bfloat16, no scales"),
   "fp16": WeightFormat(name="fp16", dtype="float16", description="float16, no scales (cast to the compute dtype at use)"),
   "fp8": WeightFormat(name="fp8", dtype="float8_e4m3fn", qmax=448.0, description="float8 e4m3, per-output-channel float32 scales"),
   "int8": WeightFormat(name="int8", dtype="int8", qmax=127.0, integer=True, description="int8, per-output-channel float32 scales"),
   "int4": WeightFormat(name="int4", dtype="int4", qmax=7.0, integer=True, description="int4 (two per byte), per-output-channel float32 scales"),
-}
+}, flag="weights")
 SCALE_DTYPE = jnp.float32
 # The dtype of parameters a quantized format leaves unquantized (norms, biases, positions).
 UNQUANTIZED_DTYPE = "bfloat16"
@@ -80,22 +78,6 @@ CONTRACTED_AXES: dict[str, tuple[int, ...]] = {
 }
 # Stacked block parameters carry a leading "layers" axis.
 _STACKED = "blocks"
-
-
-def get_format(name: str) -> WeightFormat:
-  if name not in WEIGHT_FORMATS:
-    raise JaxmemError(f"unknown weight format {name!r}; valid: {', '.join(WEIGHT_FORMATS)}")
-  return WEIGHT_FORMATS[name]
-
-
-def parse_formats(spec: str | list[str] | tuple[str, ...]) -> tuple[WeightFormat, ...]:
-  names = spec.split(",") if isinstance(spec, str) else list(spec)
-  names = [n.strip() for n in names if n.strip()]
-  if not names:
-    raise JaxmemError(f"--weights is empty; give formats separated by commas from {', '.join(WEIGHT_FORMATS)}")
-  if names == ["all"]:
-    names = list(WEIGHT_FORMATS)
-  return tuple(dict.fromkeys(get_format(n) for n in names))
 
 
 @jax.tree_util.register_dataclass

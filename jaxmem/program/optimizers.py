@@ -3,7 +3,7 @@
 Each entry builds an ``optax.GradientTransformation`` from a learning rate; the optimizer only
 matters here through the state it keeps, which the compiler counts as argument memory.
 
->>> get_optimizer("adamw").build(1e-3).init  # doctest: +ELLIPSIS
+>>> OPTIMIZERS.get("adamw").build(1e-3).init  # doctest: +ELLIPSIS
 <function ...>
 """
 
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxmem.errors import JaxmemError
+from jaxmem.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -79,7 +79,7 @@ def _muon(lr: float) -> optax.GradientTransformation:
   return optax.contrib.muon(lr, muon_weight_dimension_numbers=dims)
 
 
-def _registry() -> dict[str, Optimizer]:
+def _registry() -> Registry[Optimizer]:
   entries = [
       ("sgd", lambda lr: optax.sgd(lr), "plain SGD: no state"),
       ("momentum", lambda lr: optax.sgd(lr, momentum=0.9), "SGD with heavy-ball momentum: 1 state per parameter"),
@@ -104,23 +104,7 @@ def _registry() -> dict[str, Optimizer]:
     entries.append(("adan", lambda lr: optax.adan(lr), "Adan: 3 moments per parameter"))
   if hasattr(getattr(optax, "contrib", None), "muon"):
     entries.append(("muon", _muon, "Muon: momentum + Newton-Schulz orthogonalisation (Adam for vectors)"))
-  return {n: Optimizer(name=n, build=b, description=d) for n, b, d in entries}
+  return Registry("optimizer", {n: Optimizer(name=n, build=b, description=d) for n, b, d in entries})
 
 
-OPTIMIZERS: dict[str, Optimizer] = _registry()
-
-
-def get_optimizer(name: str) -> Optimizer:
-  try:
-    return OPTIMIZERS[name]
-  except KeyError:
-    raise JaxmemError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}, all") from None
-
-
-def parse_optimizers(spec: str) -> list[Optimizer]:
-  names = [n.strip() for n in spec.split(",") if n.strip()]
-  if not names:
-    raise JaxmemError("--optimizer is empty; give optimizer names separated by commas, or all")
-  if names == ["all"]:
-    return list(OPTIMIZERS.values())
-  return list({n: get_optimizer(n) for n in names}.values())
+OPTIMIZERS: Registry[Optimizer] = _registry()

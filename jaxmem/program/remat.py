@@ -11,7 +11,7 @@ the rest are recomputed. Three families:
   following MaxText's ``remat_policy`` vocabulary; the ``*_offloaded`` ones move saved values
   to host memory and need a target with a host memory space.
 
->>> get_remat("save_qkv_proj").saves
+>>> REMAT_POLICIES.get("save_qkv_proj").saves
 ('query_proj', 'key_proj', 'value_proj')
 """
 
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jax
 
-from jaxmem.errors import JaxmemError
+from jaxmem.registry import Registry
 
 cp = jax.checkpoint_policies
 
@@ -128,28 +128,16 @@ def _build() -> dict[str, RematPolicy]:
   return reg
 
 
-REMAT_POLICIES: dict[str, RematPolicy] = _build()
+# `all` leaves out a policy registered under a second name (nothing_saveable is `full`).
+REMAT_POLICIES: Registry[RematPolicy] = Registry(
+    "remat policy", _build(), flag="remat", in_all=lambda p: p.alias_of is None
+)
 
 
-def get_remat(name: str) -> RematPolicy:
-  try:
-    return REMAT_POLICIES[name]
-  except KeyError:
-    raise JaxmemError(f"unknown remat policy {name!r}; valid: {', '.join(REMAT_POLICIES)}, all") from None
-
-
-def parse_remat(spec: str, *, host_memory: bool = True) -> list[RematPolicy]:
-  """``"a,b"`` or ``"all"`` to policies; ``none`` is always first (the baseline)."""
-  names = [n.strip() for n in spec.split(",") if n.strip()]
-  if not names:
-    raise JaxmemError("--remat is empty; give policy names separated by commas, or all")
-  if names == ["all"]:
-    chosen = [p for p in REMAT_POLICIES.values() if p.alias_of is None and (host_memory or not p.needs_host_memory)]
-  else:
-    chosen = [get_remat(n) for n in names]
+def parse_remat(spec: str | Sequence[str], *, host_memory: bool = True) -> list[RematPolicy]:
+  """``"a,b"`` or ``"all"`` to policies; ``none`` is always first (the baseline). ``all`` leaves
+  out the host-offload policies when the target has no host memory space."""
+  chosen = list(REMAT_POLICIES.parse(spec, all_filter=lambda p: host_memory or not p.needs_host_memory))
   if chosen[0].name != "none":
     chosen = [REMAT_POLICIES["none"], *[p for p in chosen if p.name != "none"]]
-  seen: dict[str, RematPolicy] = {}
-  for p in chosen:
-    seen.setdefault(p.name, p)
-  return list(seen.values())
+  return chosen
