@@ -77,12 +77,20 @@ GPU
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import topologies
 
 from jaxmem._quiet import quiet
 from jaxmem.errors import JaxmemError
+from jaxmem.records import Record
 
 _GiB = 1 << 30
 
@@ -234,7 +242,7 @@ def _tpu_devices_cached(name: str, size: int, num_slices: int) -> tuple:
   if num_slices != 1:
     kwargs["num_slices"] = num_slices
   _allow_shared_libtpu()
-  topo, e = _quietly(lambda: _topologies().get_topology_desc(
+  topo, e = _quietly(lambda: topologies.get_topology_desc(
       platform="tpu", topology_name=f"{gen.libtpu_name}:{shape}", **kwargs))
   if e is not None:
     if not isinstance(e, RuntimeError):
@@ -264,16 +272,34 @@ def tpu_devices(generation: str, size: int, *, num_slices: int = 1) -> list:
   return list(_tpu_devices_cached(gen.name, size, num_slices))
 
 
+@dataclass(frozen=True, kw_only=True)
+class CompilerAvailability(Record):
+  """Whether a target's compiler works here, and why not. True only when it does, so
+  ``if not tpu_compiler_available():`` reads right; it also unpacks as ``ok, why``."""
+
+  ok: bool
+  why: str = ""
+
+  def __bool__(self) -> bool:
+    return self.ok
+
+  def __iter__(self) -> Iterator:
+    return iter((self.ok, self.why))
+
+
+_AVAILABLE = CompilerAvailability(ok=True)
+
+
 @functools.cache
-def tpu_compiler_available() -> tuple[bool, str]:
-  """(True, "") when libtpu is installed and makes a topology; else (False, why)."""
+def tpu_compiler_available() -> CompilerAvailability:
+  """Available when libtpu is installed and makes a topology; else not, with the reason."""
   try:
     _tpu_devices_cached("v5e", 4, 1)
   except JaxmemError as e:
-    return False, str(e)
+    return CompilerAvailability(ok=False, why=str(e))
   except Exception as e:  # anything libtpu throws means the same to the caller: no TPU target
-    return False, f"libtpu failed to start: {_first_line(e)}"
-  return True, ""
+    return CompilerAvailability(ok=False, why=f"libtpu failed to start: {_first_line(e)}")
+  return _AVAILABLE
 
 
 # -- GPU -----------------------------------------------------------------------------------------
@@ -392,7 +418,7 @@ def _gpu_devices_cached(name: str, devices_per_host: int, hosts: int) -> tuple:
   # An older jaxlib whose proto lacks feature_extension cannot parse it: retry without.
   for ext in (True, False) if spec.accelerated_features else (False,):
     config = gpu_target_config(spec, feature_extension=ext)
-    topo, e = _quietly(lambda: _topologies().get_topology_desc(
+    topo, e = _quietly(lambda: topologies.get_topology_desc(
         platform="cuda", target_config=config, topology=topology))
     if e is None:
       return tuple(topo.devices)
@@ -408,7 +434,6 @@ def _gpu_devices_cached(name: str, devices_per_host: int, hosts: int) -> tuple:
 
 
 def _no_cuda_topology() -> str:
-  import importlib.util
   try:
     installed = importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
   except ImportError:
@@ -436,13 +461,13 @@ def gpu_devices(name: str, devices_per_host: int, *, hosts: int = 1) -> list:
 
 
 @functools.cache
-def _gpu_compiles(name: str) -> tuple[bool, str]:
+def _gpu_compiles(name: str) -> CompilerAvailability:
   try:
     devices = _gpu_devices_cached(name, 1, 1)
   except JaxmemError as e:
-    return False, str(e)
+    return CompilerAvailability(ok=False, why=str(e))
   except Exception as e:
-    return False, f"the CUDA plugin failed to start: {_first_line(e)}"
+    return CompilerAvailability(ok=False, why=f"the CUDA plugin failed to start: {_first_line(e)}")
   _, error = _quietly(lambda: _compile_one(devices, (64, 64), _toolkit_probe))
   if error is not None:
     msg = _first_line(error)
@@ -454,12 +479,12 @@ def _gpu_compiles(name: str) -> tuple[bool, str]:
              "XLA_FLAGS=--xla_gpu_cuda_data_dir=/path/to/cuda")
     else:
       why = f"compiling for {name} failed"
-    return False, f"{why}: {msg}"
-  return True, ""
+    return CompilerAvailability(ok=False, why=f"{why}: {msg}")
+  return _AVAILABLE
 
 
-def gpu_compiler_available(name: str | None = None) -> tuple[bool, str]:
-  """(True, "") when a program compiles for GPU `name` (default h100); else (False, why).
+def gpu_compiler_available(name: str | None = None) -> CompilerAvailability:
+  """Available when a program compiles for GPU `name` (default h100); else not, with the reason.
 
   Compiles a tiny program, because an importable plugin is not enough: ptxas and libdevice must
   be found, and ptxas must know the GPU's architecture (sm_100 needs CUDA 12.8 or later).
@@ -477,26 +502,21 @@ def _tpu_available_hbm(name: str) -> int | None:
   # compiler rejects it after buffer assignment, in 0.04-2 s.
   _, error = _quietly(lambda: _compile_one(devices, (1 << 18,), _oversized))
   oom = parse_oom(str(error)) if error is not None else None
-  return oom["available_bytes"] if oom else None
+  return oom.available_bytes if oom else None
 
 
 def _toolkit_probe(a):
-  import jax.numpy as jnp
   # sin needs libdevice and the matmul needs ptxas: the parts of the CUDA toolkit that a compile
   # without a GPU still uses.
   return jnp.sin(a) @ a
 
 
 def _oversized(v):
-  import jax.numpy as jnp
   return jnp.cumsum(jnp.outer(v, v), axis=0)[-1]
 
 
 def _compile_one(devices, shape, fn):
   """Compiles fn for a float32 argument of `shape` replicated over `devices`."""
-  import jax
-  import jax.numpy as jnp
-  import numpy as np
   mesh = jax.sharding.Mesh(np.array(devices), ("x",))
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   return jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharding)).compile()
@@ -545,8 +565,17 @@ def _bytes(number: str, unit: str) -> int:
   return int(round(float(number) * _UNITS[unit.upper()]))
 
 
-def parse_oom(message: str) -> dict | None:
-  """{"required_bytes", "available_bytes"} (either may be None) from an out-of-memory error text.
+@dataclass(frozen=True, kw_only=True)
+class OutOfMemory(Record):
+  """What an out-of-memory message says: the bytes required and available (either may be
+  ``None`` where the message does not give it)."""
+
+  required_bytes: int | None
+  available_bytes: int | None
+
+
+def parse_oom(message: str) -> OutOfMemory | None:
+  """The required and available bytes from an out-of-memory error text.
 
   Knows the TPU compile-time and run-time messages and the GPU scheduler's log line and run-time
   allocator message; None when `message` is not an out-of-memory report.
@@ -557,23 +586,17 @@ def parse_oom(message: str) -> dict | None:
       groups = m.groups()
       required = _bytes(groups[2 * req], groups[2 * req + 1])
       available = None if avail is None else _bytes(groups[2 * avail], groups[2 * avail + 1])
-      return {"required_bytes": required, "available_bytes": available}
+      return OutOfMemory(required_bytes=required, available_bytes=available)
   if "RESOURCE_EXHAUSTED" in message and "memory" in message.lower():
-    return {"required_bytes": None, "available_bytes": None}
+    return OutOfMemory(required_bytes=None, available_bytes=None)
   return None
-
-
-def _topologies():
-  # Imported late so that importing jaxmem does not import jax before the CLI sets JAX_PLATFORMS.
-  from jax.experimental import topologies
-  return topologies
 
 
 def _quietly(fn):
   """(fn(), None) or (None, the exception), with fd 2 silenced throughout.
 
   The exception is caught inside quiet() so that libtpu's and the plugin's start-up noise is not
-  replayed: callers turn these failures into one-line JaxmemErrors or (False, why) answers.
+  replayed: callers turn these failures into one-line JaxmemErrors or unavailable answers.
   """
   with quiet():
     try:

@@ -26,7 +26,7 @@ and XLA reports the sizes of that one program):
   the peak; use ``peak_memory_in_bytes`` where the backend gives one.
 - ``flops``: the step's floating-point operations per device: counted from the jaxpr that is
   lowered, with scanned layers multiplied by their count, divided by the device count (see
-  :mod:`jaxmem.flops` for why: XLA's cost analysis counts a loop body once).
+  :mod:`jaxmem.compiler.flops` for why: XLA's cost analysis counts a loop body once).
 - ``compiler_flops``: ``cost_analysis()["flops"]`` as XLA gives it, per device, for reference;
   it undercounts programs with loops, such as scanned layers.
 """
@@ -38,8 +38,8 @@ import dataclasses
 import jax
 
 from jaxmem.compiler.accelerators import parse_oom
-
-from jaxmem.records import Record
+from jaxmem.records import CompilerFigures, Record
+from jaxmem.versions import compiler_versions
 
 # XLA's own field names, as memory_analysis() spells them.
 MEMORY_FIELDS = (
@@ -51,27 +51,17 @@ MEMORY_FIELDS = (
     "host_temp_size_in_bytes",
     "peak_memory_in_bytes",
 )
-# What every result row carries from the compiler: XLA's fields and jaxmem's total.
-COMPILER_FIELDS = (*MEMORY_FIELDS, "total_bytes")
+# What every result row carries from the compiler: XLA's fields, jaxmem's total, the FLOPs, the
+# compile time and the compiler versions (the fields of CompilerFigures).
+COMPILER_FIELDS = tuple(f.name for f in dataclasses.fields(CompilerFigures))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryReport(Record):
+class MemoryReport(CompilerFigures):
   """The compiler's per-device memory and cost figures for one program."""
 
   platform: str
   num_devices: int
-  argument_size_in_bytes: int | None
-  output_size_in_bytes: int | None
-  alias_size_in_bytes: int | None
-  temp_size_in_bytes: int | None
-  generated_code_size_in_bytes: int | None
-  host_temp_size_in_bytes: int | None
-  peak_memory_in_bytes: int | None
-  total_bytes: int | None
-  flops: float | None
-  compiler_flops: float | None
-  compile_seconds: float | None
   notes: tuple[str, ...] = ()
 
   @property
@@ -80,23 +70,35 @@ class MemoryReport(Record):
     ``total_bytes``."""
     return self.peak_memory_in_bytes if self.peak_memory_in_bytes is not None else self.total_bytes
 
+  def figures(self) -> dict:
+    """The :class:`CompilerFigures` fields, to build a row from."""
+    return {f: getattr(self, f) for f in COMPILER_FIELDS}
+
 
 def fits(required: int | None, capacity: int | None) -> bool | None:
   """Whether ``required`` bytes fit in ``capacity``; None when either is unknown."""
   return None if (required is None or capacity is None) else required <= capacity
 
 
-def refused(e: jax.errors.JaxRuntimeError) -> dict:
-  """Result fields for a compile the backend refused: the error's first line, and for an
-  out-of-memory refusal ``fits=False`` with the required bytes the message gives."""
-  message = str(e)
-  oom = parse_oom(message) if "RESOURCE_EXHAUSTED" in message else None
-  lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
-  return dict(
-      required_bytes=None if oom is None else oom.get("required_bytes"),
-      fits=False if oom is not None else None,
-      error=lines[0] if lines else message,
-  )
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Refusal(Record):
+  """A compile the backend refused: the error's first line, and for an out-of-memory refusal
+  ``fits=False`` with the required bytes the message gives (``None`` where it gives none)."""
+
+  required_bytes: int | None
+  fits: bool | None
+  error: str
+
+  @classmethod
+  def of(cls, e: jax.errors.JaxRuntimeError) -> Refusal:
+    message = str(e)
+    oom = parse_oom(message) if "RESOURCE_EXHAUSTED" in message else None
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    return cls(
+        required_bytes=None if oom is None else oom.required_bytes,
+        fits=False if oom is not None else None,
+        error=lines[0] if lines else message,
+    )
 
 
 def _total(a: int | None, o: int | None, al: int | None, t: int | None) -> int | None:
@@ -110,7 +112,7 @@ def read_compiled(
 ) -> MemoryReport:
   """Reads a ``jax.stages.Compiled`` into a :class:`MemoryReport`.
 
-  ``program_flops`` is the whole program's FLOP count (from :mod:`jaxmem.flops`); it is
+  ``program_flops`` is the whole program's FLOP count (from :mod:`jaxmem.compiler.flops`); it is
   divided over the devices.
   """
   devices = _devices_of(compiled)
@@ -144,6 +146,7 @@ def read_compiled(
       flops=None if program_flops is None else program_flops / max(1, len(devices)),
       compiler_flops=_flops(compiled),
       compile_seconds=compile_seconds,
+      versions=compiler_versions(platform),
       notes=tuple(notes),
   )
 

@@ -12,7 +12,7 @@ Names:
   count TensorCores (v5p-8 is 4 chips, 4 JAX devices), v5e and v6e names count chips. Several
   slices (multi-slice over DCN) with ``slices=N``.
 - ``gpu:NAME`` or ``gpu:NAMExN``: N GPUs (``gpu:h100x8``), compiled by XLA's CUDA compiler
-  without a GPU from a target description of the part (:mod:`jaxmem.accelerators`); more than
+  without a GPU from a target description of the part (:mod:`jaxmem.compiler.accelerators`); more than
   8 devices are laid out as hosts of 8 (``gpu:h100x16`` is two 8-GPU hosts).
 
 ``capacity_bytes`` is the memory per device a program may use: TPU, what the compiler itself
@@ -30,10 +30,13 @@ import re
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 
 from jaxmem.compiler import accelerators as acc
-from jaxmem._quiet import quiet
+from jaxmem.compiler.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
+from jaxmem.records import Record
+from jaxmem.render.units import GiB
 from jaxmem.program.sharding import MeshSpec, format_mesh
 
 # JAX's GPU allocator takes this fraction of device memory unless told otherwise
@@ -89,8 +92,6 @@ def _arrange(devices: list, shape: tuple[int, ...]) -> np.ndarray:
   # Physical order on TPU keeps neighbouring mesh coordinates on neighbouring chips, as real
   # jobs lay them out; elsewhere (and where the topology has no such layout) plain order.
   if devices and devices[0].platform == "tpu" and len({getattr(d, "slice_index", 0) for d in devices}) == 1:
-    from jax.experimental import mesh_utils
-
     try:
       return mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
     except (ValueError, NotImplementedError, AssertionError):
@@ -112,42 +113,6 @@ def cpu_devices(n: int) -> list:
 def attached_devices() -> list:
   start_jax()
   return jax.devices()
-
-
-_started = False
-
-
-def start_jax(cpu_devices: int = 1) -> None:
-  """Starts JAX's backends quietly, once, configured for what jaxmem does.
-
-  On a machine without an accelerator (and with ``JAX_PLATFORMS`` unset) JAX is restricted to
-  its CPU platform, which it would end up on anyway: the CUDA plugin can then still compile for
-  GPUs without one (it cannot once JAX tried and failed to start CUDA), and neither it nor
-  libtpu prints start-up errors. ``cpu_devices`` simulated CPU devices are configured if JAX
-  has not started yet. A process that already started JAX keeps its configuration.
-  """
-  global _started
-  if _started:
-    return
-  if not os.environ.get("JAX_PLATFORMS") and not jax.config.jax_platforms and not attached_accelerator_present():
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    jax.config.update("jax_platforms", "cpu")
-  if cpu_devices > max(1, jax.config.jax_num_cpu_devices):
-    try:
-      jax.config.update("jax_num_cpu_devices", cpu_devices)
-    except RuntimeError:  # JAX already started: cpu_devices() explains how to get more
-      pass
-  with quiet():
-    jax.devices()
-  _started = True
-
-
-def attached_accelerator_present() -> bool:
-  """True when this machine has a TPU or an NVIDIA GPU, judged from device files only (no
-  JAX backend is started, so the answer can decide how JAX is started)."""
-  return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/accel0", "/dev/vfio/0")) or bool(
-      os.environ.get("TPU_ACCELERATOR_TYPE")
-  )
 
 
 _CPU_RE = re.compile(r"^cpu(?::(\d+))?$")
@@ -300,49 +265,55 @@ def default_target_name() -> tuple[str, str]:
     return "attached", "an accelerator is attached"
   for name in DEFAULT_ACCELERATORS:
     kind, _, rest = name.partition(":")
-    ok, _ = acc.gpu_compiler_available(rest) if kind == "gpu" else acc.tpu_compiler_available()
-    if ok:
+    if acc.gpu_compiler_available(rest) if kind == "gpu" else acc.tpu_compiler_available():
       return name, f"no accelerator attached; {name}'s compiler is installed"
   return "cpu", "no accelerator attached and no TPU/GPU compiler installed; CPU temporaries overstate an accelerator's"
 
 
-def list_targets() -> list[dict]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TargetListing(Record):
+  """One line of `jaxmem targets`: a named target, its devices and memory (GiB per device),
+  and whether its compiler works here (``note`` says why not)."""
+
+  target: str
+  platform: str
+  devices: int | str  # "N" for cpu:N, "all" for attached
+  device_kind: str
+  hbm_gib: float | None
+  capacity_gib: float | None
+  compiler: str  # "yes" or "no"
+  note: str = ""
+
+
+def _listing(t: Target, capacity: int | None, available: acc.CompilerAvailability) -> TargetListing:
+  return TargetListing(
+      target=t.name,
+      platform=t.platform,
+      devices=t.num_devices,
+      device_kind=t.device_kind,
+      hbm_gib=round(t.hbm_bytes / GiB, 2),
+      capacity_gib=None if capacity is None else round(capacity / GiB, 2),
+      compiler="yes" if available else "no",
+      note=available.why,
+  )
+
+
+def list_targets() -> list[TargetListing]:
   """One record per named target for `jaxmem targets`: devices, memory, compiler installed."""
-  tpu_ok, tpu_why = acc.tpu_compiler_available()
   records = [
-      dict(target="cpu:N", platform="cpu", devices="N", device_kind="cpu", hbm_gib=None, capacity_gib=None, compiler="yes", note="simulated devices")
+      TargetListing(target="cpu:N", platform="cpu", devices="N", device_kind="cpu", hbm_gib=None, capacity_gib=None,
+                    compiler="yes", note="simulated devices")
   ]
   if attached_accelerator_present():
-    records.append(dict(target="attached", platform="?", devices="all", device_kind="this machine's", hbm_gib=None, capacity_gib=None, compiler="yes", note=""))
+    records.append(TargetListing(target="attached", platform="?", devices="all", device_kind="this machine's",
+                                 hbm_gib=None, capacity_gib=None, compiler="yes"))
+  tpu = acc.tpu_compiler_available()
   for gen in acc.TPU_GENERATIONS.values():
     for size in gen.sizes:
-      t = _tpu_target(gen.name, size, 1)
-      records.append(
-          dict(
-              target=t.name,
-              platform="tpu",
-              devices=t.num_devices,
-              device_kind=t.device_kind,
-              hbm_gib=round(t.hbm_bytes / 2**30, 2),
-              capacity_gib=round(_tpu_capacity(gen.name) / 2**30, 2) if tpu_ok else None,
-              compiler="yes" if tpu_ok else "no",
-              note="" if tpu_ok else tpu_why,
-          )
-      )
+      records.append(_listing(_tpu_target(gen.name, size, 1), _tpu_capacity(gen.name) if tpu else None, tpu))
   for gpu in acc.GPU_SPECS:
-    ok, why = acc.gpu_compiler_available(gpu)
+    available = acc.gpu_compiler_available(gpu)
     for n in (1, 8):
       t = _gpu_target(gpu, n)
-      records.append(
-          dict(
-              target=t.name,
-              platform="gpu",
-              devices=n,
-              device_kind=t.device_kind,
-              hbm_gib=round(t.hbm_bytes / 2**30, 2),
-              capacity_gib=round(t.capacity_bytes / 2**30, 2),
-              compiler="yes" if ok else "no",
-              note="" if ok else why,
-          )
-      )
+      records.append(_listing(t, t.capacity_bytes, available))
   return records

@@ -76,6 +76,8 @@ import dataclasses
 import math
 import re
 
+from jaxmem.records import Record
+
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute")
 
 _OPCODE_KIND = {
@@ -97,21 +99,13 @@ _DTYPE_BITS = {
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Collectives:
+class Collectives(Record):
   """Per-device communication of one step, by collective kind (see the module docstring)."""
 
   bytes_by_kind: dict[str, int]  # keys: KINDS, always all five
   count_by_kind: dict[str, int]  # logical collectives executed per step, loop trip counts applied
   total_bytes: int
   notes: tuple[str, ...] = ()
-
-  def as_dict(self) -> dict:
-    return {
-        "bytes_by_kind": dict(self.bytes_by_kind),
-        "count_by_kind": dict(self.count_by_kind),
-        "total_bytes": self.total_bytes,
-        "notes": list(self.notes),
-    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 
 Rows are stored one JSON file per configuration under ``$JAXMEM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/jaxmem``, else ``~/.cache/jaxmem``. The key hashes everything that changes
-the compiled program or its reading: the model's full config, batch, sequence, target and
-slices, mesh, remat policy, optimizer, dtypes, and the versions of jaxmem, jax, jaxlib, flax,
-optax, libtpu and the CUDA plugin. A row that failed (out of memory, say) is cached too: the
-compiler's answer does not change on a retry.
+the compiled program or its reading: the whole workload (the model's full config, batch,
+sequence, target and slices, mesh, remat policy, optimizer, dtypes), and the versions of
+jaxmem, Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin. A row that failed (out of
+memory, say) is cached too: the compiler's answer does not change on a retry.
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ import hashlib
 import json
 import os
 import tempfile
-from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-_PACKAGES = ("jax", "jaxlib", "flax", "optax", "libtpu", "libtpu-nightly", "jax-cuda12-plugin", "jax-cuda13-plugin")
+from jaxmem.versions import cache_versions
 
 
 def cache_dir() -> Path:
@@ -29,22 +27,9 @@ def cache_dir() -> Path:
   return Path(base) / "jaxmem"
 
 
-@cache
-def versions() -> dict[str, str]:
-  from jaxmem import __version__
-
-  out = {"jaxmem": __version__}
-  for name in _PACKAGES:
-    try:
-      out[name] = metadata.version(name)
-    except metadata.PackageNotFoundError:
-      continue
-  return out
-
-
 def key(parts: dict[str, Any]) -> str:
   """A stable hash of a configuration's description plus the installed versions."""
-  blob = json.dumps({"config": parts, "versions": versions()}, sort_keys=True, default=str)
+  blob = json.dumps({"config": parts, "versions": cache_versions()}, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
