@@ -1,4 +1,4 @@
-"""jaxmem.estimate: the closed forms, the seeds' figures from the presets, and the compiler side by side."""
+"""jaxmem.inference.estimate: the closed forms, the seeds' figures from the presets, and the compiler side by side."""
 
 from __future__ import annotations
 

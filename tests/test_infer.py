@@ -1,4 +1,4 @@
-"""jaxmem.infer and jaxmem.quant: KV cache bytes, decode growth with context, quantized weight bytes."""
+"""jaxmem.inference.infer and .quant: KV cache bytes, decode growth with context, quantized weight bytes."""
 
 from __future__ import annotations
 
@@ -116,11 +116,9 @@ def test_training_vs_inference_and_plot(tmp_path):
 def test_infer_and_estimate_parsers(capsys):
   import argparse
 
-  from jaxmem import cli, infer_cli
+  from jaxmem import cli
 
-  parser = cli._Parser(prog="jaxmem")
-  sub = parser.add_subparsers(dest="command", parser_class=cli._Parser)
-  infer_cli.add_infer_parsers(sub, cli._add_workload)
+  parser = cli.build_parser()
   args = parser.parse_args(["infer", "--model", "tiny", "--target", "cpu", "--phase", "decode", "--context", "32,64", "--weights", "int4", "--format", "json"])
   assert args.func(args) == 0
   assert '"phase": "decode"' in capsys.readouterr().out

@@ -49,14 +49,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxmem.program import sharding as shd
 from jaxmem._quiet import quiet
-from jaxmem.compiler.accelerators import parse_oom
+from jaxmem.compiler.report import MemoryReport, Refusal, read_compiled
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, Hlo, read_dump  # noqa: F401  (Dump for analyse's callers)
-from jaxmem.models import ModelConfig
-from jaxmem.compiler.report import MemoryReport, read_compiled
-from jaxmem.compiler.targets import Target
+from jaxmem.planning.plan import plan
+from jaxmem.program import sharding as shd
+from jaxmem.program.train import build_train_program
+from jaxmem.records import Configuration, Record
+from jaxmem.workload import Workload
 
 KINDS = ("parameter", "output", "saved residual", "gradient", "temporary")
 CONSUMERS = ("params", "gradients", "optimizer_state", "activations", "workspace", "generated_code")
@@ -65,7 +66,7 @@ AGREEMENT = 0.05  # live-at-peak and the compiler's peak agree within this fract
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PeakBuffer:
+class PeakBuffer(Record):
   """One buffer live at the peak."""
 
   size_bytes: int
@@ -84,14 +85,9 @@ class PeakBuffer:
   via_loop: str | None = None
   producer: str | None = None
 
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["live"] = list(self.live)
-    return d
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Timeline:
+class Timeline(Record):
   """Live bytes per kind at every position of the schedule, and the phases' spans."""
 
   bytes_by_kind: dict[str, tuple[int, ...]]
@@ -105,27 +101,12 @@ class Timeline:
   def total(self) -> list[int]:
     return [sum(v) for v in zip(*self.bytes_by_kind.values())]
 
-  def as_dict(self) -> dict[str, Any]:
-    return dict(
-        bytes_by_kind={k: list(v) for k, v in self.bytes_by_kind.items()},
-        regions=[list(r) for r in self.regions],
-        peak_position=self.peak_position,
-    )
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Explanation:
+class Explanation(Configuration):
   """What fills one configuration's memory, per device. See the module docstring."""
 
-  model: str
-  target: str
-  mesh: str
-  remat: str
-  optimizer: str
-  batch: int
-  seq: int
   platform: str
-  num_devices: int
   compiler_bytes: int | None  # argument + output - alias + temp + generated code
   consumers: dict[str, int | None]
   estimated: tuple[str, ...]  # consumers that are estimates
@@ -142,53 +123,30 @@ class Explanation:
   dump_files: tuple[str, ...]
   notes: tuple[str, ...] = ()
 
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["peak_buffers"] = [b.as_dict() for b in self.peak_buffers]
-    d["timeline"] = None if self.timeline is None else self.timeline.as_dict()
-    d["report"] = self.report.as_dict()
-    d["estimated"] = list(self.estimated)
-    d["dump_files"] = list(self.dump_files)
-    d["notes"] = list(self.notes)
-    return d
+  @property
+  def versions(self) -> dict[str, str]:
+    """The compiler versions that produced the figures (the report's)."""
+    return self.report.versions
 
 
 # ----------------------------------------------------------------------------- compile
 
 
-def explain(
-    *,
-    model: str | ModelConfig = "gpt2-small",
-    remat: str = "none",
-    optimizer: str = "adamw",
-    batch: int = 8,
-    seq: int = 1024,
-    target: str | Target = "cpu",
-    mesh: str | None = None,
-    param_dtype: str | None = None,
-    dtype: str | None = None,
-    slices: int = 1,
-    top: int = 10,
-) -> Explanation:
-  """Compiles one configuration (the first of each list given) and explains its memory.
+def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any) -> Explanation:
+  """Compiles one configuration and explains its memory.
 
-  Arguments are :func:`jaxmem.sweep.plan`'s. ``remat`` picks one policy (``none`` unless
-  another is named); ``top`` is how many of the buffers live at the peak to keep.
+  ``workload`` (with ``fields`` replaced) names one mesh, one optimizer and one remat policy
+  (``none`` unless another is named); ``top`` is how many of the buffers live at the peak to keep.
   """
-  from jaxmem.planning import sweep
-  from jaxmem.program import train
-
+  w = Workload.of(workload, {"remat": "none"}, **fields)
   if top < 1:
     raise JaxmemError(f"--top must be at least 1 (got {top})")
-  for what, v in (("remat", remat), ("optimizer", optimizer), ("mesh", mesh)):
-    if isinstance(v, str) and "," in v and what != "mesh":
-      raise JaxmemError(f"explain takes one {what} (got {v!r}); run it once per {what}")
-  p = sweep.plan(
-      model=model, remat=remat, optimizer=optimizer, batch=batch, seq=seq, target=target,
-      mesh=mesh, param_dtype=param_dtype, dtype=dtype, slices=slices,
-  )
+  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh)):
+    if len(v) > 1:
+      raise JaxmemError(f"explain takes one {what} (got {','.join(v)!r}); run it once per {what}")
+  p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
-  prog = train.build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m)
+  prog = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m)
   lowered = prog.trace().lower()
   with tempfile.TemporaryDirectory(prefix="jaxmem-explain-") as d:
     try:
@@ -196,10 +154,11 @@ def explain(
         # The three backends honour these two options alike (checked on jaxlib 0.10.2).
         compiled = lowered.compile({"xla_dump_to": d, "xla_dump_hlo_as_text": True})
     except jax.errors.JaxRuntimeError as e:
-      msg = str(e).strip().splitlines()[0] if str(e).strip() else str(e)
-      oom = parse_oom(str(e)) if "RESOURCE_EXHAUSTED" in str(e) else None
-      need = "" if not oom or oom.get("required_bytes") is None else f" (needs {oom['required_bytes']:,} bytes)"
-      raise JaxmemError(f"the compiler refused this configuration{need}, so there is no plan to explain: {msg}") from None
+      refusal = Refusal.of(e)
+      need = "" if refusal.required_bytes is None else f" (needs {refusal.required_bytes:,} bytes)"
+      raise JaxmemError(
+          f"the compiler refused this configuration{need}, so there is no plan to explain: {refusal.error}"
+      ) from None
     dump = read_dump(d)
   report = read_compiled(compiled)
   return analyse(
@@ -210,7 +169,7 @@ def explain(
       top=top,
       labels=dict(
           model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name,
-          optimizer=opt.name, batch=p.batch, seq=p.seq,
+          optimizer=opt.name, batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype,
       ),
   )
 
@@ -456,7 +415,8 @@ def analyse(
   return Explanation(
       model=labels.get("model", ""), target=labels.get("target", ""), mesh=labels.get("mesh", ""),
       remat=labels.get("remat", ""), optimizer=labels.get("optimizer", ""), batch=labels.get("batch", 0),
-      seq=labels.get("seq", 0), platform=report.platform, num_devices=report.num_devices,
+      seq=labels.get("seq", 0), param_dtype=labels.get("param_dtype", ""), dtype=labels.get("dtype", ""),
+      platform=report.platform, num_devices=report.num_devices,
       compiler_bytes=None if report.total_bytes is None else report.total_bytes + (report.generated_code_size_in_bytes or 0),
       consumers=consumers, estimated=ESTIMATED, peak_bytes=peak, peak_source=peak_source,
       live_bytes_at_peak=live_at_peak, peak_position=peak_t if T else None,

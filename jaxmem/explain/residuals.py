@@ -15,17 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
 
-from jaxmem.records import Record
+from jaxmem.compiler.startup import start_jax
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ModelConfig, get_config
+from jaxmem.models import ModelConfig
+from jaxmem.models.transformer import Block
+from jaxmem.planning.plan import resolve_model
 from jaxmem.program.remat import RematPolicy, parse_remat
+from jaxmem.records import Record
+from jaxmem.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,7 +45,7 @@ class Residual(Record):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PolicyResiduals:
+class PolicyResiduals(Record):
   """A remat policy's saved residuals: per layer, and for all layers."""
 
   remat: str
@@ -53,11 +57,6 @@ class PolicyResiduals:
   per_layer_bytes: int
   total_bytes: int  # per_layer_bytes x num_layers
 
-  def as_dict(self) -> dict[str, Any]:
-    d = dataclasses.asdict(self)
-    d["residuals"] = [r.as_dict() for r in self.residuals]
-    return d
-
   def rows(self) -> list[dict[str, Any]]:
     """One flat record per residual (for tables), with the policy's totals repeated."""
     return [
@@ -68,8 +67,6 @@ class PolicyResiduals:
 
 
 def _block_fn(cfg: ModelConfig, rp: RematPolicy):
-  from jaxmem.models.transformer import Block
-
   block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
 
@@ -96,10 +93,6 @@ def saved_residuals_for(
     cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int
 ) -> PolicyResiduals:
   """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input."""
-  from jax._src.ad_checkpoint import (
-    saved_residuals,  # the data behind print_saved_residuals
-  )
-
   fn, state = _block_fn(cfg, rp)
   x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
   k = cfg.head_dim // 2
@@ -132,27 +125,17 @@ def saved_residuals_for(
   )
 
 
-def saved_residuals_by_policy(
-    *,
-    model: str | ModelConfig = "gpt2-small",
-    remat: str | Sequence[str] = "none,dots_saveable,full",
-    batch: int = 8,
-    seq: int = 1024,
-    param_dtype: str | None = None,
-    dtype: str | None = None,
-) -> list[PolicyResiduals]:
-  """For each remat policy (``none`` first), what one layer saves for the backward pass.
+def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any) -> list[PolicyResiduals]:
+  """For each remat policy of ``workload`` (``fields`` replaced; ``none`` first), what one layer
+  saves for the backward pass, for the workload's batch and sequence on one device, unsharded.
 
   Nothing is compiled or allocated: JAX traces the block's VJP with abstract inputs.
   """
-  from jaxmem.compiler.targets import start_jax
-
+  w = Workload.of(workload, **fields)
   start_jax()
-  if batch < 1 or seq < 1:
-    raise JaxmemError(f"batch and seq must be at least 1 (got {batch} and {seq})")
-  overrides = {k: v for k, v in (("param_dtype", param_dtype), ("dtype", dtype)) if v is not None}
-  cfg = dataclasses.replace(model, **overrides) if isinstance(model, ModelConfig) else get_config(model, **overrides)
-  spec = remat if isinstance(remat, str) else ",".join(remat)
+  if w.batch < 1 or w.seq < 1:
+    raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
   # Listing residuals compiles nothing, so host-offload policies are listed too.
-  policies = parse_remat(spec, host_memory=True)
-  return [saved_residuals_for(cfg, rp, batch=batch, seq=seq) for rp in policies]
+  policies = parse_remat(w.remat, host_memory=True)
+  return [saved_residuals_for(cfg, rp, batch=w.batch, seq=w.seq) for rp in policies]

@@ -1,4 +1,4 @@
-"""The memory timeline of an :class:`~jaxmem.explain.Explanation`: a plot file and a text sparkline.
+"""The memory timeline of an :class:`~jaxmem.explain.analyse.Explanation`: a plot file and a text sparkline.
 
 Both show live bytes in device memory against the position in XLA's schedule, stacked by kind,
 with the forward / backward / optimizer regions and the peak marked.
@@ -10,6 +10,7 @@ import os
 
 from jaxmem.errors import JaxmemError
 from jaxmem.explain.analyse import KINDS, Explanation
+from jaxmem.render.units import unit_for
 
 _COLORS = {
     "parameter": "#4c72b0",
@@ -21,13 +22,6 @@ _COLORS = {
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
-def _unit(peak: int) -> tuple[float, str]:
-  for u, name in ((1024**3, "GiB"), (1024**2, "MiB"), (1024, "KiB")):
-    if peak >= u:
-      return float(u), name
-  return 1.0, "B"
-
-
 def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
   """Writes the timeline to ``path`` (``.png`` or ``.svg``) and returns the path."""
   ext = os.path.splitext(path)[1].lower()
@@ -36,13 +30,15 @@ def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
   tl = result.timeline
   if tl is None or tl.length == 0:
     raise JaxmemError("this explanation has no timeline to plot")
+  # matplotlib is slow to import and needs its file-only backend chosen before it draws.
   import matplotlib
 
   matplotlib.use("Agg")  # no display: write files only
   from matplotlib.figure import Figure
 
   total = tl.total()
-  scale, uname = _unit(max(total) or 1)
+  u = unit_for(max(total), smallest="B")
+  scale, uname = u.size, u.name
   xs = list(range(tl.length))
   fig = Figure(figsize=(11, 4.8), layout="constrained")
   ax = fig.add_subplot()
@@ -101,7 +97,8 @@ def timeline_text(result: Explanation, width: int = 72, height: int = 6) -> str:
     a, b = c * n // width, max(c * n // width + 1, (c + 1) * n // width)
     cols.append(max(total[a:b]))
   peak = max(total) or 1
-  scale, uname = _unit(peak)
+  u = unit_for(peak, smallest="B")
+  scale, uname = u.size, u.name
   levels = height * (len(_BLOCKS) - 1)
   heights = [round(v / peak * levels) for v in cols]
   rows = []

@@ -27,9 +27,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem.records import Record
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, count_params, get_config
+from jaxmem.program import sharding as shd
+from jaxmem.records import Record
 
 SOURCES = {
     "params": "count_params(cfg) (models/counting.py)",
@@ -174,7 +175,7 @@ def estimate(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Comparison:
+class Comparison(Record):
   """One component, per device: the closed form, the compiler's figure, compiler/estimate."""
 
   component: str
@@ -182,9 +183,6 @@ class Comparison:
   compiler_bytes: float | None
   ratio: float | None
   note: str = ""
-
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
 
 _REMAT_TO_RECOMPUTE = {"none": "none", "full": "full", "nothing_saveable": "full"}
@@ -209,10 +207,8 @@ def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
 
 def estimate_vs_compiler(row: Any, *, precision: str = "fp32") -> list[Comparison]:
   """Estimate and compiler side by side, per device, for one compiled train step
-  (a :class:`jaxmem.sweep.Row`). ``precision`` "fp32" matches jaxmem's own step (float32
+  (a :class:`jaxmem.planning.sweep.Row`). ``precision`` "fp32" matches jaxmem's own step (float32
   parameters and moments); a note is given wherever they differ by more than 20%."""
-  from jaxmem.program import sharding as shd
-
   cfg = get_config(row.model)
   mesh = shd.parse_mesh(row.mesh)
   axes = dict(mesh)

@@ -4,7 +4,7 @@ Prefill runs a prompt of ``prompt`` tokens through the model and writes its keys
 into a KV cache of ``prompt`` positions; decode runs one token against a cache of ``context``
 positions (:meth:`jaxmem.models.Transformer.cached`). Both take the cache as an argument and
 return it, donated, so XLA updates it in place as a serving loop would. Parameters are stored
-in the chosen format (:mod:`jaxmem.quant`) and dequantized inside the scanned layer body, so the
+in the chosen format (:mod:`jaxmem.inference.quant`) and dequantized inside the scanned layer body, so the
 compiler's argument bytes are the stored bytes, and its temporaries show where (and whether) a
 dequantized copy materialises.
 
@@ -29,16 +29,23 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.inference import quant
-from jaxmem.program import sharding as shd
 from jaxmem._quiet import quiet
-from jaxmem.records import Record
 from jaxmem.compiler.analysis import compile_timed
+from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.report import Refusal, fits, read_compiled
+from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
+from jaxmem.inference import quant
 from jaxmem.models import CACHE_AXES, KVCache, ModelConfig, get_config, kv_cache_bytes
-from jaxmem.compiler.report import COMPILER_FIELDS, fits, read_compiled, refused
-from jaxmem.compiler.targets import Target, get_target, start_jax, with_capacity
+from jaxmem.planning.plan import plan, resolve_meshes, resolve_model, resolve_target
+from jaxmem.planning.sweep import run_config
+from jaxmem.program import sharding as shd
 from jaxmem.program.train import abstract_model
+from jaxmem.records import CompilerFigures, Placement
+from jaxmem.render.units import GiB
+from jaxmem.versions import compiler_versions
+from jaxmem.workload import Workload, names
 
 PHASES = ("prefill", "decode")
 DEFAULT_PROMPT = 1024
@@ -46,31 +53,40 @@ DEFAULT_CONTEXT = (2048,)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class InferRow(Record):
+class InferWorkload(Workload):
+  """An inference workload: the shared fields (``model``, ``batch``, ``target``, ``slices``,
+  ``mesh``, ``dtype``; the others are a train step's and unused here) and inference's own:
+  weight formats, phases, the prefill prompt length and the decode contexts (KV cache
+  lengths), each a comma-separated string or a sequence. Stored weights start from bf16."""
+
+  batch: int = 1
+  weights: tuple[str, ...] = ("bf16",)
+  phase: tuple[str, ...] = PHASES
+  prompt: int = DEFAULT_PROMPT
+  context: tuple[str | int, ...] = DEFAULT_CONTEXT
+
+  def __post_init__(self):
+    super().__post_init__()
+    object.__setattr__(self, "weights", names(self.weights))
+    object.__setattr__(self, "phase", names(self.phase))
+    context = self.context if isinstance(self.context, (str, list, tuple)) else (self.context,)
+    object.__setattr__(self, "context", names([str(c) for c in ([context] if isinstance(context, str) else context)]))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferRow(CompilerFigures, Placement):
   """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
   ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
 
   ``context`` is the KV cache's length in positions: the prompt for prefill, the cache a
-  decode step reads for decode. ``required_bytes`` and ``fits`` as in :class:`jaxmem.sweep.Row`.
+  decode step reads for decode. ``required_bytes`` and ``fits`` as in
+  :class:`jaxmem.planning.sweep.Row`.
   """
 
-  model: str
-  target: str
-  mesh: str
   phase: str
   weights: str
   context: int
   prompt: int | None
-  batch: int
-  num_devices: int
-  argument_size_in_bytes: int | None = None
-  output_size_in_bytes: int | None = None
-  alias_size_in_bytes: int | None = None
-  temp_size_in_bytes: int | None = None
-  generated_code_size_in_bytes: int | None = None
-  host_temp_size_in_bytes: int | None = None
-  peak_memory_in_bytes: int | None = None
-  total_bytes: int | None = None
   weight_bytes: int | None = None
   weight_scale_bytes: int | None = None
   kv_cache_bytes: int | None = None
@@ -79,7 +95,6 @@ class InferRow(Record):
   capacity_bytes: int | None = None
   required_bytes: int | None = None
   fits: bool | None = None
-  compile_seconds: float | None = None
   error: str | None = None
   notes: tuple[str, ...] = ()
 
@@ -117,14 +132,13 @@ class InferPlan:
     return out
 
 
-def _ints(v: int | str | Sequence[int | str], what: str) -> tuple[int, ...]:
-  items = v.split(",") if isinstance(v, str) else (list(v) if isinstance(v, (list, tuple)) else [v])
+def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
   out = []
-  for x in items:
+  for x in v:
     try:
       n = int(str(x).strip())
     except ValueError:
-      raise JaxmemError(f"--{what} must be whole numbers separated by commas, got {v!r}") from None
+      raise JaxmemError(f"--{what} must be whole numbers separated by commas, got {','.join(map(str, v))!r}") from None
     if n < 1:
       raise JaxmemError(f"--{what} must be at least 1 (got {n})")
     out.append(n)
@@ -133,45 +147,25 @@ def _ints(v: int | str | Sequence[int | str], what: str) -> tuple[int, ...]:
   return tuple(dict.fromkeys(out))
 
 
-def plan_infer(
-    *,
-    model: str | ModelConfig = "gpt2-small",
-    weights: str | Sequence[str] = "bf16",
-    phase: str | Sequence[str] = "prefill,decode",
-    prompt: int = DEFAULT_PROMPT,
-    context: int | str | Sequence[int] = DEFAULT_CONTEXT,
-    batch: int = 1,
-    target: str | Target = "cpu",
-    mesh: str | Sequence[str] | None = None,
-    dtype: str | None = None,
-    slices: int = 1,
-) -> InferPlan:
+def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> InferPlan:
   """Resolves and checks everything before a compile; :class:`JaxmemError` on bad input."""
+  w = InferWorkload.of(workload, **fields)
   start_jax()
-  overrides = {"dtype": dtype} if dtype else {}
-  cfg = dataclasses.replace(model, **overrides) if isinstance(model, ModelConfig) else get_config(model, **overrides)
   # Stored weights are bf16 before any quantization: the checkpoint's precision.
-  cfg = dataclasses.replace(cfg, param_dtype="bfloat16")
-  tgt = with_capacity(get_target(target, slices=slices) if isinstance(target, str) else target)
-  formats = quant.parse_formats(weights)
-  phases = tuple(dict.fromkeys(p.strip() for p in (phase.split(",") if isinstance(phase, str) else phase) if p.strip()))
+  cfg = resolve_model(w.model, param_dtype="bfloat16", dtype=w.dtype)
+  tgt = resolve_target(w)
+  formats = quant.WEIGHT_FORMATS.parse(w.weights)
+  phases = w.phase
   for p in phases:
     if p not in PHASES:
       raise JaxmemError(f"unknown phase {p!r}; valid: {', '.join(PHASES)}")
   if not phases:
     raise JaxmemError(f"--phase is empty; valid: {', '.join(PHASES)}")
-  (prompt,) = _ints(prompt, "prompt")
-  contexts = _ints(context, "context")
-  (batch,) = _ints(batch, "batch")
-  meshes = tuple(shd.parse_mesh(m) for m in ([mesh] if isinstance(mesh, str) else (mesh or ()))) or (
-      shd.default_mesh(tgt.num_devices),
-  )
+  (prompt,) = _ints([w.prompt], "prompt")
+  contexts = _ints(w.context, "context")
+  (batch,) = _ints([w.batch], "batch")
+  meshes = resolve_meshes(w, tgt)
   for m in meshes:
-    if shd.mesh_size(m) != tgt.num_devices:
-      raise JaxmemError(
-          f"mesh {shd.format_mesh(m)} has {shd.mesh_size(m)} devices but target {tgt.name} has "
-          f"{tgt.num_devices}; make the axis sizes multiply to {tgt.num_devices}"
-      )
     ways = shd.data_parallel_size(m)
     if batch % ways:
       raise JaxmemError(
@@ -182,8 +176,6 @@ def plan_infer(
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
-  if "prefill" in phases and "decode" in phases and any(c <= prompt for c in contexts):
-    pass  # a decode context at or below the prompt is still a valid cache length
   return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch)
 
 
@@ -290,26 +282,31 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
   notes = list(program.notes)
   if p.target.capacity_note is not None:
     notes.append(f"capacity_bytes: {p.target.capacity_note}")
-  lowered = program.step.trace(*program.args).lower()
+  traced = program.step.trace(*program.args)
+  program_flops = jaxpr_flops(traced.jaxpr.jaxpr)
   try:
     with quiet():
-      compiled, seconds = compile_timed(lowered)
+      compiled, seconds = compile_timed(traced.lower())
   except jax.errors.JaxRuntimeError as e:
-    return InferRow(**base, **refused(e), notes=tuple(notes))
-  report = read_compiled(compiled, compile_seconds=seconds)
+    return InferRow(
+        **base, **Refusal.of(e).as_dict(), flops=program_flops / p.target.num_devices,
+        versions=compiler_versions(p.target.platform), notes=tuple(notes),
+    )
+  report = read_compiled(compiled, compile_seconds=seconds, program_flops=program_flops)
   return InferRow(
       **base,
-      **{f: getattr(report, f) for f in COMPILER_FIELDS},
+      **report.figures(),
       required_bytes=report.required_bytes,
       fits=fits(report.required_bytes, p.target.capacity_bytes),
-      compile_seconds=seconds,
       notes=tuple(notes) + report.notes,
   )
 
 
-def infer(*, on_row: Callable[[InferRow], None] | None = None, **kwargs: Any) -> list[InferRow]:
-  """Compiles every (mesh, weight format, phase, context) of :func:`plan_infer`'s arguments."""
-  p = plan_infer(**kwargs)
+def infer(
+    workload: InferWorkload | None = None, /, *, on_row: Callable[[InferRow], None] | None = None, **fields: Any
+) -> list[InferRow]:
+  """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced)."""
+  p = plan_infer(workload, **fields)
   rows = []
   for mesh, fmt, phase, ctx in p.configs():
     row = run_infer_config(p, mesh, fmt, phase, ctx)
@@ -345,12 +342,13 @@ def plot(rows: Sequence[InferRow], path: str, *, kv_rows: Sequence[dict[str, Any
   """Writes a figure: per-device required bytes against context, one line per weight format
   (decode rows), with the device's capacity; and the formula's KV cache against context per
   batch when ``kv_rows`` are given. Returns ``path``."""
+  # matplotlib is slow to import and needs its file-only backend chosen before pyplot.
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  gib = 2**30
+  gib = GiB
   panels = 2 if kv_rows else 1
   fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
   ax = axes[0][0]
@@ -388,16 +386,11 @@ def plot(rows: Sequence[InferRow], path: str, *, kv_rows: Sequence[dict[str, Any
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Workload:
+class Side(Placement):
   """One side of training-vs-inference: per-device figures and their sum over the devices."""
 
   workload: str  # "train" or "decode"
-  model: str
-  target: str
-  mesh: str
   detail: str  # optimizer and remat, or weights and context
-  batch: int
-  num_devices: int
   argument_size_in_bytes: int | None
   temp_size_in_bytes: int | None
   required_bytes: int | None
@@ -406,9 +399,6 @@ class Workload:
   fits: bool | None
   verdict: str
   error: str | None = None
-
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
 
 
 def _verdict(kind: str, fits: bool | None) -> str:
@@ -420,50 +410,47 @@ def _verdict(kind: str, fits: bool | None) -> str:
 
 
 def training_vs_inference(
+    workload: Workload | None = None,
+    /,
     *,
-    model: str = "gpt2-small",
-    target: str | Target = "cpu",
-    mesh: str | None = None,
-    batch: int = 8,
-    seq: int = 1024,
-    remat: str = "full",
-    optimizer: str = "adamw",
     weights: str = "bf16",
     context: int | None = None,
     infer_batch: int | None = None,
     train_row: Any = None,
-) -> list[Workload]:
-  """The train step (:func:`jaxmem.sweep.run_config`) and a decode step for the same model,
-  target and mesh, side by side. ``context`` defaults to ``seq``, ``infer_batch`` to ``batch``.
-  Pass ``train_row`` (a :class:`jaxmem.sweep.Row`) to reuse a compiled training row."""
-  from jaxmem.planning import sweep
-
+    **fields: Any,
+) -> list[Side]:
+  """The train step of ``workload`` (``fields`` replaced; its last remat policy, ``full``
+  unless named) and a decode step for the same model, target and mesh, side by side.
+  ``context`` defaults to the workload's ``seq``, ``infer_batch`` to its ``batch``. Pass
+  ``train_row`` (a :class:`jaxmem.planning.sweep.Row`) to reuse a compiled training row."""
+  w = Workload.of(workload, {"remat": "full"}, **fields)
   if train_row is None:
-    p = sweep.plan(model=model, remat=remat, optimizer=optimizer, batch=batch, seq=seq, target=target, mesh=mesh)
-    (cfg_t,) = [c for c in p.configs() if c[2].name == remat] or [p.configs()[0]]
-    train_row = sweep.run_config(p, *cfg_t)
+    p = plan(w)
+    (cfg_t,) = [c for c in p.configs() if c[2].name == w.remat[-1]] or [p.configs()[0]]
+    train_row = run_config(p, *cfg_t)
   ip = plan_infer(
       model=train_row.model,
       weights=weights,
       phase="decode",
       context=context or train_row.seq,
       batch=infer_batch or train_row.batch,
-      target=target,
+      target=w.target,
+      slices=w.slices,
       mesh=train_row.mesh,
   )
   (cfg_i,) = ip.configs()
   irow = run_infer_config(ip, *cfg_i)
   n = train_row.num_devices
   return [
-      _workload("train", train_row, f"{train_row.optimizer}, remat {train_row.remat}, seq {train_row.seq}", n),
-      _workload("decode", irow, f"{irow.weights} weights, context {irow.context}", n),
+      _side("train", train_row, f"{train_row.optimizer}, remat {train_row.remat}, seq {train_row.seq}", n),
+      _side("decode", irow, f"{irow.weights} weights, context {irow.context}", n),
   ]
 
 
-def _workload(kind: str, row: Any, detail: str, n: int) -> Workload:
+def _side(kind: str, row: Any, detail: str, n: int) -> Side:
   """One side of training vs inference from its row (a train Row or an InferRow)."""
   total = lambda v: None if v is None else v * n  # noqa: E731
-  return Workload(
+  return Side(
       workload=kind,
       model=row.model,
       target=row.target,

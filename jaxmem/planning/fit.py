@@ -15,14 +15,17 @@ those that fit first, cheapest recompute first; the first is the recommendation.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem.program import sharding as shd
-from jaxmem.planning.cache import RowCache
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.runner import Task, run_tasks
-from jaxmem.planning.sweep import Plan, Row, row_from_dict, with_overheads
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_target
+from jaxmem.planning.runner import run_tasks
+from jaxmem.planning.sweep import Row, baseline_flops, row_from_dict, run_task, with_overheads
+from jaxmem.program import sharding as shd
+from jaxmem.workload import Workload
 
 SEQ_QUANTUM = 128  # sequence steps: a multiple of TPU lane width keeps layouts unpadded
 MAX_STEPS = 1 << 16  # search ceiling, in units of the step
@@ -119,6 +122,11 @@ class _Search:
     return min(max(guess, self.lo + 1), upper)
 
 
+def check_over(over: str) -> None:
+  if over not in ("batch", "seq"):
+    raise JaxmemError(f"--over must be batch or seq (got {over!r})")
+
+
 def require_capacity(p: Plan) -> None:
   if p.target.capacity_bytes is None:
     raise JaxmemError(
@@ -138,8 +146,7 @@ def search(
 ) -> list[FitResult]:
   """Largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, per configuration."""
   require_capacity(p)
-  if over not in ("batch", "seq"):
-    raise JaxmemError(f"--over must be batch or seq (got {over!r})")
+  check_over(over)
   searches = []
   for t in p.tasks():
     mesh = t.mesh
@@ -154,8 +161,8 @@ def search(
     probes = [(s, k) for s in searches if (k := s.next_probe()) is not None]
     if not probes:
       break
-    tasks = [dataclasses.replace(s.task, **{over: k * s.step}) for s, k in probes]
-    rows = [row_from_dict(d) for d in run_tasks(tasks, jobs=jobs, scheduler=scheduler, cache=cache)]
+    tasks = [s.task.replace(**{over: k * s.step}) for s, k in probes]
+    rows = [row_from_dict(d) for d in run_tasks(tasks, run_task, jobs=jobs, scheduler=scheduler, cache=cache)]
     for (s, k), row in zip(probes, rows, strict=True):
       s.record(k, row)
     rounds += 1
@@ -209,3 +216,32 @@ def rank(rows: list[Row]) -> list[Row]:
     )
 
   return sorted(rows, key=order)
+
+
+def template(workload: Workload, over: str) -> Workload:
+  """The workload a search starts from, one every mesh accepts: the searched dimension at its
+  smallest step (the batch the data axes divide, or one sequence quantum); the other as given."""
+  check_over(over)
+  if over == "batch":
+    meshes = resolve_meshes(workload, resolve_target(workload))
+    return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) for m in meshes]))
+  return workload.replace(seq=SEQ_QUANTUM)
+
+
+def fit(
+    workload: Workload | None = None,
+    /,
+    *,
+    over: str = "batch",
+    jobs: int = 1,
+    scheduler: str | None = None,
+    cache: RowCache | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+    **fields: Any,
+) -> list[FitResult]:
+  """The largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, for every
+  (mesh, optimizer, remat) of ``workload`` with ``fields`` replaced, with each result's
+  recompute overhead against the no-remat program at the same workload."""
+  p = plan(template(Workload.of(workload, **fields), over))
+  results = search(p, over=over, jobs=jobs, scheduler=scheduler, cache=cache, on_round=on_round)
+  return with_recompute(results, p, lambda row: baseline_flops(p, row))

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.sweep import Row
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.plan import Task, plan
+from jaxmem.planning.runner import run_tasks
+from jaxmem.planning.sweep import Row, row_from_dict, run_task, with_overheads
+from jaxmem.records import Record
+from jaxmem.render.units import GiB
+from jaxmem.workload import Workload
 
 COMPONENTS = (
     "param_bytes",
@@ -59,7 +65,9 @@ def grid(over: dict[str, list[int]], batch: int, seq: int) -> list[tuple[int, in
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Growth:
+class Growth(Record):
+  """A component's fitted growth exponents for one (mesh, optimizer, remat)."""
+
   mesh: str
   optimizer: str
   remat: str
@@ -67,8 +75,42 @@ class Growth:
   batch_exponent: float | None  # None where the batch did not vary or the component is 0/missing
   seq_exponent: float | None
 
-  def as_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scaling(Record):
+  """``scale``'s answer: one row per grid point and configuration, and the growth exponents."""
+
+  rows: tuple[Row, ...]
+  growth: tuple[Growth, ...]
+
+
+def tasks(workload: Workload, over: dict[str, list[int]]) -> list[Task]:
+  """A task per grid point and configuration. ``scale`` measures what the user named: the
+  no-remat baseline only if asked for."""
+  out: list[Task] = []
+  for batch, seq in grid(over, workload.batch, workload.seq):
+    p = plan(workload, batch=batch, seq=seq)
+    out += [t for t in p.tasks() if t.remat in workload.remat or "all" in workload.remat]
+  return out
+
+
+def scale(
+    workload: Workload | None = None,
+    /,
+    *,
+    over: Sequence[str] | dict[str, list[int]],
+    jobs: int = 1,
+    scheduler: str | None = None,
+    cache: RowCache | None = None,
+    **fields: Any,
+) -> Scaling:
+  """Compiles ``workload`` (``fields`` replaced; remat ``none`` unless named) at every point of
+  ``over`` (``["seq=1024,2048"]`` or ``{"seq": [1024, 2048]}``) and fits growth exponents."""
+  grid_over = over if isinstance(over, dict) else parse_over(over)
+  w = Workload.of(workload, defaults={"remat": "none"}, **fields)
+  dicts = run_tasks(tasks(w, grid_over), run_task, jobs=jobs, scheduler=scheduler, cache=cache)
+  rows = with_overheads([row_from_dict(d) for d in dicts])
+  return Scaling(rows=tuple(rows), growth=tuple(growth_exponents(rows, grid_over)))
 
 
 def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Growth]:
@@ -96,6 +138,7 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
 
 def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
   """Each component against the varying workload (log-log), the capacity as a line."""
+  # matplotlib is slow to import and needs its file-only backend chosen before pyplot.
   import matplotlib
 
   matplotlib.use("Agg")
@@ -112,11 +155,11 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
     for comp, style in (("temp_size_in_bytes", "-"), ("argument_size_in_bytes", ":"), ("peak_memory_in_bytes", "--")):
       ys = [getattr(r, comp) for r in rs]
       if all(y for y in ys):
-        ax.plot(xs, [y / 2**30 for y in ys], style, marker="o", label=f"{comp.split('_')[0]} · {label}")
+        ax.plot(xs, [y / GiB for y in ys], style, marker="o", label=f"{comp.split('_')[0]} · {label}")
   caps = {r.capacity_bytes for r in rows if r.capacity_bytes}
   for cap in caps:
-    ax.axhline(cap / 2**30, color="red", linewidth=1)
-    ax.annotate("capacity", (ax.get_xlim()[0], cap / 2**30), color="red", va="bottom")
+    ax.axhline(cap / GiB, color="red", linewidth=1)
+    ax.annotate("capacity", (ax.get_xlim()[0], cap / GiB), color="red", va="bottom")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log", base=2)
   ax.set_xlabel(var)
