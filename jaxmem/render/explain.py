@@ -1,66 +1,31 @@
-"""``python -m jaxmem explain``, and the residuals table behind ``compare --residuals``.
-
-The lead registers it in ``jaxmem/cli.py`` (see :func:`add_explain_parser`); this module keeps
-the command's flags, its output in every format, and nothing else.
-"""
+"""``explain``'s output in every format, and the residuals table behind ``compare --residuals``."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Sequence
 from typing import Any
 
+from jaxmem.explain.analyse import Explanation
+from jaxmem.explain.residuals import PolicyResiduals
+from jaxmem.explain.timeline import timeline_text
+from jaxmem.render.tables import check_format, envelope, render_csv, render_records
+from jaxmem.render.units import unit_for
+from jaxmem.versions import describe
+
 # via_loop: the while the value came out of when op_name/source are those of the op in its body.
 JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source", "via_loop")
+# The configuration as explain's JSON names it.
+_CONFIGURATION = ("model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
+                  "platform", "num_devices")
 
 
-def add_explain_parser(subparsers, add_workload) -> argparse.ArgumentParser:
-  """Adds ``explain`` with the shared workload flags (``add_workload``, cli's ``_add_workload``)."""
-  e = subparsers.add_parser("explain", help="what fills the memory: consumers, buffers live at the peak, timeline")
-  add_workload(e)
-  e.add_argument("--remat", default="none", help="one remat policy (default none)")
-  e.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
-  e.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")
-  e.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
-  e.set_defaults(func=cmd_explain)
-  return e
-
-
-def cmd_explain(args: argparse.Namespace) -> int:
-  from jaxmem.render import tables as fmt
-  from jaxmem.cli import _emit, _resolve_target
-  from jaxmem.errors import JaxmemError
-  from jaxmem.explain.analyse import explain
-  from jaxmem.explain.timeline import plot_timeline
-
-  fmt.check_format(args.format)
-  if args.mesh and len(args.mesh) > 1:
-    raise JaxmemError("explain takes one --mesh; run it once per mesh")
-  if args.plot and not args.plot.lower().endswith((".png", ".svg")):
-    raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
-  args.target, chosen = _resolve_target(args)
-  if chosen:
-    print(chosen, file=sys.stderr)
-  result = explain(
-      model=args.model, remat=args.remat, optimizer=args.optimizer, batch=args.batch, seq=args.seq,
-      target=args.target, mesh=args.mesh[0] if args.mesh else None, param_dtype=args.param_dtype,
-      dtype=args.dtype, slices=args.slices, top=args.top,
-  )
-  if args.plot:
-    plot_timeline(result, args.plot)
-  _emit(render_explain(result, args.format), args.output)
-  return 0
-
-
-def explain_json(result) -> dict[str, Any]:
+def explain_json(result: Explanation) -> dict[str, Any]:
   """The JSON document: the envelope with the four required keys, then the rest."""
-  from jaxmem.render.tables import envelope
-
   d = result.as_dict()
   doc = envelope(
       [],
+      versions=result.versions,
       consumers=d["consumers"],
       peak_bytes=d["peak_bytes"],
       live_bytes_at_peak=d["live_bytes_at_peak"],
@@ -68,7 +33,7 @@ def explain_json(result) -> dict[str, Any]:
       estimated=d["estimated"],
       compiler_bytes=d["compiler_bytes"],
       peak_source=d["peak_source"],
-      configuration={k: d[k] for k in ("model", "target", "mesh", "remat", "optimizer", "batch", "seq", "platform", "num_devices")},
+      configuration={k: d[k] for k in _CONFIGURATION},
       by_module=d["by_module"],
       by_kind=d["by_kind"],
       peak_buffer_details=d["peak_buffers"],
@@ -79,20 +44,18 @@ def explain_json(result) -> dict[str, Any]:
   return doc
 
 
-def render_explain(result, fmt_name: str) -> str:
-  from jaxmem.render.tables import render_csv, render_records
-  from jaxmem.explain.timeline import timeline_text
-
+def render_explain(result: Explanation, fmt_name: str) -> str:
+  """Consumers, the peak, the buffers live at it, by module and kind, the timeline, notes."""
+  check_format(fmt_name)
   if fmt_name == "json":
     return json.dumps(explain_json(result), indent=2)
   if fmt_name == "csv":
     return render_csv([{**{k: b.as_dict()[k] for k in JSON_BUFFER_KEYS}, "module": b.module, "phase": b.phase} for b in result.peak_buffers])
-  peak = max(result.peak_bytes or 0, result.compiler_bytes or 0, 1)
-  unit, uname = (1024**3, "GiB") if peak >= 1024**3 // 10 else ((1024**2, "MiB") if peak >= 1024**2 // 10 else (1024, "KiB"))
-  size = lambda v: "-" if v is None else f"{v / unit:,.2f}"  # noqa: E731
+  size = unit_for([result.peak_bytes, result.compiler_bytes], smallest="KiB")
+  uname = size.name
   r = result
   head = (f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · "
-          f"batch {r.batch} · seq {r.seq} · {uname} per device")
+          f"batch {r.batch} · seq {r.seq} · {uname} per device" + (f" · {describe(r.versions)}" if r.versions else ""))
   consumers = [
       {"consumer": k, uname: size(v), "how": "estimate" if k in r.estimated else "exact"}
       for k, v in r.consumers.items()
@@ -125,21 +88,17 @@ def render_explain(result, fmt_name: str) -> str:
   return "\n".join(out).rstrip()
 
 
-def residuals_table(rows: Sequence[Any], fmt_name: str) -> str:
-  """``compare --residuals``: ``rows`` from :func:`jaxmem.residuals.saved_residuals_by_policy`
-  (``PolicyResiduals``), one line per saved residual, with each policy's per-layer and total bytes."""
-  from jaxmem.render.tables import check_format, render_csv, render_records
-
+def residuals_table(rows: Sequence[PolicyResiduals], fmt_name: str) -> str:
+  """``compare --residuals``: ``rows`` from :func:`jaxmem.explain.residuals.saved_residuals_by_policy`,
+  one line per saved residual, with each policy's per-layer and total bytes."""
   check_format(fmt_name)
   flat = [rec for p in rows for rec in p.rows()]
   if fmt_name == "json":
-    from jaxmem.render.tables import envelope
-
     return json.dumps(envelope([], policies=[p.as_dict() for p in rows]) | {"rows": flat}, indent=2)
   if fmt_name == "csv":
     return render_csv([{**r, "shape": "x".join(map(str, r["shape"]))} for r in flat])
-  biggest = max((p.total_bytes for p in rows), default=0)
-  unit, uname = (1024**3, "GiB") if biggest >= 1024**3 // 10 else ((1024**2, "MiB") if biggest >= 1024**2 // 10 else (1024, "KiB"))
+  u = unit_for([p.total_bytes for p in rows], smallest="KiB")
+  unit, uname = u.size, u.name
   summary = [
       {"remat": p.remat, "residuals": len(p.residuals), f"per layer {uname}": f"{p.per_layer_bytes / unit:,.2f}",
        f"all {p.num_layers} layers {uname}": f"{p.total_bytes / unit:,.2f}"}
