@@ -121,7 +121,7 @@ def test_compiler_availability_is_true_only_when_available():
   no = acc.CompilerAvailability(ok=False, why="libtpu missing")
   assert not no and bool(acc.CompilerAvailability(ok=True))
   ok, why = no
-  assert (ok, why) == (False, "libtpu missing")
+  assert (ok, why) == (False, "libtpu missing") and no[1] == "libtpu missing"
 
 
 # -- TPU ------------------------------------------------------------------------------------------

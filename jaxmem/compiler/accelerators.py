@@ -80,8 +80,8 @@ import functools
 import importlib.util
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -272,19 +272,16 @@ def tpu_devices(generation: str, size: int, *, num_slices: int = 1) -> list:
   return list(_tpu_devices_cached(gen.name, size, num_slices))
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompilerAvailability(Record):
+class CompilerAvailability(NamedTuple):
   """Whether a target's compiler works here, and why not. True only when it does, so
-  ``if not tpu_compiler_available():`` reads right; it also unpacks as ``ok, why``."""
+  ``if not tpu_compiler_available():`` reads right (a plain ``(ok, why)`` tuple is always true);
+  a tuple still, so ``ok, why = ...`` and ``[0]`` keep working."""
 
   ok: bool
   why: str = ""
 
   def __bool__(self) -> bool:
     return self.ok
-
-  def __iter__(self) -> Iterator:
-    return iter((self.ok, self.why))
 
 
 _AVAILABLE = CompilerAvailability(ok=True)

@@ -11,7 +11,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import MemoryReport, read_compiled
-from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, start_jax
+from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target
 
 
 def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, float]:

@@ -143,7 +143,7 @@ def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any
     raise JaxmemError(f"--top must be at least 1 (got {top})")
   for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh)):
     if len(v) > 1:
-      raise JaxmemError(f"explain takes one {what} (got {','.join(v)!r}); run it once per {what}")
+      raise JaxmemError(f"explain takes one {what} (got {', '.join(v)}); run it once per {what}")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   prog = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m)

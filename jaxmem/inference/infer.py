@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -181,24 +180,10 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
 
 def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) -> tuple[PartitionSpec, list[str]]:
   """Activation rules, leaving a dimension whole (with a note) where its axes do not divide it."""
-  entries: list[Any] = []
-  used: set[str] = set()
-  notes: list[str] = []
-  for name, dim in zip(logical, shape, strict=True):
-    axes = tuple(
-        a for a in shd.ACTIVATION_RULES.get(name or "", ()) if a in jmesh.shape and jmesh.shape[a] > 1 and a not in used
-    )
-    ways = math.prod(jmesh.shape[a] for a in axes) if axes else 1
-    if not axes:
-      entries.append(None)
-      continue
-    if dim % ways:
-      notes.append(f"{name}={dim} is not divisible by {'x'.join(axes)}={ways}: the KV cache is replicated over it")
-      entries.append(None)
-      continue
-    used.update(axes)
-    entries.append(axes[0] if len(axes) == 1 else axes)
-  return PartitionSpec(*entries), notes
+  spec, left = shd.lenient_spec(logical, shape, jmesh)
+  notes = [f"{name}={dim} is not divisible by {'x'.join(axes)}={ways}: the KV cache is replicated over it"
+           for name, dim, axes, ways in left]
+  return spec, notes
 
 
 def build_infer_program(

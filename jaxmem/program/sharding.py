@@ -146,6 +146,27 @@ def state_shardings(abstract_state: Any, abstract_params: Any, shardings: Any, m
   return jax.tree_util.tree_map_with_path(one, abstract_state)
 
 
+def lenient_spec(
+    logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh
+) -> tuple[PartitionSpec, list[tuple[str | None, int, tuple[str, ...], int]]]:
+  """Activation rules over ``mesh``, leaving a dimension unsharded where its mesh axes do not
+  divide it (rather than refusing); also the dimensions so left, as (name, size, axes, ways)."""
+  entries: list[Any] = []
+  used: set[str] = set()
+  left: list[tuple[str | None, int, tuple[str, ...], int]] = []
+  for name, dim in zip(logical, shape, strict=True):
+    axes = tuple(a for a in ACTIVATION_RULES.get(name or "", ()) if a in mesh.shape and mesh.shape[a] > 1 and a not in used)
+    ways = math.prod(mesh.shape[a] for a in axes) if axes else 1
+    if not axes or dim % ways:
+      if axes:
+        left.append((name, dim, axes, ways))
+      entries.append(None)
+      continue
+    used.update(axes)
+    entries.append(axes[0] if len(axes) == 1 else axes)
+  return PartitionSpec(*entries), left
+
+
 def activation_constrainer(mesh: Mesh) -> Callable[[jax.Array, tuple[str | None, ...]], jax.Array]:
   """A ``constrain(x, logical_axes)`` for the models: pins activations to the mesh.
 
@@ -155,18 +176,7 @@ def activation_constrainer(mesh: Mesh) -> Callable[[jax.Array, tuple[str | None,
   """
 
   def constrain(x: jax.Array, logical: tuple[str | None, ...]) -> jax.Array:
-    entries: list[Any] = []
-    used: set[str] = set()
-    for name, dim in zip(logical, x.shape, strict=True):
-      axes = tuple(a for a in ACTIVATION_RULES.get(name or "", ()) if a in mesh.shape and mesh.shape[a] > 1)
-      axes = tuple(a for a in axes if a not in used)
-      ways = math.prod(mesh.shape[a] for a in axes) if axes else 1
-      if not axes or dim % ways:
-        entries.append(None)
-        continue
-      used.update(axes)
-      entries.append(axes[0] if len(axes) == 1 else axes)
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, PartitionSpec(*entries)))
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, lenient_spec(logical, x.shape, mesh)[0]))
 
   return constrain
 
