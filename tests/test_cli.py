@@ -25,6 +25,7 @@ def test_compare_each_format(fmt, capsys, tmp_path):
   elif fmt == "csv":
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [r["remat"] for r in rows] == ["none", "dots_saveable"]
+    assert rows[0]["versions"].startswith("jax ")  # the compiler versions, in one readable cell
   else:
     assert "dots_saveable" in text and "temp" in text and "per device" in text
     if fmt == "markdown":

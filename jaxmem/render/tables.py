@@ -44,7 +44,7 @@ def envelope(rows: Sequence[Any], *, versions: dict[str, str] | None = None, **e
 
 def run_versions(rows: Sequence[Any]) -> dict[str, str]:
   """The compiler versions behind a set of rows (records or dicts carrying ``versions``)."""
-  return merged([(_as_dict(r) if not isinstance(r, dict) else r).get("versions") or {} for r in rows])
+  return merged([_as_dict(r).get("versions") or {} for r in rows])
 
 
 def _as_dict(r: Any) -> dict[str, Any]:
@@ -74,8 +74,17 @@ def render_csv(rows: Sequence[Any]) -> str:
   writer = csv.DictWriter(buf, fieldnames=list(dicts[0]), lineterminator="\n")
   writer.writeheader()
   for d in dicts:
-    writer.writerow({k: "; ".join(v) if isinstance(v, list) else ("" if v is None else v) for k, v in d.items()})
+    writer.writerow({k: _csv_cell(v) for k, v in d.items()})
   return buf.getvalue()
+
+
+def _csv_cell(v: Any) -> Any:
+  # Lists (notes) and dicts (versions) in one cell, readably: "a; b", "jax 0.10.2; jaxlib 0.10.2".
+  if isinstance(v, list):
+    return "; ".join(map(str, v))
+  if isinstance(v, dict):
+    return "; ".join(f"{k} {x}" for k, x in v.items())
+  return "" if v is None else v
 
 
 def render_records(rows: Sequence[Any], fmt: str, headers: Sequence[str] | None = None) -> str:
