@@ -24,10 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
-try:  # the package layout after issue 12's restructure
-  from jaxmem.compiler.targets import get_target
-except ImportError:
-  from jaxmem.targets import get_target
+from jaxmem.compiler.targets import get_target  # noqa: E402
 
 from jaxmem.models.attention_registry import IMPLEMENTATIONS, AttentionShapes, choose_attention  # noqa: E402
 

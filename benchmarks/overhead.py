@@ -29,9 +29,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 
-from jaxmem import sweep, train  # noqa: E402
-from jaxmem.cache import RowCache  # noqa: E402
 from jaxmem.models import get_config  # noqa: E402
+from jaxmem.planning import sweep  # noqa: E402
+from jaxmem.planning.cache import RowCache  # noqa: E402
+from jaxmem.planning.plan import plan  # noqa: E402
+from jaxmem.program import train  # noqa: E402
 
 
 def _timed(fn):
@@ -42,7 +44,7 @@ def _timed(fn):
 
 def overhead_ratio(target: str) -> tuple[float, float, float]:
   cfg = get_config("gpt2-small", num_layers=4)
-  p = sweep.plan(model=cfg, remat="full", optimizer="adamw", batch=8, seq=512, target=target)
+  p = plan(model=cfg, remat="full", optimizer="adamw", batch=8, seq=512, target=target)
   mesh, opt, rp = p.configs()[-1]
   raws, ours = [], []
   for _ in range(3):

@@ -17,11 +17,35 @@ with _quiet():
   # without the hardware; keep it off the user's terminal.
   import jax as _jax  # noqa: F401
 
-__version__ = "0.1.0"
-
-from jaxmem.analysis import analyze  # noqa: E402
-from jaxmem.sweep import Row, compare  # noqa: E402
+from jaxmem.compiler.analysis import analyze  # noqa: E402
+from jaxmem.compiler.report import MemoryReport  # noqa: E402
+from jaxmem.compiler.targets import get_target as target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
-from jaxmem.report import MemoryReport  # noqa: E402
+from jaxmem import explain  # noqa: E402  (a callable module: see jaxmem/explain/__init__.py)
+from jaxmem.planning.fit import fit  # noqa: E402
+from jaxmem.planning.scale import scale  # noqa: E402
+from jaxmem.planning.sweep import Row, compare  # noqa: E402
+# The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
+from jaxmem.program import optimizers, remat  # noqa: E402
+from jaxmem.program.optimizers import OPTIMIZERS  # noqa: E402
+from jaxmem.program.remat import REMAT_POLICIES  # noqa: E402
+from jaxmem.versions import __version__  # noqa: E402
+from jaxmem.workload import Workload  # noqa: E402
 
-__all__ = ["analyze", "compare", "Row", "MemoryReport", "JaxmemError", "__version__"]
+__all__ = [
+    "OPTIMIZERS",
+    "REMAT_POLICIES",
+    "JaxmemError",
+    "MemoryReport",
+    "Row",
+    "Workload",
+    "__version__",
+    "analyze",
+    "compare",
+    "explain",
+    "fit",
+    "optimizers",
+    "remat",
+    "scale",
+    "target",
+]

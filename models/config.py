@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmem.errors import JaxmemError
+from jaxmem.registry import Registry
 
 Style = Literal["gpt2", "llama3"]
 STYLES: tuple[str, ...] = ("gpt2", "llama3")
@@ -465,7 +466,7 @@ def _mixtral(
 
 # CLI name -> preset constructor. Constructors rather than instances so callers always get a
 # fresh value to `dataclasses.replace`, and the dict stays cheap to import.
-PRESETS: dict[str, Callable[[], ModelConfig]] = {
+_PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "tiny": ModelConfig.tiny,
   "tiny-gpt2": ModelConfig.tiny_gpt2,
   "gpt2-small": ModelConfig.gpt2_small,
@@ -489,6 +490,9 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "qwen3-30b-a3b": ModelConfig.qwen3_30b_a3b,
   "deepseek-v3": ModelConfig.deepseek_v3,
 }
+
+# A read-only Mapping with the same get/parse and one-line errors as the other registries.
+PRESETS: Registry[Callable[[], ModelConfig]] = Registry("model", _PRESETS, flag="model")
 
 
 def get_config(name: str, **overrides: Any) -> ModelConfig:

@@ -39,7 +39,7 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
   # Before fixtures are set up, so a skipped test never starts its module's compile.
-  from jaxmem import accelerators
+  from jaxmem.compiler import accelerators
 
   if item.get_closest_marker("needs_tpu_compiler") is not None:
     ok, why = accelerators.tpu_compiler_available()

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxmem import accelerators as acc
+from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.report import Refusal
 from jaxmem.errors import JaxmemError
 
 GiB = 1 << 30
@@ -91,21 +92,36 @@ def test_unknown_names_list_the_valid_ones():
 
 
 def test_parse_oom_messages():
-  assert acc.parse_oom(TPU_MESSAGE) == {
-      "required_bytes": round(66.79 * GiB), "available_bytes": round(15.75 * GiB)}
+  assert acc.parse_oom(TPU_MESSAGE) == acc.OutOfMemory(
+      required_bytes=round(66.79 * GiB), available_bytes=round(15.75 * GiB))
   assert acc.parse_oom("XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
-                       "Used 17.12G of 15.48G hbm. Exceeded hbm capacity by 1.64G.") == {
-      "required_bytes": round(17.12 * GiB), "available_bytes": round(15.48 * GiB)}
+                       "Used 17.12G of 15.48G hbm. Exceeded hbm capacity by 1.64G.") == acc.OutOfMemory(
+      required_bytes=round(17.12 * GiB), available_bytes=round(15.48 * GiB))
   assert acc.parse_oom("RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
-                       "allocate 8.00G. That was not possible. There are 5.14G free.") == {
-      "required_bytes": 8 * GiB, "available_bytes": round(5.14 * GiB)}
+                       "allocate 8.00G. That was not possible. There are 5.14G free.") == acc.OutOfMemory(
+      required_bytes=8 * GiB, available_bytes=round(5.14 * GiB))
   assert acc.parse_oom("E gpu_hlo_schedule.cc:968] The byte size of input/output arguments "
-                       "(274878955520) exceeds the base limit (67954383257).") == {
-      "required_bytes": 274878955520, "available_bytes": 67954383257}
+                       "(274878955520) exceeds the base limit (67954383257).") == acc.OutOfMemory(
+      required_bytes=274878955520, available_bytes=67954383257)
   assert acc.parse_oom("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123456 "
-                       "bytes.") == {"required_bytes": 123456, "available_bytes": None}
+                       "bytes.") == acc.OutOfMemory(
+      required_bytes=123456, available_bytes=None)
   assert acc.parse_oom("INVALID_ARGUMENT: shapes do not match") is None
   assert acc.parse_oom("") is None
+
+
+def test_a_refused_compile_says_what_it_needed():
+  oom = Refusal.of(jax.errors.JaxRuntimeError(TPU_MESSAGE + "\n\nmore detail"))
+  assert (oom.fits, oom.required_bytes, oom.error) == (False, round(66.79 * GiB), TPU_MESSAGE)
+  other = Refusal.of(jax.errors.JaxRuntimeError("UNIMPLEMENTED: no such op"))
+  assert (other.fits, other.required_bytes, other.error) == (None, None, "UNIMPLEMENTED: no such op")
+
+
+def test_compiler_availability_is_true_only_when_available():
+  no = acc.CompilerAvailability(ok=False, why="libtpu missing")
+  assert not no and bool(acc.CompilerAvailability(ok=True))
+  ok, why = no
+  assert (ok, why) == (False, "libtpu missing") and no[1] == "libtpu missing"
 
 
 # -- TPU ------------------------------------------------------------------------------------------
@@ -143,8 +159,8 @@ def test_real_tpu_out_of_memory_is_parsed(tpu):
     big.lower(x).compile()
   oom = acc.parse_oom(str(info.value))
   assert oom is not None, str(info.value)
-  assert oom["required_bytes"] > 16 * GiB - 1
-  assert 15 * GiB < oom["available_bytes"] < 16 * GiB
+  assert oom.required_bytes > 16 * GiB - 1
+  assert 15 * GiB < oom.available_bytes < 16 * GiB
 
 
 def test_usable_hbm_is_read_from_the_compiler(tpu):
@@ -187,7 +203,7 @@ def test_nothing_reaches_stderr(tpu):
       os.environ["JAX_PLATFORMS"] = "cpu"
       import jax  # its own import noise is the caller's business
       print("MARK", file=sys.stderr, flush=True)
-      from jaxmem import accelerators as acc
+      from jaxmem.compiler import accelerators as acc
       acc.tpu_compiler_available(); acc.gpu_compiler_available()
       acc.tpu_devices("v5e", 4); acc.tpu_devices("v4", 8); acc.usable_hbm_bytes("v5e")
       try:

@@ -36,12 +36,8 @@ from jaxmem.models import (
 )
 from jaxmem.models import attention_kernels as kernels
 
-try:  # the layout after the package restructure (issue 12)
-  from jaxmem.compiler import accelerators as acc
-  from jaxmem.compiler import targets as tg
-except ImportError:
-  from jaxmem import accelerators as acc
-  from jaxmem import targets as tg
+from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler import targets as tg
 
 TPU_OK, TPU_WHY = acc.tpu_compiler_available()
 GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")

@@ -25,6 +25,7 @@ def test_compare_each_format(fmt, capsys, tmp_path):
   elif fmt == "csv":
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [r["remat"] for r in rows] == ["none", "dots_saveable"]
+    assert rows[0]["versions"].startswith("jax ")  # the compiler versions, in one readable cell
   else:
     assert "dots_saveable" in text and "temp" in text and "per device" in text
     if fmt == "markdown":
@@ -69,9 +70,9 @@ def test_bad_input_one_line_no_traceback(argv, match, capsys):
 
 
 def test_validate_without_accelerator_says_so(capsys):
-  from jaxmem import targets
+  from jaxmem.compiler.startup import attached_accelerator_present
 
-  if targets.attached_accelerator_present():
+  if attached_accelerator_present():
     pytest.skip("an accelerator is attached")
   assert main(["validate", "--model", "tiny", "--batch", "2", "--seq", "16"]) == 2
   err = capsys.readouterr().err
@@ -81,12 +82,25 @@ def test_validate_without_accelerator_says_so(capsys):
 def test_validate_measure_runs_real_steps_on_cpu():
   # The measuring half of validate, on the CPU: the step really runs, and the CPU's missing
   # peak counter is reported as such rather than as a number.
-  from jaxmem import sweep, validate
+  from jaxmem.planning import validate
+  from jaxmem.planning.plan import plan
 
-  p = sweep.plan(model="tiny", batch=2, seq=16, remat="full", optimizer="adamw", target="cpu")
+  p = plan(model="tiny", batch=2, seq=16, remat="full", optimizer="adamw", target="cpu")
   m = validate.measure(p, p.meshes[0], p.optimizers[0], p.remats[-1], steps=2)
   assert m.loss is not None and m.predicted_bytes > 0
   assert m.measured_bytes is None and m.ratio is None and m.notes
+
+
+def test_validate_hands_each_configuration_to_a_fresh_process_by_flags():
+  # validate runs `python -m jaxmem _measure ARGV` per configuration: the flags must give the
+  # measuring process the very workload (the target is the attached devices there).
+  from jaxmem.cli import build_parser, validate as validate_cli
+  from jaxmem.planning import validate
+  from jaxmem.workload import Workload
+
+  w = Workload(model="tiny", batch=4, seq=32, mesh="data=2,fsdp=2", remat="full", optimizer="lion", param_dtype="bfloat16")
+  args = build_parser().parse_args(["_measure", *validate.argv(w)])
+  assert validate_cli._workload(args) == w.replace(target="attached")
 
 
 def test_targets_listing(capsys):

@@ -4,10 +4,11 @@ import dataclasses
 
 import pytest
 
-from jaxmem import sweep as cmp
-from jaxmem import optimizers, remat
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
+from jaxmem.planning import sweep as cmp
+from jaxmem.planning.plan import plan
+from jaxmem.program import optimizers, remat
 
 # Tiny but with enough sequence that activations, not workspace, dominate the temporaries.
 SMALL = get_config("tiny", num_layers=4, d_model=128, d_ff=512, num_heads=4, num_kv_heads=2, head_dim=32)
@@ -78,7 +79,7 @@ def test_adafactor_state_far_below_adamw(opt_rows):
 
 def _one(**kwargs):
   """Compiles a single configuration (no baseline row), to keep registry sweeps cheap."""
-  p = cmp.plan(batch=2, seq=16, **kwargs)
+  p = plan(batch=2, seq=16, **kwargs)
   ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == p.remats[-1].name]
   return cmp.run_config(p, mesh, opt, rp)
 
@@ -137,10 +138,10 @@ def test_bad_input_is_refused_before_compiling(kwargs, match):
   base = dict(model="tiny", batch=2, seq=16)
   base.update(kwargs)
   if match is None:
-    cmp.plan(**base)  # valid
+    plan(**base)  # valid
     return
   with pytest.raises(JaxmemError, match=match):
-    cmp.plan(**base)
+    plan(**base)
 
 
 def test_indivisible_weight_axis_is_an_error():

@@ -1,10 +1,10 @@
-"""jaxmem.estimate: the closed forms, the seeds' figures from the presets, and the compiler side by side."""
+"""jaxmem.inference.estimate: the closed forms, the seeds' figures from the presets, and the compiler side by side."""
 
 from __future__ import annotations
 
 import pytest
 
-from jaxmem import estimate as est
+from jaxmem.inference import estimate as est
 from jaxmem.errors import JaxmemError
 from jaxmem.models import count_params, get_config
 
@@ -50,7 +50,7 @@ def test_activation_formulas_korthikanti_table2():
 
 
 def test_estimate_vs_compiler_has_ratios_and_notes():
-  from jaxmem import sweep
+  from jaxmem.planning import sweep
 
   (row,) = [r for r in sweep.compare(model="tiny", remat="none", batch=2, seq=32, target="cpu") if r.remat == "none"]
   comps = {c.component: c for c in est.estimate_vs_compiler(row)}

@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from jaxmem.explain import CONSUMERS, explain
-from jaxmem.explain_cli import (
+from jaxmem.explain.analyse import CONSUMERS, explain
+from jaxmem.render.explain import (
   JSON_BUFFER_KEYS,
   explain_json,
   render_explain,
   residuals_table,
 )
-from jaxmem.residuals import saved_residuals_by_policy
-from jaxmem.timeline import plot_timeline, timeline_text
+from jaxmem.explain.residuals import saved_residuals_by_policy
+from jaxmem.explain.timeline import plot_timeline, timeline_text
 
 
 # Each configuration compiles once per module; its tests share the Explanation.
@@ -152,7 +152,7 @@ ENTRY %main (a: f32[4], b: f32[2,4]) -> f32[2,4] {
 
 @pytest.mark.parametrize("printer", ["jaxlib 0.10.2", "jaxlib 0.12.0.1"])
 def test_origin_follows_the_loop_body(printer, elide_get_tuple_elements):
-  from jaxmem.explain_hlo import parse_hlo
+  from jaxmem.hlo.dump import parse_hlo
 
   # jaxlib 0.12.0.1's dumps print no get-tuple-element: %g's readers say %loop#2 instead.
   new = printer == "jaxlib 0.12.0.1"

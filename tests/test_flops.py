@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 import jaxmem
-from jaxmem.flops import jaxpr_flops
+from jaxmem.compiler.flops import jaxpr_flops
 
 
 def _scan(ws, x):

@@ -1,4 +1,4 @@
-"""jaxmem.infer and jaxmem.quant: KV cache bytes, decode growth with context, quantized weight bytes."""
+"""jaxmem.inference.infer and .quant: KV cache bytes, decode growth with context, quantized weight bytes."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from jaxmem import infer, quant
-from jaxmem import sharding as shd
+from jaxmem.inference import infer, quant
+from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
 from jaxmem.models import KVCache, Transformer, get_config, kv_cache_bytes
-from jaxmem.train import abstract_model
+from jaxmem.program.train import abstract_model
 
 
 def test_kv_bytes_match_the_formula():
@@ -52,7 +52,7 @@ def test_decode_argument_bytes_grow_by_the_kv_cache_growth_per_device():
 def test_gpu_decode_updates_the_cache_in_place():
   # With the kv heads after the positions, XLA's GPU layout assignment transposed the whole
   # donated cache into and out of the layer loop: temp grew by about the cache's own growth.
-  from jaxmem.accelerators import gpu_compiler_available
+  from jaxmem.compiler.accelerators import gpu_compiler_available
 
   if not gpu_compiler_available("h100")[0]:
     pytest.skip("no GPU compiler for h100 here")
@@ -116,11 +116,9 @@ def test_training_vs_inference_and_plot(tmp_path):
 def test_infer_and_estimate_parsers(capsys):
   import argparse
 
-  from jaxmem import cli, infer_cli
+  from jaxmem import cli
 
-  parser = cli._Parser(prog="jaxmem")
-  sub = parser.add_subparsers(dest="command", parser_class=cli._Parser)
-  infer_cli.add_infer_parsers(sub, cli._add_workload)
+  parser = cli.build_parser()
   args = parser.parse_args(["infer", "--model", "tiny", "--target", "cpu", "--phase", "decode", "--context", "32,64", "--weights", "int4", "--format", "json"])
   assert args.func(args) == 0
   assert '"phase": "decode"' in capsys.readouterr().out

@@ -453,7 +453,7 @@ def test_experts_hook_runs_dropless_per_shard():
 
 @functools.cache
 def _compiler(target: str) -> tuple[bool, str]:
-  from jaxmem import accelerators as acc
+  from jaxmem.compiler import accelerators as acc
 
   return acc.tpu_compiler_available() if target.startswith("tpu") else acc.gpu_compiler_available("h100")
 
@@ -463,7 +463,7 @@ def test_both_implementations_compile_for_accelerator_targets(target):
   ok, why = _compiler(target)
   if not ok:
     pytest.skip(f"{target} compiler unavailable: {why}")
-  from jaxmem.targets import get_target
+  from jaxmem.compiler.targets import get_target
 
   device = jax.sharding.SingleDeviceSharding(get_target(target).devices()[0])
   cfgs = [get_config("tiny-moe", moe_impl=impl) for impl in IMPLS]

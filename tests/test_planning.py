@@ -10,13 +10,14 @@ import time
 
 import pytest
 
-from jaxmem import accelerators as acc
-from jaxmem import fit, scale, sweep
-from jaxmem.cache import RowCache
+from jaxmem.compiler import accelerators as acc
 from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
-from jaxmem.runner import run_tasks
+from jaxmem.planning import fit, scale, sweep
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.plan import plan
+from jaxmem.planning.runner import run_tasks
 
 TPU_OK, TPU_WHY = acc.tpu_compiler_available()
 GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
@@ -46,11 +47,11 @@ def test_cache_returns_identical_rows(tmp_path):
     ],
 )
 def test_cache_misses_when_any_key_part_changes(change):
-  base = sweep.plan(**TINY, remat="full", optimizer="sgd").tasks()[-1]
+  base = plan(**TINY, remat="full", optimizer="sgd").tasks()[-1]
   kwargs = {**TINY, "remat": "full", "optimizer": "sgd", **change}
-  other = sweep.plan(**kwargs).tasks()[-1]
+  other = plan(**kwargs).tasks()[-1]
   assert base.cache_key() != other.cache_key()
-  assert base.cache_key() == sweep.plan(**TINY, remat="full", optimizer="sgd").tasks()[-1].cache_key()
+  assert base.cache_key() == plan(**TINY, remat="full", optimizer="sgd").tasks()[-1].cache_key()
 
 
 def test_killed_sweep_resumes_without_recompiling(tmp_path):
@@ -100,7 +101,7 @@ MID = get_config("tiny", d_model=256, d_ff=1024, num_heads=4, num_kv_heads=2, he
 
 @pytest.mark.skipif(not TPU_OK, reason=f"TPU compiler unavailable: {TPU_WHY}")
 def test_fit_agrees_with_compare_on_tpu():
-  p = sweep.plan(model=MID, remat="full", optimizer="adamw", batch=1, seq=1024, target="tpu:v5e-1")
+  p = plan(model=MID, remat="full", optimizer="adamw", batch=1, seq=1024, target="tpu:v5e-1")
   p = dataclasses.replace(p, remats=p.remats[1:])  # search `full` only, to keep the test short
   (found,) = fit.search(p)
   assert found.remat == "full" and found.max_batch and found.row.fits and found.compiles <= 12
@@ -113,7 +114,7 @@ def test_fit_agrees_with_compare_on_tpu():
 
 def test_fit_needs_a_capacity():
   with pytest.raises(JaxmemError, match="needs a target with a memory capacity"):
-    fit.search(sweep.plan(**TINY))
+    fit.search(plan(**TINY))
 
 
 @pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
@@ -153,8 +154,8 @@ def test_bad_over(spec, match):
 
 def test_run_tasks_reports_cached_rows(tmp_path):
   cache = RowCache(tmp_path)
-  tasks = sweep.plan(**TINY, remat="full", optimizer="sgd").tasks()
-  run_tasks(tasks, cache=cache)
+  tasks = plan(**TINY, remat="full", optimizer="sgd").tasks()
+  run_tasks(tasks, sweep.run_task, cache=cache)
   seen = []
-  run_tasks(tasks, cache=cache, on_row=lambda i, row, cached: seen.append((i, cached)))
+  run_tasks(tasks, sweep.run_task, cache=cache, on_row=lambda i, row, cached: seen.append((i, cached)))
   assert sorted(seen) == [(0, True), (1, True)]

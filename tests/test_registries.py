@@ -5,9 +5,44 @@ import inspect
 import jax
 import pytest
 
-from jaxmem import optimizers, remat, sharding
 from jaxmem.errors import JaxmemError
-from jaxmem.models import CHECKPOINT_NAMES
+from jaxmem.inference.quant import WEIGHT_FORMATS
+from jaxmem.models import CHECKPOINT_NAMES, PRESETS
+from jaxmem.program import optimizers, remat, sharding
+from jaxmem.registry import Registry
+
+COLORS = Registry("color", {"red": 1, "green": 2, "blue": 3}, flag="colors", in_all=lambda v: v != 3)
+
+
+def test_registry_is_a_read_only_mapping():
+  assert list(COLORS) == ["red", "green", "blue"] and len(COLORS) == 3 and "red" in COLORS
+  assert COLORS["green"] == 2 and dict(COLORS.items())["blue"] == 3
+  assert COLORS.get("pink", None) is None  # Mapping.get with a default still works
+  with pytest.raises(TypeError):
+    COLORS["pink"] = 4  # type: ignore[index]
+
+
+def test_registry_get_lists_the_valid_names():
+  with pytest.raises(JaxmemError, match=r"^unknown color 'pink'; valid: red, green, blue, all$"):
+    COLORS.get("pink")
+
+
+def test_registry_parse_keeps_order_once_each():
+  assert COLORS.parse("blue, red,blue") == (3, 1)
+  assert COLORS.parse(["green", "red,blue"]) == (2, 1, 3)
+  assert COLORS.parse("all") == (1, 2)  # in_all leaves blue out
+  assert COLORS.parse("all", all_filter=lambda v: v > 1) == (2,)
+  with pytest.raises(JaxmemError, match="--colors is empty"):
+    COLORS.parse(" , ")
+
+
+@pytest.mark.parametrize("registry,kind", [(remat.REMAT_POLICIES, "remat policy"), (optimizers.OPTIMIZERS, "optimizer"),
+                                           (WEIGHT_FORMATS, "weight format"), (PRESETS, "model")])
+def test_every_registry_answers_alike(registry, kind):
+  first = next(iter(registry))
+  assert registry.get(first) is registry[first]
+  with pytest.raises(JaxmemError, match=f"unknown {kind} 'nope'; valid: {first}"):
+    registry.parse(f"{first},nope")
 
 
 def test_every_argument_free_jax_policy_is_registered():
@@ -58,14 +93,14 @@ def test_unknown_remat_lists_valid_names():
 
 def test_unknown_optimizer_lists_valid_names():
   with pytest.raises(JaxmemError, match="unknown optimizer 'adamm'; valid: sgd"):
-    optimizers.parse_optimizers("adamm")
+    optimizers.OPTIMIZERS.parse("adamm")
 
 
 def test_optimizer_registry_has_the_usual_names():
   assert {"sgd", "momentum", "nesterov", "adam", "adamw", "adamw_bf16", "adafactor", "lion", "lamb"} <= set(
       optimizers.OPTIMIZERS
   )
-  assert [o.name for o in optimizers.parse_optimizers("all")] == list(optimizers.OPTIMIZERS)
+  assert [o.name for o in optimizers.OPTIMIZERS.parse("all")] == list(optimizers.OPTIMIZERS)
 
 
 @pytest.mark.parametrize(

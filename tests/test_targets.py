@@ -2,9 +2,9 @@
 
 import pytest
 
-from jaxmem import accelerators as acc
-from jaxmem import sweep
-from jaxmem import targets as tg
+from jaxmem.compiler import accelerators as acc
+from jaxmem.planning import sweep
+from jaxmem.compiler import targets as tg
 from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
 

@@ -1,0 +1,78 @@
+"""``jaxmem compare``: remat policies, optimizers and meshes side by side, one row each; with
+``--residuals`` what each policy saves per layer, and the ``--with-inference`` and
+``--with-estimate`` sections."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from jaxmem.cli import _common as c
+from jaxmem.explain.residuals import saved_residuals_by_policy
+from jaxmem.inference.estimate import estimate_vs_compiler
+from jaxmem.inference.infer import training_vs_inference
+from jaxmem.planning import sweep
+from jaxmem.planning.plan import plan
+from jaxmem.render import tables
+from jaxmem.render.explain import residuals_table
+from jaxmem.render.inference import render_compare_extras
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+  p = subparsers.add_parser("compare", help="compare remat policies and optimizers for a model's train step")
+  c.add_workload(p)
+  c.add_sweep_axes(
+      p, remat_help=f"policies, comma separated, or all; none is always the baseline (default {c.DEFAULT_REMAT})"
+  )
+  p.add_argument("--residuals", action="store_true", help="list what each remat policy saves for the backward pass, per layer")
+  p.add_argument("--with-inference", action="store_true", help="add the decode step of the same model, target and mesh")
+  p.add_argument("--with-estimate", action="store_true", help="add the closed-form estimate against the compiler, per component")
+  p.add_argument("--weights", default="bf16", help="weights for --with-inference; default bf16")
+  p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  tables.check_format(args.format)
+  chosen = c.resolve_target(args)
+  w = c.workload(args)
+  p = plan(w)
+  c.say(chosen)  # said once the input is known to be good, so an error stays one line
+  if args.residuals:
+    c.emit(residuals_table(saved_residuals_by_policy(w), args.format), args.output)
+    return 0
+  rows = c.run_sweep(p.tasks(), args)
+  if rows is None:
+    return 130
+  rows = sweep.with_overheads(rows)
+  extras = compare_extras(args, rows)
+  if args.format == "json":
+    out = [tables.with_totals(r) for r in rows] if args.totals else rows
+    c.emit(json.dumps(tables.envelope(out, **extras), indent=2), args.output)
+  else:
+    text = tables.render_compare(rows, args.format, totals=args.totals)
+    c.emit(text + render_compare_extras(extras, args.format), args.output)
+  return 0
+
+
+def compare_extras(args: argparse.Namespace, rows: Sequence[sweep.Row]) -> dict[str, list[dict[str, Any]]]:
+  """Records for the sections ``compare`` adds: ``inference`` (training vs decode, one pair per
+  mesh, for the last remat policy of that mesh) and ``estimate`` (per component, per row)."""
+  out: dict[str, list[dict[str, Any]]] = {}
+  if args.with_inference:
+    pairs = []
+    for mesh in dict.fromkeys(r.mesh for r in rows):
+      r = [x for x in rows if x.mesh == mesh][-1]
+      sides = training_vs_inference(target=args.target, slices=args.slices, weights=args.weights, train_row=r)
+      pairs += [s.as_dict() for s in sides]
+    out["inference"] = pairs
+  if args.with_estimate:
+    recs = []
+    for r in rows:
+      if r.error:
+        continue
+      for comp in estimate_vs_compiler(r):
+        recs.append(dict(mesh=r.mesh, optimizer=r.optimizer, remat=r.remat, **comp.as_dict()))
+    out["estimate"] = recs
+  return out

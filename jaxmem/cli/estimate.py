@@ -1,0 +1,39 @@
+"""``jaxmem estimate``: the closed-form figures (ZeRO, Korthikanti et al.), each with its source."""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxmem.cli import _common as c
+from jaxmem.errors import JaxmemError
+from jaxmem.inference import estimate
+from jaxmem.render import tables
+from jaxmem.render.inference import render_estimates
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+  p = subparsers.add_parser("estimate", help="closed-form memory figures with their sources (ZeRO, Korthikanti et al.)")
+  p.add_argument("--model", default="gpt2-small", help="model presets, comma separated; default gpt2-small")
+  p.add_argument("--optimizer", default="adamw", help="optimizer; default adamw")
+  p.add_argument("--precision", default="mixed", help="mixed (ZeRO's 16 B/param for Adam), fp32 or bf16; default mixed")
+  p.add_argument("--batch", type=int, default=8, help="micro-batch per model replica; default 8")
+  p.add_argument("--seq", type=int, default=1024, help="sequence length; default 1024")
+  p.add_argument("--tensor", type=int, default=1, help="tensor-parallel size t; default 1")
+  p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tensor)")
+  p.add_argument("--recompute", default="none", help="none, selective or full; default none")
+  p.add_argument("--context", type=int, default=None, help="KV cache context; default --seq")
+  c.add_output(p)
+  p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  tables.check_format(args.format)
+  models = [m.strip() for m in args.model.split(",") if m.strip()]
+  if not models:
+    raise JaxmemError("--model is empty")
+  rows = estimate.estimates(
+      models, optimizer=args.optimizer, precision=args.precision, batch=args.batch, seq=args.seq,
+      tensor=args.tensor, sequence_parallel=args.sequence_parallel, recompute=args.recompute, context=args.context,
+  )
+  c.emit(render_estimates(rows, args.format), args.output)
+  return 0

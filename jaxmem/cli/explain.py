@@ -1,0 +1,36 @@
+"""``jaxmem explain``: what fills the memory of one configuration."""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxmem.cli import _common as c
+from jaxmem.errors import JaxmemError
+from jaxmem.explain.analyse import explain
+from jaxmem.explain.timeline import plot_timeline
+from jaxmem.render import tables
+from jaxmem.render.explain import render_explain
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+  p = subparsers.add_parser("explain", help="what fills the memory: consumers, buffers live at the peak, timeline")
+  c.add_workload(p)
+  p.add_argument("--remat", default="none", help="one remat policy (default none)")
+  p.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
+  p.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")
+  p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
+  p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  tables.check_format(args.format)
+  if args.mesh and len(args.mesh) > 1:
+    raise JaxmemError("explain takes one --mesh; run it once per mesh")
+  if args.plot and not args.plot.lower().endswith((".png", ".svg")):
+    raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
+  c.say(c.resolve_target(args))
+  result = explain(c.workload(args), top=args.top)
+  if args.plot:
+    plot_timeline(result, args.plot)
+  c.emit(render_explain(result, args.format), args.output)
+  return 0

@@ -1,0 +1,39 @@
+"""``jaxmem infer``: prefill and decode memory with a KV cache, per weight format."""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxmem.cli import _common as c
+from jaxmem.inference import infer
+from jaxmem.render import tables
+from jaxmem.render.inference import render_infer
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+  p = subparsers.add_parser("infer", help="prefill and decode memory with a KV cache, per weight format")
+  c.add_workload(p)
+  p.set_defaults(batch=1)
+  p.add_argument("--prompt", type=int, default=1024, help="prefill prompt length in tokens; default 1024")
+  p.add_argument("--context", default="2048", help="decode KV cache lengths, comma separated; default 2048")
+  p.add_argument("--weights", default="bf16", help="bf16, fp16, fp8, int8, int4, comma separated, or all; default bf16")
+  p.add_argument("--phase", default="prefill,decode", help="prefill, decode or both; default both")
+  p.add_argument("--kv-table", action="store_true", help="also list the KV cache (formula) against context and batch")
+  p.add_argument("--plot", default=None, metavar="FILE", help="write a figure of memory against context (png, pdf, svg)")
+  p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  tables.check_format(args.format)
+  chosen = c.resolve_target(args)
+  p = infer.plan_infer(c.workload(args, infer.InferWorkload))
+  c.say(chosen)
+  rows = [infer.run_infer_config(p, *config) for config in p.configs()]
+  batches = sorted({1, 8, 32, p.batch})
+  kv = []
+  if args.kv_table:
+    kv = infer.kv_cache_table(p.cfg, contexts=sorted({1024, 8192, 32768, 131072, *p.contexts}), batches=batches)
+  if args.plot:
+    infer.plot(rows, args.plot, kv_rows=infer.kv_cache_table(p.cfg, contexts=[2**k for k in range(10, 18)], batches=batches))
+  c.emit(render_infer(rows, args.format, kv_rows=kv), args.output)
+  return 0

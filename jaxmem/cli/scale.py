@@ -1,0 +1,37 @@
+"""``jaxmem scale``: each memory component against batch and sequence length, with fitted
+growth exponents and an optional plot."""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxmem.cli import _common as c
+from jaxmem.planning import scale, sweep
+from jaxmem.render import tables
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+  p = subparsers.add_parser("scale", help="each memory component against batch and sequence length, with growth exponents")
+  c.add_workload(p)
+  p.add_argument("--over", action="append", default=None, help="seq=1024,2048,4096 or batch=8,16,32 (repeatable)")
+  p.add_argument("--remat", default="none", help="policies, comma separated (default none)")
+  p.add_argument("--optimizer", default="adamw", help="optimizers, comma separated; default adamw")
+  p.add_argument("--plot", default=None, metavar="FILE", help="write the curves (png, svg, pdf) with the capacity as a line")
+  p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  tables.check_format(args.format)
+  over = scale.parse_over(args.over or [])
+  chosen = c.resolve_target(args)
+  tasks = scale.tasks(c.workload(args), over)
+  c.say(chosen)
+  rows = c.run_sweep(tasks, args)
+  if rows is None:
+    return 130
+  rows = sweep.with_overheads(rows)
+  growth = scale.growth_exponents(rows, over)
+  if args.plot:
+    scale.plot(rows, over, args.plot)
+  c.emit(tables.render_scale(rows, growth, args.format, totals=args.totals), args.output)
+  return 0

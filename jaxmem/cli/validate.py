@@ -1,0 +1,51 @@
+"""``jaxmem validate``: real steps on the attached accelerator, the measured peak against the
+prediction; and the hidden ``_measure`` that runs one configuration in a fresh process for it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from jaxmem.cli import _common as c
+from jaxmem.planning import validate
+from jaxmem.render import tables
+
+_COLUMNS = ["mesh", "optimizer", "remat", "predicted_bytes", "measured_bytes", "ratio", "loss", "error"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+  p = subparsers.add_parser("validate", help="run real steps on the attached accelerator: measured peak vs predicted")
+  c.add_workload(p)
+  c.add_sweep_axes(p)
+  p.add_argument("--steps", type=int, default=3, help="train steps to run per configuration; default 3")
+  p.set_defaults(func=run)
+  m = subparsers.add_parser("_measure")  # one configuration in a fresh process, for validate
+  c.add_workload(m)
+  m.add_argument("--remat", required=True)
+  m.add_argument("--optimizer", required=True)
+  m.add_argument("--steps", type=int, default=3)
+  m.set_defaults(func=measure)
+
+
+def _workload(args: argparse.Namespace):
+  # validate runs on the attached devices; a --target it cannot honour is refused by the library.
+  return c.workload(args, target=args.target or "attached")
+
+
+def run(args: argparse.Namespace) -> int:
+  tables.check_format(args.format)
+  headers = None if args.format in ("json", "csv") else _COLUMNS
+
+  def save(done: list) -> None:
+    if args.output:
+      c.write(args.output, tables.render_records(done, args.format))
+
+  records = validate.validate(_workload(args), steps=args.steps, distributed=args.distributed, on_measurement=save)
+  c.emit(tables.render_records(records, args.format, headers=headers), args.output)
+  return 0
+
+
+def measure(args: argparse.Namespace) -> int:
+  m = validate.measure_one(_workload(args), steps=args.steps, distributed=args.distributed)
+  print(json.dumps(m.as_dict()))
+  return 0

@@ -1,0 +1,319 @@
+"""Compilation targets: which devices a program is compiled for, and how much memory each has.
+
+Names:
+
+- ``cpu``, ``cpu:N``: this machine's CPU, one device or N simulated ones (for trying meshes on
+  a laptop; JAX must be started with ``jax_num_cpu_devices >= N``, which the CLI does). Its
+  temporaries overstate an accelerator's: XLA:CPU fuses and reuses buffers less.
+- ``attached``: the devices of the machine jaxmem runs on (a Cloud TPU or GPU VM; every host's
+  devices in a multi-host job), with their real memory limits.
+- ``tpu:GEN-SIZE``: a Cloud TPU slice by its accelerator-type name (``tpu:v5e-8``,
+  ``tpu:v5p-128``, ``tpu:v6e-256``), compiled by libtpu without a TPU. v4, v5p and v7x names
+  count TensorCores (v5p-8 is 4 chips, 4 JAX devices), v5e and v6e names count chips. Several
+  slices (multi-slice over DCN) with ``slices=N``.
+- ``gpu:NAME`` or ``gpu:NAMExN``: N GPUs (``gpu:h100x8``), compiled by XLA's CUDA compiler
+  without a GPU from a target description of the part (:mod:`jaxmem.compiler.accelerators`); more than
+  8 devices are laid out as hosts of 8 (``gpu:h100x16`` is two 8-GPU hosts).
+
+``capacity_bytes`` is the memory per device a program may use: TPU, what the compiler itself
+says is available (read from its out-of-memory message); GPU, the device memory times the
+fraction JAX's allocator takes (``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.75 by default); attached,
+``memory_stats()["bytes_limit"]``; CPU, none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+
+from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.startup import attached_accelerator_present, start_jax
+from jaxmem.errors import JaxmemError
+from jaxmem.records import Record
+from jaxmem.render.units import GiB
+from jaxmem.program.sharding import MeshSpec, format_mesh
+
+# JAX's GPU allocator takes this fraction of device memory unless told otherwise
+# (https://docs.jax.dev/en/latest/gpu_memory_allocation.html).
+_DEFAULT_GPU_MEM_FRACTION = 0.75
+# Representative accelerators for the default target when none is attached, most common first.
+DEFAULT_ACCELERATORS = ("gpu:h100", "tpu:v6e-1", "tpu:v5p-8")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Target:
+  """A named set of devices to compile for."""
+
+  name: str
+  platform: str  # "cpu", "tpu" or "gpu": the compiler used
+  num_devices: int
+  device_kind: str
+  capacity_bytes: int | None  # usable memory per device; None where there is no such limit
+  capacity_note: str | None = None  # where capacity_bytes comes from, or why it is None
+  hbm_bytes: int | None = None  # memory per device by the public specification
+  has_host_memory: bool = True  # a host memory space for remat offload
+  source: str = "cpu"  # "cpu", "attached", "tpu", "gpu": how devices are obtained
+  key: str = ""  # generation or GPU name
+  size: int = 1  # slice size (TPU) or devices per host (GPU)
+  slices: int = 1
+  hosts: int = 1
+
+  def devices(self) -> list:
+    """The devices, real or compile-only, in a stable order."""
+    if self.source == "cpu":
+      return cpu_devices(self.num_devices)
+    if self.source == "attached":
+      return attached_devices()
+    start_jax()
+    if self.source == "tpu":
+      return acc.tpu_devices(self.key, self.size, num_slices=self.slices)
+    return acc.gpu_devices(self.key, self.size, hosts=self.hosts)
+
+  def make_mesh(self, axis_sizes: MeshSpec) -> jax.sharding.Mesh:
+    """A mesh over this target's devices with the given ``(axis, size)`` pairs."""
+    names = tuple(a for a, _ in axis_sizes)
+    shape = tuple(s for _, s in axis_sizes)
+    devices = self.devices()
+    if int(np.prod(shape)) != len(devices):
+      raise JaxmemError(
+          f"mesh {format_mesh(axis_sizes)} has {int(np.prod(shape))} devices but target "
+          f"{self.name} has {len(devices)}; make the axis sizes multiply to {len(devices)}"
+      )
+    return jax.sharding.Mesh(_arrange(devices, shape), names)
+
+
+def _arrange(devices: list, shape: tuple[int, ...]) -> np.ndarray:
+  # Physical order on TPU keeps neighbouring mesh coordinates on neighbouring chips, as real
+  # jobs lay them out; elsewhere (and where the topology has no such layout) plain order.
+  if devices and devices[0].platform == "tpu" and len({getattr(d, "slice_index", 0) for d in devices}) == 1:
+    try:
+      return mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
+    except (ValueError, NotImplementedError, AssertionError):
+      pass
+  return np.array(devices, dtype=object).reshape(shape)
+
+
+def cpu_devices(n: int) -> list:
+  start_jax(n)
+  devices = jax.devices("cpu")
+  if len(devices) < n:
+    raise JaxmemError(
+        f"target cpu:{n} needs {n} CPU devices but JAX was started with {len(devices)}; call "
+        f'jax.config.update("jax_num_cpu_devices", {n}) before JAX\'s first use (the CLI does this)'
+    )
+  return devices[:n]
+
+
+def attached_devices() -> list:
+  start_jax()
+  return jax.devices()
+
+
+_CPU_RE = re.compile(r"^cpu(?::(\d+))?$")
+_TPU_RE = re.compile(r"^tpu:([a-z0-9]+)-(\d+)$")
+_GPU_RE = re.compile(r"^gpu:([a-z0-9-]+?)(?:x(\d+))?$")
+
+
+def get_target(name: str, *, slices: int = 1) -> Target:
+  """Looks a target up by name; an unknown name is a :class:`JaxmemError` listing valid ones."""
+  key = name.strip().lower()
+  if slices != 1 and not key.startswith("tpu:"):
+    raise JaxmemError(f"--slices applies to TPU targets only, not {name!r}")
+  if m := _CPU_RE.match(key):
+    return _cpu_target(int(m.group(1) or 1), name)
+  if key == "attached":
+    return _attached_target()
+  if m := _TPU_RE.match(key):
+    return _tpu_target(m.group(1), int(m.group(2)), slices)
+  if m := _GPU_RE.match(key):
+    return _gpu_target(m.group(1), int(m.group(2) or 1))
+  raise JaxmemError(
+      f"unknown target {name!r}; valid forms: cpu, cpu:N, attached, tpu:GEN-SIZE (GEN: "
+      f"{', '.join(acc.TPU_GENERATIONS)}), gpu:NAME[xN] (NAME: {', '.join(acc.GPU_SPECS)}); "
+      "see `jaxmem targets`"
+  )
+
+
+def _cpu_target(n: int, name: str) -> Target:
+  if n < 1:
+    raise JaxmemError(f"target {name!r}: the device count must be at least 1")
+  return Target(
+      name="cpu" if n == 1 else f"cpu:{n}",
+      platform="cpu",
+      num_devices=n,
+      device_kind="cpu",
+      capacity_bytes=None,
+      capacity_note="the CPU backend has no device memory limit; its temporaries overstate an accelerator's",
+  )
+
+
+def _attached_target() -> Target:
+  devices = attached_devices()
+  d0 = devices[0]
+  stats = None
+  if d0.platform != "cpu":
+    try:
+      stats = d0.memory_stats()
+    except (RuntimeError, NotImplementedError):  # some plugins do not implement it
+      stats = None
+  limit = (stats or {}).get("bytes_limit")
+  return Target(
+      name="attached",
+      platform="gpu" if d0.platform in ("gpu", "cuda", "rocm") else d0.platform,
+      num_devices=len(devices),
+      device_kind=d0.device_kind,
+      capacity_bytes=int(limit) if limit else None,
+      capacity_note=(
+          "memory_stats()['bytes_limit'] of the attached device"
+          if limit
+          else f"the attached {d0.platform} device reports no memory limit"
+      ),
+      source="attached",
+  )
+
+
+@functools.cache
+def _tpu_capacity(gen: str) -> int:
+  return acc.usable_hbm_bytes(gen)
+
+
+def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
+  try:
+    gen = next(g for g in acc.TPU_GENERATIONS.values() if gen_name == g.name or gen_name in g.aliases)
+  except StopIteration:
+    raise JaxmemError(f"unknown TPU generation {gen_name!r}; valid: {', '.join(acc.TPU_GENERATIONS)}") from None
+  acc.tpu_topology_name(gen.name, size)  # checks the size, listing valid ones
+  if slices < 1:
+    raise JaxmemError(f"--slices must be at least 1 (got {slices})")
+  devices = gen.chips(size) * gen.devices_per_chip * slices
+  return Target(
+      name=f"tpu:{gen.name}-{size}" + (f"x{slices}slices" if slices > 1 else ""),
+      platform="tpu",
+      num_devices=devices,
+      device_kind=gen.device_kind,
+      capacity_bytes=None,  # filled lazily by with_capacity(): it costs a probe compile
+      hbm_bytes=gen.hbm_bytes_per_device,
+      source="tpu",
+      key=gen.name,
+      size=size,
+      slices=slices,
+  )
+
+
+def _gpu_target(gpu: str, n: int) -> Target:
+  if gpu not in acc.GPU_SPECS:
+    raise JaxmemError(f"unknown GPU {gpu!r}; valid: {', '.join(acc.GPU_SPECS)} (write gpu:h100x8 for 8)")
+  if n < 1:
+    raise JaxmemError(f"target gpu:{gpu}x{n}: the device count must be at least 1")
+  per_host = n if n <= 8 else 8
+  if n % per_host:
+    raise JaxmemError(f"target gpu:{gpu}x{n}: more than 8 GPUs must be a multiple of 8 (hosts of 8)")
+  spec = acc.GPU_SPECS[gpu]
+  fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", _DEFAULT_GPU_MEM_FRACTION))
+  return Target(
+      name=f"gpu:{gpu}" + (f"x{n}" if n > 1 else ""),
+      platform="gpu",
+      num_devices=n,
+      device_kind=spec.description,
+      capacity_bytes=int(spec.hbm_bytes * fraction),
+      capacity_note=(
+          f"{fraction:g} of the device's {spec.hbm_bytes / 2**30:.1f} GiB, the share JAX's allocator "
+          "takes (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+      ),
+      hbm_bytes=spec.hbm_bytes,
+      source="gpu",
+      key=gpu,
+      size=per_host,
+      hosts=n // per_host,
+  )
+
+
+def with_capacity(target: Target) -> Target:
+  """Fills a TPU target's capacity from the compiler (a quick probe compile, cached)."""
+  if target.source != "tpu" or target.capacity_bytes is not None:
+    return target
+  cap = _tpu_capacity(target.key)
+  spec = target.hbm_bytes or 0
+  note = (
+      "the HBM the TPU compiler reports available"
+      if cap != spec
+      else "the public HBM figure (the compiler's own could not be read)"
+  )
+  return dataclasses.replace(target, capacity_bytes=cap, capacity_note=note)
+
+
+def cpu_devices_needed(names: list[str]) -> int:
+  """The number of simulated CPU devices the given target names need (for the CLI's start-up)."""
+  need = 1
+  for name in names:
+    m = _CPU_RE.match(name.strip().lower())
+    if m and m.group(1):
+      need = max(need, int(m.group(1)))
+  return need
+
+
+def default_target_name() -> tuple[str, str]:
+  """(target, why): the attached accelerator, else the first representative accelerator whose
+  compiler is installed, else the CPU."""
+  if attached_accelerator_present():
+    return "attached", "an accelerator is attached"
+  for name in DEFAULT_ACCELERATORS:
+    kind, _, rest = name.partition(":")
+    if acc.gpu_compiler_available(rest) if kind == "gpu" else acc.tpu_compiler_available():
+      return name, f"no accelerator attached; {name}'s compiler is installed"
+  return "cpu", "no accelerator attached and no TPU/GPU compiler installed; CPU temporaries overstate an accelerator's"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TargetListing(Record):
+  """One line of `jaxmem targets`: a named target, its devices and memory (GiB per device),
+  and whether its compiler works here (``note`` says why not)."""
+
+  target: str
+  platform: str
+  devices: int | str  # "N" for cpu:N, "all" for attached
+  device_kind: str
+  hbm_gib: float | None
+  capacity_gib: float | None
+  compiler: str  # "yes" or "no"
+  note: str = ""
+
+
+def _listing(t: Target, capacity: int | None, available: acc.CompilerAvailability) -> TargetListing:
+  return TargetListing(
+      target=t.name,
+      platform=t.platform,
+      devices=t.num_devices,
+      device_kind=t.device_kind,
+      hbm_gib=round(t.hbm_bytes / GiB, 2),
+      capacity_gib=None if capacity is None else round(capacity / GiB, 2),
+      compiler="yes" if available else "no",
+      note=available.why,
+  )
+
+
+def list_targets() -> list[TargetListing]:
+  """One record per named target for `jaxmem targets`: devices, memory, compiler installed."""
+  records = [
+      TargetListing(target="cpu:N", platform="cpu", devices="N", device_kind="cpu", hbm_gib=None, capacity_gib=None,
+                    compiler="yes", note="simulated devices")
+  ]
+  if attached_accelerator_present():
+    records.append(TargetListing(target="attached", platform="?", devices="all", device_kind="this machine's",
+                                 hbm_gib=None, capacity_gib=None, compiler="yes"))
+  tpu = acc.tpu_compiler_available()
+  for gen in acc.TPU_GENERATIONS.values():
+    for size in gen.sizes:
+      records.append(_listing(_tpu_target(gen.name, size, 1), _tpu_capacity(gen.name) if tpu else None, tpu))
+  for gpu in acc.GPU_SPECS:
+    available = acc.gpu_compiler_available(gpu)
+    for n in (1, 8):
+      t = _gpu_target(gpu, n)
+      records.append(_listing(t, t.capacity_bytes, available))
+  return records

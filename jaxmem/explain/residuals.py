@@ -1,0 +1,141 @@
+"""What each remat policy saves for the backward pass, per layer, from JAX's own residual listing.
+
+``jax.ad_checkpoint.print_saved_residuals`` (its data form, ``saved_residuals``) lists every
+value the VJP of a function keeps: its abstract value and where it comes from (an argument, a
+primitive with its source line, or a ``checkpoint_name``). jaxmem runs it on one Transformer
+block (the scan body; every layer saves the same) under each policy, so a policy's name turns
+into a list of tensors and bytes. This is the jaxpr-level view, before XLA: it says what JAX asks
+to be saved, not how XLA lays it out (the compiled figures are in ``compare`` and ``explain``).
+
+Sizes are for one layer of the whole (global) batch on one device, unsharded; under data or
+FSDP parallelism each device saves its share (batch / data-parallel ways).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
+
+from jaxmem.compiler.startup import start_jax
+from jaxmem.errors import JaxmemError
+from jaxmem.models import ModelConfig
+from jaxmem.models.transformer import Block
+from jaxmem.planning.plan import resolve_model
+from jaxmem.program.remat import RematPolicy, parse_remat
+from jaxmem.records import Record
+from jaxmem.workload import Workload
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Residual(Record):
+  """One value a layer saves for its backward pass."""
+
+  name: str  # the checkpoint_name, or the primitive that made it, or the argument
+  shape: tuple[int, ...]
+  dtype: str
+  bytes: int
+  source: str  # JAX's description: "from the argument ...", "output of dot_general from file:line", ...
+  is_input: bool  # the block's input activation (saved by every policy that recomputes)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PolicyResiduals(Record):
+  """A remat policy's saved residuals: per layer, and for all layers."""
+
+  remat: str
+  model: str
+  batch: int
+  seq: int
+  num_layers: int
+  residuals: tuple[Residual, ...]
+  per_layer_bytes: int
+  total_bytes: int  # per_layer_bytes x num_layers
+
+  def rows(self) -> list[dict[str, Any]]:
+    """One flat record per residual (for tables), with the policy's totals repeated."""
+    return [
+        dict(remat=self.remat, residual=r.name, shape=list(r.shape), dtype=r.dtype, bytes=r.bytes,
+             per_layer_bytes=self.per_layer_bytes, total_bytes=self.total_bytes, source=r.source)
+        for r in self.residuals
+    ]
+
+
+def _block_fn(cfg: ModelConfig, rp: RematPolicy):
+  block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
+  graphdef, state = nnx.split(block)
+
+  def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk):
+    return nnx.merge(graphdef, layer_state)(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=lambda x, _: x)
+
+  fn = layer if rp.policy is None else jax.checkpoint(layer, policy=rp.policy, prevent_cse=False)
+  return fn, state
+
+
+def _name(aval, description: str) -> tuple[str, bool]:
+  d = description.strip()
+  if d.startswith("from the argument"):
+    arg = d.removeprefix("from the argument").strip()
+    return (arg or "argument"), arg.startswith("x_btd")
+  if "named '" in d:  # "named 'query_proj' from ..."
+    return d.split("named '", 1)[1].split("'", 1)[0], False
+  if d.startswith("output of "):
+    return d.removeprefix("output of ").split(" ", 1)[0], False
+  return d.split(" ", 1)[0] or str(aval), False
+
+
+def saved_residuals_for(
+    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int
+) -> PolicyResiduals:
+  """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input."""
+  fn, state = _block_fn(cfg, rp)
+  x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
+  k = cfg.head_dim // 2
+  rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
+  listing = saved_residuals(fn, state, x, rope, rope)
+  out = []
+  for aval, description in listing:
+    name, is_input = _name(aval, description)
+    if description.strip().startswith("from the argument") and not is_input:
+      # The layer's parameters (and RoPE tables) are held for the whole step anyway: a
+      # residual that only points at them costs nothing extra.
+      continue
+    shape = tuple(int(s) for s in getattr(aval, "shape", ()))
+    dtype = jnp.dtype(aval.dtype)
+    out.append(
+        Residual(
+            name=name,
+            shape=shape,
+            dtype=str(dtype),
+            bytes=math.prod(shape) * dtype.itemsize,
+            source=description.strip(),
+            is_input=is_input,
+        )
+    )
+  out.sort(key=lambda r: -r.bytes)
+  per_layer = sum(r.bytes for r in out)
+  return PolicyResiduals(
+      remat=rp.name, model=cfg.name, batch=batch, seq=seq, num_layers=cfg.num_layers,
+      residuals=tuple(out), per_layer_bytes=per_layer, total_bytes=per_layer * cfg.num_layers,
+  )
+
+
+def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any) -> list[PolicyResiduals]:
+  """For each remat policy of ``workload`` (``fields`` replaced; ``none`` first), what one layer
+  saves for the backward pass, for the workload's batch and sequence on one device, unsharded.
+
+  Nothing is compiled or allocated: JAX traces the block's VJP with abstract inputs.
+  """
+  w = Workload.of(workload, **fields)
+  start_jax()
+  if w.batch < 1 or w.seq < 1:
+    raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  # Listing residuals compiles nothing, so host-offload policies are listed too.
+  policies = parse_remat(w.remat, host_memory=True)
+  return [saved_residuals_for(cfg, rp, batch=w.batch, seq=w.seq) for rp in policies]

@@ -1,0 +1,614 @@
+"""Bytes each device sends per step in collectives, read from a compiled program's optimized HLO.
+
+Why: sharding trades memory for communication. FSDP's saved parameter memory comes back as
+all-gathers in the forward and backward passes and reduce-scatters of the gradients, and only the
+compiled program says which collectives the partitioner actually chose. :func:`collectives` reads
+``compiled.as_text()`` (XLA's optimized, scheduled HLO) and totals, per collective kind, the bytes
+one device sends in one call of the program.
+
+Cost convention (bytes a device SENDS per step under ring algorithms; it receives the same). With
+``g`` the number of devices in the collective's group and ``S`` the per-device buffer in bytes:
+
+  * all-gather          (g-1)/g * S_out   (S_out: the gathered output, g times the input)
+  * reduce-scatter      (g-1)/g * S_in    (S_in: the full input, g times the output)
+  * all-reduce          2(g-1)/g * S      (a reduce-scatter followed by an all-gather)
+  * all-to-all          (g-1)/g * S       (every device keeps 1/g of its buffer)
+  * collective-permute  S per pair in ``source_target_pairs`` the device is the source of
+                        (self-pairs excluded); the device with the most sends is reported.
+
+Ring costs: R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication
+Operations in MPICH", IJHPCA 19(1), 2005 (ring all-gather, and all-reduce as reduce-scatter plus
+all-gather: 2(p-1)/p * n bytes per process); NCCL's performance notes (nccl-tests
+doc/PERFORMANCE.md: "bus bandwidth" factors 2(n-1)/n for all-reduce and (n-1)/n for all-gather,
+reduce-scatter and all-to-all). Tuples (XLA's combined collectives) sum their elements; a result
+is rounded to whole bytes per collective. Sizes are logical (elements x dtype width): TPU tile
+padding in layouts such as ``{1,0:T(8,128)}`` is ignored.
+
+Group size ``g`` comes from ``replica_groups`` in any of XLA's three spellings: explicit lists
+``{{0,1},{2,3}}`` (the largest group is used if they differ, with a note), the iota form
+``[G,g]<=[dims]`` with optional ``T(perm)`` (G groups of g), and the named-mesh form
+``mesh['axis_0'=4,'axis_1'=2] {'axis_0'}`` (product of the named axes' sizes; a sub-axis
+``'axis_0':(2)4`` counts its own size, 4). Which ids the groups hold follows XLA's
+``CollectiveOpGroupMode`` (hlo/ir/collective_op_group_mode): without ``channel_id`` groups are
+replicas; all-to-all and collective-permute with ``channel_id`` are across partitions;
+all-reduce/all-gather/reduce-scatter with ``channel_id`` but without ``use_global_device_ids``
+group replicas and take every partition of them (g = len(group) * num_partitions); with
+``use_global_device_ids=true`` ids are flattened device ids. Empty groups ``{}`` mean everyone
+in that mode (replica_count and num_partitions from the ``HloModule`` line, 1 if absent).
+
+Execution counts: the call graph is walked from the ENTRY computation. A ``while`` multiplies its
+body by the trip count (its condition by trip count + 1): ``backend_config={..."known_trip_count":
+{"n":"6"}}`` where XLA records it (CPU and GPU do); the TPU compiler leaves it out, so the count
+is then derived as XLA's ``ComputeWhileLoopTripCount`` does for the common shape: the condition's
+root compares a loop-tuple element with a constant, the element starts at a constant and the body
+adds a constant to it. A loop whose count cannot be derived counts once, with a note. ``call``
+counts its callee once; ``conditional`` counts the branch with the most bytes (an upper bound for
+one step; a note says so when branches differ). Fusions and ``async-start`` wrapped computations
+are looked into (TPU puts collectives inside fusions) as part of the computation that holds them.
+
+Each logical collective counts once: ``-done`` halves of async pairs (``all-gather-start``/
+``-done``, ``all-reduce-start``, ``collective-permute-start``, ``reduce-scatter-start``,
+``all-to-all-start``; ``async-update``/``async-done``) are skipped, and a collective met again in
+one computation under the same ``channel_id`` counts once. The TPU compiler writes an async
+collective as three fusions sharing one channel id: a start fusion (custom-call
+``AsyncCollectiveStart``), overlap fusions ``async_collective_fusion*`` and a done fusion
+(``AsyncCollectiveDone``); the overlap fusions may sit inside a loop the collective spans (seen
+for GPT-2's embedding all-gather, started before the layer scan and finished after it), so only
+the start fusion's copy counts, at the start's execution count. The TPU compiler also spells a
+reduce-scatter as a fusion named ``all-reduce-scatter*`` around an all-reduce and a
+dynamic-slice; that all-reduce is counted as the reduce-scatter it is.
+
+Reading the kinds: the kind is what the compiler emitted, not what the sharding asked for. The
+TPU compiler may turn an FSDP all-gather or reduce-scatter next to a matmul into a windowed
+einsum ("collective matmul": ``windowed_dot_general_body_ag``/``_rs`` loops of
+collective-permutes in both ring directions), so on TPU FSDP traffic can show up as
+``collective_permute``; the CPU compiler reduced FSDP gradients with all-reduces rather than
+reduce-scatters in the programs checked; GPU and TPU may reduce gradients in bf16 where CPU uses
+f32. Across backends, compare ``total_bytes``.
+
+Not counted: send/recv, ``collective-broadcast`` and ``ragged-all-to-all`` (noted when present);
+transfers between hosts; and communication hidden inside custom calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+from jaxmem.records import Record
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute")
+
+_OPCODE_KIND = {
+    "all-gather": "all_gather", "all-gather-start": "all_gather",
+    "reduce-scatter": "reduce_scatter", "reduce-scatter-start": "reduce_scatter",
+    "all-reduce": "all_reduce", "all-reduce-start": "all_reduce",
+    "all-to-all": "all_to_all", "all-to-all-start": "all_to_all",
+    "collective-permute": "collective_permute", "collective-permute-start": "collective_permute",
+}
+_UNCOUNTED = ("send", "recv", "collective-broadcast", "ragged-all-to-all")
+
+# Bits per element; sub-byte types are rounded up per buffer.
+_DTYPE_BITS = {
+    "pred": 8, "s1": 1, "u1": 1, "s2": 2, "u2": 2, "s4": 4, "u4": 4, "s8": 8, "u8": 8,
+    "s16": 16, "u16": 16, "s32": 32, "u32": 32, "s64": 64, "u64": 64,
+    "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "c64": 64, "c128": 128, "tf32": 32,
+    "f4e2m1fn": 4, "f8e8m0fnu": 8,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Collectives(Record):
+  """Per-device communication of one step, by collective kind (see the module docstring)."""
+
+  bytes_by_kind: dict[str, int]  # keys: KINDS, always all five
+  count_by_kind: dict[str, int]  # logical collectives executed per step, loop trip counts applied
+  total_bytes: int
+  notes: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------
+# HLO text parsing
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Inst:
+  name: str
+  shape: str
+  opcode: str
+  operands: tuple[str, ...]  # operand names, or the literal for constant()
+  attrs: str
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Comp:
+  name: str
+  insts: dict[str, _Inst]
+  order: list[str]
+  root: str | None
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Module:
+  comps: dict[str, _Comp]
+  entry: str | None
+  replica_count: int
+  num_partitions: int
+
+
+_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->\s*.*?)?\{\s*$")
+_INST = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_COMMENT = re.compile(r"/\*.*?\*/")
+
+
+def _matching(text: str, start: int) -> int:
+  """Index just past the bracket closing the one at ``start`` (layouts nest parens inside braces)."""
+  depth = 0
+  for i in range(start, len(text)):
+    c = text[i]
+    if c in "([{":
+      depth += 1
+    elif c in ")]}":
+      depth -= 1
+      if depth == 0:
+        return i + 1
+  return len(text)
+
+
+def _split_top(text: str) -> list[str]:
+  """Splits at commas outside any brackets."""
+  parts, depth, cur = [], 0, []
+  for c in text:
+    if c in "([{":
+      depth += 1
+    elif c in ")]}":
+      depth -= 1
+    if c == "," and depth == 0:
+      parts.append("".join(cur).strip())
+      cur = []
+    else:
+      cur.append(c)
+  if "".join(cur).strip():
+    parts.append("".join(cur).strip())
+  return parts
+
+
+def _parse_inst(rest: str, name: str) -> _Inst | None:
+  rest = rest.strip()
+  if rest.startswith("("):
+    end = _matching(rest, 0)
+  else:
+    m = re.match(r"\S+", rest)
+    if not m:
+      return None
+    end = m.end()
+  shape, tail = rest[:end], rest[end:].lstrip()
+  m = re.match(r"([\w\-]+)\(", tail)
+  if not m:
+    return None
+  close = _matching(tail, m.end() - 1)
+  inner = tail[m.end():close - 1]
+  if m.group(1) == "constant":
+    operands = (inner.strip(),)
+  else:
+    operands = tuple(_operand_name(p) for p in _split_top(_COMMENT.sub("", inner)))
+  return _Inst(name=name, shape=_COMMENT.sub("", shape), opcode=m.group(1), operands=operands,
+               attrs=tail[close:])
+
+
+def _operand_name(text: str) -> str:
+  # "%x", "%x.8#2" (element 2 of tuple x.8, read in place) or "f32[2] %x" (older printers).
+  tok = text.split()[-1] if text.split() else text
+  return tok.lstrip("%")
+
+
+def _element_reads(inst: _Inst, comp: _Comp) -> None:
+  """Adds a get-tuple-element ``t#i`` for each operand ``%t#i`` of ``inst`` to ``comp``.
+
+  XLA's dump printer in jaxlib 0.12.0.1 (the optimized module ``xla_dump_to`` writes, CPU, GPU and
+  TPU alike) prints no get-tuple-element instructions: operands read tuple elements in place as
+  ``%t#1``. ``compiled.as_text()`` still prints them, in 0.10.2 and 0.12.0.1. With the element
+  reads restored, the trip-count derivation below reads both spellings.
+  """
+  for ref in inst.operands:
+    tuple_name, _, rest = ref.partition("#")
+    for index in rest.split("#") if rest else ():
+      name = f"{tuple_name}#{index}"
+      comp.insts.setdefault(name, _Inst(name=name, shape="", opcode="get-tuple-element",
+                                        operands=(tuple_name,), attrs=f", index={index}"))
+      tuple_name = name
+
+
+def _parse(hlo_text: str) -> _Module:
+  comps: dict[str, _Comp] = {}
+  entry = None
+  cur: _Comp | None = None
+  replica_count, num_partitions = 1, 1
+  for line in hlo_text.splitlines():
+    if line.startswith("HloModule"):
+      if m := re.search(r"\breplica_count=(\d+)", line):
+        replica_count = int(m.group(1))
+      if m := re.search(r"\bnum_partitions=(\d+)", line):
+        num_partitions = int(m.group(1))
+      continue
+    if cur is None:
+      m = _HEADER.match(line)
+      if m and not line.startswith((" ", "\t")):
+        cur = _Comp(name=m.group(2), insts={}, order=[], root=None)
+        if m.group(1):
+          entry = cur.name
+      continue
+    if line.startswith("}"):
+      comps[cur.name] = cur
+      cur = None
+      continue
+    m = _INST.match(line)
+    if not m:
+      continue
+    inst = _parse_inst(m.group(3), m.group(2))
+    if inst is None:
+      continue
+    cur.insts[inst.name] = inst
+    cur.order.append(inst.name)
+    _element_reads(inst, cur)
+    if m.group(1):
+      cur.root = inst.name
+  return _Module(comps=comps, entry=entry, replica_count=replica_count,
+                 num_partitions=num_partitions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes and groups
+
+
+def _leaf_bytes(shape: str) -> int:
+  total = 0
+  for dtype, dims in re.findall(r"\b([a-z][a-z0-9]*)\[([^\]]*)\]", shape):
+    if dtype.startswith("f8"):
+      bits = 8
+    elif dtype in _DTYPE_BITS:
+      bits = _DTYPE_BITS[dtype]
+    else:  # token[], opaque: carry no data
+      continue
+    n = math.prod(int(d.replace("<=", "")) for d in dims.split(",") if d.strip()) if dims else 1
+    total += (n * bits + 7) // 8
+  return total
+
+
+def _tuple_elements(shape: str) -> list[str]:
+  shape = shape.strip()
+  if not shape.startswith("("):
+    return [shape]
+  return _split_top(shape[1:_matching(shape, 0) - 1])
+
+
+def _attr_braced(attrs: str, key: str) -> str | None:
+  m = re.search(r"(?:^|[\s,])" + key + r"=\{", attrs)
+  if not m:
+    return None
+  start = m.end() - 1
+  return attrs[start + 1:_matching(attrs, start) - 1]
+
+
+def _computation_refs(attrs: str, key: str) -> list[str]:
+  m = re.search(r"(?:^|[\s,])" + key + r"=%?([\w.\-]+)", attrs)
+  return [m.group(1)] if m else []
+
+
+def _group_size(inst: _Inst, module: _Module, notes: list[str]) -> int:
+  attrs = inst.attrs
+  channel = re.search(r"(?:^|[\s,])channel_id=\d+", attrs) is not None
+  global_ids = re.search(r"use_global_device_ids=true", attrs) is not None
+  base = inst.opcode.removesuffix("-start")
+  # XLA's GetCollectiveOpGroupMode: all-to-all and collective-permute have no
+  # use_global_device_ids flag, so a channel_id makes them cross-partition.
+  if base in ("all-to-all", "collective-permute"):
+    mode = "partition" if channel else "replica"
+  elif not channel:
+    mode = "replica"
+  elif not global_ids:
+    mode = "replica_and_partition"
+  else:
+    mode = "flattened"
+  everyone = {
+      "replica": module.replica_count,
+      "partition": module.num_partitions,
+      "replica_and_partition": module.replica_count * module.num_partitions,
+      "flattened": module.replica_count * module.num_partitions,
+  }[mode]
+
+  size = None
+  if m := re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attrs):
+    size = int(m.group(2))
+  elif m := re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs):
+    axes = {a: int(s) for a, s in re.findall(r"'([^']*)'\s*=\s*(\d+)", m.group(1))}
+    size = 1
+    for ref in _split_top(m.group(2)):
+      sub = re.match(r"'([^']*)'\s*:\s*\((\d+)\)\s*(\d+)", ref)
+      if sub:
+        size *= int(sub.group(3))
+      else:
+        size *= axes.get(ref.strip().strip("'"), 1)
+  else:
+    groups = _attr_braced(attrs, "replica_groups")
+    if groups is not None and groups.strip():
+      sizes = [len(_split_top(g.strip()[1:-1])) for g in _split_top(groups)]
+      if len(set(sizes)) > 1:
+        notes.append(f"{inst.name}: replica groups of unequal sizes {sorted(set(sizes))}; the largest is used")
+      size = max(sizes)
+  if size is None:
+    return everyone
+  # Cross-replica-and-partition: the groups list replicas, each taking all its partitions.
+  return size * module.num_partitions if mode == "replica_and_partition" else size
+
+
+def _channel(inst: _Inst) -> str | None:
+  m = re.search(r"(?:^|[\s,])channel_id=(\d+)", inst.attrs)
+  return m.group(1) if m else None
+
+
+def _permute_sends(attrs: str) -> int:
+  pairs = _attr_braced(attrs, "source_target_pairs")
+  if not pairs:
+    return 0
+  sends: dict[int, int] = {}
+  for s, t in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", pairs):
+    if s != t:
+      sends[int(s)] = sends.get(int(s), 0) + 1
+  return max(sends.values(), default=0)
+
+
+def _collective_bytes(inst: _Inst, kind: str, module: _Module, notes: list[str], *,
+                      from_input: bool = False) -> int:
+  """Bytes one device sends for one execution of ``inst`` (formulas in the module docstring)."""
+  if inst.opcode.endswith("-start") and inst.opcode != "all-reduce-start":
+    # all-gather-start: (operands, results); the async-wrapped forms: ((operands), results, ...).
+    elements = _tuple_elements(inst.shape)
+    out = _leaf_bytes(elements[1] if len(elements) > 1 else elements[0])
+  else:
+    out = _leaf_bytes(inst.shape)
+  if kind == "collective_permute":
+    return _permute_sends(inst.attrs) * out
+  g = _group_size(inst, module, notes)
+  if g <= 1:
+    return 0
+  if kind == "all_reduce":
+    return round(2 * (g - 1) * out / g)
+  if kind == "reduce_scatter":
+    # ``from_input``: TPU's all-reduce-scatter fusion, whose all-reduce carries the full input.
+    return round((g - 1) * out / g) if from_input else (g - 1) * out
+  return round((g - 1) * out / g)  # all-gather (out is the gathered result), all-to-all
+
+
+# ---------------------------------------------------------------------------------------------
+# Call graph
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Tally:
+  bytes: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+  counts: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+
+  def add(self, other: _Tally, times: int = 1) -> None:
+    for k in KINDS:
+      self.bytes[k] += other.bytes[k] * times
+      self.counts[k] += other.counts[k] * times
+
+  @property
+  def total(self) -> int:
+    return sum(self.bytes.values())
+
+
+class _Walker:
+
+  def __init__(self, module: _Module):
+    self.module = module
+    self.notes: list[str] = []
+    self._memo: dict[str, _Tally] = {}
+    self._active: set[str] = set()
+    # TPU async collectives: a fusion holding custom-call AsyncCollectiveStart starts the
+    # collective; the same channel id reappears in overlap fusions (possibly inside a loop the
+    # collective spans) and in the AsyncCollectiveDone fusion. Only the start counts.
+    self._async_starts: dict[str, str] = {}
+    for comp in module.comps.values():
+      if any(i.opcode == "custom-call" and '"AsyncCollectiveStart"' in i.attrs for i in comp.insts.values()):
+        for i in comp.insts.values():
+          if i.opcode in _OPCODE_KIND and (ch := _channel(i)):
+            self._async_starts[ch] = comp.name
+
+  def note(self, text: str) -> None:
+    if text not in self.notes:
+      self.notes.append(text)
+
+  def visit(self, name: str) -> _Tally:
+    """Communication of one execution of computation ``name``, callees included."""
+    if name in self._memo:
+      return self._memo[name]
+    tally = _Tally()
+    comp = self.module.comps.get(name)
+    if comp is None or name in self._active:
+      if comp is None:
+        self.note(f"computation {name} not found in the HLO text; not counted")
+      return tally
+    self._active.add(name)
+    seen_channels: set[str] = set()
+    self._collect(comp, tally, seen_channels, in_reduce_scatter_fusion=False)
+    self._active.discard(name)
+    self._memo[name] = tally
+    return tally
+
+  def _collect(self, comp: _Comp, tally: _Tally, seen_channels: set[str], *,
+               in_reduce_scatter_fusion: bool) -> None:
+    """Adds ``comp``'s collectives; fusions and async-wrapped computations count as part of it."""
+    for iname in comp.order:
+      inst = comp.insts[iname]
+      op = inst.opcode
+      kind = _OPCODE_KIND.get(op)
+      if kind is not None:
+        channel = _channel(inst)
+        if channel:
+          if channel in seen_channels or self._async_starts.get(channel, comp.name) != comp.name:
+            continue
+          seen_channels.add(channel)
+        from_input = False
+        if kind == "all_reduce" and in_reduce_scatter_fusion:
+          kind, from_input = "reduce_scatter", True
+        tally.bytes[kind] += _collective_bytes(inst, kind, self.module, self.notes, from_input=from_input)
+        tally.counts[kind] += 1
+      elif op in _UNCOUNTED or op.removesuffix("-start") in _UNCOUNTED:
+        self.note(f"{op} present; not counted")
+      elif op == "fusion" or op == "async-start":
+        for callee in _computation_refs(inst.attrs, "calls"):
+          sub = self.module.comps.get(callee)
+          if sub is None or callee in self._active:
+            continue
+          self._active.add(callee)
+          self._collect(sub, tally, seen_channels, in_reduce_scatter_fusion=in_reduce_scatter_fusion
+                        or callee.startswith("all-reduce-scatter"))
+          self._active.discard(callee)
+      elif op == "while":
+        trips = self._trip_count(comp, inst)
+        for body in _computation_refs(inst.attrs, "body"):
+          tally.add(self.visit(body), trips)
+        for cond in _computation_refs(inst.attrs, "condition"):
+          tally.add(self.visit(cond), trips + 1)
+      elif op == "call":
+        for callee in _computation_refs(inst.attrs, "to_apply"):
+          tally.add(self.visit(callee))
+      elif op == "conditional":
+        branches = _computation_refs(inst.attrs, "true_computation") + _computation_refs(
+            inst.attrs, "false_computation")
+        listed = _attr_braced(inst.attrs, "branch_computations")
+        if listed:
+          branches += [b.strip().lstrip("%") for b in _split_top(listed)]
+        tallies = [self.visit(b) for b in branches]
+        if tallies:
+          best = max(tallies, key=lambda t: t.total)
+          if len({t.total for t in tallies}) > 1:
+            self.note(f"{iname}: conditional branches communicate differently; the largest is counted")
+          tally.add(best)
+
+  # -- trip counts ------------------------------------------------------------------------------
+
+  def _trip_count(self, comp: _Comp, inst: _Inst) -> int:
+    if m := re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"', inst.attrs):
+      return int(m.group(1))
+    trips = self._derive_trip_count(comp, inst)
+    if trips is None:
+      self.note(f"{inst.name}: while loop without a known trip count; its body is counted once")
+      return 1
+    return trips
+
+  def _derive_trip_count(self, comp: _Comp, inst: _Inst) -> int | None:
+    conds = _computation_refs(inst.attrs, "condition")
+    bodies = _computation_refs(inst.attrs, "body")
+    if not conds or not bodies or not inst.operands:
+      return None
+    cond, body = self.module.comps.get(conds[0]), self.module.comps.get(bodies[0])
+    if cond is None or body is None or cond.root is None or body.root is None:
+      return None
+    root = _through(cond, cond.root)
+    direction = re.search(r"direction=(\w+)", root.attrs) if root else None
+    if root is None or root.opcode != "compare" or not direction or len(root.operands) != 2:
+      return None
+    a, b = (_resolve(cond, o) for o in root.operands)
+    op = direction.group(1)
+    if a and b and a[0] == "const" and b[0] == "gte":  # limit OP i: flip to i OP' limit
+      a, b = b, a
+      op = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(op, op)
+    if not (a and b and a[0] == "gte" and b[0] == "const"):
+      return None
+    index, limit = a[1], b[1]
+    init = _tuple_operand(comp, inst.operands[0], index)
+    step = _loop_step(body, index)
+    if init is None or step is None or step == 0:
+      return None
+    if op == "LT" and step > 0:
+      return max(0, -(-(limit - init) // step))
+    if op == "LE" and step > 0:
+      return max(0, (limit - init) // step + 1)
+    if op == "GT" and step < 0:
+      return max(0, -(-(init - limit) // -step))
+    if op == "GE" and step < 0:
+      return max(0, (init - limit) // -step + 1)
+    if op == "NE" and (limit - init) % step == 0 and (limit - init) // step >= 0:
+      return (limit - init) // step
+    return None
+
+
+_PASS_THROUGH = ("copy", "bitcast", "convert", "reshape", "copy-start", "copy-done")
+
+
+def _through(comp: _Comp, name: str) -> _Inst | None:
+  """The instruction behind ``name`` once value-preserving copies and converts are looked past."""
+  for _ in range(64):
+    inst = comp.insts.get(name)
+    if inst is None or inst.opcode not in _PASS_THROUGH or not inst.operands:
+      return inst
+    name = inst.operands[0]
+  return None
+
+
+def _resolve(comp: _Comp, name: str) -> tuple[str, int] | None:
+  """('const', value) for a scalar integer constant, ('gte', k) for element k of parameter 0."""
+  inst = _through(comp, name)
+  if inst is None:
+    return None
+  if inst.opcode == "constant":
+    try:
+      return ("const", int(inst.operands[0]))
+    except ValueError:
+      return None
+  if inst.opcode == "get-tuple-element" and inst.operands:
+    src = _through(comp, inst.operands[0])
+    index = re.search(r"index=(\d+)", inst.attrs)
+    if src is not None and src.opcode == "parameter" and index:
+      return ("gte", int(index.group(1)))
+  return None
+
+
+def _tuple_operand(comp: _Comp, name: str, index: int) -> int | None:
+  inst = _through(comp, name)
+  if inst is None or inst.opcode != "tuple" or index >= len(inst.operands):
+    return None
+  r = _resolve(comp, inst.operands[index])
+  return r[1] if r and r[0] == "const" else None
+
+
+def _loop_step(body: _Comp, index: int) -> int | None:
+  root = _through(body, body.root) if body.root else None
+  if root is None or root.opcode != "tuple" or index >= len(root.operands):
+    return None
+  update = _through(body, root.operands[index])
+  if update is None or update.opcode not in ("add", "subtract") or len(update.operands) != 2:
+    return None
+  x, y = (_resolve(body, o) for o in update.operands)
+  if update.opcode == "add" and y == ("gte", index) and x and x[0] == "const":
+    x, y = y, x
+  if x != ("gte", index) or not y or y[0] != "const":
+    return None
+  return y[1] if update.opcode == "add" else -y[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+def collectives_from_hlo(hlo_text: str) -> Collectives:
+  """Per-device bytes sent per step, by collective kind, from optimized HLO text."""
+  module = _parse(hlo_text)
+  walker = _Walker(module)
+  entry = module.entry
+  if entry is None and module.comps:
+    entry = list(module.comps)[-1]
+    walker.note(f"no ENTRY computation marked; {entry} (the last one) is used")
+  tally = walker.visit(entry) if entry else _Tally()
+  return Collectives(bytes_by_kind=dict(tally.bytes), count_by_kind=dict(tally.counts),
+                     total_bytes=tally.total, notes=tuple(walker.notes))
+
+
+def collectives(compiled) -> Collectives:
+  """:func:`collectives_from_hlo` of a ``jax.stages.Compiled`` (``compiled.as_text()``)."""
+  return collectives_from_hlo(compiled.as_text())
+

@@ -1,0 +1,261 @@
+"""Closed-form memory figures (the rules of thumb), and the same figures held against the compiler.
+
+Sources, one per formula:
+
+* Parameter count: :func:`jaxmem.models.count_params` (exact for the presets; formula in
+  ``models/counting.py``).
+* Model state per parameter: Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
+  Training Trillion Parameter Models", section 3.1: mixed-precision Adam keeps fp16 parameters
+  and gradients (2 + 2 bytes) and K = 12 bytes of optimizer state (fp32 master weights,
+  momentum and variance), 16 bytes per parameter in all ("2Ψ + 2Ψ + KΨ").
+* Activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", section 4 and table 2 (s sequence, b micro-batch, h hidden, a heads,
+  t tensor-parallel size, 16-bit activations, dropout included):
+  no parallelism ``sbh(34 + 5as/h)`` (eq. 2); tensor parallel ``sbh(10 + 24/t + 5as/(ht))``
+  (eq. 3); tensor + sequence parallel ``sbh/t (34 + 5as/h)`` (eq. 4); selective recompute
+  with tensor parallel ``sbh(10 + 24/t)``; with both ``34 sbh/t`` (eq. 6); full recompute
+  ``2sbh`` (only each layer's input is kept).
+* KV cache: ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (keys and values,
+  per kv head: grouped-query attention, Ainslie et al. 2023).
+* Weights for inference: parameters x bytes per parameter of the format (bf16/fp16 2, fp8 1,
+  int4 0.5), the arithmetic of Hugging Face's Llama 3.1 deployment guide (checkpoint only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from jaxmem.errors import JaxmemError
+from jaxmem.models import ModelConfig, count_params, get_config
+from jaxmem.program import sharding as shd
+from jaxmem.records import Record
+
+SOURCES = {
+    "params": "count_params(cfg) (models/counting.py)",
+    "model_state": "Rajbhandari et al. 2020 (ZeRO), sec. 3.1: 2 + 2 + K bytes per parameter, K = 12 for mixed-precision Adam",
+    "activations": "Korthikanti et al. 2022, table 2 / eqs. 2-6: sbh(34 + 5as/h) per layer and its parallel and recompute variants",
+    "kv_cache": "2 * layers * kv_heads * head_dim * context * batch * bytes",
+    "weights": "parameters x bytes per parameter of the format (Hugging Face Llama 3.1 guide: checkpoint only)",
+}
+
+# (param, gradient, optimizer state) bytes per parameter, by precision, for Adam-family
+# optimizers; other optimizers scale the state by their number of moments (below).
+PRECISIONS: dict[str, tuple[float, float, float]] = {
+    # ZeRO sec. 3.1: fp16 params and grads; fp32 master copy + momentum + variance (K = 12).
+    "mixed": (2, 2, 12),
+    # jaxmem's own train step: float32 params and grads, float32 moments (4 + 4 + 8).
+    "fp32": (4, 4, 8),
+    # Everything in bf16 (no master copy): 2 + 2 + 4.
+    "bf16": (2, 2, 4),
+}
+# Optimizer-state moments per parameter (Adam: m and v).
+MOMENTS: dict[str, float] = {
+    "sgd": 0, "momentum": 1, "nesterov": 1, "lion": 1, "adam": 2, "adamw": 2, "adamw_bf16": 2, "lamb": 2,
+    "adabelief": 2, "radam": 2, "nadam": 2, "adamax": 2, "adan": 3, "adagrad": 1, "rmsprop": 1, "muon": 1,
+    # Adafactor's factored second moment is O(rows + cols) per matrix: about 0 per parameter.
+    "adafactor": 0,
+}
+RECOMPUTE = ("none", "selective", "full")
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+H100_80GB = 80e9  # the seeds' "H100 SXM has 80 GB of HBM3" (decimal GB, as NVIDIA quotes it)
+
+
+def bytes_per_param(optimizer: str = "adamw", precision: str = "mixed") -> tuple[float, float, float]:
+  """(parameter, gradient, optimizer state) bytes per parameter (ZeRO sec. 3.1).
+
+  Mixed-precision Adam: (2, 2, 12), 16 in all. Optimizers with fewer moments keep fewer
+  state bytes: the master copy (mixed precision only: 4 bytes) plus 4 bytes per moment
+  (2 in ``bf16`` precision)."""
+  if precision not in PRECISIONS:
+    raise JaxmemError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
+  if optimizer not in MOMENTS:
+    raise JaxmemError(f"unknown optimizer {optimizer!r} for the estimate; valid: {', '.join(MOMENTS)}")
+  p, g, _ = PRECISIONS[precision]
+  moment = 2 if (precision == "bf16" or optimizer == "adamw_bf16") else 4
+  master = 4 if precision == "mixed" else 0
+  return p, g, master + moment * MOMENTS[optimizer]
+
+
+def activation_bytes_per_layer(
+    cfg: ModelConfig, *, batch: int, seq: int, tensor: int = 1, sequence_parallel: bool = False, recompute: str = "none"
+) -> float:
+  """Korthikanti et al. 2022, table 2: bytes of activations one layer keeps for backward."""
+  s, b, h, a, t = seq, batch, cfg.d_model, cfg.num_heads, tensor
+  if recompute not in RECOMPUTE:
+    raise JaxmemError(f"unknown recompute {recompute!r}; valid: {', '.join(RECOMPUTE)}")
+  if recompute == "full":
+    return 2 * s * b * h  # only the layer's 16-bit input
+  attn_scores = 5 * a * s / h  # the softmax input/output and dropout mask: the s^2 terms
+  if recompute == "selective":
+    attn_scores = 0.0  # recomputed (sec. 4.2)
+  if sequence_parallel:
+    return s * b * h / t * (34 + attn_scores)  # eq. 4 / eq. 6
+  return s * b * h * (10 + 24 / t + attn_scores / t)  # eq. 3 (t = 1: eq. 2)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Estimate(Record):
+  """Closed-form figures for one model and workload, whole model (not per device) unless named
+  ``*_per_device``. ``model_state_bytes`` = params + gradients + optimizer state."""
+
+  model: str
+  params: int
+  optimizer: str
+  precision: str
+  batch: int
+  seq: int
+  tensor: int
+  sequence_parallel: bool
+  recompute: str
+  bytes_per_param: float
+  param_bytes: float
+  gradient_bytes: float
+  optimizer_state_bytes: float
+  model_state_bytes: float
+  activation_bytes_per_layer: float
+  activation_bytes: float
+  kv_context: int
+  kv_batch: int
+  kv_cache_bytes: float
+  weight_bytes_bf16: float
+  weight_bytes_fp8: float
+  weight_bytes_int4: float
+  h100_80gb_equivalents: float
+  sources: tuple[str, ...] = tuple(f"{k}: {v}" for k, v in SOURCES.items())
+
+
+def kv_cache_bytes(cfg: ModelConfig, *, context: int, batch: int, bytes_per_element: float = 2) -> float:
+  """2 * layers * kv_heads * head_dim * context * batch * bytes."""
+  return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * context * batch * bytes_per_element
+
+
+def weight_bytes(cfg: ModelConfig, fmt: str) -> float:
+  """Parameters x bytes per parameter of ``fmt`` (checkpoint only, no scales)."""
+  if fmt not in WEIGHT_BYTES:
+    raise JaxmemError(f"unknown weight format {fmt!r}; valid: {', '.join(WEIGHT_BYTES)}")
+  return count_params(cfg) * WEIGHT_BYTES[fmt]
+
+
+def estimate(
+    *,
+    model: str | ModelConfig = "gpt2-small",
+    optimizer: str = "adamw",
+    precision: str = "mixed",
+    batch: int = 8,
+    seq: int = 1024,
+    tensor: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    context: int | None = None,
+    kv_batch: int | None = None,
+) -> Estimate:
+  """Every closed-form figure for one configuration (module docstring for the sources)."""
+  cfg = get_config(model) if isinstance(model, str) else model
+  if batch < 1 or seq < 1 or tensor < 1:
+    raise JaxmemError(f"batch, seq and tensor must be at least 1 (got {batch}, {seq}, {tensor})")
+  n = count_params(cfg)
+  p, g, o = bytes_per_param(optimizer, precision)
+  per_layer = activation_bytes_per_layer(cfg, batch=batch, seq=seq, tensor=tensor, sequence_parallel=sequence_parallel, recompute=recompute)
+  state = n * (p + g + o)
+  ctx, kb = context or seq, kv_batch or batch
+  return Estimate(
+      model=cfg.name, params=n, optimizer=optimizer, precision=precision, batch=batch, seq=seq, tensor=tensor,
+      sequence_parallel=sequence_parallel, recompute=recompute, bytes_per_param=p + g + o,
+      param_bytes=n * p, gradient_bytes=n * g, optimizer_state_bytes=n * o, model_state_bytes=state,
+      activation_bytes_per_layer=per_layer, activation_bytes=per_layer * cfg.num_layers,
+      kv_context=ctx, kv_batch=kb, kv_cache_bytes=kv_cache_bytes(cfg, context=ctx, batch=kb),
+      weight_bytes_bf16=weight_bytes(cfg, "bf16"), weight_bytes_fp8=weight_bytes(cfg, "fp8"),
+      weight_bytes_int4=weight_bytes(cfg, "int4"), h100_80gb_equivalents=state / H100_80GB,
+  )
+
+
+# --- estimate against the compiler ----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Comparison(Record):
+  """One component, per device: the closed form, the compiler's figure, compiler/estimate."""
+
+  component: str
+  estimate_bytes: float | None
+  compiler_bytes: float | None
+  ratio: float | None
+  note: str = ""
+
+
+_REMAT_TO_RECOMPUTE = {"none": "none", "full": "full", "nothing_saveable": "full"}
+
+
+def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
+  reasons = []
+  if component in ("temp", "total"):
+    if cfg.style == "llama3":
+      reasons.append("SwiGLU keeps three d_ff-wide tensors where the formula's GELU MLP keeps two of 4h")
+      if cfg.num_kv_heads < cfg.num_heads:
+        reasons.append("GQA projects k and v to kv_heads, not heads")
+      reasons.append("no dropout masks (the formula counts them)")
+    reasons.append("the temp also holds the float32 gradients and logits, which the formula leaves out")
+    reasons.append("fusion and the compiler's scheduling change what is materialised at once")
+    if platform == "cpu":
+      reasons.append("XLA:CPU fuses and reuses less than an accelerator")
+    if remat == "none":
+      reasons.append("no flash attention here: the s x s scores are materialised, as the formula assumes")
+  return "; ".join(reasons)
+
+
+def estimate_vs_compiler(row: Any, *, precision: str = "fp32") -> list[Comparison]:
+  """Estimate and compiler side by side, per device, for one compiled train step
+  (a :class:`jaxmem.planning.sweep.Row`). ``precision`` "fp32" matches jaxmem's own step (float32
+  parameters and moments); a note is given wherever they differ by more than 20%."""
+  cfg = get_config(row.model)
+  mesh = shd.parse_mesh(row.mesh)
+  axes = dict(mesh)
+  dp = shd.data_parallel_size(mesh)
+  t = axes.get("tensor", 1)
+  weight_shards = axes.get("fsdp", 1) * t  # ZeRO-3 over fsdp, Megatron over tensor
+  opt = row.optimizer if row.optimizer in MOMENTS else "adamw"
+  recompute = _REMAT_TO_RECOMPUTE.get(row.remat, "selective")
+  est = estimate(model=cfg, optimizer=opt, precision=precision, batch=max(1, row.batch // dp), seq=row.seq, tensor=t, recompute=recompute)
+  params = est.param_bytes / weight_shards
+  state = est.optimizer_state_bytes / weight_shards
+  grads = est.gradient_bytes / weight_shards
+  acts = est.activation_bytes
+  # Logits: float32 [b, s, vocab] and their gradient, outside the per-layer formula.
+  logits = 2 * 4 * est.batch * row.seq * cfg.vocab_size / t
+  platform = row.target.split(":")[0]
+  pairs = [
+      ("params", params, row.param_bytes),
+      ("optimizer state", state, row.optimizer_state_bytes),
+      ("argument", params + state, row.argument_size_in_bytes),
+      ("temp", acts + grads + logits, row.temp_size_in_bytes),
+      ("total", params + state + acts + grads + logits, row.total_bytes),
+  ]
+  out = []
+  for name, e, c in pairs:
+    ratio = None if (c is None or not e) else c / e
+    note = ""
+    if ratio is not None and abs(ratio - 1) > 0.2:
+      note = _why(name, cfg, row.remat, platform) or "differs by more than 20%"
+    out.append(Comparison(component=name, estimate_bytes=e, compiler_bytes=c, ratio=ratio, note=note))
+  return out
+
+
+def seed_figures(model: str = "llama3-405b") -> dict[str, float]:
+  """The seeds' figures computed from the preset: weights in bf16/fp8/int4, model state at
+  16 B/param (mixed-precision Adam) and its H100-80GB equivalents."""
+  cfg = get_config(model)
+  e = estimate(model=cfg, optimizer="adamw", precision="mixed")
+  return dict(
+      params=e.params,
+      weight_bytes_bf16=e.weight_bytes_bf16,
+      weight_bytes_fp8=e.weight_bytes_fp8,
+      weight_bytes_int4=e.weight_bytes_int4,
+      model_state_bytes=e.model_state_bytes,
+      h100_80gb_equivalents=e.h100_80gb_equivalents,
+  )
+
+
+def estimates(models: Sequence[str], **kwargs: Any) -> list[Estimate]:
+  return [estimate(model=m, **kwargs) for m in models]

@@ -1,0 +1,454 @@
+"""Inference memory from the compiler: prefill and decode steps with a KV cache, per weight format.
+
+Prefill runs a prompt of ``prompt`` tokens through the model and writes its keys and values
+into a KV cache of ``prompt`` positions; decode runs one token against a cache of ``context``
+positions (:meth:`jaxmem.models.Transformer.cached`). Both take the cache as an argument and
+return it, donated, so XLA updates it in place as a serving loop would. Parameters are stored
+in the chosen format (:mod:`jaxmem.inference.quant`) and dequantized inside the scanned layer body, so the
+compiler's argument bytes are the stored bytes, and its temporaries show where (and whether) a
+dequantized copy materialises.
+
+Sharding: weights as for training (``embed`` over ``fsdp``; heads, MLP and vocabulary over
+``tensor``); the cache's batch over ``data`` and ``fsdp`` and its kv heads over ``tensor`` (left
+whole, with a note, when the tensor axis does not divide them, as servers replicate kv heads
+when the tensor-parallel degree exceeds them).
+
+>>> rows = infer(model="tiny", weights="bf16,int8", context=[64, 128], prompt=32)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxmem._quiet import quiet
+from jaxmem.compiler.analysis import compile_timed
+from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.report import Refusal, fits, read_compiled
+from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.targets import Target
+from jaxmem.errors import JaxmemError
+from jaxmem.inference import quant
+from jaxmem.models import CACHE_AXES, KVCache, ModelConfig, get_config, kv_cache_bytes
+from jaxmem.planning.plan import plan, resolve_meshes, resolve_model, resolve_target
+from jaxmem.planning.sweep import run_config
+from jaxmem.program import sharding as shd
+from jaxmem.program.train import abstract_model
+from jaxmem.records import CompilerFigures, Placement
+from jaxmem.render.units import GiB
+from jaxmem.versions import compiler_versions
+from jaxmem.workload import Workload, names
+
+PHASES = ("prefill", "decode")
+DEFAULT_PROMPT = 1024
+DEFAULT_CONTEXT = (2048,)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferWorkload(Workload):
+  """An inference workload: the shared fields (``model``, ``batch``, ``target``, ``slices``,
+  ``mesh``, ``dtype``; the others are a train step's and unused here) and inference's own:
+  weight formats, phases, the prefill prompt length and the decode contexts (KV cache
+  lengths), each a comma-separated string or a sequence. Stored weights start from bf16."""
+
+  batch: int = 1
+  weights: tuple[str, ...] = ("bf16",)
+  phase: tuple[str, ...] = PHASES
+  prompt: int = DEFAULT_PROMPT
+  context: tuple[str | int, ...] = DEFAULT_CONTEXT
+
+  def __post_init__(self):
+    super().__post_init__()
+    object.__setattr__(self, "weights", names(self.weights))
+    object.__setattr__(self, "phase", names(self.phase))
+    context = self.context if isinstance(self.context, (str, list, tuple)) else (self.context,)
+    object.__setattr__(self, "context", names([str(c) for c in ([context] if isinstance(context, str) else context)]))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferRow(CompilerFigures, Placement):
+  """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
+  ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
+
+  ``context`` is the KV cache's length in positions: the prompt for prefill, the cache a
+  decode step reads for decode. ``required_bytes`` and ``fits`` as in
+  :class:`jaxmem.planning.sweep.Row`.
+  """
+
+  phase: str
+  weights: str
+  context: int
+  prompt: int | None
+  weight_bytes: int | None = None
+  weight_scale_bytes: int | None = None
+  kv_cache_bytes: int | None = None
+  weight_bytes_per_device: int | None = None
+  kv_cache_bytes_per_device: int | None = None
+  capacity_bytes: int | None = None
+  required_bytes: int | None = None
+  fits: bool | None = None
+  error: str | None = None
+  notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferProgram:
+  step: Any
+  args: tuple[Any, ...]
+  weight_bytes: int
+  weight_scale_bytes: int
+  weight_bytes_per_device: int
+  kv_cache_bytes: int
+  kv_cache_bytes_per_device: int
+  notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class InferPlan:
+  """A validated set of inference configurations."""
+
+  cfg: ModelConfig
+  target: Target
+  meshes: tuple[shd.MeshSpec, ...]
+  formats: tuple[quant.WeightFormat, ...]
+  phases: tuple[str, ...]
+  prompt: int
+  contexts: tuple[int, ...]
+  batch: int
+
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int]]:
+    out = []
+    for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
+      for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
+        out.append((mesh, fmt, phase, ctx))
+    return out
+
+
+def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
+  out = []
+  for x in v:
+    try:
+      n = int(str(x).strip())
+    except ValueError:
+      raise JaxmemError(f"--{what} must be whole numbers separated by commas, got {','.join(map(str, v))!r}") from None
+    if n < 1:
+      raise JaxmemError(f"--{what} must be at least 1 (got {n})")
+    out.append(n)
+  if not out:
+    raise JaxmemError(f"--{what} is empty")
+  return tuple(dict.fromkeys(out))
+
+
+def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> InferPlan:
+  """Resolves and checks everything before a compile; :class:`JaxmemError` on bad input."""
+  w = InferWorkload.of(workload, **fields)
+  start_jax()
+  # Stored weights are bf16 before any quantization: the checkpoint's precision.
+  cfg = resolve_model(w.model, param_dtype="bfloat16", dtype=w.dtype)
+  tgt = resolve_target(w)
+  formats = quant.WEIGHT_FORMATS.parse(w.weights)
+  phases = w.phase
+  for p in phases:
+    if p not in PHASES:
+      raise JaxmemError(f"unknown phase {p!r}; valid: {', '.join(PHASES)}")
+  if not phases:
+    raise JaxmemError(f"--phase is empty; valid: {', '.join(PHASES)}")
+  (prompt,) = _ints([w.prompt], "prompt")
+  contexts = _ints(w.context, "context")
+  (batch,) = _ints([w.batch], "batch")
+  meshes = resolve_meshes(w, tgt)
+  for m in meshes:
+    ways = shd.data_parallel_size(m)
+    if batch % ways:
+      raise JaxmemError(
+          f"batch {batch} is not divisible by the data axes of mesh {shd.format_mesh(m)} ({ways} ways); "
+          f"use a multiple of {ways}, or shard the model with tensor={tgt.num_devices} for small batches"
+      )
+  if cfg.style == "gpt2":
+    longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
+    if longest > cfg.max_seq_len:
+      raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch)
+
+
+def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) -> tuple[PartitionSpec, list[str]]:
+  """Activation rules, leaving a dimension whole (with a note) where its axes do not divide it."""
+  spec, left = shd.lenient_spec(logical, shape, jmesh)
+  notes = [f"{name}={dim} is not divisible by {'x'.join(axes)}={ways}: the KV cache is replicated over it"
+           for name, dim, axes, ways in left]
+  return spec, notes
+
+
+def build_infer_program(
+    cfg: ModelConfig,
+    *,
+    phase: str,
+    fmt: quant.WeightFormat,
+    batch: int,
+    context: int,
+    target: Target,
+    mesh: shd.MeshSpec,
+) -> InferProgram:
+  """The sharded, cache-donating prefill (``context`` = prompt length) or decode step."""
+  jmesh = target.make_mesh(mesh)
+  graphdef, params, logical = abstract_model(cfg)
+  param_sh = shd.param_shardings(params, logical, jmesh)
+  stored, stored_sh = quant.abstract_quantized(params, param_sh, fmt)
+  cache_spec, notes = _lenient_spec(CACHE_AXES, KVCache.shape(cfg, batch=batch, context=context), jmesh)
+  cache_sh = NamedSharding(jmesh, cache_spec)
+  cache = KVCache.abstract(cfg, batch=batch, context=context, sharding=cache_sh)
+  t = context if phase == "prefill" else 1
+  tok_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq"), (batch, t), jmesh)[0])
+  logits_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq", "vocab"), (batch, 1, cfg.vocab_size), jmesh)[0])
+  replicated = NamedSharding(jmesh, PartitionSpec())
+  constrain = shd.activation_constrainer(jmesh)
+  hook = quant.weight_hook(cfg.compute_jnp_dtype)
+
+  def step(p, kv, tokens_bt, pos):
+    model = nnx.merge(graphdef, p)
+    return model.cached(tokens_bt, kv, pos=pos, constrain=constrain, weights=hook)
+
+  cache_tree_sh = KVCache(cache_sh, cache_sh)
+  jitted = jax.jit(
+      step,
+      in_shardings=(stored_sh, cache_tree_sh, tok_sh, replicated),
+      out_shardings=(logits_sh, cache_tree_sh),
+      donate_argnums=(1,),
+  )
+  args = (
+      stored,
+      cache,
+      jax.ShapeDtypeStruct((batch, t), jnp.int32, sharding=tok_sh),
+      jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+  )
+  values, scales = quant.tree_stored_bytes(stored)
+  kv_dev = 2 * quant.stored_bytes(cache_sh.shard_shape(cache.k_lbksh.shape), cache.k_lbksh.dtype)
+  return InferProgram(
+      step=jitted,
+      args=args,
+      weight_bytes=int(values + scales),
+      weight_scale_bytes=int(scales),
+      weight_bytes_per_device=int(quant.tree_stored_bytes_per_device(stored, stored_sh)),
+      kv_cache_bytes=kv_cache_bytes(cfg, batch=batch, context=context),
+      kv_cache_bytes_per_device=int(kv_dev),
+      notes=tuple(f"kv cache: {n}" for n in notes),
+  )
+
+
+def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, phase: str, context: int) -> InferRow:
+  """Compiles one configuration; a compile the backend refuses becomes a row with ``error``."""
+  base = dict(
+      model=p.cfg.name,
+      target=p.target.name,
+      mesh=shd.format_mesh(mesh),
+      phase=phase,
+      weights=fmt.name,
+      context=context,
+      prompt=p.prompt if phase == "prefill" else None,
+      batch=p.batch,
+      num_devices=p.target.num_devices,
+      capacity_bytes=p.target.capacity_bytes,
+  )
+  program = build_infer_program(p.cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh)
+  base.update(
+      weight_bytes=program.weight_bytes,
+      weight_scale_bytes=program.weight_scale_bytes,
+      weight_bytes_per_device=program.weight_bytes_per_device,
+      kv_cache_bytes=program.kv_cache_bytes,
+      kv_cache_bytes_per_device=program.kv_cache_bytes_per_device,
+  )
+  notes = list(program.notes)
+  if p.target.capacity_note is not None:
+    notes.append(f"capacity_bytes: {p.target.capacity_note}")
+  traced = program.step.trace(*program.args)
+  program_flops = jaxpr_flops(traced.jaxpr.jaxpr)
+  try:
+    with quiet():
+      compiled, seconds = compile_timed(traced.lower())
+  except jax.errors.JaxRuntimeError as e:
+    return InferRow(
+        **base, **Refusal.of(e).as_dict(), flops=program_flops / p.target.num_devices,
+        versions=compiler_versions(p.target.platform), notes=tuple(notes),
+    )
+  report = read_compiled(compiled, compile_seconds=seconds, program_flops=program_flops)
+  return InferRow(
+      **base,
+      **report.figures(),
+      required_bytes=report.required_bytes,
+      fits=fits(report.required_bytes, p.target.capacity_bytes),
+      notes=tuple(notes) + report.notes,
+  )
+
+
+def infer(
+    workload: InferWorkload | None = None, /, *, on_row: Callable[[InferRow], None] | None = None, **fields: Any
+) -> list[InferRow]:
+  """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced)."""
+  p = plan_infer(workload, **fields)
+  rows = []
+  for mesh, fmt, phase, ctx in p.configs():
+    row = run_infer_config(p, mesh, fmt, phase, ctx)
+    rows.append(row)
+    if on_row is not None:
+      on_row(row)
+  return rows
+
+
+# --- the KV cache from its formula -------------------------------------------------------------
+
+
+def kv_cache_table(
+    model: str | ModelConfig, *, contexts: Sequence[int], batches: Sequence[int], bytes_per_element: float = 2
+) -> list[dict[str, Any]]:
+  """Whole-model KV cache bytes for every (batch, context), from
+  ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (bf16: 2 bytes)."""
+  cfg = get_config(model) if isinstance(model, str) else model
+  return [
+      dict(
+          model=cfg.name,
+          batch=b,
+          context=c,
+          kv_heads=cfg.num_kv_heads,
+          kv_cache_bytes=kv_cache_bytes(cfg, batch=b, context=c, bytes_per_element=bytes_per_element),
+      )
+      for b in batches
+      for c in contexts
+  ]
+
+
+def plot(rows: Sequence[InferRow], path: str, *, kv_rows: Sequence[dict[str, Any]] = ()) -> str:
+  """Writes a figure: per-device required bytes against context, one line per weight format
+  (decode rows), with the device's capacity; and the formula's KV cache against context per
+  batch when ``kv_rows`` are given. Returns ``path``."""
+  # matplotlib is slow to import and needs its file-only backend chosen before pyplot.
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  gib = GiB
+  panels = 2 if kv_rows else 1
+  fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
+  ax = axes[0][0]
+  decode = [r for r in rows if r.phase == "decode" and r.required_bytes is not None]
+  for fmt in dict.fromkeys(r.weights for r in decode):
+    pts = sorted((r.context, r.required_bytes / gib) for r in decode if r.weights == fmt)
+    ax.plot([c for c, _ in pts], [v for _, v in pts], marker="o", label=f"decode, {fmt} weights")
+  caps = {r.capacity_bytes for r in rows if r.capacity_bytes}
+  for cap in caps:
+    ax.axhline(cap / gib, color="red", linestyle="--", label="capacity")
+  if decode:
+    r0 = decode[0]
+    ax.set_title(f"{r0.model} on {r0.target} ({r0.mesh}), batch {r0.batch}")
+  ax.set_xlabel("context (KV cache positions)")
+  ax.set_ylabel("GiB per device (compiler)")
+  ax.legend(fontsize=8)
+  if kv_rows:
+    ax2 = axes[0][1]
+    for b in dict.fromkeys(r["batch"] for r in kv_rows):
+      pts = sorted((r["context"], r["kv_cache_bytes"] / gib) for r in kv_rows if r["batch"] == b)
+      ax2.plot([c for c, _ in pts], [v for _, v in pts], marker=".", label=f"batch {b}")
+    ax2.set_xscale("log", base=2)
+    ax2.set_yscale("log", base=2)
+    ax2.set_xlabel("context")
+    ax2.set_ylabel("KV cache, whole model, GiB")
+    ax2.set_title(f"{kv_rows[0]['model']}: 2·L·K·H·S·B·2 bytes")
+    ax2.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+  return path
+
+
+# --- training against inference ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Side(Placement):
+  """One side of training-vs-inference: per-device figures and their sum over the devices."""
+
+  workload: str  # "train" or "decode"
+  detail: str  # optimizer and remat, or weights and context
+  argument_size_in_bytes: int | None
+  temp_size_in_bytes: int | None
+  required_bytes: int | None
+  all_devices_required_bytes: int | None
+  capacity_bytes: int | None
+  fits: bool | None
+  verdict: str
+  error: str | None = None
+
+
+def _verdict(kind: str, fits: bool | None) -> str:
+  if fits is None:
+    return "no capacity on this target"
+  if kind == "train":
+    return "can be trained here" if fits else "cannot be trained here"
+  return "fits for inference" if fits else "does not fit for inference"
+
+
+def training_vs_inference(
+    workload: Workload | None = None,
+    /,
+    *,
+    weights: str = "bf16",
+    context: int | None = None,
+    infer_batch: int | None = None,
+    train_row: Any = None,
+    **fields: Any,
+) -> list[Side]:
+  """The train step of ``workload`` (``fields`` replaced; its last remat policy, ``full``
+  unless named) and a decode step for the same model, target and mesh, side by side.
+  ``context`` defaults to the workload's ``seq``, ``infer_batch`` to its ``batch``. Pass
+  ``train_row`` (a :class:`jaxmem.planning.sweep.Row`) to reuse a compiled training row."""
+  w = Workload.of(workload, {"remat": "full"}, **fields)
+  if train_row is None:
+    p = plan(w)
+    (cfg_t,) = [c for c in p.configs() if c[2].name == w.remat[-1]] or [p.configs()[0]]
+    train_row = run_config(p, *cfg_t)
+  ip = plan_infer(
+      model=train_row.model,
+      weights=weights,
+      phase="decode",
+      context=context or train_row.seq,
+      batch=infer_batch or train_row.batch,
+      target=w.target,
+      slices=w.slices,
+      mesh=train_row.mesh,
+  )
+  (cfg_i,) = ip.configs()
+  irow = run_infer_config(ip, *cfg_i)
+  n = train_row.num_devices
+  return [
+      _side("train", train_row, f"{train_row.optimizer}, remat {train_row.remat}, seq {train_row.seq}", n),
+      _side("decode", irow, f"{irow.weights} weights, context {irow.context}", n),
+  ]
+
+
+def _side(kind: str, row: Any, detail: str, n: int) -> Side:
+  """One side of training vs inference from its row (a train Row or an InferRow)."""
+  total = lambda v: None if v is None else v * n  # noqa: E731
+  return Side(
+      workload=kind,
+      model=row.model,
+      target=row.target,
+      mesh=row.mesh,
+      detail=detail,
+      batch=row.batch,
+      num_devices=n,
+      argument_size_in_bytes=row.argument_size_in_bytes,
+      temp_size_in_bytes=row.temp_size_in_bytes,
+      required_bytes=row.required_bytes,
+      all_devices_required_bytes=total(row.required_bytes),
+      capacity_bytes=row.capacity_bytes,
+      fits=row.fits,
+      verdict=_verdict(kind, row.fits),
+      error=row.error,
+  )

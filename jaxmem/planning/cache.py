@@ -1,0 +1,66 @@
+"""A disk cache of sweep rows, so a repeated or interrupted sweep recompiles nothing it finished.
+
+Rows are stored one JSON file per configuration under ``$JAXMEM_CACHE_DIR``, else
+``$XDG_CACHE_HOME/jaxmem``, else ``~/.cache/jaxmem``. The key hashes everything that changes
+the compiled program or its reading: the whole workload (the model's full config, batch,
+sequence, target and slices, mesh, remat policy, optimizer, dtypes), and the versions of
+jaxmem, Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin. A row that failed (out of
+memory, say) is cached too: the compiler's answer does not change on a retry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jaxmem.versions import cache_versions
+
+
+def cache_dir() -> Path:
+  if d := os.environ.get("JAXMEM_CACHE_DIR"):
+    return Path(d)
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return Path(base) / "jaxmem"
+
+
+def key(parts: dict[str, Any]) -> str:
+  """A stable hash of a configuration's description plus the installed versions."""
+  blob = json.dumps({"config": parts, "versions": cache_versions()}, sort_keys=True, default=str)
+  return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+class RowCache:
+  """Rows by key on disk. ``enabled=False`` makes every lookup miss and every store a no-op."""
+
+  def __init__(self, directory: Path | None = None, *, enabled: bool = True):
+    self.directory = (directory or cache_dir()) / "rows"
+    self.enabled = enabled
+    self.hits = 0
+
+  def get(self, k: str) -> dict[str, Any] | None:
+    if not self.enabled:
+      return None
+    path = self.directory / f"{k}.json"
+    try:
+      row = json.loads(path.read_text())
+    except (OSError, ValueError):  # absent, or a torn file from a killed run: recompute
+      return None
+    self.hits += 1
+    return row
+
+  def put(self, k: str, row: dict[str, Any]) -> None:
+    if not self.enabled:
+      return
+    try:
+      self.directory.mkdir(parents=True, exist_ok=True)
+      # Write then rename, so a sweep killed mid-write leaves no half a row behind.
+      fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+      with os.fdopen(fd, "w") as f:
+        json.dump(row, f)
+      os.replace(tmp, self.directory / f"{k}.json")
+    except OSError:
+      pass  # a read-only or full cache directory must not fail the sweep

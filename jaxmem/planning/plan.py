@@ -1,0 +1,136 @@
+"""A validated sweep (:class:`Plan`) and its configurations as portable tasks (:class:`Task`).
+
+:func:`plan` resolves a :class:`~jaxmem.workload.Workload`'s names (model, target, remat
+policies, optimizers, meshes) and checks every mesh and the batch before anything compiles, so
+bad input is one :class:`JaxmemError` without wasted work. A :class:`Task` is one configuration
+of the plan as a workload of single values (the model as a resolved config, the target by name),
+so it can be pickled to another process or machine and hashed for the row cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, with_capacity
+from jaxmem.errors import JaxmemError
+from jaxmem.models import ModelConfig, get_config
+from jaxmem.planning.cache import key
+from jaxmem.program import sharding as shd
+from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
+from jaxmem.program.remat import RematPolicy, parse_remat
+from jaxmem.program.train import check_batch
+from jaxmem.workload import Workload
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Task:
+  """One configuration: a workload with one mesh, remat policy and optimizer, the model as its
+  resolved :class:`ModelConfig` and the target by name (another process rebuilds it)."""
+
+  workload: Workload
+  cpu_devices: int = 1  # simulated CPU devices the worker must start JAX with
+
+  @property
+  def mesh(self) -> shd.MeshSpec:
+    return shd.parse_mesh(self.workload.mesh[0])
+
+  @property
+  def remat(self) -> str:
+    return self.workload.remat[0]
+
+  @property
+  def optimizer(self) -> str:
+    return self.workload.optimizer[0]
+
+  @property
+  def target(self) -> str:
+    return self.workload.target_name
+
+  def replace(self, **fields: Any) -> Task:
+    """The same task with workload fields replaced (``batch=``, ``seq=``...)."""
+    return dataclasses.replace(self, workload=self.workload.replace(**fields))
+
+  def cache_key(self) -> str:
+    """Everything that changes the compiled program: the whole workload (the model's full
+    config included) and, in :func:`jaxmem.planning.cache.key`, the installed versions."""
+    return key(self.workload.as_dict())
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+  """A validated sweep: every name resolved and every mesh checked before anything compiles.
+
+  ``workload`` is what was asked (target by name); the other fields are what it resolved to.
+  ``batch`` and ``seq`` are the workload's, kept here so a search can replace them."""
+
+  workload: Workload
+  cfg: ModelConfig
+  target: Target
+  meshes: tuple[shd.MeshSpec, ...]
+  optimizers: tuple[Optimizer, ...]
+  remats: tuple[RematPolicy, ...]
+  batch: int
+  seq: int
+
+  def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
+    return list(itertools.product(self.meshes, self.optimizers, self.remats))
+
+  def tasks(self) -> list[Task]:
+    """The configurations as picklable, cacheable tasks, in ``configs()`` order."""
+    cpu = cpu_devices_needed([self.workload.target_name])
+    one = self.workload.replace(model=self.cfg, batch=self.batch, seq=self.seq)
+    return [
+        Task(
+            workload=one.replace(mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name),
+            cpu_devices=cpu,
+        )
+        for mesh, opt, rp in self.configs()
+    ]
+
+
+def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelConfig:
+  """A preset by name (or a config as given) with the dtype overrides that are not ``None``."""
+  overrides = {k: v for k, v in overrides.items() if v is not None}
+  if isinstance(model, ModelConfig):
+    return dataclasses.replace(model, **overrides)
+  return get_config(model, **overrides)
+
+
+def resolve_target(w: Workload) -> Target:
+  """The workload's target with its capacity (a TPU target's costs a quick probe compile)."""
+  tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
+  return with_capacity(tgt)
+
+
+def resolve_meshes(w: Workload, tgt: Target) -> tuple[shd.MeshSpec, ...]:
+  """The workload's meshes (FSDP over every device when none), each checked against the target."""
+  meshes = tuple(shd.parse_mesh(m) for m in w.mesh) or (shd.default_mesh(tgt.num_devices),)
+  for m in meshes:
+    if shd.mesh_size(m) != tgt.num_devices:
+      raise JaxmemError(
+          f"mesh {shd.format_mesh(m)} has {shd.mesh_size(m)} devices but target {tgt.name} has "
+          f"{tgt.num_devices}; make the axis sizes multiply to {tgt.num_devices}"
+      )
+  return meshes
+
+
+def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
+  """Resolves and checks a sweep: ``workload`` (or the default one) with ``fields`` replaced.
+  Raises :class:`JaxmemError` on any bad input."""
+  w = Workload.of(workload, **fields)
+  start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  tgt = resolve_target(w)
+  remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
+  optimizers = OPTIMIZERS.parse(w.optimizer)
+  meshes = resolve_meshes(w, tgt)
+  for m in meshes:
+    check_batch(w.batch, w.seq, m, cfg)
+  w = w.replace(target=w.target_name)
+  return Plan(
+      workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
+      batch=w.batch, seq=w.seq,
+  )

@@ -1,0 +1,102 @@
+"""Running many configurations: from the cache, in this process, in parallel processes, or on
+a Dask cluster.
+
+:func:`run_tasks` takes the tasks (:class:`jaxmem.planning.plan.Task`: plain values, picklable
+and hashable for the cache) and the function that runs one (``run(task) -> row dict``, a
+module-level function so that worker processes can import it: the sweep's
+:func:`jaxmem.planning.sweep.run_task`). Workers start JAX the way the CLI does
+(:func:`jaxmem.compiler.startup.start_jax`). Every finished row goes to the cache at once, so an
+interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from jaxmem.compiler.startup import start_jax
+from jaxmem.errors import JaxmemError
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.plan import Task
+
+Run = Callable[[Task], dict[str, Any]]
+
+
+def _init_worker(cpu_devices: int) -> None:
+  start_jax(cpu_devices)
+
+
+def run_tasks(
+    tasks: Sequence[Task],
+    run: Run,
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    cache: RowCache | None = None,
+    on_row: Callable[[int, dict[str, Any], bool], None] | None = None,
+) -> list[dict[str, Any]]:
+  """Rows for ``tasks`` (``run(task)`` for each that the cache does not answer), in task order.
+  ``on_row(index, row, from_cache)`` is called as each finishes (in completion order)."""
+  cache = cache or RowCache(enabled=False)
+  if jobs < 1:
+    raise JaxmemError(f"--jobs must be at least 1 (got {jobs})")
+  if (jobs > 1 or scheduler) and any(t.target == "attached" for t in tasks):
+    raise JaxmemError("the attached target runs in this process only; drop --jobs and --scheduler")
+  results: dict[int, dict[str, Any]] = {}
+  todo: list[int] = []
+  for i, t in enumerate(tasks):
+    row = cache.get(t.cache_key())
+    if row is not None:
+      results[i] = row
+      if on_row:
+        on_row(i, row, True)
+    else:
+      todo.append(i)
+
+  def done(i: int, row: dict[str, Any]) -> None:
+    cache.put(tasks[i].cache_key(), row)
+    results[i] = row
+    if on_row:
+      on_row(i, row, False)
+
+  if todo:
+    if scheduler:
+      _run_dask(tasks, run, todo, scheduler, done)
+    elif jobs > 1 and len(todo) > 1:
+      _run_pool(tasks, run, todo, jobs, done)
+    else:
+      for i in todo:
+        done(i, run(tasks[i]))
+  return [results[i] for i in range(len(tasks))]
+
+
+def _run_pool(tasks: Sequence[Task], run: Run, todo: Iterable[int], jobs: int, done) -> None:
+  # spawn, not fork: JAX's runtime threads do not survive a fork.
+  ctx = multiprocessing.get_context("spawn")
+  cpu = max(t.cpu_devices for t in tasks)
+  pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(cpu,))
+  try:
+    futures = {pool.submit(run, tasks[i]): i for i in todo}
+    for f in cf.as_completed(futures):
+      done(futures[f], f.result())
+  finally:
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_dask(tasks: Sequence[Task], run: Run, todo: Iterable[int], address: str, done) -> None:
+  try:  # an optional dependency (the dask extra): imported only when asked for
+    from distributed import Client, as_completed
+  except ImportError:
+    raise JaxmemError("--scheduler needs Dask: pip install 'jaxmem[dask]'") from None
+  try:
+    client = Client(address, timeout="10s")
+  except OSError as e:
+    raise JaxmemError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+  try:
+    futures = {client.submit(run, tasks[i], pure=False): i for i in todo}
+    for f in as_completed(list(futures)):
+      done(futures[f], f.result())
+  finally:
+    client.close()

@@ -1,0 +1,183 @@
+"""How memory grows with batch and sequence length, from the compiler, with fitted exponents.
+
+The seeds' claims made measurable: parameters and optimizer state do not move with the
+workload; activations (the temporaries) double when the batch doubles and at least double when
+the sequence does, faster where attention scores of size T^2 are materialised. For each
+component, the growth exponent is the least-squares slope of log(bytes) against log(batch) and
+log(seq) over the grid: 0 means constant, 1 linear, 2 quadratic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxmem.errors import JaxmemError
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.plan import Task, plan
+from jaxmem.planning.runner import run_tasks
+from jaxmem.planning.sweep import Row, row_from_dict, run_task, with_overheads
+from jaxmem.records import Record
+from jaxmem.render.units import GiB
+from jaxmem.workload import Workload
+
+COMPONENTS = (
+    "param_bytes",
+    "optimizer_state_bytes",
+    "argument_size_in_bytes",
+    "temp_size_in_bytes",
+    "peak_memory_in_bytes",
+    "total_bytes",
+)
+VARIABLES = ("batch", "seq")
+
+
+def parse_over(specs: Sequence[str]) -> dict[str, list[int]]:
+  """``["seq=1024,2048", "batch=8,16"]`` to ``{"seq": [1024, 2048], "batch": [8, 16]}``."""
+  out: dict[str, list[int]] = {}
+  for spec in specs:
+    name, eq, values = spec.partition("=")
+    name = name.strip()
+    if not eq or name not in VARIABLES:
+      raise JaxmemError(f"bad --over {spec!r}: write seq=1024,2048 or batch=8,16")
+    try:
+      nums = sorted({int(v) for v in values.split(",") if v.strip()})
+    except ValueError:
+      raise JaxmemError(f"bad --over {spec!r}: values must be whole numbers") from None
+    if len(nums) < 2 or nums[0] < 1:
+      raise JaxmemError(f"bad --over {spec!r}: give at least two positive values to fit a growth rate")
+    if name in out:
+      raise JaxmemError(f"--over {name} given twice")
+    out[name] = nums
+  if not out:
+    raise JaxmemError("scale needs --over, e.g. --over seq=1024,2048,4096")
+  return out
+
+
+def grid(over: dict[str, list[int]], batch: int, seq: int) -> list[tuple[int, int]]:
+  batches = over.get("batch", [batch])
+  seqs = over.get("seq", [seq])
+  return list(itertools.product(batches, seqs))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Growth(Record):
+  """A component's fitted growth exponents for one (mesh, optimizer, remat)."""
+
+  mesh: str
+  optimizer: str
+  remat: str
+  component: str
+  batch_exponent: float | None  # None where the batch did not vary or the component is 0/missing
+  seq_exponent: float | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scaling(Record):
+  """``scale``'s answer: one row per grid point and configuration, and the growth exponents."""
+
+  rows: tuple[Row, ...]
+  growth: tuple[Growth, ...]
+
+
+def tasks(workload: Workload, over: dict[str, list[int]]) -> list[Task]:
+  """A task per grid point and configuration. ``scale`` measures what the user named: the
+  no-remat baseline only if asked for."""
+  out: list[Task] = []
+  for batch, seq in grid(over, workload.batch, workload.seq):
+    p = plan(workload, batch=batch, seq=seq)
+    out += [t for t in p.tasks() if t.remat in workload.remat or "all" in workload.remat]
+  return out
+
+
+def scale(
+    workload: Workload | None = None,
+    /,
+    *,
+    over: Sequence[str] | dict[str, list[int]],
+    jobs: int = 1,
+    scheduler: str | None = None,
+    cache: RowCache | None = None,
+    **fields: Any,
+) -> Scaling:
+  """Compiles ``workload`` (``fields`` replaced; remat ``none`` unless named) at every point of
+  ``over`` (``["seq=1024,2048"]`` or ``{"seq": [1024, 2048]}``) and fits growth exponents."""
+  grid_over = over if isinstance(over, dict) else parse_over(over)
+  w = Workload.of(workload, defaults={"remat": "none"}, **fields)
+  dicts = run_tasks(tasks(w, grid_over), run_task, jobs=jobs, scheduler=scheduler, cache=cache)
+  rows = with_overheads([row_from_dict(d) for d in dicts])
+  return Scaling(rows=tuple(rows), growth=tuple(growth_exponents(rows, grid_over)))
+
+
+def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Growth]:
+  """Least-squares log-log slopes per (mesh, optimizer, remat) and component."""
+  out = []
+  groups: dict[tuple[str, str, str], list[Row]] = {}
+  for r in rows:
+    groups.setdefault((r.mesh, r.optimizer, r.remat), []).append(r)
+  varying = [v for v in VARIABLES if v in over]
+  for (mesh, opt, remat), rs in groups.items():
+    for comp in COMPONENTS:
+      pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
+      exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
+      if len(pts) >= 2:
+        x = np.array([[1.0] + [np.log(getattr(r, v)) for v in varying] for r, _ in pts])
+        y = np.log(np.array([float(val) for _, val in pts]))
+        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+        for v, c in zip(varying, coef[1:], strict=True):
+          exps[v] = round(float(c), 3)
+      out.append(
+          Growth(mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"], seq_exponent=exps["seq"])
+      )
+  return out
+
+
+def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
+  """Each component against the varying workload (log-log), the capacity as a line."""
+  # matplotlib is slow to import and needs its file-only backend chosen before pyplot.
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  var = "seq" if "seq" in over else "batch"
+  other = "batch" if var == "seq" else "seq"
+  fig, ax = plt.subplots(figsize=(8, 5))
+  for (mesh, opt, remat, fixed), rs in _series(rows, var, other).items():
+    rs = [r for r in rs if r.error is None]
+    xs = [getattr(r, var) for r in rs]
+    label = f"{remat}" + (f" {opt}" if len({r.optimizer for r in rows}) > 1 else "") + (f" {mesh}" if len({r.mesh for r in rows}) > 1 else "")
+    label += f" ({other} {fixed})" if len({getattr(r, other) for r in rows}) > 1 else ""
+    for comp, style in (("temp_size_in_bytes", "-"), ("argument_size_in_bytes", ":"), ("peak_memory_in_bytes", "--")):
+      ys = [getattr(r, comp) for r in rs]
+      if all(y for y in ys):
+        ax.plot(xs, [y / GiB for y in ys], style, marker="o", label=f"{comp.split('_')[0]} · {label}")
+  caps = {r.capacity_bytes for r in rows if r.capacity_bytes}
+  for cap in caps:
+    ax.axhline(cap / GiB, color="red", linewidth=1)
+    ax.annotate("capacity", (ax.get_xlim()[0], cap / GiB), color="red", va="bottom")
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log", base=2)
+  ax.set_xlabel(var)
+  ax.set_ylabel("GiB per device")
+  r0 = rows[0]
+  ax.set_title(f"{r0.model} on {r0.target}: memory against {var}")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  try:
+    fig.savefig(path)
+  except (OSError, ValueError) as e:
+    raise JaxmemError(f"cannot write --plot {path}: {e}") from None
+  finally:
+    plt.close(fig)
+
+
+def _series(rows, var, other):
+  out: dict[tuple, list[Row]] = {}
+  for r in sorted(rows, key=lambda r: getattr(r, var)):
+    out.setdefault((r.mesh, r.optimizer, r.remat, getattr(r, other)), []).append(r)
+  return out

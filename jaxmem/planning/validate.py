@@ -1,0 +1,175 @@
+"""Check the prediction against reality on attached devices.
+
+For each configuration, a fresh process initialises real parameters and optimizer state, runs a
+few train steps and reads ``device.memory_stats()["peak_bytes_in_use"]`` (the allocator's high
+water mark, which cannot be reset, hence one process per configuration). The prediction is the
+compiler's ``peak_memory_in_bytes`` for the same program (``total_bytes`` where the backend has
+no peak). The measured peak includes initialisation and the allocator's own overhead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from jaxmem.compiler.report import read_compiled
+from jaxmem.compiler.startup import start_distributed, start_jax
+from jaxmem.compiler.targets import get_target
+from jaxmem.errors import JaxmemError
+from jaxmem.planning.plan import Plan, plan
+from jaxmem.program import sharding as shd
+from jaxmem.program.optimizers import Optimizer
+from jaxmem.program.remat import RematPolicy
+from jaxmem.program.train import build_train_program
+from jaxmem.records import Configuration
+from jaxmem.workload import Workload
+
+NEEDS_ACCELERATOR = (
+    "validate runs real train steps and needs an attached TPU or GPU (this machine has none); "
+    "use `jaxmem compare` for the compiler's prediction"
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Measurement(Configuration):
+  """One configuration run for real: the compiler's prediction and the allocator's peak."""
+
+  steps: int
+  predicted_bytes: int | None  # compiler's peak per device (total_bytes where no peak)
+  measured_bytes: int | None  # max over local devices of peak_bytes_in_use
+  ratio: float | None  # measured / predicted
+  loss: float | None  # last step's loss: the step really ran
+  error: str | None = None
+  notes: tuple[str, ...] = ()
+
+
+# validate's workload runs where it is: on the attached devices.
+ATTACHED = {"target": "attached"}
+
+
+def _configuration(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> dict[str, Any]:
+  return dict(
+      model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(mesh), batch=p.batch,
+      num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
+      param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype,
+  )
+
+
+def measure(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, steps: int = 3) -> Measurement:
+  """Runs one configuration in this process. Call it in a fresh process for a clean peak."""
+  program = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh)
+  compiled = program.trace().lower().compile()
+  predicted = read_compiled(compiled).required_bytes
+  params, state, tokens, targets = program.concrete_args()
+  loss = None
+  for _ in range(steps):
+    params, state, loss = compiled(params, state, tokens, targets)
+  loss = float(jax.device_get(loss))
+  notes: list[str] = []
+  measured = None
+  peaks = []
+  for d in jax.local_devices():
+    s = d.memory_stats() if d.platform != "cpu" else None
+    if s and "peak_bytes_in_use" in s:
+      peaks.append(int(s["peak_bytes_in_use"]))
+  if peaks:
+    measured = max(peaks)
+  else:
+    notes.append(f"{jax.local_devices()[0].platform} devices report no peak_bytes_in_use")
+  ratio = None if not (measured and predicted) else measured / predicted
+  return Measurement(
+      **_configuration(p, mesh, opt, rp),
+      steps=steps,
+      predicted_bytes=predicted,
+      measured_bytes=measured,
+      ratio=ratio,
+      loss=loss if math.isfinite(loss) else None,
+      notes=tuple(notes),
+  )
+
+
+def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
+  """The workload on the attached devices; a one-line error where none is attached."""
+  if workload.target != "attached":
+    raise JaxmemError(f"validate runs on the attached devices; drop --target {workload.target_name}")
+  if distributed:
+    start_distributed()
+  start_jax()
+  require_accelerator(get_target("attached").platform)
+  return plan(workload, target="attached", slices=1)
+
+
+def measure_one(workload: Workload, *, steps: int = 3, distributed: bool = False) -> Measurement:
+  """The measurement of a workload of one configuration (its remat policy, not the baseline)."""
+  p = validation_plan(workload, distributed=distributed)
+  ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == workload.remat[-1]]
+  return measure(p, mesh, opt, rp, steps=steps)
+
+
+def argv(workload: Workload) -> list[str]:
+  """The CLI flags that describe ``workload`` (one flag per field, named after it), for the
+  measuring process. The model is given by name: a preset or a config file."""
+  out: list[str] = []
+  for f in dataclasses.fields(workload):
+    v = getattr(workload, f.name)
+    if f.name in ("target", "slices") or v is None or v == ():
+      continue
+    if f.name == "model":
+      v = workload.model_name
+    elif isinstance(v, tuple):
+      v = ",".join(map(str, v))
+    out.append(f"--{f.name.replace('_', '-')}={v}")
+  return out
+
+
+def validate(
+    workload: Workload | None = None,
+    /,
+    *,
+    steps: int = 3,
+    distributed: bool = False,
+    on_measurement: Callable[[list[Measurement]], None] | None = None,
+    **fields: Any,
+) -> list[Measurement]:
+  """Runs every configuration of ``workload`` (``fields`` replaced) for ``steps`` real steps on
+  the attached devices, each in a fresh process (the allocator's peak cannot be reset), and
+  holds the measured peak against the compiler's prediction. ``on_measurement`` is called with
+  the measurements so far after each one."""
+  if steps < 1:
+    raise JaxmemError(f"--steps must be at least 1 (got {steps})")
+  p = validation_plan(Workload.of(workload, ATTACHED, **fields), distributed=distributed)
+  out: list[Measurement] = []
+  for mesh, opt, rp in p.configs():
+    one = p.workload.replace(model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name)
+    out.append(measure_in_subprocess(one, _configuration(p, mesh, opt, rp), steps=steps))
+    if on_measurement is not None:
+      on_measurement(out)
+  return out
+
+
+def measure_in_subprocess(workload: Workload, configuration: dict[str, Any], *, steps: int) -> Measurement:
+  """Runs `python -m jaxmem _measure` for one configuration and reads its JSON measurement; a
+  failed process is a measurement with ``error`` set."""
+  cmd = [sys.executable, "-m", "jaxmem", "_measure", *argv(workload), f"--steps={steps}"]
+  proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+  if proc.returncode != 0 or not lines:
+    err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return Measurement(
+        **configuration, steps=steps, predicted_bytes=None, measured_bytes=None, ratio=None, loss=None,
+        error=f"measurement process failed (exit {proc.returncode}): {err}",
+    )
+  d = json.loads(lines[-1])
+  return Measurement(**{**d, "notes": tuple(d.get("notes") or ())})
+
+
+def require_accelerator(platform: str) -> None:
+  if platform == "cpu":
+    raise JaxmemError(NEEDS_ACCELERATOR)

@@ -1,0 +1,110 @@
+"""Optimizers (optax) by name.
+
+Each entry builds an ``optax.GradientTransformation`` from a learning rate; the optimizer only
+matters here through the state it keeps, which the compiler counts as argument memory.
+
+>>> OPTIMIZERS.get("adamw").build(1e-3).init  # doctest: +ELLIPSIS
+<function ...>
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxmem.registry import Registry
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Optimizer:
+  name: str
+  build: Callable[[float], optax.GradientTransformation]
+  description: str
+
+
+class _LowpAdamState(NamedTuple):
+  count: jax.Array
+  mu: optax.Updates
+  nu: optax.Updates
+
+
+def scale_by_adam_lowp(
+    dtype=jnp.bfloat16, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+) -> optax.GradientTransformation:
+  """Adam (Kingma & Ba 2015, Algorithm 1) with both moments stored in ``dtype``.
+
+  optax's ``mu_dtype`` lowers only the first moment; keeping both in bf16 halves Adam's
+  8 bytes of state per parameter to 4, which is what "AdamW with bf16 moments" promises.
+  The update is computed in fp32 and the moments rounded on store.
+  """
+
+  def init(params):
+    zeros = lambda p: jnp.zeros_like(p, dtype=dtype)  # noqa: E731
+    return _LowpAdamState(jnp.zeros([], jnp.int32), jax.tree.map(zeros, params), jax.tree.map(zeros, params))
+
+  def update(updates, state, params=None):
+    del params
+    f32 = lambda t: jax.tree.map(lambda x: x.astype(jnp.float32), t)  # noqa: E731
+    mu = jax.tree.map(lambda g, m: b1 * m + (1 - b1) * g, f32(updates), f32(state.mu))
+    nu = jax.tree.map(lambda g, v: b2 * v + (1 - b2) * g * g, f32(updates), f32(state.nu))
+    count = state.count + 1
+    c1, c2 = 1 - b1**count, 1 - b2**count
+    new = jax.tree.map(lambda m, v, g: ((m / c1) / (jnp.sqrt(v / c2) + eps)).astype(g.dtype), mu, nu, updates)
+    cast = lambda t: jax.tree.map(lambda x: x.astype(dtype), t)  # noqa: E731
+    return new, _LowpAdamState(count, cast(mu), cast(nu))
+
+  return optax.GradientTransformation(init, update)
+
+
+def _adamw_bf16(lr: float) -> optax.GradientTransformation:
+  return optax.chain(scale_by_adam_lowp(jnp.bfloat16), optax.add_decayed_weights(1e-4), optax.scale(-lr))
+
+
+def _muon(lr: float) -> optax.GradientTransformation:
+  # Layers are stacked on a leading axis by the scan; treat every axis but the last two as a
+  # batch of matrices, which is what Muon's orthogonalisation expects (Jordan et al. 2024).
+  def dims(params):
+    def one(p):
+      if p.ndim < 2:
+        return None
+      return optax.contrib.MuonDimensionNumbers(reduction_axis=(p.ndim - 2,), output_axis=(p.ndim - 1,))
+
+    return jax.tree.map(one, params)
+
+  return optax.contrib.muon(lr, muon_weight_dimension_numbers=dims)
+
+
+def _registry() -> Registry[Optimizer]:
+  entries = [
+      ("sgd", lambda lr: optax.sgd(lr), "plain SGD: no state"),
+      ("momentum", lambda lr: optax.sgd(lr, momentum=0.9), "SGD with heavy-ball momentum: 1 state per parameter"),
+      ("nesterov", lambda lr: optax.sgd(lr, momentum=0.9, nesterov=True), "Nesterov momentum: 1 state per parameter"),
+      ("adam", lambda lr: optax.adam(lr), "Adam: 2 fp32 moments per parameter"),
+      ("adamw", lambda lr: optax.adamw(lr), "AdamW: 2 fp32 moments per parameter"),
+      ("adamw_bf16", _adamw_bf16, "AdamW with both moments in bf16: half of AdamW's state"),
+      ("adafactor", lambda lr: optax.adafactor(lr), "Adafactor: factored second moment, rows + columns"),
+      ("lion", lambda lr: optax.lion(lr), "Lion: 1 moment per parameter"),
+      ("lamb", lambda lr: optax.lamb(lr), "LAMB: Adam moments with layer-wise trust ratio"),
+      ("adagrad", lambda lr: optax.adagrad(lr), "Adagrad: 1 accumulator per parameter"),
+      ("rmsprop", lambda lr: optax.rmsprop(lr), "RMSProp: 1 accumulator per parameter"),
+      ("adabelief", lambda lr: optax.adabelief(lr), "AdaBelief: 2 moments per parameter"),
+      ("radam", lambda lr: optax.radam(lr), "RAdam: 2 moments per parameter"),
+      ("nadam", lambda lr: optax.nadam(lr), "NAdam: 2 moments per parameter"),
+      ("adamax", lambda lr: optax.adamax(lr), "Adamax: 2 moments per parameter"),
+      ("lars", lambda lr: optax.lars(lr), "LARS: momentum with layer-wise trust ratio"),
+      ("novograd", lambda lr: optax.novograd(lr), "NovoGrad: layer-wise second moment"),
+      ("sm3", lambda lr: optax.sm3(lr), "SM3: cover-set accumulators, sublinear memory"),
+  ]
+  if hasattr(optax, "adan"):
+    entries.append(("adan", lambda lr: optax.adan(lr), "Adan: 3 moments per parameter"))
+  if hasattr(getattr(optax, "contrib", None), "muon"):
+    entries.append(("muon", _muon, "Muon: momentum + Newton-Schulz orthogonalisation (Adam for vectors)"))
+  return Registry("optimizer", {n: Optimizer(name=n, build=b, description=d) for n, b, d in entries})
+
+
+OPTIMIZERS: Registry[Optimizer] = _registry()

@@ -1,0 +1,143 @@
+"""Remat (``jax.checkpoint``) policies by name.
+
+A policy decides which intermediates of a Transformer block are saved for the backward pass;
+the rest are recomputed. Three families:
+
+- ``none``: no ``jax.checkpoint`` at all, the baseline every other policy is compared with.
+- Every argument-free policy in ``jax.checkpoint_policies``, by its own name (found by
+  introspection, so a newer jax adds its new policies here), with ``full`` as the usual name
+  for ``nothing_saveable``.
+- Presets over the names the models tag with ``checkpoint_name`` (see ``jaxmem.models``),
+  following MaxText's ``remat_policy`` vocabulary; the ``*_offloaded`` ones move saved values
+  to host memory and need a target with a host memory space.
+
+>>> REMAT_POLICIES.get("save_qkv_proj").saves
+('query_proj', 'key_proj', 'value_proj')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+
+import jax
+
+from jaxmem.registry import Registry
+
+cp = jax.checkpoint_policies
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RematPolicy:
+  name: str
+  policy: Callable | None  # None: no jax.checkpoint (the baseline)
+  description: str
+  saves: tuple[str, ...] = ()  # checkpoint names saved, for name-based presets
+  offloads: tuple[str, ...] = ()  # checkpoint names moved to host memory
+  alias_of: str | None = None  # same policy under another name: left out of `all`
+  needs_host_memory: bool = False
+
+
+# Why each built-in policy is worth comparing, in one line.
+_BUILTIN_WHY = {
+    "nothing_saveable": "save nothing, recompute the whole block: least memory, most recompute",
+    "everything_saveable": "save every intermediate: like no remat, but through jax.checkpoint",
+    "dots_saveable": "save every matmul output, recompute the elementwise ops",
+    "dots_with_no_batch_dims_saveable": "save matmuls without batch dims (projections), recompute attention scores",
+}
+_BUILTIN_ALIASES = {
+    "checkpoint_dots": "dots_saveable",
+    "checkpoint_dots_with_no_batch_dims": "dots_with_no_batch_dims_saveable",
+}
+
+
+def _is_policy(fn: object) -> bool:
+  """True for a policy itself (called per primitive), False for a policy factory."""
+  if not callable(fn):
+    return False
+  try:
+    params = list(inspect.signature(fn).parameters.values())
+  except (TypeError, ValueError):
+    return False
+  # Policies are called as policy(prim, *args, **params); factories take named arguments.
+  # (`save_any_names_but_these(*names)` is a factory with only *args: it takes no **params.)
+  kinds = {p.kind for p in params}
+  return bool(params) and (
+      params[0].name == "prim"
+      or {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds
+  )
+
+
+def _names_preset(name: str, saves: tuple[str, ...], why: str) -> RematPolicy:
+  return RematPolicy(name=name, policy=cp.save_only_these_names(*saves), description=why, saves=saves)
+
+
+_QKV = ("query_proj", "key_proj", "value_proj")
+
+
+def _build() -> dict[str, RematPolicy]:
+  reg: dict[str, RematPolicy] = {
+      "none": RematPolicy(name="none", policy=None, description="no jax.checkpoint: every residual saved (baseline)"),
+      "full": RematPolicy(name="full", policy=cp.nothing_saveable, description=_BUILTIN_WHY["nothing_saveable"]),
+  }
+  for attr in sorted(dir(cp)):
+    fn = getattr(cp, attr)
+    if attr.startswith("_") or not _is_policy(fn):
+      continue
+    alias = _BUILTIN_ALIASES.get(attr) or ("full" if attr == "nothing_saveable" else None)
+    reg[attr] = RematPolicy(
+        name=attr,
+        policy=fn,
+        description=_BUILTIN_WHY.get(attr, f"jax.checkpoint_policies.{attr}"),
+        alias_of=alias,
+    )
+  # MaxText's name-based presets over the tags of jaxmem.models.
+  for p in (
+      _names_preset("save_qkv_proj", _QKV, "save the q/k/v projections, recompute the rest"),
+      _names_preset("save_out_proj", ("out_proj",), "save the attention output projection only"),
+      _names_preset("save_dot_except_mlp", (*_QKV, "out_proj"), "save the attention projections, recompute the MLP"),
+      _names_preset(
+          "save_dot_except_mlpwi", (*_QKV, "out_proj", "mlpwo"), "save all projections except the MLP's wide input"
+      ),
+      _names_preset(
+          "save_dot_with_context_except_mlp",
+          (*_QKV, "context", "out_proj"),
+          "save the attention projections and context, recompute the MLP",
+      ),
+  ):
+    reg[p.name] = p
+  reg["qkv_proj_offloaded"] = RematPolicy(
+      name="qkv_proj_offloaded",
+      policy=cp.save_and_offload_only_these_names(
+          names_which_can_be_saved=[],
+          names_which_can_be_offloaded=list(_QKV),
+          offload_src="device",
+          offload_dst="pinned_host",
+      ),
+      description="move the q/k/v projections to host memory, recompute the rest",
+      offloads=_QKV,
+      needs_host_memory=True,
+  )
+  reg["minimal_offloaded"] = RematPolicy(
+      name="minimal_offloaded",
+      policy=cp.offload_dot_with_no_batch_dims(offload_src="device", offload_dst="pinned_host"),
+      description="move matmuls without batch dims to host memory",
+      needs_host_memory=True,
+  )
+  return reg
+
+
+# `all` leaves out a policy registered under a second name (nothing_saveable is `full`).
+REMAT_POLICIES: Registry[RematPolicy] = Registry(
+    "remat policy", _build(), flag="remat", in_all=lambda p: p.alias_of is None
+)
+
+
+def parse_remat(spec: str | Sequence[str], *, host_memory: bool = True) -> list[RematPolicy]:
+  """``"a,b"`` or ``"all"`` to policies; ``none`` is always first (the baseline). ``all`` leaves
+  out the host-offload policies when the target has no host memory space."""
+  chosen = list(REMAT_POLICIES.parse(spec, all_filter=lambda p: host_memory or not p.needs_host_memory))
+  if chosen[0].name != "none":
+    chosen = [REMAT_POLICIES["none"], *[p for p in chosen if p.name != "none"]]
+  return chosen

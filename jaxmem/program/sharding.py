@@ -1,0 +1,197 @@
+"""Meshes and logical-axis sharding rules.
+
+A mesh is written ``data=2,fsdp=4``. Mesh axes and what they shard:
+
+- ``data``: the batch (data parallel; parameters and optimizer state replicated).
+- ``fsdp``: the batch *and* every weight's ``embed`` dimension, so parameters, gradients and
+  optimizer state are divided over it (FSDP / ZeRO-3, Rajbhandari et al. 2020).
+- ``tensor``: attention heads, MLP width and vocabulary (Megatron tensor parallelism,
+  Shoeybi et al. 2019).
+- ``sequence``: the sequence dimension of activations (for long context).
+
+Model code names dimensions logically (``jaxmem.models.LOGICAL_AXES``); the rules below map those
+names to mesh axes, separately for weights and for activations, as MaxText's
+``logical_axis_rules`` do. A mesh axis that does not divide the dimension it shards is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxmem.errors import JaxmemError
+
+MESH_AXES = ("data", "fsdp", "tensor", "sequence")
+MeshSpec = tuple[tuple[str, int], ...]
+
+# Logical dimension -> mesh axes, for parameters (and so gradients and optimizer state).
+PARAM_RULES: dict[str, tuple[str, ...]] = {
+    "embed": ("fsdp",),
+    "vocab": ("tensor",),
+    "heads": ("tensor",),
+    "kv_heads": ("tensor",),
+    "mlp": ("tensor",),
+}
+# Logical dimension -> mesh axes, for activations.
+ACTIVATION_RULES: dict[str, tuple[str, ...]] = {
+    "batch": ("data", "fsdp"),
+    "seq": ("sequence",),
+    "heads": ("tensor",),
+    "kv_heads": ("tensor",),
+    "mlp": ("tensor",),
+    "vocab": ("tensor",),
+}
+
+
+def parse_mesh(spec: str) -> MeshSpec:
+  """``"data=2,fsdp=4"`` to ``(("data", 2), ("fsdp", 4))``."""
+  axes: list[tuple[str, int]] = []
+  for part in spec.split(","):
+    part = part.strip()
+    if not part:
+      continue
+    name, eq, size = part.partition("=")
+    name = name.strip()
+    if not eq or not size.strip().isdigit():
+      raise JaxmemError(f"bad mesh {spec!r}: write axis=size pairs separated by commas, e.g. data=2,fsdp=4")
+    if name not in MESH_AXES:
+      raise JaxmemError(f"bad mesh {spec!r}: unknown axis {name!r}; valid axes: {', '.join(MESH_AXES)}")
+    if any(name == a for a, _ in axes):
+      raise JaxmemError(f"bad mesh {spec!r}: axis {name!r} given twice")
+    n = int(size)
+    if n < 1:
+      raise JaxmemError(f"bad mesh {spec!r}: axis {name} has size 0; sizes must be at least 1")
+    axes.append((name, n))
+  if not axes:
+    raise JaxmemError(f"bad mesh {spec!r}: give at least one axis, e.g. data=4")
+  return tuple(axes)
+
+
+def format_mesh(mesh: MeshSpec) -> str:
+  return ",".join(f"{a}={s}" for a, s in mesh)
+
+
+def default_mesh(num_devices: int) -> MeshSpec:
+  """FSDP over every device, MaxText's default (``ici_fsdp_parallelism=-1``)."""
+  return (("fsdp", num_devices),)
+
+
+def mesh_size(mesh: MeshSpec) -> int:
+  return math.prod(s for _, s in mesh)
+
+
+def data_parallel_size(mesh: MeshSpec) -> int:
+  """How many ways the batch is split (data x fsdp)."""
+  return math.prod(s for a, s in mesh if a in ACTIVATION_RULES["batch"])
+
+
+def logical_to_spec(
+    logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules: dict[str, tuple[str, ...]], *, what: str
+) -> PartitionSpec:
+  """Maps logical dimension names to a PartitionSpec over ``mesh``, checking divisibility."""
+  used: set[str] = set()
+  entries: list[Any] = []
+  for name, dim in zip(logical, shape, strict=True):
+    axes = tuple(a for a in rules.get(name or "", ()) if a in mesh.shape and mesh.shape[a] > 1 and a not in used)
+    if not axes:
+      entries.append(None)
+      continue
+    ways = math.prod(mesh.shape[a] for a in axes)
+    if dim % ways:
+      by = " x ".join(f"{a}={mesh.shape[a]}" for a in axes) + (f" = {ways}" if len(axes) > 1 else "")
+      raise JaxmemError(
+          f"{what}: dimension {name}={dim} is not divisible by mesh {by}; pick axis sizes that divide {dim}"
+          + (" (or pad the vocabulary)" if name == "vocab" else "")
+      )
+    used.update(axes)
+    entries.append(axes[0] if len(axes) == 1 else axes)
+  return PartitionSpec(*entries)
+
+
+def param_shardings(abstract_params: Any, logical_specs: Any, mesh: Mesh) -> Any:
+  """NamedShardings for a parameter tree from its logical specs (one name per dimension)."""
+
+  def one(path, leaf, logical):
+    spec = logical_to_spec(tuple(logical), leaf.shape, mesh, PARAM_RULES, what=f"parameter {_keystr(path)}")
+    return NamedSharding(mesh, spec)
+
+  return jax.tree_util.tree_map_with_path(
+      one, abstract_params, logical_specs, is_leaf=lambda x: isinstance(x, PartitionSpec)
+  )
+
+
+def state_shardings(abstract_state: Any, abstract_params: Any, shardings: Any, mesh: Mesh) -> Any:
+  """Shardings for optimizer state: a leaf shaped like a parameter (same path suffix and shape)
+  is sharded like that parameter; anything else (step counts, factored statistics) is
+  replicated, which is small by construction."""
+  by_path: dict[tuple[str, ...], tuple[tuple[int, ...], NamedSharding]] = {}
+  for (path, p), (_, s) in zip(
+      jax.tree_util.tree_leaves_with_path(abstract_params), jax.tree_util.tree_leaves_with_path(shardings), strict=True
+  ):
+    by_path[_keys(path)] = (tuple(p.shape), s)
+  replicated = NamedSharding(mesh, PartitionSpec())
+
+  def one(path, leaf):
+    keys = _keys(path)
+    for start in range(len(keys)):
+      hit = by_path.get(keys[start:])
+      if hit is not None and hit[0] == tuple(leaf.shape):
+        return hit[1]
+    return replicated
+
+  return jax.tree_util.tree_map_with_path(one, abstract_state)
+
+
+def lenient_spec(
+    logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh
+) -> tuple[PartitionSpec, list[tuple[str | None, int, tuple[str, ...], int]]]:
+  """Activation rules over ``mesh``, leaving a dimension unsharded where its mesh axes do not
+  divide it (rather than refusing); also the dimensions so left, as (name, size, axes, ways)."""
+  entries: list[Any] = []
+  used: set[str] = set()
+  left: list[tuple[str | None, int, tuple[str, ...], int]] = []
+  for name, dim in zip(logical, shape, strict=True):
+    axes = tuple(a for a in ACTIVATION_RULES.get(name or "", ()) if a in mesh.shape and mesh.shape[a] > 1 and a not in used)
+    ways = math.prod(mesh.shape[a] for a in axes) if axes else 1
+    if not axes or dim % ways:
+      if axes:
+        left.append((name, dim, axes, ways))
+      entries.append(None)
+      continue
+    used.update(axes)
+    entries.append(axes[0] if len(axes) == 1 else axes)
+  return PartitionSpec(*entries), left
+
+
+def activation_constrainer(mesh: Mesh) -> Callable[[jax.Array, tuple[str | None, ...]], jax.Array]:
+  """A ``constrain(x, logical_axes)`` for the models: pins activations to the mesh.
+
+  Dimensions that a mesh axis does not divide are left unsharded here rather than refused:
+  the batch and weights are checked up front, and heads fewer than the tensor axis are
+  common (grouped-query attention), where XLA then replicates.
+  """
+
+  def constrain(x: jax.Array, logical: tuple[str | None, ...]) -> jax.Array:
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, lenient_spec(logical, x.shape, mesh)[0]))
+
+  return constrain
+
+
+def _keys(path) -> tuple[str, ...]:
+  out = []
+  for k in path:
+    for attr in ("key", "name", "idx"):
+      if hasattr(k, attr):
+        out.append(str(getattr(k, attr)))
+        break
+    else:
+      out.append(str(k))
+  return tuple(out)
+
+
+def _keystr(path) -> str:
+  return "/".join(_keys(path))

@@ -1,0 +1,79 @@
+"""The shared shape of jaxmem's results: ``as_dict()`` in one place, and the fields every figure
+is described by, declared once.
+
+Results hold tuples (notes, shapes, nested records) so they stay immutable; their dict form uses
+lists, as JSON does, so ``json.dumps(r.as_dict())`` and a comparison with a row read back from
+JSON or the cache agree.
+
+- :class:`Placement`: what a compiled figure is for: the model, target, mesh, global batch and
+  device count (every compiled result, training or inference).
+- :class:`Configuration`: a train step's whole configuration: a placement plus the remat policy,
+  optimizer, sequence length and dtypes (compare's rows, explain, validate's measurements).
+- :class:`CompilerFigures`: what the compiler says about one program, per device (XLA's memory
+  fields, jaxmem's total, FLOPs, compile time) and the compiler versions that said it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+def _plain(v: Any) -> Any:
+  if isinstance(v, (tuple, list)):
+    return [_plain(x) for x in v]
+  if isinstance(v, dict):
+    return {k: _plain(x) for k, x in v.items()}
+  return v
+
+
+class Record:
+  """Mixin: ``as_dict()`` as plain dicts and lists (``dataclasses.asdict`` already recurses
+  into nested dataclasses)."""
+
+  def as_dict(self) -> dict[str, Any]:
+    return _plain(dataclasses.asdict(self))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Placement(Record):
+  """What a compiled figure is for. ``batch`` is global; ``num_devices`` the target's."""
+
+  model: str
+  target: str
+  mesh: str
+  batch: int
+  num_devices: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Configuration(Placement):
+  """A train step's configuration: the placement, the remat policy and optimizer, the sequence
+  length, the parameters' storage dtype and the compute dtype."""
+
+  remat: str
+  optimizer: str
+  seq: int
+  param_dtype: str
+  dtype: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompilerFigures(Record):
+  """The compiler's per-device figures for one program (see :mod:`jaxmem.compiler.report` for
+  what each field means on each backend). ``None``: the figure cannot be had here (the row's
+  notes say why). ``versions``: the jax, jaxlib and libtpu or CUDA plugin releases that compiled
+  it (:mod:`jaxmem.versions`), since the figures move between compiler releases."""
+
+  argument_size_in_bytes: int | None = None
+  output_size_in_bytes: int | None = None
+  alias_size_in_bytes: int | None = None
+  temp_size_in_bytes: int | None = None
+  generated_code_size_in_bytes: int | None = None
+  host_temp_size_in_bytes: int | None = None
+  peak_memory_in_bytes: int | None = None
+  total_bytes: int | None = None
+  flops: float | None = None
+  compiler_flops: float | None = None
+  compile_seconds: float | None = None
+  versions: dict[str, str] = dataclasses.field(default_factory=dict)

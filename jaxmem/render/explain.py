@@ -1,0 +1,116 @@
+"""``explain``'s output in every format, and the residuals table behind ``compare --residuals``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from jaxmem.explain.analyse import Explanation
+from jaxmem.explain.residuals import PolicyResiduals
+from jaxmem.explain.timeline import timeline_text
+from jaxmem.render.tables import check_format, envelope, render_csv, render_records
+from jaxmem.render.units import unit_for
+from jaxmem.versions import describe
+
+# via_loop: the while the value came out of when op_name/source are those of the op in its body.
+JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source", "via_loop")
+# The configuration as explain's JSON names it.
+_CONFIGURATION = ("model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
+                  "platform", "num_devices")
+
+
+def explain_json(result: Explanation) -> dict[str, Any]:
+  """The JSON document: the envelope with the four required keys, then the rest."""
+  d = result.as_dict()
+  doc = envelope(
+      [],
+      versions=result.versions,
+      consumers=d["consumers"],
+      peak_bytes=d["peak_bytes"],
+      live_bytes_at_peak=d["live_bytes_at_peak"],
+      peak_buffers=[{k: b[k] for k in JSON_BUFFER_KEYS} for b in d["peak_buffers"]],
+      estimated=d["estimated"],
+      compiler_bytes=d["compiler_bytes"],
+      peak_source=d["peak_source"],
+      configuration={k: d[k] for k in _CONFIGURATION},
+      by_module=d["by_module"],
+      by_kind=d["by_kind"],
+      peak_buffer_details=d["peak_buffers"],
+      timeline=d["timeline"],
+      notes=d["notes"],
+  )
+  doc.pop("rows", None)
+  return doc
+
+
+def render_explain(result: Explanation, fmt_name: str) -> str:
+  """Consumers, the peak, the buffers live at it, by module and kind, the timeline, notes."""
+  check_format(fmt_name)
+  if fmt_name == "json":
+    return json.dumps(explain_json(result), indent=2)
+  if fmt_name == "csv":
+    return render_csv([{**{k: b.as_dict()[k] for k in JSON_BUFFER_KEYS}, "module": b.module, "phase": b.phase} for b in result.peak_buffers])
+  size = unit_for([result.peak_bytes, result.compiler_bytes], smallest="KiB")
+  uname = size.name
+  r = result
+  head = (f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · "
+          f"batch {r.batch} · seq {r.seq} · {uname} per device" + (f" · {describe(r.versions)}" if r.versions else ""))
+  consumers = [
+      {"consumer": k, uname: size(v), "how": "estimate" if k in r.estimated else "exact"}
+      for k, v in r.consumers.items()
+  ]
+  consumers.append({"consumer": "sum = compiler total", uname: size(r.compiler_bytes), "how": "argument+output-alias+temp+code"})
+  peak_lines = [
+      f"peak_bytes {size(r.peak_bytes)} {uname} ({r.peak_source}); live_bytes_at_peak {size(r.live_bytes_at_peak)} {uname} "
+      f"at schedule position {r.peak_position}, {r.live_buffer_count} buffers"
+  ]
+  bufs = [
+      {uname: size(b.size_bytes), "kind": b.kind, "dtype": b.dtype, "shape": b.shape,
+       # A loop's output says which op in the body made it: the op_name and source are that op's.
+       "hlo": b.hlo if not b.via_loop else f"{b.hlo} <- {b.via_loop} body {b.producer}",
+       "module": b.module, "source": b.source or "-", "op_name": b.op_name or "-"}
+      for b in r.peak_buffers
+  ]
+  groups = [{"module": m, uname: size(v)} for m, v in r.by_module.items()]
+  kinds = [{"kind": k, uname: size(v)} for k, v in r.by_kind.items() if v]
+  out = [head, "", render_records(consumers, fmt_name), "", *peak_lines, "", render_records(bufs, fmt_name),
+         "", render_records(groups, fmt_name), "", render_records(kinds, fmt_name)]
+  if fmt_name == "table":
+    out += ["", timeline_text(r)]
+  notes = list(r.notes)
+  if any(b.via_loop for b in r.peak_buffers):
+    notes.append(
+        "hlo 'X <- W body P': X came out of the loop W (the scan over the layers); module, source "
+        "and op_name are those of P, the instruction in W's body that computes it"
+    )
+  out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in notes]
+  return "\n".join(out).rstrip()
+
+
+def residuals_table(rows: Sequence[PolicyResiduals], fmt_name: str) -> str:
+  """``compare --residuals``: ``rows`` from :func:`jaxmem.explain.residuals.saved_residuals_by_policy`,
+  one line per saved residual, with each policy's per-layer and total bytes."""
+  check_format(fmt_name)
+  flat = [rec for p in rows for rec in p.rows()]
+  if fmt_name == "json":
+    return json.dumps(envelope([], policies=[p.as_dict() for p in rows]) | {"rows": flat}, indent=2)
+  if fmt_name == "csv":
+    return render_csv([{**r, "shape": "x".join(map(str, r["shape"]))} for r in flat])
+  u = unit_for([p.total_bytes for p in rows], smallest="KiB")
+  unit, uname = u.size, u.name
+  summary = [
+      {"remat": p.remat, "residuals": len(p.residuals), f"per layer {uname}": f"{p.per_layer_bytes / unit:,.2f}",
+       f"all {p.num_layers} layers {uname}": f"{p.total_bytes / unit:,.2f}"}
+      for p in rows
+  ]
+  detail = [
+      {"remat": r["remat"], "residual": r["residual"], "shape": "[" + ",".join(map(str, r["shape"])) + "]",
+       "dtype": r["dtype"], uname: f"{r['bytes'] / unit:,.3f}"}
+      for r in flat
+  ]
+  head = ""
+  if rows:
+    p0 = rows[0]
+    head = f"saved for the backward pass · model {p0.model} · batch {p0.batch} x seq {p0.seq}, one device, unsharded · {uname}\n\n"
+  return head + render_records(summary, fmt_name) + "\n\n" + render_records(detail, fmt_name)

@@ -1,0 +1,120 @@
+"""``infer`` and ``estimate`` output, and the sections ``compare --with-inference/--with-estimate`` add.
+
+Rendering goes through :mod:`jaxmem.render.tables`' generic record renderer. Tables show one
+binary unit chosen for the figures (:mod:`jaxmem.render.units`), ``estimate`` decimal GB as its
+sources quote them; JSON and CSV give bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jaxmem.inference.estimate import Estimate
+from jaxmem.inference.infer import InferRow
+from jaxmem.render.tables import heading_versions, render_records
+from jaxmem.render.units import Unit, unit, unit_for
+
+INFER_COLUMNS = (
+    "mesh", "phase", "weights", "context", "batch", "weight_bytes_per_device", "kv_cache_bytes_per_device",
+    "argument_size_in_bytes", "temp_size_in_bytes", "peak_memory_in_bytes", "total_bytes", "capacity_bytes",
+    "fits", "weight_bytes", "kv_cache_bytes", "compile_seconds",
+)
+KV_COLUMNS = ("batch", "context", "kv_heads", "kv_cache_bytes")
+ESTIMATE_COLUMNS = (
+    "model", "params", "bytes_per_param", "model_state_bytes", "h100_80gb_equivalents", "activation_bytes_per_layer",
+    "activation_bytes", "kv_cache_bytes", "weight_bytes_bf16", "weight_bytes_fp8", "weight_bytes_int4",
+)
+SIDE_COLUMNS = (
+    "mesh", "workload", "detail", "batch", "argument_size_in_bytes", "temp_size_in_bytes", "required_bytes",
+    "all_devices_required_bytes", "capacity_bytes", "fits", "verdict",
+)
+COMPARISON_COLUMNS = ("mesh", "optimizer", "remat", "component", "estimate_bytes", "compiler_bytes", "ratio")
+
+
+def _is_bytes(k: str) -> bool:
+  return "bytes" in k and k != "bytes_per_param"
+
+
+def _unit_for(dicts: Sequence[dict[str, Any]], keys: Sequence[str]) -> Unit:
+  return unit_for([d.get(k) for d in dicts for k in keys if _is_bytes(k) and isinstance(d.get(k), (int, float))])
+
+
+def _table_records(dicts: Sequence[dict[str, Any]], keys: Sequence[str], u: Unit | None = None) -> list[dict[str, Any]]:
+  u = u or _unit_for(dicts, keys)
+  out = []
+  for d in dicts:
+    r = {}
+    for k in keys:
+      v = d.get(k)
+      if _is_bytes(k):
+        label = k.replace("_size_in_bytes", "").replace("_in_bytes", "").replace("_bytes", "")
+        r[f"{label} {u.name}"] = u(v)
+      elif k == "fits":
+        r[k] = "-" if v is None else ("yes" if v else "NO")
+      elif isinstance(v, float):
+        r[k] = f"{v:.3g}"
+      else:
+        r[k] = v
+    out.append(r)
+  return out
+
+
+def render(dicts: Sequence[dict[str, Any]], fmt_name: str, keys: Sequence[str]) -> str:
+  """Records as JSON or CSV (bytes), or a table of ``keys`` in one unit."""
+  if fmt_name in ("json", "csv"):
+    return render_records(list(dicts), fmt_name)
+  return render_records(_table_records(dicts, keys), fmt_name)
+
+
+def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[dict[str, Any]] = ()) -> str:
+  """``infer``'s rows; in table and markdown, a heading (with the compiler versions), the notes
+  and errors; the KV cache table from the formula after it when ``kv_rows`` are given."""
+  dicts = [r.as_dict() for r in rows]
+  text = render(dicts, fmt_name, INFER_COLUMNS)
+  if fmt_name in ("table", "markdown"):
+    r0 = rows[0]
+    u = _unit_for(dicts, INFER_COLUMNS)
+    text = (f"model {r0.model} · target {r0.target} · {u.name} per device (weight and kv_cache: whole model)"
+            f"{heading_versions(rows)}\n\n" + text)
+    notes = dict.fromkeys(n for r in rows for n in r.notes)
+    errors = [f"error [{r.mesh} {r.phase} {r.weights} {r.context}]: {r.error}" for r in rows if r.error]
+    if notes or errors:
+      text += "\n\n" + "\n".join([f"note: {n}" for n in notes] + errors)
+  if kv_rows:
+    text += "\n\n" + render(kv_rows, fmt_name, KV_COLUMNS)
+  return text
+
+
+def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:
+  """``estimate``'s closed forms: JSON/CSV in bytes, tables in decimal GB with their sources."""
+  dicts = [r.as_dict() for r in rows]
+  if fmt_name in ("json", "csv"):
+    return render_records(dicts, fmt_name)
+  # Decimal GB, as the sources (ZeRO, Hugging Face, NVIDIA's 80 GB) quote their figures.
+  recs = _table_records(dicts, ESTIMATE_COLUMNS, unit("GB"))
+  for rec, d in zip(recs, dicts, strict=True):
+    rec["params"] = f"{d['params'] / 1e9:.3f}B"
+    rec["h100_80gb_equivalents"] = f"{d['h100_80gb_equivalents']:.1f}"
+  e = rows[0]
+  head = (f"{e.optimizer}, {e.precision} precision, batch {e.batch} x seq {e.seq}, tensor {e.tensor}, "
+          f"recompute {e.recompute}; whole model, GB = 1e9 bytes (h100 = model state / 80 GB)")
+  return head + "\n\n" + render_records(recs, fmt_name) + "\n\n" + "\n".join(f"source: {s}" for s in e.sources)
+
+
+def render_compare_extras(extras: dict[str, list[dict[str, Any]]], fmt_name: str) -> str:
+  """Text for table/markdown (sections after compare's table); empty for json/csv, where
+  ``extras`` go into the JSON envelope instead."""
+  if fmt_name in ("json", "csv") or not extras:
+    return ""
+  parts = []
+  if extras.get("inference"):
+    parts.append("training vs inference, per device (all_devices = summed over the devices):\n\n"
+                 + render(extras["inference"], fmt_name, SIDE_COLUMNS))
+  if extras.get("estimate"):
+    recs = extras["estimate"]
+    table = render(recs, fmt_name, COMPARISON_COLUMNS)
+    notes = dict.fromkeys(f"{r['component']} ({r['remat']}): {r['note']}" for r in recs if r["note"])
+    parts.append("estimate vs compiler, per device (ratio = compiler / estimate):\n\n" + table
+                 + ("\n\n" + "\n".join(f"note: {n}" for n in notes) if notes else ""))
+  return "\n\n" + "\n\n".join(parts)

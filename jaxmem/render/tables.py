@@ -1,0 +1,340 @@
+"""Rendering rows as text: ``table`` (plain), ``markdown``, ``json``, ``csv``.
+
+The library returns frozen dataclasses and never prints. This module renders the sweep's rows
+(``compare``, ``fit``, ``scale``) and any list of records, and holds the JSON envelope every
+command's JSON shares; ``render.explain`` and ``render.inference`` render those commands' own
+results with it. Tables show sizes per device in one unit (``render.units``), with deltas
+against the ``none`` (no remat) row of the same mesh and optimizer, and a heading that names
+the compiler versions behind the figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from tabulate import tabulate
+
+from jaxmem.errors import JaxmemError
+from jaxmem.render.units import Unit, unit_for
+from jaxmem.versions import __version__, compiler_versions, describe, merged
+
+FORMATS = ("table", "markdown", "json", "csv")
+
+
+def check_format(fmt: str) -> str:
+  if fmt not in FORMATS:
+    raise JaxmemError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+  return fmt
+
+
+def envelope(rows: Sequence[Any], *, versions: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+  """The JSON document every command writes: jaxmem's version, the compiler versions of the
+  whole run (``versions``; else those the rows carry; else every compiler installed here), any
+  ``extra`` sections, then the rows."""
+  dicts = [_as_dict(r) for r in rows]
+  versions = versions or run_versions(dicts) or compiler_versions()
+  return {"jaxmem_version": __version__, "jax_version": jax.__version__, "versions": versions, **extra, "rows": dicts}
+
+
+def run_versions(rows: Sequence[Any]) -> dict[str, str]:
+  """The compiler versions behind a set of rows (records or dicts carrying ``versions``)."""
+  return merged([_as_dict(r).get("versions") or {} for r in rows])
+
+
+def _as_dict(r: Any) -> dict[str, Any]:
+  return r.as_dict() if hasattr(r, "as_dict") else dict(r)
+
+
+def markup(fmt: str) -> str:
+  """tabulate's style for a text format."""
+  return "github" if fmt == "markdown" else "simple"
+
+
+def heading_versions(rows: Sequence[Any]) -> str:
+  """`` · jax 0.12.0.1, libtpu 0.0.50.1`` for a heading line, or nothing when rows carry none."""
+  v = run_versions(rows)
+  return f" · {describe(v)}" if v else ""
+
+
+def render_json(rows: Sequence[Any], **extra: Any) -> str:
+  return json.dumps(envelope(rows, **extra), indent=2)
+
+
+def render_csv(rows: Sequence[Any]) -> str:
+  dicts = [_as_dict(r) for r in rows]
+  if not dicts:
+    return ""
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=list(dicts[0]), lineterminator="\n")
+  writer.writeheader()
+  for d in dicts:
+    writer.writerow({k: _csv_cell(v) for k, v in d.items()})
+  return buf.getvalue()
+
+
+def _csv_cell(v: Any) -> Any:
+  # Lists (notes) and dicts (versions) in one cell, readably: "a; b", "jax 0.10.2; jaxlib 0.10.2".
+  if isinstance(v, list):
+    return "; ".join(map(str, v))
+  if isinstance(v, dict):
+    return "; ".join(f"{k} {x}" for k, x in v.items())
+  return "" if v is None else v
+
+
+def render_records(rows: Sequence[Any], fmt: str, headers: Sequence[str] | None = None) -> str:
+  """Generic listing (models, targets): records or plain dicts, in any format."""
+  check_format(fmt)
+  if fmt == "json":
+    return json.dumps(envelope(rows), indent=2)
+  if fmt == "csv":
+    return render_csv(rows)
+  dicts = [_as_dict(r) for r in rows]
+  keys = list(headers or (dicts[0].keys() if dicts else []))
+  body = [[_cell(r.get(k)) for k in keys] for r in dicts]
+  return tabulate(body, headers=keys, tablefmt=markup(fmt), disable_numparse=True)
+
+
+def _cell(v: Any) -> str:
+  if v is None:
+    return "-"
+  if isinstance(v, float):
+    return f"{v:.4g}"
+  if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
+    return f"{v:,}"
+  return str(v)
+
+
+def _size(v: int | None, unit: int) -> str:
+  return "-" if v is None else f"{v / unit:.2f}"
+
+
+def _delta(v: int | None, base: int | None, unit: int) -> str:
+  if v is None or base is None:
+    return "-"
+  d = (v - base) / unit
+  return f"{d:+.2f}" if abs(d) >= 0.005 else "0"
+
+
+# Whole-mesh figures for --totals: a per-device field times the device count.
+TOTALS = {
+    "all_devices_param_bytes": "param_bytes",
+    "all_devices_optimizer_state_bytes": "optimizer_state_bytes",
+    "all_devices_argument_bytes": "argument_size_in_bytes",
+    "all_devices_temp_bytes": "temp_size_in_bytes",
+    "all_devices_total_bytes": "total_bytes",
+}
+
+
+def with_totals(r: Any) -> dict[str, Any]:
+  d = _as_dict(r)
+  for key, field in TOTALS.items():
+    v = d.get(field)
+    d[key] = None if v is None else v * d["num_devices"]
+  return d
+
+
+_SWEEP_HEADERS = ["remat", "params", "opt state", "argument", "temp", "Δtemp", "peak", "total", "Δtotal", "GFLOP", "recompute", "compile s"]
+_TOTALS_HEADERS = ["model params", "Σ params", "Σ opt state", "Σ argument", "Σ total"]
+_TOTALS_FIELDS = ("param_bytes_global", "all_devices_param_bytes", "all_devices_optimizer_state_bytes",
+                  "all_devices_argument_bytes", "all_devices_total_bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  """Which of compare's columns a set of rows shows, and in which unit."""
+
+  varying: tuple[str, ...]  # of model, target, batch, seq: those that differ between rows
+  mesh: bool
+  optimizer: bool
+  comm: bool
+  host: bool
+  fit: bool
+  totals: bool
+  unit: Unit
+
+  @classmethod
+  def of(cls, rows: Sequence[Any], totals: bool) -> _Layout:
+    return cls(
+        varying=tuple(k for k in ("model", "target", "batch", "seq") if len({getattr(r, k) for r in rows}) > 1),
+        mesh=len({r.mesh for r in rows}) > 1 or rows[0].num_devices > 1,
+        optimizer=len({r.optimizer for r in rows}) > 1,
+        comm=any((r.num_devices or 1) > 1 for r in rows),
+        host=any(r.host_temp_size_in_bytes for r in rows),
+        fit=any(r.capacity_bytes is not None for r in rows),
+        totals=totals,
+        unit=unit_for([getattr(r, f) for r in rows for f in ("total_bytes", "argument_size_in_bytes", "param_bytes")]),
+    )
+
+  def headers(self) -> list[str]:
+    h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer + _SWEEP_HEADERS
+    h += ["comm"] * self.comm + ["host temp"] * self.host
+    h += ["capacity", "required", "fits"] if self.fit else []
+    return h + (_TOTALS_HEADERS if self.totals else [])
+
+  def cells(self, r: Any, b: Any) -> list[str]:
+    """One row's cells; ``b`` is the no-remat row it is compared with (or None)."""
+    u = self.unit.size
+    line = [str(getattr(r, k)) for k in self.varying] + [r.mesh] * self.mesh + [r.optimizer] * self.optimizer
+    flops = "-" if r.flops is None else f"{r.flops / 1e9:,.1f}"
+    recompute = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
+    if r.error:
+      line += [r.remat, _size(r.param_bytes, u), _size(r.optimizer_state_bytes, u)]
+      line += ["error (see below)"] + ["-"] * 5 + [flops, recompute, "-"]
+      line += ["-"] * (self.comm + self.host)
+    else:
+      line += [r.remat] + [_size(getattr(r, f), u) for f in ("param_bytes", "optimizer_state_bytes", "argument_size_in_bytes", "temp_size_in_bytes")]
+      line += [_delta(r.temp_size_in_bytes, b and b.temp_size_in_bytes, u), _size(r.peak_memory_in_bytes, u)]
+      line += [_size(r.total_bytes, u), _delta(r.total_bytes, b and b.total_bytes, u), flops, recompute]
+      line += ["-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}"]
+      line += [_size(r.comm_bytes, u)] * self.comm + [_size(r.host_temp_size_in_bytes, u)] * self.host
+    if self.fit:
+      line += [_size(r.capacity_bytes, u), _size(r.required_bytes, u), "-" if r.fits is None else ("yes" if r.fits else "NO")]
+    if self.totals:
+      line += [_size(getattr(r, k), u) for k in _TOTALS_FIELDS]
+    return line
+
+  def heading(self, rows: Sequence[Any]) -> str:
+    r0 = rows[0]
+    parts = [f"{k} {getattr(r0, k)}" for k in ("model", "target", "batch", "seq") if k not in self.varying]
+    devices = f"{r0.num_devices} devices" if r0.num_devices > 1 else "1 device"
+    heading = " · ".join(parts) + f" ({devices}) · {r0.param_dtype} params, {r0.dtype} compute · {self.unit.name} per device"
+    heading += heading_versions(rows)
+    if self.totals:
+      heading += f"; Σ = summed over all {r0.num_devices} devices"
+    if self.comm:
+      heading += "; comm = bytes each device sends per step in collectives"
+    return heading
+
+
+def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
+  """Renders compare rows; table and markdown get a one-line heading and notes below.
+
+  With ``totals``, whole-mesh figures are added (per-device bytes times the device count), next
+  to ``param_bytes_global``, the model's own size: under data parallelism the sum over devices
+  is N copies of the model, under FSDP it is one. Sharding moves ownership, not total bytes.
+  """
+  check_format(fmt)
+  if totals:
+    rows = [_Dict(with_totals(r)) for r in rows]
+  if fmt == "json":
+    return render_json(rows)
+  if fmt == "csv":
+    return render_csv(rows)
+  if not rows:
+    return "no rows"
+  layout = _Layout.of(rows, totals)
+  base = {(r.target, r.mesh, r.optimizer, r.batch, r.seq): r for r in rows if r.remat == "none"}
+  body = [layout.cells(r, base.get((r.target, r.mesh, r.optimizer, r.batch, r.seq))) for r in rows]
+  table = tabulate(body, headers=layout.headers(), tablefmt=markup(fmt), disable_numparse=True)
+  notes = _notes(rows)
+  out = [layout.heading(rows), "", table]
+  if notes:
+    out += [""] + [f"{'- ' if fmt == 'markdown' else ''}{n}" for n in notes]
+  return "\n".join(out)
+
+
+def _notes(rows: Sequence[Any]) -> list[str]:
+  seen: dict[str, None] = {}
+  for r in rows:
+    for n in r.notes:
+      seen.setdefault(f"note: {n}")
+    if r.error:
+      seen.setdefault(f"error [{r.mesh} {r.optimizer} {r.remat}]: {r.error}")
+  return list(seen)
+
+
+class _Dict(dict):
+  """A row as a dict whose keys also read as attributes (for the table code)."""
+
+  __getattr__ = dict.__getitem__
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(self)
+
+
+def render_ranked(rows: Sequence[Any], fmt: str) -> str:
+  """Configurations for one workload, ranked (fitting, cheapest recompute first), with the
+  recommendation said first."""
+  check_format(fmt)
+  best = next((r for r in rows if r.fits), None)
+  if best is None:
+    advice = "recommendation: none of these configurations fits; try a smaller batch, remat full, or more devices"
+  else:
+    pct = "-" if best.recompute_overhead_pct is None else f"{best.recompute_overhead_pct:+.1f}% recompute"
+    u = unit_for([best.required_bytes, best.capacity_bytes])
+    advice = (
+        f"recommendation: mesh {best.mesh}, {best.optimizer}, remat {best.remat} "
+        f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct})"
+    )
+  if fmt == "json":
+    return json.dumps(envelope(rows, recommended=None if best is None else _as_dict(best)), indent=2)
+  if fmt == "csv":
+    return render_csv(rows)
+  return advice + "\n\n" + render_compare(rows, fmt)
+
+
+def render_fit(results: Sequence[Any], fmt: str) -> str:
+  """The largest fitting workload per configuration."""
+  check_format(fmt)
+  if fmt == "json":
+    return json.dumps(envelope(results), indent=2)
+  if fmt == "csv":
+    return render_csv([r.as_dict() for r in results])
+  over = results[0].over if results else "batch"
+  rows = [r.row for r in results if r.row is not None]
+  u = unit_for([getattr(row, f) for row in rows for f in ("required_bytes", "capacity_bytes", "temp_size_in_bytes")])
+  records = []
+  for r in results:
+    row = r.row
+    records.append(
+        {
+            "mesh": r.mesh,
+            "optimizer": r.optimizer,
+            "remat": r.remat,
+            f"max {over}": r.max_batch if over == "batch" else r.max_seq,
+            f"required {u.name}": None if row is None else _size(row.required_bytes, u.size),
+            f"capacity {u.name}": None if row is None else _size(row.capacity_bytes, u.size),
+            f"temp {u.name}": None if row is None else _size(row.temp_size_in_bytes, u.size),
+            "recompute": None if row is None or row.recompute_overhead_pct is None else f"{row.recompute_overhead_pct:+.1f}%",
+            "compiles": r.compiles,
+            "note": r.note,
+        }
+    )
+  r0 = next((r.row for r in results if r.row is not None), None)
+  fixed = "" if r0 is None else (f" · seq {r0.seq}" if over == "batch" else f" · batch {r0.batch}")
+  versions = heading_versions(rows)
+  head = "" if r0 is None else f"model {r0.model} · target {r0.target}{fixed} · largest {over} that fits, per device figures at it{versions}\n\n"
+  return head + render_records(records, fmt)
+
+
+def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
+  """Per-point figures, then the fitted growth exponent of each component."""
+  check_format(fmt)
+  if fmt == "json":
+    return json.dumps(envelope(rows, growth=[g.as_dict() for g in growth]), indent=2)
+  if fmt == "csv":
+    return render_csv(rows)
+  records = [
+      {
+          "mesh": g.mesh,
+          "optimizer": g.optimizer,
+          "remat": g.remat,
+          "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
+          "batch exponent": _exponent(g.batch_exponent),
+          "seq exponent": _exponent(g.seq_exponent),
+      }
+      for g in growth
+  ]
+  table = render_compare(rows, fmt, totals=totals)
+  exps = render_records(records, fmt)
+  return f"{table}\n\ngrowth exponents (bytes ~ batch^a x seq^b; 0 constant, 1 linear, 2 quadratic):\n\n{exps}"
+
+
+def _exponent(x: float | None) -> str | None:
+  return None if x is None else f"{x + 0.0:.2f}".replace("-0.00", "0.00")

@@ -1,0 +1,108 @@
+"""One typed description of a workload, taken by every entry point.
+
+``compare``, ``explain``, ``fit``, ``scale``, ``plan``, ``validate`` (and ``infer``, with its own
+extra fields) take a :class:`Workload` and keyword overrides of its fields, so
+``jaxmem.compare(model="tiny", batch=2)`` and ``jaxmem.compare(Workload(model="tiny"), batch=2)``
+mean the same. The CLI builds one from its shared flags (a flag per field, named after it).
+
+A new field is one line here (with its default and how it is normalised) and its flag in
+``jaxmem/cli/_common.py``: the planner, the row cache's key and the worker processes carry the
+whole workload, so nothing in between changes.
+
+>>> w = Workload(model="tiny", remat="full,dots_saveable", mesh="data=2,fsdp=4")
+>>> w.remat, w.mesh
+(('full', 'dots_saveable'), ('data=2,fsdp=4',))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from jaxmem.program.sharding import format_mesh
+from jaxmem.records import Record
+
+if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved config or target
+  from jaxmem.compiler.targets import Target
+  from jaxmem.models import ModelConfig
+
+DEFAULT_REMAT = ("none", "dots_saveable", "full")
+
+
+def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
+  """A sweep axis as a tuple of names: ``"a,b"``, ``["a", "b,c"]`` and ``None`` (empty) alike."""
+  if v is None:
+    return ()
+  parts = [v] if isinstance(v, str) else list(v)
+  return tuple(n.strip() for p in parts for n in str(p).split(",") if n.strip())
+
+
+def meshes(v: Any) -> tuple[str, ...]:
+  """Meshes as written (``"data=2,fsdp=4"`` is one mesh: its commas separate axes, not meshes):
+  a string, a sequence of strings, or ``(axis, size)`` pairs; ``None`` for the default mesh."""
+  if v is None:
+    return ()
+  if isinstance(v, str):
+    return (v,)
+  items = list(v)
+  if items and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], int) for x in items):
+    return (format_mesh(tuple(items)),)  # one mesh as (axis, size) pairs
+  return tuple(x if isinstance(x, str) else format_mesh(x) for x in items)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload(Record):
+  """A train step to compile, or a sweep of them.
+
+  ``mesh``, ``remat`` and ``optimizer`` are sweep axes: tuples of names (a comma-separated
+  string or a list is accepted and normalised). ``remat`` names may include ``all``, and ``none``
+  (no remat, the baseline) is always compiled too. ``mesh`` empty means FSDP over every device
+  of the target. ``param_dtype``/``dtype`` ``None`` keep the model's (float32 / bfloat16).
+  ``model`` may be a preset name or a :class:`~jaxmem.models.ModelConfig`; ``target`` a name or
+  a :class:`~jaxmem.compiler.targets.Target`.
+  """
+
+  model: str | ModelConfig = "gpt2-small"
+  batch: int = 8  # global
+  seq: int = 1024
+  target: str | Target = "cpu"
+  slices: int = 1  # TPU slices (multi-slice over DCN)
+  mesh: tuple[str, ...] = ()
+  remat: tuple[str, ...] = DEFAULT_REMAT
+  optimizer: tuple[str, ...] = ("adamw",)
+  param_dtype: str | None = None
+  dtype: str | None = None
+
+  def __post_init__(self):
+    # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
+    object.__setattr__(self, "mesh", meshes(self.mesh))
+    object.__setattr__(self, "remat", names(self.remat))
+    object.__setattr__(self, "optimizer", names(self.optimizer))
+
+  def replace(self, **fields: Any) -> Workload:
+    """A copy with ``fields`` replaced (normalised like the constructor's arguments)."""
+    return dataclasses.replace(self, **fields) if fields else self
+
+  @classmethod
+  def of(cls, workload: Workload | None = None, defaults: Mapping[str, Any] | None = None, **fields: Any) -> Workload:
+    """What an entry point works on: ``workload`` (else one with the entry point's own
+    ``defaults``), with ``fields`` replaced. ``None`` values are ignored, so a caller can pass
+    optional arguments through."""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    base = workload if workload is not None else cls(**(defaults or {}))
+    if not isinstance(base, cls):
+      base = cls(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name in _field_names(cls)})
+    return base.replace(**fields)
+
+  @property
+  def model_name(self) -> str:
+    return self.model if isinstance(self.model, str) else self.model.name
+
+  @property
+  def target_name(self) -> str:
+    return self.target if isinstance(self.target, str) else self.target.name
+
+
+def _field_names(cls: type) -> set[str]:
+  return {f.name for f in dataclasses.fields(cls)}
