@@ -35,8 +35,6 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
-
 from jaxmem import sweep, train, xprof  # noqa: E402
 from jaxmem._quiet import quiet  # noqa: E402
 from jaxmem.explain import analyse  # noqa: E402
