@@ -35,19 +35,21 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxmem import sweep, train, xprof  # noqa: E402
+from jaxmem.explain import xprof  # noqa: E402
+from jaxmem.planning import plan as planning  # noqa: E402
+from jaxmem.program import train  # noqa: E402
 from jaxmem._quiet import quiet  # noqa: E402
-from jaxmem.explain import analyse  # noqa: E402
-from jaxmem.explain_hlo import read_dump  # noqa: E402
+from jaxmem.explain.analyse import analyse  # noqa: E402
+from jaxmem.hlo.dump import read_dump  # noqa: E402
 from jaxmem.models import get_config  # noqa: E402
-from jaxmem.report import read_compiled  # noqa: E402
+from jaxmem.compiler.report import read_compiled  # noqa: E402
 
 MIB = 1 << 20
 
 
 def compile_target(target: str, args: argparse.Namespace, logdir: str) -> dict:
   cfg = get_config(args.model, **({"num_layers": args.layers} if args.layers else {}))
-  p = sweep.plan(model=cfg, remat=args.remat, optimizer="adamw", batch=args.batch, seq=args.seq, target=target)
+  p = planning.plan(model=cfg, remat=args.remat, optimizer="adamw", batch=args.batch, seq=args.seq, target=target)
   mesh, opt, rp = p.configs()[-1]
   prog = train.build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh)
   lowered = prog.trace().lower()

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem import accelerators as acc
-from jaxmem import xprof
+from jaxmem.compiler import accelerators as acc
+from jaxmem.explain import xprof
 from jaxmem.errors import JaxmemError
-from jaxmem.explain_hlo import DumpFormatError, read_dump
-from jaxmem.targets import get_target
+from jaxmem.hlo.dump import DumpFormatError, read_dump
+from jaxmem.compiler.targets import get_target
 
 GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
 TPU_OK, TPU_WHY = acc.tpu_compiler_available()

@@ -26,7 +26,7 @@ import types
 from typing import Any
 
 from jaxmem.errors import JaxmemError
-from jaxmem.explain_hlo import DumpFormatError
+from jaxmem.hlo.dump import DumpFormatError
 
 # Compiler options that make XLA write each module's HloProto next to whatever else it dumps;
 # used with {"xla_dump_to": DIR}. They combine with "xla_dump_hlo_as_text" (explain's text dump):
