@@ -122,7 +122,7 @@ from .attention_registry import (
   choose_attention,
 )
 from .cache import CACHE_AXES, KVCache, kv_cache_bytes
-from .config import PRESETS, ModelConfig, get_config
+from .config import ModelConfig
 from .counting import count_active_params, count_params
 from .hf import from_config
 from .layers import Constrain
@@ -137,6 +137,7 @@ from .names import (
   MLA_CHECKPOINT_NAMES,
   MOE_CHECKPOINT_NAMES,
 )
+from .presets import PRESETS, get_config
 from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [

@@ -1,0 +1,74 @@
+"""The named presets and lookup by CLI name: a preset, or a Hugging Face ``config.json`` path.
+
+Kept apart from :mod:`.config` (the dataclass and its presets as classmethods) because reading a
+``config.json`` (:mod:`.hf`) needs ``ModelConfig``, and lookup needs both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from jaxmem.errors import JaxmemError
+from jaxmem.registry import Registry
+
+from .config import ModelConfig
+from .hf import from_config
+
+# CLI name -> preset constructor. Constructors rather than instances so callers always get a
+# fresh value to `dataclasses.replace`, and the dict stays cheap to import.
+_PRESETS: dict[str, Callable[[], ModelConfig]] = {
+  "tiny": ModelConfig.tiny,
+  "tiny-gpt2": ModelConfig.tiny_gpt2,
+  "gpt2-small": ModelConfig.gpt2_small,
+  "gpt2-medium": ModelConfig.gpt2_medium,
+  "gpt2-large": ModelConfig.gpt2_large,
+  "gpt2-xl": ModelConfig.gpt2_xl,
+  "llama3-1b": ModelConfig.llama3_1b,
+  "llama3-3b": ModelConfig.llama3_3b,
+  "llama3-8b": ModelConfig.llama3_8b,
+  "llama3-70b": ModelConfig.llama3_70b,
+  "llama3-405b": ModelConfig.llama3_405b,
+  "mistral-7b": ModelConfig.mistral_7b,
+  "qwen2.5-7b": ModelConfig.qwen2_5_7b,
+  "qwen2.5-72b": ModelConfig.qwen2_5_72b,
+  "qwen3-8b": ModelConfig.qwen3_8b,
+  # Mixture of experts / multi-head latent attention (issue 11).
+  "tiny-moe": ModelConfig.tiny_moe,
+  "tiny-mla": ModelConfig.tiny_mla,
+  "mixtral-8x7b": ModelConfig.mixtral_8x7b,
+  "mixtral-8x22b": ModelConfig.mixtral_8x22b,
+  "qwen3-30b-a3b": ModelConfig.qwen3_30b_a3b,
+  "deepseek-v3": ModelConfig.deepseek_v3,
+}
+
+# A read-only Mapping with the same get/parse and one-line errors as the other registries.
+PRESETS: Registry[Callable[[], ModelConfig]] = Registry("model", _PRESETS, flag="model")
+
+
+def get_config(name: str, **overrides: Any) -> ModelConfig:
+  """The preset called ``name`` (a key of ``PRESETS``), or the model a Hugging Face-style
+  ``config.json`` describes when ``name`` is a path ending in ``.json`` (see
+  :func:`models.hf.from_config`), with fields replaced by ``overrides``.
+
+  Raises:
+    JaxmemError: unknown preset name, unknown field, an unreadable or unsupported config
+      file, or an override that makes the config invalid; the message is one line and lists
+      what is valid.
+  """
+  if isinstance(name, str) and name.lower().endswith(".json"):
+    cfg = from_config(name)
+  elif name not in PRESETS:
+    raise JaxmemError(
+      f"unknown model {name!r}; valid models: {', '.join(PRESETS)}, or a path to a Hugging Face config.json"
+    )
+  else:
+    cfg = PRESETS[name]()
+  if not overrides:
+    return cfg
+  fields = [f.name for f in dataclasses.fields(ModelConfig)]
+  unknown = sorted(set(overrides) - set(fields))
+  if unknown:
+    raise JaxmemError(f"unknown model field(s) {', '.join(unknown)}; valid fields: {', '.join(fields)}")
+  return dataclasses.replace(cfg, **overrides)
