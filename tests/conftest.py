@@ -28,7 +28,12 @@ import tempfile  # noqa: E402
 import pytest  # noqa: E402
 
 # Each test session gets its own row cache, so no test is answered from an earlier run's rows.
-os.environ.setdefault("JAXMEM_CACHE_DIR", tempfile.mkdtemp(prefix="jaxmem-test-cache-"))
+# pytest-xdist's workers inherit the controller's environment (this module is imported there
+# first): each worker takes a directory of its own below the session's, so which tests share a
+# worker cannot change what a test reads from the cache.
+_SESSION_CACHE = os.environ.setdefault("JAXMEM_CACHE_DIR", tempfile.mkdtemp(prefix="jaxmem-test-cache-"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+  os.environ["JAXMEM_CACHE_DIR"] = os.path.join(_SESSION_CACHE, os.environ["PYTEST_XDIST_WORKER"])
 
 
 def pytest_configure(config):

@@ -25,18 +25,10 @@ TPU_MESSAGE = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory r
                "temporaries (66.79G) exceeds available HBM (15.75G).")
 
 
-@pytest.fixture(scope="module")
-def tpu():
-  ok, why = acc.tpu_compiler_available()
-  if not ok:
-    pytest.skip(f"TPU compiler not available: {why}")
-
-
-@pytest.fixture(scope="module")
-def gpu():
-  ok, why = acc.gpu_compiler_available("h100")
-  if not ok:
-    pytest.skip(f"GPU compiler not available: {why}")
+tpu = pytest.mark.needs_tpu_compiler
+gpu = pytest.mark.needs_gpu_compiler("h100")
+ARGUMENT_BYTES = (1024 * 512 + 512 * 256) * 4  # x and w of _sharded_compile, whole
+OUTPUT_BYTES = 1024 * 256 * 4
 
 
 def _sharded_compile(devices):
@@ -127,7 +119,8 @@ def test_compiler_availability_is_true_only_when_available():
 # -- TPU ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("generation", list(acc.TPU_GENERATIONS))
-def test_every_slice_size_is_accepted_by_libtpu(tpu, generation):
+@tpu
+def test_every_slice_size_is_accepted_by_libtpu(generation):
   gen = acc.TPU_GENERATIONS[generation]
   for size in gen.sizes:
     devices = acc.tpu_devices(generation, size)
@@ -136,7 +129,8 @@ def test_every_slice_size_is_accepted_by_libtpu(tpu, generation):
     assert devices[0].platform == "tpu"
 
 
-def test_tpu_devices_are_cached_and_multislice(tpu):
+@tpu
+def test_tpu_devices_are_cached_and_multislice():
   assert acc.tpu_devices("v5e", 4) == acc.tpu_devices("v5e", 4)
   assert acc.tpu_devices("v5e", 4)[0] is acc.tpu_devices("v5e", 4)[0]
   two = acc.tpu_devices("v5e", 4, num_slices=2)
@@ -144,13 +138,15 @@ def test_tpu_devices_are_cached_and_multislice(tpu):
   assert sorted({d.slice_index for d in two}) == [0, 1]
 
 
-def test_sharded_compile_on_v5e_4(tpu):
+@tpu
+def test_sharded_compile_on_v5e_4():
   stats = _sharded_compile(acc.tpu_devices("v5e", 4))
-  assert stats.argument_size_in_bytes == (1024 * 512 + 512 * 256) * 4 // 4
-  assert stats.output_size_in_bytes == 1024 * 256 * 4 // 4
+  assert stats.argument_size_in_bytes == ARGUMENT_BYTES // 4
+  assert stats.output_size_in_bytes == OUTPUT_BYTES // 4
 
 
-def test_real_tpu_out_of_memory_is_parsed(tpu):
+@tpu
+def test_real_tpu_out_of_memory_is_parsed():
   devices = acc.tpu_devices("v5e", 1)
   sharding = NamedSharding(Mesh(np.array(devices), ("d",)), P())
   x = jax.ShapeDtypeStruct((1 << 16,), jnp.float32, sharding=sharding)
@@ -163,40 +159,59 @@ def test_real_tpu_out_of_memory_is_parsed(tpu):
   assert 15 * GiB < oom.available_bytes < 16 * GiB
 
 
-def test_usable_hbm_is_read_from_the_compiler(tpu):
+@tpu
+def test_usable_hbm_is_read_from_the_compiler():
   assert abs(acc.usable_hbm_bytes("v5e") - 15.75 * GiB) < 6 << 20
   assert acc.usable_hbm_bytes("h100") == acc.GPU_SPECS["h100"].hbm_bytes
 
 
 # -- GPU ------------------------------------------------------------------------------------------
 
-def test_sharded_compile_on_h100_x2(gpu):
+@gpu
+def test_sharded_compile_on_h100_x2():
   devices = acc.gpu_devices("h100", 2)
   assert [d.device_kind for d in devices] == ["NVIDIA H100 80GB HBM3"] * 2
   stats = _sharded_compile(devices)
-  assert stats.argument_size_in_bytes == (1024 * 512 + 512 * 256) * 4 // 2
-  assert stats.output_size_in_bytes == 1024 * 256 * 4 // 2
+  assert stats.argument_size_in_bytes == ARGUMENT_BYTES // 2
+  assert stats.output_size_in_bytes == OUTPUT_BYTES // 2
 
 
-def test_gpu_multi_host_and_cache(gpu):
+@gpu
+def test_gpu_multi_host_and_cache():
   devices = acc.gpu_devices("h100", 4, hosts=2)
   assert [d.process_index for d in devices] == [0] * 4 + [1] * 4
   assert acc.gpu_devices("h100", 4, hosts=2)[0] is devices[0]
 
 
 @pytest.mark.parametrize("name", list(acc.GPU_SPECS))
-def test_gpu_compiler_available_answers_per_gpu(gpu, name):
-  ok, why = acc.gpu_compiler_available(name)
-  assert ok or why  # b200 (sm_100) compiles with ptxas 13.0; an older ptxas says why not
+@gpu
+def test_gpu_compiler_available_answers_per_gpu(name):
+  # The answer must agree with compiling for that GPU, tried here another way (a sharded matmul
+  # with tanh, which needs ptxas and libdevice): available exactly when it compiles, and a
+  # reason exactly when it does not. (b200, sm_100, needs ptxas 12.8 or later.)
+  answer = acc.gpu_compiler_available(name)
+  try:
+    stats = _sharded_compile(acc.gpu_devices(name, 1))
+  except jax.errors.JaxRuntimeError as e:
+    assert not answer and answer.why, f"{name} did not compile ({e}) but was said to be available"
+    assert f"sm_{''.join(map(str, acc.GPU_SPECS[name].compute_capability))}" in answer.why or "toolkit" in answer.why
+  else:
+    assert answer and answer.why == "", f"{name} compiled but was said to be unavailable: {answer.why}"
+    assert stats.argument_size_in_bytes == ARGUMENT_BYTES
 
 
-def test_both_targets_in_one_process(tpu, gpu):
-  assert _sharded_compile(acc.tpu_devices("v6e", 4)).argument_size_in_bytes > 0
-  assert _sharded_compile(acc.gpu_devices("a100-80gb", 4)).argument_size_in_bytes > 0
-  assert _sharded_compile(acc.tpu_devices("v5p", 8)).argument_size_in_bytes > 0
+@tpu
+@gpu
+def test_both_targets_in_one_process():
+  # Per device: each argument and the output are split by rows over the four devices.
+  for devices in (acc.tpu_devices("v6e", 4), acc.gpu_devices("a100-80gb", 4), acc.tpu_devices("v5p", 8)):
+    stats = _sharded_compile(devices)
+    assert stats.argument_size_in_bytes == ARGUMENT_BYTES // len(devices), devices[0].device_kind
+    assert stats.output_size_in_bytes == OUTPUT_BYTES // len(devices)
 
 
-def test_nothing_reaches_stderr(tpu):
+@tpu
+def test_nothing_reaches_stderr(tmp_path):
   # A fresh process, because libtpu's start-up noise comes once per process.
   script = textwrap.dedent("""
       import os, sys
@@ -216,7 +231,9 @@ def test_nothing_reaches_stderr(tpu):
         pass
   """)
   env = {k: v for k, v in os.environ.items() if k != "JAXMEM_VERBOSE"}
+  # cwd elsewhere: `-c` puts the working directory first on sys.path, and the checkout's jaxmem/
+  # must not shadow the installed one (which maps jaxmem.models to models/).
   out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                       timeout=120)
+                       timeout=120, cwd=tmp_path)
   assert out.returncode == 0, out.stderr
   assert out.stderr.split("MARK\n", 1)[1] == ""

@@ -2,17 +2,16 @@
 
 import pytest
 
-from jaxmem.compiler import accelerators as acc
-from jaxmem.planning import sweep
-from jaxmem.compiler import targets as tg
 from jaxmem.cli import main
+from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler import targets as tg
 from jaxmem.errors import JaxmemError
-
-TPU_OK, TPU_WHY = acc.tpu_compiler_available()
-GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
-needs_tpu = pytest.mark.skipif(not TPU_OK, reason=f"TPU compiler unavailable: {TPU_WHY}")
-needs_gpu = pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
 from jaxmem.models import get_config
+from jaxmem.planning import sweep
+from jaxmem.planning.plan import plan
+
+needs_tpu = pytest.mark.needs_tpu_compiler
+needs_gpu = pytest.mark.needs_gpu_compiler("h100")
 
 # Small, but with dimensions of whole TPU tiles (multiples of 128), so layout padding of tiny
 # arrays does not blur the ratios.
@@ -64,11 +63,16 @@ def test_slices_only_for_tpu():
     tg.get_target("gpu:h100", slices=2)
 
 
+@pytest.fixture(scope="module")
+def tpu_meshes():
+  """One sweep on a v5e-4 slice shared by the mesh tests: data, FSDP and data x tensor."""
+  rows = sweep.compare(**TINY, target="tpu:v5e-4", remat="none", mesh=["data=4", "fsdp=4", "data=2,tensor=2"])
+  return {r.mesh: r for r in rows}
+
+
 @needs_tpu
-def test_tpu_fsdp_divides_state_and_data_parallel_does_not():
-  rows = sweep.compare(**TINY, target="tpu:v5e-4", remat="none", mesh=["data=4", "fsdp=4"])
-  by = {r.mesh: r for r in rows}
-  dp, fsdp = by["data=4"], by["fsdp=4"]
+def test_tpu_fsdp_divides_state_and_data_parallel_does_not(tpu_meshes):
+  dp, fsdp = tpu_meshes["data=4"], tpu_meshes["fsdp=4"]
   assert dp.error is None and fsdp.error is None
   assert dp.param_bytes == dp.param_bytes_global  # replicated: every device holds all
   assert fsdp.param_bytes < dp.param_bytes / 3
@@ -76,13 +80,13 @@ def test_tpu_fsdp_divides_state_and_data_parallel_does_not():
   # The compiler agrees: argument bytes per device fall by about the mesh size.
   assert fsdp.argument_size_in_bytes < dp.argument_size_in_bytes / 3
   assert fsdp.capacity_bytes and fsdp.fits is True and fsdp.peak_memory_in_bytes is not None
+  assert dp.peak_memory_in_bytes <= dp.capacity_bytes  # what "fits" means
 
 
 @needs_tpu
-def test_tensor_parallel_on_tpu_shards_weights():
-  rows = sweep.compare(**TINY, target="tpu:v5e-4", remat="none", mesh=["data=4", "data=2,tensor=2"])
-  by = {r.mesh: r for r in rows}
-  assert by["data=2,tensor=2"].param_bytes < 0.7 * by["data=4"].param_bytes
+def test_tensor_parallel_on_tpu_shards_weights(tpu_meshes):
+  assert tpu_meshes["data=2,tensor=2"].error is None
+  assert tpu_meshes["data=2,tensor=2"].param_bytes < 0.7 * tpu_meshes["data=4"].param_bytes
 
 
 @needs_gpu
@@ -112,22 +116,26 @@ def test_cli_out_of_memory_exits_zero(capsys):
   assert '"fits": false' in capsys.readouterr().out
 
 
+@needs_tpu
 @pytest.mark.parametrize(
     "argv,match",
     [
         (["--target", "tpu:v5e-8", "--mesh", "data=4"], "has 4 devices but target tpu:v5e-8 has 8"),
         (["--target", "tpu:v5e-4", "--mesh", "fsdp=4", "--batch", "2"], "not divisible"),
-        (["--target", "tpu:v5e-4", "--mesh", "tensor=4", "--model", "tiny-gpt2"], None),
+        (["--target", "tpu:v5e-4", "--mesh", "tensor=4"], "kv_heads"),  # tiny has 2 kv heads
     ],
 )
 def test_bad_meshes_on_accelerators(argv, match, capsys):
-  if not TPU_OK:
-    pytest.skip(TPU_WHY)
-  if match is None:
-    return
   assert main(["compare", "--model", "tiny", "--batch", "8", "--seq", "16", *argv]) == 2
   err = capsys.readouterr().err
-  assert match in err and "Traceback" not in err
+  assert match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@needs_tpu
+def test_a_tensor_axis_that_divides_the_heads_is_accepted():
+  # tiny-gpt2 has 4 heads and 4 kv heads: tensor=4 splits them (checked before compiling).
+  p = plan(model="tiny-gpt2", batch=8, seq=16, target="tpu:v5e-4", mesh="tensor=4")
+  assert p.meshes == ((("tensor", 4),),) and p.target.num_devices == 4
 
 
 def test_indivisible_heads_on_tensor_axis(capsys):
@@ -137,10 +145,35 @@ def test_indivisible_heads_on_tensor_axis(capsys):
   assert "not divisible" in err and "kv_heads" in err
 
 
-def test_default_target_is_said(capsys, monkeypatch):
+def test_default_target_here_is_the_first_compiler_installed():
   name, why = tg.default_target_name()
-  assert name in tg.DEFAULT_ACCELERATORS or name in ("cpu", "attached")
-  assert why
+  if tg.attached_accelerator_present():
+    assert (name, why) == ("attached", "an accelerator is attached")
+    return
+  expected = next((n for n in tg.DEFAULT_ACCELERATORS
+                   if (acc.gpu_compiler_available(n[4:]) if n.startswith("gpu:") else acc.tpu_compiler_available())), "cpu")
+  assert name == expected
+  assert why.startswith("no accelerator attached")
+
+
+@pytest.mark.parametrize(
+    "attached,gpu,tpu,expected",
+    [
+        (True, True, True, "attached"),
+        (False, True, True, "gpu:h100"),
+        (False, False, True, "tpu:v6e-1"),
+        (False, False, False, "cpu"),
+    ],
+)
+def test_default_target_order(monkeypatch, attached, gpu, tpu, expected):
+  no = acc.CompilerAvailability(ok=False, why="not here")
+  yes = acc.CompilerAvailability(ok=True)
+  monkeypatch.setattr(tg, "attached_accelerator_present", lambda: attached)
+  monkeypatch.setattr(acc, "gpu_compiler_available", lambda name=None: yes if gpu else no)
+  monkeypatch.setattr(acc, "tpu_compiler_available", lambda: yes if tpu else no)
+  name, why = tg.default_target_name()
+  assert name == expected
+  assert (name in why) or (expected == "cpu" and "no TPU/GPU compiler installed" in why)
 
 
 @needs_tpu
