@@ -17,6 +17,12 @@ with _quiet():
   # without the hardware; keep it off the user's terminal.
   import jax as _jax  # noqa: F401
 
+from jaxmem.compiler.startup import prefer_cpu as _prefer_cpu  # noqa: E402
+
+# Before the user's first JAX array (see jaxmem/compiler/startup.py): on a machine without an
+# accelerator JAX then starts on its CPU only, quietly, and GPU targets keep working.
+_prefer_cpu()
+
 from jaxmem.compiler.analysis import analyze  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.compiler.targets import get_target as target  # noqa: E402
