@@ -102,6 +102,10 @@ class MemoryReport(CompilerFigures):
     """The :class:`CompilerFigures` fields, to build a row from."""
     return {f: getattr(self, f) for f in COMPILER_FIELDS}
 
+  def comm_figures(self) -> dict:
+    """The communication fields (``comm_bytes`` and one per collective kind), as rows have them."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("comm_")}
+
 
 def fits(required: int | None, capacity: int | None) -> bool | None:
   """Whether ``required`` bytes fit in ``capacity``; None when either is unknown."""
