@@ -16,6 +16,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
+from jaxmem._quiet import quiet
 from jaxmem.compiler.report import MemoryReport, read_compiled
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target
@@ -45,7 +46,11 @@ class Lowering:
   argument_names: tuple[str, ...]
 
   def compile(self) -> tuple[jax.stages.Compiled, float]:
-    return compile_timed(self.lowered)
+    """The executable and the compile's wall time. XLA's log lines (the GPU compiler's
+    rematerialization and argument-size warnings near the device's memory) are kept off the
+    terminal; a failed compile replays them with its error."""
+    with quiet():
+      return compile_timed(self.lowered)
 
   def read(self, compiled: jax.stages.Compiled, *, compile_seconds: float | None = None) -> MemoryReport:
     """The report for ``compiled``, this lowering's executable."""

@@ -227,8 +227,8 @@ def _shard_bytes(shape, dtype, sharding) -> int:
 
 
 def _devices_of(compiled) -> list:
-  # `input_shardings` is public on every backend; a program with no inputs reports no devices.
-  for s in jax.tree_util.tree_leaves(compiled.input_shardings):
+  # `input_shardings` is public on every backend; a program without inputs has its outputs'.
+  for s in jax.tree_util.tree_leaves((compiled.input_shardings, compiled.output_shardings)):
     if hasattr(s, "device_set"):
       return sorted(s.device_set, key=lambda d: d.id)
   return []

@@ -14,7 +14,6 @@ from typing import Any
 
 import jax
 
-from jaxmem._quiet import quiet
 from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import Refusal, fits
@@ -57,11 +56,11 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
   lowering = lower_step(p, mesh, rp)
   try:
-    with quiet():  # the GPU compiler logs to fd 2 when arguments near the device's memory
-      compiled, seconds = lowering.compile()
+    compiled, seconds = lowering.compile()  # quietly: the GPU compiler logs near the device's memory
   except jax.errors.JaxRuntimeError as e:
     flops = jaxpr_flops(lowering.traced.jaxpr.jaxpr) / p.target.num_devices
-    notes.append("flops: split evenly over the devices (the compile was refused)")
+    if p.target.num_devices > 1:
+      notes.append("flops: split evenly over the devices (the compile was refused)")
     return {**base, **Refusal.of(e).as_dict(), "flops": flops, "versions": compiler_versions(p.target.platform),
             "notes": tuple(notes)}
   report = lowering.read(compiled, compile_seconds=seconds)
