@@ -17,9 +17,15 @@ with _quiet():
   # without the hardware; keep it off the user's terminal.
   import jax as _jax  # noqa: F401
 
+from jaxmem.compiler.startup import prefer_cpu as _prefer_cpu  # noqa: E402
+
+# Before the user's first JAX array (see jaxmem/compiler/startup.py): on a machine without an
+# accelerator JAX then starts on its CPU only, quietly, and GPU targets keep working.
+_prefer_cpu()
+
 from jaxmem.compiler.analysis import analyze  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
-from jaxmem.compiler.targets import get_target as target  # noqa: E402
+from jaxmem.compiler.targets import target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
 from jaxmem import explain  # noqa: E402  (a callable module: see jaxmem/explain/__init__.py)
 from jaxmem.planning.fit import fit  # noqa: E402
@@ -27,6 +33,7 @@ from jaxmem.planning.scale import scale  # noqa: E402
 from jaxmem.planning.sweep import Row, compare  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
 from jaxmem.program import optimizers, remat  # noqa: E402
+from jaxmem.program.sharding import fsdp_shardings  # noqa: E402
 from jaxmem.program.optimizers import OPTIMIZERS  # noqa: E402
 from jaxmem.program.remat import REMAT_POLICIES  # noqa: E402
 from jaxmem.versions import __version__  # noqa: E402
@@ -44,6 +51,7 @@ __all__ = [
     "compare",
     "explain",
     "fit",
+    "fsdp_shardings",
     "optimizers",
     "remat",
     "scale",

@@ -20,6 +20,10 @@ from typing import Any
 
 
 def _plain(v: Any) -> Any:
+  if isinstance(v, Record):
+    return v.as_dict()
+  if dataclasses.is_dataclass(v) and not isinstance(v, type):
+    return _plain({f.name: getattr(v, f.name) for f in dataclasses.fields(v)})
   if isinstance(v, (tuple, list)):
     return [_plain(x) for x in v]
   if isinstance(v, dict):
@@ -28,11 +32,12 @@ def _plain(v: Any) -> Any:
 
 
 class Record:
-  """Mixin: ``as_dict()`` as plain dicts and lists (``dataclasses.asdict`` already recurses
-  into nested dataclasses)."""
+  """Mixin: ``as_dict()`` as plain dicts and lists, nested records included. A field declared
+  with ``metadata={"as_dict": False}`` (a live object such as a ``Compiled``) is left out."""
 
   def as_dict(self) -> dict[str, Any]:
-    return _plain(dataclasses.asdict(self))
+    # Not dataclasses.asdict: it deep-copies every field, which a live object may refuse.
+    return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.metadata.get("as_dict", True)}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

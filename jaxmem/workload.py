@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jaxmem.program.sharding import format_mesh
+from jaxmem.program.step import step_spec
 from jaxmem.records import Record
 
 if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved config or target
@@ -73,12 +74,19 @@ class Workload(Record):
   optimizer: tuple[str, ...] = ("adamw",)
   param_dtype: str | None = None
   dtype: str | None = None
+  # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
+  # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
+  # (a function is accepted and turned into its path; see jaxmem.program.step). model,
+  # optimizer and the dtypes are then the step's own.
+  step: str | None = None
 
   def __post_init__(self):
     # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
     object.__setattr__(self, "mesh", meshes(self.mesh))
     object.__setattr__(self, "remat", names(self.remat))
     object.__setattr__(self, "optimizer", names(self.optimizer))
+    if self.step is not None:
+      object.__setattr__(self, "step", step_spec(self.step))
 
   def replace(self, **fields: Any) -> Workload:
     """A copy with ``fields`` replaced (normalised like the constructor's arguments)."""

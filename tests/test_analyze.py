@@ -1,5 +1,7 @@
 """`jaxmem.analyze` reports exactly what the compiler says."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,3 +83,94 @@ def test_unknown_target():
 def test_too_many_cpu_devices_says_how_to_fix():
   with pytest.raises(JaxmemError, match="jax_num_cpu_devices"):
     jaxmem.analyze(_step, *_args(), target="cpu:64")
+
+
+# --- targets, devices and the richer report (issue 10 items 2 and 3) -----------------------------
+
+
+def _train_like(params, opt_state, x):
+  loss, grads = jax.value_and_grad(lambda p: jnp.tanh(x @ p["w1"] @ p["w2"]).sum())(params)
+  return jax.tree.map(lambda p, g, m: p - g * m, params, grads, opt_state), loss
+
+
+def _train_args(mesh=None):
+  params = {"w1": jax.ShapeDtypeStruct((256, 512), jnp.float32), "w2": jax.ShapeDtypeStruct((512, 64), jnp.float32)}
+  x = jax.ShapeDtypeStruct((32, 256), jnp.float32)
+  if mesh is None:
+    return params, params, x
+  sh = jaxmem.fsdp_shardings(params, mesh)
+  params = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), params, sh)
+  return params, params, jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, PartitionSpec("fsdp")))
+
+
+def test_bytes_per_argument_and_leaf():
+  report = jaxmem.analyze(_train_like, *_train_args())
+  param_bytes = (256 * 512 + 512 * 64) * 4
+  assert report.argument_bytes == {"params": param_bytes, "opt_state": param_bytes, "x": 32 * 256 * 4}
+  assert report.argument_leaf_bytes["params.w1"] == 256 * 512 * 4
+  assert sum(report.argument_leaf_bytes.values()) == sum(report.argument_bytes.values()) == report.argument_size_in_bytes
+
+
+def test_sharded_arguments_per_device_and_communication():
+  mesh = jaxmem.target("cpu:4").mesh({"fsdp": 4})
+  sharded = jaxmem.analyze(_train_like, *_train_args(mesh), target="cpu:4")
+  replicated = jaxmem.analyze(_train_like, *_train_args(), target="cpu:4")
+  assert sharded.argument_bytes["params"] * 4 == replicated.argument_bytes["params"]
+  assert replicated.argument_bytes["params"] == (256 * 512 + 512 * 64) * 4  # every device holds all
+  kinds = [k for k in vars(sharded) if k.startswith("comm_") and k != "comm_bytes"]
+  assert sharded.comm_bytes > 0 and sharded.comm_bytes == sum(getattr(sharded, k) for k in kinds)
+  assert jaxmem.analyze(_train_like, *_train_args()).comm_bytes == 0  # one device sends nothing
+
+
+def test_report_keeps_the_compiled_out_of_as_dict():
+  report = jaxmem.analyze(_step, *_args())
+  assert isinstance(report.compiled, jax.stages.Compiled)
+  assert report.compiled.memory_analysis().temp_size_in_bytes == report.temp_size_in_bytes
+  d = report.as_dict()
+  assert "compiled" not in d and d["argument_bytes"] == {"w": 256 * 512 * 4, "x": 64 * 256 * 4}
+  json.dumps(d)
+
+
+def test_static_arguments_are_not_arguments():
+  report = jaxmem.analyze(lambda n, x: x * n, 3, jax.ShapeDtypeStruct((8,), jnp.float32), static_argnums=0)
+  assert report.argument_bytes == {"x": 32}
+
+
+def test_inputs_on_a_subset_of_the_target_devices_are_one_line():
+  mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:2]), ("d",))
+  w = jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("d")))
+  with pytest.raises(JaxmemError, match=r"args\[0\] is sharded on 2 cpu devices .*some of target cpu:4's 4 cpu devices") as e:
+    jaxmem.analyze(_step, w, _args()[1], target="cpu:4")
+  assert "\n" not in str(e.value)
+
+
+def test_inputs_on_different_device_sets_are_one_line_without_a_target():
+  four = jax.sharding.Mesh(np.array(jax.devices("cpu")[:4]), ("d",))
+  two = jax.sharding.Mesh(np.array(jax.devices("cpu")[4:6]), ("d",))
+  w = jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=NamedSharding(four, PartitionSpec("d")))
+  x = jax.ShapeDtypeStruct((64, 256), jnp.float32, sharding=NamedSharding(two, PartitionSpec()))
+  with pytest.raises(JaxmemError, match=r"args\[0\] is sharded on 4 cpu devices .* but args\[1\] on 2 cpu devices"):
+    jaxmem.analyze(_step, w, x)
+
+
+def test_a_function_without_array_inputs_compiles_on_the_target():
+  report = jaxmem.analyze(lambda: jnp.zeros((64, 64)) + 1, target="cpu:4")
+  assert report.num_devices == 4 and report.output_size_in_bytes == 64 * 64 * 4
+
+
+@pytest.mark.needs_gpu_compiler
+def test_user_step_on_an_h100x8_fsdp_mesh_holds_an_eighth():
+  # Done-when (issue 10): a step sharded with jaxmem.target("gpu:h100x8").mesh({"fsdp": 8})
+  # reports about one eighth of the replicated argument bytes; sharded on jax.devices() of
+  # another platform, it is a one-line error.
+  target = jaxmem.target("gpu:h100x8")
+  sharded = jaxmem.analyze(_train_like, *_train_args(target.mesh({"fsdp": 8})), target=target)
+  replicated = jaxmem.analyze(_train_like, *_train_args(), target="gpu:h100x8")
+  assert sharded.platform == "gpu" and sharded.num_devices == 8
+  assert sharded.argument_size_in_bytes / replicated.argument_size_in_bytes == pytest.approx(1 / 8, rel=0.01)
+  cpu_mesh = jax.sharding.Mesh(np.array(jax.devices()), ("fsdp",))
+  with pytest.raises(JaxmemError) as e:
+    jaxmem.analyze(_train_like, *_train_args(cpu_mesh), target="gpu:h100x8")
+  message = str(e.value)
+  assert "\n" not in message
+  assert "8 cpu devices" in message and "not on target gpu:h100x8's 8 gpu devices (NVIDIA H100 80GB HBM3)" in message

@@ -271,3 +271,24 @@ def test_cli_compare_on_a_config_json(capsys):
   assert all(r["param_bytes"] == 4 * count_params(from_config(path)) for r in rows)
   assert all(r["error"] is None and r["temp_size_in_bytes"] > 0 for r in rows)
   assert main(["compare", "--model", str(DATA / "nope.json"), "--target", "cpu"]) == 2
+
+
+def test_config_json_notes_and_extras_reach_rows(tmp_path, capsys):
+  # A config.json model with a recorded sliding window: its note reaches compare's and infer's
+  # rows, and compare's --with-estimate / --with-inference use the plan's config, not a preset
+  # lookup by the row's name (which a config.json model does not have).
+  from jaxmem.cli import main
+
+  path = tmp_path / "windowed" / "config.json"
+  path.parent.mkdir()
+  path.write_text(json.dumps({**raw("tiny-qwen2"), "use_sliding_window": True}))
+  argv = ["--model", str(path), "--target", "cpu", "--batch", "2", "--format", "json"]
+  assert main(["compare", *argv, "--seq", "16", "--remat", "none", "--with-estimate", "--with-inference"]) == 0
+  doc = json.loads(capsys.readouterr().out)
+  (row,) = doc["rows"]
+  assert row["model"] == "windowed" and any("sliding_window 256" in n for n in row["notes"])
+  assert {e["component"] for e in doc["estimate"]} >= {"params", "temp"}
+  assert [s["workload"] for s in doc["inference"]] == ["train", "decode"] and doc["inference"][1]["model"] == "windowed"
+  assert main(["infer", *argv, "--phase", "decode", "--context", "32"]) == 0
+  (irow,) = json.loads(capsys.readouterr().out)["rows"]
+  assert any("sliding_window 256" in n for n in irow["notes"])

@@ -183,3 +183,82 @@ def test_multislice_target_compiles():
   rows = sweep.compare(model="tiny", batch=8, seq=32, target="tpu:v5e-4", slices=2, mesh="data=2,fsdp=4", remat="none")
   assert rows[0].error is None and rows[0].num_devices == 8
   assert rows[0].comm_bytes > 0  # gradients cross the slices
+
+
+# --- targets as an API (issue 10 item 2) ---------------------------------------------------------
+
+
+def test_public_target_devices_capacity_and_mesh():
+  import jaxmem
+
+  t = jaxmem.target("cpu:4")
+  assert len(t.devices) == 4 and t.devices() == t.devices  # the older call spelling still works
+  assert t.capacity_bytes is None  # the CPU has no device memory limit
+  mesh = t.mesh({"data": 2, "fsdp": -1})
+  assert dict(mesh.shape) == {"data": 2, "fsdp": 2} and set(mesh.devices.flat) == set(t.devices)
+  assert t.mesh([("x", 4)]).axis_names == ("x",)
+
+
+@pytest.mark.parametrize(
+    "axes, match",
+    [
+        ({"data": 3}, "mesh data=3 has 3 devices but target cpu:4 has 4"),
+        ({"data": -1, "fsdp": -1}, "at most one -1"),
+        ({"data": 3, "fsdp": -1}, "3 does not divide"),
+        ({"data": "2"}, "name: size pairs"),
+    ],
+)
+def test_public_mesh_errors_are_one_line(axes, match):
+  import jaxmem
+
+  with pytest.raises(JaxmemError, match=match):
+    jaxmem.target("cpu:4").mesh(axes)
+
+
+def test_target_mesh_works_with_shard_map():
+  import jax
+  import jax.numpy as jnp
+  from jax.sharding import PartitionSpec as P
+
+  import jaxmem
+
+  mesh = jaxmem.target("cpu:4").mesh({"fsdp": 4})
+  # All-gather a sharded weight inside shard_map, as FSDP does by hand.
+  gather = lambda w: jax.lax.all_gather(w, "fsdp", tiled=True).sum(0)  # noqa: E731
+  step = jax.shard_map(gather, mesh=mesh, in_specs=P("fsdp"), out_specs=P(), check_vma=False)
+  w = jax.ShapeDtypeStruct((64, 32), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, P("fsdp")))
+  report = jaxmem.analyze(step, w, target="cpu:4")
+  assert list(report.argument_bytes.values()) == [64 * 32 * 4 // 4]  # a shard each
+  assert report.comm_all_gather_bytes == 3 * 64 * 32 * 4 // 4  # (g-1)/g of the gathered weight
+
+
+@pytest.mark.needs_tpu_compiler
+def test_public_tpu_target_has_its_compiler_capacity():
+  import jaxmem
+
+  t = jaxmem.target("tpu:v5p-64")
+  assert len(t.devices) == 32 and t.devices[0].platform == "tpu"  # v5p names count TensorCores: 32 chips
+  assert 90 * 2**30 < t.capacity_bytes < t.hbm_bytes * 1.01
+  assert dict(t.mesh({"data": 2, "fsdp": 16}).shape) == {"data": 2, "fsdp": 16}
+
+
+def test_fsdp_shardings_split_the_largest_dimension_the_axis_divides():
+  import jax
+  import jax.numpy as jnp
+  from jax.sharding import PartitionSpec as P
+
+  import jaxmem
+
+  mesh = jaxmem.target("cpu:8").mesh({"data": 2, "fsdp": 4})
+  tree = {
+      "w": jax.ShapeDtypeStruct((64, 256), jnp.float32),  # the larger dimension
+      "b": jax.ShapeDtypeStruct((6, 12), jnp.float32),  # 12 divides by 4, 6 does not
+      "odd": jax.ShapeDtypeStruct((3, 5), jnp.float32),  # nothing divides: replicated
+      "step": jax.ShapeDtypeStruct((), jnp.int32),
+  }
+  specs = {k: s.spec for k, s in jaxmem.fsdp_shardings(tree, mesh).items()}
+  assert specs == {"w": P(None, "fsdp"), "b": P(None, "fsdp"), "odd": P(), "step": P()}
+  both = jaxmem.fsdp_shardings(tree, mesh, axis=("data", "fsdp"))
+  assert both["w"].spec == P(None, ("data", "fsdp")) and both["b"].spec == P()
+  with pytest.raises(JaxmemError, match="mesh has no axis 'model'"):
+    jaxmem.fsdp_shardings(tree, mesh, axis="model")

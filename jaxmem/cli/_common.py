@@ -38,7 +38,10 @@ class Parser(argparse.ArgumentParser):
 def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024) -> None:
   """The flags every compiling command shares. Each flag named after a :class:`Workload`
   field sets that field (:func:`workload`); a new field needs only its flag here."""
-  p.add_argument("--model", default="gpt2-small", help="model preset (see `jaxmem models`); default gpt2-small")
+  p.add_argument(
+      "--model", default="gpt2-small",
+      help="a preset (see `jaxmem models`) or a path to a Hugging Face config.json; default gpt2-small",
+  )
   p.add_argument("--batch", type=int, default=batch, help=f"global batch size; default {batch or 'searched'}")
   p.add_argument("--seq", type=int, default=seq, help=f"sequence length; default {seq or 'searched'}")
   p.add_argument(
@@ -66,6 +69,22 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       action="store_true",
       help="multi-host TPU/GPU VMs: call jax.distributed.initialize() first and run the same command on every host",
   )
+
+
+def add_step(p: argparse.ArgumentParser) -> None:
+  """``--step``: the user's own step factory instead of ``--model`` (compare, explain, fit, scale)."""
+  p.add_argument(
+      "--step", default=None, metavar="MODULE:FACTORY",
+      help="your own step instead of --model: package.module:make_step or path/to/file.py:make_step, a "
+      "function make_step(*, batch, seq, remat[, mesh]) returning (fn, args, jit_kwargs)",
+  )
+
+
+def no_step(args: argparse.Namespace, *flags: str) -> None:
+  """A one-line error for flags that need a model of jaxmem's own, given with ``--step``."""
+  given = [f for f in flags if getattr(args, f.lstrip("-").replace("-", "_"), None)]
+  if getattr(args, "step", None) and given:
+    raise JaxmemError(f"{given[0]} needs a model of jaxmem's own (--model), not --step")
 
 
 def add_output(p: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from jaxmem.cli import _common as c
 from jaxmem.explain.residuals import saved_residuals_by_policy
 from jaxmem.inference.estimate import estimate_vs_compiler
 from jaxmem.inference.infer import training_vs_inference
+from jaxmem.models import ModelConfig
 from jaxmem.planning import sweep
 from jaxmem.planning.plan import plan
 from jaxmem.render import tables
@@ -23,6 +24,7 @@ from jaxmem.render.inference import render_compare_extras
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("compare", help="compare remat policies and optimizers for a model's train step")
   c.add_workload(p)
+  c.add_step(p)
   c.add_sweep_axes(
       p, remat_help=f"policies, comma separated, or all; none is always the baseline (default {c.DEFAULT_REMAT})"
   )
@@ -35,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
+  c.no_step(args, "--residuals", "--with-inference", "--with-estimate")
   chosen = c.resolve_target(args)
   w = c.workload(args)
   p = plan(w)
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
   if rows is None:
     return 130
   rows = sweep.with_overheads(rows)
-  extras = compare_extras(args, rows)
+  extras = compare_extras(args, rows, p.cfg)
   if args.format == "json":
     out = [tables.with_totals(r) for r in rows] if args.totals else rows
     c.emit(json.dumps(tables.envelope(out, **extras), indent=2), args.output)
@@ -56,15 +59,20 @@ def run(args: argparse.Namespace) -> int:
   return 0
 
 
-def compare_extras(args: argparse.Namespace, rows: Sequence[sweep.Row]) -> dict[str, list[dict[str, Any]]]:
+def compare_extras(
+    args: argparse.Namespace, rows: Sequence[sweep.Row], cfg: ModelConfig
+) -> dict[str, list[dict[str, Any]]]:
   """Records for the sections ``compare`` adds: ``inference`` (training vs decode, one pair per
-  mesh, for the last remat policy of that mesh) and ``estimate`` (per component, per row)."""
+  mesh, for the last remat policy of that mesh) and ``estimate`` (per component, per row), for
+  the plan's model ``cfg`` (not looked up again by name: a config.json model has no preset)."""
   out: dict[str, list[dict[str, Any]]] = {}
   if args.with_inference:
     pairs = []
     for mesh in dict.fromkeys(r.mesh for r in rows):
       r = [x for x in rows if x.mesh == mesh][-1]
-      sides = training_vs_inference(target=args.target, slices=args.slices, weights=args.weights, train_row=r)
+      sides = training_vs_inference(
+          model=cfg, target=args.target, slices=args.slices, weights=args.weights, train_row=r
+      )
       pairs += [s.as_dict() for s in sides]
     out["inference"] = pairs
   if args.with_estimate:
@@ -72,7 +80,7 @@ def compare_extras(args: argparse.Namespace, rows: Sequence[sweep.Row]) -> dict[
     for r in rows:
       if r.error:
         continue
-      for comp in estimate_vs_compiler(r):
+      for comp in estimate_vs_compiler(r, cfg=cfg):
         recs.append(dict(mesh=r.mesh, optimizer=r.optimizer, remat=r.remat, **comp.as_dict()))
     out["estimate"] = recs
   return out

@@ -16,6 +16,7 @@ from jaxmem.render import tables
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("fit", help="the largest batch (or sequence) that fits, per remat policy, optimizer and mesh")
   c.add_workload(p, batch=None, seq=None)
+  c.add_step(p)
   p.add_argument("--over", default="batch", help="search the batch (default) or seq")
   c.add_sweep_axes(p)
   p.set_defaults(func=run)

@@ -60,9 +60,11 @@ Usable HBM
 GPU
   * ``get_topology_desc(platform="cuda", target_config=TEXT, topology="SxHxD")`` (slices x hosts x
     devices per host) gives compile-only devices; hosts show up as ``process_index``.
-  * Only with ``JAX_PLATFORMS=cpu``: without it, on a machine with no CUDA runtime, the plugin fails
-    its CUDA version check while jax discovers plugins and never registers, and every cuda topology
-    in that process fails "topology not implemented for cuda" (libtpu is not affected).
+  * Without ``JAX_PLATFORMS=cpu``, on a machine with no CUDA runtime, the plugin fails its CUDA
+    version check while jax discovers plugins and never registers, and every cuda topology in that
+    process fails "topology not implemented for cuda" (libtpu is not affected), unless the plugin
+    is registered again later with the check skipped, which :func:`_register_cuda_plugin_late`
+    does (jax 0.10.2 and 0.12.0.1).
   * Compiling needs a CUDA toolkit on the machine even without a GPU: without ptxas/nvlink the
     compile fails "UNAVAILABLE: No PTX compilation provider is available", and without libdevice any
     transcendental fails "INTERNAL: libdevice not found". The machine this was checked on has
@@ -417,6 +419,9 @@ def _gpu_devices_cached(name: str, devices_per_host: int, hosts: int) -> tuple:
     config = gpu_target_config(spec, feature_extension=ext)
     topo, e = _quietly(lambda: topologies.get_topology_desc(
         platform="cuda", target_config=config, topology=topology))
+    if isinstance(e, NotImplementedError) and _register_cuda_plugin_late():
+      topo, e = _quietly(lambda: topologies.get_topology_desc(
+          platform="cuda", target_config=config, topology=topology))
     if e is None:
       return tuple(topo.devices)
     if isinstance(e, NotImplementedError):  # "topology not implemented for cuda"
@@ -430,18 +435,56 @@ def _gpu_devices_cached(name: str, devices_per_host: int, hosts: int) -> tuple:
                     f"{_first_line(last)}") from last
 
 
-def _no_cuda_topology() -> str:
+_CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
+
+
+def _cuda_plugin_modules() -> list[str]:
+  out = []
+  for name in _CUDA_PLUGINS:
+    try:
+      if importlib.util.find_spec(name) is not None:
+        out.append(name)
+    except ImportError:
+      pass
+  return out
+
+
+def _register_cuda_plugin_late() -> bool:
+  """Registers an installed CUDA plugin that JAX's start-up left out; True if one registered.
+
+  Checked on jax 0.10.2 and 0.12.0.1: with JAX_PLATFORMS unset (or naming cuda) on a machine
+  without the CUDA runtime, the plugin's ``initialize()`` fails its CUDA version check ("Unable to
+  load CUDA. Is it installed?") when JAX's first backend starts, and never registers, so JAX has
+  no cuda topology for the rest of the process. Calling ``initialize()`` again with that check
+  skipped (JAX_SKIP_CUDA_CONSTRAINTS_CHECK, the plugin's own switch) registers its topology
+  factory and its custom calls; JAX's backends, already started, are left as they are, so the
+  user's arrays stay where they are and only compile-only GPU devices are added.
+  """
+  registered = False
+  saved = os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
+  os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
   try:
-    installed = importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
-  except ImportError:
-    installed = False
-  if not installed:
+    for name in _cuda_plugin_modules():
+      try:
+        with quiet():
+          importlib.import_module(name).initialize()
+        registered = True
+      except (ImportError, OSError, RuntimeError):  # a broken install: the caller says what to do
+        continue
+  finally:
+    if saved is None:
+      del os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"]
+    else:
+      os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = saved
+  return registered
+
+
+def _no_cuda_topology() -> str:
+  if not _cuda_plugin_modules():
     return "the GPU compiler (CUDA plugin) is not installed: pip install 'jaxmem[cuda]'"
-  # Checked: with JAX_PLATFORMS unset (or naming cuda) on a machine without the CUDA runtime, the
-  # plugin's initialize() fails its CUDA version check ("Unable to load CUDA. Is it installed?")
-  # and never registers, so jax has no cuda topology for the rest of the process. JAX_PLATFORMS=cpu
-  # skips that check.
-  return ("the CUDA plugin is installed but did not load (no CUDA runtime here): set "
+  # Only after _register_cuda_plugin_late() failed too (see there).
+  return ("the CUDA plugin is installed but did not load (no CUDA runtime here), and registering it "
+          "after JAX started failed: import jaxmem before anything else uses JAX, or set "
           "JAX_PLATFORMS=cpu before jax is imported")
 
 

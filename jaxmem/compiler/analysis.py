@@ -1,18 +1,26 @@
-"""``analyze``: the compiler's memory figures for any jittable function of your own."""
+"""``analyze``: the compiler's memory figures for any jittable function of your own.
+
+:func:`lower_for_target` is its first half, shared with ``explain(fn, ...)``: it places the
+arguments on the target's devices (replicating those that carry no sharding of their own),
+refuses, in one line, arguments sharded on other devices, and traces and lowers the function.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
-from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem._quiet import quiet
 from jaxmem.compiler.report import MemoryReport, read_compiled
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target
+from jaxmem.errors import JaxmemError
 
 
 def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, float]:
@@ -22,39 +30,164 @@ def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, flo
   return compiled, time.perf_counter() - start
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Lowering:
+  """A function traced and lowered for a target, ready to compile.
+
+  ``traced`` gives the jaxpr (FLOPs), ``lowered`` compiles (with compiler options, for a dump);
+  ``target`` is ``None`` where the program goes where ``jax.jit`` would put it;
+  ``argument_names`` name the top-level arguments that are not static (the function's
+  parameter names where it has them, else ``args[i]``), in the order of ``compiled.args_info``.
+  """
+
+  traced: jax.stages.Traced
+  lowered: jax.stages.Lowered
+  target: Target | None
+  argument_names: tuple[str, ...]
+
+  def compile(self) -> tuple[jax.stages.Compiled, float]:
+    """The executable and the compile's wall time. XLA's log lines (the GPU compiler's
+    rematerialization and argument-size warnings near the device's memory) are kept off the
+    terminal; a failed compile replays them with its error."""
+    with quiet():
+      return compile_timed(self.lowered)
+
+  def read(self, compiled: jax.stages.Compiled, *, compile_seconds: float | None = None) -> MemoryReport:
+    """The report for ``compiled``, this lowering's executable."""
+    return read_compiled(
+        compiled, compile_seconds=compile_seconds, jaxpr=self.traced.jaxpr.jaxpr, argument_names=self.argument_names
+    )
+
+
+def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = None, **jit_kwargs: Any) -> Lowering:
+  """Traces and lowers ``jax.jit(fn, **jit_kwargs)`` for ``args`` on ``target``.
+
+  With a target, arguments that carry no sharding of their own (``ShapeDtypeStruct`` without
+  one, arrays JAX placed by default) are replicated over its devices, and the outputs too when
+  no argument is an array. Arguments (and ``in_shardings``/``out_shardings``) sharded on other
+  devices, such as a mesh over ``jax.devices()`` of another platform or over some of the
+  target's devices only, are a :class:`JaxmemError` naming both device sets: build the mesh with
+  ``jaxmem.target(name).mesh(...)``. Without a target, arguments on different device sets are
+  the same one-line error rather than JAX's.
+  """
+  start_jax(cpu_devices_needed([target]) if isinstance(target, str) else 1)
+  tgt = get_target(target) if isinstance(target, str) else target
+  _check_devices(args, jit_kwargs, tgt)
+  if tgt is not None:
+    replicated = NamedSharding(tgt.make_mesh((("devices", tgt.num_devices),)), PartitionSpec())
+    if not any(_is_array(leaf) for leaf in jax.tree_util.tree_leaves(args)) and "out_shardings" not in jit_kwargs:
+      jit_kwargs = {**jit_kwargs, "out_shardings": replicated}  # else it compiles for the default device
+    args = jax.tree_util.tree_map(lambda a: _on(a, replicated), args)
+  traced = jax.jit(fn, **jit_kwargs).trace(*args)
+  return Lowering(traced=traced, lowered=traced.lower(), target=tgt, argument_names=_names(fn, len(args), jit_kwargs))
+
+
 def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_kwargs) -> MemoryReport:
   """Compiles ``fn`` for ``args`` and reports the compiler's per-device memory and cost.
 
   ``args`` may be concrete arrays or ``jax.ShapeDtypeStruct`` (nothing is allocated). With
   ``target=None`` the program is compiled where ``jax.jit`` would put it, so the report equals
   ``jax.jit(fn, **jit_kwargs).lower(*args).compile().memory_analysis()``. With a target
-  (``"cpu:4"``, or an accelerator target name), inputs that carry no sharding of their own are
-  replicated over the target's devices.
+  (``"cpu:4"``, ``"gpu:h100x8"``, or a :func:`jaxmem.target`), inputs that carry no sharding of
+  their own are replicated over the target's devices; shard them with ``NamedSharding`` over
+  ``jaxmem.target(name).mesh(...)`` (or :func:`jaxmem.fsdp_shardings`). Inputs sharded on other
+  devices are an error, never a silent fallback (see :func:`lower_for_target`).
+
+  The report has, besides ``memory_analysis()``'s fields, the bytes per argument and per
+  argument leaf, the communication by collective kind, the FLOPs per device and the
+  ``Compiled`` itself (``report.compiled``).
 
   >>> import jax, jax.numpy as jnp
   >>> x = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
   >>> analyze(lambda a: a @ a, x).output_size_in_bytes
   524288
   """
-  start_jax(cpu_devices_needed([target]) if isinstance(target, str) else 1)
-  if target is not None:
-    if isinstance(target, str):
-      target = get_target(target)
-    replicated = NamedSharding(target.make_mesh((("devices", target.num_devices),)), PartitionSpec())
-    args = jax.tree_util.tree_map(lambda a: _on(a, replicated), args)
-  traced = jax.jit(fn, **jit_kwargs).trace(*args)
-  compiled, seconds = compile_timed(traced.lower())
-  return read_compiled(compiled, compile_seconds=seconds, program_flops=jaxpr_flops(traced.jaxpr.jaxpr))
+  lowering = lower_for_target(fn, *args, target=target, **jit_kwargs)
+  compiled, seconds = lowering.compile()
+  return lowering.read(compiled, compile_seconds=seconds)
+
+
+# -------------------------------------------------------------------- where the inputs live
+
+
+def _is_array(leaf: Any) -> bool:
+  return hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+
+
+def _own_sharding(leaf: Any) -> Sharding | None:
+  """The sharding a leaf carries by the user's choice: a ``ShapeDtypeStruct``'s, or a committed
+  array's (an array JAX put on its default device by itself carries none)."""
+  if isinstance(leaf, jax.ShapeDtypeStruct):
+    return leaf.sharding if isinstance(leaf.sharding, Sharding) else None
+  if isinstance(leaf, jax.Array):
+    return leaf.sharding if getattr(leaf, "committed", True) else None
+  return None
+
+
+def _placements(args: tuple, jit_kwargs: dict[str, Any]) -> Iterator[tuple[str, frozenset]]:
+  """(where, device set) of every sharding the program is given."""
+  for path, leaf in jax.tree_util.tree_leaves_with_path(args):
+    s = _own_sharding(leaf)
+    if s is not None:
+      yield f"args{jax.tree_util.keystr(path)}", frozenset(s.device_set)
+  for key in ("in_shardings", "out_shardings"):
+    shardings = jit_kwargs.get(key)
+    for path, s in jax.tree_util.tree_leaves_with_path(shardings, is_leaf=lambda x: isinstance(x, Sharding)):
+      if isinstance(s, Sharding):
+        yield f"{key}{jax.tree_util.keystr(path)}", frozenset(s.device_set)
+
+
+def _describe(devices: frozenset | set) -> str:
+  d = min(devices, key=lambda d: d.id)
+  kind = getattr(d, "device_kind", d.platform)
+  return f"{len(devices)} {d.platform} device{'s' if len(devices) != 1 else ''} ({kind})"
+
+
+def _check_devices(args: tuple, jit_kwargs: dict[str, Any], tgt: Target | None) -> None:
+  placed = list(_placements(args, jit_kwargs))
+  if tgt is not None:
+    devices = frozenset(tgt.devices)
+    for where, ds in placed:
+      if ds != devices:
+        how = "some of" if ds < devices else "not on"
+        raise JaxmemError(
+            f"{where} is sharded on {_describe(ds)}, {how} target {tgt.name}'s {_describe(devices)}; "
+            f"shard it over jaxmem.target({tgt.name!r}).mesh(...) (every device of the target)"
+        )
+  first = placed[0] if placed else None
+  for where, ds in placed[1:]:
+    if ds != first[1]:
+      raise JaxmemError(
+          f"{first[0]} is sharded on {_describe(first[1])} but {where} on {_describe(ds)}; "
+          "put every input on one set of devices (one mesh), or pass target= to compile for one"
+      )
 
 
 def _on(leaf: Any, sharding: NamedSharding) -> Any:
-  if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+  """A leaf as compiled for the target: with its own sharding (checked to be over the target's
+  devices) or else ``sharding`` (replicated)."""
+  if not _is_array(leaf):
     return leaf
-  existing = getattr(leaf, "sharding", None)
-  if isinstance(leaf, jax.ShapeDtypeStruct) and existing is not None:
-    return leaf
-  if isinstance(leaf, jax.Array):
-    # A concrete array already lives on some devices; keep its layout only when it is on the target.
-    if set(leaf.sharding.device_set) <= set(sharding.mesh.devices.flat):
-      return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
-  return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+  return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=_own_sharding(leaf) or sharding)
+
+
+def _names(fn: Callable, n: int, jit_kwargs: dict[str, Any]) -> tuple[str, ...]:
+  """The names of the non-static positional arguments: ``fn``'s parameter names (``args[i]``
+  for those under ``*args`` or where it has no signature)."""
+  static = jit_kwargs.get("static_argnums", ())
+  static = {static} if isinstance(static, int) else set(static)
+  static = {i % n for i in static} if n else set()
+  try:
+    params = list(inspect.signature(fn).parameters.values())
+  except (TypeError, ValueError):
+    params = []
+  names = []
+  for i in range(n):
+    p = params[i] if i < len(params) else None
+    if p is not None and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+      names.append(p.name)
+    else:
+      names.append(f"args[{i}]")
+  static_names = jit_kwargs.get("static_argnames", ())
+  static_names = {static_names} if isinstance(static_names, str) else set(static_names)
+  return tuple(name for i, name in enumerate(names) if i not in static and name not in static_names)

@@ -25,19 +25,38 @@ and XLA reports the sizes of that one program):
   if nothing overlapped (the formula MaxText's ``train_compile`` prints). It is an upper bound on
   the peak; use ``peak_memory_in_bytes`` where the backend gives one.
 - ``flops``: the step's floating-point operations per device: counted from the jaxpr that is
-  lowered, with scanned layers multiplied by their count, divided by the device count (see
-  :mod:`jaxmem.compiler.flops` for why: XLA's cost analysis counts a loop body once).
+  lowered, with scanned layers multiplied by their count (XLA's cost analysis counts a loop body
+  once), times the share of the program one device runs (see
+  :func:`jaxmem.compiler.flops.per_device_flops`): 1 for a replicated step, about 1/N for one
+  whose batch is split N ways.
 - ``compiler_flops``: ``cost_analysis()["flops"]`` as XLA gives it, per device, for reference;
   it undercounts programs with loops, such as scanned layers.
+
+:func:`read_compiled` also gives, where it is given the arguments' names:
+
+- ``argument_bytes``: bytes one device holds of each top-level argument (by the function's
+  parameter name), and ``argument_leaf_bytes`` of each leaf (``params.layers.w``), from the
+  shapes and the input shardings the compiler chose; they sum to the argument size up to layout
+  padding (TPU tiles).
+- ``comm_bytes`` and ``comm_<kind>_bytes``: bytes one device sends per step in collectives
+  (:mod:`jaxmem.hlo.comms`), as sweep rows have them.
+- ``compiled``: the ``jax.stages.Compiled`` itself, for anything else (``as_text()``,
+  ``cost_analysis()``); left out of ``as_dict()`` and comparisons.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 
 from jaxmem.compiler.accelerators import parse_oom
+from jaxmem.compiler.flops import compiled_flops, per_device_flops
+from jaxmem.hlo.comms import collectives
+from jaxmem.program.sharding import path_keys
 from jaxmem.records import CompilerFigures, Record
 from jaxmem.versions import compiler_versions
 
@@ -62,7 +81,16 @@ class MemoryReport(CompilerFigures):
 
   platform: str
   num_devices: int
+  argument_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # per top-level argument
+  argument_leaf_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # per argument leaf
+  comm_bytes: int | None = None
+  comm_all_gather_bytes: int | None = None
+  comm_reduce_scatter_bytes: int | None = None
+  comm_all_reduce_bytes: int | None = None
+  comm_all_to_all_bytes: int | None = None
+  comm_collective_permute_bytes: int | None = None
   notes: tuple[str, ...] = ()
+  compiled: Any = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
 
   @property
   def required_bytes(self) -> int | None:
@@ -73,6 +101,10 @@ class MemoryReport(CompilerFigures):
   def figures(self) -> dict:
     """The :class:`CompilerFigures` fields, to build a row from."""
     return {f: getattr(self, f) for f in COMPILER_FIELDS}
+
+  def comm_figures(self) -> dict:
+    """The communication fields (``comm_bytes`` and one per collective kind), as rows have them."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("comm_")}
 
 
 def fits(required: int | None, capacity: int | None) -> bool | None:
@@ -108,12 +140,19 @@ def _total(a: int | None, o: int | None, al: int | None, t: int | None) -> int |
 
 
 def read_compiled(
-    compiled, *, compile_seconds: float | None = None, program_flops: float | None = None
+    compiled,
+    *,
+    compile_seconds: float | None = None,
+    program_flops: float | None = None,
+    jaxpr: Any = None,
+    argument_names: Sequence[str] | None = None,
 ) -> MemoryReport:
   """Reads a ``jax.stages.Compiled`` into a :class:`MemoryReport`.
 
-  ``program_flops`` is the whole program's FLOP count (from :mod:`jaxmem.compiler.flops`); it is
-  divided over the devices.
+  ``jaxpr`` is the program's jaxpr (``traced.jaxpr.jaxpr``): its FLOPs, times the share of it one
+  device runs, are the report's ``flops``. Without it, ``program_flops`` (the whole program's
+  count) is divided evenly over the devices. ``argument_names``: the top-level arguments' names
+  (the function's parameters without the static ones), for ``argument_bytes``.
   """
   devices = _devices_of(compiled)
   platform = devices[0].platform if devices else "unknown"
@@ -133,6 +172,13 @@ def read_compiled(
     # Checked on jaxlib 0.10: the CPU client reports the argument size as the "peak".
     values["peak_memory_in_bytes"] = None
     notes.append("peak_memory_in_bytes: the CPU backend reports no peak (it echoes the argument size)")
+  if jaxpr is not None:
+    flops, flops_note = per_device_flops(jaxpr, compiled, len(devices))
+    notes += [flops_note] if flops_note else []
+  else:
+    flops = None if program_flops is None else program_flops / max(1, len(devices))
+  by_arg, by_leaf = argument_bytes(compiled, argument_names)
+  comm = collectives(compiled)
   return MemoryReport(
       platform=platform,
       num_devices=len(devices),
@@ -143,27 +189,46 @@ def read_compiled(
           values["alias_size_in_bytes"],
           values["temp_size_in_bytes"],
       ),
-      flops=None if program_flops is None else program_flops / max(1, len(devices)),
-      compiler_flops=_flops(compiled),
+      flops=flops,
+      compiler_flops=compiled_flops(compiled),
       compile_seconds=compile_seconds,
       versions=compiler_versions(platform),
-      notes=tuple(notes),
+      argument_bytes=by_arg,
+      argument_leaf_bytes=by_leaf,
+      comm_bytes=comm.total_bytes,
+      **{f"comm_{k}_bytes": v for k, v in comm.bytes_by_kind.items()},
+      notes=tuple(notes) + tuple(f"comm: {n}" for n in comm.notes),
+      compiled=compiled,
   )
 
 
+def argument_bytes(compiled, names: Sequence[str] | None = None) -> tuple[dict[str, int], dict[str, int]]:
+  """Bytes one device holds of each top-level argument and of each argument leaf: each leaf's
+  shard shape (from the input sharding the compiler chose) times its element size. ``names``
+  name the top-level arguments (else ``args[i]``); leaves are named ``arg.key.key``."""
+  args_info, _ = compiled.args_info
+  shardings, _ = compiled.input_shardings
+  by_arg: dict[str, int] = {}
+  by_leaf: dict[str, int] = {}
+  for i, (info, sharding) in enumerate(zip(args_info, shardings, strict=True)):
+    name = names[i] if names is not None and i < len(names) else f"args[{i}]"
+    infos = jax.tree_util.tree_leaves_with_path(info)
+    for (path, leaf), s in zip(infos, jax.tree_util.tree_leaves(sharding), strict=True):
+      n = _shard_bytes(leaf.shape, leaf.dtype, s)
+      by_leaf[".".join([name, *path_keys(path)])] = n
+      by_arg[name] = by_arg.get(name, 0) + n
+    by_arg.setdefault(name, 0)
+  return by_arg, by_leaf
+
+
+def _shard_bytes(shape, dtype, sharding) -> int:
+  elements = math.prod(sharding.shard_shape(tuple(shape)))
+  return -(-elements * jax.dtypes.itemsize_bits(dtype) // 8)  # sub-byte types pack (int4: 2 a byte)
+
+
 def _devices_of(compiled) -> list:
-  # `input_shardings` is public on every backend; a program with no inputs reports no devices.
-  for s in jax.tree_util.tree_leaves(compiled.input_shardings):
+  # `input_shardings` is public on every backend; a program without inputs has its outputs'.
+  for s in jax.tree_util.tree_leaves((compiled.input_shardings, compiled.output_shardings)):
     if hasattr(s, "device_set"):
       return sorted(s.device_set, key=lambda d: d.id)
   return []
-
-
-def _flops(compiled) -> float | None:
-  cost = compiled.cost_analysis()
-  # Older jaxlibs return a list with one dict per program, newer ones the dict itself.
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0] if cost else None
-  if not cost or "flops" not in cost:
-    return None
-  return float(cost["flops"])

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import os
 import re
+from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -64,28 +65,63 @@ class Target:
   slices: int = 1
   hosts: int = 1
 
-  def devices(self) -> list:
-    """The devices, real or compile-only, in a stable order."""
+  @property
+  def devices(self) -> Devices:
+    """The devices, real or compile-only, in a stable order (the same objects on every call)."""
     if self.source == "cpu":
-      return cpu_devices(self.num_devices)
+      return Devices(cpu_devices(self.num_devices))
     if self.source == "attached":
-      return attached_devices()
+      return Devices(attached_devices())
     start_jax()
     if self.source == "tpu":
-      return acc.tpu_devices(self.key, self.size, num_slices=self.slices)
-    return acc.gpu_devices(self.key, self.size, hosts=self.hosts)
+      return Devices(acc.tpu_devices(self.key, self.size, num_slices=self.slices))
+    return Devices(acc.gpu_devices(self.key, self.size, hosts=self.hosts))
+
+  def mesh(self, axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> jax.sharding.Mesh:
+    """A ``jax.sharding.Mesh`` over this target's devices, for ``NamedSharding`` and
+    ``jax.shard_map``: ``target("tpu:v5p-64").mesh({"data": 2, "fsdp": 16})``. Axis names are
+    yours; one size may be -1, for the devices the others leave. On TPU, neighbouring mesh
+    coordinates are neighbouring chips, as real jobs lay them out."""
+    pairs = list(axes.items()) if isinstance(axes, Mapping) else [tuple(a) for a in axes]
+    return self.make_mesh(tuple(_fill_sizes(pairs, self)))
 
   def make_mesh(self, axis_sizes: MeshSpec) -> jax.sharding.Mesh:
     """A mesh over this target's devices with the given ``(axis, size)`` pairs."""
     names = tuple(a for a, _ in axis_sizes)
     shape = tuple(s for _, s in axis_sizes)
-    devices = self.devices()
+    devices = self.devices
     if int(np.prod(shape)) != len(devices):
       raise JaxmemError(
           f"mesh {format_mesh(axis_sizes)} has {int(np.prod(shape))} devices but target "
           f"{self.name} has {len(devices)}; make the axis sizes multiply to {len(devices)}"
       )
     return jax.sharding.Mesh(_arrange(devices, shape), names)
+
+
+class Devices(list):
+  """A target's devices. Calling the list gives it back, so ``target.devices()``, the spelling
+  before ``devices`` became a property, keeps working."""
+
+  def __call__(self) -> Devices:
+    return self
+
+
+def _fill_sizes(pairs: list, target: Target) -> list[tuple[str, int]]:
+  """``(axis, size)`` pairs with one size of -1 replaced by the devices the others leave."""
+  for pair in pairs:
+    if len(pair) != 2 or not isinstance(pair[0], str) or isinstance(pair[1], bool) or not isinstance(pair[1], int):
+      raise JaxmemError(f"mesh axes must be name: size pairs, e.g. {{'data': 2, 'fsdp': 4}}; got {pair!r}")
+  if len({a for a, _ in pairs}) != len(pairs) or not pairs:
+    raise JaxmemError(f"mesh axes must be distinct and at least one; got {[a for a, _ in pairs]}")
+  free = [a for a, n in pairs if n == -1]
+  if len(free) > 1 or any(n < 1 and n != -1 for _, n in pairs):
+    raise JaxmemError(f"mesh sizes must be positive, with at most one -1; got {dict(pairs)}")
+  if free:
+    rest = int(np.prod([n for _, n in pairs if n != -1]))
+    if target.num_devices % rest:
+      raise JaxmemError(f"mesh {dict(pairs)}: {rest} does not divide target {target.name}'s {target.num_devices} devices")
+    pairs = [(a, target.num_devices // rest if n == -1 else n) for a, n in pairs]
+  return pairs
 
 
 def _arrange(devices: list, shape: tuple[int, ...]) -> np.ndarray:
@@ -232,6 +268,21 @@ def _gpu_target(gpu: str, n: int) -> Target:
       size=per_host,
       hosts=n // per_host,
   )
+
+
+def target(name: str, *, slices: int = 1) -> Target:
+  """A compilation target by name, with its capacity: ``jaxmem.target("gpu:h100x8")``.
+
+  ``.devices`` are its devices (compile-only for TPU and GPU targets), ``.capacity_bytes`` the
+  memory per device a program may use (a TPU's is read from its compiler with a quick probe
+  compile, the first time), ``.mesh({"data": 2, "fsdp": 4})`` a ``jax.sharding.Mesh`` over them.
+  Inputs sharded over such a mesh are what :func:`jaxmem.analyze` compiles for that target.
+
+  >>> t = target("cpu:4")
+  >>> t.mesh({"data": 2, "fsdp": -1}).shape
+  OrderedDict([('data', 2), ('fsdp', 2)])
+  """
+  return with_capacity(get_target(name, slices=slices))
 
 
 def with_capacity(target: Target) -> Target:

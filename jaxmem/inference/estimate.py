@@ -205,11 +205,12 @@ def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
   return "; ".join(reasons)
 
 
-def estimate_vs_compiler(row: Any, *, precision: str = "fp32") -> list[Comparison]:
+def estimate_vs_compiler(row: Any, *, precision: str = "fp32", cfg: ModelConfig | None = None) -> list[Comparison]:
   """Estimate and compiler side by side, per device, for one compiled train step
   (a :class:`jaxmem.planning.sweep.Row`). ``precision`` "fp32" matches jaxmem's own step (float32
-  parameters and moments); a note is given wherever they differ by more than 20%."""
-  cfg = get_config(row.model)
+  parameters and moments); a note is given wherever they differ by more than 20%. ``cfg``: the
+  row's model (else looked up by the row's name, which a config.json model is not)."""
+  cfg = cfg or get_config(row.model)
   mesh = shd.parse_mesh(row.mesh)
   axes = dict(mesh)
   dp = shd.data_parallel_size(mesh)

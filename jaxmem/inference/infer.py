@@ -264,7 +264,7 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
       kv_cache_bytes=program.kv_cache_bytes,
       kv_cache_bytes_per_device=program.kv_cache_bytes_per_device,
   )
-  notes = list(program.notes)
+  notes = list(p.cfg.notes) + list(program.notes)  # the architecture's unmodelled parts first
   if p.target.capacity_note is not None:
     notes.append(f"capacity_bytes: {p.target.capacity_note}")
   traced = program.step.trace(*program.args)
@@ -277,7 +277,7 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
         **base, **Refusal.of(e).as_dict(), flops=program_flops / p.target.num_devices,
         versions=compiler_versions(p.target.platform), notes=tuple(notes),
     )
-  report = read_compiled(compiled, compile_seconds=seconds, program_flops=program_flops)
+  report = read_compiled(compiled, compile_seconds=seconds, jaxpr=traced.jaxpr.jaxpr)
   return InferRow(
       **base,
       **report.figures(),
@@ -407,14 +407,15 @@ def training_vs_inference(
   """The train step of ``workload`` (``fields`` replaced; its last remat policy, ``full``
   unless named) and a decode step for the same model, target and mesh, side by side.
   ``context`` defaults to the workload's ``seq``, ``infer_batch`` to its ``batch``. Pass
-  ``train_row`` (a :class:`jaxmem.planning.sweep.Row`) to reuse a compiled training row."""
+  ``train_row`` (a :class:`jaxmem.planning.sweep.Row`) to reuse a compiled training row, with
+  ``model=`` its :class:`ModelConfig` where the row's name is no preset (a config.json model)."""
   w = Workload.of(workload, {"remat": "full"}, **fields)
   if train_row is None:
     p = plan(w)
     (cfg_t,) = [c for c in p.configs() if c[2].name == w.remat[-1]] or [p.configs()[0]]
     train_row = run_config(p, *cfg_t)
   ip = plan_infer(
-      model=train_row.model,
+      model=w.model if isinstance(w.model, ModelConfig) else train_row.model,
       weights=weights,
       phase="decode",
       context=context or train_row.seq,

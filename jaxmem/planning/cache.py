@@ -41,8 +41,8 @@ class RowCache:
     self.enabled = enabled
     self.hits = 0
 
-  def get(self, k: str) -> dict[str, Any] | None:
-    if not self.enabled:
+  def get(self, k: str | None) -> dict[str, Any] | None:
+    if not self.enabled or k is None:  # None: a configuration that is never cached
       return None
     path = self.directory / f"{k}.json"
     try:
@@ -52,8 +52,8 @@ class RowCache:
     self.hits += 1
     return row
 
-  def put(self, k: str, row: dict[str, Any]) -> None:
-    if not self.enabled:
+  def put(self, k: str | None, row: dict[str, Any]) -> None:
+    if not self.enabled or k is None:
       return
     try:
       self.directory.mkdir(parents=True, exist_ok=True)

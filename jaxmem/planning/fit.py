@@ -154,7 +154,8 @@ def search(
       step, cap = shd.data_parallel_size(mesh), MAX_STEPS
     else:
       step = SEQ_QUANTUM * dict(mesh).get("sequence", 1)
-      cap = max(1, p.cfg.max_seq_len // step) if p.cfg.style == "gpt2" else MAX_STEPS
+      gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
+      cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
     searches.append(_Search(task=t, step=step, cap=cap, capacity=p.target.capacity_bytes))
   rounds = 0
   while True:

@@ -21,6 +21,7 @@ from jaxmem.planning.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
 from jaxmem.program.remat import RematPolicy, parse_remat
+from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
 from jaxmem.program.train import check_batch
 from jaxmem.workload import Workload
 
@@ -53,10 +54,16 @@ class Task:
     """The same task with workload fields replaced (``batch=``, ``seq=``...)."""
     return dataclasses.replace(self, workload=self.workload.replace(**fields))
 
-  def cache_key(self) -> str:
+  def cache_key(self) -> str | None:
     """Everything that changes the compiled program: the whole workload (the model's full
-    config included) and, in :func:`jaxmem.planning.cache.key`, the installed versions."""
-    return key(self.workload.as_dict())
+    config included) and, in :func:`jaxmem.planning.cache.key`, the installed versions. A
+    step's adds a hash of its source; ``None`` (not cached) where it has none to hash."""
+    parts = self.workload.as_dict()
+    if self.workload.step:
+      parts["step_source"] = step_fingerprint(self.workload.step)
+      if parts["step_source"] is None:
+        return None
+    return key(parts)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -67,7 +74,7 @@ class Plan:
   ``batch`` and ``seq`` are the workload's, kept here so a search can replace them."""
 
   workload: Workload
-  cfg: ModelConfig
+  cfg: ModelConfig | None  # None for a step (workload.step): its model is its own
   target: Target
   meshes: tuple[shd.MeshSpec, ...]
   optimizers: tuple[Optimizer, ...]
@@ -81,7 +88,7 @@ class Plan:
   def tasks(self) -> list[Task]:
     """The configurations as picklable, cacheable tasks, in ``configs()`` order."""
     cpu = cpu_devices_needed([self.workload.target_name])
-    one = self.workload.replace(model=self.cfg, batch=self.batch, seq=self.seq)
+    one = self.workload.replace(model=self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
     return [
         Task(
             workload=one.replace(mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name),
@@ -122,6 +129,8 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   Raises :class:`JaxmemError` on any bad input."""
   w = Workload.of(workload, **fields)
   start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
+  if w.step:
+    return plan_step(w)
   cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
@@ -133,4 +142,24 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq,
+  )
+
+
+# The optimizer column of a step's rows: the step brings its own.
+STEP_OPTIMIZER = Optimizer(name=OWN, build=lambda lr: None, description="the step's own")
+
+
+def plan_step(w: Workload) -> Plan:
+  """A sweep over a user's step (``w.step``): the target, remat policies and meshes as for the
+  model's, the factory imported and checked before anything compiles."""
+  load_step(w.step)
+  tgt = resolve_target(w)
+  remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
+  for name, v in (("batch", w.batch), ("seq", w.seq)):
+    if v < 1:
+      raise JaxmemError(f"{name} must be at least 1 (got {v})")
+  w = w.replace(model=step_label(w.step), target=w.target_name, optimizer=OWN, param_dtype=None, dtype=None)
+  return Plan(
+      workload=w, cfg=None, target=tgt, meshes=resolve_meshes(w, tgt), optimizers=(STEP_OPTIMIZER,),
+      remats=tuple(remats), batch=w.batch, seq=w.seq,
   )

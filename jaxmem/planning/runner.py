@@ -20,6 +20,7 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Task
+from jaxmem.program.step import is_local
 
 Run = Callable[[Task], dict[str, Any]]
 
@@ -44,6 +45,11 @@ def run_tasks(
     raise JaxmemError(f"--jobs must be at least 1 (got {jobs})")
   if (jobs > 1 or scheduler) and any(t.target == "attached" for t in tasks):
     raise JaxmemError("the attached target runs in this process only; drop --jobs and --scheduler")
+  if (jobs > 1 or scheduler) and any(is_local(t.workload.step) for t in tasks):
+    raise JaxmemError(
+        "this step factory has no import path (a lambda, a closure or a notebook's function), so worker "
+        "processes cannot import it; define make_step in a module and pass 'module:make_step', or drop jobs"
+    )
   results: dict[int, dict[str, Any]] = {}
   todo: list[int] = []
   for i, t in enumerate(tasks):

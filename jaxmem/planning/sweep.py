@@ -18,7 +18,7 @@ from jaxmem.compiler.analysis import compile_timed
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import MemoryReport, Refusal, fits, read_compiled
 from jaxmem.compiler.startup import start_jax
-from jaxmem.hlo.comms import collectives
+from jaxmem.planning import steps
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan
 from jaxmem.planning.runner import run_tasks
@@ -64,6 +64,8 @@ class Row(CompilerFigures, Configuration):
 def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> Row:
   """Compiles one configuration. A compile the backend refuses (out of memory, an unsupported
   feature) becomes a row with ``error`` set rather than an exception, so a sweep goes on."""
+  if p.workload.step:  # a user's own step (jaxmem.planning.steps)
+    return Row(**steps.step_row(p, mesh, rp))
   base = dict(
       model=p.cfg.name,
       target=p.target.name,
@@ -85,7 +87,8 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       param_bytes_global=program.param_bytes_global,
       optimizer_state_bytes=program.optimizer_state_bytes,
   )
-  notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
+  notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
+  notes += [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
   traced = program.trace()
   # Counted from the program, not the executable, so a configuration the compiler refuses
   # still has its FLOPs (and so its recompute overhead).
@@ -94,20 +97,20 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
     with quiet():  # the GPU compiler logs to fd 2 when arguments near the device's memory
       compiled, seconds = compile_timed(traced.lower())
   except jax.errors.JaxRuntimeError as e:
+    if p.target.num_devices > 1:
+      notes.append("flops: split evenly over the devices (the compile was refused)")
     return Row(
         **base, **Refusal.of(e).as_dict(), flops=program_flops / p.target.num_devices,
         versions=compiler_versions(p.target.platform), notes=tuple(notes),
     )
-  report: MemoryReport = read_compiled(compiled, compile_seconds=seconds, program_flops=program_flops)
-  comm = collectives(compiled)
+  report: MemoryReport = read_compiled(compiled, compile_seconds=seconds, jaxpr=traced.jaxpr.jaxpr)
   return Row(
       **base,
       **report.figures(),
+      **report.comm_figures(),
       required_bytes=report.required_bytes,
       fits=fits(report.required_bytes, p.target.capacity_bytes),
-      comm_bytes=comm.total_bytes,
-      **{f"comm_{k}_bytes": v for k, v in comm.bytes_by_kind.items()},
-      notes=tuple(notes) + report.notes + tuple(f"comm: {n}" for n in comm.notes),
+      notes=tuple(notes) + report.notes,
   )
 
 
@@ -164,10 +167,21 @@ def row_from_dict(d: dict[str, Any]) -> Row:
 
 
 def baseline_flops(p: Plan, row: Row) -> float | None:
-  """FLOPs per device of the no-remat program at ``row``'s workload: traced, not compiled."""
+  """FLOPs per device of the no-remat program at ``row``'s workload: its program's count
+  (traced, not compiled) times the share of the program one device ran in ``row`` (``row.flops``
+  over its own program's count), so the recompute overhead compares like with like."""
+  if row.remat == "none" or row.flops is None:
+    return row.flops
+  base, own = program_flops(p, row, "none"), program_flops(p, row, row.remat)
+  return None if not own else row.flops * base / own
+
+
+def program_flops(p: Plan, row: Row, remat: str) -> float:
+  """The whole program's FLOPs at ``row``'s mesh, optimizer and workload, under ``remat``."""
   mesh = shd.parse_mesh(row.mesh)
+  rp = REMAT_POLICIES[remat]
+  if p.workload.step:
+    return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
   opt = next(o for o in p.optimizers if o.name == row.optimizer)
-  program = build_train_program(
-      p.cfg, remat=REMAT_POLICIES["none"], optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh
-  )
-  return jaxpr_flops(program.trace().jaxpr.jaxpr) / p.target.num_devices
+  program = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh)
+  return jaxpr_flops(program.trace().jaxpr.jaxpr)

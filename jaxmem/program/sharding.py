@@ -132,11 +132,11 @@ def state_shardings(abstract_state: Any, abstract_params: Any, shardings: Any, m
   for (path, p), (_, s) in zip(
       jax.tree_util.tree_leaves_with_path(abstract_params), jax.tree_util.tree_leaves_with_path(shardings), strict=True
   ):
-    by_path[_keys(path)] = (tuple(p.shape), s)
+    by_path[path_keys(path)] = (tuple(p.shape), s)
   replicated = NamedSharding(mesh, PartitionSpec())
 
   def one(path, leaf):
-    keys = _keys(path)
+    keys = path_keys(path)
     for start in range(len(keys)):
       hit = by_path.get(keys[start:])
       if hit is not None and hit[0] == tuple(leaf.shape):
@@ -181,7 +181,8 @@ def activation_constrainer(mesh: Mesh) -> Callable[[jax.Array, tuple[str | None,
   return constrain
 
 
-def _keys(path) -> tuple[str, ...]:
+def path_keys(path) -> tuple[str, ...]:
+  """A pytree key path as plain strings: dict keys, attribute names and sequence indices."""
   out = []
   for k in path:
     for attr in ("key", "name", "idx"):
@@ -194,4 +195,36 @@ def _keys(path) -> tuple[str, ...]:
 
 
 def _keystr(path) -> str:
-  return "/".join(_keys(path))
+  return "/".join(path_keys(path))
+
+
+def fsdp_shardings(tree: Any, mesh: Mesh, axis: str | Sequence[str] = "fsdp") -> Any:
+  """FSDP-style ``NamedSharding``\\ s for any pytree of shapes (arrays, ``ShapeDtypeStruct``\\ s,
+  anything with ``.shape``), with no logical axis names needed: each leaf's largest dimension
+  that the ``axis`` (or axes, together) divides is sharded over it, and everything else, such as
+  scalars and leaves no dimension of which divides, is replicated. This is ZeRO-3's layout of
+  parameters and optimizer state (Rajbhandari et al. 2020, "ZeRO", section 5.3: each device holds
+  1/N of every tensor); which dimension is split changes the collectives, not the bytes.
+
+  >>> import jax, numpy as np
+  >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("fsdp",))
+  >>> fsdp_shardings({"w": jax.ShapeDtypeStruct((8, 64), "float32")}, mesh)["w"].spec
+  PartitionSpec(None, 'fsdp')
+  """
+  axes = (axis,) if isinstance(axis, str) else tuple(axis)
+  missing = [a for a in axes if a not in mesh.shape]
+  if missing:
+    raise JaxmemError(f"fsdp_shardings: mesh has no axis {missing[0]!r}; its axes are {', '.join(mesh.axis_names)}")
+  ways = math.prod(mesh.shape[a] for a in axes)
+  entry = axes[0] if len(axes) == 1 else axes
+
+  def one(leaf: Any) -> NamedSharding:
+    shape = tuple(getattr(leaf, "shape", ()))
+    # The largest dimension the axis divides; the first of equals, so the choice is stable.
+    fits = [(-d, i) for i, d in enumerate(shape) if d % ways == 0 and d >= ways]
+    if not fits:
+      return NamedSharding(mesh, PartitionSpec())
+    _, dim = min(fits)
+    return NamedSharding(mesh, PartitionSpec(*[entry if i == dim else None for i in range(len(shape))]))
+
+  return jax.tree_util.tree_map(one, tree)

@@ -203,13 +203,19 @@ class _Layout:
     r0 = rows[0]
     parts = [f"{k} {getattr(r0, k)}" for k in ("model", "target", "batch", "seq") if k not in self.varying]
     devices = f"{r0.num_devices} devices" if r0.num_devices > 1 else "1 device"
-    heading = " · ".join(parts) + f" ({devices}) · {r0.param_dtype} params, {r0.dtype} compute · {self.unit.name} per device"
+    heading = " · ".join(parts) + f" ({devices}){_dtypes(r0)} · {self.unit.name} per device"
     heading += heading_versions(rows)
     if self.totals:
       heading += f"; Σ = summed over all {r0.num_devices} devices"
     if self.comm:
       heading += "; comm = bytes each device sends per step in collectives"
     return heading
+
+
+def _dtypes(r: Any) -> str:
+  # A user's step has no compute dtype of jaxmem's choosing ("-"), and parameters only if named.
+  known = [f"{v} {what}" for v, what in ((r.param_dtype, "params"), (r.dtype, "compute")) if v != "-"]
+  return f" · {', '.join(known)}" if known else ""
 
 
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:

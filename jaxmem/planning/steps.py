@@ -1,0 +1,96 @@
+"""A user's step as one configuration of a sweep: the factory called at the workload, compiled
+for the target, read into the fields of a :class:`jaxmem.planning.sweep.Row`.
+
+The step's own arguments fill the parameter columns by name, as optax code names them: the
+argument called ``params`` gives ``param_bytes`` (and ``param_bytes_global``), the one called
+``opt_state`` gives ``optimizer_state_bytes``; without them those are ``None`` with a note.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import jax
+
+from jaxmem.compiler.analysis import Lowering, lower_for_target
+from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.report import Refusal, fits
+from jaxmem.errors import JaxmemError
+from jaxmem.planning.plan import Plan
+from jaxmem.program import sharding as shd
+from jaxmem.program.remat import RematPolicy
+from jaxmem.program.step import OWN, call_step
+from jaxmem.versions import compiler_versions
+
+PARAMS, OPT_STATE = "params", "opt_state"
+
+
+def lower_step(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int | None = None, seq: int | None = None) -> Lowering:
+  """The plan's step at one mesh and remat policy (and the plan's workload unless given),
+  traced and lowered for the target. A step that fails to trace is one line."""
+  batch, seq = batch or p.batch, seq or p.seq
+  jmesh = p.target.make_mesh(mesh)
+  fn, args, jit_kwargs = call_step(p.workload.step, batch=batch, seq=seq, remat=rp.policy, mesh=jmesh, target=p.target)
+  try:
+    return lower_for_target(fn, *args, target=p.target, **jit_kwargs)
+  except JaxmemError:
+    raise
+  except Exception as e:  # the user's code failed while JAX traced it (not a compile): one line
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise JaxmemError(
+        f"step {p.workload.model_name} failed to trace at batch {batch}, seq {seq}, remat {rp.name}: "
+        f"{type(e).__name__}: {first}"
+    ) from e
+
+
+def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
+  """One configuration of a step as a row's fields. A compile the backend refuses is a row with
+  ``error`` set, as for the model's steps."""
+  base = dict(
+      model=p.workload.model_name, target=p.target.name, mesh=shd.format_mesh(mesh), remat=rp.name,
+      optimizer=OWN, batch=p.batch, seq=p.seq, param_dtype=OWN, dtype=OWN,
+      num_devices=p.target.num_devices, capacity_bytes=p.target.capacity_bytes,
+  )
+  notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
+  lowering = lower_step(p, mesh, rp)
+  try:
+    compiled, seconds = lowering.compile()  # quietly: the GPU compiler logs near the device's memory
+  except jax.errors.JaxRuntimeError as e:
+    flops = jaxpr_flops(lowering.traced.jaxpr.jaxpr) / p.target.num_devices
+    if p.target.num_devices > 1:
+      notes.append("flops: split evenly over the devices (the compile was refused)")
+    return {**base, **Refusal.of(e).as_dict(), "flops": flops, "versions": compiler_versions(p.target.platform),
+            "notes": tuple(notes)}
+  report = lowering.read(compiled, compile_seconds=seconds)
+  named = _named_arguments(lowering, report, notes)
+  return {
+      **base, **named, **report.figures(), **report.comm_figures(),
+      "required_bytes": report.required_bytes, "fits": fits(report.required_bytes, p.target.capacity_bytes),
+      "notes": tuple(notes) + report.notes,
+  }
+
+
+def _named_arguments(lowering: Lowering, report: Any, notes: list[str]) -> dict[str, Any]:
+  names = lowering.argument_names
+  out: dict[str, Any] = {"param_bytes": report.argument_bytes.get(PARAMS), "optimizer_state_bytes": report.argument_bytes.get(OPT_STATE)}
+  if PARAMS in names:
+    leaves = jax.tree_util.tree_leaves(lowering.lowered.args_info[0][names.index(PARAMS)])
+    out["param_bytes_global"] = sum(-(-math.prod(a.shape) * jax.dtypes.itemsize_bits(a.dtype) // 8) for a in leaves)
+    elements: Counter[str] = Counter()
+    for a in leaves:
+      elements[str(a.dtype)] += math.prod(a.shape)
+    out["param_dtype"] = elements.most_common(1)[0][0] if elements else OWN  # most parameters
+  missing = [n for n in (PARAMS, OPT_STATE) if n not in names]
+  if missing:
+    notes.append(
+        f"{' and '.join(missing)}: no argument of the step is named so (it takes {', '.join(names) or 'none'}); "
+        "name them params and opt_state to fill the parameter and optimizer state columns"
+    )
+  return out
+
+
+def step_flops(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int, seq: int) -> float:
+  """The whole program's FLOPs of the step at a workload and remat policy: traced, not compiled."""
+  return jaxpr_flops(lower_step(p, mesh, rp, batch=batch, seq=seq).traced.jaxpr.jaxpr)
