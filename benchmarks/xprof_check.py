@@ -35,11 +35,11 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxmem.explain import xprof  # noqa: E402
+from jaxmem.buffers import xprof  # noqa: E402
 from jaxmem.planning import plan as planning  # noqa: E402
 from jaxmem.program import train  # noqa: E402
 from jaxmem._quiet import quiet  # noqa: E402
-from jaxmem.explain.analyse import analyse  # noqa: E402
+from jaxmem.buffers.analyse import analyse  # noqa: E402
 from jaxmem.hlo.dump import read_dump  # noqa: E402
 from jaxmem.models import get_config  # noqa: E402
 from jaxmem.compiler.report import read_compiled  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.compiler import accelerators as acc
-from jaxmem.explain import xprof
+from jaxmem.buffers import xprof
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import DumpFormatError, read_dump
 from jaxmem.compiler.targets import get_target

@@ -6,8 +6,8 @@ import argparse
 
 from jaxmem.cli import _common as c
 from jaxmem.errors import JaxmemError
-from jaxmem.explain.analyse import explain
-from jaxmem.explain.timeline import plot_timeline
+from jaxmem.buffers.explain import explain_workload
+from jaxmem.buffers.timeline import plot_timeline
 from jaxmem.render import tables
 from jaxmem.render.explain import render_explain
 
@@ -19,6 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
   p.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")
   p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
+  p.add_argument("--xprof", default=None, metavar="DIR",
+                 help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
   p.set_defaults(func=run)
 
 
@@ -29,8 +31,11 @@ def run(args: argparse.Namespace) -> int:
   if args.plot and not args.plot.lower().endswith((".png", ".svg")):
     raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
   c.say(c.resolve_target(args))
-  result = explain(c.workload(args), top=args.top)
+  result = explain_workload(c.workload(args), top=args.top)
   if args.plot:
     plot_timeline(result, args.plot)
+  if args.xprof:
+    path = result.to_xprof(args.xprof)
+    c.say(f"jaxmem: wrote {path}; open it with: xprof --logdir {args.xprof}")
   c.emit(render_explain(result, args.format), args.output)
   return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,34 @@ def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, flo
   return compiled, time.perf_counter() - start
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Lowering:
+  """``fn`` traced and lowered for a target: what :func:`analyze` and ``jaxmem.explain`` compile."""
+
+  traced: jax.stages.Traced
+  lowered: jax.stages.Lowered
+  target: Target | None  # None: where jax.jit would put it
+
+
+def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = None, **jit_kwargs) -> Lowering:
+  """Starts JAX, resolves ``target``, replicates the inputs that carry no sharding of their own
+  over its devices, then traces and lowers ``jax.jit(fn, **jit_kwargs)`` for ``args``.
+
+  A function already wrapped in ``jax.jit`` is traced as it is when no ``jit_kwargs`` are given,
+  so its own shardings and donated arguments hold (jitting it again would drop the donation:
+  only the outermost jit donates).
+  """
+  start_jax(cpu_devices_needed([target]) if isinstance(target, str) else 1)
+  if target is not None:
+    if isinstance(target, str):
+      target = get_target(target)
+    replicated = NamedSharding(target.make_mesh((("devices", target.num_devices),)), PartitionSpec())
+    args = jax.tree_util.tree_map(lambda a: _on(a, replicated), args)
+  jitted = fn if not jit_kwargs and hasattr(fn, "trace") and hasattr(fn, "lower") else jax.jit(fn, **jit_kwargs)
+  traced = jitted.trace(*args)
+  return Lowering(traced=traced, lowered=traced.lower(), target=target)
+
+
 def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_kwargs) -> MemoryReport:
   """Compiles ``fn`` for ``args`` and reports the compiler's per-device memory and cost.
 
@@ -36,15 +65,9 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
   >>> analyze(lambda a: a @ a, x).output_size_in_bytes
   524288
   """
-  start_jax(cpu_devices_needed([target]) if isinstance(target, str) else 1)
-  if target is not None:
-    if isinstance(target, str):
-      target = get_target(target)
-    replicated = NamedSharding(target.make_mesh((("devices", target.num_devices),)), PartitionSpec())
-    args = jax.tree_util.tree_map(lambda a: _on(a, replicated), args)
-  traced = jax.jit(fn, **jit_kwargs).trace(*args)
-  compiled, seconds = compile_timed(traced.lower())
-  return read_compiled(compiled, compile_seconds=seconds, program_flops=jaxpr_flops(traced.jaxpr.jaxpr))
+  lowering = lower_for_target(fn, *args, target=target, **jit_kwargs)
+  compiled, seconds = compile_timed(lowering.lowered)
+  return read_compiled(compiled, compile_seconds=seconds, program_flops=jaxpr_flops(lowering.traced.jaxpr.jaxpr))
 
 
 def _on(leaf: Any, sharding: NamedSharding) -> Any:
