@@ -224,6 +224,14 @@ class _Names:
     self.hlo, self.fallback = hlo, fallback
     self._of: dict[str, Attribution] = {}
     self._values: dict[str, tuple[Attribution, Origin | None]] = {}
+    self._chains: dict[str, tuple[str, int]] = {}
+
+  def hold(self, keys: set[str], loop: str, index: int) -> None:
+    """``keys`` hold element ``index`` of ``loop``'s carry (a stacked residual): inside the loop
+    they are named, as the loop's output is, by the op in the body that computes it."""
+    for k in keys:
+      self._chains.setdefault(k, (loop, index))
+      self._values.pop(k, None)
 
   def of(self, name: str) -> Attribution:
     if name not in self._of:
@@ -236,6 +244,8 @@ class _Names:
     if v.key not in self._values:
       idx = v.key[len(v.name):].strip("{}")
       o = origin(self.hlo, v.name, int(idx) if idx.isdigit() else None)
+      if o is None and v.key in self._chains:
+        o = origin(self.hlo, *self._chains[v.key])
       nfo = self.of(v.name) if o is None else attribute(self.hlo, o.instruction, fallback=self.fallback)
       self._values[v.key] = (nfo, o)
     return self._values[v.key]
@@ -323,7 +333,9 @@ def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier
   chains, relaid = carried_residuals(dump, names, phases) if phases.backward else (set(), set())
   held: set[str] = set()
   for loop, index in chains:
-    held |= carried(dump.hlo, loop, index)
+    keys = carried(dump.hlo, loop, index)
+    names.hold(keys, loop, index)
+    held |= keys
   return KindClassifier(hlo=dump.hlo, phases=phases, param_dims=param_dims, carried=frozenset(held), relaid=frozenset(relaid))
 
 

@@ -99,9 +99,38 @@ def function_of(function: str) -> str | None:
 
 def scope_of(op_name: str) -> str | None:
   """The user's named scopes in ``op_name`` (Flax Linen's module path, ``jax.named_scope``), layer
-  numbers as ``*``: ``transformer/h/*/attn`` for ``jit(step)/jvp(M)/transformer/h/3/attn/dot_general``."""
-  parts = [p for p in op_name.split("/")[:-1] if p and not _jax_scope(p)]
+  numbers as ``*``: ``encoder/*/mlp`` for ``jit(step)/transpose(jvp(encoder/3/mlp))/dot_general``.
+
+  jax prints the scopes a transformation saw inside its name (``jvp(encoder/3/mlp)``), those
+  entered outside it after it (``jvp(Model)/transformer/h/3/attn``); a jitted function's name
+  (``jit(silu)``) and einsum specs (``btd,df->btf``) are not scopes.
+  """
+  parts = [p for p in _scope_parts(_split_path(op_name)[:-1]) if p and not _jax_scope(p)]
   return "/".join("*" if p.isdigit() else p for p in parts) or None
+
+
+def _scope_parts(parts: list[str]) -> list[str]:
+  out = []
+  for part in parts:
+    m = re.fullmatch(r"([\w.]+)\((.*)\)", part)
+    if m is None:
+      out.append(part)
+    elif m.group(1) not in ("jit", "pjit", "xla_call"):
+      out += _scope_parts(_split_path(m.group(2)))
+  return out
+
+
+def _split_path(op_name: str) -> list[str]:
+  """``op_name`` split at the slashes outside parentheses."""
+  parts, depth, cur = [], 0, []
+  for c in op_name:
+    depth += (c == "(") - (c == ")")
+    if c == "/" and depth == 0:
+      parts.append("".join(cur))
+      cur = []
+    else:
+      cur.append(c)
+  return parts + ["".join(cur)]
 
 
 def _jax_scope(part: str) -> bool:
