@@ -5,8 +5,8 @@ gpt2-small] [--layers 2] [--remat none] [--batch 8] [--seq 1024] [--logdir DIR] 
 target on 2 cores). Needs ``pip install 'jaxmem[xprof]'`` and the compilers of the targets named
 (``[tpu,cuda]``).
 
-For each target the preset train step is compiled once, the way ``explain`` compiles it, with
-XLA's text dump and its HloProto dump together; ``jaxmem.xprof`` writes the optimized module to
+For each target the preset train step is explained once (``jaxmem.explain``, which compiles it
+with XLA's text dump and its HloProto dump together) and written with ``Explanation.to_xprof`` to
 ``LOGDIR/plugins/profile/<target>/jaxmem.xplane.pb``; the real ``xprof`` server is started on a
 free loopback port and asked for the Memory Viewer's data, as its page asks. Printed per target
 and memory space: XProf's peak heap next to the compiler's figures (``memory_analysis()``) and
@@ -35,42 +35,26 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxmem.explain import xprof  # noqa: E402
-from jaxmem.planning import plan as planning  # noqa: E402
-from jaxmem.program import train  # noqa: E402
-from jaxmem._quiet import quiet  # noqa: E402
-from jaxmem.explain.analyse import analyse  # noqa: E402
-from jaxmem.hlo.dump import read_dump  # noqa: E402
+import jaxmem  # noqa: E402
+from jaxmem.buffers.xprof import XprofServer, xprof_available  # noqa: E402
 from jaxmem.models import get_config  # noqa: E402
-from jaxmem.compiler.report import read_compiled  # noqa: E402
 
 MIB = 1 << 20
 
 
 def compile_target(target: str, args: argparse.Namespace, logdir: str) -> dict:
-  cfg = get_config(args.model, **({"num_layers": args.layers} if args.layers else {}))
-  p = planning.plan(model=cfg, remat=args.remat, optimizer="adamw", batch=args.batch, seq=args.seq, target=target)
-  mesh, opt, rp = p.configs()[-1]
-  prog = train.build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh)
-  lowered = prog.trace().lower()
-  with tempfile.TemporaryDirectory(prefix="jaxmem-xprof-") as d:
-    with quiet():
-      compiled = lowered.compile({"xla_dump_to": d, "xla_dump_hlo_as_text": True, **xprof.DUMP_AS_PROTO})
-    hlo = xprof.read_optimized_hlo(d)
-    report = read_compiled(compiled)
-    explained = analyse(
-        read_dump(d), report, param_bytes=prog.param_bytes,
-        optimizer_state_bytes=prog.optimizer_state_bytes, top=1, labels={},
-    )
+  model = get_config(args.model, **({"num_layers": args.layers} if args.layers else {}))
+  r = jaxmem.explain(model=model, remat=args.remat, batch=args.batch, seq=args.seq, target=target, top=1)
   run = target.replace(":", "_")
-  xprof.write_logdir(hlo.hlo_proto, hlo.module_name, logdir, run=run)
+  r.to_xprof(logdir, run=run)
+  report = r.report
   return dict(
-      target=target, run=run, module=hlo.xprof_module, file=hlo.file,
+      target=target, run=run, module=r.optimized_hlo.xprof_module, file=r.optimized_hlo.file,
       argument=report.argument_size_in_bytes, output=report.output_size_in_bytes,
       alias=report.alias_size_in_bytes, temp=report.temp_size_in_bytes, total=report.total_bytes,
       # jaxmem's reading: None on CPU, whose backend echoes the argument size here.
       peak_memory_in_bytes=report.peak_memory_in_bytes,
-      explain_live_at_peak=explained.live_bytes_at_peak,
+      explain_live_at_peak=r.live_bytes_at_peak,
   )
 
 
@@ -84,13 +68,13 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--seq", type=int, default=1024)
   ap.add_argument("--logdir", help="keep the logdir here (default: a temporary directory)")
   args = ap.parse_args(argv)
-  ok, why = xprof.xprof_available()
+  ok, why = xprof_available()
   if not ok:
     print(f"xprof_check: {why}", file=sys.stderr)
     return 2
   logdir = args.logdir or tempfile.mkdtemp(prefix="jaxmem-xprof-logdir-")
   rows = [compile_target(t, args, logdir) for t in args.target or ["gpu:h100", "tpu:v5p-8"]]
-  with xprof.XprofServer(logdir) as server:
+  with XprofServer(logdir) as server:
     for r in rows:
       for space in (0, 1):
         data = server.memory_viewer(r["run"], "jaxmem", r["module"], memory_space=space)

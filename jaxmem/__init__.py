@@ -27,7 +27,7 @@ from jaxmem.compiler.analysis import analyze  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.compiler.targets import target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
-from jaxmem import explain  # noqa: E402  (a callable module: see jaxmem/explain/__init__.py)
+from jaxmem.buffers.explain import explain  # noqa: E402
 from jaxmem.planning.fit import fit  # noqa: E402
 from jaxmem.planning.scale import scale  # noqa: E402
 from jaxmem.planning.sweep import Row, compare  # noqa: E402

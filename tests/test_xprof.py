@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.compiler import accelerators as acc
-from jaxmem.explain import xprof
+from jaxmem.buffers import xprof
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import DumpFormatError, read_dump
 from jaxmem.compiler.targets import get_target
@@ -171,20 +171,25 @@ def test_without_protobuf_the_error_says_what_to_install(monkeypatch):
 
 
 @pytest.mark.skipif(not XPROF_OK, reason=XPROF_WHY)
-def test_xprof_memory_viewer_reports_the_compilers_peak(gpu, tmp_path):
-  """The real xprof server, on a loopback port, serving the logdir: its Memory Viewer's peak
-  for device memory is XLA:GPU's peak_memory_in_bytes to the byte (both are the peak of the
-  buffer assignment's heap simulation, arguments and outputs included)."""
-  compiled, hlo, _ = gpu
-  peak = compiled.memory_analysis().peak_memory_in_bytes
-  xprof.write_logdir(hlo.hlo_proto, hlo.module_name, str(tmp_path), run="gpu")
+@pytest.mark.needs_gpu_compiler("h100")
+def test_xprof_memory_viewer_reports_the_compilers_peak(tmp_path):
+  """The real xprof server, on a loopback port, serving what ``jaxmem.explain(...).to_xprof``
+  wrote: its Memory Viewer's peak for device memory is XLA:GPU's peak_memory_in_bytes to the
+  byte (both are the peak of the buffer assignment's heap simulation, arguments and outputs
+  included), and explain's own peak."""
+  import jaxmem
+
+  f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)  # noqa: E731
+  r = jaxmem.explain(_sgd_step, {"a": f32(256, 512), "b": f32(512, 256)}, f32(128, 256), target="gpu:h100", donate_argnums=0)
+  r.to_xprof(str(tmp_path), run="gpu")
   with xprof.XprofServer(str(tmp_path)) as server:
-    data = server.memory_viewer("gpu", "jaxmem", hlo.xprof_module, memory_space=0)
+    data = server.memory_viewer("gpu", "jaxmem", r.optimized_hlo.xprof_module, memory_space=0)
     pid = server.process.pid
-  assert data["moduleName"] == hlo.module_name
+  assert data["moduleName"] == r.optimized_hlo.module_name == "jit__sgd_step"
   # MiB as a double: exact for any byte count below 2**53.
-  assert data["peakHeapMib"] * MIB == peak
-  # The buffers it lists at the peak add up to the peak.
-  assert sum(b["logicalBufferSizeMib"] for b in data["maxHeap"]) * MIB == pytest.approx(peak, rel=1e-9)
+  assert data["peakHeapMib"] * MIB == r.report.peak_memory_in_bytes == r.peak_bytes
+  # The buffers it lists at the peak add up to the peak, as explain's live set does.
+  assert sum(b["logicalBufferSizeMib"] for b in data["maxHeap"]) * MIB == pytest.approx(r.peak_bytes, rel=1e-9)
+  assert r.live_bytes_at_peak == pytest.approx(r.peak_bytes, rel=1e-3)
   with pytest.raises(ProcessLookupError):  # stopped by its process id
     os.kill(pid, 0)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.cli import _common as c
-from jaxmem.explain.residuals import saved_residuals_by_policy
+from jaxmem.buffers.residuals import saved_residuals_by_policy
 from jaxmem.inference.estimate import estimate_vs_compiler
 from jaxmem.inference.infer import training_vs_inference
 from jaxmem.models import ModelConfig

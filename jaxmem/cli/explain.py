@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import inspect
-from collections.abc import Callable
 
 from jaxmem.cli import _common as c
 from jaxmem.errors import JaxmemError
-from jaxmem.explain.analyse import Explanation, explain
-from jaxmem.explain.timeline import plot_timeline
+from jaxmem.buffers.analyse import Explanation
+from jaxmem.buffers.explain import explain_function, explain_workload
+from jaxmem.buffers.timeline import plot_timeline
 from jaxmem.planning.plan import plan
 from jaxmem.program.step import call_step
 from jaxmem.render import tables
@@ -24,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
   p.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")
   p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
+  p.add_argument("--xprof", default=None, metavar="DIR",
+                 help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
   p.set_defaults(func=run)
 
 
@@ -34,9 +35,12 @@ def run(args: argparse.Namespace) -> int:
   if args.plot and not args.plot.lower().endswith((".png", ".svg")):
     raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
   c.say(c.resolve_target(args))
-  result = explain_step(args) if args.step else explain(c.workload(args), top=args.top)
+  result = explain_step(args) if args.step else explain_workload(c.workload(args), top=args.top)
   if args.plot:
     plot_timeline(result, args.plot)
+  if args.xprof:
+    path = result.to_xprof(args.xprof)
+    c.say(f"jaxmem: wrote {path}; open it with: xprof --logdir {args.xprof}")
   c.emit(render_explain(result, args.format), args.output)
   return 0
 
@@ -52,20 +56,4 @@ def explain_step(args: argparse.Namespace) -> Explanation:
   fn, fargs, jit_kwargs = call_step(
       p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target
   )
-  explain_fn = _function_explain()
-  if "top" in inspect.signature(explain_fn).parameters:
-    jit_kwargs = {**jit_kwargs, "top": args.top}
-  return explain_fn(fn, *fargs, target=p.target, **jit_kwargs)
-
-
-def _function_explain() -> Callable:
-  import jaxmem  # the public entry point, whichever module provides it
-
-  fn = getattr(jaxmem.explain, "explain", jaxmem.explain)  # the callable module wraps explain()
-  first = next(iter(inspect.signature(fn).parameters), None)
-  if first == "workload":  # the preset-only explain: explain(fn, ...) has not landed in this build
-    raise JaxmemError(
-        "explain --step needs jaxmem.explain(fn, *args, target=...), which this build does not have yet; "
-        "compare, fit and scale take --step"
-    )
-  return fn
+  return explain_function(fn, *fargs, target=p.target, top=args.top, **jit_kwargs)

@@ -78,7 +78,11 @@ def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = Non
     if not any(_is_array(leaf) for leaf in jax.tree_util.tree_leaves(args)) and "out_shardings" not in jit_kwargs:
       jit_kwargs = {**jit_kwargs, "out_shardings": replicated}  # else it compiles for the default device
     args = jax.tree_util.tree_map(lambda a: _on(a, replicated), args)
-  traced = jax.jit(fn, **jit_kwargs).trace(*args)
+  # A function already wrapped in jax.jit is traced as it is when no jit_kwargs are given, so its
+  # own shardings and donated arguments hold (jitting it again would drop the donation: only the
+  # outermost jit donates).
+  jitted = fn if not jit_kwargs and hasattr(fn, "trace") and hasattr(fn, "lower") else jax.jit(fn, **jit_kwargs)
+  traced = jitted.trace(*args)
   return Lowering(traced=traced, lowered=traced.lower(), target=tgt, argument_names=_names(fn, len(args), jit_kwargs))
 
 

@@ -76,6 +76,7 @@ import dataclasses
 import math
 import re
 
+from jaxmem.hlo.text import Computation, Instruction, Module, braced, computation_refs, matching, parse_module, split_top
 from jaxmem.records import Record
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute")
@@ -109,156 +110,6 @@ class Collectives(Record):
 
 
 # ---------------------------------------------------------------------------------------------
-# HLO text parsing
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Inst:
-  name: str
-  shape: str
-  opcode: str
-  operands: tuple[str, ...]  # operand names, or the literal for constant()
-  attrs: str
-
-
-@dataclasses.dataclass(kw_only=True)
-class _Comp:
-  name: str
-  insts: dict[str, _Inst]
-  order: list[str]
-  root: str | None
-
-
-@dataclasses.dataclass(kw_only=True)
-class _Module:
-  comps: dict[str, _Comp]
-  entry: str | None
-  replica_count: int
-  num_partitions: int
-
-
-_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->\s*.*?)?\{\s*$")
-_INST = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-_COMMENT = re.compile(r"/\*.*?\*/")
-
-
-def _matching(text: str, start: int) -> int:
-  """Index just past the bracket closing the one at ``start`` (layouts nest parens inside braces)."""
-  depth = 0
-  for i in range(start, len(text)):
-    c = text[i]
-    if c in "([{":
-      depth += 1
-    elif c in ")]}":
-      depth -= 1
-      if depth == 0:
-        return i + 1
-  return len(text)
-
-
-def _split_top(text: str) -> list[str]:
-  """Splits at commas outside any brackets."""
-  parts, depth, cur = [], 0, []
-  for c in text:
-    if c in "([{":
-      depth += 1
-    elif c in ")]}":
-      depth -= 1
-    if c == "," and depth == 0:
-      parts.append("".join(cur).strip())
-      cur = []
-    else:
-      cur.append(c)
-  if "".join(cur).strip():
-    parts.append("".join(cur).strip())
-  return parts
-
-
-def _parse_inst(rest: str, name: str) -> _Inst | None:
-  rest = rest.strip()
-  if rest.startswith("("):
-    end = _matching(rest, 0)
-  else:
-    m = re.match(r"\S+", rest)
-    if not m:
-      return None
-    end = m.end()
-  shape, tail = rest[:end], rest[end:].lstrip()
-  m = re.match(r"([\w\-]+)\(", tail)
-  if not m:
-    return None
-  close = _matching(tail, m.end() - 1)
-  inner = tail[m.end():close - 1]
-  if m.group(1) == "constant":
-    operands = (inner.strip(),)
-  else:
-    operands = tuple(_operand_name(p) for p in _split_top(_COMMENT.sub("", inner)))
-  return _Inst(name=name, shape=_COMMENT.sub("", shape), opcode=m.group(1), operands=operands,
-               attrs=tail[close:])
-
-
-def _operand_name(text: str) -> str:
-  # "%x", "%x.8#2" (element 2 of tuple x.8, read in place) or "f32[2] %x" (older printers).
-  tok = text.split()[-1] if text.split() else text
-  return tok.lstrip("%")
-
-
-def _element_reads(inst: _Inst, comp: _Comp) -> None:
-  """Adds a get-tuple-element ``t#i`` for each operand ``%t#i`` of ``inst`` to ``comp``.
-
-  XLA's dump printer in jaxlib 0.12.0.1 (the optimized module ``xla_dump_to`` writes, CPU, GPU and
-  TPU alike) prints no get-tuple-element instructions: operands read tuple elements in place as
-  ``%t#1``. ``compiled.as_text()`` still prints them, in 0.10.2 and 0.12.0.1. With the element
-  reads restored, the trip-count derivation below reads both spellings.
-  """
-  for ref in inst.operands:
-    tuple_name, _, rest = ref.partition("#")
-    for index in rest.split("#") if rest else ():
-      name = f"{tuple_name}#{index}"
-      comp.insts.setdefault(name, _Inst(name=name, shape="", opcode="get-tuple-element",
-                                        operands=(tuple_name,), attrs=f", index={index}"))
-      tuple_name = name
-
-
-def _parse(hlo_text: str) -> _Module:
-  comps: dict[str, _Comp] = {}
-  entry = None
-  cur: _Comp | None = None
-  replica_count, num_partitions = 1, 1
-  for line in hlo_text.splitlines():
-    if line.startswith("HloModule"):
-      if m := re.search(r"\breplica_count=(\d+)", line):
-        replica_count = int(m.group(1))
-      if m := re.search(r"\bnum_partitions=(\d+)", line):
-        num_partitions = int(m.group(1))
-      continue
-    if cur is None:
-      m = _HEADER.match(line)
-      if m and not line.startswith((" ", "\t")):
-        cur = _Comp(name=m.group(2), insts={}, order=[], root=None)
-        if m.group(1):
-          entry = cur.name
-      continue
-    if line.startswith("}"):
-      comps[cur.name] = cur
-      cur = None
-      continue
-    m = _INST.match(line)
-    if not m:
-      continue
-    inst = _parse_inst(m.group(3), m.group(2))
-    if inst is None:
-      continue
-    cur.insts[inst.name] = inst
-    cur.order.append(inst.name)
-    _element_reads(inst, cur)
-    if m.group(1):
-      cur.root = inst.name
-  return _Module(comps=comps, entry=entry, replica_count=replica_count,
-                 num_partitions=num_partitions)
-
-
-# ---------------------------------------------------------------------------------------------
 # Shapes and groups
 
 
@@ -280,23 +131,10 @@ def _tuple_elements(shape: str) -> list[str]:
   shape = shape.strip()
   if not shape.startswith("("):
     return [shape]
-  return _split_top(shape[1:_matching(shape, 0) - 1])
+  return split_top(shape[1:matching(shape, 0) - 1])
 
 
-def _attr_braced(attrs: str, key: str) -> str | None:
-  m = re.search(r"(?:^|[\s,])" + key + r"=\{", attrs)
-  if not m:
-    return None
-  start = m.end() - 1
-  return attrs[start + 1:_matching(attrs, start) - 1]
-
-
-def _computation_refs(attrs: str, key: str) -> list[str]:
-  m = re.search(r"(?:^|[\s,])" + key + r"=%?([\w.\-]+)", attrs)
-  return [m.group(1)] if m else []
-
-
-def _group_size(inst: _Inst, module: _Module, notes: list[str]) -> int:
+def _group_size(inst: Instruction, module: Module, notes: list[str]) -> int:
   attrs = inst.attrs
   channel = re.search(r"(?:^|[\s,])channel_id=\d+", attrs) is not None
   global_ids = re.search(r"use_global_device_ids=true", attrs) is not None
@@ -324,16 +162,16 @@ def _group_size(inst: _Inst, module: _Module, notes: list[str]) -> int:
   elif m := re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs):
     axes = {a: int(s) for a, s in re.findall(r"'([^']*)'\s*=\s*(\d+)", m.group(1))}
     size = 1
-    for ref in _split_top(m.group(2)):
+    for ref in split_top(m.group(2)):
       sub = re.match(r"'([^']*)'\s*:\s*\((\d+)\)\s*(\d+)", ref)
       if sub:
         size *= int(sub.group(3))
       else:
         size *= axes.get(ref.strip().strip("'"), 1)
   else:
-    groups = _attr_braced(attrs, "replica_groups")
+    groups = braced(attrs, "replica_groups")
     if groups is not None and groups.strip():
-      sizes = [len(_split_top(g.strip()[1:-1])) for g in _split_top(groups)]
+      sizes = [len(split_top(g.strip()[1:-1])) for g in split_top(groups)]
       if len(set(sizes)) > 1:
         notes.append(f"{inst.name}: replica groups of unequal sizes {sorted(set(sizes))}; the largest is used")
       size = max(sizes)
@@ -343,13 +181,13 @@ def _group_size(inst: _Inst, module: _Module, notes: list[str]) -> int:
   return size * module.num_partitions if mode == "replica_and_partition" else size
 
 
-def _channel(inst: _Inst) -> str | None:
+def _channel(inst: Instruction) -> str | None:
   m = re.search(r"(?:^|[\s,])channel_id=(\d+)", inst.attrs)
   return m.group(1) if m else None
 
 
 def _permute_sends(attrs: str) -> int:
-  pairs = _attr_braced(attrs, "source_target_pairs")
+  pairs = braced(attrs, "source_target_pairs")
   if not pairs:
     return 0
   sends: dict[int, int] = {}
@@ -359,7 +197,7 @@ def _permute_sends(attrs: str) -> int:
   return max(sends.values(), default=0)
 
 
-def _collective_bytes(inst: _Inst, kind: str, module: _Module, notes: list[str], *,
+def _collective_bytes(inst: Instruction, kind: str, module: Module, notes: list[str], *,
                       from_input: bool = False) -> int:
   """Bytes one device sends for one execution of ``inst`` (formulas in the module docstring)."""
   if inst.opcode.endswith("-start") and inst.opcode != "all-reduce-start":
@@ -402,7 +240,7 @@ class _Tally:
 
 class _Walker:
 
-  def __init__(self, module: _Module):
+  def __init__(self, module: Module):
     self.module = module
     self.notes: list[str] = []
     self._memo: dict[str, _Tally] = {}
@@ -411,9 +249,10 @@ class _Walker:
     # collective; the same channel id reappears in overlap fusions (possibly inside a loop the
     # collective spans) and in the AsyncCollectiveDone fusion. Only the start counts.
     self._async_starts: dict[str, str] = {}
-    for comp in module.comps.values():
-      if any(i.opcode == "custom-call" and '"AsyncCollectiveStart"' in i.attrs for i in comp.insts.values()):
-        for i in comp.insts.values():
+    for comp in module.computations.values():
+      insts = comp.instructions.values()
+      if any(i.opcode == "custom-call" and '"AsyncCollectiveStart"' in i.attrs for i in insts):
+        for i in insts:
           if i.opcode in _OPCODE_KIND and (ch := _channel(i)):
             self._async_starts[ch] = comp.name
 
@@ -426,7 +265,7 @@ class _Walker:
     if name in self._memo:
       return self._memo[name]
     tally = _Tally()
-    comp = self.module.comps.get(name)
+    comp = self.module.computations.get(name)
     if comp is None or name in self._active:
       if comp is None:
         self.note(f"computation {name} not found in the HLO text; not counted")
@@ -438,11 +277,10 @@ class _Walker:
     self._memo[name] = tally
     return tally
 
-  def _collect(self, comp: _Comp, tally: _Tally, seen_channels: set[str], *,
+  def _collect(self, comp: Computation, tally: _Tally, seen_channels: set[str], *,
                in_reduce_scatter_fusion: bool) -> None:
     """Adds ``comp``'s collectives; fusions and async-wrapped computations count as part of it."""
-    for iname in comp.order:
-      inst = comp.insts[iname]
+    for iname, inst in comp.instructions.items():
       op = inst.opcode
       kind = _OPCODE_KIND.get(op)
       if kind is not None:
@@ -459,8 +297,8 @@ class _Walker:
       elif op in _UNCOUNTED or op.removesuffix("-start") in _UNCOUNTED:
         self.note(f"{op} present; not counted")
       elif op == "fusion" or op == "async-start":
-        for callee in _computation_refs(inst.attrs, "calls"):
-          sub = self.module.comps.get(callee)
+        for callee in computation_refs(inst.attrs, "calls"):
+          sub = self.module.computations.get(callee)
           if sub is None or callee in self._active:
             continue
           self._active.add(callee)
@@ -468,127 +306,26 @@ class _Walker:
                         or callee.startswith("all-reduce-scatter"))
           self._active.discard(callee)
       elif op == "while":
-        trips = self._trip_count(comp, inst)
-        for body in _computation_refs(inst.attrs, "body"):
-          tally.add(self.visit(body), trips)
-        for cond in _computation_refs(inst.attrs, "condition"):
-          tally.add(self.visit(cond), trips + 1)
+        trips = self.module.trip_count(iname, comp.name)
+        if trips is None:
+          self.note(f"{iname}: while loop without a known trip count; its body is counted once")
+          trips = 1
+        if inst.body:
+          tally.add(self.visit(inst.body), trips)
+        if inst.condition:
+          tally.add(self.visit(inst.condition), trips + 1)
       elif op == "call":
-        for callee in _computation_refs(inst.attrs, "to_apply"):
+        for callee in computation_refs(inst.attrs, "to_apply"):
           tally.add(self.visit(callee))
       elif op == "conditional":
-        branches = _computation_refs(inst.attrs, "true_computation") + _computation_refs(
-            inst.attrs, "false_computation")
-        listed = _attr_braced(inst.attrs, "branch_computations")
-        if listed:
-          branches += [b.strip().lstrip("%") for b in _split_top(listed)]
+        branches = [c for key in ("true_computation", "false_computation", "branch_computations")
+                    for c in computation_refs(inst.attrs, key)]
         tallies = [self.visit(b) for b in branches]
         if tallies:
           best = max(tallies, key=lambda t: t.total)
           if len({t.total for t in tallies}) > 1:
             self.note(f"{iname}: conditional branches communicate differently; the largest is counted")
           tally.add(best)
-
-  # -- trip counts ------------------------------------------------------------------------------
-
-  def _trip_count(self, comp: _Comp, inst: _Inst) -> int:
-    if m := re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"', inst.attrs):
-      return int(m.group(1))
-    trips = self._derive_trip_count(comp, inst)
-    if trips is None:
-      self.note(f"{inst.name}: while loop without a known trip count; its body is counted once")
-      return 1
-    return trips
-
-  def _derive_trip_count(self, comp: _Comp, inst: _Inst) -> int | None:
-    conds = _computation_refs(inst.attrs, "condition")
-    bodies = _computation_refs(inst.attrs, "body")
-    if not conds or not bodies or not inst.operands:
-      return None
-    cond, body = self.module.comps.get(conds[0]), self.module.comps.get(bodies[0])
-    if cond is None or body is None or cond.root is None or body.root is None:
-      return None
-    root = _through(cond, cond.root)
-    direction = re.search(r"direction=(\w+)", root.attrs) if root else None
-    if root is None or root.opcode != "compare" or not direction or len(root.operands) != 2:
-      return None
-    a, b = (_resolve(cond, o) for o in root.operands)
-    op = direction.group(1)
-    if a and b and a[0] == "const" and b[0] == "gte":  # limit OP i: flip to i OP' limit
-      a, b = b, a
-      op = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(op, op)
-    if not (a and b and a[0] == "gte" and b[0] == "const"):
-      return None
-    index, limit = a[1], b[1]
-    init = _tuple_operand(comp, inst.operands[0], index)
-    step = _loop_step(body, index)
-    if init is None or step is None or step == 0:
-      return None
-    if op == "LT" and step > 0:
-      return max(0, -(-(limit - init) // step))
-    if op == "LE" and step > 0:
-      return max(0, (limit - init) // step + 1)
-    if op == "GT" and step < 0:
-      return max(0, -(-(init - limit) // -step))
-    if op == "GE" and step < 0:
-      return max(0, (init - limit) // -step + 1)
-    if op == "NE" and (limit - init) % step == 0 and (limit - init) // step >= 0:
-      return (limit - init) // step
-    return None
-
-
-_PASS_THROUGH = ("copy", "bitcast", "convert", "reshape", "copy-start", "copy-done")
-
-
-def _through(comp: _Comp, name: str) -> _Inst | None:
-  """The instruction behind ``name`` once value-preserving copies and converts are looked past."""
-  for _ in range(64):
-    inst = comp.insts.get(name)
-    if inst is None or inst.opcode not in _PASS_THROUGH or not inst.operands:
-      return inst
-    name = inst.operands[0]
-  return None
-
-
-def _resolve(comp: _Comp, name: str) -> tuple[str, int] | None:
-  """('const', value) for a scalar integer constant, ('gte', k) for element k of parameter 0."""
-  inst = _through(comp, name)
-  if inst is None:
-    return None
-  if inst.opcode == "constant":
-    try:
-      return ("const", int(inst.operands[0]))
-    except ValueError:
-      return None
-  if inst.opcode == "get-tuple-element" and inst.operands:
-    src = _through(comp, inst.operands[0])
-    index = re.search(r"index=(\d+)", inst.attrs)
-    if src is not None and src.opcode == "parameter" and index:
-      return ("gte", int(index.group(1)))
-  return None
-
-
-def _tuple_operand(comp: _Comp, name: str, index: int) -> int | None:
-  inst = _through(comp, name)
-  if inst is None or inst.opcode != "tuple" or index >= len(inst.operands):
-    return None
-  r = _resolve(comp, inst.operands[index])
-  return r[1] if r and r[0] == "const" else None
-
-
-def _loop_step(body: _Comp, index: int) -> int | None:
-  root = _through(body, body.root) if body.root else None
-  if root is None or root.opcode != "tuple" or index >= len(root.operands):
-    return None
-  update = _through(body, root.operands[index])
-  if update is None or update.opcode not in ("add", "subtract") or len(update.operands) != 2:
-    return None
-  x, y = (_resolve(body, o) for o in update.operands)
-  if update.opcode == "add" and y == ("gte", index) and x and x[0] == "const":
-    x, y = y, x
-  if x != ("gte", index) or not y or y[0] != "const":
-    return None
-  return y[1] if update.opcode == "add" else -y[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,11 +334,11 @@ def _loop_step(body: _Comp, index: int) -> int | None:
 
 def collectives_from_hlo(hlo_text: str) -> Collectives:
   """Per-device bytes sent per step, by collective kind, from optimized HLO text."""
-  module = _parse(hlo_text)
+  module = parse_module(hlo_text)
   walker = _Walker(module)
   entry = module.entry
-  if entry is None and module.comps:
-    entry = list(module.comps)[-1]
+  if entry is None and module.computations:
+    entry = list(module.computations)[-1]
     walker.note(f"no ENTRY computation marked; {entry} (the last one) is used")
   tally = walker.visit(entry) if entry else _Tally()
   return Collectives(bytes_by_kind=dict(tally.bytes), count_by_kind=dict(tally.counts),

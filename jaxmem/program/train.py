@@ -123,10 +123,11 @@ def build_train_program(
     logits_btv = model(tokens_bt, remat=remat.policy, constrain=constrain)
     return optax.softmax_cross_entropy_with_integer_labels(logits_btv, targets_bt).mean()
 
-  def train_step(p, state, tokens_bt, targets_bt):
-    loss, grads = jax.value_and_grad(loss_fn)(p, tokens_bt, targets_bt)
-    updates, state = tx.update(grads, state, p)
-    return optax.apply_updates(p, updates), state, loss
+  # The argument names are what explain shows the inputs as (params['blocks'], opt_state.mu).
+  def train_step(params, opt_state, tokens_bt, targets_bt):
+    loss, grads = jax.value_and_grad(loss_fn)(params, tokens_bt, targets_bt)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
 
   step = jax.jit(
       train_step,

@@ -6,17 +6,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem.explain.analyse import Explanation
-from jaxmem.explain.residuals import PolicyResiduals
-from jaxmem.explain.timeline import timeline_text
+from jaxmem.buffers.analyse import Explanation
+from jaxmem.buffers.residuals import PolicyResiduals
+from jaxmem.buffers.timeline import timeline_text, title
 from jaxmem.render.tables import check_format, envelope, render_csv, render_records
 from jaxmem.render.units import unit_for
 from jaxmem.versions import describe
 
 # via_loop: the while the value came out of when op_name/source are those of the op in its body.
 JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source", "via_loop")
-# The configuration as explain's JSON names it.
-_CONFIGURATION = ("model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
+# The configuration as explain's JSON names it (function: the explained function; empty for a preset).
+_CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
                   "platform", "num_devices")
 
 
@@ -34,6 +34,7 @@ def explain_json(result: Explanation) -> dict[str, Any]:
       compiler_bytes=d["compiler_bytes"],
       peak_source=d["peak_source"],
       configuration={k: d[k] for k in _CONFIGURATION},
+      arguments=d["arguments"],
       by_module=d["by_module"],
       by_kind=d["by_kind"],
       peak_buffer_details=d["peak_buffers"],
@@ -54,8 +55,7 @@ def render_explain(result: Explanation, fmt_name: str) -> str:
   size = unit_for([result.peak_bytes, result.compiler_bytes], smallest="KiB")
   uname = size.name
   r = result
-  head = (f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · "
-          f"batch {r.batch} · seq {r.seq} · {uname} per device" + (f" · {describe(r.versions)}" if r.versions else ""))
+  head = f"{title(r)} · {uname} per device" + (f" · {describe(r.versions)}" if r.versions else "")
   consumers = [
       {"consumer": k, uname: size(v), "how": "estimate" if k in r.estimated else "exact"}
       for k, v in r.consumers.items()
@@ -89,7 +89,7 @@ def render_explain(result: Explanation, fmt_name: str) -> str:
 
 
 def residuals_table(rows: Sequence[PolicyResiduals], fmt_name: str) -> str:
-  """``compare --residuals``: ``rows`` from :func:`jaxmem.explain.residuals.saved_residuals_by_policy`,
+  """``compare --residuals``: ``rows`` from :func:`jaxmem.buffers.residuals.saved_residuals_by_policy`,
   one line per saved residual, with each policy's per-layer and total bytes."""
   check_format(fmt_name)
   flat = [rec for p in rows for rec in p.rows()]

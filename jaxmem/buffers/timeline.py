@@ -1,4 +1,4 @@
-"""The memory timeline of an :class:`~jaxmem.explain.analyse.Explanation`: a plot file and a text sparkline.
+"""The memory timeline of an :class:`~jaxmem.buffers.analyse.Explanation`: a plot file and a text sparkline.
 
 Both show live bytes in device memory against the position in XLA's schedule, stacked by kind,
 with the forward / backward / optimizer regions and the peak marked.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from jaxmem.errors import JaxmemError
-from jaxmem.explain.analyse import KINDS, Explanation
+from jaxmem.buffers.analyse import KINDS, Explanation
 from jaxmem.render.units import unit_for
 
 _COLORS = {
@@ -69,17 +69,21 @@ def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
   ax.set_ylim(0, top * 1.15)
   ax.set_xlabel("position in XLA's schedule")
   ax.set_ylabel(f"live bytes per device ({uname})")
-  ax.set_title(
-      f"{result.model} · {result.target} · mesh {result.mesh} · remat {result.remat} · {result.optimizer} · "
-      f"batch {result.batch} x {result.seq}",
-      fontsize=10,
-  )
+  ax.set_title(title(result), fontsize=10)
   ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, ncols=len(KINDS), frameon=False)
   try:
     fig.savefig(path, format=ext[1:], dpi=110)
   except OSError as e:
     raise JaxmemError(f"cannot write --plot {path}: {e.strerror}") from None
   return path
+
+
+def title(result: Explanation) -> str:
+  """What was explained, in one line: the preset's configuration, or the function and target."""
+  r = result
+  if r.model:
+    return f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · batch {r.batch} · seq {r.seq}"
+  return f"function {r.function} · target {r.target}" + (f" · mesh {r.mesh}" if r.mesh else "")
 
 
 def timeline_text(result: Explanation, width: int = 72, height: int = 6) -> str:

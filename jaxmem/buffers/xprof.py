@@ -217,7 +217,7 @@ def read_optimized_hlo(directory: str, *, module_name: str | None = None) -> Opt
   **DUMP_AS_PROTO}``.
 
   When XLA dumped several modules (a backend may compile helper programs), the one named
-  ``module_name`` is taken, or else the largest, as :func:`jaxmem.explain_hlo.read_dump` does.
+  ``module_name`` is taken, or else the largest, as :func:`jaxmem.hlo.dump.read_dump` does.
   """
   names = sorted(n for n in os.listdir(directory) if n.endswith(_OPTIMIZED_SUFFIX))
   if not names:

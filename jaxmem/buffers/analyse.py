@@ -1,0 +1,646 @@
+"""What fills the memory of a compiled step: consumers, the buffers live at the peak, a timeline.
+
+:func:`analyse` reads the optimized module's buffer assignment (which HLO value sits where in
+which allocation), its schedule and live ranges (when each value is alive), and the HLO metadata
+(the jax op name and the Python source of each instruction), all from XLA's dump
+(:mod:`jaxmem.hlo.dump`). From these it rebuilds, for every position of the schedule, the bytes
+occupied in the device's main memory (memory color 0: HBM; on TPU, VMEM and the other on-chip
+spaces are left out), stacked by kind, and the set live at the peak. :mod:`jaxmem.buffers.explain`
+compiles the step and calls it.
+
+How the figures are derived (all per device):
+
+- ``peak_bytes``: the compiler's ``peak_memory_in_bytes``. XLA:CPU gives no peak (it echoes the
+  argument size), so on CPU it is the memory its buffer assignment allocates for the step,
+  argument + output - alias + temp (what XLA:GPU reports as its peak), with a note. Not the
+  live-range dump's ``Stack trace breakdown for peak usage``: XLA chooses that moment sizing
+  loop-carried values by their tuple, and on jaxlib 0.12.0.1's XLA:CPU it lands 17% below the
+  peak inside the backward loop (on 0.10.2 it happened to find it).
+- ``live_bytes_at_peak``: the reconstruction: at the schedule position where the rebuilt curve
+  is highest, the bytes the live values occupy, counting memory shared by aliased values
+  (donated parameters, loop carries) once. Checked against ``peak_bytes`` on jax 0.10.2 and
+  0.12.0.1 (tiny model; see tests/test_explain.py): within 0.1% on CPU, within 500 bytes
+  (0.01%) on GPU (H100 compiled without a GPU), within 0.01% on TPU (v5e compiled without a
+  TPU) once the step's temporaries are in HBM; for programs so small that libtpu keeps their
+  temporaries in VMEM, libtpu's peak adds bytes that its dumped buffer assignment does not place
+  in HBM, and the note gives the gap.
+- ``consumers`` sum to ``compiler_bytes`` = argument + output - alias + temp + generated code
+  (``memory_analysis()``). Exact: each argument group (``params``, ``opt_state.mu``, ``batch``:
+  the step's argument names and the pytree paths jax gives its inputs, grouped by
+  :func:`argument_group`), from the compiler's own allocation for each input; ``output`` (outputs
+  not written into donated inputs); ``generated_code``. *Estimates*: the compiler's temp
+  allocation is one heap whose bytes are reused over the step, so it is split in the proportions
+  of the live set at the peak: ``saved residual``, ``gradient``, and ``temporary`` the remainder
+  (other temporaries and layout padding).
+
+Kinds of buffers: ``parameter`` (an input of the step), ``output`` (a new parameter or state
+written into a donated input, or any other output), ``saved residual`` (made in the forward pass
+and alive in the backward pass; a residual the forward layer scan stacks is one from its
+allocation on, with every value that holds its buffer over the loop, as is the loop's output a
+copy of which the backward pass reads, and that copy, even where the schedule makes it after the
+backward pass has begun), ``gradient`` (made in the backward pass with a parameter's shape, or
+alive into the optimizer update) and ``temporary`` (everything else). Phases come from the jax
+op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward pass, what
+follows the backward pass the optimizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from jaxmem.buffers.sources import Attribution, attribute
+from jaxmem.buffers.xprof import OptimizedHlo, write_logdir
+from jaxmem.compiler.report import MemoryReport
+from jaxmem.errors import JaxmemError
+from jaxmem.hlo.dump import Allocation, Dump, Value
+from jaxmem.hlo.text import Module
+from jaxmem.hlo.values import Origin, carried, described, origin
+from jaxmem.records import Configuration, Record
+
+KINDS = ("parameter", "output", "saved residual", "gradient", "temporary")
+# Beside the argument groups, a function's consumers: its outputs, then the temp heap's split.
+KIND_CONSUMERS = ("output", "saved residual", "gradient", "temporary", "generated_code")
+ESTIMATED = ("saved residual", "gradient", "temporary")
+AGREEMENT = 0.05  # live-at-peak and the compiler's peak agree within this fraction
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PeakBuffer(Record):
+  """One buffer live at the peak."""
+
+  size_bytes: int
+  shape: str
+  dtype: str
+  kind: str
+  hlo: str  # the defining HLO instruction, with the tuple index for loop carries
+  op_name: str  # jax's name for the op, from the HLO metadata (an input's pytree path)
+  source: str | None  # file:line of the innermost user frame (see jaxmem.buffers.sources), else None
+  module: str  # the model class (Attention, SwiGLU, ...) or code that made it; an input's argument group
+  phase: str  # where the schedule defines it: forward, backward, optimizer
+  live: tuple[int, int]  # schedule positions, inclusive
+  # Set when the value came out of a loop (the scan over the layers): op_name, source and module
+  # are then those of ``producer``, the instruction in the loop body that computes it, and
+  # ``via_loop`` is the while instruction (``hlo`` stays the loop's output as the dump names it).
+  via_loop: str | None = None
+  producer: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timeline(Record):
+  """Live bytes per kind at every position of the schedule, and the phases' spans."""
+
+  bytes_by_kind: dict[str, tuple[int, ...]]
+  regions: tuple[tuple[str, int, int], ...]  # (phase, first, last position)
+  peak_position: int
+
+  @property
+  def length(self) -> int:
+    return len(next(iter(self.bytes_by_kind.values()), ()))
+
+  def total(self) -> list[int]:
+    return [sum(v) for v in zip(*self.bytes_by_kind.values())]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Explanation(Configuration):
+  """What fills one compiled step's memory, per device. See the module docstring.
+
+  For a function (``jaxmem.explain(fn, *args)``) ``function`` names it and the configuration
+  fields other than ``target``, ``mesh`` and ``num_devices`` are empty; for a preset they
+  describe the train step. ``optimized_hlo`` is the compiled module for XProf
+  (:meth:`to_xprof`); it is left out of :meth:`as_dict`.
+  """
+
+  function: str = ""
+  platform: str
+  compiler_bytes: int | None  # argument + output - alias + temp + generated code
+  consumers: dict[str, int | None]
+  estimated: tuple[str, ...]  # consumers that are estimates
+  arguments: dict[str, int]  # bytes of each argument group, largest first (exact)
+  peak_bytes: int | None
+  peak_source: str  # "compiler", "compiler allocation" (CPU), "xla live-range dump", "reconstructed"
+  live_bytes_at_peak: int | None
+  peak_position: int | None
+  peak_buffers: tuple[PeakBuffer, ...]  # largest first, the top N
+  live_buffer_count: int
+  by_module: dict[str, int]
+  by_kind: dict[str, int]
+  timeline: Timeline | None
+  report: MemoryReport
+  dump_files: tuple[str, ...]
+  optimized_hlo: OptimizedHlo | None = None
+  notes: tuple[str, ...] = ()
+
+  @property
+  def versions(self) -> dict[str, str]:
+    """The compiler versions that produced the figures (the report's)."""
+    return self.report.versions
+
+  def as_dict(self) -> dict[str, Any]:
+    """Every field but ``optimized_hlo``, as plain dicts and lists (nested records by their own
+    ``as_dict``)."""
+    return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "optimized_hlo"}
+
+  def to_xprof(self, logdir: str, run: str | None = None) -> str:
+    """Writes the compiled module as an XProf logdir (``xprof --logdir LOGDIR`` opens it in the
+    Memory Viewer and the Graph Viewer) and returns the ``.xplane.pb`` path written. ``run``
+    defaults to the time; an existing run is an error (see
+    :func:`jaxmem.buffers.xprof.write_logdir`)."""
+    if self.optimized_hlo is None:
+      raise JaxmemError("this explanation holds no compiled module for XProf; make it with jaxmem.explain")
+    return write_logdir(self.optimized_hlo.hlo_proto, self.optimized_hlo.module_name, logdir, run=run)
+
+
+def _plain(v: Any) -> Any:
+  if isinstance(v, Record):
+    return v.as_dict()
+  if isinstance(v, (tuple, list)):
+    return [_plain(x) for x in v]
+  if isinstance(v, dict):
+    return {k: _plain(x) for k, x in v.items()}
+  return v
+
+
+# ----------------------------------------------------------------------------- analyse
+
+
+def analyse(
+    dump: Dump,
+    report: MemoryReport,
+    *,
+    top: int = 10,
+    function: str = "",
+    optimized_hlo: OptimizedHlo | None = None,
+    labels: dict[str, Any] | None = None,
+) -> Explanation:
+  """Rebuilds the live set over the schedule from ``dump`` and splits the compiler's figure.
+
+  ``function`` names the step (code without a user frame or scope is attributed to it);
+  ``labels`` fill the :class:`~jaxmem.records.Configuration` fields (empty when not given)."""
+  notes: list[str] = []
+  names = _Names(dump.hlo, fallback=function or "(step)")
+  phases = phase_regions(dump, names)
+  groups = argument_groups(dump.hlo)
+  kinds = kind_classifier(dump, names, phases)
+  tables, missing = live_values(dump, kinds)
+  if missing:
+    notes.append(f"{missing} values in the buffer assignment have no live range in XLA's dump; left out")
+  curves = live_curves(tables, len(dump.live.sequence))
+  totals = curves.sum(axis=0)
+  peak_t = int(totals.argmax()) if len(totals) else 0
+  live_at_peak = int(totals[peak_t]) if len(totals) else None
+  live = live_at(tables, peak_t)
+  buffers, by_module, by_kind = peak_buffers(live, names, groups, phases.regions, top=top)
+  peak, peak_source, pnotes = peak_figure(report, dump, live_at_peak)
+  arguments = argument_bytes(dump, groups)
+  consumers, cnotes = split_consumers(report, arguments, temp_live_by_kind(tables, peak_t))
+  labels = labels or {}
+  config = {f.name: labels.get(f.name, 0 if f.type in ("int", int) else "") for f in dataclasses.fields(Configuration)}
+  config["num_devices"] = report.num_devices
+  return Explanation(
+      **config, function=function, platform=report.platform,
+      compiler_bytes=None if report.total_bytes is None else report.total_bytes + (report.generated_code_size_in_bytes or 0),
+      consumers=consumers, estimated=ESTIMATED, arguments=arguments, peak_bytes=peak, peak_source=peak_source,
+      live_bytes_at_peak=live_at_peak, peak_position=peak_t if len(totals) else None,
+      peak_buffers=tuple(buffers), live_buffer_count=len(live), by_module=by_module, by_kind=by_kind,
+      timeline=Timeline(
+          bytes_by_kind={k: tuple(int(x) for x in curves[i]) for i, k in enumerate(KINDS)},
+          regions=phases.regions, peak_position=peak_t,
+      ),
+      report=report, dump_files=dump.files, optimized_hlo=optimized_hlo,
+      notes=tuple(notes + pnotes + cnotes) + report.notes,
+  )
+
+
+class _Names:
+  """Attributions of instructions and values, each computed once (see jaxmem.buffers.sources)."""
+
+  def __init__(self, hlo: Module, *, fallback: str):
+    self.hlo, self.fallback = hlo, fallback
+    self._of: dict[str, Attribution] = {}
+    self._values: dict[str, tuple[Attribution, Origin | None]] = {}
+    self._chains: dict[str, tuple[str, int]] = {}
+
+  def hold(self, keys: set[str], loop: str, index: int) -> None:
+    """``keys`` hold element ``index`` of ``loop``'s carry (a stacked residual): inside the loop
+    they are named, as the loop's output is, by the op in the body that computes it."""
+    for k in keys:
+      self._chains.setdefault(k, (loop, index))
+      self._values.pop(k, None)
+
+  def of(self, name: str) -> Attribution:
+    if name not in self._of:
+      self._of[name] = attribute(self.hlo, described(self.hlo, name), fallback=self.fallback)
+    return self._of[name]
+
+  def value(self, v: Value) -> tuple[Attribution, Origin | None]:
+    """A value's attribution, from the op in the loop body that made it when it came out of a
+    loop, with that loop's :class:`~jaxmem.hlo.values.Origin`."""
+    if v.key not in self._values:
+      idx = v.key[len(v.name):].strip("{}")
+      o = origin(self.hlo, v.name, int(idx) if idx.isdigit() else None)
+      if o is None and v.key in self._chains:
+        o = origin(self.hlo, *self._chains[v.key])
+      nfo = self.of(v.name) if o is None else attribute(self.hlo, o.instruction, fallback=self.fallback)
+      self._values[v.key] = (nfo, o)
+    return self._values[v.key]
+
+
+# ----------------------------------------------------------------------------- phase regions
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Phases:
+  """The forward / backward / optimizer spans of the schedule."""
+
+  regions: tuple[tuple[str, int, int], ...]
+  first_bwd: int  # the first backward position; the schedule's length when there is no backward pass
+  last_bwd: int
+  backward: bool
+
+
+def phase_regions(dump: Dump, names: _Names) -> Phases:
+  """Phase spans over the schedule. A few ops are scheduled out of their pass (constants and
+  broadcasts hoisted early), so each boundary is the split that the most ops agree with.
+  Instructions the HLO text does not print (jaxlib 0.12's elided get-tuple-elements, listed in
+  the live-range schedule only) have no metadata and cast no vote."""
+  seq = dump.live.sequence
+  T = len(seq)
+  votes = np.array([
+      -1 if n not in dump.hlo.instructions else {"forward": 0, "backward": 1}.get(names.of(n).phase, 2) for n in seq
+  ], dtype=np.int64)
+  is_f, is_b, is_o = (votes == 0).astype(int), (votes == 1).astype(int), (votes == 2).astype(int)
+  backward = bool(is_b.any())
+  if backward:
+    # first_bwd = s maximising forward ops before s + backward ops from s on.
+    score = np.concatenate([[0], np.cumsum(is_f)]) + np.concatenate([np.cumsum(is_b[::-1])[::-1], [0]])
+    first_bwd = int(score[:T].argmax())
+    # last_bwd = e maximising backward ops in [first_bwd, e] + other ops after e.
+    tail_b = np.cumsum(is_b[first_bwd:])
+    tail_o = np.concatenate([np.cumsum(is_o[first_bwd:][::-1])[::-1][1:], [0]])
+    last_bwd = first_bwd + int((tail_b + tail_o).argmax())
+  else:
+    first_bwd, last_bwd = T, T - 1
+  regions = [("forward", 0, first_bwd - 1)] if first_bwd > 0 else []
+  if backward:
+    regions.append(("backward", first_bwd, last_bwd))
+  if last_bwd + 1 <= T - 1:
+    regions.append(("optimizer", last_bwd + 1, T - 1))
+  return Phases(regions=tuple(regions), first_bwd=first_bwd, last_bwd=last_bwd, backward=backward)
+
+
+# ----------------------------------------------------------------------------- kinds
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KindClassifier:
+  """Says each live value's kind (see the module docstring)."""
+
+  hlo: Module
+  phases: Phases
+  param_dims: frozenset[tuple[str, str]]  # (dtype, dims) of the step's inputs
+  carried: frozenset[str]  # values holding a stacked residual's buffer over the forward loop
+  relaid: frozenset[str]  # copies of a forward loop's stacked residual made for the backward pass
+
+  def kind(self, alloc: Allocation, v: Value, start: int, end: int) -> str:
+    if alloc.kind == "parameter":
+      ins = self.hlo.instructions.get(v.name)
+      return "parameter" if ins is None or ins.opcode == "parameter" else "output"
+    if alloc.kind in ("output", "live-out"):
+      return "output"
+    p = self.phases
+    # By where the schedule defines it: a remat recompute inside the backward pass is a temporary.
+    if p.backward and start < p.first_bwd <= end:
+      return "saved residual"
+    if p.backward and start < p.first_bwd and v.key in self.carried:
+      return "saved residual"
+    if v.key in self.relaid:
+      return "saved residual"
+    if p.backward and p.first_bwd <= start <= p.last_bwd and (_dtype_dims(v.shape) in self.param_dims or end > p.last_bwd):
+      return "gradient"
+    return "temporary"
+
+
+def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier:
+  param_dims = frozenset(
+      _dtype_dims(v.shape) for a in dump.allocations if a.kind == "parameter" and a.color == 0 for v in a.values
+  )
+  chains, relaid = carried_residuals(dump, names, phases) if phases.backward else (set(), set())
+  held: set[str] = set()
+  for loop, index in chains:
+    keys = carried(dump.hlo, loop, index)
+    names.hold(keys, loop, index)
+    held |= keys
+  return KindClassifier(hlo=dump.hlo, phases=phases, param_dims=param_dims, carried=frozenset(held), relaid=frozenset(relaid))
+
+
+def carried_residuals(dump: Dump, names: _Names, phases: Phases) -> tuple[set[tuple[str, int]], set[str]]:
+  """The forward loops' stacked residuals, as (while, tuple index) chains, and the copies of them
+  made outside any loop body for the backward pass.
+
+  A residual the forward pass's layer scan stacks is one buffer over the loop's life: the zeros
+  the loop starts from, the body's parameter, the stacked write in the body and the loop's output
+  element. Often only a copy of that output (a relayout before the backward loop) is alive when
+  the backward pass starts; either way the whole chain is the saved residual, from the moment it
+  is allocated, not a temporary that turns into one after the loop. (The copy alive in the
+  backward pass may be in another memory space: libtpu moves residuals into VMEM.) The relayout
+  may also come after the backward pass has begun: the CUDA plugin 0.12.0.1 schedules the copies
+  of the stacked residuals between the loss head's backward ops and the backward loop (0.10.2
+  put them before the head's backward). Such a copy of a forward loop's output, made outside any
+  loop body, is the saved residual too, not a backward temporary.
+  """
+  hlo, live, first_bwd = dump.hlo, dump.live, phases.first_bwd
+  position = {n: i for i, n in enumerate(live.sequence)}
+  chains: set[tuple[str, int]] = set()
+  copies: list[tuple[str, tuple[str, int]]] = []
+  for a in dump.allocations:
+    if a.kind in ("parameter", "thread-local"):
+      continue
+    for v in a.values:
+      r = live.ranges.get(v.key)
+      if r is None or r[1] < first_bwd:
+        continue
+      _, o = names.value(v)
+      if o is None or o.index is None or position.get(o.loop, len(live.sequence)) >= first_bwd:
+        continue
+      if r[0] < first_bwd:
+        chains.add((o.loop, o.index))
+      elif _computation(hlo, v.name) == _computation(hlo, o.loop):
+        copies.append((v.key, (o.loop, o.index)))
+  return chains, {key for key, chain in copies if chain in chains}
+
+
+# ----------------------------------------------------------------------------- live curves
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LiveTable:
+  """One allocation's values with live ranges: ``rows[i]`` is (start, end, offset, stop, kind
+  index) of ``values[i]``, positions inclusive and bytes [offset, stop) in the allocation."""
+
+  alloc: Allocation
+  values: tuple[Value, ...]
+  rows: np.ndarray
+
+
+def live_values(dump: Dump, kinds: KindClassifier) -> tuple[list[LiveTable], int]:
+  """The device-memory allocations' values with their live ranges and kinds, and how many
+  values have no live range."""
+  tables, missing = [], 0
+  for a in dump.allocations:
+    if a.color != 0 or a.kind == "thread-local":
+      continue  # other memory spaces (TPU VMEM, SMEM, host) and per-thread scratch
+    values, rows = [], []
+    for v in a.values:
+      r = dump.live.ranges.get(v.key)
+      if r is None:
+        missing += 1
+        continue
+      values.append(v)
+      rows.append((r[0], r[1], v.offset, v.offset + v.size, KINDS.index(kinds.kind(a, v, *r))))
+    if rows:
+      tables.append(LiveTable(alloc=a, values=tuple(values), rows=np.array(rows, dtype=np.int64)))
+  return tables, missing
+
+
+def live_curves(tables: list[LiveTable], length: int) -> np.ndarray:
+  """[kind, position] bytes live in device memory, overlapping bytes of an allocation once."""
+  curves = np.zeros((len(KINDS), length), dtype=np.int64)
+  for t in tables:
+    arr = t.rows
+    for pos in range(length):
+      sel = arr[(arr[:, 0] <= pos) & (arr[:, 1] >= pos)]
+      if len(sel):
+        _occupy(sel, curves[:, pos])
+  return curves
+
+
+def temp_live_by_kind(tables: list[LiveTable], position: int) -> dict[str, int]:
+  """The temp heap's live bytes at ``position``, by kind: the proportions temp is split in."""
+  out = dict.fromkeys(KINDS, 0)
+  for t in tables:
+    if t.alloc.kind != "temp":
+      continue
+    sel = t.rows[(t.rows[:, 0] <= position) & (t.rows[:, 1] >= position)]
+    if len(sel):
+      acc = np.zeros(len(KINDS), dtype=np.int64)
+      _occupy(sel, acc)
+      for i, k in enumerate(KINDS):
+        out[k] += int(acc[i])
+  return out
+
+
+def _occupy(sel: np.ndarray, out: np.ndarray) -> None:
+  """Adds the bytes the live rows ``sel`` occupy to ``out[kind]``; overlapping bytes once,
+  charged to the row that first covers them (rows by offset)."""
+  sel = sel[np.lexsort((-sel[:, 3], sel[:, 2]))]
+  reach = -1
+  for s, e, k in zip(sel[:, 2], sel[:, 3], sel[:, 4]):
+    if e <= reach:
+      continue
+    out[k] += e - max(s, reach)
+    reach = e
+
+
+# ----------------------------------------------------------------------------- the peak
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LiveBuffer:
+  """A value live at a position, with the bytes it alone occupies (aliases counted once)."""
+
+  own_bytes: int
+  alloc: Allocation
+  value: Value
+  start: int
+  end: int
+  kind: str
+
+
+def live_at(tables: list[LiveTable], position: int) -> list[LiveBuffer]:
+  """The live set at ``position``, largest first, each byte counted once (aliases share memory:
+  of overlapping values the larger owns the bytes)."""
+  out = []
+  for t in tables:
+    idx = np.nonzero((t.rows[:, 0] <= position) & (t.rows[:, 1] >= position))[0]
+    covered: list[tuple[int, int]] = []
+    for i in sorted(idx, key=lambda i: (-(t.rows[i, 3] - t.rows[i, 2]), t.rows[i, 2])):
+      s, e = int(t.rows[i, 2]), int(t.rows[i, 3])
+      own = _uncovered(s, e, covered)
+      if own > 0:
+        out.append(LiveBuffer(own_bytes=own, alloc=t.alloc, value=t.values[i], start=int(t.rows[i, 0]),
+                              end=int(t.rows[i, 1]), kind=KINDS[int(t.rows[i, 4])]))
+        covered.append((s, e))
+  out.sort(key=lambda b: -b.own_bytes)
+  return out
+
+
+def peak_buffers(
+    live: list[LiveBuffer], names: _Names, groups: dict[int, str], regions: tuple[tuple[str, int, int], ...], *, top: int,
+) -> tuple[list[PeakBuffer], dict[str, int], dict[str, int]]:
+  """The ``top`` largest of the live set as :class:`PeakBuffer`, and the whole set's bytes by
+  module and by kind. An input's module is its argument group."""
+  by_module: dict[str, int] = defaultdict(int)
+  by_kind: dict[str, int] = dict.fromkeys(KINDS, 0)
+  out = []
+  for b in live:
+    v = b.value
+    nfo, o = names.value(v)
+    if b.alloc.kind == "temp":
+      module = nfo.module
+    elif b.kind == "parameter":
+      module = groups.get(b.alloc.parameter, "inputs")
+    else:
+      module = "constants" if b.alloc.kind == "constant" else "outputs"
+    by_module[module] += b.own_bytes
+    by_kind[b.kind] += b.own_bytes
+    if len(out) < top:
+      dt, dims = _dtype_dims(v.shape)
+      out.append(PeakBuffer(
+          size_bytes=b.own_bytes, shape=f"[{dims}]" if dt else v.shape, dtype=dt or "tuple", kind=b.kind,
+          hlo=v.key.removesuffix("{}"), op_name=nfo.op_name, source=nfo.source, module=module,
+          phase=_region(regions, b.start), live=(b.start, b.end),
+          via_loop=o.loop if o else None, producer=o.instruction.name if o else None,
+      ))
+  return out, dict(sorted(by_module.items(), key=lambda kv: -kv[1])), by_kind
+
+
+def peak_figure(report: MemoryReport, dump: Dump, live_at_peak: int | None) -> tuple[int | None, str, list[str]]:
+  """The compiler's peak, or on CPU the memory its buffer assignment allocates for the step;
+  where it came from; and notes (also when the live set is far from it)."""
+  notes: list[str] = []
+  peak, source = report.peak_memory_in_bytes, "compiler"
+  xla_peak = dump.live.xla_peak_bytes
+  if peak is None and report.total_bytes is not None:
+    # Not the live-range dump's "peak usage" line: XLA picks that moment sizing each value by its
+    # defining instruction's shape (hlo_live_range.cc, ComputePeakMemoryMoment), so a stacked
+    # residual carried by a loop counts as its tuple's pointer table, and the moment can miss a
+    # peak inside a loop. It matched the live set on jaxlib 0.10.2's XLA:CPU; on 0.12.0.1's it
+    # names a forward-pass moment 17% below the backward loop's peak. The temp heap is sized by
+    # XLA's heap simulation to the most its temporaries occupy at once.
+    peak, source = report.total_bytes, "compiler allocation"
+    notes.append(
+        "peak_bytes: XLA:CPU reports no peak; this is the device memory its buffer assignment "
+        "allocates for the step (argument + output - alias + temp; the temp heap holds the most the "
+        "step's temporaries occupy at once in XLA's simulation of the schedule, not a device measurement)"
+    )
+    if xla_peak and abs(xla_peak - peak) > AGREEMENT * peak:
+      notes.append(
+          f"XLA's live-range dump calls {xla_peak:,} bytes its peak usage; it chooses that "
+          f"moment counting loop-carried values by their tuple's size, so it can miss a peak inside a loop"
+      )
+  elif peak is None and xla_peak:
+    peak, source = xla_peak, "xla live-range dump"
+    notes.append(
+        "peak_bytes: the backend reports no peak and no memory analysis; this is the peak usage "
+        "line of XLA's live-range dump (a simulation of the schedule, not a device measurement)"
+    )
+  elif peak is None:
+    peak, source = live_at_peak, "reconstructed"
+    notes.append("peak_bytes: the backend reports no peak; this is jaxmem's reconstruction")
+  if peak and live_at_peak is not None and abs(live_at_peak - peak) > AGREEMENT * peak:
+    notes.append(
+        f"live_bytes_at_peak is {(live_at_peak - peak) / peak:+.1%} off the compiler's peak: the compiler counts "
+        f"memory its dumped buffer assignment does not place in device memory (libtpu does so for programs "
+        f"whose temporaries fit in on-chip VMEM); the buffer list shows the part XLA's dump explains"
+    )
+  return peak, source, notes
+
+
+# ----------------------------------------------------------------------------- consumers
+
+
+def argument_group(op_name: str, number: int) -> str:
+  """The consumer an input of the step is counted under, from the pytree path jax names it by
+  (the parameter's ``op_name``): the argument's name and the first attribute below it, past
+  sequence indices and before any dict key: ``opt_state.mu`` for ``opt_state[0].mu['w']``,
+  ``params`` for ``params['layers']['w']``, ``model.layers`` for ``model.layers[0].attn.w``.
+  Containers of state (optax's named tuples) split; trees of parameters do not."""
+  m = re.match(r"[A-Za-z_]\w*", op_name)
+  if m is None:
+    return f"argument {number}"
+  for key in re.finditer(r"\[(?:'[^']*'|\"[^\"]*\"|[^\]]*)\]|\.([A-Za-z_]\w*)", op_name[m.end():]):
+    if key.group(1):
+      return f"{m.group(0)}.{key.group(1)}"
+    if key.group(0)[1:2] in ("'", '"'):
+      break
+  return m.group(0)
+
+
+def argument_groups(hlo: Module) -> dict[int, str]:
+  """Entry parameter number -> its argument group."""
+  entry = hlo.computations.get(hlo.entry or "")
+  params = [i for i in entry.instructions.values() if i.opcode == "parameter"] if entry else []
+  return {i.index: argument_group(i.op_name, i.index) for i in params if i.index is not None}
+
+
+def argument_bytes(dump: Dump, groups: dict[int, str]) -> dict[str, int]:
+  """Bytes of device memory the compiler allocates for each argument group, largest first."""
+  out: dict[str, int] = defaultdict(int)
+  for a in dump.allocations:
+    if a.kind == "parameter" and a.color == 0 and a.parameter is not None:
+      out[groups.get(a.parameter, f"argument {a.parameter}")] += a.size
+  return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def split_consumers(report: MemoryReport, arguments: dict[str, int], live_temp: dict[str, int]) -> tuple[dict[str, int | None], list[str]]:
+  """The compiler's total split into the argument groups and :data:`KIND_CONSUMERS` (see the
+  module docstring); sums to argument + output - alias + temp + generated code."""
+  notes: list[str] = []
+  r = report
+  fields = (r.argument_size_in_bytes, r.output_size_in_bytes, r.alias_size_in_bytes, r.temp_size_in_bytes)
+  if None in fields:
+    notes.append("consumers: the compiler did not report every memory field; no split")
+    return dict.fromkeys([*arguments, *KIND_CONSUMERS]), notes
+  arg, out, alias, temp = fields
+  live_sum = sum(live_temp.values())
+  if live_sum and temp:
+    gradient = int(temp * live_temp["gradient"] / max(live_sum, temp))
+    residual = int(temp * live_temp["saved residual"] / max(live_sum, temp))
+  else:
+    gradient = residual = 0
+    if not temp:
+      notes.append("consumers: the compiler reports no temp allocation in device memory (on TPU, small "
+                   "programs keep their temporaries in VMEM), so saved residuals and gradients are 0 here")
+  consumers: dict[str, int | None] = {(f"{k} (argument)" if k in KIND_CONSUMERS else k): v for k, v in arguments.items()}
+  # What the parameter allocations do not cover (none was seen on CPU, GPU or TPU) stays in the total.
+  unplaced = arg - sum(arguments.values())
+  if unplaced:
+    notes.append(f"consumers: {unplaced:,} argument bytes are in no parameter allocation of XLA's dump; counted as temporary")
+  consumers.update({
+      "output": out - alias, "saved residual": residual, "gradient": gradient,
+      "temporary": temp - residual - gradient + unplaced, "generated_code": r.generated_code_size_in_bytes or 0,
+  })
+  return consumers, notes
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _dtype_dims(shape: str) -> tuple[str, str]:
+  m = re.match(r"^(\w+)\[([\d,]*)\]", shape)
+  return (m.group(1), m.group(2)) if m else ("", "")
+
+
+def _computation(hlo: Module, name: str) -> str | None:
+  ins = hlo.instructions.get(name)
+  return None if ins is None else ins.computation
+
+
+def _region(regions: tuple[tuple[str, int, int], ...], position: int) -> str:
+  for name, first, last in regions:
+    if first <= position <= last:
+      return name
+  return "other"
+
+
+def _uncovered(s: int, e: int, covered: list[tuple[int, int]]) -> int:
+  own = e - s
+  for cs, ce in covered:
+    own -= max(0, min(e, ce) - max(s, cs))
+  return max(0, own)
