@@ -146,13 +146,17 @@ def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any
   w = Workload.of(workload, {"remat": "none"}, **fields)
   if top < 1:
     raise JaxmemError(f"--top must be at least 1 (got {top})")
-  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh)):
+  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
+                  ("microbatches", w.microbatches)):
     if len(v) > 1:
-      raise JaxmemError(f"explain takes one {what} (got {', '.join(v)}); run it once per {what}")
+      raise JaxmemError(f"explain takes one {what} (got {', '.join(map(str, v))}); run it once per {what}")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
-  prog = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m)
-  lowered = prog.trace().lower()
+  prog = build_train_program(
+      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
+      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles, qk_dtype=w.qk_dtype,
+  )
+  lowered = prog.lower()
   with tempfile.TemporaryDirectory(prefix="jaxmem-explain-") as d:
     try:
       with quiet():
@@ -166,7 +170,7 @@ def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any
       ) from None
     dump = read_dump(d)
   report = read_compiled(compiled)
-  return analyse(
+  result = analyse(
       dump,
       report,
       param_bytes=prog.param_bytes,
@@ -176,6 +180,10 @@ def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any
           model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name,
           optimizer=opt.name, batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype,
       ),
+  )
+  return dataclasses.replace(
+      result, attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles,
+      qk_dtype=w.qk_dtype, notes=prog.notes + result.notes,
   )
 
 
