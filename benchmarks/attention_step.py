@@ -78,7 +78,10 @@ def done(kind: str, out: pathlib.Path) -> list[str]:
     if dot["error"] is None and r["error"] is None:
       ratio = r["temp_size_in_bytes"] / dot["temp_size_in_bytes"]
       verdict = "PASS" if ratio < 0.5 else "FAIL"
-      lines.append(f"{target} {k}/dot temp = {gib(r['temp_size_in_bytes'])}/{gib(dot['temp_size_in_bytes'])} GiB = {ratio:.3f} ({verdict}: under 0.5)")
+      lines.append(
+          f"{target} {k}/dot temp = {gib(r['temp_size_in_bytes'])}/{gib(dot['temp_size_in_bytes'])} GiB "
+          f"= {ratio:.3f} ({verdict}: under 0.5)"
+      )
     else:
       ok = r["fits"] and r["required_bytes"] is not None and dot["required_bytes"] is not None
       ok = ok and r["required_bytes"] < dot["required_bytes"]

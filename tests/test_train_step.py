@@ -7,6 +7,7 @@ relationships (a kernel's temp below half of dot's), never byte counts.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,6 @@ import pytest
 from jaxmem.cli import main
 from jaxmem.compiler import accelerators as acc
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
-from jaxmem.errors import JaxmemError
 from jaxmem.explain.residuals import saved_residuals_by_policy
 from jaxmem.inference.infer import infer
 from jaxmem.models import get_config
@@ -30,7 +30,9 @@ TPU_OK, TPU_WHY = acc.tpu_compiler_available()
 GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
 needs_tpu = pytest.mark.skipif(not TPU_OK, reason=f"TPU compiler unavailable: {TPU_WHY}")
 needs_gpu = pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
-needs_cudnn = pytest.mark.skipif(cudnn_version() is None, reason="cuDNN not installed (the cuda extra): needed to trace")
+needs_cudnn = pytest.mark.skipif(
+    cudnn_version() is None, reason="cuDNN not installed (the cuda extra): needed to trace"
+)
 
 # Long enough that dot's T x T scores dominate a tiny model's temporaries (4 heads x 2048^2
 # bf16 scores are 32 MiB per sequence and layer, against 0.25 MiB of [T, d_model] activations).
@@ -139,7 +141,8 @@ def test_splash_refuses_a_sequence_axis_in_one_line(capsys):
 
 
 def test_microbatches_lower_temp_at_a_fixed_global_batch():
-  rows = {r.microbatches: r for r in sweep.compare(model="tiny", batch=8, seq=64, target="cpu", remat="none", microbatches="1,4")}
+  work = dict(model="tiny", batch=8, seq=64, target="cpu", remat="none")
+  rows = {r.microbatches: r for r in sweep.compare(**work, microbatches="1,4")}
   one, four = rows[1], rows[4]
   assert four.temp_size_in_bytes < one.temp_size_in_bytes, (four.temp_size_in_bytes, one.temp_size_in_bytes)
   assert four.argument_size_in_bytes == one.argument_size_in_bytes and four.batch == one.batch == 8
@@ -167,7 +170,8 @@ def test_accumulated_gradient_is_the_full_batch_gradient():
   assert loss4 == pytest.approx(loss1, rel=1e-5)
   assert any(np.abs(u).max() > 0 for u in update1)
   for a, b in zip(update1, update4, strict=True):
-    np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-9)
+    # Float32 sums in another order: equal to a few parts in 1e4 of each parameter's update scale.
+    assert np.abs(b - a).max() <= 1e-3 * np.abs(a).max(), (np.abs(b - a).max(), np.abs(a).max())
 
 
 # --- vocabulary tiling -------------------------------------------------------------------------
@@ -184,7 +188,8 @@ def test_vocab_tiles_lower_temp_for_llama3_1b_at_seq_4096():
   (tiled,) = [r for r in sweep.compare(**work, vocab_tiles=8) if r.remat == "full"]
   logits = 4096 * cfg.vocab_size * 4
   assert tiled.vocab_tiles == 8 and untiled.vocab_tiles == 1
-  assert untiled.temp_size_in_bytes - tiled.temp_size_in_bytes > logits, (untiled.temp_size_in_bytes, tiled.temp_size_in_bytes)
+  saved = untiled.temp_size_in_bytes - tiled.temp_size_in_bytes
+  assert saved > logits, (untiled.temp_size_in_bytes, tiled.temp_size_in_bytes)
 
 
 # --- MaxText's minimal remat -------------------------------------------------------------------
@@ -207,27 +212,26 @@ def test_minimal_saves_every_projection_and_not_the_context():
   assert not {"context", "mlpwi"} & _names(by["minimal"])  # jaxmem's mlpwi is after the activation
   assert _names(by["minimal_with_context"]) - _names(by["minimal"]) == {"context"}
   assert by["full"].per_layer_bytes < by["minimal"].per_layer_bytes < by["minimal_with_context"].per_layer_bytes
-  assert REMAT_POLICIES["minimal"].saves == ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+  saves = ("query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+  assert REMAT_POLICIES["minimal"].saves == saves
 
 
 def test_gpt2_minimal_saves_its_one_mlp_input_projection():
-  (p,) = [
-      x for x in saved_residuals_by_policy(model="tiny-gpt2", batch=2, seq=32, target="cpu", attention="dot", remat="minimal")
-      if x.remat == "minimal"
-  ]
+  listed = saved_residuals_by_policy(model="tiny-gpt2", batch=2, seq=32, target="cpu", attention="dot", remat="minimal")
+  (p,) = [x for x in listed if x.remat == "minimal"]
   assert {"mlpwi_0", "query_proj", "out_proj"} <= _names(p) and "mlpwi_1" not in _names(p)
 
 
 def test_compare_residuals_lists_each_attention(capsys):
   argv = ["compare", "--model", "tiny", "--batch", "2", "--seq", "128", "--target", "cpu", "--residuals"]
   assert main([*argv, "--remat", "minimal", "--attention", "dot,chunked", "--format", "json"]) == 0
-  import json
-
   doc = json.loads(capsys.readouterr().out)
   assert {r["attention"] for r in doc["rows"]} == {"dot", "chunked"}
   # dot saves its T x T softmax when nothing is rematerialised; chunked keeps only its output
   # and log-sum-exp (named context).
-  none = {a: sum(r["bytes"] for r in doc["rows"] if r["remat"] == "none" and r["attention"] == a) for a in ("dot", "chunked")}
+  none = {
+      a: sum(r["bytes"] for r in doc["rows"] if r["remat"] == "none" and r["attention"] == a) for a in ("dot", "chunked")
+  }
   assert none["chunked"] < none["dot"], none
 
 

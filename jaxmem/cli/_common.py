@@ -83,7 +83,8 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
   """How the train step is computed: gradient accumulation, vocabulary tiling, score dtype."""
   p.add_argument(
       "--microbatches", default="1",
-      help="gradient accumulation: split the global batch into N microbatches run in sequence (comma separated to sweep); default 1",
+      help="gradient accumulation: split the global batch into N microbatches run in sequence "
+      "(comma separated to sweep); default 1",
   )
   p.add_argument(
       "--vocab-tiles", type=int, default=1,

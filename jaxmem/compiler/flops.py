@@ -16,17 +16,19 @@ Two kinds of equation the jaxpr cannot see into are counted otherwise:
 - ``shard_map``: its body is written for one device's shard (local shapes), so it is counted
   once per device it runs on (the product of its manual mesh axes), like the global-shape ops
   around it; :func:`jaxpr_flops` is a whole-program count that callers divide by the devices.
-- Fused attention kernels (Pallas splash and Triton ``pallas_call`` kernels, cuDNN's fused attention
-  custom calls): a cuDNN call has no jaxpr at all, and a Pallas kernel's body is one grid step
-  whose loops run a data-dependent number of times. Each call is counted from its operand shapes
-  instead, with FlashAttention's accounting (Dao 2023, "FlashAttention-2", section 4.1): the
-  matrix multiplications only, ``2*T*S*H`` per (batch, query head) for each T x S product with a
-  head size H, halved under a causal mask (the kernels skip blocks above the diagonal). Forward:
-  q k^T and p v, ``4*B*N*T*S*H`` for equal q/k and v head sizes. Backward: what each kernel
-  computes, including the recomputation of q k^T that FlashAttention-2's backward does
-  (Algorithm 2): cuDNN the five products of Algorithm 2 (2.5 x the forward), splash its dq
-  kernel (q k^T, dO v^T, dS k) and dk/dv kernel (q k^T, dO v^T, p^T dO, dS^T q), Triton the same
-  seven in one kernel. Any other Pallas kernel is counted as its body times its grid.
+- Fused attention kernels (Pallas splash and Triton ``pallas_call`` kernels, cuDNN's fused
+  attention custom calls): a cuDNN call has no jaxpr at all, and a Pallas kernel's body is one
+  grid step whose loops run a data-dependent number of times. Each call is counted from its
+  operand shapes instead, with FlashAttention's accounting (Dao 2023, "FlashAttention-2",
+  section 4.1): the matrix multiplications only, ``2*T*S*H`` per (batch, query head) for each
+  T x S product with a head size H, halved under a causal mask (the kernels skip blocks above
+  the diagonal). Forward: q k^T and p v, ``4*B*N*T*S*H`` for equal q/k and v head sizes.
+  Backward: what each kernel computes, including the recomputation of q k^T that
+  FlashAttention-2's backward does (Algorithm 2): cuDNN the five products of Algorithm 2 (2.5 x
+  the forward), splash its dq kernel (q k^T, dO v^T, dS k) and dk/dv kernel (q k^T, dO v^T,
+  p^T dO, dS^T q), Triton the same seven in one kernel. cuDNN's call says whether its mask is
+  causal; splash and Triton calls are counted as causal, the only way jaxmem's decoders call
+  them. Any other Pallas kernel is counted as its body times its grid.
 """
 
 from __future__ import annotations

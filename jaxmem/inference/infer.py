@@ -275,13 +275,17 @@ def run_infer_config(
   notes: list[str] = []
   if phase == "prefill":
     choice = pick_attention(
-        attention, p.cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh), qk_dtype=p.qk_dtype
+        attention, p.cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh),
+        qk_dtype=p.qk_dtype,
     )
     notes += choice.notes
     if choice.name in KERNELS:
       notes.append(KERNEL_FLOPS_NOTE)
   elif attention != "dot":
-    notes.append(f"attention: decode attends one token to the KV cache with einsums (no T x T scores); --attention {attention} applies to prefill")
+    notes.append(
+        "attention: decode attends one token to the KV cache with einsums (no T x T scores); "
+        f"--attention {attention} applies to prefill"
+    )
   base = dict(
       model=p.cfg.name,
       target=p.target.name,

@@ -202,7 +202,10 @@ def build_train_program(
   the target's backends (the attention choice reads them)."""
   check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles)
   jmesh = target.make_mesh(mesh)
-  choice = pick_attention(attention, cfg, batch=batch // microbatches, seq=seq, target=target, mesh=jmesh, qk_dtype=qk_dtype)
+  # The kernel sees one microbatch at a time.
+  choice = pick_attention(
+      attention, cfg, batch=batch // microbatches, seq=seq, target=target, mesh=jmesh, qk_dtype=qk_dtype
+  )
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)
   tx = optimizer.build(learning_rate)
