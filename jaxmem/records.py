@@ -54,13 +54,21 @@ class Placement(Record):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Configuration(Placement):
   """A train step's configuration: the placement, the remat policy and optimizer, the sequence
-  length, the parameters' storage dtype and the compute dtype."""
+  length, the parameters' storage dtype and the compute dtype; and how the step is computed:
+  ``attention`` the implementation used (``splash`` where ``auto`` was asked on TPU; ``None``
+  where not recorded), ``microbatches`` (gradient accumulation), ``vocab_tiles`` and
+  ``qk_dtype`` (``dot`` attention's scores)."""
 
   remat: str
   optimizer: str
   seq: int
   param_dtype: str
   dtype: str
+  # --- how the step is computed (issue 9); defaults keep records made without them valid ---
+  attention: str | None = None
+  microbatches: int = 1
+  vocab_tiles: int = 1
+  qk_dtype: str = "bfloat16"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -39,6 +39,18 @@ def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
   return tuple(n.strip() for p in parts for n in str(p).split(",") if n.strip())
 
 
+def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
+  """A sweep axis of whole numbers (``"1,4"``, ``4``, ``[1, "4"]``) as a tuple; entries that are
+  not whole numbers stay as written, for :func:`jaxmem.planning.plan.plan` to refuse in one line."""
+  if v is None:
+    return ()
+  parts = [v] if isinstance(v, (int, str)) else list(v)
+  out: list[int | str] = []
+  for n in names([str(p) for p in parts]):
+    out.append(int(n) if n.lstrip("-").isdigit() else n)
+  return tuple(out)
+
+
 def meshes(v: Any) -> tuple[str, ...]:
   """Meshes as written (``"data=2,fsdp=4"`` is one mesh: its commas separate axes, not meshes):
   a string, a sequence of strings, or ``(axis, size)`` pairs; ``None`` for the default mesh."""
@@ -56,10 +68,18 @@ def meshes(v: Any) -> tuple[str, ...]:
 class Workload(Record):
   """A train step to compile, or a sweep of them.
 
-  ``mesh``, ``remat`` and ``optimizer`` are sweep axes: tuples of names (a comma-separated
-  string or a list is accepted and normalised). ``remat`` names may include ``all``, and ``none``
-  (no remat, the baseline) is always compiled too. ``mesh`` empty means FSDP over every device
-  of the target. ``param_dtype``/``dtype`` ``None`` keep the model's (float32 / bfloat16).
+  ``mesh``, ``remat``, ``optimizer``, ``attention`` and ``microbatches`` are sweep axes: tuples
+  (a comma-separated string or a list is accepted and normalised). ``remat`` names may include
+  ``all``, and ``none`` (no remat, the baseline) is always compiled too. ``mesh`` empty means
+  FSDP over every device of the target.
+
+  The step itself (issue 9): ``attention`` names how attention is computed
+  (:data:`jaxmem.models.ATTENTION_NAMES`; ``auto`` is the target's production kernel);
+  ``microbatches`` splits the global batch for gradient accumulation (MaxText's
+  ``gradient_accumulation_steps``); ``vocab_tiles`` computes the output projection and loss in
+  that many tiles (MaxText's ``num_vocab_tiling``); ``qk_dtype`` is the dtype of ``dot``
+  attention's scores: ``bfloat16`` (MaxText's default ``float32_qk_product=False``: scores in
+  the compute dtype) or ``float32``. ``param_dtype``/``dtype`` ``None`` keep the model's (float32 / bfloat16).
   ``model`` may be a preset name or a :class:`~jaxmem.models.ModelConfig`; ``target`` a name or
   a :class:`~jaxmem.compiler.targets.Target`.
   """
@@ -79,6 +99,11 @@ class Workload(Record):
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,
   # optimizer and the dtypes are then the step's own.
   step: str | None = None
+  # --- the step people train (issue 9): attention, gradient accumulation, vocabulary tiling ---
+  attention: tuple[str, ...] = ("auto",)
+  microbatches: tuple[int, ...] = (1,)
+  vocab_tiles: int = 1
+  qk_dtype: str = "bfloat16"
 
   def __post_init__(self):
     # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
@@ -87,6 +112,8 @@ class Workload(Record):
     object.__setattr__(self, "optimizer", names(self.optimizer))
     if self.step is not None:
       object.__setattr__(self, "step", step_spec(self.step))
+    object.__setattr__(self, "attention", names(self.attention))
+    object.__setattr__(self, "microbatches", ints(self.microbatches))
 
   def replace(self, **fields: Any) -> Workload:
     """A copy with ``fields`` replaced (normalised like the constructor's arguments)."""

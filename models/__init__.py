@@ -87,7 +87,8 @@ compute dtype):
   out_proj     [B, T, D]     attention output projection (+ bias), before the residual add
   mlpwi        [B, T, F]     MLP hidden after the input projection(s) and the activation:
                              gelu(x W_in + b) for GPT-2, silu(x W_gate) * (x W_up) for Llama
-  mlpwi_0      [B, T, F]     SwiGLU's gate projection x W_gate, before the activation (Llama only)
+  mlpwi_0      [B, T, F]     the first MLP input projection, before the activation: SwiGLU's gate
+                             x W_gate (Llama), GPT-2's x W_in + b (its only one)
   mlpwi_1      [B, T, F]     SwiGLU's up projection x W_up (Llama only)
   mlpwo        [B, T, D]     MLP output projection (+ bias), before the residual add
                              (MoE layers' shared experts tag mlpwi and mlpwo too)

@@ -61,10 +61,12 @@ class AttentionShapes:
 
   @classmethod
   def of(cls, cfg: ModelConfig, *, batch: int, seq: int) -> AttentionShapes:
-    """The self-attention of ``cfg`` in a train step (or prefill) of batch x seq tokens."""
+    """The self-attention of ``cfg`` in a train step (or prefill) of batch x seq tokens.
+    Multi-head latent attention hands ``attend`` q/k heads of ``head_dim`` (nope + rope) and v
+    heads of ``v_head_dim`` (mla.py)."""
     return cls(
       batch=batch, seq=seq, kv_seq=seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-      head_dim=cfg.head_dim, v_head_dim=cfg.head_dim, dtype=cfg.dtype,
+      head_dim=cfg.head_dim, v_head_dim=cfg.v_head_dim if cfg.is_mla else cfg.head_dim, dtype=cfg.dtype,
     )
 
 

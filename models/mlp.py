@@ -29,7 +29,10 @@ class GeluMLP(nnx.Module):
   def __call__(self, x_btd: jax.Array, *, constrain: Constrain) -> jax.Array:
     pre_btf = jnp.einsum("btd,df->btf", x_btd, self.w_in_df[...].astype(self.dtype))
     pre_btf = pre_btf + self.b_in_f[...].astype(self.dtype)
-    pre_btf = constrain(pre_btf, (BATCH, SEQ, MLP))
+    # The input projection before the activation: MaxText names a single one "mlpwi", a name
+    # jaxmem gives the hidden after the activation, so it carries "mlpwi_0" (the first, and only,
+    # input projection) and MaxText's `minimal` policy finds it under that name.
+    pre_btf = checkpoint_name(constrain(pre_btf, (BATCH, SEQ, MLP)), MLPWI_0)
     h_btf = jax.nn.gelu(pre_btf, approximate=True)
     h_btf = checkpoint_name(constrain(h_btf, (BATCH, SEQ, MLP)), MLPWI)
     out_btd = jnp.einsum("btf,fd->btd", h_btf, self.w_out_fd[...].astype(self.dtype))

@@ -18,7 +18,8 @@ from jaxmem.buffers.timeline import plot_timeline, timeline_text
 # Each configuration compiles once per module; its tests share the Explanation.
 @pytest.fixture(scope="module")
 def cpu_none():
-  return explain(model="tiny", remat="none", target="cpu:4", mesh="fsdp=4", batch=8, seq=64, top=5)
+  # dot attention: its softmax is the residual these tests follow through the layer scan.
+  return explain(model="tiny", remat="none", target="cpu:4", mesh="fsdp=4", batch=8, seq=64, top=5, attention="dot")
 
 
 def _close(r):
@@ -182,14 +183,15 @@ def test_origin_follows_the_loop_body(printer, elide_get_tuple_elements):
 # so the compile) where the compiler is missing.
 @pytest.fixture(scope="module")
 def gpu_none():
-  return explain(model="tiny", target="gpu:h100", mesh="fsdp=1", batch=8, seq=64, top=5)
+  return explain(model="tiny", target="gpu:h100", mesh="fsdp=1", batch=8, seq=64, top=5, attention="dot")
 
 
 @pytest.fixture(scope="module")
 def tpu_none():
   # Large enough that libtpu puts the step's temporaries in HBM (smaller steps live in VMEM,
   # where libtpu's peak counts bytes its dumped buffer assignment does not place: see explain).
-  return explain(model="tiny", target="tpu:v5e-4", mesh="fsdp=4", batch=64, seq=512, top=3)
+  # dot attention, as on CPU: the tests follow its softmax through the layer scan.
+  return explain(model="tiny", target="tpu:v5e-4", mesh="fsdp=4", batch=64, seq=512, top=3, attention="dot")
 
 
 @pytest.mark.needs_gpu_compiler("h100")

@@ -66,3 +66,52 @@ def test_per_device_flops_of_a_scanned_step():
   sharded = jaxmem.analyze(step, ws, split, target="cpu:4")
   assert sharded.flops == pytest.approx(one.flops / 4, rel=0.05)
   assert sharded.flops > 4 * sharded.compiler_flops  # the compiler's own count sees one layer of six
+
+
+# --- what the jaxpr cannot see into: shard_map bodies and fused attention kernels ---------------
+
+
+def test_shard_map_body_counts_once_per_device():
+  import numpy as np
+  from jax.sharding import Mesh, PartitionSpec as P
+
+  mesh = Mesh(np.array(jax.devices("cpu")[:4]), ("data",))
+  a = jax.ShapeDtypeStruct((32, 64), jnp.float32)
+  b = jax.ShapeDtypeStruct((64, 16), jnp.float32)
+  local = jax.shard_map(jnp.matmul, mesh=mesh, in_specs=(P("data"), P()), out_specs=P("data"))
+  # The body multiplies [8, 64] shards on each of 4 devices: the whole product, as unsharded.
+  assert jaxpr_flops(jax.make_jaxpr(local)(a, b).jaxpr) == 2 * 32 * 64 * 16
+
+
+def _attention_grad_flops(name, b=2, t=512, n=4, k=2, h=64):
+  from jaxmem.models import AttentionShapes, choose_attention
+
+  platform = {"splash": "tpu", "cudnn": "gpu", "triton": "gpu"}.get(name, "cpu")
+  shapes = AttentionShapes(batch=b, seq=t, kv_seq=t, num_heads=n, num_kv_heads=k, head_dim=h, v_head_dim=h, dtype="bfloat16")
+  attend = choose_attention(name, platform=platform, shapes=shapes).attend
+  q = jax.ShapeDtypeStruct((b, t, n, h), jnp.bfloat16)
+  kv = jax.ShapeDtypeStruct((b, t, k, h), jnp.bfloat16)
+  f = jax.grad(lambda q, k, v: attend(q, k, v, causal=True).astype(jnp.float32).sum(), argnums=(0, 1, 2))
+  return jaxpr_flops(jax.make_jaxpr(f)(q, kv, kv).jaxpr), 2.0 * b * n * t * t * h  # one T x S product
+
+
+# Matrix products per kernel call, in units of one T x S x H product, halved for the causal
+# mask (FlashAttention-2's accounting): forward q k^T and p v (2), then splash's dq kernel (3)
+# and dk/dv kernel (4), Triton's one backward kernel (the same 7), cuDNN's backward (5).
+@pytest.mark.parametrize("name,products", [("splash", 2 + 3 + 4), ("triton", 2 + 7), ("cudnn", 2 + 5)])
+def test_attention_kernels_count_their_products_once_per_call(name, products):
+  if name == "cudnn":
+    from jaxmem.models.attention_kernels import cudnn_version
+
+    if cudnn_version() is None:
+      pytest.skip("cuDNN not installed (the cuda extra): needed to trace")
+  flops, one_product = _attention_grad_flops(name)
+  # The kernels' products, and the elementwise ops around them (scaling q, casts, the sum)
+  # within 1%: not 0 (cuDNN's custom call) and not one grid step (a Pallas body).
+  assert flops == pytest.approx(products * one_product / 2, rel=0.01), flops / one_product
+
+
+def test_dot_counts_every_product_of_the_full_scores():
+  dot, one_product = _attention_grad_flops("dot")
+  # q k^T and p v forward; dp, dv, dq and dk backward: six full products, plus the softmax.
+  assert 6 * one_product < dot < 7 * one_product

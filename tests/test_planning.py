@@ -158,7 +158,7 @@ def test_fit_with_a_workload_ranks_and_recommends(capsys):
   assert main(argv) == 0
   out = capsys.readouterr().out
   first = out.splitlines()[0]
-  assert first.startswith("recommendation: mesh fsdp=1, adamw, remat ")
+  assert first.startswith("recommendation: mesh fsdp=1, adamw, attention cudnn, remat ")
   # All fit a tiny model: the cheapest recompute (no remat) is recommended.
   assert "remat none" in first
 

@@ -59,25 +59,25 @@ def test_task_replace_changes_the_key():
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _WithAttention(Workload):
+class _WithLabel(Workload):
   """What a new field costs: one line here (and, in the CLI, its flag)."""
 
-  attention: str = "dot"
+  label: str = "a"
 
 
 def test_a_new_field_reaches_the_cache_key_and_the_cli_builder():
-  dot = plan(_WithAttention(**TINY)).tasks()[0]
-  flash = plan(_WithAttention(**TINY, attention="flash")).tasks()[0]
-  assert flash.workload.attention == "flash"  # carried into the task a worker runs
-  assert dot.cache_key() != flash.cache_key()
+  a = plan(_WithLabel(**TINY)).tasks()[0]
+  b = plan(_WithLabel(**TINY, label="b")).tasks()[0]
+  assert b.workload.label == "b"  # carried into the task a worker runs
+  assert a.cache_key() != b.cache_key()
   parser = _common.Parser(prog="t")
   _common.add_workload(parser)
   _common.add_sweep_axes(parser)
-  parser.add_argument("--attention", default=None)
-  args = parser.parse_args(["--model", "tiny", "--attention", "flash", "--remat", "full"])
-  assert _common.workload(args, _WithAttention) == _WithAttention(model="tiny", attention="flash", remat="full")
+  parser.add_argument("--label", default=None)
+  args = parser.parse_args(["--model", "tiny", "--label", "b", "--remat", "full"])
+  assert _common.workload(args, _WithLabel) == _WithLabel(model="tiny", label="b", remat="full")
   # A flag left out keeps the field's default (the CLI's None is not passed on).
-  assert _common.workload(parser.parse_args(["--model", "tiny"]), _WithAttention).attention == "dot"
+  assert _common.workload(parser.parse_args(["--model", "tiny"]), _WithLabel).label == "a"
 
 
 def test_infer_workload_normalises_its_own_fields():

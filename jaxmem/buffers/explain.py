@@ -13,6 +13,7 @@ function of the arguments that follow (:func:`explain_function`); anything else 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -100,18 +101,25 @@ def explain_workload(workload: Workload | None = None, /, *, top: int = 10, **fi
   """:func:`explain` for a preset train step: ``workload`` with ``fields`` replaced."""
   w = Workload.of(workload, {"remat": "none"}, **fields)
   _check_top(top)
-  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh)):
+  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
+                  ("microbatches", w.microbatches)):
     if len(v) > 1:
-      raise JaxmemError(f"explain takes one {what} (got {', '.join(v)}); run it once per {what}")
+      raise JaxmemError(f"explain takes one {what} (got {', '.join(map(str, v))}); run it once per {what}")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
-  prog = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m)
-  r = explain_function(prog.step, *prog.args, target=p.target, top=top)
+  prog = build_train_program(
+      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
+      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles, qk_dtype=w.qk_dtype,
+  )
+  with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
+    r = explain_function(prog.step, *prog.args, target=p.target, top=top)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
   return dataclasses.replace(
       r, model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
       batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype,
       consumers=preset_consumers(r.consumers, params=params, optimizer_state=state), estimated=ESTIMATED,
+      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles,
+      qk_dtype=w.qk_dtype, notes=prog.notes + r.notes,
   )
 
 

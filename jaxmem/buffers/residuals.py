@@ -23,11 +23,13 @@ from flax import nnx
 from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
 
 from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ModelConfig
+from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
 from jaxmem.models.transformer import Block
-from jaxmem.planning.plan import resolve_model
+from jaxmem.planning.plan import resolve_model, resolve_step_axes
 from jaxmem.program.remat import RematPolicy, parse_remat
+from jaxmem.program.train import pick_attention
 from jaxmem.records import Record
 from jaxmem.workload import Workload
 
@@ -56,22 +58,25 @@ class PolicyResiduals(Record):
   residuals: tuple[Residual, ...]
   per_layer_bytes: int
   total_bytes: int  # per_layer_bytes x num_layers
+  attention: str | None = None  # the attention implementation the block ran (None: dot, unnamed)
 
   def rows(self) -> list[dict[str, Any]]:
     """One flat record per residual (for tables), with the policy's totals repeated."""
     return [
-        dict(remat=self.remat, residual=r.name, shape=list(r.shape), dtype=r.dtype, bytes=r.bytes,
+        dict(remat=self.remat, attention=self.attention, residual=r.name, shape=list(r.shape), dtype=r.dtype, bytes=r.bytes,
              per_layer_bytes=self.per_layer_bytes, total_bytes=self.total_bytes, source=r.source)
         for r in self.residuals
     ]
 
 
-def _block_fn(cfg: ModelConfig, rp: RematPolicy):
+def _block_fn(cfg: ModelConfig, rp: RematPolicy, attend: AttendFn | None = None):
   block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
 
   def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk):
-    return nnx.merge(graphdef, layer_state)(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=lambda x, _: x)
+    return nnx.merge(graphdef, layer_state)(
+        x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=lambda x, _: x, attend=attend
+    )
 
   fn = layer if rp.policy is None else jax.checkpoint(layer, policy=rp.policy, prevent_cse=False)
   return fn, state
@@ -90,10 +95,11 @@ def _name(aval, description: str) -> tuple[str, bool]:
 
 
 def saved_residuals_for(
-    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int
+    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attention: AttentionChoice | None = None
 ) -> PolicyResiduals:
-  """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input."""
-  fn, state = _block_fn(cfg, rp)
+  """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input, attention
+  computed by ``attention`` (None: dot)."""
+  fn, state = _block_fn(cfg, rp, None if attention is None else attention.attend)
   x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
   k = cfg.head_dim // 2
   rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
@@ -122,20 +128,30 @@ def saved_residuals_for(
   return PolicyResiduals(
       remat=rp.name, model=cfg.name, batch=batch, seq=seq, num_layers=cfg.num_layers,
       residuals=tuple(out), per_layer_bytes=per_layer, total_bytes=per_layer * cfg.num_layers,
+      attention=None if attention is None else attention.name,
   )
 
 
 def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any) -> list[PolicyResiduals]:
-  """For each remat policy of ``workload`` (``fields`` replaced; ``none`` first), what one layer
-  saves for the backward pass, for the workload's batch and sequence on one device, unsharded.
+  """For each attention implementation and remat policy of ``workload`` (``fields`` replaced;
+  ``none`` first), what one layer saves for the backward pass, for the workload's batch (one
+  microbatch of it) and sequence on one device, unsharded. The attention implementations are
+  those the target would use (``auto`` resolved for its platform, one device).
 
   Nothing is compiled or allocated: JAX traces the block's VJP with abstract inputs.
   """
   w = Workload.of(workload, **fields)
-  start_jax()
+  start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
   if w.batch < 1 or w.seq < 1:
     raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
   cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  attentions, microbatches = resolve_step_axes(w)
+  tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
+  batch = max(1, w.batch // microbatches[0])
   # Listing residuals compiles nothing, so host-offload policies are listed too.
   policies = parse_remat(w.remat, host_memory=True)
-  return [saved_residuals_for(cfg, rp, batch=w.batch, seq=w.seq) for rp in policies]
+  out = []
+  for name in attentions:
+    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, qk_dtype=w.qk_dtype)
+    out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice) for rp in policies]
+  return out

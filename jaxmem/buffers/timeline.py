@@ -82,7 +82,11 @@ def title(result: Explanation) -> str:
   """What was explained, in one line: the preset's configuration, or the function and target."""
   r = result
   if r.model:
-    return f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · batch {r.batch} · seq {r.seq}"
+    step = f"attention {r.attention} · " if r.attention else ""
+    step += f"{r.microbatches} microbatches · " if r.microbatches > 1 else ""
+    step += f"{r.vocab_tiles} vocab tiles · " if r.vocab_tiles > 1 else ""
+    return (f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · {step}"
+            f"batch {r.batch} · seq {r.seq}")
   return f"function {r.function} · target {r.target}" + (f" · mesh {r.mesh}" if r.mesh else "")
 
 

@@ -59,6 +59,12 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   )
   p.add_argument("--param-dtype", default=None, help="parameter dtype (default float32)")
   p.add_argument("--dtype", default=None, help="compute dtype (default bfloat16)")
+  p.add_argument(
+      "--attention",
+      default="auto",
+      help="attention implementations, comma separated: auto (the target's production kernel: splash on TPU, "
+      "cudnn on GPU, chunked on CPU), dot, chunked, splash, cudnn, triton; default auto",
+  )
   add_output(p)
   p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
   p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
@@ -90,6 +96,23 @@ def no_step(args: argparse.Namespace, *flags: str) -> None:
 def add_output(p: argparse.ArgumentParser) -> None:
   p.add_argument("--format", default="table", help="table, markdown, json or csv; default table")
   p.add_argument("--output", default=None, help="also write the result to this file")
+
+
+def add_train_step(p: argparse.ArgumentParser) -> None:
+  """How the train step is computed: gradient accumulation, vocabulary tiling, score dtype."""
+  p.add_argument(
+      "--microbatches", default="1",
+      help="gradient accumulation: split the global batch into N microbatches run in sequence "
+      "(comma separated to sweep); default 1",
+  )
+  p.add_argument(
+      "--vocab-tiles", type=int, default=1,
+      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling); default 1",
+  )
+  p.add_argument(
+      "--qk-dtype", default="bfloat16",
+      help="dot attention's scores: bfloat16 (MaxText's default: the compute dtype) or float32; default bfloat16",
+  )
 
 
 def add_sweep_axes(p: argparse.ArgumentParser, *, remat: str = DEFAULT_REMAT, remat_help: str | None = None) -> None:

@@ -25,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("compare", help="compare remat policies and optimizers for a model's train step")
   c.add_workload(p)
   c.add_step(p)
+  c.add_train_step(p)
   c.add_sweep_axes(
       p, remat_help=f"policies, comma separated, or all; none is always the baseline (default {c.DEFAULT_REMAT})"
   )

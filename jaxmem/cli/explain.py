@@ -19,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("explain", help="what fills the memory: consumers, buffers live at the peak, timeline")
   c.add_workload(p)
   c.add_step(p)
+  c.add_train_step(p)
   p.add_argument("--remat", default="none", help="one remat policy (default none)")
   p.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
   p.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")

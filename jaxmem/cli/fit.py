@@ -17,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("fit", help="the largest batch (or sequence) that fits, per remat policy, optimizer and mesh")
   c.add_workload(p, batch=None, seq=None)
   c.add_step(p)
+  c.add_train_step(p)
   p.add_argument("--over", default="batch", help="search the batch (default) or seq")
   c.add_sweep_axes(p)
   p.set_defaults(func=run)
@@ -27,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
   fit.check_over(args.over)
   chosen = c.resolve_target(args)
   searching = args.batch is None if args.over == "batch" else args.seq is None
-  w = c.workload(args, seq=args.seq or (1024 if args.over == "batch" else fit.SEQ_QUANTUM))
+  w = c.workload(args, seq=args.seq or 1024)
+  if args.seq is None and args.over == "seq":
+    w = fit.template(w, "seq")  # a sequence the vocabulary tiles divide (replaced per probe)
   if args.batch is None:
     # A template workload every mesh accepts (the searched dimension is replaced per probe).
     w = fit.template(w, "batch")

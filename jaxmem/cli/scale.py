@@ -14,6 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("scale", help="each memory component against batch and sequence length, with growth exponents")
   c.add_workload(p)
   c.add_step(p)
+  c.add_train_step(p)
   p.add_argument("--over", action="append", default=None, help="seq=1024,2048,4096 or batch=8,16,32 (repeatable)")
   p.add_argument("--remat", default="none", help="policies, comma separated (default none)")
   p.add_argument("--optimizer", default="adamw", help="optimizers, comma separated; default adamw")

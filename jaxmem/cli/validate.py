@@ -10,17 +10,19 @@ from jaxmem.cli import _common as c
 from jaxmem.planning import validate
 from jaxmem.render import tables
 
-_COLUMNS = ["mesh", "optimizer", "remat", "predicted_bytes", "measured_bytes", "ratio", "loss", "error"]
+_COLUMNS = ["mesh", "optimizer", "attention", "microbatches", "remat", "predicted_bytes", "measured_bytes", "ratio", "loss", "error"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("validate", help="run real steps on the attached accelerator: measured peak vs predicted")
   c.add_workload(p)
+  c.add_train_step(p)
   c.add_sweep_axes(p)
   p.add_argument("--steps", type=int, default=3, help="train steps to run per configuration; default 3")
   p.set_defaults(func=run)
   m = subparsers.add_parser("_measure")  # one configuration in a fresh process, for validate
   c.add_workload(m)
+  c.add_train_step(m)
   m.add_argument("--remat", required=True)
   m.add_argument("--optimizer", required=True)
   m.add_argument("--steps", type=int, default=3)

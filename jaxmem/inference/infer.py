@@ -8,6 +8,11 @@ in the chosen format (:mod:`jaxmem.inference.quant`) and dequantized inside the 
 compiler's argument bytes are the stored bytes, and its temporaries show where (and whether) a
 dequantized copy materialises.
 
+Attention: prefill computes the prompt's attention over its own keys with the implementation
+``attention`` names (``auto``: the target's production kernel, as in training; see
+:func:`jaxmem.models.choose_attention`). Decode attends one token to the cache with einsums
+whatever is asked (no T x T scores exist there), and its rows say so.
+
 Sharding: weights as for training (``embed`` over ``fsdp``; heads, MLP and vocabulary over
 ``tensor``); the cache's batch over ``data`` and ``fsdp`` and its kv heads over ``tensor`` (left
 whole, with a note, when the tensor axis does not divide them, as servers replicate kv heads
@@ -18,6 +23,7 @@ when the tensor-parallel degree exceeds them).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
@@ -30,17 +36,17 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem._quiet import quiet
 from jaxmem.compiler.analysis import compile_timed
-from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.compiler.report import Refusal, fits, read_compiled
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
-from jaxmem.models import CACHE_AXES, KVCache, ModelConfig, get_config, kv_cache_bytes
-from jaxmem.planning.plan import plan, resolve_meshes, resolve_model, resolve_target
-from jaxmem.planning.sweep import run_config
+from jaxmem.models import CACHE_AXES, AttentionChoice, KVCache, ModelConfig, get_config, kv_cache_bytes
+from jaxmem.planning.plan import plan, resolve_meshes, resolve_model, resolve_step_axes, resolve_target
+from jaxmem.planning.sweep import KERNELS, run_config
 from jaxmem.program import sharding as shd
-from jaxmem.program.train import abstract_model
+from jaxmem.program.train import abstract_model, pick_attention
 from jaxmem.records import CompilerFigures, Placement
 from jaxmem.render.units import GiB
 from jaxmem.versions import compiler_versions
@@ -61,6 +67,7 @@ class InferWorkload(Workload):
   batch: int = 1
   weights: tuple[str, ...] = ("bf16",)
   phase: tuple[str, ...] = PHASES
+  # ``attention`` (the shared field) is a sweep axis of prefill rows; decode keeps einsums.
   prompt: int = DEFAULT_PROMPT
   context: tuple[str | int, ...] = DEFAULT_CONTEXT
 
@@ -86,6 +93,7 @@ class InferRow(CompilerFigures, Placement):
   weights: str
   context: int
   prompt: int | None
+  attention: str | None = None  # the implementation used: prefill's kernel; "dot" for decode
   weight_bytes: int | None = None
   weight_scale_bytes: int | None = None
   kv_cache_bytes: int | None = None
@@ -122,12 +130,17 @@ class InferPlan:
   prompt: int
   contexts: tuple[int, ...]
   batch: int
+  attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
+  qk_dtype: str = "bfloat16"  # dot attention's scores in prefill
 
-  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int]]:
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str]]:
+    """(mesh, weights, phase, context, attention): prefill once per attention name, decode
+    once (it attends with einsums, so its attention is the first name, recorded as dot)."""
     out = []
     for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
       for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
-        out.append((mesh, fmt, phase, ctx))
+        for attention in self.attentions if phase == "prefill" else self.attentions[:1]:
+          out.append((mesh, fmt, phase, ctx, attention))
     return out
 
 
@@ -164,7 +177,11 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   contexts = _ints(w.context, "context")
   (batch,) = _ints([w.batch], "batch")
   meshes = resolve_meshes(w, tgt)
+  attentions, _ = resolve_step_axes(w)
   for m in meshes:
+    if "prefill" in phases:
+      for name in attentions:  # refused here, before a compile, if the target cannot take it
+        pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
     ways = shd.data_parallel_size(m)
     if batch % ways:
       raise JaxmemError(
@@ -175,7 +192,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
-  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch)
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, w.qk_dtype)
 
 
 def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) -> tuple[PartitionSpec, list[str]]:
@@ -195,8 +212,10 @@ def build_infer_program(
     context: int,
     target: Target,
     mesh: shd.MeshSpec,
+    attention: AttentionChoice | None = None,
 ) -> InferProgram:
-  """The sharded, cache-donating prefill (``context`` = prompt length) or decode step."""
+  """The sharded, cache-donating prefill (``context`` = prompt length) or decode step; prefill
+  attends through ``attention`` (None: einsums over the cache, as decode does)."""
   jmesh = target.make_mesh(mesh)
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)
@@ -211,8 +230,12 @@ def build_infer_program(
   constrain = shd.activation_constrainer(jmesh)
   hook = quant.weight_hook(cfg.compute_jnp_dtype)
 
+  attend = None if attention is None or phase != "prefill" else attention.attend
+
   def step(p, kv, tokens_bt, pos):
     model = nnx.merge(graphdef, p)
+    if attend is not None:  # prefill starts at position 0: a Python 0, as attend requires
+      return model.cached(tokens_bt, kv, pos=0, constrain=constrain, weights=hook, attend=attend)
     return model.cached(tokens_bt, kv, pos=pos, constrain=constrain, weights=hook)
 
   cache_tree_sh = KVCache(cache_sh, cache_sh)
@@ -242,8 +265,27 @@ def build_infer_program(
   )
 
 
-def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, phase: str, context: int) -> InferRow:
-  """Compiles one configuration; a compile the backend refuses becomes a row with ``error``."""
+def run_infer_config(
+    p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, phase: str, context: int, attention: str | None = None
+) -> InferRow:
+  """Compiles one configuration; a compile the backend refuses becomes a row with ``error``.
+  ``attention`` (prefill; the plan's first unless given) names the implementation."""
+  attention = p.attentions[0] if attention is None else attention
+  choice = None
+  notes: list[str] = []
+  if phase == "prefill":
+    choice = pick_attention(
+        attention, p.cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh),
+        qk_dtype=p.qk_dtype,
+    )
+    notes += choice.notes
+    if choice.name in KERNELS:
+      notes.append(KERNEL_FLOPS_NOTE)
+  elif attention != "dot":
+    notes.append(
+        "attention: decode attends one token to the KV cache with einsums (no T x T scores); "
+        f"--attention {attention} applies to prefill"
+    )
   base = dict(
       model=p.cfg.name,
       target=p.target.name,
@@ -252,11 +294,14 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
       weights=fmt.name,
       context=context,
       prompt=p.prompt if phase == "prefill" else None,
+      attention=choice.name if choice is not None else "dot",
       batch=p.batch,
       num_devices=p.target.num_devices,
       capacity_bytes=p.target.capacity_bytes,
   )
-  program = build_infer_program(p.cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh)
+  program = build_infer_program(
+      p.cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
+  )
   base.update(
       weight_bytes=program.weight_bytes,
       weight_scale_bytes=program.weight_scale_bytes,
@@ -264,13 +309,13 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
       kv_cache_bytes=program.kv_cache_bytes,
       kv_cache_bytes_per_device=program.kv_cache_bytes_per_device,
   )
-  notes = list(p.cfg.notes) + list(program.notes)  # the architecture's unmodelled parts first
+  notes = list(p.cfg.notes) + list(program.notes) + notes  # the architecture's unmodelled parts first
   if p.target.capacity_note is not None:
     notes.append(f"capacity_bytes: {p.target.capacity_note}")
   traced = program.step.trace(*program.args)
   program_flops = jaxpr_flops(traced.jaxpr.jaxpr)
   try:
-    with quiet():
+    with quiet(), (choice.lowering() if choice is not None else contextlib.nullcontext()):
       compiled, seconds = compile_timed(traced.lower())
   except jax.errors.JaxRuntimeError as e:
     return InferRow(
@@ -293,8 +338,8 @@ def infer(
   """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced)."""
   p = plan_infer(workload, **fields)
   rows = []
-  for mesh, fmt, phase, ctx in p.configs():
-    row = run_infer_config(p, mesh, fmt, phase, ctx)
+  for config in p.configs():
+    row = run_infer_config(p, *config)
     rows.append(row)
     if on_row is not None:
       on_row(row)

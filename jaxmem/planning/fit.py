@@ -3,8 +3,10 @@
 For each (mesh, optimizer, remat) the search keeps a bracket (largest workload known to fit,
 smallest known not to) and narrows it with a secant on the compiler's required bytes, falling
 back to doubling and bisection (MaxText's ``estimator.py`` bisects; memory is close to linear in
-the batch, so the secant usually lands on the boundary in four compiles instead of ten or more). Workloads move in steps that keep the batch divisible
-by the data axes (``--over batch``) or the sequence by 128 times the sequence axis
+the batch, so the secant usually lands on the boundary in four compiles instead of ten or more).
+Workloads move in steps that keep the global batch divisible by the data axes times the
+microbatches (``--over batch``: the search is over the global batch at the given gradient
+accumulation) or the sequence by 128 times the sequence axis and by the vocabulary tiles
 (``--over seq``). All searches advance in lockstep, so each round's compiles run in parallel
 (``jobs``) and every compile lands in the row cache: a repeated search is answered from disk.
 
@@ -33,7 +35,9 @@ MAX_STEPS = 1 << 16  # search ceiling, in units of the step
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FitResult:
-  """The largest fitting workload for one (mesh, optimizer, remat) and its figures."""
+  """The largest fitting workload for one (mesh, optimizer, attention, microbatches, remat) and
+  its figures. ``attention`` is the implementation the largest fitting row used (else the name
+  asked for)."""
 
   over: str  # "batch" or "seq"
   mesh: str
@@ -44,6 +48,8 @@ class FitResult:
   compiles: int  # configurations compiled (or read from the cache) in the search
   row: Row | None  # the largest fitting configuration; None if even the smallest does not fit
   note: str | None = None
+  attention: str | None = None
+  microbatches: int = 1
 
   def as_dict(self) -> dict[str, Any]:
     d = {} if self.row is None else self.row.as_dict()
@@ -52,6 +58,8 @@ class FitResult:
         mesh=self.mesh,
         optimizer=self.optimizer,
         remat=self.remat,
+        attention=self.attention,
+        microbatches=self.microbatches,
         max_batch=self.max_batch,
         max_seq=self.max_seq,
         compiles=self.compiles,
@@ -151,9 +159,9 @@ def search(
   for t in p.tasks():
     mesh = t.mesh
     if over == "batch":
-      step, cap = shd.data_parallel_size(mesh), MAX_STEPS
+      step, cap = shd.data_parallel_size(mesh) * t.microbatches, MAX_STEPS
     else:
-      step = SEQ_QUANTUM * dict(mesh).get("sequence", 1)
+      step = math.lcm(SEQ_QUANTUM * dict(mesh).get("sequence", 1), p.workload.vocab_tiles)
       gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
       cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
     searches.append(_Search(task=t, step=step, cap=cap, capacity=p.target.capacity_bytes))
@@ -184,6 +192,8 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
       mesh=shd.format_mesh(s.task.mesh),
       optimizer=s.task.optimizer,
       remat=s.task.remat,
+      attention=s.best.attention if s.best is not None else s.task.attention,
+      microbatches=s.task.microbatches,
       max_batch=value if over == "batch" else (p.batch if value else None),
       max_seq=value if over == "seq" else (p.seq if value else None),
       compiles=s.compiles,
@@ -221,12 +231,15 @@ def rank(rows: list[Row]) -> list[Row]:
 
 def template(workload: Workload, over: str) -> Workload:
   """The workload a search starts from, one every mesh accepts: the searched dimension at its
-  smallest step (the batch the data axes divide, or one sequence quantum); the other as given."""
+  smallest step (the batch the data axes times the microbatches divide, or one sequence quantum
+  the vocabulary tiles divide); the other as given."""
   check_over(over)
   if over == "batch":
     meshes = resolve_meshes(workload, resolve_target(workload))
-    return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) for m in meshes]))
-  return workload.replace(seq=SEQ_QUANTUM)
+    micro = [m for m in workload.microbatches if isinstance(m, int) and m > 0] or [1]
+    return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) * n for m in meshes for n in micro]))
+  tiles = workload.vocab_tiles if isinstance(workload.vocab_tiles, int) and workload.vocab_tiles > 0 else 1
+  return workload.replace(seq=math.lcm(SEQ_QUANTUM, tiles))
 
 
 def fit(

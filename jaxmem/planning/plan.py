@@ -1,7 +1,9 @@
 """A validated sweep (:class:`Plan`) and its configurations as portable tasks (:class:`Task`).
 
 :func:`plan` resolves a :class:`~jaxmem.workload.Workload`'s names (model, target, remat
-policies, optimizers, meshes) and checks every mesh and the batch before anything compiles, so
+policies, optimizers, meshes, attention implementations) and checks every mesh, the batch
+(against the data axes times the microbatches) and every attention name on every mesh before
+anything compiles, so
 bad input is one :class:`JaxmemError` without wasted work. A :class:`Task` is one configuration
 of the plan as a workload of single values (the model as a resolved config, the target by name),
 so it can be pickled to another process or machine and hashed for the row cache.
@@ -16,13 +18,13 @@ from typing import Any
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, with_capacity
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ModelConfig, get_config
+from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
 from jaxmem.planning.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
-from jaxmem.program.train import check_batch
+from jaxmem.program.train import check_batch, check_qk_dtype, pick_attention
 from jaxmem.workload import Workload
 
 
@@ -49,6 +51,14 @@ class Task:
   @property
   def target(self) -> str:
     return self.workload.target_name
+
+  @property
+  def attention(self) -> str:
+    return self.workload.attention[0]
+
+  @property
+  def microbatches(self) -> int:
+    return self.workload.microbatches[0]
 
   def replace(self, **fields: Any) -> Task:
     """The same task with workload fields replaced (``batch=``, ``seq=``...)."""
@@ -81,20 +91,31 @@ class Plan:
   remats: tuple[RematPolicy, ...]
   batch: int
   seq: int
+  # The step's own sweep axes (issue 9): attention names as asked (auto or an implementation)
+  # and microbatch counts.
+  attentions: tuple[str, ...] = ("auto",)
+  microbatches: tuple[int, ...] = (1,)
 
   def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
     return list(itertools.product(self.meshes, self.optimizers, self.remats))
 
+  def grid(self) -> list[tuple[shd.MeshSpec, Optimizer, str, int, RematPolicy]]:
+    """Every configuration as (mesh, optimizer, attention, microbatches, remat): ``configs()``
+    with the step's axes, the remat policy innermost so each group starts with its baseline."""
+    return list(itertools.product(self.meshes, self.optimizers, self.attentions, self.microbatches, self.remats))
+
   def tasks(self) -> list[Task]:
-    """The configurations as picklable, cacheable tasks, in ``configs()`` order."""
+    """The configurations as picklable, cacheable tasks, in ``grid()`` order."""
     cpu = cpu_devices_needed([self.workload.target_name])
     one = self.workload.replace(model=self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
     return [
         Task(
-            workload=one.replace(mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name),
+            workload=one.replace(
+                mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb
+            ),
             cpu_devices=cpu,
         )
-        for mesh, opt, rp in self.configs()
+        for mesh, opt, attention, mb, rp in self.grid()
     ]
 
 
@@ -136,12 +157,17 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
   optimizers = OPTIMIZERS.parse(w.optimizer)
   meshes = resolve_meshes(w, tgt)
+  attentions, microbatches = resolve_step_axes(w)
   for m in meshes:
-    check_batch(w.batch, w.seq, m, cfg)
+    for mb in microbatches:
+      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=w.vocab_tiles)
+    for name in attentions:
+      # A name the target or mesh cannot take is refused here, before the first compile.
+      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
   w = w.replace(target=w.target_name)
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
-      batch=w.batch, seq=w.seq,
+      batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches,
   )
 
 
@@ -153,6 +179,10 @@ def plan_step(w: Workload) -> Plan:
   """A sweep over a user's step (``w.step``): the target, remat policies and meshes as for the
   model's, the factory imported and checked before anything compiles."""
   load_step(w.step)
+  for flag, v, default in (("--attention", w.attention, ("auto",)), ("--microbatches", w.microbatches, (1,)),
+                           ("--vocab-tiles", w.vocab_tiles, 1), ("--qk-dtype", w.qk_dtype, "bfloat16")):
+    if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
+      raise JaxmemError(f"{flag} applies to jaxmem's own models (--model), not --step; set it in your step factory")
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
   for name, v in (("batch", w.batch), ("seq", w.seq)):
@@ -163,3 +193,19 @@ def plan_step(w: Workload) -> Plan:
       workload=w, cfg=None, target=tgt, meshes=resolve_meshes(w, tgt), optimizers=(STEP_OPTIMIZER,),
       remats=tuple(remats), batch=w.batch, seq=w.seq,
   )
+
+
+def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
+  """The workload's attention names and microbatch counts, each once, checked."""
+  if not w.attention:
+    raise JaxmemError(f"--attention is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
+  for name in w.attention:
+    if name not in ATTENTION_NAMES:
+      raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
+  if not w.microbatches:
+    raise JaxmemError("--microbatches is empty; give whole numbers separated by commas, e.g. 1,4")
+  for mb in w.microbatches:
+    if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
+      raise JaxmemError(f"--microbatches must be whole numbers of at least 1 (got {mb!r})")
+  check_qk_dtype(w.qk_dtype)
+  return tuple(dict.fromkeys(w.attention)), tuple(dict.fromkeys(w.microbatches))

@@ -66,7 +66,7 @@ def grid(over: dict[str, list[int]], batch: int, seq: int) -> list[tuple[int, in
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Growth(Record):
-  """A component's fitted growth exponents for one (mesh, optimizer, remat)."""
+  """A component's fitted growth exponents for one (mesh, optimizer, attention, microbatches, remat)."""
 
   mesh: str
   optimizer: str
@@ -74,6 +74,8 @@ class Growth(Record):
   component: str
   batch_exponent: float | None  # None where the batch did not vary or the component is 0/missing
   seq_exponent: float | None
+  attention: str | None = None
+  microbatches: int = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,13 +116,15 @@ def scale(
 
 
 def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Growth]:
-  """Least-squares log-log slopes per (mesh, optimizer, remat) and component."""
+  """Least-squares log-log slopes per (mesh, optimizer, attention, microbatches, remat) and
+  component. Rows group by the attention implementation they used, so grid points where
+  ``auto`` fell back to another kernel (at shapes its kernel cannot take) are fitted apart."""
   out = []
-  groups: dict[tuple[str, str, str], list[Row]] = {}
+  groups: dict[tuple, list[Row]] = {}
   for r in rows:
-    groups.setdefault((r.mesh, r.optimizer, r.remat), []).append(r)
+    groups.setdefault((r.mesh, r.optimizer, r.remat, r.attention, r.microbatches), []).append(r)
   varying = [v for v in VARIABLES if v in over]
-  for (mesh, opt, remat), rs in groups.items():
+  for (mesh, opt, remat, attention, mb), rs in groups.items():
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
@@ -131,7 +135,10 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
         for v, c in zip(varying, coef[1:], strict=True):
           exps[v] = round(float(c), 3)
       out.append(
-          Growth(mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"], seq_exponent=exps["seq"])
+          Growth(
+              mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"],
+              seq_exponent=exps["seq"], attention=attention, microbatches=mb,
+          )
       )
   return out
 
@@ -179,5 +186,5 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
 def _series(rows, var, other):
   out: dict[tuple, list[Row]] = {}
   for r in sorted(rows, key=lambda r: getattr(r, var)):
-    out.setdefault((r.mesh, r.optimizer, r.remat, getattr(r, other)), []).append(r)
+    out.setdefault((r.mesh, r.optimizer, f"{r.remat} {r.attention}", getattr(r, other)), []).append(r)
   return out

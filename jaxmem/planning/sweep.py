@@ -15,7 +15,7 @@ import jax
 
 from jaxmem._quiet import quiet
 from jaxmem.compiler.analysis import compile_timed
-from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.compiler.report import MemoryReport, Refusal, fits, read_compiled
 from jaxmem.compiler.startup import start_jax
 from jaxmem.planning import steps
@@ -61,9 +61,19 @@ class Row(CompilerFigures, Configuration):
   notes: tuple[str, ...] = ()
 
 
-def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> Row:
-  """Compiles one configuration. A compile the backend refuses (out of memory, an unsupported
-  feature) becomes a row with ``error`` set rather than an exception, so a sweep goes on."""
+# Attention implementations whose FLOPs are counted from their shapes (jaxmem.compiler.flops).
+KERNELS = ("splash", "cudnn", "triton")
+
+
+def run_config(
+    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None,
+    microbatches: int | None = None,
+) -> Row:
+  """Compiles one configuration (``attention`` and ``microbatches``: the plan's first unless
+  given). A compile the backend refuses (out of memory, an unsupported feature) becomes a row
+  with ``error`` set rather than an exception, so a sweep goes on."""
+  attention = p.attentions[0] if attention is None else attention
+  microbatches = p.microbatches[0] if microbatches is None else microbatches
   if p.workload.step:  # a user's own step (jaxmem.planning.steps)
     return Row(**steps.step_row(p, mesh, rp))
   base = dict(
@@ -80,22 +90,30 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       capacity_bytes=p.target.capacity_bytes,
   )
   program = build_train_program(
-      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh
+      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
+      microbatches=microbatches, vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype,
   )
   base.update(
       param_bytes=program.param_bytes,
       param_bytes_global=program.param_bytes_global,
       optimizer_state_bytes=program.optimizer_state_bytes,
+      attention=program.attention.name,
+      microbatches=microbatches,
+      vocab_tiles=p.workload.vocab_tiles,
+      qk_dtype=p.workload.qk_dtype,
   )
   notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
   notes += [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
+  notes += program.notes
+  if program.attention.name in KERNELS:
+    notes.append(KERNEL_FLOPS_NOTE)
   traced = program.trace()
   # Counted from the program, not the executable, so a configuration the compiler refuses
   # still has its FLOPs (and so its recompute overhead).
   program_flops = jaxpr_flops(traced.jaxpr.jaxpr)
   try:
     with quiet():  # the GPU compiler logs to fd 2 when arguments near the device's memory
-      compiled, seconds = compile_timed(traced.lower())
+      compiled, seconds = compile_timed(program.lower(traced))
   except jax.errors.JaxRuntimeError as e:
     if p.target.num_devices > 1:
       notes.append("flops: split evenly over the devices (the compile was refused)")
@@ -120,13 +138,13 @@ def run_task(task: Task) -> dict[str, Any]:
   start_jax(task.cpu_devices)
   p = plan(task.workload)
   (config,) = [c for c in p.configs() if c[2].name == task.remat]
-  return run_config(p, *config).as_dict()
+  return run_config(p, *config, attention=task.attention, microbatches=task.microbatches).as_dict()
 
 
 def with_overheads(rows: list[Row]) -> list[Row]:
   """Fills ``recompute_overhead_pct``: FLOPs over the ``none`` row of the same target, mesh,
-  optimizer and workload (rows without one keep ``None``)."""
-  key = lambda r: (r.target, r.mesh, r.optimizer, r.batch, r.seq)  # noqa: E731
+  optimizer, attention and workload (rows without one keep ``None``)."""
+  key = baseline_key
   base = {key(r): r.flops for r in rows if r.remat == "none" and r.flops}
   out = []
   for r in rows:
@@ -134,6 +152,11 @@ def with_overheads(rows: list[Row]) -> list[Row]:
     pct = None if (b is None or r.flops is None) else 100.0 * (r.flops - b) / b
     out.append(dataclasses.replace(r, recompute_overhead_pct=pct))
   return out
+
+
+def baseline_key(r: Any) -> tuple:
+  """What a row shares with the no-remat row it is compared with: everything but the policy."""
+  return (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.attention, r.microbatches, r.vocab_tiles)
 
 
 def compare(
@@ -146,8 +169,9 @@ def compare(
     on_row: Callable[[Row], None] | None = None,
     **fields: Any,
 ) -> list[Row]:
-  """Compiles the train step for every (mesh, optimizer, remat) of ``workload`` (with
-  ``fields`` replaced: ``compare(model="tiny", batch=2)`` works) and returns one row each.
+  """Compiles the train step for every (mesh, optimizer, attention, microbatches, remat) of
+  ``workload`` (with ``fields`` replaced: ``compare(model="tiny", batch=2)`` works) and returns
+  one row each.
 
   ``none`` (no remat) is always included as the baseline. Everything is validated before the
   first compile, so bad input raises :class:`JaxmemError` without wasting work. ``on_row`` is
@@ -183,5 +207,9 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
   if p.workload.step:
     return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
   opt = next(o for o in p.optimizers if o.name == row.optimizer)
-  program = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh)
+  program = build_train_program(
+      p.cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
+      attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
+      qk_dtype=row.qk_dtype,
+  )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

@@ -54,25 +54,37 @@ class Measurement(Configuration):
 ATTACHED = {"target": "attached"}
 
 
-def _configuration(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> dict[str, Any]:
+def _configuration(
+    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None, microbatches: int = 1
+) -> dict[str, Any]:
   return dict(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(mesh), batch=p.batch,
       num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
-      param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype,
+      param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
+      vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype,
   )
 
 
-def measure(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, steps: int = 3) -> Measurement:
-  """Runs one configuration in this process. Call it in a fresh process for a clean peak."""
-  program = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh)
-  compiled = program.trace().lower().compile()
+def measure(
+    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, steps: int = 3, attention: str | None = None,
+    microbatches: int | None = None,
+) -> Measurement:
+  """Runs one configuration in this process (``attention`` and ``microbatches``: the plan's
+  first unless given). Call it in a fresh process for a clean peak."""
+  microbatches = p.microbatches[0] if microbatches is None else microbatches
+  program = build_train_program(
+      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh,
+      attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
+      vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype,
+  )
+  compiled = program.lower().compile()
   predicted = read_compiled(compiled).required_bytes
   params, state, tokens, targets = program.concrete_args()
   loss = None
   for _ in range(steps):
     params, state, loss = compiled(params, state, tokens, targets)
   loss = float(jax.device_get(loss))
-  notes: list[str] = []
+  notes: list[str] = list(program.notes)
   measured = None
   peaks = []
   for d in jax.local_devices():
@@ -85,7 +97,7 @@ def measure(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, ste
     notes.append(f"{jax.local_devices()[0].platform} devices report no peak_bytes_in_use")
   ratio = None if not (measured and predicted) else measured / predicted
   return Measurement(
-      **_configuration(p, mesh, opt, rp),
+      **_configuration(p, mesh, opt, rp, attention=program.attention.name, microbatches=microbatches),
       steps=steps,
       predicted_bytes=predicted,
       measured_bytes=measured,
@@ -146,9 +158,13 @@ def validate(
     raise JaxmemError(f"--steps must be at least 1 (got {steps})")
   p = validation_plan(Workload.of(workload, ATTACHED, **fields), distributed=distributed)
   out: list[Measurement] = []
-  for mesh, opt, rp in p.configs():
-    one = p.workload.replace(model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name)
-    out.append(measure_in_subprocess(one, _configuration(p, mesh, opt, rp), steps=steps))
+  for mesh, opt, attention, mb, rp in p.grid():
+    one = p.workload.replace(
+        model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention,
+        microbatches=mb,
+    )
+    configuration = _configuration(p, mesh, opt, rp, attention=attention, microbatches=mb)
+    out.append(measure_in_subprocess(one, configuration, steps=steps))
     if on_measurement is not None:
       on_measurement(out)
   return out

@@ -74,6 +74,15 @@ def _names_preset(name: str, saves: tuple[str, ...], why: str) -> RematPolicy:
 
 
 _QKV = ("query_proj", "key_proj", "value_proj")
+# MaxText's `minimal` (src/MaxText/layers/decoders.py, Decoder.minimal_policy):
+# save_only_these_names("query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj", "mlpwi_0",
+# "mlpwi_1", "mlpwi", "mlpwo"): every projection's output, before any activation, and not the
+# attention context. MaxText's "qkv_proj" (a fused projection) and "mlpwi" (a fused or single
+# MLP input projection, before its activation) have no jaxmem counterpart under those names:
+# jaxmem's "mlpwi" is the MLP hidden *after* the activation, which minimal does not save, and
+# its MLP input projections before the activation are "mlpwi_0" (GELU's only one, SwiGLU's gate)
+# and "mlpwi_1" (SwiGLU's up). So the same tensors are saved under jaxmem's names.
+_MINIMAL = (*_QKV, "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
 
 
 def _build() -> dict[str, RematPolicy]:
@@ -104,6 +113,10 @@ def _build() -> dict[str, RematPolicy]:
           "save_dot_with_context_except_mlp",
           (*_QKV, "context", "out_proj"),
           "save the attention projections and context, recompute the MLP",
+      ),
+      _names_preset("minimal", _MINIMAL, "MaxText's minimal: save every projection, recompute attention and activations"),
+      _names_preset(
+          "minimal_with_context", (*_MINIMAL, "context"), "MaxText's minimal_with_context: minimal plus the attention output"
       ),
   ):
     reg[p.name] = p

@@ -4,10 +4,23 @@ Next-token cross entropy, ``jax.value_and_grad``, an optax update, parameters an
 state donated (so the new ones reuse their buffers, as a real training loop would). Every input
 is a ``jax.ShapeDtypeStruct`` carrying its sharding: nothing is allocated, so a 405B model is
 lowered on a laptop.
+
+The step a production trainer runs (issue 9), as MaxText builds it:
+
+- attention through the implementation chosen for the target and mesh
+  (:func:`jaxmem.models.choose_attention`; ``auto`` is splash on TPU, cuDNN on GPU); the fused
+  kernels run under ``shard_map`` over the batch and head axes, and the program is lowered
+  inside the choice's :meth:`~jaxmem.models.AttentionChoice.lowering` context;
+- the loss through :meth:`Transformer.loss` with ``vocab_tiles`` (MaxText's
+  ``num_vocab_tiling``);
+- gradient accumulation over ``microbatches`` (MaxText's ``gradient_accumulation_steps``,
+  ``gradient_accumulation.py``): the global batch split into microbatches run in sequence by
+  ``lax.scan``, their gradients summed in float32, one optimizer update.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -21,7 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ModelConfig, Transformer
+from jaxmem.models import AttentionChoice, AttentionShapes, ModelConfig, Transformer, choose_attention
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
 from jaxmem.compiler.targets import Target
@@ -55,9 +68,23 @@ class TrainProgram:
   param_bytes: int  # per device
   param_bytes_global: int  # the whole model, unsharded
   optimizer_state_bytes: int  # per device
+  attention: AttentionChoice | None = None  # how attention is computed (None: dot, as before)
+  microbatches: int = 1
+  vocab_tiles: int = 1
+
+  @property
+  def notes(self) -> tuple[str, ...]:
+    """What a row of this program must say: why ``auto`` fell back, what a deviceless compile
+    of the kernel leaves out."""
+    return () if self.attention is None else self.attention.notes
 
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
+
+  def lower(self, traced: jax.stages.Traced | None = None) -> jax.stages.Lowered:
+    """``traced`` (else a fresh trace) lowered in the attention kernel's lowering context."""
+    with self.attention.lowering() if self.attention is not None else contextlib.nullcontext():
+      return (traced or self.trace()).lower()
 
   def concrete_args(self, seed: int = 0) -> tuple[Any, ...]:
     """Real, initialised inputs laid out as the abstract ones (for running the step)."""
@@ -76,22 +103,84 @@ class TrainProgram:
     return params, state, tokens, targets
 
 
-def check_batch(batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig) -> None:
+QK_DTYPES = ("bfloat16", "float32")
+
+
+def check_batch(
+    batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig, *, microbatches: int = 1, vocab_tiles: int = 1
+) -> None:
   if batch < 1:
     raise JaxmemError(f"batch must be at least 1 (got {batch})")
   if seq < 1:
     raise JaxmemError(f"seq must be at least 1 (got {seq})")
+  if not isinstance(microbatches, int) or microbatches < 1:
+    raise JaxmemError(f"--microbatches must be whole numbers of at least 1 (got {microbatches!r})")
+  if not isinstance(vocab_tiles, int) or vocab_tiles < 1 or seq % vocab_tiles:
+    raise JaxmemError(f"--vocab-tiles must be a positive divisor of the sequence length {seq} (got {vocab_tiles!r})")
   ways = shd.data_parallel_size(mesh)
-  if batch % ways:
+  if batch % (ways * microbatches):
+    what = f"{microbatches} microbatches x " if microbatches > 1 else ""
     raise JaxmemError(
-        f"batch {batch} is not divisible by the data axes of mesh {shd.format_mesh(mesh)} "
-        f"({ways} ways); use a multiple of {ways}"
+        f"batch {batch} is not divisible by {what}the data axes of mesh {shd.format_mesh(mesh)} "
+        f"({ways} ways); use a multiple of {ways * microbatches}"
     )
   seq_ways = dict(mesh).get("sequence", 1)
   if seq % seq_ways:
     raise JaxmemError(f"seq {seq} is not divisible by the sequence axis ({seq_ways}); use a multiple of {seq_ways}")
   if cfg.style == "gpt2" and seq > cfg.max_seq_len:
     raise JaxmemError(f"seq {seq} exceeds {cfg.name}'s {cfg.max_seq_len} learned positions; use --seq {cfg.max_seq_len} or less")
+
+
+def check_qk_dtype(qk_dtype: str) -> None:
+  if qk_dtype not in QK_DTYPES:
+    raise JaxmemError(f"unknown --qk-dtype {qk_dtype!r}; valid: {', '.join(QK_DTYPES)}")
+
+
+def pick_attention(
+    requested: str, cfg: ModelConfig, *, batch: int, seq: int, target: Target, mesh: Any, qk_dtype: str = "bfloat16"
+) -> AttentionChoice:
+  """The attention implementation for ``requested`` on ``target`` over ``mesh`` (a Mesh, or
+  axis sizes for a check before anything is built), at a (micro)batch of ``batch``.
+  ``qk_dtype`` "bfloat16" is MaxText's default, scores in the compute dtype."""
+  check_qk_dtype(qk_dtype)
+  return choose_attention(
+      requested,
+      platform=target.platform,
+      shapes=AttentionShapes.of(cfg, batch=batch, seq=seq),
+      mesh=mesh,
+      qk_dtype=None if qk_dtype == "bfloat16" else qk_dtype,
+      deviceless=target.source != "attached",
+  )
+
+
+def accumulated(grad_fn, microbatches: int, micro_sh: NamedSharding, param_sh: Any):
+  """``grad_fn(p, tokens_bt, targets_bt) -> (loss, grads)`` over ``microbatches`` microbatches
+  run in sequence by ``lax.scan``: the mean loss and the mean gradient, summed in float32.
+
+  Microbatch i holds rows i, i + n, i + 2n, ... of the global batch, MaxText's split
+  (``reshape_to_microbatch_accumulations``: [B/n, n] then swap): a data-parallel device's
+  contiguous rows then hold its share of every microbatch, so no row moves between devices.
+  """
+  n = microbatches
+
+  def split(x_bt: jax.Array) -> jax.Array:
+    x_nbt = jnp.swapaxes(x_bt.reshape(x_bt.shape[0] // n, n, *x_bt.shape[1:]), 0, 1)
+    return jax.lax.with_sharding_constraint(x_nbt, micro_sh)
+
+  def run(p, tokens_bt, targets_bt):
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, jnp.float32), p)
+    zeros = jax.lax.with_sharding_constraint(zeros, param_sh)
+
+    def body(carry, batch):
+      loss_sum, acc = carry
+      loss, grads = grad_fn(p, *batch)
+      acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc, grads)
+      return (loss_sum + loss, acc), None
+
+    (loss_sum, acc), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), (split(tokens_bt), split(targets_bt)))
+    return loss_sum / n, jax.tree.map(lambda a, x: (a / n).astype(x.dtype), acc, p)
+
+  return run
 
 
 def build_train_program(
@@ -104,28 +193,42 @@ def build_train_program(
     target: Target,
     mesh: shd.MeshSpec,
     learning_rate: float = 1e-3,
+    attention: str = "auto",
+    microbatches: int = 1,
+    vocab_tiles: int = 1,
+    qk_dtype: str = "bfloat16",
 ) -> TrainProgram:
-  """Builds the sharded, donated train step with abstract inputs."""
-  check_batch(batch, seq, mesh, cfg)
+  """Builds the sharded, donated train step with abstract inputs. Call it once JAX has started
+  the target's backends (the attention choice reads them)."""
+  check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles)
   jmesh = target.make_mesh(mesh)
+  # The kernel sees one microbatch at a time.
+  choice = pick_attention(
+      attention, cfg, batch=batch // microbatches, seq=seq, target=target, mesh=jmesh, qk_dtype=qk_dtype
+  )
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)
   tx = optimizer.build(learning_rate)
   opt_state = jax.eval_shape(tx.init, params)
   opt_sh = shd.state_shardings(opt_state, params, param_sh, jmesh)
-  batch_sh = NamedSharding(
-      jmesh, shd.logical_to_spec(("batch", "seq"), (batch, seq), jmesh, shd.ACTIVATION_RULES, what="batch")
-  )
+  batch_spec = shd.logical_to_spec(("batch", "seq"), (batch, seq), jmesh, shd.ACTIVATION_RULES, what="batch")
+  batch_sh = NamedSharding(jmesh, batch_spec)
+  micro_sh = NamedSharding(jmesh, PartitionSpec(None, *batch_spec))
   constrain = shd.activation_constrainer(jmesh)
 
   def loss_fn(p, tokens_bt, targets_bt):
     model = nnx.merge(graphdef, p)
-    logits_btv = model(tokens_bt, remat=remat.policy, constrain=constrain)
-    return optax.softmax_cross_entropy_with_integer_labels(logits_btv, targets_bt).mean()
+    return model.loss(
+        tokens_bt, targets_bt, remat=remat.policy, constrain=constrain, attend=choice.attend, vocab_tiles=vocab_tiles
+    )
+
+  grad_fn = jax.value_and_grad(loss_fn)
+  if microbatches > 1:
+    grad_fn = accumulated(grad_fn, microbatches, micro_sh, param_sh)
 
   # The argument names are what explain shows the inputs as (params['blocks'], opt_state.mu).
   def train_step(params, opt_state, tokens_bt, targets_bt):
-    loss, grads = jax.value_and_grad(loss_fn)(params, tokens_bt, targets_bt)
+    loss, grads = grad_fn(params, tokens_bt, targets_bt)
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
@@ -146,4 +249,7 @@ def build_train_program(
       param_bytes=tree_bytes_per_device(params, param_sh),
       param_bytes_global=sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)),
       optimizer_state_bytes=tree_bytes_per_device(opt_state, opt_sh),
+      attention=choice,
+      microbatches=microbatches,
+      vocab_tiles=vocab_tiles,
   )

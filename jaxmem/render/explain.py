@@ -17,7 +17,7 @@ from jaxmem.versions import describe
 JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source", "via_loop")
 # The configuration as explain's JSON names it (function: the explained function; empty for a preset).
 _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
-                  "platform", "num_devices")
+                  "platform", "num_devices", "attention", "microbatches", "vocab_tiles", "qk_dtype")
 
 
 def explain_json(result: Explanation) -> dict[str, Any]:
@@ -100,12 +100,12 @@ def residuals_table(rows: Sequence[PolicyResiduals], fmt_name: str) -> str:
   u = unit_for([p.total_bytes for p in rows], smallest="KiB")
   unit, uname = u.size, u.name
   summary = [
-      {"remat": p.remat, "residuals": len(p.residuals), f"per layer {uname}": f"{p.per_layer_bytes / unit:,.2f}",
+      {"attention": p.attention or "dot", "remat": p.remat, "residuals": len(p.residuals), f"per layer {uname}": f"{p.per_layer_bytes / unit:,.2f}",
        f"all {p.num_layers} layers {uname}": f"{p.total_bytes / unit:,.2f}"}
       for p in rows
   ]
   detail = [
-      {"remat": r["remat"], "residual": r["residual"], "shape": "[" + ",".join(map(str, r["shape"])) + "]",
+      {"attention": r["attention"] or "dot", "remat": r["remat"], "residual": r["residual"], "shape": "[" + ",".join(map(str, r["shape"])) + "]",
        "dtype": r["dtype"], uname: f"{r['bytes'] / unit:,.3f}"}
       for r in flat
   ]

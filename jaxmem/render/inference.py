@@ -16,7 +16,7 @@ from jaxmem.render.tables import heading_versions, render_records
 from jaxmem.render.units import Unit, unit, unit_for
 
 INFER_COLUMNS = (
-    "mesh", "phase", "weights", "context", "batch", "weight_bytes_per_device", "kv_cache_bytes_per_device",
+    "mesh", "phase", "attention", "weights", "context", "batch", "weight_bytes_per_device", "kv_cache_bytes_per_device",
     "argument_size_in_bytes", "temp_size_in_bytes", "peak_memory_in_bytes", "total_bytes", "capacity_bytes",
     "fits", "weight_bytes", "kv_cache_bytes", "compile_seconds",
 )

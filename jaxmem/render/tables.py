@@ -152,6 +152,7 @@ class _Layout:
   varying: tuple[str, ...]  # of model, target, batch, seq: those that differ between rows
   mesh: bool
   optimizer: bool
+  step: tuple[str, ...]  # the step's columns shown: attention always, microbatches/vocab_tiles when > 1
   comm: bool
   host: bool
   fit: bool
@@ -164,6 +165,7 @@ class _Layout:
         varying=tuple(k for k in ("model", "target", "batch", "seq") if len({getattr(r, k) for r in rows}) > 1),
         mesh=len({r.mesh for r in rows}) > 1 or rows[0].num_devices > 1,
         optimizer=len({r.optimizer for r in rows}) > 1,
+        step=("attention",) + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows)),
         comm=any((r.num_devices or 1) > 1 for r in rows),
         host=any(r.host_temp_size_in_bytes for r in rows),
         fit=any(r.capacity_bytes is not None for r in rows),
@@ -172,7 +174,8 @@ class _Layout:
     )
 
   def headers(self) -> list[str]:
-    h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer + _SWEEP_HEADERS
+    h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer
+    h += [k.replace("_", " ") for k in self.step] + _SWEEP_HEADERS
     h += ["comm"] * self.comm + ["host temp"] * self.host
     h += ["capacity", "required", "fits"] if self.fit else []
     return h + (_TOTALS_HEADERS if self.totals else [])
@@ -181,6 +184,7 @@ class _Layout:
     """One row's cells; ``b`` is the no-remat row it is compared with (or None)."""
     u = self.unit.size
     line = [str(getattr(r, k)) for k in self.varying] + [r.mesh] * self.mesh + [r.optimizer] * self.optimizer
+    line += [str(_get(r, k, "-")) for k in self.step]
     flops = "-" if r.flops is None else f"{r.flops / 1e9:,.1f}"
     recompute = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
     if r.error:
@@ -218,6 +222,18 @@ def _dtypes(r: Any) -> str:
   return f" · {', '.join(known)}" if known else ""
 
 
+def _get(r: Any, key: str, default: Any) -> Any:
+  """A row's field (rows from an older cache or JSON may lack the step's fields)."""
+  v = r.get(key) if isinstance(r, dict) else getattr(r, key, None)
+  return default if v is None else v
+
+
+def _base_key(r: Any) -> tuple:
+  """What a row shares with the no-remat row it is compared with (see sweep.baseline_key)."""
+  return (r.target, r.mesh, r.optimizer, r.batch, r.seq, _get(r, "attention", None), _get(r, "microbatches", 1),
+          _get(r, "vocab_tiles", 1))
+
+
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
   """Renders compare rows; table and markdown get a one-line heading and notes below.
 
@@ -235,8 +251,8 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
   if not rows:
     return "no rows"
   layout = _Layout.of(rows, totals)
-  base = {(r.target, r.mesh, r.optimizer, r.batch, r.seq): r for r in rows if r.remat == "none"}
-  body = [layout.cells(r, base.get((r.target, r.mesh, r.optimizer, r.batch, r.seq))) for r in rows]
+  base = {_base_key(r): r for r in rows if r.remat == "none"}
+  body = [layout.cells(r, base.get(_base_key(r))) for r in rows]
   table = tabulate(body, headers=layout.headers(), tablefmt=markup(fmt), disable_numparse=True)
   notes = _notes(rows)
   out = [layout.heading(rows), "", table]
@@ -251,7 +267,7 @@ def _notes(rows: Sequence[Any]) -> list[str]:
     for n in r.notes:
       seen.setdefault(f"note: {n}")
     if r.error:
-      seen.setdefault(f"error [{r.mesh} {r.optimizer} {r.remat}]: {r.error}")
+      seen.setdefault(f"error [{r.mesh} {r.optimizer} {_get(r, 'attention', '-')} {r.remat}]: {r.error}")
   return list(seen)
 
 
@@ -274,8 +290,11 @@ def render_ranked(rows: Sequence[Any], fmt: str) -> str:
   else:
     pct = "-" if best.recompute_overhead_pct is None else f"{best.recompute_overhead_pct:+.1f}% recompute"
     u = unit_for([best.required_bytes, best.capacity_bytes])
+    mb = _get(best, "microbatches", 1)
     advice = (
-        f"recommendation: mesh {best.mesh}, {best.optimizer}, remat {best.remat} "
+        f"recommendation: mesh {best.mesh}, {best.optimizer}, attention {_get(best, 'attention', '-')}, "
+        + (f"{mb} microbatches, " if mb > 1 else "")
+        + f"remat {best.remat} "
         f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct})"
     )
   if fmt == "json":
@@ -294,6 +313,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
     return render_csv([r.as_dict() for r in results])
   over = results[0].over if results else "batch"
   rows = [r.row for r in results if r.row is not None]
+  micro = any(_get(r, "microbatches", 1) > 1 for r in results)
   u = unit_for([getattr(row, f) for row in rows for f in ("required_bytes", "capacity_bytes", "temp_size_in_bytes")])
   records = []
   for r in results:
@@ -302,6 +322,8 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
         {
             "mesh": r.mesh,
             "optimizer": r.optimizer,
+            "attention": _get(r, "attention", "-"),
+            **({"microbatches": _get(r, "microbatches", 1)} if micro else {}),
             "remat": r.remat,
             f"max {over}": r.max_batch if over == "batch" else r.max_seq,
             f"required {u.name}": None if row is None else _size(row.required_bytes, u.size),
@@ -330,6 +352,7 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
       {
           "mesh": g.mesh,
           "optimizer": g.optimizer,
+          "attention": _get(g, "attention", "-"),
           "remat": g.remat,
           "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
           "batch exponent": _exponent(g.batch_exponent),
