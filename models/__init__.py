@@ -59,7 +59,8 @@ parameter dimension):
   layers     leading axis of every stacked block parameter
   pos        rows of GPT-2's learned position table
   norm       norm scale and bias vectors
-  exp        routed experts (leading axis of expert weights; router columns)
+  exp        routed experts (leading axis of expert weights)
+  exp_scores the router's expert column and selection bias (never sharded: each token needs all E scores)
   q_lora     MLA's query latent (q_lora_rank)
   kv_lora    MLA's key/value latent (kv_lora_rank, + the RoPE key in its down-projection)
 
