@@ -49,13 +49,17 @@ class Placement(Record):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Configuration(Placement):
   """A train step's configuration: the placement, the remat policy and optimizer, the sequence
-  length, the parameters' storage dtype and the compute dtype."""
+  length, the parameters' storage dtype and the compute dtype; for a mixture-of-experts model,
+  how its routed experts run (``moe_impl``) and, for ``capacity``, the capacity factor (both
+  ``None`` for a dense model)."""
 
   remat: str
   optimizer: str
   seq: int
   param_dtype: str
   dtype: str
+  moe_impl: str | None = None
+  capacity_factor: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -40,6 +40,8 @@ Public interface::
                                    (attention_registry.py; kernels in attention_kernels.py)
   ExpertsFn, dropless_experts, capacity_experts, expert_capacity
                                    how an MoE layer's routed experts are computed (see moe.py)
+  sharded_dropless(mesh, ExpertMeshAxes(...))   dropless experts per device under shard_map,
+                                   tokens exchanged over the expert axis (moe_parallel.py)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
   DENSE_/MOE_/MLA_CHECKPOINT_NAMES the names each kind of layer tags
 
@@ -130,6 +132,7 @@ from .layers import Constrain
 from .loss import cross_entropy
 from .mla import MLA_CACHE_AXES, MLACache, cache_bytes, cache_class, mla_cache_bytes
 from .moe import ExpertsFn, capacity_experts, dropless_experts, expert_capacity
+from .moe_parallel import ExpertMeshAxes, sharded_dropless
 from .names import (
   ACTIVATION_AXES,
   CHECKPOINT_NAMES,
@@ -143,6 +146,7 @@ from .transformer import RematPolicy, Transformer, WeightHook
 __all__ = [
   "ACTIVATION_AXES",
   "DENSE_CHECKPOINT_NAMES",
+  "ExpertMeshAxes",
   "ExpertsFn",
   "MLACache",
   "MLA_CACHE_AXES",
@@ -155,6 +159,7 @@ __all__ = [
   "dropless_experts",
   "expert_capacity",
   "mla_cache_bytes",
+  "sharded_dropless",
   "ATTENTION_NAMES",
   "AttendFn",
   "AttentionChoice",

@@ -59,6 +59,7 @@ from jaxmem.compiler.report import MemoryReport, Refusal, read_compiled
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, Hlo, read_dump  # noqa: F401  (Dump for analyse's callers)
 from jaxmem.planning.plan import plan
+from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration, Record
@@ -146,7 +147,8 @@ def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any
   w = Workload.of(workload, {"remat": "none"}, **fields)
   if top < 1:
     raise JaxmemError(f"--top must be at least 1 (got {top})")
-  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh)):
+  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("moe-impl", w.moe_impl),
+                  ("capacity-factor", tuple(f"{f:g}" for f in w.capacity_factor))):
     if len(v) > 1:
       raise JaxmemError(f"explain takes one {what} (got {', '.join(v)}); run it once per {what}")
   p = plan(w)
@@ -166,7 +168,7 @@ def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any
       ) from None
     dump = read_dump(d)
   report = read_compiled(compiled)
-  return analyse(
+  result = analyse(
       dump,
       report,
       param_bytes=prog.param_bytes,
@@ -175,8 +177,10 @@ def explain(workload: Workload | None = None, /, *, top: int = 10, **fields: Any
       labels=dict(
           model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name,
           optimizer=opt.name, batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype,
+          **moe_fields(p.cfg),
       ),
   )
+  return dataclasses.replace(result, notes=result.notes + p.moe_notes) if p.moe_notes else result
 
 
 # ----------------------------------------------------------------------------- analysis

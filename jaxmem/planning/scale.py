@@ -74,6 +74,7 @@ class Growth(Record):
   component: str
   batch_exponent: float | None  # None where the batch did not vary or the component is 0/missing
   seq_exponent: float | None
+  moe: str | None = None  # an MoE model's experts ("dropless", "capacity 1.25"); None when dense
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,11 +117,12 @@ def scale(
 def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Growth]:
   """Least-squares log-log slopes per (mesh, optimizer, remat) and component."""
   out = []
-  groups: dict[tuple[str, str, str], list[Row]] = {}
+  groups: dict[tuple[str, str, str, str | None], list[Row]] = {}
   for r in rows:
-    groups.setdefault((r.mesh, r.optimizer, r.remat), []).append(r)
+    moe = r.moe_impl and r.moe_impl + ("" if r.capacity_factor is None else f" {r.capacity_factor:g}")
+    groups.setdefault((r.mesh, r.optimizer, r.remat, moe), []).append(r)
   varying = [v for v in VARIABLES if v in over]
-  for (mesh, opt, remat), rs in groups.items():
+  for (mesh, opt, remat, moe), rs in groups.items():
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
@@ -131,7 +133,10 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
         for v, c in zip(varying, coef[1:], strict=True):
           exps[v] = round(float(c), 3)
       out.append(
-          Growth(mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"], seq_exponent=exps["seq"])
+          Growth(
+              mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"],
+              seq_exponent=exps["seq"], moe=moe,
+          )
       )
   return out
 
@@ -147,11 +152,12 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
   var = "seq" if "seq" in over else "batch"
   other = "batch" if var == "seq" else "seq"
   fig, ax = plt.subplots(figsize=(8, 5))
-  for (mesh, opt, remat, fixed), rs in _series(rows, var, other).items():
+  for (mesh, opt, remat, fixed, moe), rs in _series(rows, var, other).items():
     rs = [r for r in rs if r.error is None]
     xs = [getattr(r, var) for r in rs]
     label = f"{remat}" + (f" {opt}" if len({r.optimizer for r in rows}) > 1 else "") + (f" {mesh}" if len({r.mesh for r in rows}) > 1 else "")
     label += f" ({other} {fixed})" if len({getattr(r, other) for r in rows}) > 1 else ""
+    label += f" {moe[0]} {moe[1] or ''}".rstrip() if len({(r.moe_impl, r.capacity_factor) for r in rows}) > 1 else ""
     for comp, style in (("temp_size_in_bytes", "-"), ("argument_size_in_bytes", ":"), ("peak_memory_in_bytes", "--")):
       ys = [getattr(r, comp) for r in rs]
       if all(y for y in ys):
@@ -179,5 +185,5 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
 def _series(rows, var, other):
   out: dict[tuple, list[Row]] = {}
   for r in sorted(rows, key=lambda r: getattr(r, var)):
-    out.setdefault((r.mesh, r.optimizer, r.remat, getattr(r, other)), []).append(r)
+    out.setdefault((r.mesh, r.optimizer, r.remat, getattr(r, other), (r.moe_impl, r.capacity_factor)), []).append(r)
   return out

@@ -76,6 +76,7 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       dtype=p.cfg.dtype,
       num_devices=p.target.num_devices,
       capacity_bytes=p.target.capacity_bytes,
+      **moe_fields(p.cfg),
   )
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh
@@ -86,6 +87,9 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       optimizer_state_bytes=program.optimizer_state_bytes,
   )
   notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
+  notes += p.moe_notes
+  if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
+    notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
   traced = program.trace()
   # Counted from the program, not the executable, so a configuration the compiler refuses
   # still has its FLOPs (and so its recompute overhead).
@@ -111,6 +115,13 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   )
 
 
+def moe_fields(cfg: Any) -> dict[str, Any]:
+  """A row's ``moe_impl`` and ``capacity_factor`` (this one for capacity only); None for a dense model."""
+  if not cfg.is_moe:
+    return dict(moe_impl=None, capacity_factor=None)
+  return dict(moe_impl=cfg.moe_impl, capacity_factor=cfg.capacity_factor if cfg.moe_impl == "capacity" else None)
+
+
 def run_task(task: Task) -> dict[str, Any]:
   """Compiles one task and returns its row as a dict (picklable, JSON-able): the run function
   :func:`jaxmem.planning.runner.run_tasks` is given, in this process or a worker."""
@@ -123,7 +134,7 @@ def run_task(task: Task) -> dict[str, Any]:
 def with_overheads(rows: list[Row]) -> list[Row]:
   """Fills ``recompute_overhead_pct``: FLOPs over the ``none`` row of the same target, mesh,
   optimizer and workload (rows without one keep ``None``)."""
-  key = lambda r: (r.target, r.mesh, r.optimizer, r.batch, r.seq)  # noqa: E731
+  key = lambda r: (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.moe_impl, r.capacity_factor)  # noqa: E731
   base = {key(r): r.flops for r in rows if r.remat == "none" and r.flops}
   out = []
   for r in rows:
@@ -167,7 +178,10 @@ def baseline_flops(p: Plan, row: Row) -> float | None:
   """FLOPs per device of the no-remat program at ``row``'s workload: traced, not compiled."""
   mesh = shd.parse_mesh(row.mesh)
   opt = next(o for o in p.optimizers if o.name == row.optimizer)
+  cfg = p.cfg
+  if row.moe_impl is not None:  # the row's own MoE variant, which a sweep's plan.cfg may not be
+    cfg = dataclasses.replace(cfg, moe_impl=row.moe_impl, capacity_factor=row.capacity_factor or cfg.capacity_factor)
   program = build_train_program(
-      p.cfg, remat=REMAT_POLICIES["none"], optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh
+      cfg, remat=REMAT_POLICIES["none"], optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr) / p.target.num_devices

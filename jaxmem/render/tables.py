@@ -152,6 +152,8 @@ class _Layout:
   varying: tuple[str, ...]  # of model, target, batch, seq: those that differ between rows
   mesh: bool
   optimizer: bool
+  moe: bool  # a mixture-of-experts model: how its experts run, and the capacity factor
+  factor: bool
   comm: bool
   host: bool
   fit: bool
@@ -164,6 +166,8 @@ class _Layout:
         varying=tuple(k for k in ("model", "target", "batch", "seq") if len({getattr(r, k) for r in rows}) > 1),
         mesh=len({r.mesh for r in rows}) > 1 or rows[0].num_devices > 1,
         optimizer=len({r.optimizer for r in rows}) > 1,
+        moe=any(r.moe_impl for r in rows),
+        factor=any(r.capacity_factor is not None for r in rows),
         comm=any((r.num_devices or 1) > 1 for r in rows),
         host=any(r.host_temp_size_in_bytes for r in rows),
         fit=any(r.capacity_bytes is not None for r in rows),
@@ -172,7 +176,8 @@ class _Layout:
     )
 
   def headers(self) -> list[str]:
-    h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer + _SWEEP_HEADERS
+    h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer
+    h += ["moe"] * self.moe + ["capacity factor"] * self.factor + _SWEEP_HEADERS
     h += ["comm"] * self.comm + ["host temp"] * self.host
     h += ["capacity", "required", "fits"] if self.fit else []
     return h + (_TOTALS_HEADERS if self.totals else [])
@@ -181,6 +186,7 @@ class _Layout:
     """One row's cells; ``b`` is the no-remat row it is compared with (or None)."""
     u = self.unit.size
     line = [str(getattr(r, k)) for k in self.varying] + [r.mesh] * self.mesh + [r.optimizer] * self.optimizer
+    line += [r.moe_impl or "-"] * self.moe + ["-" if r.capacity_factor is None else f"{r.capacity_factor:g}"] * self.factor
     flops = "-" if r.flops is None else f"{r.flops / 1e9:,.1f}"
     recompute = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
     if r.error:
@@ -229,8 +235,9 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
   if not rows:
     return "no rows"
   layout = _Layout.of(rows, totals)
-  base = {(r.target, r.mesh, r.optimizer, r.batch, r.seq): r for r in rows if r.remat == "none"}
-  body = [layout.cells(r, base.get((r.target, r.mesh, r.optimizer, r.batch, r.seq))) for r in rows]
+  key = lambda r: (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.moe_impl, r.capacity_factor)  # noqa: E731
+  base = {key(r): r for r in rows if r.remat == "none"}
+  body = [layout.cells(r, base.get(key(r))) for r in rows]
   table = tabulate(body, headers=layout.headers(), tablefmt=markup(fmt), disable_numparse=True)
   notes = _notes(rows)
   out = [layout.heading(rows), "", table]
@@ -245,7 +252,8 @@ def _notes(rows: Sequence[Any]) -> list[str]:
     for n in r.notes:
       seen.setdefault(f"note: {n}")
     if r.error:
-      seen.setdefault(f"error [{r.mesh} {r.optimizer} {r.remat}]: {r.error}")
+      moe = f" {r.moe_impl}" if r.moe_impl else ""
+      seen.setdefault(f"error [{r.mesh} {r.optimizer} {r.remat}{moe}]: {r.error}")
   return list(seen)
 
 
@@ -292,10 +300,12 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   records = []
   for r in results:
     row = r.row
+    moe = {"moe": r.moe} if any(getattr(x, "moe", None) for x in results) else {}
     records.append(
         {
             "mesh": r.mesh,
             "optimizer": r.optimizer,
+            **moe,
             "remat": r.remat,
             f"max {over}": r.max_batch if over == "batch" else r.max_seq,
             f"required {u.name}": None if row is None else _size(row.required_bytes, u.size),
@@ -320,10 +330,12 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
     return json.dumps(envelope(rows, growth=[g.as_dict() for g in growth]), indent=2)
   if fmt == "csv":
     return render_csv(rows)
+  moe = any(g.moe for g in growth)
   records = [
       {
           "mesh": g.mesh,
           "optimizer": g.optimizer,
+          **({"moe": g.moe} if moe else {}),
           "remat": g.remat,
           "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
           "batch exponent": _exponent(g.batch_exponent),
