@@ -8,7 +8,9 @@ into a list of tensors and bytes. This is the jaxpr-level view, before XLA: it s
 to be saved, not how XLA lays it out (the compiled figures are in ``compare`` and ``explain``).
 
 Sizes are for one layer of the whole (global) batch on one device, unsharded; under data or
-FSDP parallelism each device saves its share (batch / data-parallel ways).
+FSDP parallelism each device saves its share (batch / data-parallel ways). For a mixture of
+experts the layer listed is an MoE layer (router, routed and shared experts, with the model's
+``moe_impl``), and the total adds its ``first_dense_layers`` dense layers at their own size.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig
 from jaxmem.models.transformer import Block
-from jaxmem.planning.plan import resolve_model
+from jaxmem.planning.plan import moe_config, moe_variants, resolve_model
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.records import Record
 from jaxmem.workload import Workload
@@ -55,7 +57,7 @@ class PolicyResiduals(Record):
   num_layers: int
   residuals: tuple[Residual, ...]
   per_layer_bytes: int
-  total_bytes: int  # per_layer_bytes x num_layers
+  total_bytes: int  # per_layer_bytes x num_layers (MoE: + the dense layers at their own size)
 
   def rows(self) -> list[dict[str, Any]]:
     """One flat record per residual (for tables), with the policy's totals repeated."""
@@ -66,8 +68,8 @@ class PolicyResiduals(Record):
     ]
 
 
-def _block_fn(cfg: ModelConfig, rp: RematPolicy):
-  block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
+def _block_fn(cfg: ModelConfig, rp: RematPolicy, *, moe: bool = False):
+  block = nnx.eval_shape(lambda: Block(cfg, moe=moe, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
 
   def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk):
@@ -92,10 +94,24 @@ def _name(aval, description: str) -> tuple[str, bool]:
 def saved_residuals_for(
     cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int
 ) -> PolicyResiduals:
-  """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input."""
-  fn, state = _block_fn(cfg, rp)
+  """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input (an MoE
+  layer for a mixture of experts; the total counts every layer at its own kind's size)."""
+  out = _listing(cfg, rp, batch=batch, seq=seq, moe=cfg.is_moe)
+  out.sort(key=lambda r: -r.bytes)
+  per_layer = sum(r.bytes for r in out)
+  total = per_layer * (cfg.num_moe_layers if cfg.is_moe else cfg.num_layers)
+  if cfg.is_moe and cfg.num_dense_layers:
+    total += sum(r.bytes for r in _listing(cfg, rp, batch=batch, seq=seq, moe=False)) * cfg.num_dense_layers
+  return PolicyResiduals(
+      remat=rp.name, model=cfg.name, batch=batch, seq=seq, num_layers=cfg.num_layers,
+      residuals=tuple(out), per_layer_bytes=per_layer, total_bytes=total,
+  )
+
+
+def _listing(cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, moe: bool) -> list[Residual]:
+  fn, state = _block_fn(cfg, rp, moe=moe)
   x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
-  k = cfg.head_dim // 2
+  k = (cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim) // 2  # MLA rotates only its RoPE part
   rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
   listing = saved_residuals(fn, state, x, rope, rope)
   out = []
@@ -117,12 +133,7 @@ def saved_residuals_for(
             is_input=is_input,
         )
     )
-  out.sort(key=lambda r: -r.bytes)
-  per_layer = sum(r.bytes for r in out)
-  return PolicyResiduals(
-      remat=rp.name, model=cfg.name, batch=batch, seq=seq, num_layers=cfg.num_layers,
-      residuals=tuple(out), per_layer_bytes=per_layer, total_bytes=per_layer * cfg.num_layers,
-  )
+  return out
 
 
 def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any) -> list[PolicyResiduals]:
@@ -136,6 +147,11 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   if w.batch < 1 or w.seq < 1:
     raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
   cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  if len(moe_variants(w)) > 1:
+    raise JaxmemError("--residuals takes one --moe-impl and --capacity-factor; run it once per choice")
+  (impl, factor), = moe_variants(w)
+  # The CPU's choice: the listing is JAX's, before any compiler (--moe-impl chooses another).
+  cfg, _ = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), "cpu")
   # Listing residuals compiles nothing, so host-offload policies are listed too.
   policies = parse_remat(w.remat, host_memory=True)
   return [saved_residuals_for(cfg, rp, batch=w.batch, seq=w.seq) for rp in policies]

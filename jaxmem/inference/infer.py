@@ -36,9 +36,9 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
-from jaxmem.models import CACHE_AXES, KVCache, ModelConfig, get_config, kv_cache_bytes
-from jaxmem.planning.plan import plan, resolve_meshes, resolve_model, resolve_target
-from jaxmem.planning.sweep import run_config
+from jaxmem.models import CACHE_AXES, MLA_CACHE_AXES, ModelConfig, cache_bytes, cache_class, get_config
+from jaxmem.planning.plan import moe_config, moe_variants, plan, resolve_meshes, resolve_model, resolve_target
+from jaxmem.planning.sweep import moe_fields, run_config
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import abstract_model
 from jaxmem.records import CompilerFigures, Placement
@@ -79,16 +79,23 @@ class InferRow(CompilerFigures, Placement):
 
   ``context`` is the KV cache's length in positions: the prompt for prefill, the cache a
   decode step reads for decode. ``required_bytes`` and ``fits`` as in
-  :class:`jaxmem.planning.sweep.Row`.
+  :class:`jaxmem.planning.sweep.Row`. ``kv_cache_bytes_per_token``: what one position of one
+  sequence holds in the whole model's cache (keys and values per kv head, or for multi-head
+  latent attention the latent and the decoupled RoPE key; ``attention`` says which).
+  ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`.
   """
 
   phase: str
   weights: str
   context: int
   prompt: int | None
+  attention: str = "GQA"
+  moe_impl: str | None = None
+  capacity_factor: float | None = None
   weight_bytes: int | None = None
   weight_scale_bytes: int | None = None
   kv_cache_bytes: int | None = None
+  kv_cache_bytes_per_token: int | None = None
   weight_bytes_per_device: int | None = None
   kv_cache_bytes_per_device: int | None = None
   capacity_bytes: int | None = None
@@ -122,12 +129,15 @@ class InferPlan:
   prompt: int
   contexts: tuple[int, ...]
   batch: int
+  # MoE variants as in jaxmem.planning.plan.Plan, each a (config, notes) to compile with.
+  moe: tuple[tuple[ModelConfig, tuple[str, ...]], ...] = ()
 
-  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int]]:
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, tuple[ModelConfig, tuple[str, ...]]]]:
     out = []
-    for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
-      for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
-        out.append((mesh, fmt, phase, ctx))
+    for variant in self.moe or ((self.cfg, ()),):
+      for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
+        for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
+          out.append((mesh, fmt, phase, ctx, variant))
     return out
 
 
@@ -164,7 +174,10 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   contexts = _ints(w.context, "context")
   (batch,) = _ints([w.batch], "batch")
   meshes = resolve_meshes(w, tgt)
+  variants = tuple(moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), tgt.platform) for i, f in moe_variants(w))
+  cfg = variants[0][0]
   for m in meshes:
+    shd.check_experts(m, cfg.num_experts, cfg.name)
     ways = shd.data_parallel_size(m)
     if batch % ways:
       raise JaxmemError(
@@ -175,7 +188,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
-  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch)
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, moe=variants)
 
 
 def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) -> tuple[PartitionSpec, list[str]]:
@@ -184,6 +197,23 @@ def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) ->
   notes = [f"{name}={dim} is not divisible by {'x'.join(axes)}={ways}: the KV cache is replicated over it"
            for name, dim, axes, ways in left]
   return spec, notes
+
+
+def abstract_cache(cfg: ModelConfig, *, batch: int, context: int, jmesh) -> tuple[Any, Any, list[str]]:
+  """(abstract cache, its tree of shardings, notes) for the model's kind of attention: a KVCache
+  (keys and values per kv head) or, for multi-head latent attention, an MLACache (the latent and
+  the RoPE key; ``models.cache_class``), each array sharded by its logical axes."""
+  kind = cache_class(cfg)
+  if cfg.is_mla:
+    shapes, axes = kind.shapes(cfg, batch=batch, context=context), MLA_CACHE_AXES
+  else:
+    shape = kind.shape(cfg, batch=batch, context=context)
+    shapes, axes = (shape, shape), (CACHE_AXES, CACHE_AXES)
+  specs = [_lenient_spec(a, shp, jmesh) for a, shp in zip(axes, shapes, strict=True)]
+  shardings = [NamedSharding(jmesh, spec) for spec, _ in specs]
+  dtype = cfg.compute_jnp_dtype
+  cache = kind(*(jax.ShapeDtypeStruct(shp, dtype, sharding=sh) for shp, sh in zip(shapes, shardings, strict=True)))
+  return cache, kind(*shardings), list(dict.fromkeys(n for _, ns in specs for n in ns))
 
 
 def build_infer_program(
@@ -201,9 +231,7 @@ def build_infer_program(
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)
   stored, stored_sh = quant.abstract_quantized(params, param_sh, fmt)
-  cache_spec, notes = _lenient_spec(CACHE_AXES, KVCache.shape(cfg, batch=batch, context=context), jmesh)
-  cache_sh = NamedSharding(jmesh, cache_spec)
-  cache = KVCache.abstract(cfg, batch=batch, context=context, sharding=cache_sh)
+  cache, cache_tree_sh, notes = abstract_cache(cfg, batch=batch, context=context, jmesh=jmesh)
   t = context if phase == "prefill" else 1
   tok_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq"), (batch, t), jmesh)[0])
   logits_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq", "vocab"), (batch, 1, cfg.vocab_size), jmesh)[0])
@@ -215,7 +243,6 @@ def build_infer_program(
     model = nnx.merge(graphdef, p)
     return model.cached(tokens_bt, kv, pos=pos, constrain=constrain, weights=hook)
 
-  cache_tree_sh = KVCache(cache_sh, cache_sh)
   jitted = jax.jit(
       step,
       in_shardings=(stored_sh, cache_tree_sh, tok_sh, replicated),
@@ -229,23 +256,34 @@ def build_infer_program(
       jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
   )
   values, scales = quant.tree_stored_bytes(stored)
-  kv_dev = 2 * quant.stored_bytes(cache_sh.shard_shape(cache.k_lbksh.shape), cache.k_lbksh.dtype)
+  kv_dev = sum(
+      quant.stored_bytes(sh.shard_shape(a.shape), a.dtype) for a, sh in zip(jax.tree.leaves(cache), jax.tree.leaves(cache_tree_sh), strict=True)
+  )
   return InferProgram(
       step=jitted,
       args=args,
       weight_bytes=int(values + scales),
       weight_scale_bytes=int(scales),
       weight_bytes_per_device=int(quant.tree_stored_bytes_per_device(stored, stored_sh)),
-      kv_cache_bytes=kv_cache_bytes(cfg, batch=batch, context=context),
+      kv_cache_bytes=cache_bytes(cfg, batch=batch, context=context),
       kv_cache_bytes_per_device=int(kv_dev),
       notes=tuple(f"kv cache: {n}" for n in notes),
   )
 
 
-def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, phase: str, context: int) -> InferRow:
-  """Compiles one configuration; a compile the backend refuses becomes a row with ``error``."""
+def run_infer_config(
+    p: InferPlan,
+    mesh: shd.MeshSpec,
+    fmt: quant.WeightFormat,
+    phase: str,
+    context: int,
+    variant: tuple[ModelConfig, tuple[str, ...]] | None = None,
+) -> InferRow:
+  """Compiles one configuration (``variant``: the MoE choice's config and notes, else the
+  plan's); a compile the backend refuses becomes a row with ``error``."""
+  cfg, moe_notes = variant or (p.cfg, ())
   base = dict(
-      model=p.cfg.name,
+      model=cfg.name,
       target=p.target.name,
       mesh=shd.format_mesh(mesh),
       phase=phase,
@@ -255,8 +293,11 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
       batch=p.batch,
       num_devices=p.target.num_devices,
       capacity_bytes=p.target.capacity_bytes,
+      attention=_attention_kind(cfg),
+      kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1),
+      **moe_fields(cfg),
   )
-  program = build_infer_program(p.cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh)
+  program = build_infer_program(cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh)
   base.update(
       weight_bytes=program.weight_bytes,
       weight_scale_bytes=program.weight_scale_bytes,
@@ -264,7 +305,7 @@ def run_infer_config(p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, 
       kv_cache_bytes=program.kv_cache_bytes,
       kv_cache_bytes_per_device=program.kv_cache_bytes_per_device,
   )
-  notes = list(program.notes)
+  notes = list(program.notes) + list(moe_notes) + list(cfg.notes)
   if p.target.capacity_note is not None:
     notes.append(f"capacity_bytes: {p.target.capacity_note}")
   traced = program.step.trace(*program.args)
@@ -293,8 +334,8 @@ def infer(
   """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced)."""
   p = plan_infer(workload, **fields)
   rows = []
-  for mesh, fmt, phase, ctx in p.configs():
-    row = run_infer_config(p, mesh, fmt, phase, ctx)
+  for config in p.configs():
+    row = run_infer_config(p, *config)
     rows.append(row)
     if on_row is not None:
       on_row(row)
@@ -304,19 +345,28 @@ def infer(
 # --- the KV cache from its formula -------------------------------------------------------------
 
 
+def _attention_kind(cfg: ModelConfig) -> str:
+  """MLA (latent cache), MHA (a kv head per query head) or GQA."""
+  if cfg.is_mla:
+    return "MLA"
+  return "MHA" if cfg.num_kv_heads == cfg.num_heads else "GQA"
+
+
 def kv_cache_table(
     model: str | ModelConfig, *, contexts: Sequence[int], batches: Sequence[int], bytes_per_element: float = 2
 ) -> list[dict[str, Any]]:
   """Whole-model KV cache bytes for every (batch, context), from
-  ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (bf16: 2 bytes)."""
+  ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (bf16: 2 bytes), or for
+  multi-head latent attention ``layers * (kv_lora_rank + qk_rope_head_dim) * context * batch *
+  bytes`` (``kv_heads`` is then None: every head reads the one latent)."""
   cfg = get_config(model) if isinstance(model, str) else model
   return [
       dict(
           model=cfg.name,
           batch=b,
           context=c,
-          kv_heads=cfg.num_kv_heads,
-          kv_cache_bytes=kv_cache_bytes(cfg, batch=b, context=c, bytes_per_element=bytes_per_element),
+          kv_heads=None if cfg.is_mla else cfg.num_kv_heads,
+          kv_cache_bytes=cache_bytes(cfg, batch=b, context=c, bytes_per_element=bytes_per_element),
       )
       for b in batches
       for c in contexts

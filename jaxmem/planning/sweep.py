@@ -87,7 +87,7 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       optimizer_state_bytes=program.optimizer_state_bytes,
   )
   notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
-  notes += p.moe_notes
+  notes += p.moe_notes + p.cfg.notes
   if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
     notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
   traced = program.trace()

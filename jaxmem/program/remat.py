@@ -74,6 +74,11 @@ def _names_preset(name: str, saves: tuple[str, ...], why: str) -> RematPolicy:
 
 
 _QKV = ("query_proj", "key_proj", "value_proj")
+# MaxText's MoE layers tag their routed experts with the dense MLP's names as well (layers/moe.py:
+# checkpoint_name(checkpoint_name(x, "mlpwi_0"), "moe_mlpwi_0"), and "mlpwi_1", "mlpwo" alike),
+# so its presets that save an MLP name save the experts' tensor too; jaxmem's experts carry the
+# moe_ names only, so the presets name both.
+_MLP = ("mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo")
 
 
 def _build() -> dict[str, RematPolicy]:
@@ -98,7 +103,14 @@ def _build() -> dict[str, RematPolicy]:
       _names_preset("save_out_proj", ("out_proj",), "save the attention output projection only"),
       _names_preset("save_dot_except_mlp", (*_QKV, "out_proj"), "save the attention projections, recompute the MLP"),
       _names_preset(
-          "save_dot_except_mlpwi", (*_QKV, "out_proj", "mlpwo"), "save all projections except the MLP's wide input"
+          "save_dot_except_mlpwi", (*_QKV, "out_proj", "mlpwo", "moe_mlpwo"),
+          "save all projections except the MLP's wide input (the experts' output too)",
+      ),
+      # MaxText's "minimal" and "minimal_with_context" (layers/decoders.py, minimal_policy).
+      _names_preset("minimal", (*_QKV, "out_proj", *_MLP), "save every projection (experts' too), recompute attention"),
+      _names_preset(
+          "minimal_with_context", (*_QKV, "context", "out_proj", *_MLP),
+          "save every projection and the attention context, recompute the scores",
       ),
       _names_preset(
           "save_dot_with_context_except_mlp",
