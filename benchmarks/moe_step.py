@@ -3,7 +3,7 @@
 Run: python benchmarks/moe_step.py [--model qwen3-30b-a3b] [--target tpu:v5p-16]
 [--mesh fsdp=8 --mesh expert=8,fsdp=1] [--remat full] [--batch 16] [--seq 2048] [--moe-impl M]
 [--fit]. It compiles, without the hardware, the train step for every mesh (as
-``jaxmem compare ... --format json`` does), prints one line per row (per-device memory and
+``jaxmem compare ... --format json`` does, but only for the named remat policy), prints one line per row (per-device memory and
 all-to-all bytes), checks that every mesh with an ``expert`` axis exchanges tokens by all-to-all
 (``comm_all_to_all_bytes > 0``), and with ``--fit`` also searches the largest batch that fits per
 mesh. The last line is JSON: the rows, the fit results and the check. Exit status 1 if the check
@@ -25,8 +25,13 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jaxmem  # noqa: E402
+import dataclasses  # noqa: E402
+
+from jaxmem.planning import fit as fitting  # noqa: E402
 from jaxmem.planning.cache import RowCache  # noqa: E402
+from jaxmem.planning.plan import plan  # noqa: E402
+from jaxmem.planning.runner import run_tasks  # noqa: E402
+from jaxmem.planning.sweep import row_from_dict, run_task  # noqa: E402
 
 GIB = 2**30
 
@@ -49,7 +54,10 @@ def main() -> int:
   meshes = args.mesh or ["fsdp=8", "expert=8,fsdp=1"]
   work = dict(model=args.model, target=args.target, mesh=meshes, remat=args.remat, seq=args.seq, moe_impl=args.moe_impl)
   start = time.time()
-  rows = [r for r in jaxmem.compare(**work, batch=args.batch, cache=RowCache()) if r.remat == args.remat]
+  # compare's rows, but only the named policy's (compare adds the no-remat baseline: twice the compiles).
+  p = plan(**work, batch=args.batch)
+  tasks = [t for t in p.tasks() if t.remat == args.remat]
+  rows = [row_from_dict(d) for d in run_tasks(tasks, run_task, cache=RowCache())]
   for r in rows:
     print(
         f"{r.mesh:18s} {r.moe_impl or '-':9s} params {_gib(r.param_bytes)} opt {_gib(r.optimizer_state_bytes)} "
@@ -60,7 +68,9 @@ def main() -> int:
     )
   fits = []
   if args.fit:
-    fits = [f.as_dict() for f in jaxmem.fit(**work, cache=RowCache()) if f.remat == args.remat]
+    fp = plan(fitting.template(p.workload.replace(batch=args.batch), "batch"))
+    fp = dataclasses.replace(fp, remats=tuple(r for r in fp.remats if r.name == args.remat))
+    fits = [f.as_dict() for f in fitting.search(fp, over="batch", cache=RowCache())]
     for f in fits:
       print(f"fit {f['mesh']:18s} max batch {f['max_batch']} ({f['compiles']} compiles) {f['fit_note'] or ''}", flush=True)
   expert_rows = [r for r in rows if "expert=" in r.mesh and "expert=1," not in r.mesh + ","]

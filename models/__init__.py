@@ -13,8 +13,9 @@ Public interface::
   PRESETS: dict[str, () -> ModelConfig]   keyed by CLI name ("tiny", "gpt2-small", "llama3-8b", ...)
   get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields; a name
                                    ending in .json is a Hugging Face config.json (from_config)
-  from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3 and
-                                   GPT-2 config.json files (hf.py); JaxmemError on anything else
+  from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3, GPT-2,
+                                   Mixtral, Qwen3-MoE and DeepSeek-V3 config.json files (hf.py);
+                                   JaxmemError on anything else
   count_params(cfg) -> int         closed form, equals the built model's parameter count
   count_active_params(cfg) -> int  parameters one token uses (MoE: k of E routed experts)
   Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
