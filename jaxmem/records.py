@@ -57,7 +57,9 @@ class Configuration(Placement):
   length, the parameters' storage dtype and the compute dtype; and how the step is computed:
   ``attention`` the implementation used (``splash`` where ``auto`` was asked on TPU; ``None``
   where not recorded), ``microbatches`` (gradient accumulation), ``vocab_tiles`` and
-  ``qk_dtype`` (``dot`` attention's scores)."""
+  ``qk_dtype`` (``dot`` attention's scores); for a mixture-of-experts model, how its routed
+  experts run (``moe_impl``) and, for ``capacity``, the capacity factor (both ``None`` for a
+  dense model)."""
 
   remat: str
   optimizer: str
@@ -69,6 +71,8 @@ class Configuration(Placement):
   microbatches: int = 1
   vocab_tiles: int = 1
   qk_dtype: str = "bfloat16"
+  moe_impl: str | None = None
+  capacity_factor: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

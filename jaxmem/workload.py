@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from jaxmem.errors import JaxmemError
 from jaxmem.program.sharding import format_mesh
 from jaxmem.program.step import step_spec
 from jaxmem.records import Record
@@ -49,6 +50,21 @@ def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
   for n in names([str(p) for p in parts]):
     out.append(int(n) if n.lstrip("-").isdigit() else n)
   return tuple(out)
+def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[float, ...]:
+  """A sweep axis of numbers: ``"1,1.25"``, ``1.25``, ``[1, "1.25,2"]`` and ``None`` (empty)."""
+  if v is None:
+    return ()
+  parts = [v] if isinstance(v, (str, int, float)) else list(v)
+  out = []
+  for p in parts:
+    for n in str(p).split(","):
+      if not n.strip():
+        continue
+      try:
+        out.append(float(n))
+      except ValueError:
+        raise JaxmemError(f"--{what} takes numbers separated by commas, got {n.strip()!r}") from None
+  return tuple(dict.fromkeys(out))
 
 
 def meshes(v: Any) -> tuple[str, ...]:
@@ -104,6 +120,13 @@ class Workload(Record):
   microbatches: tuple[int, ...] = (1,)
   vocab_tiles: int = 1
   qk_dtype: str = "bfloat16"
+  # --- mixture of experts (issue 11): sweep axes, for MoE models only (an error otherwise) ---
+  # moe_impl: dropless and/or capacity; empty means the model's own (dropless), except on GPU
+  # targets, where capacity (jaxmem.planning.plan.moe_config says why), and except when only
+  # capacity factors are given, which imply capacity. capacity_factor: the capacity path's slots
+  # per expert over its fair share; empty means the model's (1.25).
+  moe_impl: tuple[str, ...] = ()
+  capacity_factor: tuple[float, ...] = ()
 
   def __post_init__(self):
     # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
@@ -114,6 +137,8 @@ class Workload(Record):
       object.__setattr__(self, "step", step_spec(self.step))
     object.__setattr__(self, "attention", names(self.attention))
     object.__setattr__(self, "microbatches", ints(self.microbatches))
+    object.__setattr__(self, "moe_impl", names(self.moe_impl))
+    object.__setattr__(self, "capacity_factor", numbers(self.capacity_factor, "capacity-factor"))
 
   def replace(self, **fields: Any) -> Workload:
     """A copy with ``fields`` replaced (normalised like the constructor's arguments)."""

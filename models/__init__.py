@@ -13,8 +13,9 @@ Public interface::
   PRESETS: dict[str, () -> ModelConfig]   keyed by CLI name ("tiny", "gpt2-small", "llama3-8b", ...)
   get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields; a name
                                    ending in .json is a Hugging Face config.json (from_config)
-  from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3 and
-                                   GPT-2 config.json files (hf.py); JaxmemError on anything else
+  from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3, GPT-2,
+                                   Mixtral, Qwen3-MoE and DeepSeek-V3 config.json files (hf.py);
+                                   JaxmemError on anything else
   count_params(cfg) -> int         closed form, equals the built model's parameter count
   count_active_params(cfg) -> int  parameters one token uses (MoE: k of E routed experts)
   Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
@@ -40,6 +41,8 @@ Public interface::
                                    (attention_registry.py; kernels in attention_kernels.py)
   ExpertsFn, dropless_experts, capacity_experts, expert_capacity
                                    how an MoE layer's routed experts are computed (see moe.py)
+  sharded_dropless(mesh, ExpertMeshAxes(...))   dropless experts per device under shard_map,
+                                   tokens exchanged over the expert axis (moe_parallel.py)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
   DENSE_/MOE_/MLA_CHECKPOINT_NAMES the names each kind of layer tags
 
@@ -59,7 +62,8 @@ parameter dimension):
   layers     leading axis of every stacked block parameter
   pos        rows of GPT-2's learned position table
   norm       norm scale and bias vectors
-  exp        routed experts (leading axis of expert weights; router columns)
+  exp        routed experts (leading axis of expert weights)
+  exp_scores the router's expert column and selection bias (never sharded: each token needs all E scores)
   q_lora     MLA's query latent (q_lora_rank)
   kv_lora    MLA's key/value latent (kv_lora_rank, + the RoPE key in its down-projection)
 
@@ -130,6 +134,7 @@ from .layers import Constrain
 from .loss import cross_entropy
 from .mla import MLA_CACHE_AXES, MLACache, cache_bytes, cache_class, mla_cache_bytes
 from .moe import ExpertsFn, capacity_experts, dropless_experts, expert_capacity
+from .moe_parallel import ExpertMeshAxes, sharded_dropless
 from .names import (
   ACTIVATION_AXES,
   CHECKPOINT_NAMES,
@@ -144,6 +149,7 @@ from .transformer import RematPolicy, Transformer, WeightHook
 __all__ = [
   "ACTIVATION_AXES",
   "DENSE_CHECKPOINT_NAMES",
+  "ExpertMeshAxes",
   "ExpertsFn",
   "MLACache",
   "MLA_CACHE_AXES",
@@ -156,6 +162,7 @@ __all__ = [
   "dropless_experts",
   "expert_capacity",
   "mla_cache_bytes",
+  "sharded_dropless",
   "ATTENTION_NAMES",
   "AttendFn",
   "AttentionChoice",

@@ -42,10 +42,10 @@ from .names import CONTEXT
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MeshAxes:
-  """Which mesh axes split the attention inputs: jaxmem's activation rules (batch over data
-  and fsdp, heads over tensor, positions over sequence). Axes the mesh lacks are ignored."""
+  """Which mesh axes split the attention inputs: jaxmem's activation rules (batch over data,
+  fsdp and expert, heads over tensor, positions over sequence). Axes the mesh lacks are ignored."""
 
-  batch: tuple[str, ...] = ("data", "fsdp")
+  batch: tuple[str, ...] = ("data", "fsdp", "expert")
   heads: str = "tensor"
   seq: str = "sequence"
 

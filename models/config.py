@@ -111,6 +111,10 @@ class ModelConfig:
   expert_groups_per_token: int = 1  # ... and topk_group
   moe_impl: MoeImpl = "dropless"  # dropless (sorted tokens, ragged_dot) or capacity (GShard)
   capacity_factor: float = 1.25  # capacity impl only: slots per expert = factor x fair share
+  # Recorded, not modelled (see ``notes``): DeepSeek-V3's multi-token-prediction modules
+  # (num_nextn_predict_layers), an extra block and head per module for a training objective and
+  # speculative decoding; the 671B main model, as published, leaves them out.
+  mtp_layers: int = 0
   # MLA (models/mla.py) when kv_lora_rank > 0; then head_dim is the q/k head size
   # qk_nope_head_dim + qk_rope_head_dim and num_kv_heads == num_heads.
   kv_lora_rank: int = 0  # width of the cached latent c^KV; 0 means ordinary attention
@@ -160,12 +164,18 @@ class ModelConfig:
   @property
   def notes(self) -> tuple[str, ...]:
     """What the compiled figures do not reflect about this architecture, one line each."""
-    if self.sliding_window is None:
-      return ()
-    return (
-      f"sliding_window {self.sliding_window} recorded, not modelled: jaxmem's attention computes the "
-      "causal mask over the whole sequence, so memory and FLOPs are those of full attention",
-    )
+    out = []
+    if self.sliding_window is not None:
+      out.append(
+        f"sliding_window {self.sliding_window} recorded, not modelled: jaxmem's attention computes the "
+        "causal mask over the whole sequence, so memory and FLOPs are those of full attention"
+      )
+    if self.mtp_layers:
+      out.append(
+        f"mtp_layers {self.mtp_layers} recorded, not modelled: the multi-token-prediction modules (DeepSeek-V3: "
+        "14B parameters in one) are left out, so parameters, state and activations are the main model's"
+      )
+    return tuple(out)
 
   @property
   def param_jnp_dtype(self) -> jnp.dtype:
@@ -257,15 +267,15 @@ class ModelConfig:
   def deepseek_v3(cls) -> ModelConfig:
     """DeepSeek-V3 (671B): MLA, 3 dense layers, then 1 shared + 256 routed experts, top-8 by
     sigmoid affinity with group-limited, bias-corrected selection (8 groups, 4 chosen), weights
-    renormalised and scaled by 2.5. Left out: the multi-token-prediction module, and YaRN's
-    RoPE rescaling (values, not shapes)."""
+    renormalised and scaled by 2.5. Left out: the multi-token-prediction module (recorded as
+    mtp_layers, with a note), and YaRN's RoPE rescaling (values, not shapes)."""
     return cls(
       name="deepseek-v3", style="llama3", vocab_size=129_280, d_model=7168, num_layers=61, num_heads=128,
       num_kv_heads=128, head_dim=192, d_ff=18_432, max_seq_len=163_840, tie_embeddings=False, norm_eps=1e-6,
       rope_theta=10_000.0, num_experts=256, experts_per_token=8, num_shared_experts=1, expert_d_ff=2048,
       first_dense_layers=3, router_scoring="sigmoid", routed_scaling=2.5, router_bias=True, expert_groups=8,
       expert_groups_per_token=4, kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64,
-      v_head_dim=128,
+      v_head_dim=128, mtp_layers=1,
     )
 
   @classmethod
@@ -359,7 +369,7 @@ def _check_count(cfg: ModelConfig, field: str, *, least: int = 0) -> int:
 
 def _check_moe(cfg: ModelConfig) -> None:
   """The MoE fields; they are ignored (and may hold anything valid) when num_experts is 0."""
-  for field in ("num_experts", "experts_per_token", "num_shared_experts", "expert_d_ff", "first_dense_layers"):
+  for field in ("num_experts", "experts_per_token", "num_shared_experts", "expert_d_ff", "first_dense_layers", "mtp_layers"):
     _check_count(cfg, field)
   groups = _check_count(cfg, "expert_groups", least=1)
   groups_per_token = _check_count(cfg, "expert_groups_per_token", least=1)

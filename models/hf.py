@@ -9,13 +9,24 @@ shapes:
   Qwen2ForCausalLM    style llama3 with biases on q, k and v (``qkv_bias``)
   Qwen3ForCausalLM    style llama3 with RMSNorm on each q and k head (``qk_norm``)
   GPT2LMHeadModel     style gpt2 (its own field names: n_embd, n_layer, n_head, n_positions)
+  MixtralForCausalLM  Mistral's attention, every layer a softmax top-k router over
+                      ``num_local_experts`` SwiGLU experts of width ``intermediate_size``
+  Qwen3MoeForCausalLM Qwen3's attention, every layer a softmax top-k router (``norm_topk_prob``)
+                      over ``num_experts`` experts of width ``moe_intermediate_size``
+  DeepseekV3ForCausalLM  multi-head latent attention, ``first_k_dense_replace`` dense layers,
+                      then sigmoid group-limited routing (``n_group``, ``topk_group``; the
+                      ``noaux_tc`` selection bias) over ``n_routed_experts`` experts plus
+                      ``n_shared_experts``; ``num_nextn_predict_layers`` recorded, not modelled
 
 Every field of the file is accounted for: it is mapped to a ModelConfig field, checked to
 hold a value the models can express, or on a list of fields that do not change memory (below,
 with the reason). Anything else is a one-line :class:`JaxmemError` naming the field, so a
 config this module does not understand is never analysed as a model it is not. The field
 names and their defaults follow transformers' ``LlamaConfig``, ``MistralConfig``,
-``Qwen2Config``, ``Qwen3Config`` and ``GPT2Config``.
+``Qwen2Config``, ``Qwen3Config``, ``GPT2Config``, ``MixtralConfig``, ``Qwen3MoeConfig`` and
+DeepSeek's ``DeepseekV3Config`` (the checkpoint's configuration_deepseek.py). Mixture-of-experts
+layouts the models here cannot express (experts every few layers, dense layers between MoE
+ones) are refused, as is any MoE or MLA field in a dense architecture's file.
 
 The checkpoint's ``torch_dtype`` is ignored: it is the storage dtype of the released weights,
 while the train step's dtypes are ``param_dtype`` and ``dtype`` (``--param-dtype``,
@@ -40,6 +51,9 @@ SUPPORTED: tuple[str, ...] = (
   "Qwen2ForCausalLM",
   "Qwen3ForCausalLM",
   "GPT2LMHeadModel",
+  "MixtralForCausalLM",
+  "Qwen3MoeForCausalLM",
+  "DeepseekV3ForCausalLM",
 )
 # model_type -> architecture, for a config without "architectures".
 _BY_MODEL_TYPE = {
@@ -48,7 +62,18 @@ _BY_MODEL_TYPE = {
   "qwen2": "Qwen2ForCausalLM",
   "qwen3": "Qwen3ForCausalLM",
   "gpt2": "GPT2LMHeadModel",
+  "mixtral": "MixtralForCausalLM",
+  "qwen3_moe": "Qwen3MoeForCausalLM",
+  "deepseek_v3": "DeepseekV3ForCausalLM",
 }
+# Mixture-of-experts architectures -> the dense family whose attention and fields they share.
+_MOE_BASE = {"MixtralForCausalLM": "MistralForCausalLM", "Qwen3MoeForCausalLM": "Qwen3ForCausalLM"}
+_MOE_ARCHS = (*_MOE_BASE, "DeepseekV3ForCausalLM")
+# MoE training and serving knobs that change no shape: auxiliary-loss coefficients, whether the
+# router logits are returned, router noise, and the expert-parallel degree a server used.
+_MOE_IGNORED = frozenset({
+  "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "aux_loss_alpha", "seq_aux", "ep_size",
+})
 
 # Fields accepted and ignored for every family, because they do not change memory:
 _IGNORED = frozenset({
@@ -161,10 +186,12 @@ def from_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], *, nam
   raw, where, file_name = _load(path_or_dict)
   arch = _architecture(raw, where)
   fields = _Fields(raw, where)
-  _refuse_unbuildable(fields)
+  _refuse_unbuildable(fields, arch)
   name = name or _default_name(raw, file_name, arch)
   if arch == "GPT2LMHeadModel":
     return _gpt2(fields, name)
+  if arch == "DeepseekV3ForCausalLM":
+    return _deepseek_v3(fields, name)
   return _llama_family(fields, arch, name)
 
 
@@ -199,17 +226,19 @@ def _architecture(raw: Mapping[str, Any], where: str) -> str:
   return arch
 
 
-def _refuse_unbuildable(f: _Fields) -> None:
-  """Fields whose presence alone means a model the dense decoder here cannot express."""
+def _refuse_unbuildable(f: _Fields, arch: str) -> None:
+  """Fields whose presence alone means a model the architecture's decoder here cannot express."""
   moe = [k for k in _MOE_FIELDS if f.raw.get(k) not in (None, 0, [], False)]
-  if moe:
+  if moe and arch not in _MOE_ARCHS:
     raise f.error(
-      f"mixture-of-experts field(s) {', '.join(moe)} are not supported; supported: dense "
-      f"{', '.join(SUPPORTED)}"
+      f"mixture-of-experts field(s) {', '.join(moe)} are not supported for {arch}; mixture-of-experts "
+      f"architectures: {', '.join(_MOE_ARCHS)}"
     )
   mla = [k for k in _MLA_FIELDS if f.raw.get(k) is not None]
-  if mla:
-    raise f.error(f"multi-head latent attention field(s) {', '.join(mla)} are not supported")
+  if mla and arch != "DeepseekV3ForCausalLM":
+    raise f.error(
+      f"multi-head latent attention field(s) {', '.join(mla)} are not supported for {arch} (DeepseekV3ForCausalLM has them)"
+    )
   if f.raw.get("quantization_config") is not None:
     raise f.error(
       "quantization_config is not supported: the train step stores parameters in param_dtype; "
@@ -283,7 +312,9 @@ def _check_layer_types(f: _Fields) -> None:
 
 
 def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
-  """Llama, Mistral, Qwen2 and Qwen3: pre-RMSNorm, RoPE, GQA and SwiGLU, as style llama3."""
+  """Llama, Mistral, Qwen2 and Qwen3 (and Mixtral, Qwen3-MoE: their attention with MoE layers):
+  pre-RMSNorm, RoPE, GQA and SwiGLU, as style llama3."""
+  moe_arch, arch = arch, _MOE_BASE.get(arch, arch)  # the attention's family decides the rest
   act = f.get("hidden_act", "silu")
   if act not in _SILU:
     raise f.error(f"hidden_act {act!r} is not supported; supported: {', '.join(_SILU)} (the MLP here is SwiGLU)")
@@ -304,6 +335,8 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
   default_head_dim = 128 if arch == "Qwen3ForCausalLM" else d // max(heads, 1)
   if arch != "Qwen3ForCausalLM" and heads > 0 and d % heads and f.raw.get("head_dim") is None:
     raise f.error(f"hidden_size {d} is not a multiple of num_attention_heads {heads}; give head_dim")
+  if moe_arch == "Qwen3MoeForCausalLM":
+    default_head_dim = f.integer("head_dim")  # Qwen3MoeConfig's default is not checked here: required
   default_kv_heads = 8 if arch == "MistralForCausalLM" else heads
   default_positions = {"LlamaForCausalLM": 2048, "MistralForCausalLM": 4096 * 32}.get(arch, 32_768)
   _check_layer_types(f)
@@ -316,8 +349,74 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
     rope_theta=_rope_theta(f), qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
     sliding_window=_sliding_window(f, arch),
   )
+  if moe_arch != arch:
+    cfg.update(_moe(f, moe_arch, d_ff=cfg["d_ff"]))
   # pretraining_tp: how Llama 1/2 sliced matmuls during pretraining; same shapes either way.
-  f.check_all_read(arch, frozenset({"pretraining_tp"}))
+  f.check_all_read(moe_arch, frozenset({"pretraining_tp"}) | (_MOE_IGNORED if moe_arch != arch else frozenset()))
+  return ModelConfig(**cfg)
+
+
+def _moe(f: _Fields, arch: str, *, d_ff: int) -> dict[str, Any]:
+  """Mixtral's and Qwen3-MoE's expert fields: every layer an MoE layer, softmax top-k routing."""
+  if arch == "MixtralForCausalLM":
+    # Mixtral's experts are its MLP: intermediate_size is each expert's width (MixtralConfig),
+    # and the top-k weights are a softmax over the chosen logits (renormalised).
+    experts, width, norm_topk = f.integer("num_local_experts"), d_ff, True
+  else:
+    if f.integer("decoder_sparse_step", 1) != 1:
+      raise f.error("decoder_sparse_step other than 1 (MoE every few layers) is not supported: every layer here is MoE")
+    if f.get("mlp_only_layers", []):
+      raise f.error("mlp_only_layers is not supported: dense layers between MoE ones (only a dense prefix is)")
+    experts, width = f.integer("num_experts"), f.integer("moe_intermediate_size")
+    norm_topk = f.flag("norm_topk_prob", False)  # transformers' Qwen3MoeConfig default
+  return dict(
+    num_experts=experts, experts_per_token=f.integer("num_experts_per_tok"), expert_d_ff=width,
+    router_scoring="softmax", router_norm_topk=norm_topk,
+  )
+
+
+# DeepSeek's topk_method (configuration_deepseek.py; the Gate of its inference/model.py): greedy
+# is a plain top-k; group_limited_greedy (V2) the top-k within the topk_group best of n_group
+# groups; noaux_tc (V3) the same ranked with the selection bias e_score_correction_bias.
+_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+def _deepseek_v3(f: _Fields, name: str) -> ModelConfig:
+  """DeepseekV3ForCausalLM: multi-head latent attention, a dense prefix, then MoE layers with
+  shared experts and sigmoid (or softmax) group-limited routing."""
+  act = f.get("hidden_act", "silu")
+  if act not in _SILU:
+    raise f.error(f"hidden_act {act!r} is not supported; supported: {', '.join(_SILU)} (the MLP here is SwiGLU)")
+  f.refuse_if_true("attention_bias", "MLA's projections here have no biases")
+  heads = f.integer("num_attention_heads")
+  nope, rope = f.integer("qk_nope_head_dim"), f.integer("qk_rope_head_dim")
+  if f.integer("qk_head_dim", nope + rope) != nope + rope:
+    raise f.error(f"qk_head_dim must be qk_nope_head_dim + qk_rope_head_dim = {nope + rope}")
+  f.integer("head_dim", 0)  # newer transformers' name for the RoPE width: qk_rope_head_dim says it
+  if f.integer("moe_layer_freq", 1) != 1:
+    raise f.error("moe_layer_freq other than 1 (MoE every few layers) is not supported: every layer after the dense prefix is MoE")
+  method = f.get("topk_method", "noaux_tc")
+  if method not in _TOPK_METHODS:
+    raise f.error(f"topk_method {method!r} is not supported; supported: {', '.join(_TOPK_METHODS)}")
+  groups, per_token = f.integer("n_group", 1), f.integer("topk_group", 1)
+  if method == "greedy":
+    groups = per_token = 1
+  cfg = dict(
+    name=name, style="llama3", vocab_size=f.integer("vocab_size"), d_model=f.integer("hidden_size"),
+    num_layers=f.integer("num_hidden_layers"), num_heads=heads, num_kv_heads=f.integer("num_key_value_heads", heads),
+    head_dim=nope + rope, d_ff=f.integer("intermediate_size"), max_seq_len=f.integer("max_position_embeddings"),
+    tie_embeddings=f.flag("tie_word_embeddings", False), norm_eps=f.number("rms_norm_eps", 1e-6),
+    rope_theta=_rope_theta(f), num_experts=f.integer("n_routed_experts"),
+    experts_per_token=f.integer("num_experts_per_tok"), num_shared_experts=f.integer("n_shared_experts", 0),
+    expert_d_ff=f.integer("moe_intermediate_size"), first_dense_layers=f.integer("first_k_dense_replace", 0),
+    router_scoring=f.get("scoring_func", "sigmoid"), router_norm_topk=f.flag("norm_topk_prob", True),
+    routed_scaling=f.number("routed_scaling_factor", 1.0), router_bias=method == "noaux_tc",
+    expert_groups=groups, expert_groups_per_token=per_token, kv_lora_rank=f.integer("kv_lora_rank"),
+    q_lora_rank=f.integer("q_lora_rank", 0), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+    v_head_dim=f.integer("v_head_dim"), mtp_layers=f.integer("num_nextn_predict_layers", 0),
+  )
+  # pretraining_tp: how matmuls were sliced in pretraining; same shapes either way.
+  f.check_all_read("DeepseekV3ForCausalLM", frozenset({"pretraining_tp"}) | _MOE_IGNORED)
   return ModelConfig(**cfg)
 
 

@@ -57,7 +57,7 @@ from jax.ad_checkpoint import checkpoint_name
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, param
 from .mlp import SwiGLU
-from .names import BATCH, EMBED, EXPERT, MLP, MOE_MLPWI_0, MOE_MLPWI_1, MOE_MLPWO, ROUTER_LOGITS, SEQ
+from .names import BATCH, EMBED, EXPERT, EXPERT_SCORES, MLP, MOE_MLPWI_0, MOE_MLPWI_1, MOE_MLPWO, ROUTER_LOGITS, SEQ
 
 # experts(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd, *, constrain)
 #   -> y_btd: the routed experts' weighted sum for every token (shared experts excluded).
@@ -109,12 +109,12 @@ class Router(nnx.Module):
     self.k, self.scoring, self.norm_topk = cfg.experts_per_token, cfg.router_scoring, cfg.router_norm_topk
     self.scaling, self.groups = cfg.routed_scaling, cfg.expert_groups
     self.groups_per_token = cfg.expert_groups_per_token
-    self.w_router_de = param(rngs, DEFAULT_INIT, (d, e), (EMBED, EXPERT), pdt)
+    self.w_router_de = param(rngs, DEFAULT_INIT, (d, e), (EMBED, EXPERT_SCORES), pdt)
     self.use_bias = cfg.router_bias
     if self.use_bias:
       # A parameter so that it is stored, sharded and counted with the model (DeepSeek-V3's
       # checkpoint holds it); it only ranks experts, so its gradient is zero.
-      self.b_select_e = param(rngs, nnx.initializers.zeros, (e,), (EXPERT,), pdt)
+      self.b_select_e = param(rngs, nnx.initializers.zeros, (e,), (EXPERT_SCORES,), pdt)
 
   def logits(self, x_btd: jax.Array, *, constrain: Constrain) -> jax.Array:
     # Compute-dtype inputs, float32 accumulation and output: the scores feed a top-k and a

@@ -27,11 +27,15 @@ POS = "pos"  # rows of the learned position table (GPT-2 only)
 NORM = "norm"  # norm scale/bias vectors: separate from "embed" so rules can replicate them
 # Mixture of experts and multi-head latent attention (issue 11). "exp" is MaxText's name.
 EXPERT = "exp"  # routed experts: leading axis of the expert weights, of dispatched activations
+# The router's expert column (its weight's E outputs, the selection bias): every device needs all
+# E scores of its tokens for the top-k, so no rule shards it, as MaxText's gate kernel is
+# ("embed", None) (layers/moe.py, GateLogit kernel_axes) while its expert weights are "exp".
+EXPERT_SCORES = "exp_scores"
 Q_LORA = "q_lora"  # MLA's query latent c^Q (q_lora_rank)
 KV_LORA = "kv_lora"  # MLA's key/value latent c^KV (kv_lora_rank; + the RoPE key in its down-projection)
 
 LOGICAL_AXES: tuple[str, ...] = (
-  VOCAB, EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS, POS, NORM, EXPERT, Q_LORA, KV_LORA,
+  VOCAB, EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP, LAYERS, POS, NORM, EXPERT, EXPERT_SCORES, Q_LORA, KV_LORA,
 )
 
 # Activation-only axes: never on a parameter, used only in `constrain` calls, together with

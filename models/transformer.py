@@ -153,8 +153,8 @@ class Transformer(nnx.Module):
       w_down_fd [layers, embed|mlp, ...];
     final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied.
   Mixture-of-experts models stack their first ``first_dense_layers`` layers in ``blocks`` and
-  the rest in ``moe_blocks``, whose ``mlp`` is an MoE: router.w_router_de [layers, embed, exp]
-  (+ b_select_e [layers, exp]), w_gate_edf / w_up_edf [layers, exp, embed, mlp], w_down_efd
+  the rest in ``moe_blocks``, whose ``mlp`` is an MoE: router.w_router_de [layers, embed, exp_scores]
+  (+ b_select_e [layers, exp_scores]), w_gate_edf / w_up_edf [layers, exp, embed, mlp], w_down_efd
   [layers, exp, mlp, embed], and shared.* (a SwiGLU) with shared experts. MLA models' ``attn``
   holds w_q_a_dq, q_norm_q, w_q_b_qnh (or w_q_dnh), w_kv_a_dx, kv_norm_c, w_k_b_cnh, w_v_b_cnv,
   w_o_nvd (see mla.py).

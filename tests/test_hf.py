@@ -37,6 +37,10 @@ FIXTURES = {
   "qwen3-8b": "qwen3-8b",
   "llama3.1-8b": "llama3-8b",
   "gpt2": "gpt2-small",
+  # Mixtures of experts (issue 11); deepseek-v3.json without its quantization_config (README).
+  "mixtral-8x7b": "mixtral-8x7b",
+  "qwen3-30b-a3b": "qwen3-30b-a3b",
+  "deepseek-v3": "deepseek-v3",
 }
 # Parameter counts on the model cards: Mistral 7B (v0.3) 7.25B, Qwen2.5-7B 7.61B,
 # Qwen2.5-72B 72.7B, Qwen3-8B 8.2B (8.19B to three figures).
@@ -124,8 +128,8 @@ def test_name_from_directory_name_or_path_or_argument(tmp_path):
 def test_unsupported_architecture_is_one_line_naming_the_supported():
   msg = refusal({**raw("qwen2.5-7b"), "architectures": ["Gemma2ForCausalLM"]})
   assert "Gemma2ForCausalLM" in msg and all(a in msg for a in SUPPORTED)
-  msg = refusal({"model_type": "mixtral", "hidden_size": 8})
-  assert "mixtral" in msg and all(a in msg for a in SUPPORTED)
+  msg = refusal({"model_type": "qwen2_moe", "hidden_size": 8})
+  assert "qwen2_moe" in msg and all(a in msg for a in SUPPORTED)
 
 
 @pytest.mark.parametrize(
@@ -151,6 +155,36 @@ def test_field_the_models_cannot_express_is_one_line(fixture, change, named):
   config = {**raw(fixture), **change}
   config = {k: v for k, v in config.items() if not (v is None and k in change)}
   assert named in refusal(config)
+
+
+@pytest.mark.parametrize(
+  ("fixture", "change", "named"),
+  [
+    ("deepseek-v3", {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}, "quantization_config"),
+    ("deepseek-v3", {"moe_layer_freq": 2}, "moe_layer_freq"),
+    ("deepseek-v3", {"topk_method": "sinkhorn"}, "topk_method"),
+    ("deepseek-v3", {"n_group": 3}, "expert_groups"),
+    ("qwen3-30b-a3b", {"decoder_sparse_step": 2}, "decoder_sparse_step"),
+    ("qwen3-30b-a3b", {"mlp_only_layers": [0, 1]}, "mlp_only_layers"),
+    ("qwen3-30b-a3b", {"shared_expert_intermediate_size": 5632}, "shared_expert_intermediate_size"),
+    ("mixtral-8x7b", {"kv_lora_rank": 512}, "kv_lora_rank"),
+    ("mixtral-8x7b", {"num_experts_per_tok": 9}, "experts_per_token"),
+  ],
+)
+def test_moe_layouts_the_models_cannot_express_are_one_line(fixture, change, named):
+  assert named in refusal({**raw(fixture), **change})
+
+
+def test_moe_fixtures_route_as_their_models_do():
+  mixtral, qwen, ds = (from_config(DATA / f"{f}.json") for f in ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"))
+  assert (mixtral.expert_d_ff, mixtral.d_ff, mixtral.router_scoring) == (14_336, 14_336, "softmax")
+  assert qwen.qk_norm and qwen.router_norm_topk and qwen.num_moe_layers == 48
+  assert (ds.router_scoring, ds.router_bias, ds.expert_groups, ds.expert_groups_per_token) == ("sigmoid", True, 8, 4)
+  assert ds.is_mla and ds.first_dense_layers == 3 and ds.mtp_layers == 1
+  assert any("mtp_layers 1 recorded, not modelled" in n for n in ds.notes)
+  # Without the bias (DeepSeek-V2's group_limited_greedy) or groups (greedy), as the Gate ranks.
+  assert not from_config({**raw("deepseek-v3"), "topk_method": "group_limited_greedy"}).router_bias
+  assert from_config({**raw("deepseek-v3"), "topk_method": "greedy"}).expert_groups == 1
 
 
 def test_fields_that_do_not_change_memory_are_accepted():

@@ -8,7 +8,9 @@ into a list of tensors and bytes. This is the jaxpr-level view, before XLA: it s
 to be saved, not how XLA lays it out (the compiled figures are in ``compare`` and ``explain``).
 
 Sizes are for one layer of the whole (global) batch on one device, unsharded; under data or
-FSDP parallelism each device saves its share (batch / data-parallel ways).
+FSDP parallelism each device saves its share (batch / data-parallel ways). For a mixture of
+experts the layer listed is an MoE layer (router, routed and shared experts, with the model's
+``moe_impl``), and the total adds its ``first_dense_layers`` dense layers at their own size.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from jaxmem.compiler.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
 from jaxmem.models.transformer import Block
-from jaxmem.planning.plan import resolve_model, resolve_step_axes
+from jaxmem.planning.plan import moe_config, moe_variants, resolve_model, resolve_step_axes
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.train import pick_attention
 from jaxmem.records import Record
@@ -57,7 +59,7 @@ class PolicyResiduals(Record):
   num_layers: int
   residuals: tuple[Residual, ...]
   per_layer_bytes: int
-  total_bytes: int  # per_layer_bytes x num_layers
+  total_bytes: int  # per_layer_bytes x num_layers (MoE: + the dense layers at their own size)
   attention: str | None = None  # the attention implementation the block ran (None: dot, unnamed)
 
   def rows(self) -> list[dict[str, Any]]:
@@ -69,8 +71,8 @@ class PolicyResiduals(Record):
     ]
 
 
-def _block_fn(cfg: ModelConfig, rp: RematPolicy, attend: AttendFn | None = None):
-  block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
+def _block_fn(cfg: ModelConfig, rp: RematPolicy, attend: AttendFn | None = None, *, moe: bool = False):
+  block = nnx.eval_shape(lambda: Block(cfg, moe=moe, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
 
   def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk):
@@ -98,10 +100,29 @@ def saved_residuals_for(
     cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attention: AttentionChoice | None = None
 ) -> PolicyResiduals:
   """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input, attention
-  computed by ``attention`` (None: dot)."""
-  fn, state = _block_fn(cfg, rp, None if attention is None else attention.attend)
+  computed by ``attention`` (None: dot); an MoE layer for a mixture of experts (the total counts
+  every layer at its own kind's size)."""
+  attend = None if attention is None else attention.attend
+  out = _listing(cfg, rp, batch=batch, seq=seq, attend=attend, moe=cfg.is_moe)
+  out.sort(key=lambda r: -r.bytes)
+  per_layer = sum(r.bytes for r in out)
+  total = per_layer * (cfg.num_moe_layers if cfg.is_moe else cfg.num_layers)
+  if cfg.is_moe and cfg.num_dense_layers:
+    dense = _listing(cfg, rp, batch=batch, seq=seq, attend=attend, moe=False)
+    total += sum(r.bytes for r in dense) * cfg.num_dense_layers
+  return PolicyResiduals(
+      remat=rp.name, model=cfg.name, batch=batch, seq=seq, num_layers=cfg.num_layers,
+      residuals=tuple(out), per_layer_bytes=per_layer, total_bytes=total,
+      attention=None if attention is None else attention.name,
+  )
+
+
+def _listing(
+    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attend: AttendFn | None, moe: bool
+) -> list[Residual]:
+  fn, state = _block_fn(cfg, rp, attend, moe=moe)
   x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
-  k = cfg.head_dim // 2
+  k = (cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim) // 2  # MLA rotates only its RoPE part
   rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
   listing = saved_residuals(fn, state, x, rope, rope)
   out = []
@@ -123,13 +144,7 @@ def saved_residuals_for(
             is_input=is_input,
         )
     )
-  out.sort(key=lambda r: -r.bytes)
-  per_layer = sum(r.bytes for r in out)
-  return PolicyResiduals(
-      remat=rp.name, model=cfg.name, batch=batch, seq=seq, num_layers=cfg.num_layers,
-      residuals=tuple(out), per_layer_bytes=per_layer, total_bytes=per_layer * cfg.num_layers,
-      attention=None if attention is None else attention.name,
-  )
+  return out
 
 
 def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any) -> list[PolicyResiduals]:
@@ -148,6 +163,11 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   attentions, microbatches = resolve_step_axes(w)
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
+  if len(moe_variants(w)) > 1:
+    raise JaxmemError("--residuals takes one --moe-impl and --capacity-factor; run it once per choice")
+  (impl, factor), = moe_variants(w)
+  # The CPU's choice: the listing is JAX's, before any compiler (--moe-impl chooses another).
+  cfg, _ = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), "cpu")
   # Listing residuals compiles nothing, so host-offload policies are listed too.
   policies = parse_remat(w.remat, host_memory=True)
   out = []

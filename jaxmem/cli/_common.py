@@ -57,6 +57,18 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       default=None,
       help="mesh axes, e.g. data=4 or fsdp=2,tensor=2; repeat for one row group per mesh (default: fsdp over all devices)",
   )
+  p.add_argument(
+      "--moe-impl",
+      default=None,
+      help="mixture-of-experts models: how routed experts run, dropless (tokens sorted by expert, grouped matmuls) "
+      "and/or capacity (GShard dispatch; copies past capacity dropped), comma separated; default dropless, "
+      "capacity on GPU targets",
+  )
+  p.add_argument(
+      "--capacity-factor",
+      default=None,
+      help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); default 1.25",
+  )
   p.add_argument("--param-dtype", default=None, help="parameter dtype (default float32)")
   p.add_argument("--dtype", default=None, help="compute dtype (default bfloat16)")
   p.add_argument(

@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tensor)")
   p.add_argument("--recompute", default="none", help="none, selective or full; default none")
   p.add_argument("--context", type=int, default=None, help="KV cache context; default --seq")
+  p.add_argument(
+      "--capacity-factor", type=float, default=None, help="mixture of experts: the capacity path's factor; default the model's (1.25)"
+  )
   c.add_output(p)
   p.set_defaults(func=run)
 
@@ -34,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
   rows = estimate.estimates(
       models, optimizer=args.optimizer, precision=args.precision, batch=args.batch, seq=args.seq,
       tensor=args.tensor, sequence_parallel=args.sequence_parallel, recompute=args.recompute, context=args.context,
+      capacity_factor=args.capacity_factor,
   )
   c.emit(render_estimates(rows, args.format), args.output)
   return 0

@@ -1,10 +1,11 @@
-"""``jaxmem models``: the model presets with their parameter counts and widths."""
+"""``jaxmem models``: the model presets with their parameter counts (total, and active per token
+for mixtures of experts), widths, experts and attention kind."""
 
 from __future__ import annotations
 
 import argparse
 
-from jaxmem.models import PRESETS, count_params
+from jaxmem.models import PRESETS, ModelConfig, count_active_params, count_params
 from jaxmem.render import tables
 
 
@@ -24,6 +25,12 @@ def run(args: argparse.Namespace) -> int:
             model=name,
             style=cfg.style,
             params=count_params(cfg),
+            active_params=count_active_params(cfg),
+            attention=attention_kind(cfg),
+            experts=cfg.num_experts or None,
+            top_k=cfg.experts_per_token or None,
+            shared_experts=cfg.num_shared_experts if cfg.is_moe else None,
+            expert_d_ff=cfg.expert_d_ff if cfg.is_moe else None,
             layers=cfg.num_layers,
             d_model=cfg.d_model,
             heads=cfg.num_heads,
@@ -36,3 +43,10 @@ def run(args: argparse.Namespace) -> int:
     )
   print(tables.render_records(records, args.format))
   return 0
+
+
+def attention_kind(cfg: ModelConfig) -> str:
+  """MLA (latent KV cache), MHA (a key/value head per query head) or GQA (fewer kv heads)."""
+  if cfg.is_mla:
+    return "MLA"
+  return "MHA" if cfg.num_kv_heads == cfg.num_heads else "GQA"

@@ -15,6 +15,13 @@ Cost convention (bytes a device SENDS per step under ring algorithms; it receive
   * all-to-all          (g-1)/g * S       (every device keeps 1/g of its buffer)
   * collective-permute  S per pair in ``source_target_pairs`` the device is the source of
                         (self-pairs excluded); the device with the most sends is reported.
+  * ragged-all-to-all   (g-1)/g * min(S_in, S_out), counted as all-to-all. How many rows it
+                        sends is data (its send_sizes operand), which a compile cannot know; its
+                        buffers bound it: a device sends at most its input, and with balanced
+                        routing sends and receives equally, so the smaller of the input and the
+                        output buffer (MoE dispatch sizes the receive buffer for the worst case,
+                        MaxText's ``buffer_size``; the return trip, the send buffer) is what
+                        moves, (g-1)/g of it to other devices as for all-to-all.
 
 Ring costs: R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication
 Operations in MPICH", IJHPCA 19(1), 2005 (ring all-gather, and all-reduce as reduce-scatter plus
@@ -66,7 +73,7 @@ collective-permutes in both ring directions), so on TPU FSDP traffic can show up
 reduce-scatters in the programs checked; GPU and TPU may reduce gradients in bf16 where CPU uses
 f32. Across backends, compare ``total_bytes``.
 
-Not counted: send/recv, ``collective-broadcast`` and ``ragged-all-to-all`` (noted when present);
+Not counted: send/recv and ``collective-broadcast`` (noted when present);
 transfers between hosts; and communication hidden inside custom calls.
 """
 
@@ -87,8 +94,9 @@ _OPCODE_KIND = {
     "all-reduce": "all_reduce", "all-reduce-start": "all_reduce",
     "all-to-all": "all_to_all", "all-to-all-start": "all_to_all",
     "collective-permute": "collective_permute", "collective-permute-start": "collective_permute",
+    "ragged-all-to-all": "all_to_all", "ragged-all-to-all-start": "all_to_all",
 }
-_UNCOUNTED = ("send", "recv", "collective-broadcast", "ragged-all-to-all")
+_UNCOUNTED = ("send", "recv", "collective-broadcast")
 
 # Bits per element; sub-byte types are rounded up per buffer.
 _DTYPE_BITS = {
@@ -141,7 +149,7 @@ def _group_size(inst: Instruction, module: Module, notes: list[str]) -> int:
   base = inst.opcode.removesuffix("-start")
   # XLA's GetCollectiveOpGroupMode: all-to-all and collective-permute have no
   # use_global_device_ids flag, so a channel_id makes them cross-partition.
-  if base in ("all-to-all", "collective-permute"):
+  if base in ("all-to-all", "ragged-all-to-all", "collective-permute"):
     mode = "partition" if channel else "replica"
   elif not channel:
     mode = "replica"
@@ -197,9 +205,24 @@ def _permute_sends(attrs: str) -> int:
   return max(sends.values(), default=0)
 
 
+def _ragged_buffers(inst: Instruction, comp: Computation | None) -> tuple[int, int]:
+  """(input, output) buffer bytes of a ragged-all-to-all: its first two operands. The async
+  form's result spells them ((operands...), output); otherwise the input is looked up by name."""
+  elements = _tuple_elements(inst.shape)
+  if inst.opcode.endswith("-start") and len(elements) > 1:
+    operands = _tuple_elements(elements[0])
+    return _leaf_bytes(operands[0]), _leaf_bytes(elements[1])
+  out = _leaf_bytes(inst.shape)
+  source = comp.instructions.get(inst.operands[0]) if comp is not None and inst.operands else None
+  return (_leaf_bytes(source.shape) if source is not None and source.shape else out), out
+
+
 def _collective_bytes(inst: Instruction, kind: str, module: Module, notes: list[str], *,
-                      from_input: bool = False) -> int:
+                      from_input: bool = False, comp: Computation | None = None) -> int:
   """Bytes one device sends for one execution of ``inst`` (formulas in the module docstring)."""
+  if inst.opcode.startswith("ragged-all-to-all"):
+    g = _group_size(inst, module, notes)
+    return round((g - 1) * min(_ragged_buffers(inst, comp)) / g) if g > 1 else 0
   if inst.opcode.endswith("-start") and inst.opcode != "all-reduce-start":
     # all-gather-start: (operands, results); the async-wrapped forms: ((operands), results, ...).
     elements = _tuple_elements(inst.shape)
@@ -272,27 +295,31 @@ class _Walker:
       return tally
     self._active.add(name)
     seen_channels: set[str] = set()
-    self._collect(comp, tally, seen_channels, in_reduce_scatter_fusion=False)
+    self._collect(comp, tally, seen_channels, in_reduce_scatter_fusion=False, nested=False)
     self._active.discard(name)
     self._memo[name] = tally
     return tally
 
   def _collect(self, comp: Computation, tally: _Tally, seen_channels: set[str], *,
-               in_reduce_scatter_fusion: bool) -> None:
-    """Adds ``comp``'s collectives; fusions and async-wrapped computations count as part of it."""
+               in_reduce_scatter_fusion: bool, nested: bool) -> None:
+    """Adds ``comp``'s collectives; fusions and async-wrapped computations count as part of it.
+
+    A channel id met again counts once only inside fusions (TPU's async collective fusions):
+    XLA:CPU gives every collective of a cloned loop body the same channel id, so two
+    instructions of one computation (a forward and a backward all-to-all) are two collectives."""
     for iname, inst in comp.instructions.items():
       op = inst.opcode
       kind = _OPCODE_KIND.get(op)
       if kind is not None:
         channel = _channel(inst)
         if channel:
-          if channel in seen_channels or self._async_starts.get(channel, comp.name) != comp.name:
+          if (nested and channel in seen_channels) or self._async_starts.get(channel, comp.name) != comp.name:
             continue
           seen_channels.add(channel)
         from_input = False
         if kind == "all_reduce" and in_reduce_scatter_fusion:
           kind, from_input = "reduce_scatter", True
-        tally.bytes[kind] += _collective_bytes(inst, kind, self.module, self.notes, from_input=from_input)
+        tally.bytes[kind] += _collective_bytes(inst, kind, self.module, self.notes, from_input=from_input, comp=comp)
         tally.counts[kind] += 1
       elif op in _UNCOUNTED or op.removesuffix("-start") in _UNCOUNTED:
         self.note(f"{op} present; not counted")
@@ -303,7 +330,7 @@ class _Walker:
             continue
           self._active.add(callee)
           self._collect(sub, tally, seen_channels, in_reduce_scatter_fusion=in_reduce_scatter_fusion
-                        or callee.startswith("all-reduce-scatter"))
+                        or callee.startswith("all-reduce-scatter"), nested=True)
           self._active.discard(callee)
       elif op == "while":
         trips = self.module.trip_count(iname, comp.name)

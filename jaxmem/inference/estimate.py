@@ -16,7 +16,22 @@ Sources, one per formula:
   with tensor parallel ``sbh(10 + 24/t)``; with both ``34 sbh/t`` (eq. 6); full recompute
   ``2sbh`` (only each layer's input is kept).
 * KV cache: ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (keys and values,
-  per kv head: grouped-query attention, Ainslie et al. 2023).
+  per kv head: grouped-query attention, Ainslie et al. 2023); for multi-head latent attention
+  ``layers * (kv_lora_rank + qk_rope_head_dim) * context * batch * bytes`` (DeepSeek-V2, arXiv
+  2405.04434, table 1: (d_c + d_h^R) l elements per token; the latent and the decoupled RoPE key).
+* Mixture of experts (issue 11): total and active parameters from ``count_params`` and
+  ``count_active_params`` (``models/counting.py``); expert parameters are the routed experts'
+  weights, L_moe * E * 3 * D * F_e, and their state (parameters, gradients, optimizer state) is
+  what an ``expert`` mesh axis divides. Dispatch buffers of one MoE layer for N tokens (B
+  sequences of T), k experts per token, in the compute dtype:
+  dropless ``N*k*D + 3*N*k*F_e + N*k*D`` (the N*k token copies sorted by expert, the grouped
+  matmuls' gate, up and gated hidden, the experts' output before the weighted sum: MaxText's
+  megablox path, layers/moe.py ``permute``/``gmm``/``unpermute``; DeepSeek-V3, arXiv 2412.19437,
+  sec. 3.2.2, dispatches each token to its k = 8 routed experts);
+  capacity ``2*B*T*E*C + E*B*C*(2*D + 3*F_e)`` with C = ceil(capacity_factor * T * k / E) slots
+  (GShard, Lepikhin et al. 2020, sec. 2.2 and Algorithm 1: the dispatch mask and combine weights
+  [B, T, E, C], and the dispatched tokens and expert outputs [E, B, C, D] with the expert
+  hidden [E, B, C, F]).
 * Weights for inference: parameters x bytes per parameter of the format (bf16/fp16 2, fp8 1,
   int4 0.5), the arithmetic of Hugging Face's Llama 3.1 deployment guide (checkpoint only).
 """
@@ -28,7 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ModelConfig, count_params, get_config
+from jaxmem.models import ModelConfig, cache_bytes, count_active_params, count_params, expert_capacity, get_config
 from jaxmem.program import sharding as shd
 from jaxmem.records import Record
 
@@ -36,7 +51,10 @@ SOURCES = {
     "params": "count_params(cfg) (models/counting.py)",
     "model_state": "Rajbhandari et al. 2020 (ZeRO), sec. 3.1: 2 + 2 + K bytes per parameter, K = 12 for mixed-precision Adam",
     "activations": "Korthikanti et al. 2022, table 2 / eqs. 2-6: sbh(34 + 5as/h) per layer and its parallel and recompute variants",
-    "kv_cache": "2 * layers * kv_heads * head_dim * context * batch * bytes",
+    "kv_cache": "2 * layers * kv_heads * head_dim * context * batch * bytes; MLA: layers * (kv_lora_rank + qk_rope_head_dim) * context * batch * bytes (DeepSeek-V2, table 1)",
+    "moe_params": "count_params / count_active_params (models/counting.py); expert parameters L_moe * E * 3 * D * F_e",
+    "dispatch_dropless": "per MoE layer N*k*D + 3*N*k*F_e + N*k*D (MaxText megablox permute/gmm/unpermute; DeepSeek-V3 sec. 3.2.2: k copies per token)",
+    "dispatch_capacity": "per MoE layer 2*B*T*E*C + E*B*C*(2*D + 3*F_e), C = ceil(capacity_factor*T*k/E) (GShard sec. 2.2, Algorithm 1)",
     "weights": "parameters x bytes per parameter of the format (Hugging Face Llama 3.1 guide: checkpoint only)",
 }
 
@@ -123,12 +141,45 @@ class Estimate(Record):
   weight_bytes_fp8: float
   weight_bytes_int4: float
   h100_80gb_equivalents: float
+  # Per token and sequence, whole model: what one more token of context adds to the cache.
+  kv_cache_bytes_per_token: float = 0.0
+  # Mixture of experts (equal to the totals, and 0 or None, for a dense model).
+  active_params: int = 0
+  expert_params: int = 0
+  expert_state_bytes: float = 0.0  # the routed experts' parameters + gradients + optimizer state
+  non_expert_state_bytes: float = 0.0
+  capacity_factor: float | None = None
+  dispatch_bytes_dropless_per_layer: float | None = None
+  dispatch_bytes_capacity_per_layer: float | None = None
+  dispatch_bytes_dropless: float | None = None  # every MoE layer
+  dispatch_bytes_capacity: float | None = None
   sources: tuple[str, ...] = tuple(f"{k}: {v}" for k, v in SOURCES.items())
 
 
 def kv_cache_bytes(cfg: ModelConfig, *, context: int, batch: int, bytes_per_element: float = 2) -> float:
-  """2 * layers * kv_heads * head_dim * context * batch * bytes."""
-  return 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * context * batch * bytes_per_element
+  """2 * layers * kv_heads * head_dim * context * batch * bytes; for MLA, layers *
+  (kv_lora_rank + qk_rope_head_dim) * context * batch * bytes (module docstring)."""
+  return float(cache_bytes(cfg, batch=batch, context=context, bytes_per_element=bytes_per_element))
+
+
+def expert_params(cfg: ModelConfig) -> int:
+  """The routed experts' parameters: L_moe * E * 3 * D * F_e (0 for a dense model)."""
+  return cfg.num_moe_layers * cfg.num_experts * 3 * cfg.d_model * cfg.expert_d_ff
+
+
+def dispatch_bytes(
+    cfg: ModelConfig, *, batch: int, seq: int, capacity_factor: float | None = None, bytes_per_element: float = 2
+) -> tuple[float, float] | tuple[None, None]:
+  """(dropless, capacity) dispatch-buffer bytes of one MoE layer for ``batch`` sequences of
+  ``seq`` tokens (module docstring); (None, None) for a dense model."""
+  if not cfg.is_moe:
+    return None, None
+  n, k, e, d, f = batch * seq, cfg.experts_per_token, cfg.num_experts, cfg.d_model, cfg.expert_d_ff
+  factor = cfg.capacity_factor if capacity_factor is None else capacity_factor
+  c = expert_capacity(seq, k, e, factor)
+  dropless = n * k * d + 3 * n * k * f + n * k * d
+  capacity = 2 * batch * seq * e * c + e * batch * c * (2 * d + 3 * f)
+  return dropless * bytes_per_element, capacity * bytes_per_element
 
 
 def weight_bytes(cfg: ModelConfig, fmt: str) -> float:
@@ -150,16 +201,29 @@ def estimate(
     recompute: str = "none",
     context: int | None = None,
     kv_batch: int | None = None,
+    capacity_factor: float | None = None,
 ) -> Estimate:
   """Every closed-form figure for one configuration (module docstring for the sources)."""
   cfg = get_config(model) if isinstance(model, str) else model
   if batch < 1 or seq < 1 or tensor < 1:
     raise JaxmemError(f"batch, seq and tensor must be at least 1 (got {batch}, {seq}, {tensor})")
+  if capacity_factor is not None and not capacity_factor > 0:
+    raise JaxmemError(f"--capacity-factor must be > 0 (got {capacity_factor:g})")
   n = count_params(cfg)
   p, g, o = bytes_per_param(optimizer, precision)
   per_layer = activation_bytes_per_layer(cfg, batch=batch, seq=seq, tensor=tensor, sequence_parallel=sequence_parallel, recompute=recompute)
   state = n * (p + g + o)
   ctx, kb = context or seq, kv_batch or batch
+  experts = expert_params(cfg)
+  dropless, capacity = dispatch_bytes(cfg, batch=batch, seq=seq, capacity_factor=capacity_factor)
+  moe = dict(
+      active_params=count_active_params(cfg), expert_params=experts, expert_state_bytes=experts * (p + g + o),
+      non_expert_state_bytes=(n - experts) * (p + g + o), kv_cache_bytes_per_token=kv_cache_bytes(cfg, context=1, batch=1),
+      capacity_factor=(cfg.capacity_factor if capacity_factor is None else capacity_factor) if cfg.is_moe else None,
+      dispatch_bytes_dropless_per_layer=dropless, dispatch_bytes_capacity_per_layer=capacity,
+      dispatch_bytes_dropless=None if dropless is None else dropless * cfg.num_moe_layers,
+      dispatch_bytes_capacity=None if capacity is None else capacity * cfg.num_moe_layers,
+  )
   return Estimate(
       model=cfg.name, params=n, optimizer=optimizer, precision=precision, batch=batch, seq=seq, tensor=tensor,
       sequence_parallel=sequence_parallel, recompute=recompute, bytes_per_param=p + g + o,
@@ -167,7 +231,7 @@ def estimate(
       activation_bytes_per_layer=per_layer, activation_bytes=per_layer * cfg.num_layers,
       kv_context=ctx, kv_batch=kb, kv_cache_bytes=kv_cache_bytes(cfg, context=ctx, batch=kb),
       weight_bytes_bf16=weight_bytes(cfg, "bf16"), weight_bytes_fp8=weight_bytes(cfg, "fp8"),
-      weight_bytes_int4=weight_bytes(cfg, "int4"), h100_80gb_equivalents=state / H100_80GB,
+      weight_bytes_int4=weight_bytes(cfg, "int4"), h100_80gb_equivalents=state / H100_80GB, **moe,
   )
 
 
@@ -190,6 +254,11 @@ _REMAT_TO_RECOMPUTE = {"none": "none", "full": "full", "nothing_saveable": "full
 
 def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
   reasons = []
+  if component in ("temp", "total") and cfg.is_moe:
+    reasons.append(
+        "mixture of experts: the formula's MLP term is a dense MLP of d_ff; the dispatch buffers' closed form is added, "
+        "the router's float32 scores and sort indices are not"
+    )
   if component in ("temp", "total"):
     if cfg.style == "llama3":
       reasons.append("SwiGLU keeps three d_ff-wide tensors where the formula's GELU MLP keeps two of 4h")
@@ -218,11 +287,24 @@ def estimate_vs_compiler(row: Any, *, precision: str = "fp32", cfg: ModelConfig 
   weight_shards = axes.get("fsdp", 1) * t  # ZeRO-3 over fsdp, Megatron over tensor
   opt = row.optimizer if row.optimizer in MOMENTS else "adamw"
   recompute = _REMAT_TO_RECOMPUTE.get(row.remat, "selective")
-  est = estimate(model=cfg, optimizer=opt, precision=precision, batch=max(1, row.batch // dp), seq=row.seq, tensor=t, recompute=recompute)
-  params = est.param_bytes / weight_shards
-  state = est.optimizer_state_bytes / weight_shards
-  grads = est.gradient_bytes / weight_shards
+  est = estimate(
+      model=cfg, optimizer=opt, precision=precision, batch=max(1, row.batch // dp), seq=row.seq, tensor=t,
+      recompute=recompute, capacity_factor=getattr(row, "capacity_factor", None),
+  )
+  # The routed experts' weights are also divided over expert (exp -> expert in the rules).
+  expert_share = est.expert_params / est.params
+
+  def per_device(whole: float) -> float:
+    return whole * (1 - expert_share) / weight_shards + whole * expert_share / (weight_shards * axes.get("expert", 1))
+
+  params, state, grads = (per_device(b) for b in (est.param_bytes, est.optimizer_state_bytes, est.gradient_bytes))
   acts = est.activation_bytes
+  if cfg.is_moe:
+    # The dispatch buffers of every MoE layer are saved for the backward pass; with full
+    # recompute, one layer's exist at a time.
+    impl = getattr(row, "moe_impl", None) or cfg.moe_impl
+    dispatch = est.dispatch_bytes_dropless_per_layer if impl == "dropless" else est.dispatch_bytes_capacity_per_layer
+    acts += dispatch * (1 if recompute == "full" else cfg.num_moe_layers)
   # Logits: float32 [b, s, vocab] and their gradient, outside the per-layer formula.
   logits = 2 * 4 * est.batch * row.seq * cfg.vocab_size / t
   platform = row.target.split(":")[0]

@@ -42,9 +42,11 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
-from jaxmem.models import CACHE_AXES, AttentionChoice, KVCache, ModelConfig, get_config, kv_cache_bytes
-from jaxmem.planning.plan import plan, resolve_meshes, resolve_model, resolve_step_axes, resolve_target
-from jaxmem.planning.sweep import KERNELS, run_config
+from jaxmem.models import CACHE_AXES, MLA_CACHE_AXES, AttentionChoice, ModelConfig, cache_bytes, cache_class, get_config
+from jaxmem.planning.plan import (
+    moe_config, moe_variants, plan, resolve_meshes, resolve_model, resolve_step_axes, resolve_target,
+)
+from jaxmem.planning.sweep import KERNELS, moe_fields, run_config
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import abstract_model, pick_attention
 from jaxmem.records import CompilerFigures, Placement
@@ -86,7 +88,10 @@ class InferRow(CompilerFigures, Placement):
 
   ``context`` is the KV cache's length in positions: the prompt for prefill, the cache a
   decode step reads for decode. ``required_bytes`` and ``fits`` as in
-  :class:`jaxmem.planning.sweep.Row`.
+  :class:`jaxmem.planning.sweep.Row`. ``kv_cache_bytes_per_token``: what one position of one
+  sequence holds in the whole model's cache (keys and values per kv head, or for multi-head
+  latent attention the latent and the decoupled RoPE key; ``attention_kind`` says which).
+  ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`.
   """
 
   phase: str
@@ -94,9 +99,13 @@ class InferRow(CompilerFigures, Placement):
   context: int
   prompt: int | None
   attention: str | None = None  # the implementation used: prefill's kernel; "dot" for decode
+  attention_kind: str = "GQA"  # MLA, MHA or GQA: what the KV cache holds per token
+  moe_impl: str | None = None
+  capacity_factor: float | None = None
   weight_bytes: int | None = None
   weight_scale_bytes: int | None = None
   kv_cache_bytes: int | None = None
+  kv_cache_bytes_per_token: int | None = None
   weight_bytes_per_device: int | None = None
   kv_cache_bytes_per_device: int | None = None
   capacity_bytes: int | None = None
@@ -132,15 +141,18 @@ class InferPlan:
   batch: int
   attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
   qk_dtype: str = "bfloat16"  # dot attention's scores in prefill
+  # MoE variants as in jaxmem.planning.plan.Plan, each a (config, notes) to compile with.
+  moe: tuple[tuple[ModelConfig, tuple[str, ...]], ...] = ()
 
-  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str]]:
-    """(mesh, weights, phase, context, attention): prefill once per attention name, decode
-    once (it attends with einsums, so its attention is the first name, recorded as dot)."""
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[ModelConfig, tuple[str, ...]]]]:
+    """(mesh, weights, phase, context, attention, MoE variant): prefill once per attention name,
+    decode once (it attends with einsums, so its attention is the first name, recorded as dot)."""
     out = []
-    for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
-      for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
-        for attention in self.attentions if phase == "prefill" else self.attentions[:1]:
-          out.append((mesh, fmt, phase, ctx, attention))
+    for variant in self.moe or ((self.cfg, ()),):
+      for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
+        for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
+          for attention in self.attentions if phase == "prefill" else self.attentions[:1]:
+            out.append((mesh, fmt, phase, ctx, attention, variant))
     return out
 
 
@@ -178,7 +190,10 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   (batch,) = _ints([w.batch], "batch")
   meshes = resolve_meshes(w, tgt)
   attentions, _ = resolve_step_axes(w)
+  variants = tuple(moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), tgt.platform) for i, f in moe_variants(w))
+  cfg = variants[0][0]
   for m in meshes:
+    shd.check_experts(m, cfg.num_experts, cfg.name)
     if "prefill" in phases:
       for name in attentions:  # refused here, before a compile, if the target cannot take it
         pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
@@ -192,7 +207,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
-  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, w.qk_dtype)
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, w.qk_dtype, moe=variants)
 
 
 def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) -> tuple[PartitionSpec, list[str]]:
@@ -201,6 +216,23 @@ def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) ->
   notes = [f"{name}={dim} is not divisible by {'x'.join(axes)}={ways}: the KV cache is replicated over it"
            for name, dim, axes, ways in left]
   return spec, notes
+
+
+def abstract_cache(cfg: ModelConfig, *, batch: int, context: int, jmesh) -> tuple[Any, Any, list[str]]:
+  """(abstract cache, its tree of shardings, notes) for the model's kind of attention: a KVCache
+  (keys and values per kv head) or, for multi-head latent attention, an MLACache (the latent and
+  the RoPE key; ``models.cache_class``), each array sharded by its logical axes."""
+  kind = cache_class(cfg)
+  if cfg.is_mla:
+    shapes, axes = kind.shapes(cfg, batch=batch, context=context), MLA_CACHE_AXES
+  else:
+    shape = kind.shape(cfg, batch=batch, context=context)
+    shapes, axes = (shape, shape), (CACHE_AXES, CACHE_AXES)
+  specs = [_lenient_spec(a, shp, jmesh) for a, shp in zip(axes, shapes, strict=True)]
+  shardings = [NamedSharding(jmesh, spec) for spec, _ in specs]
+  dtype = cfg.compute_jnp_dtype
+  cache = kind(*(jax.ShapeDtypeStruct(shp, dtype, sharding=sh) for shp, sh in zip(shapes, shardings, strict=True)))
+  return cache, kind(*shardings), list(dict.fromkeys(n for _, ns in specs for n in ns))
 
 
 def build_infer_program(
@@ -220,9 +252,7 @@ def build_infer_program(
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)
   stored, stored_sh = quant.abstract_quantized(params, param_sh, fmt)
-  cache_spec, notes = _lenient_spec(CACHE_AXES, KVCache.shape(cfg, batch=batch, context=context), jmesh)
-  cache_sh = NamedSharding(jmesh, cache_spec)
-  cache = KVCache.abstract(cfg, batch=batch, context=context, sharding=cache_sh)
+  cache, cache_tree_sh, notes = abstract_cache(cfg, batch=batch, context=context, jmesh=jmesh)
   t = context if phase == "prefill" else 1
   tok_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq"), (batch, t), jmesh)[0])
   logits_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq", "vocab"), (batch, 1, cfg.vocab_size), jmesh)[0])
@@ -238,7 +268,6 @@ def build_infer_program(
       return model.cached(tokens_bt, kv, pos=0, constrain=constrain, weights=hook, attend=attend)
     return model.cached(tokens_bt, kv, pos=pos, constrain=constrain, weights=hook)
 
-  cache_tree_sh = KVCache(cache_sh, cache_sh)
   jitted = jax.jit(
       step,
       in_shardings=(stored_sh, cache_tree_sh, tok_sh, replicated),
@@ -252,30 +281,40 @@ def build_infer_program(
       jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
   )
   values, scales = quant.tree_stored_bytes(stored)
-  kv_dev = 2 * quant.stored_bytes(cache_sh.shard_shape(cache.k_lbksh.shape), cache.k_lbksh.dtype)
+  kv_dev = sum(
+      quant.stored_bytes(sh.shard_shape(a.shape), a.dtype) for a, sh in zip(jax.tree.leaves(cache), jax.tree.leaves(cache_tree_sh), strict=True)
+  )
   return InferProgram(
       step=jitted,
       args=args,
       weight_bytes=int(values + scales),
       weight_scale_bytes=int(scales),
       weight_bytes_per_device=int(quant.tree_stored_bytes_per_device(stored, stored_sh)),
-      kv_cache_bytes=kv_cache_bytes(cfg, batch=batch, context=context),
+      kv_cache_bytes=cache_bytes(cfg, batch=batch, context=context),
       kv_cache_bytes_per_device=int(kv_dev),
       notes=tuple(f"kv cache: {n}" for n in notes),
   )
 
 
 def run_infer_config(
-    p: InferPlan, mesh: shd.MeshSpec, fmt: quant.WeightFormat, phase: str, context: int, attention: str | None = None
+    p: InferPlan,
+    mesh: shd.MeshSpec,
+    fmt: quant.WeightFormat,
+    phase: str,
+    context: int,
+    attention: str | None = None,
+    variant: tuple[ModelConfig, tuple[str, ...]] | None = None,
 ) -> InferRow:
   """Compiles one configuration; a compile the backend refuses becomes a row with ``error``.
-  ``attention`` (prefill; the plan's first unless given) names the implementation."""
+  ``attention`` (prefill; the plan's first unless given) names the implementation, ``variant``
+  the MoE choice's config and notes (else the plan's)."""
+  cfg, moe_notes = variant or (p.cfg, ())
   attention = p.attentions[0] if attention is None else attention
   choice = None
   notes: list[str] = []
   if phase == "prefill":
     choice = pick_attention(
-        attention, p.cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh),
+        attention, cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh),
         qk_dtype=p.qk_dtype,
     )
     notes += choice.notes
@@ -287,7 +326,7 @@ def run_infer_config(
         f"--attention {attention} applies to prefill"
     )
   base = dict(
-      model=p.cfg.name,
+      model=cfg.name,
       target=p.target.name,
       mesh=shd.format_mesh(mesh),
       phase=phase,
@@ -298,9 +337,12 @@ def run_infer_config(
       batch=p.batch,
       num_devices=p.target.num_devices,
       capacity_bytes=p.target.capacity_bytes,
+      attention_kind=_attention_kind(cfg),
+      kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1),
+      **moe_fields(cfg),
   )
   program = build_infer_program(
-      p.cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
+      cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
   )
   base.update(
       weight_bytes=program.weight_bytes,
@@ -309,7 +351,8 @@ def run_infer_config(
       kv_cache_bytes=program.kv_cache_bytes,
       kv_cache_bytes_per_device=program.kv_cache_bytes_per_device,
   )
-  notes = list(p.cfg.notes) + list(program.notes) + notes  # the architecture's unmodelled parts first
+  # The architecture's unmodelled parts first, then how the MoE variant and attention were chosen.
+  notes = list(cfg.notes) + list(moe_notes) + list(program.notes) + notes
   if p.target.capacity_note is not None:
     notes.append(f"capacity_bytes: {p.target.capacity_note}")
   traced = program.step.trace(*program.args)
@@ -349,19 +392,28 @@ def infer(
 # --- the KV cache from its formula -------------------------------------------------------------
 
 
+def _attention_kind(cfg: ModelConfig) -> str:
+  """MLA (latent cache), MHA (a kv head per query head) or GQA."""
+  if cfg.is_mla:
+    return "MLA"
+  return "MHA" if cfg.num_kv_heads == cfg.num_heads else "GQA"
+
+
 def kv_cache_table(
     model: str | ModelConfig, *, contexts: Sequence[int], batches: Sequence[int], bytes_per_element: float = 2
 ) -> list[dict[str, Any]]:
   """Whole-model KV cache bytes for every (batch, context), from
-  ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (bf16: 2 bytes)."""
+  ``2 * layers * kv_heads * head_dim * context * batch * bytes`` (bf16: 2 bytes), or for
+  multi-head latent attention ``layers * (kv_lora_rank + qk_rope_head_dim) * context * batch *
+  bytes`` (``kv_heads`` is then None: every head reads the one latent)."""
   cfg = get_config(model) if isinstance(model, str) else model
   return [
       dict(
           model=cfg.name,
           batch=b,
           context=c,
-          kv_heads=cfg.num_kv_heads,
-          kv_cache_bytes=kv_cache_bytes(cfg, batch=b, context=c, bytes_per_element=bytes_per_element),
+          kv_heads=None if cfg.is_mla else cfg.num_kv_heads,
+          kv_cache_bytes=cache_bytes(cfg, batch=b, context=c, bytes_per_element=bytes_per_element),
       )
       for b in batches
       for c in contexts

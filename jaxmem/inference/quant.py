@@ -1,8 +1,8 @@
 """Weight formats for inference: bf16, fp16, fp8 (e4m3), int8 and int4, stored as the compiler sees them.
 
 ``bf16`` and ``fp16`` store every parameter in that float type. ``fp8``, ``int8`` and ``int4``
-store each matmul weight (attention and MLP projections, the embedding and the unembedding)
-quantized, symmetric, with one float32 scale per *output channel* (per-channel absmax
+store each matmul weight (attention and MLP projections, routed experts, multi-head latent
+attention's projections, the embedding and the unembedding; not an MoE router) quantized, symmetric, with one float32 scale per *output channel* (per-channel absmax
 quantization, as in LLM.int8's vector-wise scheme, Dettmers et al. 2022, eq. 1, without its
 outlier decomposition):
 
@@ -75,9 +75,19 @@ CONTRACTED_AXES: dict[str, tuple[int, ...]] = {
   "unembed_dv": (0,),
   # The embedding is gathered by row and, when tied, contracts over embed: one scale per row.
   "table_vd": (1,),
+  # Routed experts (models/moe.py): a scale per expert and output channel.
+  "w_gate_edf": (1,), "w_up_edf": (1,), "w_down_efd": (1,),
+  # Multi-head latent attention (models/mla.py). W^UK contracts its latent axis in the naive
+  # form (prefill) and its head_dim axis in the absorbed one (decode): one scale per head
+  # serves both. (w_q_dnh, MLA without a query latent, is above.)
+  "w_q_a_dq": (0,), "w_q_b_qnh": (0,), "w_kv_a_dx": (0,), "w_k_b_cnh": (0, 2), "w_v_b_cnv": (0,),
+  "w_o_nvd": (0, 1),
+  # Left out, so kept in bfloat16: the router (w_router_de), whose scores pick the experts, as
+  # DeepSeek-V3's FP8 recipe keeps "MoE gating modules" in their original precision
+  # (arXiv 2412.19437, sec. 3.3.1).
 }
-# Stacked block parameters carry a leading "layers" axis.
-_STACKED = "blocks"
+# Stacked block parameters carry a leading "layers" axis: the dense stack and the MoE stack.
+_STACKED = ("blocks", "moe_blocks")
 
 
 @jax.tree_util.register_dataclass
@@ -106,7 +116,7 @@ def _param_name(path) -> tuple[str | None, bool]:
   """(parameter name, stacked) from a tree path into an nnx.State."""
   keys = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
   name = next((k for k in reversed(keys) if k in CONTRACTED_AXES or k.startswith(("w_", "b_", "scale", "bias", "pos", "table", "unembed"))), None)
-  return name, _STACKED in keys
+  return name, any(k in _STACKED for k in keys)
 
 
 def contracted_for(path, ndim: int) -> tuple[int, ...] | None:

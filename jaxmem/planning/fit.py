@@ -50,6 +50,7 @@ class FitResult:
   note: str | None = None
   attention: str | None = None
   microbatches: int = 1
+  moe: str | None = None  # an MoE model's experts: "dropless", "capacity 1.25" (None: dense)
 
   def as_dict(self) -> dict[str, Any]:
     d = {} if self.row is None else self.row.as_dict()
@@ -64,6 +65,7 @@ class FitResult:
         max_seq=self.max_seq,
         compiles=self.compiles,
         fit_note=self.note,
+        moe=self.moe,
     )
     return d
 
@@ -86,9 +88,11 @@ class _Search:
   points: dict[int, int] = dataclasses.field(default_factory=dict)  # steps -> required bytes (fitting)
   capacity: int = 0
   secant_missed: bool = False
+  last: Row | None = None  # the latest row, fitting or not
 
   def record(self, k: int, row: Row) -> None:
     self.compiles += 1
+    self.last = row
     if row.required_bytes is not None:
       self.points[k] = row.required_bytes
     if row.fits:
@@ -199,7 +203,19 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
       compiles=s.compiles,
       row=s.best,
       note=note,
+      moe=_moe_label(s),
   )
+
+
+def _moe_label(s: _Search) -> str | None:
+  """The search's MoE variant: from a compiled row, else as its task names it."""
+  row = s.best or s.last
+  if row is not None:
+    if not row.moe_impl:
+      return None
+    return row.moe_impl + ("" if row.capacity_factor is None else f" {row.capacity_factor:g}")
+  w = s.task.workload
+  return ",".join(w.moe_impl) + "".join(f" {f:g}" for f in w.capacity_factor) or None
 
 
 def with_recompute(results: list[FitResult], p: Plan, baseline_flops: Callable[[Row], float | None]) -> list[FitResult]:

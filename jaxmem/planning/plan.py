@@ -19,6 +19,7 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, with_capacity
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
+from jaxmem.models.config import MOE_IMPLS
 from jaxmem.planning.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
@@ -95,6 +96,11 @@ class Plan:
   # and microbatch counts.
   attentions: tuple[str, ...] = ("auto",)
   microbatches: tuple[int, ...] = (1,)
+  # The MoE sweep (moe_variants): each entry the (moe_impl, capacity_factor) a task's workload
+  # holds; ``cfg`` is the first's, and ``moe_notes`` say how the first was chosen.
+  moe: tuple[MoeVariant, ...] = (((), ()),)
+  moe_notes: tuple[str, ...] = ()
+  model: ModelConfig | None = None  # the model before the MoE choice, which tasks carry
 
   def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
     return list(itertools.product(self.meshes, self.optimizers, self.remats))
@@ -105,16 +111,20 @@ class Plan:
     return list(itertools.product(self.meshes, self.optimizers, self.attentions, self.microbatches, self.remats))
 
   def tasks(self) -> list[Task]:
-    """The configurations as picklable, cacheable tasks, in ``grid()`` order."""
+    """The configurations as picklable, cacheable tasks, in ``grid()`` order for each MoE
+    variant; each task's own plan resolves its variant again (with its note)."""
     cpu = cpu_devices_needed([self.workload.target_name])
-    one = self.workload.replace(model=self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
+    # The model before the MoE choice, so a task's cache key does not depend on the sweep's first variant.
+    one = self.workload.replace(model=self.model or self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
     return [
         Task(
             workload=one.replace(
-                mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb
+                mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb,
+                moe_impl=impl, capacity_factor=factor,
             ),
             cpu_devices=cpu,
         )
+        for impl, factor in self.moe
         for mesh, opt, attention, mb, rp in self.grid()
     ]
 
@@ -145,6 +155,69 @@ def resolve_meshes(w: Workload, tgt: Target) -> tuple[shd.MeshSpec, ...]:
   return meshes
 
 
+# One MoE configuration as a task's workload holds it: (moe_impl, capacity_factor), each empty
+# (the default) or one value.
+MoeVariant = tuple[tuple[str, ...], tuple[float, ...]]
+
+# Why capacity is the default on GPU targets, and what dropless costs there (benchmarks/moe_layer.py).
+_GPU_RAGGED_DOT = (
+    "XLA's GPU compiler expands jax.lax.ragged_dot (the dropless path's grouped matmul) into a dense "
+    "matmul over all E experts, so its temporaries hold E times the routed copies a grouped matmul "
+    "would (qwen3-30b-a3b, one layer, 4096 tokens, gpu:h100: 48.85 GiB dropless against 0.90-1.66 "
+    "capacity, benchmarks/moe_layer.py)"
+)
+
+
+def moe_variants(w: Workload) -> tuple[MoeVariant, ...]:
+  """The MoE configurations a workload sweeps: every ``moe_impl`` (capacity once per capacity
+  factor), or the default alone; capacity factors without ``moe_impl`` imply capacity."""
+  impls = w.moe_impl or (("capacity",) if w.capacity_factor else ())
+  for impl in impls:
+    if impl not in MOE_IMPLS:
+      raise JaxmemError(f"unknown --moe-impl {impl!r}; valid: {', '.join(MOE_IMPLS)}")
+  if w.capacity_factor and "capacity" not in impls:
+    raise JaxmemError("--capacity-factor applies to --moe-impl capacity; add capacity to --moe-impl")
+  for f in w.capacity_factor:
+    if not f > 0:
+      raise JaxmemError(f"--capacity-factor must be > 0 (got {f:g})")
+  if not impls:
+    return (((), ()),)
+  out: list[MoeVariant] = []
+  for impl in impls:
+    factors = w.capacity_factor if impl == "capacity" else ()
+    out += [((impl,), (f,)) for f in factors] or [((impl,), ())]
+  return tuple(dict.fromkeys(out))
+
+
+def moe_config(cfg: ModelConfig, w: Workload, platform: str) -> tuple[ModelConfig, tuple[str, ...]]:
+  """``cfg`` with the MoE choice of a one-variant workload, and notes on it. A dense model with
+  MoE choices is an error: they would change nothing, and silently so.
+
+  The default on GPU targets is ``capacity``: XLA's GPU compiler expands ``ragged_dot``, so the
+  dropless figure there describes a program GPU MoE training does not run (MaxText's GPU
+  recipes set sparse_matmul=False, its dense capacity path; its megablox kernel is TPU-only)."""
+  if not cfg.is_moe:
+    if w.moe_impl or w.capacity_factor:
+      raise JaxmemError(
+          f"--moe-impl and --capacity-factor apply to mixture-of-experts models; {cfg.name} has no experts (drop them)"
+      )
+    return cfg, ()
+  notes: list[str] = []
+  if w.moe_impl:
+    impl = w.moe_impl[0]
+  elif w.capacity_factor:
+    impl = "capacity"
+  elif platform == "gpu" and cfg.moe_impl == "dropless":
+    impl = "capacity"
+    notes.append(f"moe_impl: capacity, the default on GPU targets: {_GPU_RAGGED_DOT}; --moe-impl dropless compiles it anyway")
+  else:
+    impl = cfg.moe_impl
+  if impl == "dropless" and platform == "gpu" and not notes:
+    notes.append(f"moe_impl dropless on GPU: {_GPU_RAGGED_DOT}; --moe-impl capacity is what GPU MoE training runs")
+  factor = w.capacity_factor[0] if w.capacity_factor else cfg.capacity_factor
+  return dataclasses.replace(cfg, moe_impl=impl, capacity_factor=factor), tuple(notes)
+
+
 def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   """Resolves and checks a sweep: ``workload`` (or the default one) with ``fields`` replaced.
   Raises :class:`JaxmemError` on any bad input."""
@@ -158,6 +231,10 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   optimizers = OPTIMIZERS.parse(w.optimizer)
   meshes = resolve_meshes(w, tgt)
   attentions, microbatches = resolve_step_axes(w)
+  variants = moe_variants(w)
+  impl, factor = variants[0]
+  model = cfg
+  cfg, moe_notes = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), tgt.platform)
   for m in meshes:
     for mb in microbatches:
       check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=w.vocab_tiles)
@@ -167,7 +244,8 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   w = w.replace(target=w.target_name)
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
-      batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches,
+      batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, moe=variants, moe_notes=moe_notes,
+      model=model,
   )
 
 
@@ -180,7 +258,8 @@ def plan_step(w: Workload) -> Plan:
   model's, the factory imported and checked before anything compiles."""
   load_step(w.step)
   for flag, v, default in (("--attention", w.attention, ("auto",)), ("--microbatches", w.microbatches, (1,)),
-                           ("--vocab-tiles", w.vocab_tiles, 1), ("--qk-dtype", w.qk_dtype, "bfloat16")):
+                           ("--vocab-tiles", w.vocab_tiles, 1), ("--qk-dtype", w.qk_dtype, "bfloat16"),
+                           ("--moe-impl", w.moe_impl, ()), ("--capacity-factor", w.capacity_factor, ())):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
       raise JaxmemError(f"{flag} applies to jaxmem's own models (--model), not --step; set it in your step factory")
   tgt = resolve_target(w)

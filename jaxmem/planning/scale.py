@@ -76,6 +76,7 @@ class Growth(Record):
   seq_exponent: float | None
   attention: str | None = None
   microbatches: int = 1
+  moe: str | None = None  # an MoE model's experts ("dropless", "capacity 1.25"); None when dense
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -122,9 +123,10 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
   out = []
   groups: dict[tuple, list[Row]] = {}
   for r in rows:
-    groups.setdefault((r.mesh, r.optimizer, r.remat, r.attention, r.microbatches), []).append(r)
+    moe = r.moe_impl and r.moe_impl + ("" if r.capacity_factor is None else f" {r.capacity_factor:g}")
+    groups.setdefault((r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, moe), []).append(r)
   varying = [v for v in VARIABLES if v in over]
-  for (mesh, opt, remat, attention, mb), rs in groups.items():
+  for (mesh, opt, remat, attention, mb, moe), rs in groups.items():
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
@@ -137,7 +139,7 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
       out.append(
           Growth(
               mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"],
-              seq_exponent=exps["seq"], attention=attention, microbatches=mb,
+              seq_exponent=exps["seq"], attention=attention, microbatches=mb, moe=moe,
           )
       )
   return out
@@ -154,11 +156,12 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
   var = "seq" if "seq" in over else "batch"
   other = "batch" if var == "seq" else "seq"
   fig, ax = plt.subplots(figsize=(8, 5))
-  for (mesh, opt, remat, fixed), rs in _series(rows, var, other).items():
+  for (mesh, opt, remat, fixed, moe), rs in _series(rows, var, other).items():
     rs = [r for r in rs if r.error is None]
     xs = [getattr(r, var) for r in rs]
     label = f"{remat}" + (f" {opt}" if len({r.optimizer for r in rows}) > 1 else "") + (f" {mesh}" if len({r.mesh for r in rows}) > 1 else "")
     label += f" ({other} {fixed})" if len({getattr(r, other) for r in rows}) > 1 else ""
+    label += f" {moe[0]} {moe[1] or ''}".rstrip() if len({(r.moe_impl, r.capacity_factor) for r in rows}) > 1 else ""
     for comp, style in (("temp_size_in_bytes", "-"), ("argument_size_in_bytes", ":"), ("peak_memory_in_bytes", "--")):
       ys = [getattr(r, comp) for r in rs]
       if all(y for y in ys):
@@ -186,5 +189,6 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
 def _series(rows, var, other):
   out: dict[tuple, list[Row]] = {}
   for r in sorted(rows, key=lambda r: getattr(r, var)):
-    out.setdefault((r.mesh, r.optimizer, f"{r.remat} {r.attention}", getattr(r, other)), []).append(r)
+    key = (r.mesh, r.optimizer, f"{r.remat} {r.attention}", getattr(r, other), (r.moe_impl, r.capacity_factor))
+    out.setdefault(key, []).append(r)
   return out

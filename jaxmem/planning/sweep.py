@@ -88,6 +88,7 @@ def run_config(
       dtype=p.cfg.dtype,
       num_devices=p.target.num_devices,
       capacity_bytes=p.target.capacity_bytes,
+      **moe_fields(p.cfg),
   )
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
@@ -104,9 +105,11 @@ def run_config(
   )
   notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
   notes += [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
-  notes += program.notes
+  notes += p.moe_notes + program.notes
   if program.attention.name in KERNELS:
     notes.append(KERNEL_FLOPS_NOTE)
+  if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
+    notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
   traced = program.trace()
   # Counted from the program, not the executable, so a configuration the compiler refuses
   # still has its FLOPs (and so its recompute overhead).
@@ -132,6 +135,13 @@ def run_config(
   )
 
 
+def moe_fields(cfg: Any) -> dict[str, Any]:
+  """A row's ``moe_impl`` and ``capacity_factor`` (this one for capacity only); None for a dense model."""
+  if not cfg.is_moe:
+    return dict(moe_impl=None, capacity_factor=None)
+  return dict(moe_impl=cfg.moe_impl, capacity_factor=cfg.capacity_factor if cfg.moe_impl == "capacity" else None)
+
+
 def run_task(task: Task) -> dict[str, Any]:
   """Compiles one task and returns its row as a dict (picklable, JSON-able): the run function
   :func:`jaxmem.planning.runner.run_tasks` is given, in this process or a worker."""
@@ -143,7 +153,7 @@ def run_task(task: Task) -> dict[str, Any]:
 
 def with_overheads(rows: list[Row]) -> list[Row]:
   """Fills ``recompute_overhead_pct``: FLOPs over the ``none`` row of the same target, mesh,
-  optimizer, attention and workload (rows without one keep ``None``)."""
+  optimizer, attention, MoE variant and workload (rows without one keep ``None``)."""
   key = baseline_key
   base = {key(r): r.flops for r in rows if r.remat == "none" and r.flops}
   out = []
@@ -156,7 +166,8 @@ def with_overheads(rows: list[Row]) -> list[Row]:
 
 def baseline_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with: everything but the policy."""
-  return (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.attention, r.microbatches, r.vocab_tiles)
+  return (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.attention, r.microbatches, r.vocab_tiles, r.moe_impl,
+          r.capacity_factor)
 
 
 def compare(
@@ -207,8 +218,11 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
   if p.workload.step:
     return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
   opt = next(o for o in p.optimizers if o.name == row.optimizer)
+  cfg = p.cfg
+  if row.moe_impl is not None:  # the row's own MoE variant, which a sweep's plan.cfg may not be
+    cfg = dataclasses.replace(cfg, moe_impl=row.moe_impl, capacity_factor=row.capacity_factor or cfg.capacity_factor)
   program = build_train_program(
-      p.cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
+      cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
       attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
       qk_dtype=row.qk_dtype,
   )

@@ -23,7 +23,8 @@ from jaxmem.compiler.report import read_compiled
 from jaxmem.compiler.startup import start_distributed, start_jax
 from jaxmem.compiler.targets import get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import Plan, plan
+from jaxmem.planning.plan import Plan, moe_config, plan
+from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
@@ -61,7 +62,7 @@ def _configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(mesh), batch=p.batch,
       num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
       param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
-      vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype,
+      vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype, **moe_fields(p.cfg),
   )
 
 
@@ -158,15 +159,20 @@ def validate(
     raise JaxmemError(f"--steps must be at least 1 (got {steps})")
   p = validation_plan(Workload.of(workload, ATTACHED, **fields), distributed=distributed)
   out: list[Measurement] = []
-  for mesh, opt, attention, mb, rp in p.grid():
-    one = p.workload.replace(
-        model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention,
-        microbatches=mb,
+  for impl, factor in p.moe:
+    # This MoE variant's plan: its config (and so its labels) for every configuration.
+    pv = dataclasses.replace(
+        p, cfg=moe_config(p.model or p.cfg, p.workload.replace(moe_impl=impl, capacity_factor=factor), p.target.platform)[0]
     )
-    configuration = _configuration(p, mesh, opt, rp, attention=attention, microbatches=mb)
-    out.append(measure_in_subprocess(one, configuration, steps=steps))
-    if on_measurement is not None:
-      on_measurement(out)
+    for mesh, opt, attention, mb, rp in pv.grid():
+      one = p.workload.replace(
+          model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention,
+          microbatches=mb, moe_impl=impl, capacity_factor=factor,
+      )
+      configuration = _configuration(pv, mesh, opt, rp, attention=attention, microbatches=mb)
+      out.append(measure_in_subprocess(one, configuration, steps=steps))
+      if on_measurement is not None:
+        on_measurement(out)
   return out
 
 

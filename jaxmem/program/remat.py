@@ -83,6 +83,11 @@ _QKV = ("query_proj", "key_proj", "value_proj")
 # its MLP input projections before the activation are "mlpwi_0" (GELU's only one, SwiGLU's gate)
 # and "mlpwi_1" (SwiGLU's up). So the same tensors are saved under jaxmem's names.
 _MINIMAL = (*_QKV, "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+# MaxText's MoE layers tag their routed experts with the dense MLP's names as well (layers/moe.py:
+# checkpoint_name(checkpoint_name(x, "mlpwi_0"), "moe_mlpwi_0"), and "mlpwi_1", "mlpwo" alike),
+# so its presets that save an MLP name save the experts' tensor too; jaxmem's experts carry the
+# moe_ names only, so the presets name both.
+_MINIMAL += ("moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo")
 
 
 def _build() -> dict[str, RematPolicy]:
@@ -107,14 +112,15 @@ def _build() -> dict[str, RematPolicy]:
       _names_preset("save_out_proj", ("out_proj",), "save the attention output projection only"),
       _names_preset("save_dot_except_mlp", (*_QKV, "out_proj"), "save the attention projections, recompute the MLP"),
       _names_preset(
-          "save_dot_except_mlpwi", (*_QKV, "out_proj", "mlpwo"), "save all projections except the MLP's wide input"
+          "save_dot_except_mlpwi", (*_QKV, "out_proj", "mlpwo", "moe_mlpwo"),
+          "save all projections except the MLP's wide input (the experts' output too)",
       ),
       _names_preset(
           "save_dot_with_context_except_mlp",
           (*_QKV, "context", "out_proj"),
           "save the attention projections and context, recompute the MLP",
       ),
-      _names_preset("minimal", _MINIMAL, "MaxText's minimal: save every projection, recompute attention and activations"),
+      _names_preset("minimal", _MINIMAL, "MaxText's minimal: save every projection (experts' too), recompute attention and activations"),
       _names_preset(
           "minimal_with_context", (*_MINIMAL, "context"), "MaxText's minimal_with_context: minimal plus the attention output"
       ),

@@ -8,6 +8,11 @@ A mesh is written ``data=2,fsdp=4``. Mesh axes and what they shard:
 - ``tensor``: attention heads, MLP width and vocabulary (Megatron tensor parallelism,
   Shoeybi et al. 2019).
 - ``sequence``: the sequence dimension of activations (for long context).
+- ``expert``: the routed experts of a mixture-of-experts model (expert parallelism, GShard,
+  Lepikhin et al. 2020): expert weights, their gradients and optimizer state are divided over
+  it, and it also splits the batch (after ``data`` and ``fsdp``, as MaxText's
+  ``activation_batch`` rule does), so outside the experts it acts as data parallelism; tokens
+  reach their experts' devices by all-to-all. On a dense model it is data parallelism.
 
 Model code names dimensions logically (``jaxmem.models.LOGICAL_AXES``); the rules below map those
 names to mesh axes, separately for weights and for activations, as MaxText's
@@ -25,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxmem.errors import JaxmemError
 
-MESH_AXES = ("data", "fsdp", "tensor", "sequence")
+MESH_AXES = ("data", "fsdp", "tensor", "sequence", "expert")
 MeshSpec = tuple[tuple[str, int], ...]
 
 # Logical dimension -> mesh axes, for parameters (and so gradients and optimizer state).
@@ -35,10 +40,12 @@ PARAM_RULES: dict[str, tuple[str, ...]] = {
     "heads": ("tensor",),
     "kv_heads": ("tensor",),
     "mlp": ("tensor",),
+    "exp": ("expert",),  # the router's column is "exp_scores": no rule, never sharded
 }
 # Logical dimension -> mesh axes, for activations.
 ACTIVATION_RULES: dict[str, tuple[str, ...]] = {
-    "batch": ("data", "fsdp"),
+    "batch": ("data", "fsdp", "expert"),
+    "exp": ("expert",),
     "seq": ("sequence",),
     "heads": ("tensor",),
     "kv_heads": ("tensor",),
@@ -85,8 +92,18 @@ def mesh_size(mesh: MeshSpec) -> int:
 
 
 def data_parallel_size(mesh: MeshSpec) -> int:
-  """How many ways the batch is split (data x fsdp)."""
+  """How many ways the batch is split (data x fsdp x expert)."""
   return math.prod(s for a, s in mesh if a in ACTIVATION_RULES["batch"])
+
+
+def check_experts(mesh: MeshSpec, num_experts: int, model: str) -> None:
+  """An ``expert`` axis must divide the model's routed experts (each device holds E / expert)."""
+  ways = dict(mesh).get("expert", 1)
+  if num_experts and ways > 1 and num_experts % ways:
+    raise JaxmemError(
+        f"mesh {format_mesh(mesh)}: expert={ways} does not divide {model}'s {num_experts} experts; "
+        f"use an expert axis size that divides {num_experts}"
+    )
 
 
 def logical_to_spec(

@@ -34,7 +34,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
-from jaxmem.models import AttentionChoice, AttentionShapes, ModelConfig, Transformer, choose_attention
+from jaxmem.models import AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention
+from jaxmem.models.moe_parallel import ExpertMeshAxes, sharded_dropless
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
 from jaxmem.compiler.targets import Target
@@ -129,6 +130,22 @@ def check_batch(
     raise JaxmemError(f"seq {seq} is not divisible by the sequence axis ({seq_ways}); use a multiple of {seq_ways}")
   if cfg.style == "gpt2" and seq > cfg.max_seq_len:
     raise JaxmemError(f"seq {seq} exceeds {cfg.name}'s {cfg.max_seq_len} learned positions; use --seq {cfg.max_seq_len} or less")
+  shd.check_experts(mesh, cfg.num_experts, cfg.name)
+
+
+def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh) -> ExpertsFn | None:
+  """What runs an MoE layer's routed experts in the train step: for ``dropless`` on more than
+  one device, the experts per device under shard_map, tokens exchanged over ``expert``
+  (:func:`jaxmem.models.moe_parallel.sharded_dropless`, on the axes the sharding rules give the
+  batch, sequence, experts and expert width), since a global sort cannot be split by GSPMD.
+  None (the model's own) otherwise: ``capacity`` is partitioned by its sharding constraints."""
+  if not cfg.is_moe or cfg.moe_impl != "dropless" or jmesh.size == 1:
+    return None
+  axes = ExpertMeshAxes(
+      batch=shd.ACTIVATION_RULES["batch"], seq=shd.ACTIVATION_RULES["seq"][0],
+      expert=shd.PARAM_RULES["exp"][0], tensor=shd.PARAM_RULES["mlp"][0],
+  )
+  return sharded_dropless(jmesh, axes)
 
 
 def check_qk_dtype(qk_dtype: str) -> None:
@@ -215,11 +232,13 @@ def build_train_program(
   batch_sh = NamedSharding(jmesh, batch_spec)
   micro_sh = NamedSharding(jmesh, PartitionSpec(None, *batch_spec))
   constrain = shd.activation_constrainer(jmesh)
+  experts = routed_experts(cfg, jmesh)
 
   def loss_fn(p, tokens_bt, targets_bt):
     model = nnx.merge(graphdef, p)
     return model.loss(
-        tokens_bt, targets_bt, remat=remat.policy, constrain=constrain, attend=choice.attend, vocab_tiles=vocab_tiles
+        tokens_bt, targets_bt, remat=remat.policy, constrain=constrain, attend=choice.attend, vocab_tiles=vocab_tiles,
+        experts=experts,
     )
 
   grad_fn = jax.value_and_grad(loss_fn)

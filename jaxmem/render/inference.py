@@ -25,6 +25,11 @@ ESTIMATE_COLUMNS = (
     "model", "params", "bytes_per_param", "model_state_bytes", "h100_80gb_equivalents", "activation_bytes_per_layer",
     "activation_bytes", "kv_cache_bytes", "weight_bytes_bf16", "weight_bytes_fp8", "weight_bytes_int4",
 )
+# Shown when a model is a mixture of experts (dispatch buffers: every MoE layer, whole model).
+MOE_ESTIMATE_COLUMNS = (
+    "model", "params", "active_params", "expert_state_bytes", "non_expert_state_bytes", "dispatch_bytes_dropless",
+    "dispatch_bytes_capacity", "capacity_factor",
+)
 SIDE_COLUMNS = (
     "mesh", "workload", "detail", "batch", "argument_size_in_bytes", "temp_size_in_bytes", "required_bytes",
     "all_devices_required_bytes", "capacity_bytes", "fits", "verdict",
@@ -69,9 +74,21 @@ def render(dicts: Sequence[dict[str, Any]], fmt_name: str, keys: Sequence[str]) 
 
 def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[dict[str, Any]] = ()) -> str:
   """``infer``'s rows; in table and markdown, a heading (with the compiler versions), the notes
-  and errors; the KV cache table from the formula after it when ``kv_rows`` are given."""
+  and errors; the KV cache table from the formula after it when ``kv_rows`` are given. Tables
+  show the KV cache per token (whole model, one sequence) in KiB, with the attention kind, and
+  for a mixture-of-experts model how its experts run."""
   dicts = [r.as_dict() for r in rows]
-  text = render(dicts, fmt_name, INFER_COLUMNS)
+  if fmt_name in ("json", "csv"):
+    text = render(dicts, fmt_name, INFER_COLUMNS)
+  else:
+    recs = _table_records(dicts, INFER_COLUMNS)
+    for rec, d in zip(recs, dicts, strict=True):
+      per_token = d.get("kv_cache_bytes_per_token")
+      rec["attention kind"] = d.get("attention_kind")
+      rec["kv/token KiB"] = None if per_token is None else f"{per_token / 1024:,.1f}"
+      if any(r.moe_impl for r in rows):
+        rec["moe"] = (d["moe_impl"] or "") + ("" if d.get("capacity_factor") is None else f" {d['capacity_factor']:g}")
+    text = render_records(recs, fmt_name)
   if fmt_name in ("table", "markdown"):
     r0 = rows[0]
     u = _unit_for(dicts, INFER_COLUMNS)
@@ -96,10 +113,20 @@ def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:
   for rec, d in zip(recs, dicts, strict=True):
     rec["params"] = f"{d['params'] / 1e9:.3f}B"
     rec["h100_80gb_equivalents"] = f"{d['h100_80gb_equivalents']:.1f}"
+    # Per token: kilobytes, where GB would round to zero (MLA's point is this figure).
+    rec["kv per token KB"] = f"{d['kv_cache_bytes_per_token'] / 1e3:,.1f}"
   e = rows[0]
   head = (f"{e.optimizer}, {e.precision} precision, batch {e.batch} x seq {e.seq}, tensor {e.tensor}, "
           f"recompute {e.recompute}; whole model, GB = 1e9 bytes (h100 = model state / 80 GB)")
-  return head + "\n\n" + render_records(recs, fmt_name) + "\n\n" + "\n".join(f"source: {s}" for s in e.sources)
+  text = head + "\n\n" + render_records(recs, fmt_name)
+  moe = [d for d in dicts if d["expert_params"]]
+  if moe:
+    recs = _table_records(moe, MOE_ESTIMATE_COLUMNS, unit("GB"))
+    for rec, d in zip(recs, moe, strict=True):
+      rec["params"], rec["active_params"] = (f"{d[k] / 1e9:.3f}B" for k in ("params", "active_params"))
+    text += ("\n\nmixture of experts: state of the routed experts (what an expert axis divides) and of the rest; "
+             "dispatch buffers of every MoE layer, GB:\n\n" + render_records(recs, fmt_name))
+  return text + "\n\n" + "\n".join(f"source: {s}" for s in e.sources)
 
 
 def render_compare_extras(extras: dict[str, list[dict[str, Any]]], fmt_name: str) -> str:

@@ -153,6 +153,8 @@ class _Layout:
   mesh: bool
   optimizer: bool
   step: tuple[str, ...]  # the step's columns shown: attention always, microbatches/vocab_tiles when > 1
+  moe: bool  # a mixture-of-experts model: how its experts run, and the capacity factor
+  factor: bool
   comm: bool
   host: bool
   fit: bool
@@ -166,6 +168,8 @@ class _Layout:
         mesh=len({r.mesh for r in rows}) > 1 or rows[0].num_devices > 1,
         optimizer=len({r.optimizer for r in rows}) > 1,
         step=("attention",) + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows)),
+        moe=any(_get(r, "moe_impl", None) for r in rows),
+        factor=any(_get(r, "capacity_factor", None) is not None for r in rows),
         comm=any((r.num_devices or 1) > 1 for r in rows),
         host=any(r.host_temp_size_in_bytes for r in rows),
         fit=any(r.capacity_bytes is not None for r in rows),
@@ -175,7 +179,8 @@ class _Layout:
 
   def headers(self) -> list[str]:
     h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer
-    h += [k.replace("_", " ") for k in self.step] + _SWEEP_HEADERS
+    h += [k.replace("_", " ") for k in self.step] + ["moe"] * self.moe + ["capacity factor"] * self.factor
+    h += _SWEEP_HEADERS
     h += ["comm"] * self.comm + ["host temp"] * self.host
     h += ["capacity", "required", "fits"] if self.fit else []
     return h + (_TOTALS_HEADERS if self.totals else [])
@@ -185,6 +190,8 @@ class _Layout:
     u = self.unit.size
     line = [str(getattr(r, k)) for k in self.varying] + [r.mesh] * self.mesh + [r.optimizer] * self.optimizer
     line += [str(_get(r, k, "-")) for k in self.step]
+    factor = _get(r, "capacity_factor", None)
+    line += [_get(r, "moe_impl", "-")] * self.moe + ["-" if factor is None else f"{factor:g}"] * self.factor
     flops = "-" if r.flops is None else f"{r.flops / 1e9:,.1f}"
     recompute = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
     if r.error:
@@ -231,7 +238,7 @@ def _get(r: Any, key: str, default: Any) -> Any:
 def _base_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with (see sweep.baseline_key)."""
   return (r.target, r.mesh, r.optimizer, r.batch, r.seq, _get(r, "attention", None), _get(r, "microbatches", 1),
-          _get(r, "vocab_tiles", 1))
+          _get(r, "vocab_tiles", 1), _get(r, "moe_impl", None), _get(r, "capacity_factor", None))
 
 
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
@@ -267,7 +274,8 @@ def _notes(rows: Sequence[Any]) -> list[str]:
     for n in r.notes:
       seen.setdefault(f"note: {n}")
     if r.error:
-      seen.setdefault(f"error [{r.mesh} {r.optimizer} {_get(r, 'attention', '-')} {r.remat}]: {r.error}")
+      moe = f" {r.moe_impl}" if _get(r, "moe_impl", None) else ""
+      seen.setdefault(f"error [{r.mesh} {r.optimizer} {_get(r, 'attention', '-')} {r.remat}{moe}]: {r.error}")
   return list(seen)
 
 
@@ -318,12 +326,14 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   records = []
   for r in results:
     row = r.row
+    moe = {"moe": r.moe} if any(getattr(x, "moe", None) for x in results) else {}
     records.append(
         {
             "mesh": r.mesh,
             "optimizer": r.optimizer,
             "attention": _get(r, "attention", "-"),
             **({"microbatches": _get(r, "microbatches", 1)} if micro else {}),
+            **moe,
             "remat": r.remat,
             f"max {over}": r.max_batch if over == "batch" else r.max_seq,
             f"required {u.name}": None if row is None else _size(row.required_bytes, u.size),
@@ -348,11 +358,13 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
     return json.dumps(envelope(rows, growth=[g.as_dict() for g in growth]), indent=2)
   if fmt == "csv":
     return render_csv(rows)
+  moe = any(g.moe for g in growth)
   records = [
       {
           "mesh": g.mesh,
           "optimizer": g.optimizer,
           "attention": _get(g, "attention", "-"),
+          **({"moe": g.moe} if moe else {}),
           "remat": g.remat,
           "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
           "batch exponent": _exponent(g.batch_exponent),
