@@ -28,6 +28,9 @@ from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.compiler.targets import target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
 from jaxmem.buffers.explain import explain  # noqa: E402
+from jaxmem.buffers.timeline import plot_timeline, timeline_text  # noqa: E402
+from jaxmem.inference.estimate import estimate  # noqa: E402
+from jaxmem.inference.infer import infer  # noqa: E402
 from jaxmem.planning.fit import fit  # noqa: E402
 from jaxmem.planning.scale import scale  # noqa: E402
 from jaxmem.planning.sweep import Row, compare  # noqa: E402
@@ -36,6 +39,7 @@ from jaxmem.program import optimizers, remat  # noqa: E402
 from jaxmem.program.sharding import fsdp_shardings  # noqa: E402
 from jaxmem.program.optimizers import OPTIMIZERS  # noqa: E402
 from jaxmem.program.remat import REMAT_POLICIES  # noqa: E402
+from jaxmem.render.table import table  # noqa: E402
 from jaxmem.versions import __version__  # noqa: E402
 from jaxmem.workload import Workload  # noqa: E402
 
@@ -49,11 +53,16 @@ __all__ = [
     "__version__",
     "analyze",
     "compare",
+    "estimate",
     "explain",
     "fit",
     "fsdp_shardings",
+    "infer",
     "optimizers",
+    "plot_timeline",
     "remat",
     "scale",
+    "table",
     "target",
+    "timeline_text",
 ]

@@ -213,8 +213,12 @@ def argument_bytes(compiled, names: Sequence[str] | None = None) -> tuple[dict[s
   for i, (info, sharding) in enumerate(zip(args_info, shardings, strict=True)):
     name = names[i] if names is not None and i < len(names) else f"args[{i}]"
     infos = jax.tree_util.tree_leaves_with_path(info)
-    for (path, leaf), s in zip(infos, jax.tree_util.tree_leaves(sharding), strict=True):
-      n = _shard_bytes(leaf.shape, leaf.dtype, s)
+    leaf_shardings = jax.tree_util.tree_leaves(sharding)
+    if len(leaf_shardings) != len(infos):
+      # jit drops an argument the program never reads (no sharding, no buffer): it holds nothing.
+      leaf_shardings = [None] * len(infos)
+    for (path, leaf), s in zip(infos, leaf_shardings, strict=True):
+      n = 0 if s is None else _shard_bytes(leaf.shape, leaf.dtype, s)
       by_leaf[".".join([name, *path_keys(path)])] = n
       by_arg[name] = by_arg.get(name, 0) + n
     by_arg.setdefault(name, 0)
