@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 
 from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
-from jaxmem.explain.residuals import saved_residuals_by_policy
+from jaxmem.buffers.residuals import saved_residuals_by_policy
 from jaxmem.hlo.comms import collectives_from_hlo
 from jaxmem.inference import estimate as est
 from jaxmem.inference import infer, quant

@@ -205,17 +205,7 @@ def test_fit_finds_a_batch_that_compare_confirms(capsys):
 
 
 def test_explain_step_uses_the_function_explain(capsys):
-  # jaxmem.explain(fn, *args, target=...) is issue 10 item 1; until this build has it, explain
-  # --step says so in one line.
-  from jaxmem.cli.explain import _function_explain
-
+  # explain --step explains the factory's function with jaxmem.explain(fn, *args, target=...).
   argv = ["explain", "--step", "test_user_step:make_step", "--target", "cpu", "--batch", "8", "--seq", "16"]
-  try:
-    _function_explain()
-  except JaxmemError:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "explain --step needs jaxmem.explain(fn" in err
-    return
   assert main([*argv, "--top", "3"]) == 0
   assert "test_user_step.py" in capsys.readouterr().out  # the buffers' source is the user's file

@@ -167,7 +167,9 @@ class _Layout:
         varying=tuple(k for k in ("model", "target", "batch", "seq") if len({getattr(r, k) for r in rows}) > 1),
         mesh=len({r.mesh for r in rows}) > 1 or rows[0].num_devices > 1,
         optimizer=len({r.optimizer for r in rows}) > 1,
-        step=("attention",) + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows)),
+        # Rows from a user's step (or an older cache) record no attention: no column for it then.
+        step=("attention",) * any(_get(r, "attention", None) for r in rows)
+        + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows)),
         moe=any(_get(r, "moe_impl", None) for r in rows),
         factor=any(_get(r, "capacity_factor", None) is not None for r in rows),
         comm=any((r.num_devices or 1) > 1 for r in rows),
@@ -275,7 +277,8 @@ def _notes(rows: Sequence[Any]) -> list[str]:
       seen.setdefault(f"note: {n}")
     if r.error:
       moe = f" {r.moe_impl}" if _get(r, "moe_impl", None) else ""
-      seen.setdefault(f"error [{r.mesh} {r.optimizer} {_get(r, 'attention', '-')} {r.remat}{moe}]: {r.error}")
+      attention = f" {r.attention}" if _get(r, "attention", None) else ""
+      seen.setdefault(f"error [{r.mesh} {r.optimizer}{attention} {r.remat}{moe}]: {r.error}")
   return list(seen)
 
 
@@ -300,7 +303,8 @@ def render_ranked(rows: Sequence[Any], fmt: str) -> str:
     u = unit_for([best.required_bytes, best.capacity_bytes])
     mb = _get(best, "microbatches", 1)
     advice = (
-        f"recommendation: mesh {best.mesh}, {best.optimizer}, attention {_get(best, 'attention', '-')}, "
+        f"recommendation: mesh {best.mesh}, {best.optimizer}, "
+        + (f"attention {best.attention}, " if _get(best, "attention", None) else "")
         + (f"{mb} microbatches, " if mb > 1 else "")
         + f"remat {best.remat} "
         f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct})"
