@@ -134,7 +134,7 @@ def test_fit_agrees_with_compare():
   # the slow test below and benchmarks/fit_search.py. At 2048 positions the attention scores
   # make memory linear in the batch, so the secant lands in few compiles.
   found = _fit_agrees_with_compare(get_config("tiny"), seq=2048, target="gpu:h100")
-  assert found.compiles <= 8 and found.max_batch > 2
+  assert found.compiles <= 10 and found.max_batch > 2  # 8 on jax 0.12.0.1, 9 on 0.10.2
 
 
 # Big enough that the largest batch is some hundreds, small enough to compile in seconds.
