@@ -48,25 +48,27 @@ def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
       labels=list(KINDS),
       colors=[_COLORS[k] for k in KINDS],
       linewidth=0,
+      step="mid",  # each position one bar wide: a peak that lasts one position still shows
   )
   top = max(total) / scale
   for i, (name, first, last) in enumerate(tl.regions):
     ax.axvspan(first - 0.5, last + 0.5, color="#000000", alpha=0.04 if i % 2 else 0.0, lw=0)
-    ax.text((first + last) / 2, top * 1.13, name, ha="center", va="top", fontsize=9, color="#444444")
+    ax.text((first + last) / 2, top * 1.47, name, ha="center", va="top", fontsize=9, color="#444444")
   p = tl.peak_position
   ax.axvline(p, color="#c44e52", lw=1, ls="--")
+  ax.plot([p], [total[p] / scale], marker="v", color="#c44e52", markersize=6)  # the peak itself
   lines = [f"peak {total[p] / scale:,.2f} {uname} at position {p}"]
   for b in result.peak_buffers[:labels]:
     where = b.source or b.op_name or b.hlo
     lines.append(f"{b.size_bytes / scale:,.2f} {uname} {b.kind} {b.dtype}{b.shape} {where}")
   ax.annotate(
-      "\n".join(lines), xy=(p, total[p] / scale), xytext=(0.01, 0.97), textcoords="axes fraction",
+      "\n".join(lines), xy=(p, total[p] / scale), xytext=(0.01, 0.90), textcoords="axes fraction",
       va="top", fontsize=8, family="monospace",
       bbox=dict(boxstyle="round", fc="white", ec="#c44e52", alpha=0.9),
       arrowprops=dict(arrowstyle="->", color="#c44e52", lw=0.8),
   )
   ax.set_xlim(0, max(1, tl.length - 1))
-  ax.set_ylim(0, top * 1.15)
+  ax.set_ylim(0, top * 1.5)  # room above the curve for the region names and the peak's box
   ax.set_xlabel("position in XLA's schedule")
   ax.set_ylabel(f"live bytes per device ({uname})")
   ax.set_title(title(result), fontsize=10)
