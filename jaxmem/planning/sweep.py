@@ -42,11 +42,16 @@ class Row(CompilerFigures, Configuration):
   ``param_bytes_global`` is the parameters' size summed over the whole model, unsharded.
   ``comm_*_bytes`` are the bytes one device sends per step in each kind of collective, read from
   the optimized HLO under ring-algorithm costs (:mod:`jaxmem.hlo.comms`); ``comm_bytes`` is their sum.
+  ``program_flops`` is the whole step's FLOPs counted from its jaxpr (every device, every
+  layer): the step as written, before XLA's own rematerialization, which the GPU compiler adds
+  to a program over the device's memory. ``recompute_overhead_pct`` compares it with the no-remat
+  row's, so a baseline XLA rematerialized does not make a policy look cheaper than none.
   """
 
   param_bytes: int | None = None
   param_bytes_global: int | None = None
   optimizer_state_bytes: int | None = None
+  program_flops: float | None = None
   recompute_overhead_pct: float | None = None
   comm_bytes: int | None = None
   comm_all_gather_bytes: int | None = None
@@ -121,7 +126,7 @@ def run_config(
     if p.target.num_devices > 1:
       notes.append("flops: split evenly over the devices (the compile was refused)")
     return Row(
-        **base, **Refusal.of(e).as_dict(), flops=program_flops / p.target.num_devices,
+        **base, **Refusal.of(e).as_dict(), flops=program_flops / p.target.num_devices, program_flops=program_flops,
         versions=compiler_versions(p.target.platform), notes=tuple(notes),
     )
   report: MemoryReport = read_compiled(compiled, compile_seconds=seconds, jaxpr=traced.jaxpr.jaxpr)
@@ -129,6 +134,7 @@ def run_config(
       **base,
       **report.figures(),
       **report.comm_figures(),
+      program_flops=program_flops,
       required_bytes=report.required_bytes,
       fits=fits(report.required_bytes, p.target.capacity_bytes),
       notes=tuple(notes) + report.notes,
@@ -155,11 +161,15 @@ def with_overheads(rows: list[Row]) -> list[Row]:
   """Fills ``recompute_overhead_pct``: FLOPs over the ``none`` row of the same target, mesh,
   optimizer, attention, MoE variant and workload (rows without one keep ``None``)."""
   key = baseline_key
-  base = {key(r): r.flops for r in rows if r.remat == "none" and r.flops}
+  base = {key(r): r for r in rows if r.remat == "none" and r.flops}
   out = []
   for r in rows:
     b = base.get(key(r))
-    pct = None if (b is None or r.flops is None) else 100.0 * (r.flops - b) / b
+    pct = None
+    if b is not None and r.program_flops and b.program_flops:  # the steps as written
+      pct = 100.0 * (r.program_flops - b.program_flops) / b.program_flops
+    elif b is not None and r.flops is not None:  # a user's step, or rows from an older cache
+      pct = 100.0 * (r.flops - b.flops) / b.flops
     out.append(dataclasses.replace(r, recompute_overhead_pct=pct))
   return out
 
