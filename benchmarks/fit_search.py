@@ -5,8 +5,8 @@ batch that fits for a mid-sized model (d_model 256, vocab 8192, 2 layers) under 
 and AdamW, then compiles that batch and the next one as ``compare`` would, and prints both
 verdicts side by side; the last line is a JSON object. ``agrees`` must be true: the largest batch
 fits and one more does not. This was tests/test_planning.py's TPU case (about 95 s on a quiet
-2-core machine, 500 s on a busy one); the suite keeps a cheap GPU version and this one as a
-``slow`` test.
+2-core machine, 500 s on a busy one); it and the tiny model's GPU case are ``slow`` tests,
+and the fast suite checks the same agreement for a user's step on gpu:h100.
 
 Why it is heavy: the TPU compiler's time grows with the shapes (measured with libtpu 0.0.42.1 on
 the tiny model: 2 s at batch 1, 23 s at 64 and 52 s at 1024, seq 128), and a search probes the
