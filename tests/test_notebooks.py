@@ -26,8 +26,10 @@ NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.
 OVERRIDES: dict[str, dict[str, object]] = {
     "01_tour": dict(MODEL="tiny", TARGET="gpu:h100", BATCH=2, SEQ=32, REMATS="none,full", OPTIMIZERS="sgd,adamw"),
     "02_planning": dict(
-        MODEL="tiny", REMAT="none", BATCH=8, SEQ=32,  # none: one compile per point, not a baseline too TPU_TARGET="tpu:v5e-4", TPU_MESHES=["data=4", "fsdp=4"],
-        GPU_TARGET="gpu:h100x2", GPU_MESHES=["fsdp=2", "fsdp=1,tensor=2"],
+        # remat none: one compile per point, no baseline beside it; one mesh per target (the
+        # cells loop over what is given).
+        MODEL="tiny", REMAT="none", BATCH=8, SEQ=32, TPU_TARGET="tpu:v5e-4", TPU_MESHES=["fsdp=4"],
+        GPU_TARGET="gpu:h100x2", GPU_MESHES=["fsdp=1,tensor=2"],
     ),
     "03_inference": dict(
         MODEL="tiny", TARGET="gpu:h100", WEIGHTS="bf16,int4", CONTEXTS=[64, 128], BATCH=2, TRAIN_BATCH=2, TRAIN_SEQ=32,
