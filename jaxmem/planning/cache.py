@@ -3,9 +3,10 @@
 Rows are stored one JSON file per configuration under ``$JAXMEM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/jaxmem``, else ``~/.cache/jaxmem``. The key hashes everything that changes
 the compiled program or its reading: the whole workload (the model's full config, batch,
-sequence, target and slices, mesh, remat policy, optimizer, dtypes), and the versions of
-jaxmem, Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin. A row that failed (out of
-memory, say) is cached too: the compiler's answer does not change on a retry.
+sequence, target and slices, mesh, remat policy, optimizer, dtypes), the versions of jaxmem,
+Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin, and the environment variables in
+:data:`KEYED_ENVIRONMENT` that are set. A row that failed (out of memory, say) is cached too:
+the compiler's answer does not change on a retry.
 """
 
 from __future__ import annotations
@@ -27,9 +28,17 @@ def cache_dir() -> Path:
   return Path(base) / "jaxmem"
 
 
+# Variables that change a row without changing the workload: the compilers' flags change the
+# program, and the allocator's fraction changes a GPU's (or an attached device's) capacity_bytes
+# and so `fits`.
+KEYED_ENVIRONMENT = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+
 def key(parts: dict[str, Any]) -> str:
-  """A stable hash of a configuration's description plus the installed versions."""
-  blob = json.dumps({"config": parts, "versions": cache_versions()}, sort_keys=True, default=str)
+  """A stable hash of a configuration's description, the installed versions and the keyed
+  environment variables that are set."""
+  env = {name: os.environ[name] for name in KEYED_ENVIRONMENT if name in os.environ}
+  blob = json.dumps({"config": parts, "versions": cache_versions(), "environment": env}, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
