@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import re
+import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -96,6 +98,7 @@ def _run_dask(tasks: Sequence[Task], run: Run, todo: Iterable[int], address: str
     from distributed import Client, as_completed
   except ImportError:
     raise JaxmemError("--scheduler needs Dask: pip install 'jaxmem[dask]'") from None
+  _refuse_closed_port(address)
   try:
     client = Client(address, timeout="10s")
   except OSError as e:
@@ -106,3 +109,19 @@ def _run_dask(tasks: Sequence[Task], run: Run, todo: Iterable[int], address: str
       done(futures[f], f.result())
   finally:
     client.close()
+
+
+def _refuse_closed_port(address: str) -> None:
+  """A refused TCP connection is a final answer: say so at once rather than after the Dask
+  client's 10 s of retries (an unanswered one, e.g. a firewalled host, still waits for them)."""
+  m = re.fullmatch(r"(?:tcp://)?\[?([^\]/]+?)\]?:(\d+)/?", address)
+  if m is None:
+    return  # another protocol (tls://, inproc://, ucx://): the client decides
+  try:
+    socket.create_connection((m.group(1), int(m.group(2))), timeout=2).close()
+  except ConnectionRefusedError:
+    raise JaxmemError(
+        f"cannot reach the Dask scheduler at {address}: connection refused (is `dask scheduler` running there?)"
+    ) from None
+  except OSError:
+    return  # unresolved or unanswered: the client's own timeout and message
