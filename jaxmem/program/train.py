@@ -91,17 +91,14 @@ class TrainProgram:
     """Real, initialised inputs laid out as the abstract ones (for running the step)."""
     shardings = lambda tree: jax.tree.map(lambda a: a.sharding, tree)  # noqa: E731
     p_sh, s_sh, tok = shardings(self.args[0]), shardings(self.args[1]), self.args[2]
-
-    def init_params():
-      return nnx.split(Transformer(self.cfg, rngs=nnx.Rngs(seed)), nnx.Param)[1]
-
-    params = jax.jit(init_params, out_shardings=p_sh)()
-    state = jax.jit(self.tx.init, out_shardings=s_sh)(params)
     draw = lambda k: jax.random.randint(k, tok.shape, 0, self.cfg.vocab_size, tok.dtype)  # noqa: E731
-    k1, k2 = jax.random.split(jax.random.key(seed))
-    tokens = jax.jit(draw, out_shardings=tok.sharding)(k1)
-    targets = jax.jit(draw, out_shardings=tok.sharding)(k2)
-    return params, state, tokens, targets
+
+    def init(key):  # one program, so one compile: a compile per piece costs more than the step's
+      params = nnx.split(Transformer(self.cfg, rngs=nnx.Rngs(seed)), nnx.Param)[1]
+      k1, k2 = jax.random.split(key)
+      return params, self.tx.init(params), draw(k1), draw(k2)
+
+    return jax.jit(init, out_shardings=(p_sh, s_sh, tok.sharding, tok.sharding))(jax.random.key(seed))
 
 
 QK_DTYPES = ("bfloat16", "float32")
