@@ -91,7 +91,8 @@ def test_tensor_parallel_on_tpu_shards_weights(tpu_meshes):
 
 @needs_gpu
 def test_gpu_target_compiles_and_fits():
-  rows = sweep.compare(**TINY, target="gpu:h100x2", remat="full", mesh="fsdp=2")
+  rows = sweep.compare(**TINY, target="gpu:h100x2", remat="none", mesh="fsdp=2")  # one GPU compile
+  assert len(rows) == 1
   for r in rows:
     assert r.error is None
     assert r.peak_memory_in_bytes is not None and r.fits is True
