@@ -1,6 +1,8 @@
 """Planning at speed: fit, scale, the row cache, resuming, parallel and Dask sweeps."""
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import signal
@@ -88,11 +90,12 @@ def test_cache_misses_when_any_key_part_changes(change):
   assert base.cache_key() == plan(**TINY, remat="full", optimizer="sgd").tasks()[-1].cache_key()
 
 
-def test_killed_sweep_resumes_without_recompiling(tmp_path):
+def test_killed_sweep_resumes_without_recompiling(tmp_path, monkeypatch, capsys):
   env = {**os.environ, "JAXMEM_CACHE_DIR": str(tmp_path), "JAX_PLATFORMS": "cpu"}
-  argv = [sys.executable, "-m", "jaxmem", "compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--target", "cpu"]
+  argv = ["compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--target", "cpu"]
   argv += ["--remat", "full,dots_saveable,save_qkv_proj,save_out_proj", "--format", "json"]
-  proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  # The sweep that is killed is a process of its own; the rerun is main() in this one.
+  proc = subprocess.Popen([sys.executable, "-m", "jaxmem", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   rows_dir = tmp_path / "rows"
   deadline = time.time() + 120
   while time.time() < deadline and len(list(rows_dir.glob("*.json"))) < 2:
@@ -101,9 +104,11 @@ def test_killed_sweep_resumes_without_recompiling(tmp_path):
   proc.wait()
   finished = len(list(rows_dir.glob("*.json")))
   assert 2 <= finished < 5, "kill the sweep midway"
-  out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-  assert f"{finished} of 5 configurations from the cache" in out.stderr
-  assert len(json.loads(out.stdout)["rows"]) == 5
+  monkeypatch.setenv("JAXMEM_CACHE_DIR", str(tmp_path))
+  assert main(argv) == 0
+  out = capsys.readouterr()
+  assert f"{finished} of 5 configurations from the cache" in out.err
+  assert len(json.loads(out.out)["rows"]) == 5
 
 
 def test_parallel_jobs_give_the_same_rows(serial_rows):
@@ -183,12 +188,20 @@ def test_fit_with_a_workload_ranks_and_recommends(capsys):
   assert "remat none" in first
 
 
-def test_scale_temporaries_grow_with_sequence(tmp_path, capsys):
-  # The CLI's path (json, growth, plot) on the host CPU's compiler: a third of a GPU compile's time.
-  plot = tmp_path / "scale.png"
+@pytest.fixture(scope="module")
+def scale_doc(tmp_path_factory):
+  """`scale` over three sequence lengths through the CLI, on the host CPU's compiler (a third of
+  a GPU compile's time): its JSON document and plot, shared by the two tests below."""
+  plot = tmp_path_factory.mktemp("scale") / "scale.png"
   argv = ["scale", "--model", "tiny", "--batch", "4", "--target", "cpu", "--over", "seq=128,256,512"]
-  assert main([*argv, "--remat", "none", "--format", "json", "--plot", str(plot)]) == 0
-  doc = json.loads(capsys.readouterr().out)
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    assert main([*argv, "--remat", "none", "--format", "json", "--plot", str(plot)]) == 0
+  return json.loads(out.getvalue()), plot
+
+
+def test_scale_temporaries_grow_with_sequence(scale_doc):
+  doc, plot = scale_doc
   rows = sorted(doc["rows"], key=lambda r: r["seq"])
   assert [r["seq"] for r in rows] == [128, 256, 512]
   temps = [r["temp_size_in_bytes"] for r in rows]
@@ -199,11 +212,9 @@ def test_scale_temporaries_grow_with_sequence(tmp_path, capsys):
   assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_scale_exponents_from_rows():
-  rows = []
-  for seq in (64, 128, 256):
-    rows += sweep.compare(model="tiny", batch=4, seq=seq, target="cpu", remat="none")
-  growth = {g.component: g for g in scale.growth_exponents(rows, {"seq": [64, 128, 256]})}
+def test_scale_exponents_from_rows(scale_doc):
+  rows = [sweep.row_from_dict(d) for d in scale_doc[0]["rows"]]
+  growth = {g.component: g for g in scale.growth_exponents(rows, {"seq": [128, 256, 512]})}
   assert growth["temp_size_in_bytes"].seq_exponent > 0.8  # activations grow with the sequence
   assert abs(growth["param_bytes"].seq_exponent) < 0.01  # parameters do not
   assert growth["param_bytes"].batch_exponent is None
