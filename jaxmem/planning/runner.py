@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
-import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -98,11 +97,13 @@ def _run_dask(tasks: Sequence[Task], run: Run, todo: Iterable[int], address: str
     from distributed import Client, as_completed
   except ImportError:
     raise JaxmemError("--scheduler needs Dask: pip install 'jaxmem[dask]'") from None
-  _refuse_closed_port(address)
+  _check_scheduler_address(address)
   try:
     client = Client(address, timeout="10s")
   except OSError as e:
     raise JaxmemError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+  except (TypeError, ValueError) as e:  # an address Dask cannot use (tls:// without its security settings)
+    raise JaxmemError(f"cannot use the Dask scheduler address {address}: {e}") from None
   try:
     futures = {client.submit(run, tasks[i], pure=False): i for i in todo}
     for f in as_completed(list(futures)):
@@ -111,14 +112,21 @@ def _run_dask(tasks: Sequence[Task], run: Run, todo: Iterable[int], address: str
     client.close()
 
 
-def _refuse_closed_port(address: str) -> None:
-  """A refused TCP connection is a final answer: say so at once rather than after the Dask
-  client's 10 s of retries (an unanswered one, e.g. a firewalled host, still waits for them)."""
-  m = re.fullmatch(r"(?:tcp://)?\[?([^\]/]+?)\]?:(\d+)/?", address)
-  if m is None:
+def _check_scheduler_address(address: str) -> None:
+  """A TCP address without a port, or one whose connection is refused, is a final answer: say
+  so at once rather than after the Dask client's 10 s of retries (an unanswered one, e.g. a
+  firewalled host, still waits for them)."""
+  from distributed.comm import parse_address, parse_host_port  # Dask's own reading of the address
+
+  scheme, location = parse_address(address)
+  if scheme != "tcp":
     return  # another protocol (tls://, inproc://, ucx://): the client decides
   try:
-    socket.create_connection((m.group(1), int(m.group(2))), timeout=2).close()
+    host, port = parse_host_port(location)
+  except ValueError as e:
+    raise JaxmemError(f"--scheduler {address}: {e}; write tcp://HOST:PORT (a scheduler listens on 8786)") from None
+  try:
+    socket.create_connection((host, port), timeout=2).close()
   except ConnectionRefusedError:
     raise JaxmemError(
         f"cannot reach the Dask scheduler at {address}: connection refused (is `dask scheduler` running there?)"

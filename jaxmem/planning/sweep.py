@@ -217,7 +217,9 @@ def baseline_flops(p: Plan, row: Row) -> float | None:
   over its own program's count), so the recompute overhead compares like with like."""
   if row.remat == "none" or row.flops is None:
     return row.flops
-  base, own = program_flops(p, row, "none"), program_flops(p, row, row.remat)
+  # The row's own count was taken when it compiled; a step's row (or one from an older cache)
+  # has none, and its program is traced again.
+  base, own = program_flops(p, row, "none"), row.program_flops or program_flops(p, row, row.remat)
   return None if not own else row.flops * base / own
 
 
