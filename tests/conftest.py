@@ -62,6 +62,21 @@ _GTE = re.compile(r"^\s*%([\w.\-]+) = \S+ get-tuple-element\(%([\w.\-#]+)\), ind
 
 
 @pytest.fixture(scope="session")
+def compile_one():
+  """``compile_one(remat=..., **fields)``: the one configuration of ``plan(**fields)`` under that
+  remat policy, compiled without the no-remat baseline ``compare`` adds beside it."""
+  from jaxmem.planning import sweep
+  from jaxmem.planning.plan import plan
+
+  def run(*, remat: str, **fields):
+    p = plan(**fields, remat=remat)
+    ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == remat]
+    return sweep.run_config(p, mesh, opt, rp)
+
+  return run
+
+
+@pytest.fixture(scope="session")
 def elide_get_tuple_elements():
   """HLO text as jaxlib 0.10.2's dumps print it -> as 0.12.0.1's do: no get-tuple-element
   instructions, their readers naming the element in place (``%t#2``)."""

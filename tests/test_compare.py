@@ -92,12 +92,8 @@ def test_adafactor_state_far_below_adamw(opt_rows):
 REGISTRY_TARGET = "tpu:v5e-1" if accelerators.tpu_compiler_available()[0] else "cpu"
 
 
-def _one(**kwargs):
-  """Compiles a single configuration (no baseline row) for REGISTRY_TARGET, to keep registry
-  sweeps cheap."""
-  p = plan(batch=2, seq=16, target=REGISTRY_TARGET, **kwargs)
-  ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == p.remats[-1].name]
-  return cmp.run_config(p, mesh, opt, rp)
+# A registry entry's one configuration: tiny shapes, no baseline row beside it.
+REGISTRY_WORK = dict(batch=2, seq=16, target=REGISTRY_TARGET)
 
 
 # For a TPU the whole registry compiles (about 1.5 s each). For the CPU, one of each kind of
@@ -113,8 +109,8 @@ COMPILED_OPTIMIZERS = (
 @pytest.mark.parametrize(
     "name", [n if n in COMPILED_OPTIMIZERS else pytest.param(n, marks=pytest.mark.slow) for n in optimizers.OPTIMIZERS]
 )
-def test_every_optimizer_compiles(name):
-  row = _one(model="tiny", remat="none", optimizer=name)
+def test_every_optimizer_compiles(name, compile_one):
+  row = compile_one(**REGISTRY_WORK, model="tiny", remat="none", optimizer=name)
   assert row.optimizer == name
   assert row.error is None and row.argument_size_in_bytes >= row.param_bytes + row.optimizer_state_bytes
 
@@ -135,8 +131,8 @@ def test_every_optimizer_traces_an_update_of_the_model(name):
 
 
 @pytest.mark.parametrize("name", [n for n, p in remat.REMAT_POLICIES.items() if p.alias_of is None and n != "none"])
-def test_every_remat_policy_compiles(name):
-  row = _one(model="tiny-gpt2", remat=name, optimizer="sgd")
+def test_every_remat_policy_compiles(name, compile_one):
+  row = compile_one(**REGISTRY_WORK, model="tiny-gpt2", remat=name, optimizer="sgd")
   assert row.remat == name
   if remat.REMAT_POLICIES[name].needs_host_memory and REGISTRY_TARGET == "cpu":
     return  # the CPU backend may refuse host offload; that is then an error row, not a crash

@@ -62,9 +62,9 @@ def test_cache_misses_when_a_keyed_variable_changes(name, monkeypatch):
   monkeypatch.delenv(name, raising=False)
   unset = task.cache_key()
   monkeypatch.setenv(name, "0.5")
-  assert task.cache_key() != unset
-  monkeypatch.setenv(name, "0.5")
-  assert task.cache_key() == task.cache_key()
+  half = task.cache_key()
+  monkeypatch.setenv(name, "0.6")
+  assert len({unset, half, task.cache_key()}) == 3  # each value its own rows
   monkeypatch.delenv(name)
   assert task.cache_key() == unset
 
@@ -123,11 +123,19 @@ def test_dask_path_gives_the_same_rows(serial_rows):
   assert _strip(remote) == _strip([r for r in serial_rows if r.optimizer == "sgd"])
 
 
-def test_unreachable_scheduler_is_one_line(capsys):
+@pytest.mark.parametrize(
+    "address,match",
+    [
+        ("tcp://127.0.0.1:1", "cannot reach the Dask scheduler at tcp://127.0.0.1:1: connection refused"),
+        ("127.0.0.1", "missing port number"),
+        ("tls://127.0.0.1:1", "cannot use the Dask scheduler address tls://127.0.0.1:1"),
+    ],
+)
+def test_unreachable_scheduler_is_one_line(address, match, capsys):
   argv = ["compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--target", "cpu", "--no-cache"]
-  assert main([*argv, "--scheduler", "tcp://127.0.0.1:1"]) == 2
+  assert main([*argv, "--scheduler", address]) == 2
   err = capsys.readouterr().err
-  assert "cannot reach the Dask scheduler" in err and "Traceback" not in err
+  assert match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 def _fit_agrees_with_compare(cfg, *, seq, target):
@@ -198,6 +206,21 @@ def scale_doc(tmp_path_factory):
   with contextlib.redirect_stdout(out):
     assert main([*argv, "--remat", "none", "--format", "json", "--plot", str(plot)]) == 0
   return json.loads(out.getvalue()), plot
+
+
+def test_fit_and_compare_give_one_recompute_overhead():
+  # fit's search fills the overhead from baseline_flops (the no-remat program traced at the
+  # row's workload); compare from its own no-remat row. The same steps as written: one figure.
+  p = plan(**TINY, remat="full", optimizer="sgd")
+  rows = sweep.compare(**TINY, remat="full", optimizer="sgd")
+  full = next(r for r in rows if r.remat == "full")
+  assert full.recompute_overhead_pct > 0
+  found = fit.FitResult(
+      over="batch", mesh=full.mesh, optimizer=full.optimizer, remat=full.remat, max_batch=full.batch, max_seq=None,
+      compiles=1, row=dataclasses.replace(full, recompute_overhead_pct=None),
+  )
+  (result,) = fit.with_recompute([found], p, lambda row: sweep.baseline_flops(p, row))
+  assert result.row.recompute_overhead_pct == pytest.approx(full.recompute_overhead_pct, rel=1e-9)
 
 
 def test_scale_temporaries_grow_with_sequence(scale_doc):

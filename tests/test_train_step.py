@@ -178,19 +178,13 @@ def test_accumulated_gradient_is_the_full_batch_gradient():
 
 
 @needs_gpu
-def test_vocab_tiles_lower_temp_for_llama3_1b_at_seq_4096():
+def test_vocab_tiles_lower_temp_for_llama3_1b_at_seq_4096(compile_one):
   """llama3-1b's 128,256-token vocabulary at 4096 tokens: float32 logits of 2.1 GB, and their
   gradient. Two layers instead of 16 keep the compile short (the head is what tiling changes);
   benchmarks/attention_step.py shows the whole model."""
   cfg = get_config("llama3-1b", num_layers=2)
   work = dict(model=cfg, batch=1, seq=4096, target="gpu:h100", remat="full", optimizer="sgd")
-
-  def full_only(**fields):  # one compile, without compare's no-remat baseline beside it
-    p = plan(**work, **fields)
-    ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == "full"]
-    return sweep.run_config(p, mesh, opt, rp)
-
-  untiled, tiled = full_only(), full_only(vocab_tiles=8)
+  untiled, tiled = compile_one(**work), compile_one(**work, vocab_tiles=8)
   logits = 4096 * cfg.vocab_size * 4
   assert tiled.vocab_tiles == 8 and untiled.vocab_tiles == 1
   saved = untiled.temp_size_in_bytes - tiled.temp_size_in_bytes
