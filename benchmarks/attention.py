@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 from jaxmem.compiler.targets import get_target  # noqa: E402
+from jaxmem.program.sharding import mesh_axes  # noqa: E402
 
 from jaxmem.models.attention_registry import IMPLEMENTATIONS, AttentionShapes, choose_attention  # noqa: E402
 
@@ -34,6 +35,7 @@ MIB = 2**20
 def measure(target_name: str, shapes: AttentionShapes, devices: int) -> list[dict]:
   target = get_target(target_name)
   mesh = Mesh(np.array(target.devices()[:devices]), ("data",))
+  axes = mesh_axes(mesh)
   batch_sh = NamedSharding(mesh, PartitionSpec("data"))
   q = jax.ShapeDtypeStruct((shapes.batch, shapes.seq, shapes.num_heads, shapes.head_dim), jnp.bfloat16, sharding=batch_sh)
   kv = jax.ShapeDtypeStruct(
@@ -43,9 +45,9 @@ def measure(target_name: str, shapes: AttentionShapes, devices: int) -> list[dic
   # dot twice: MaxText's default bf16 scores, and float32 scores (float32_qk_product=True).
   runs = [("dot", None), ("dot", "float32"), *((n, None) for n in IMPLEMENTATIONS if n != "dot")]
   for name, qk_dtype in runs:
-    if IMPLEMENTATIONS[name].supports(target.platform, shapes, mesh=mesh) is not None:
+    if IMPLEMENTATIONS[name].supports(target.platform, shapes, axes=axes) is not None:
       continue
-    choice = choose_attention(name, platform=target.platform, shapes=shapes, mesh=mesh, qk_dtype=qk_dtype)
+    choice = choose_attention(name, platform=target.platform, shapes=shapes, mesh=mesh, axes=axes, qk_dtype=qk_dtype)
 
     def loss(q_btnh, k_bskh, v_bskv, attend=choice.attend):
       return attend(q_btnh, k_bskh, v_bskv, causal=True).astype(jnp.float32).sum()

@@ -36,13 +36,22 @@ Public interface::
                                    the cache kind a config needs
   AttendFn, dot_attend, chunked_attend   how attention is computed (see attention_ops.py)
   IMPLEMENTATIONS, ATTENTION_NAMES, AttentionImpl, AttentionShapes, AttentionChoice,
-  choose_attention(requested, *, platform, shapes, mesh=None, qk_dtype=None, deviceless=True)
+  choose_attention(requested, *, platform, shapes, mesh=None, axes=None, qk_dtype=None,
+                   deviceless=True)
                                    the attention registry and the per-target "auto" choice
                                    (attention_registry.py; kernels in attention_kernels.py)
+  get_attention(name) -> AttentionImpl   one entry (platforms, fused, kernel_flops, constraints);
+                                   JaxmemError listing the valid names otherwise
+  attention_help() -> str          --attention's help, from the registry
   ExpertsFn, dropless_experts, capacity_experts, expert_capacity
                                    how an MoE layer's routed experts are computed (see moe.py)
-  sharded_dropless(mesh, ExpertMeshAxes(...))   dropless experts per device under shard_map,
+  sharded_dropless(mesh, axes)     dropless experts per device under shard_map,
                                    tokens exchanged over the expert axis (moe_parallel.py)
+  MeshAxes                         which mesh axes split the batch, sequence, heads, experts,
+                                   MLP width and layers inside every shard_map here, for one mesh
+                                   (mesh_axes.py); built from the sharding rules by
+                                   jaxmem.program.sharding.mesh_axes(mesh), required by every
+                                   kernel given a mesh (no default axis names)
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
   DENSE_/MOE_/MLA_CHECKPOINT_NAMES the names each kind of layer tags
 
@@ -124,7 +133,9 @@ from .attention_registry import (
   AttentionChoice,
   AttentionImpl,
   AttentionShapes,
+  attention_help,
   choose_attention,
+  get_attention,
 )
 from .cache import CACHE_AXES, KVCache, kv_cache_bytes
 from .config import ModelConfig
@@ -134,7 +145,8 @@ from .layers import Constrain
 from .loss import cross_entropy
 from .mla import MLA_CACHE_AXES, MLACache, cache_bytes, cache_class, mla_cache_bytes
 from .moe import ExpertsFn, capacity_experts, dropless_experts, expert_capacity
-from .moe_parallel import ExpertMeshAxes, sharded_dropless
+from .mesh_axes import MeshAxes
+from .moe_parallel import sharded_dropless
 from .names import (
   ACTIVATION_AXES,
   CHECKPOINT_NAMES,
@@ -149,7 +161,7 @@ from .transformer import RematPolicy, Transformer, WeightHook
 __all__ = [
   "ACTIVATION_AXES",
   "DENSE_CHECKPOINT_NAMES",
-  "ExpertMeshAxes",
+  "MeshAxes",
   "ExpertsFn",
   "MLACache",
   "MLA_CACHE_AXES",
@@ -169,7 +181,9 @@ __all__ = [
   "AttentionImpl",
   "AttentionShapes",
   "IMPLEMENTATIONS",
+  "attention_help",
   "choose_attention",
+  "get_attention",
   "chunked_attend",
   "cross_entropy",
   "dot_attend",

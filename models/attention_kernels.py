@@ -14,8 +14,9 @@ inside. What each one accepts is checked by :mod:`.attention_registry` before it
 
 Partitioning: a Pallas kernel is a custom call XLA cannot partition ("Mosaic kernels cannot be
 automatically partitioned. Please wrap the call in a shard_map."), so over a mesh each kernel
-runs under ``jax.shard_map`` with the batch split over the data-parallel axes and the heads
-over the tensor axis, as MaxText's ``tpu_flash_attention`` does. Attention needs every key of a
+runs under ``jax.shard_map`` with the batch and the heads split over the mesh axes the sharding
+rules give them (a :class:`~.mesh_axes.MeshAxes`, which every ``make_*_attend`` given a mesh
+needs), as MaxText's ``tpu_flash_attention`` does. Attention needs every key of a
 sequence, so a sequence-sharded mesh is refused (by the registry's support check, and here).
 ``check_vma=False``: the kernels' outputs carry no varying-manual-axes information, and with
 abstract inputs the check refuses them (the keyword is ``check_vma`` in jax 0.10 and 0.12).
@@ -24,7 +25,6 @@ abstract inputs the check refuses them (the keyword is ``check_vma`` in jax 0.10
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 import warnings
@@ -32,62 +32,53 @@ from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh
 
 from jaxmem.errors import JaxmemError
 
 from .attention_ops import AttendFn
+from .mesh_axes import MeshAxes, require, shard_map
 from .names import CONTEXT
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MeshAxes:
-  """Which mesh axes split the attention inputs: jaxmem's activation rules (batch over data,
-  fsdp and expert, heads over tensor, positions over sequence). Axes the mesh lacks are ignored."""
-
-  batch: tuple[str, ...] = ("data", "fsdp", "expert")
-  heads: str = "tensor"
-  seq: str = "sequence"
-
-
-DEFAULT_MESH_AXES = MeshAxes()
-
-
-def mesh_problem(
-  name: str, mesh_shape: dict[str, int], *, num_heads: int, num_kv_heads: int, axes: MeshAxes = DEFAULT_MESH_AXES
-) -> str | None:
-  """Why kernel ``name`` cannot run under shard_map on a mesh of these axis sizes, or None."""
-  seq_ways = mesh_shape.get(axes.seq, 1)
+def mesh_problem(name: str, axes: MeshAxes | None, *, num_heads: int, num_kv_heads: int) -> str | None:
+  """Why kernel ``name`` cannot run under shard_map on the mesh ``axes`` describes, or None
+  (None also without a mesh: one device)."""
+  if axes is None:
+    return None
+  seq_ways = axes.ways("seq")
   if seq_ways > 1:
     return (
       f"{name} needs every key of a sequence on one device, and the mesh splits the sequence "
-      f"{seq_ways} ways ({axes.seq}={seq_ways})"
+      f"{seq_ways} ways ({axes.describe('seq')})"
     )
-  tp = mesh_shape.get(axes.heads, 1)
+  tp = axes.ways("heads")
   if num_heads % tp or num_kv_heads % tp:
     return (
-      f"{name} runs per device on whole heads, and {axes.heads}={tp} does not divide "
+      f"{name} runs per device on whole heads, and {axes.describe('heads')} does not divide "
       f"{num_heads} query heads and {num_kv_heads} kv heads"
     )
   return None
 
 
-def over_mesh(local: AttendFn, mesh: Mesh | None, *, name: str, axes: MeshAxes = DEFAULT_MESH_AXES) -> AttendFn:
-  """``local`` run on each device's batch and head shard under ``jax.shard_map``."""
-  if mesh is None or mesh.size == 1:
+def over_mesh(local: AttendFn, mesh: Mesh | None, axes: MeshAxes | None, *, name: str) -> AttendFn:
+  """``local`` run on each device's batch and head shard under ``jax.shard_map``; a mesh
+  without its ``axes`` is an error (no default axis names)."""
+  if mesh is None:
     return local
-  if mesh.shape.get(axes.seq, 1) > 1:
+  axes = require(axes, mesh, f"attention {name!r}")
+  if mesh.size == 1:
+    return local
+  if axes.ways("seq") > 1:
     raise JaxmemError(
-      f"attention {name!r} cannot run on a mesh with a {axes.seq} axis > 1 (mesh {dict(mesh.shape)}); "
-      f"use --attention chunked or dot, or drop the {axes.seq} axis"
+      f"attention {name!r} cannot run on a mesh that splits the sequence ({axes.describe('seq')}; mesh "
+      f"{dict(mesh.shape)}); use --attention chunked or dot, or drop that axis"
     )
-  batch = tuple(a for a in axes.batch if a in mesh.axis_names) or None
-  heads = axes.heads if axes.heads in mesh.axis_names else None
-  spec = PartitionSpec(batch, None, heads, None)
+  spec = axes.spec("batch", None, "heads", None)
 
   def attend(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True) -> jax.Array:
     run = functools.partial(local, causal=causal)
-    return jax.shard_map(run, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
+    return shard_map(run, mesh=mesh, axes=axes, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
       q_btnh, k_bskh, v_bskv
     )
 
@@ -107,7 +98,7 @@ def splash_block(n: int) -> int | None:
 
 
 def make_splash_attend(
-  mesh: Mesh | None = None, *, interpret: bool = False, axes: MeshAxes = DEFAULT_MESH_AXES
+  mesh: Mesh | None = None, axes: MeshAxes | None = None, *, interpret: bool = False
 ) -> AttendFn:
   """Splash attention (``make_splash_mha``, a causal ``MultiHeadMask``, [B, N, T, H] layout).
 
@@ -143,7 +134,7 @@ def make_splash_attend(
     out_bntv = jax.vmap(kernel)(q_bnth, jnp.swapaxes(k_bskh, 1, 2), jnp.swapaxes(v_bskv, 1, 2))
     return jnp.swapaxes(out_bntv, 1, 2).astype(v_bskv.dtype)
 
-  return over_mesh(local, mesh, name="splash", axes=axes)
+  return over_mesh(local, mesh, axes, name="splash")
 
 
 # --- GPU: cuDNN flash attention --------------------------------------------------------------
@@ -176,7 +167,7 @@ def cudnn_version() -> int | None:
 
 
 def make_cudnn_attend(
-  mesh: Mesh | None = None, *, implementation: str = "cudnn", axes: MeshAxes = DEFAULT_MESH_AXES
+  mesh: Mesh | None = None, axes: MeshAxes | None = None, *, implementation: str = "cudnn"
 ) -> AttendFn:
   """``jax.nn.dot_product_attention(implementation="cudnn")`` in the model's [B, T, N, H] layout.
 
@@ -192,7 +183,7 @@ def make_cudnn_attend(
     )
     return out_btnv.astype(v_bskv.dtype)
 
-  return over_mesh(local, mesh, name="cudnn", axes=axes)
+  return over_mesh(local, mesh, axes, name="cudnn")
 
 
 # --- GPU: Pallas Triton flash attention ------------------------------------------------------
@@ -203,7 +194,7 @@ TRITON_BLOCK = 128
 
 
 def make_triton_attend(
-  mesh: Mesh | None = None, *, interpret: bool = False, axes: MeshAxes = DEFAULT_MESH_AXES
+  mesh: Mesh | None = None, axes: MeshAxes | None = None, *, interpret: bool = False
 ) -> AttendFn:
   """Pallas Triton ``mha`` ([B, T, N, H] layout, q, k and v with the same head count and size).
 
@@ -226,7 +217,7 @@ def make_triton_attend(
     out_btnv = pallas_gpu.mha(q_btnh, k_bskh, v_bskv, None, sm_scale=scale, causal=causal, interpret=interpret)
     return out_btnv.astype(v_bskv.dtype)
 
-  return over_mesh(local, mesh, name="triton", axes=axes)
+  return over_mesh(local, mesh, axes, name="triton")
 
 
 @contextlib.contextmanager

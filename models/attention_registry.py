@@ -19,6 +19,13 @@ in float32 whatever it says (they never materialise the scores, so it does not c
 
 An implementation named explicitly that cannot run is a :class:`JaxmemError` naming those that
 can; it is never replaced silently.
+
+Each implementation is one :class:`AttentionImpl` entry in :data:`IMPLEMENTATIONS`: its
+platforms, whether it is a fused kernel, its FLOPs accounting (:mod:`.attention_flops`, read by
+``jaxmem.compiler.flops`` through :func:`kernel_flops`), its constraints and its notes. What
+the library and the CLI say about implementations (``--attention``'s help,
+:func:`attention_help`; the errors of :func:`get_attention` and :func:`choose_attention`; which
+rows carry the kernel FLOPs note) is read from there, so adding one is adding its entry.
 """
 
 from __future__ import annotations
@@ -26,17 +33,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
-from typing import ContextManager
+from collections.abc import Callable
+from typing import Any, ContextManager
 
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxmem.errors import JaxmemError
 
+from . import attention_flops as kflops
 from . import attention_kernels as kernels
 from .attention_ops import AttendFn, chunked_attend, dot_attend
 from .config import ModelConfig
+from .mesh_axes import MeshAxes, require
 
 PLATFORMS: tuple[str, ...] = ("cpu", "gpu", "tpu")
 # platform -> the implementation ``auto`` prefers there.
@@ -68,12 +77,6 @@ class AttentionShapes:
       batch=batch, seq=seq, kv_seq=seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, v_head_dim=cfg.v_head_dim if cfg.is_mla else cfg.head_dim, dtype=cfg.dtype,
     )
-
-
-def _mesh_shape(mesh: Mesh | Mapping[str, int] | None) -> dict[str, int]:
-  if mesh is None:
-    return {}
-  return dict(mesh.shape) if isinstance(mesh, Mesh) else dict(mesh)
 
 
 # --- support checks: the reason an implementation cannot take (platform, shapes, mesh) ------
@@ -133,11 +136,16 @@ def _triton_problem(shapes: AttentionShapes) -> str | None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AttentionImpl:
-  """One named way of computing attention.
+  """One named way of computing attention: everything jaxmem knows about it, in one place.
 
-  ``make(mesh=, qk_dtype=, interpret=)`` builds the :data:`AttendFn`; ``mesh`` is the mesh the
-  train step is compiled over (kernels run under shard_map on it). ``notes(shapes)`` are what a
-  row using it must say (e.g. cuDNN's missing workspace) when compiled without the device.
+  ``platforms`` it compiles for; ``fused``: a fused kernel, i.e. a custom call XLA can neither
+  partition (so it runs under ``shard_map``, over the mesh axes a :class:`~.mesh_axes.MeshAxes`
+  gives, and is refused on meshes it cannot shard) nor look into (so its FLOPs are counted per
+  call from its shapes by ``kernel_flops``, :mod:`.attention_flops`, and a row using it says so);
+  its constraints are ``shape_problem(shapes)`` (None, or why it cannot take them) and, when
+  fused, :func:`~.attention_kernels.mesh_problem`. ``make(mesh=, axes=, qk_dtype=, interpret=)``
+  builds the :data:`AttendFn`. ``notes(shapes)`` are what a row using it must say (e.g. cuDNN's
+  missing workspace) when compiled without the device.
   """
 
   name: str
@@ -145,34 +153,35 @@ class AttentionImpl:
   summary: str
   shape_problem: Callable[[AttentionShapes], str | None]
   factory: Callable[..., AttendFn]
-  under_shard_map: bool  # a kernel XLA cannot partition: refused on meshes it cannot shard
+  fused: bool
+  # One jaxpr equation's FLOPs if it is this kernel's call, else None (fused kernels only).
+  kernel_flops: Callable[[Any], float | None] | None = None
   deviceless_notes: Callable[[AttentionShapes], tuple[str, ...]] = lambda shapes: ()
 
-  def supports(
-    self, platform: str, shapes: AttentionShapes, *, mesh: Mesh | Mapping[str, int] | None = None
-  ) -> str | None:
-    """None when this implementation compiles for ``platform`` at ``shapes`` on ``mesh``
-    (a Mesh or axis sizes), else the reason it does not, as one clause."""
+  def supports(self, platform: str, shapes: AttentionShapes, *, axes: MeshAxes | None = None) -> str | None:
+    """None when this implementation compiles for ``platform`` at ``shapes`` on the mesh
+    ``axes`` describes (None: one device), else the reason it does not, as one clause."""
     if platform not in self.platforms:
       return f"{self.name} runs on {' and '.join(p.upper() for p in self.platforms)} targets, not {platform.upper()}"
     problem = self.shape_problem(shapes)
-    if problem is None and self.under_shard_map:
-      problem = kernels.mesh_problem(
-        self.name, _mesh_shape(mesh), num_heads=shapes.num_heads, num_kv_heads=shapes.num_kv_heads
-      )
+    if problem is None and self.fused:
+      problem = kernels.mesh_problem(self.name, axes, num_heads=shapes.num_heads, num_kv_heads=shapes.num_kv_heads)
     return problem
 
-  def make(self, *, mesh: Mesh | None = None, qk_dtype: str | None = None, interpret: bool = False) -> AttendFn:
-    return self.factory(mesh=mesh, qk_dtype=qk_dtype, interpret=interpret)
+  def make(
+    self, *, mesh: Mesh | None = None, axes: MeshAxes | None = None, qk_dtype: str | None = None,
+    interpret: bool = False,
+  ) -> AttendFn:
+    return self.factory(mesh=mesh, axes=axes, qk_dtype=qk_dtype, interpret=interpret)
 
 
-def _make_dot(*, mesh, qk_dtype, interpret) -> AttendFn:
-  del mesh, interpret  # XLA partitions einsums itself
+def _make_dot(*, mesh, axes, qk_dtype, interpret) -> AttendFn:
+  del mesh, axes, interpret  # XLA partitions einsums itself
   return dot_attend if qk_dtype is None else functools.partial(dot_attend, scores_dtype=jnp.dtype(qk_dtype))
 
 
-def _make_chunked(*, mesh, qk_dtype, interpret) -> AttendFn:
-  del mesh, qk_dtype, interpret  # pure JAX: XLA partitions it; its scores are always float32
+def _make_chunked(*, mesh, axes, qk_dtype, interpret) -> AttendFn:
+  del mesh, axes, qk_dtype, interpret  # pure JAX: XLA partitions it; its scores are always float32
   return chunked_attend
 
 
@@ -196,30 +205,30 @@ IMPLEMENTATIONS: dict[str, AttentionImpl] = {
   for impl in (
     AttentionImpl(
       name="dot", platforms=PLATFORMS, summary="einsum attention materialising the T x S scores",
-      shape_problem=_no_problem, factory=_make_dot, under_shard_map=False,
+      shape_problem=_no_problem, factory=_make_dot, fused=False,
     ),
     AttentionImpl(
       name="chunked", platforms=PLATFORMS,
       summary="pure-JAX blockwise online softmax, FlashAttention-2-style backward",
-      shape_problem=_no_problem, factory=_make_chunked, under_shard_map=False,
+      shape_problem=_no_problem, factory=_make_chunked, fused=False,
     ),
     AttentionImpl(
       name="splash", platforms=("tpu",), summary="Pallas splash attention (TPU)",
       shape_problem=_splash_problem,
-      factory=lambda *, mesh, qk_dtype, interpret: kernels.make_splash_attend(mesh, interpret=interpret),
-      under_shard_map=True,
+      factory=lambda *, mesh, axes, qk_dtype, interpret: kernels.make_splash_attend(mesh, axes, interpret=interpret),
+      fused=True, kernel_flops=kflops.splash_flops,
     ),
     AttentionImpl(
       name="cudnn", platforms=("gpu",), summary="cuDNN flash attention via jax.nn.dot_product_attention (GPU)",
       shape_problem=_cudnn_problem,
-      factory=lambda *, mesh, qk_dtype, interpret: kernels.make_cudnn_attend(mesh),
-      under_shard_map=True, deviceless_notes=_cudnn_notes,
+      factory=lambda *, mesh, axes, qk_dtype, interpret: kernels.make_cudnn_attend(mesh, axes),
+      fused=True, kernel_flops=kflops.cudnn_flops, deviceless_notes=_cudnn_notes,
     ),
     AttentionImpl(
       name="triton", platforms=("gpu",), summary="Pallas Triton flash attention (GPU)",
       shape_problem=_triton_problem,
-      factory=lambda *, mesh, qk_dtype, interpret: kernels.make_triton_attend(mesh, interpret=interpret),
-      under_shard_map=True, deviceless_notes=_triton_notes,
+      factory=lambda *, mesh, axes, qk_dtype, interpret: kernels.make_triton_attend(mesh, axes, interpret=interpret),
+      fused=True, kernel_flops=kflops.triton_flops, deviceless_notes=_triton_notes,
     ),
   )
 }
@@ -243,9 +252,29 @@ class AttentionChoice:
 
 
 def get_attention(name: str) -> AttentionImpl:
+  """The registry entry ``name``; an unknown name is a :class:`JaxmemError` listing the valid ones."""
   if name not in IMPLEMENTATIONS:
     raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
   return IMPLEMENTATIONS[name]
+
+
+def kernel_flops(eqn: Any) -> float | None:
+  """The FLOPs of jaxpr equation ``eqn`` if it is a fused kernel's call (by that entry's
+  ``kernel_flops``), else None."""
+  for impl in IMPLEMENTATIONS.values():
+    flops = None if impl.kernel_flops is None else impl.kernel_flops(eqn)
+    if flops is not None:
+      return flops
+  return None
+
+
+def attention_help() -> str:
+  """What ``--attention`` takes, from the registry: auto's kernel per platform, then the names."""
+  prefs = ", ".join(f"{name} on {platform.upper()}" for platform, name in AUTO_PREFERENCE.items())
+  return (
+    f"attention implementations, comma separated: {AUTO} (the target's production kernel: {prefs}), "
+    f"{', '.join(IMPLEMENTATIONS)}; default {AUTO}"
+  )
 
 
 def choose_attention(
@@ -253,13 +282,16 @@ def choose_attention(
   *,
   platform: str,
   shapes: AttentionShapes,
-  mesh: Mesh | Mapping[str, int] | None = None,
+  mesh: Mesh | None = None,
+  axes: MeshAxes | None = None,
   qk_dtype: str | None = None,
   deviceless: bool = True,
   interpret: bool = False,
 ) -> AttentionChoice:
   """The implementation for ``requested`` on ``platform`` ("cpu", "gpu", "tpu") at ``shapes``
-  over ``mesh`` (the train step's Mesh; axis sizes alone are enough to check support).
+  on the mesh ``axes`` describes (``jaxmem.program.sharding.mesh_axes``; None: one device).
+  ``mesh``, the train step's Mesh, is what a kernel's shard_map is built on; it needs its
+  ``axes``. ``axes`` alone answers the support checks (the kernel is then built unsharded).
 
   ``auto`` takes :data:`AUTO_PREFERENCE`'s kernel, or ``chunked`` with a note when that kernel
   cannot take the shapes or the mesh. A name given explicitly that cannot run raises a
@@ -269,23 +301,23 @@ def choose_attention(
   Call it after JAX has started its backends (the CUDA plugin loads cuDNN then), i.e. once
   the target's devices exist.
   """
+  if mesh is not None:
+    axes = require(axes, mesh, "choose_attention")
   notes: list[str] = []
   if requested == AUTO:
     name = AUTO_PREFERENCE.get(platform, FALLBACK)
-    reason = IMPLEMENTATIONS[name].supports(platform, shapes, mesh=mesh)
+    reason = IMPLEMENTATIONS[name].supports(platform, shapes, axes=axes)
     if reason is not None:
       notes.append(f"attention auto: {reason}; using {FALLBACK}")
       name = FALLBACK
   else:
     name = get_attention(requested).name
-    reason = IMPLEMENTATIONS[name].supports(platform, shapes, mesh=mesh)
+    reason = IMPLEMENTATIONS[name].supports(platform, shapes, axes=axes)
     if reason is not None:
-      able = [n for n, impl in IMPLEMENTATIONS.items() if impl.supports(platform, shapes, mesh=mesh) is None]
+      able = [n for n, impl in IMPLEMENTATIONS.items() if impl.supports(platform, shapes, axes=axes) is None]
       raise JaxmemError(f"attention {name!r} cannot be used here: {reason}; use one of {', '.join([AUTO, *able])}")
   impl = IMPLEMENTATIONS[name]
   if deviceless:
     notes.extend(impl.deviceless_notes(shapes))
-  # Axis sizes alone answer the support checks; building a kernel's shard_map needs the Mesh.
-  jmesh = mesh if isinstance(mesh, Mesh) else None
-  attend = impl.make(mesh=jmesh, qk_dtype=qk_dtype, interpret=interpret)
-  return AttentionChoice(requested=requested, name=name, attend=attend, notes=tuple(notes), mesh=jmesh)
+  attend = impl.make(mesh=mesh, axes=axes, qk_dtype=qk_dtype, interpret=interpret)
+  return AttentionChoice(requested=requested, name=name, attend=attend, notes=tuple(notes), mesh=mesh)

@@ -34,38 +34,22 @@ whole along d_model (gathered over ``fsdp`` at its edge, as MaxText's ``mlp_no_f
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh
 
 from jax.ad_checkpoint import checkpoint_name
 
+from .mesh_axes import MeshAxes, require, shard_map
 from .moe import ExpertsFn, _permute, _swiglu_named
 from .names import MOE_MLPWO
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ExpertMeshAxes:
-  """Which mesh axes split what, for the experts' shard_map. Axes the mesh lacks, or of size 1,
-  are left out by :func:`sharded_dropless`."""
-
-  batch: tuple[str, ...] = ("data", "fsdp", "expert")  # the tokens' batch dimension
-  seq: str = "sequence"  # the tokens' sequence dimension
-  expert: str = "expert"  # the experts (expert parallelism)
-  tensor: str = "tensor"  # each expert's hidden width
-
-
-def _present(mesh: Mesh, name: str | None) -> str | None:
-  return name if name is not None and mesh.shape.get(name, 1) > 1 else None
 
 
 def _exclusive_cumsum(x: jax.Array, axis: int = 0) -> jax.Array:
   return jnp.cumsum(x, axis=axis) - x
 
 
-def _grouped_swiglu(x_md, group_sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor: str | None) -> jax.Array:
+def _grouped_swiglu(x_md, group_sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor: str | tuple[str, ...] | None) -> jax.Array:
   """Every expert's SwiGLU on its contiguous rows (``ragged_dot``), summed over ``tensor``."""
   gate_mf = jax.lax.ragged_dot(x_md, w_gate_edf, group_sizes_e)
   up_mf = jax.lax.ragged_dot(x_md, w_up_edf, group_sizes_e)
@@ -126,16 +110,18 @@ def _padded_exchange(x_md, sizes_e, me, p, e_loc, cap, expert, run):
   return back_pcd[dest_m, jnp.arange(m) - start_p[dest_m]]
 
 
-def sharded_dropless(mesh: Mesh, axes: ExpertMeshAxes = ExpertMeshAxes(), *, exchange: str | None = None) -> ExpertsFn:
+def sharded_dropless(mesh: Mesh, axes: MeshAxes, *, exchange: str | None = None) -> ExpertsFn:
   """The :data:`~.moe.ExpertsFn` that runs dropless experts per device over ``mesh`` (module
-  docstring). ``exchange`` "ragged" or "padded"; None picks "padded" on CPU, else "ragged"."""
-  batch = tuple(a for a in axes.batch if _present(mesh, a)) or None
-  seq, expert, tensor = (_present(mesh, a) for a in (axes.seq, axes.expert, axes.tensor))
-  p = mesh.shape[expert] if expert else 1
+  docstring), split as ``axes`` (the mesh's :class:`~.mesh_axes.MeshAxes`) says: tokens by
+  ``batch`` and ``seq``, expert weights by ``experts`` and ``mlp``. ``exchange`` "ragged" or
+  "padded"; None picks "padded" on CPU, else "ragged"."""
+  require(axes, mesh, "sharded_dropless")
+  expert, tensor = axes.entry("experts"), axes.entry("mlp")
+  p = axes.ways("experts")
   if exchange is None:
     exchange = "padded" if mesh.devices.flat[0].platform == "cpu" else "ragged"
-  tok = PartitionSpec(batch, seq, None)
-  w_in, w_out = PartitionSpec(expert, None, tensor), PartitionSpec(expert, tensor, None)
+  tok = axes.spec("batch", "seq", None)
+  w_in, w_out = axes.spec("experts", None, "mlp"), axes.spec("experts", "mlp", None)
 
   def local(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd):
     b, t, d = x_btd.shape
@@ -165,7 +151,7 @@ def sharded_dropless(mesh: Mesh, axes: ExpertMeshAxes = ExpertMeshAxes(), *, exc
     )
     return y_nd.reshape(b, t, d).astype(x_btd.dtype)
 
-  sharded = jax.shard_map(local, mesh=mesh, in_specs=(tok, tok, tok, w_in, w_in, w_out), out_specs=tok)
+  sharded = shard_map(local, mesh=mesh, axes=axes, in_specs=(tok, tok, tok, w_in, w_in, w_out), out_specs=tok)
 
   def experts(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd, *, constrain):
     del constrain  # the shard_map's specs place every input

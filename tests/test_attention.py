@@ -28,13 +28,16 @@ from jaxmem.models import (
   AttentionShapes,
   KVCache,
   Transformer,
+  attention_help,
   choose_attention,
   chunked_attend,
   cross_entropy,
   dot_attend,
+  get_attention,
   get_config,
 )
 from jaxmem.models import attention_kernels as kernels
+from jaxmem.program.sharding import mesh_axes
 
 from jaxmem.compiler import accelerators as acc
 from jaxmem.compiler import targets as tg
@@ -202,6 +205,28 @@ def test_names():
   assert set(IMPLEMENTATIONS) == set(ATTENTION_NAMES) - {"auto"}
 
 
+def test_each_entry_holds_its_platforms_kernel_flops_and_constraints():
+  """One entry per implementation: the fused kernels (counted from their shapes, run under
+  shard_map) carry their FLOPs accounting; the help and the errors list the registry's names."""
+  import argparse
+
+  from jaxmem.cli._common import add_workload
+
+  fused = {n for n, impl in IMPLEMENTATIONS.items() if impl.fused}
+  assert fused == {"splash", "cudnn", "triton"}
+  for name, impl in IMPLEMENTATIONS.items():
+    assert get_attention(name) is impl and set(impl.platforms) <= {"cpu", "gpu", "tpu"}
+    assert (impl.kernel_flops is not None) == impl.fused, name
+  help_text = attention_help()
+  assert all(name in help_text for name in ATTENTION_NAMES) and "splash on TPU" in help_text
+  parser = argparse.ArgumentParser()
+  add_workload(parser)
+  (action,) = [a for a in parser._actions if "--attention" in a.option_strings]
+  assert action.help == help_text
+  with pytest.raises(JaxmemError, match=f"valid: {', '.join(ATTENTION_NAMES)}$"):
+    get_attention("flash")
+
+
 @pytest.mark.parametrize("platform,kernel", [("tpu", "splash"), ("gpu", "cudnn"), ("cpu", "chunked")])
 def test_auto_picks_the_platforms_kernel(platform, kernel):
   if kernel == "cudnn" and kernels.cudnn_version() is None:
@@ -221,8 +246,8 @@ def test_auto_picks_the_platforms_kernel(platform, kernel):
   ],
 )
 def test_auto_falls_back_to_chunked_with_the_reason(platform, bad, why):
-  mesh = {"fsdp": 2, "sequence": 2} if why == "sequence" else None
-  choice = choose_attention("auto", platform=platform, shapes=bad, mesh=mesh)
+  axes = mesh_axes({"fsdp": 2, "sequence": 2}) if why == "sequence" else None
+  choice = choose_attention("auto", platform=platform, shapes=bad, axes=axes)
   assert choice.name == "chunked"
   (note,) = [n for n in choice.notes if n.startswith("attention auto:")]
   assert why in note and "using chunked" in note
@@ -235,9 +260,9 @@ def test_explicit_names_are_never_replaced():
   assert "\n" not in msg and "splash" in msg and "GPU" in msg
   assert "auto" in msg and "dot" in msg and "chunked" in msg  # the alternatives
   with pytest.raises(JaxmemError, match="sequence"):
-    choose_attention("splash", platform="tpu", shapes=shapes(), mesh={"data": 2, "sequence": 2})
+    choose_attention("splash", platform="tpu", shapes=shapes(), axes=mesh_axes({"data": 2, "sequence": 2}))
   with pytest.raises(JaxmemError, match="tensor=16"):
-    choose_attention("triton", platform="gpu", shapes=shapes(), mesh={"tensor": 16})
+    choose_attention("triton", platform="gpu", shapes=shapes(), axes=mesh_axes({"tensor": 16}))
   with pytest.raises(JaxmemError, match="valid: auto, dot"):
     choose_attention("flash", platform="tpu", shapes=shapes())
   # What can run everywhere does.
@@ -379,7 +404,7 @@ def test_splash_compiles_for_tpu_over_data_fsdp_tensor_far_below_dot():
   compiled temp at this shape, 224 MiB on libtpu 0.0.42.1, is above them; benchmarks/attention.py
   compiles both)."""
   mesh = tg.get_target("tpu:v5p-8").make_mesh((("data", 1), ("fsdp", 2), ("tensor", 2)))
-  splash = choose_attention("splash", platform="tpu", shapes=moderate_shapes(), mesh=mesh)
+  splash = choose_attention("splash", platform="tpu", shapes=moderate_shapes(), mesh=mesh, axes=mesh_axes(mesh))
   b, t, n, _, _ = MODERATE
   dot_scores_per_device = (b // 2) * (n // 2) * t * t * 2
   assert attention_temp(splash.attend, mesh, MODERATE) < dot_scores_per_device / 4
@@ -393,7 +418,7 @@ def test_cudnn_and_triton_compile_for_h100_far_below_dot():
   mesh = Mesh(np.array(devices[:1]), ("data",))
   temps = {}
   for name in ("dot", "cudnn", "triton"):
-    choice = choose_attention(name, platform="gpu", shapes=moderate_shapes(), mesh=mesh)
+    choice = choose_attention(name, platform="gpu", shapes=moderate_shapes(), mesh=mesh, axes=mesh_axes(mesh))
     temps[name] = attention_temp(choice.attend, mesh, MODERATE, lowering=choice.lowering)
   assert temps["cudnn"] < temps["dot"] / 8 and temps["triton"] < temps["dot"] / 8, temps
 
@@ -401,7 +426,20 @@ def test_cudnn_and_triton_compile_for_h100_far_below_dot():
 def test_kernels_refuse_a_sequence_sharded_mesh_themselves():
   mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("data", "sequence"))
   with pytest.raises(JaxmemError, match="chunked or dot"):
-    kernels.make_splash_attend(mesh)
+    kernels.make_splash_attend(mesh, mesh_axes(mesh))
+
+
+@pytest.mark.parametrize("make", [kernels.make_splash_attend, kernels.make_cudnn_attend, kernels.make_triton_attend])
+def test_kernels_given_a_mesh_need_its_axes(make):
+  """No default axis names inside models/: a mesh without its MeshAxes, or with another mesh's,
+  is refused when the kernel is built."""
+  mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("data", "tensor"))
+  with pytest.raises(TypeError, match="MeshAxes"):
+    make(mesh)
+  with pytest.raises(ValueError, match="built for the mesh"):
+    make(mesh, mesh_axes({"data": 4}))
+  with pytest.raises(TypeError, match="MeshAxes"):
+    choose_attention("dot", platform="cpu", shapes=shapes(), mesh=mesh)
 
 
 def test_over_mesh_splits_batch_and_heads():
@@ -409,7 +447,7 @@ def test_over_mesh_splits_batch_and_heads():
   cuDNN wrapper (XLA path) under it gives the single-device answer."""
   mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("fsdp", "tensor"))
   q, k, v, _ = qkv((2, 128, 4, 2, 16), dtype=jnp.float32)
-  sharded = kernels.make_cudnn_attend(mesh, implementation="xla")
+  sharded = kernels.make_cudnn_attend(mesh, mesh_axes(mesh), implementation="xla")
   alone = kernels.make_cudnn_attend(None, implementation="xla")
   assert jnp.allclose(jax.jit(sharded)(q, k, v), alone(q, k, v), atol=1e-5)
   assert math.isclose(float(jnp.abs(alone(q, k, v)).max()), float(jnp.abs(dot_attend(q, k, v, scores_dtype=jnp.float32)).max()), rel_tol=1e-5)

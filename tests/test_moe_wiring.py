@@ -210,7 +210,7 @@ def test_sharded_dropless_matches_the_plain_experts_forward_and_gradients(name, 
   graphdef, abstract = nnx.split(nnx.eval_shape(lambda: MoE(cfg, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param)
   params = random_params(abstract)
   mesh = Mesh(np.array(jax.devices()[:8]).reshape([n for _, n in axes]), tuple(a for a, _ in axes))
-  hook = sharded_dropless(mesh, exchange=exchange)
+  hook = sharded_dropless(mesh, shd.mesh_axes(mesh), exchange=exchange)
   x = normal((8, 16, cfg.d_model), 3)
 
   def loss(p, x_btd, experts):

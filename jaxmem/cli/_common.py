@@ -18,6 +18,7 @@ from tqdm import tqdm
 from jaxmem.compiler import targets
 from jaxmem.compiler.startup import start_distributed, start_jax, started
 from jaxmem.errors import JaxmemError
+from jaxmem.models import attention_help
 from jaxmem.planning import sweep
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Task
@@ -74,8 +75,7 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   p.add_argument(
       "--attention",
       default="auto",
-      help="attention implementations, comma separated: auto (the target's production kernel: splash on TPU, "
-      "cudnn on GPU, chunked on CPU), dot, chunked, splash, cudnn, triton; default auto",
+      help=attention_help(),
   )
   add_output(p)
   p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")

@@ -19,24 +19,18 @@ Two kinds of equation the jaxpr cannot see into are counted otherwise:
 - Fused attention kernels (Pallas splash and Triton ``pallas_call`` kernels, cuDNN's fused
   attention custom calls): a cuDNN call has no jaxpr at all, and a Pallas kernel's body is one
   grid step whose loops run a data-dependent number of times. Each call is counted from its
-  operand shapes instead, with FlashAttention's accounting (Dao 2023, "FlashAttention-2",
-  section 4.1): the matrix multiplications only, ``2*T*S*H`` per (batch, query head) for each
-  T x S product with a head size H, halved under a causal mask (the kernels skip blocks above
-  the diagonal). Forward: q k^T and p v, ``4*B*N*T*S*H`` for equal q/k and v head sizes.
-  Backward: what each kernel computes, including the recomputation of q k^T that
-  FlashAttention-2's backward does (Algorithm 2): cuDNN the five products of Algorithm 2 (2.5 x
-  the forward), splash its dq kernel (q k^T, dO v^T, dS k) and dk/dv kernel (q k^T, dO v^T,
-  p^T dO, dS^T q), Triton the same seven in one kernel. cuDNN's call says whether its mask is
-  causal; splash and Triton calls are counted as causal, the only way jaxmem's decoders call
-  them. Any other Pallas kernel is counted as its body times its grid.
+  operand shapes instead, by its attention registry entry's accounting
+  (:func:`jaxmem.models.attention_registry.kernel_flops`; FlashAttention-2's, Dao 2023, in
+  ``jaxmem.models.attention_flops``). Any other Pallas kernel is counted as its body times its grid.
 """
 
 from __future__ import annotations
 
 import math
 
-import jax.numpy as jnp
 from jax.extend import core as jcore
+
+from jaxmem.models.attention_registry import kernel_flops
 
 # What a row using a fused attention kernel says about its FLOPs.
 KERNEL_FLOPS_NOTE = (
@@ -91,56 +85,6 @@ def _manual_devices(eqn) -> int:
   return math.prod(shape[a] for a in axes if a in shape)
 
 
-# --- fused attention kernels ------------------------------------------------------------------
-
-# Products of a T x S block per kernel, as multiples of 2*T*S*(head size): (H terms, V terms)
-# for q/k head size H and v head size V (see the module docstring).
-_SPLASH = {"fwd": (1, 1), "dq": (2, 1), "dkv": (2, 2)}
-_TRITON = {"mha_forward": (1, 1), "mha_backward": (4, 3)}
-_CUDNN = {"fwd": (1, 1), "bwd": (3, 2)}
-
-
-def _floats(eqn) -> list:
-  """The floating operands of rank 3 or more: q, k and v come first in every kernel counted here."""
-  avals = [v.aval for v in eqn.invars if hasattr(v.aval, "dtype")]
-  return [a for a in avals if jnp.issubdtype(a.dtype, jnp.floating) and a.ndim >= 3]
-
-
-def _attention(terms: tuple[int, int], q, k, v, *, heads_first: bool, causal: bool) -> float:
-  """Matmul FLOPs of one attention kernel call: q, k, v avals in [..., N, T, H] (heads_first)
-  or [B, T, N, H] layout."""
-  t_axis = -2 if heads_first else 1
-  t, s, h, vd = q.shape[t_axis], k.shape[t_axis], q.shape[-1], v.shape[-1]
-  pairs = math.prod(q.shape) // (t * h)  # batch x query heads
-  flops = 2.0 * pairs * t * s * (terms[0] * h + terms[1] * vd)
-  return flops / 2 if causal else flops
-
-
-def _kernel_flops(eqn) -> float | None:
-  """A fused attention kernel's FLOPs from its operand shapes; None if ``eqn`` is not one."""
-  name = eqn.primitive.name
-  if name.startswith("dot_product_attention_") and ("_fwd" in name or "_bwd" in name):
-    q, k, v = _floats(eqn)[:3]
-    layout = int(getattr(eqn.params.get("layout"), "value", eqn.params.get("layout") or 0))
-    causal = "CAUSAL" in str(eqn.params.get("mask_type", "")).upper()
-    return _attention(_CUDNN["fwd" if "_fwd" in name else "bwd"], q, k, v, heads_first=layout == 1, causal=causal)
-  if name != "pallas_call":
-    return None
-  kernel = str(eqn.params.get("name") or "")
-  # jaxmem calls both kernel families with causal=True only (its models are decoders).
-  if kernel.startswith("splash_"):
-    part = next((p for p in ("dkv", "dq", "fwd") if f"_{p}" in kernel), None)
-    if part is not None:
-      q, k, v = _floats(eqn)[:3]
-      return _attention(_SPLASH[part], q, k, v, heads_first=True, causal=True)
-  if kernel in _TRITON:
-    q, k, v = _floats(eqn)[:3]
-    return _attention(_TRITON[kernel], q, k, v, heads_first=False, causal=True)
-  if kernel == "mha_preprocess_backward":  # D = rowsum(dO * O): elementwise
-    return 2.0 * math.prod(eqn.invars[0].aval.shape)
-  return None
-
-
 def _grid_size(eqn) -> int:
   grid = getattr(eqn.params.get("grid_mapping"), "grid", ()) or ()
   return math.prod(g for g in grid if isinstance(g, int))
@@ -153,7 +97,7 @@ def jaxpr_flops(jaxpr: jcore.Jaxpr, *, loop_trips: bool = True, kernels: bool = 
   total = 0.0
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
-    kernel = _kernel_flops(eqn)
+    kernel = kernel_flops(eqn)
     if kernel is not None:
       total += kernel if kernels else 0.0
     elif name == "pallas_call":

@@ -42,11 +42,11 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
-from jaxmem.models import CACHE_AXES, MLA_CACHE_AXES, AttentionChoice, ModelConfig, cache_bytes, cache_class, get_config
+from jaxmem.models import CACHE_AXES, MLA_CACHE_AXES, AttentionChoice, ModelConfig, cache_bytes, cache_class, get_attention, get_config
 from jaxmem.planning.plan import (
     moe_config, moe_variants, plan, resolve_meshes, resolve_model, resolve_step_axes, resolve_target,
 )
-from jaxmem.planning.sweep import KERNELS, moe_fields, run_config
+from jaxmem.planning.sweep import moe_fields, run_config
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import abstract_model, pick_attention
 from jaxmem.records import CompilerFigures, Placement
@@ -318,7 +318,7 @@ def run_infer_config(
         qk_dtype=p.qk_dtype,
     )
     notes += choice.notes
-    if choice.name in KERNELS:
+    if get_attention(choice.name).fused:
       notes.append(KERNEL_FLOPS_NOTE)
   elif attention != "dot":
     notes.append(

@@ -18,6 +18,7 @@ from jaxmem.compiler.analysis import compile_timed
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.compiler.report import MemoryReport, Refusal, fits, read_compiled
 from jaxmem.compiler.startup import start_jax
+from jaxmem.models import get_attention
 from jaxmem.planning import steps
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan
@@ -66,10 +67,6 @@ class Row(CompilerFigures, Configuration):
   notes: tuple[str, ...] = ()
 
 
-# Attention implementations whose FLOPs are counted from their shapes (jaxmem.compiler.flops).
-KERNELS = ("splash", "cudnn", "triton")
-
-
 def run_config(
     p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None,
     microbatches: int | None = None,
@@ -111,7 +108,7 @@ def run_config(
   notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
   notes += [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
   notes += p.moe_notes + program.notes
-  if program.attention.name in KERNELS:
+  if get_attention(program.attention.name).fused:  # its FLOPs are counted from its shapes
     notes.append(KERNEL_FLOPS_NOTE)
   if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
     notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")

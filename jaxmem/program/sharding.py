@@ -17,18 +17,22 @@ A mesh is written ``data=2,fsdp=4``. Mesh axes and what they shard:
 Model code names dimensions logically (``jaxmem.models.LOGICAL_AXES``); the rules below map those
 names to mesh axes, separately for weights and for activations, as MaxText's
 ``logical_axis_rules`` do. A mesh axis that does not divide the dimension it shards is an error.
+The model code's ``shard_map``\\ s read the same rules, through :func:`mesh_axes` (a
+:class:`jaxmem.models.MeshAxes` for one mesh): a new mesh axis is its entry in ``MESH_AXES``,
+its rules here, and the model code that uses it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxmem.errors import JaxmemError
+from jaxmem.models.mesh_axes import MeshAxes
 
 MESH_AXES = ("data", "fsdp", "tensor", "sequence", "expert")
 MeshSpec = tuple[tuple[str, int], ...]
@@ -93,7 +97,28 @@ def mesh_size(mesh: MeshSpec) -> int:
 
 def data_parallel_size(mesh: MeshSpec) -> int:
   """How many ways the batch is split (data x fsdp x expert)."""
-  return math.prod(s for a, s in mesh if a in ACTIVATION_RULES["batch"])
+  return mesh_axes(mesh).ways("batch")
+
+
+def mesh_axes(mesh: Mesh | Mapping[str, int] | MeshSpec) -> MeshAxes:
+  """Which of ``mesh``'s axes (a Mesh, axis sizes, or a MeshSpec) split each dimension the
+  models' ``shard_map``\\ s split, read from the rules: the batch, sequence and heads as
+  activations are split, the experts and their hidden width (``mlp``) and the stacked layers
+  as weights are. Axes of size 1 split nothing and are left out."""
+  sizes = dict(mesh.shape) if isinstance(mesh, Mesh) else dict(mesh)
+
+  def split(rules: dict[str, tuple[str, ...]], logical: str) -> tuple[str, ...]:
+    return tuple(a for a in rules.get(logical, ()) if sizes.get(a, 1) > 1)
+
+  return MeshAxes(
+      sizes=tuple(sizes.items()),
+      batch=split(ACTIVATION_RULES, "batch"),
+      seq=split(ACTIVATION_RULES, "seq"),
+      heads=split(ACTIVATION_RULES, "heads"),
+      experts=split(PARAM_RULES, "exp"),
+      mlp=split(PARAM_RULES, "mlp"),
+      layers=split(PARAM_RULES, "layers"),
+  )
 
 
 def check_experts(mesh: MeshSpec, num_experts: int, model: str) -> None:

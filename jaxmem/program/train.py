@@ -35,7 +35,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention
-from jaxmem.models.moe_parallel import ExpertMeshAxes, sharded_dropless
+from jaxmem.models.moe_parallel import sharded_dropless
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
 from jaxmem.compiler.targets import Target
@@ -122,7 +122,7 @@ def check_batch(
         f"batch {batch} is not divisible by {what}the data axes of mesh {shd.format_mesh(mesh)} "
         f"({ways} ways); use a multiple of {ways * microbatches}"
     )
-  seq_ways = dict(mesh).get("sequence", 1)
+  seq_ways = shd.mesh_axes(mesh).ways("seq")
   if seq % seq_ways:
     raise JaxmemError(f"seq {seq} is not divisible by the sequence axis ({seq_ways}); use a multiple of {seq_ways}")
   if cfg.style == "gpt2" and seq > cfg.max_seq_len:
@@ -138,11 +138,7 @@ def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh) -> ExpertsFn | No
   None (the model's own) otherwise: ``capacity`` is partitioned by its sharding constraints."""
   if not cfg.is_moe or cfg.moe_impl != "dropless" or jmesh.size == 1:
     return None
-  axes = ExpertMeshAxes(
-      batch=shd.ACTIVATION_RULES["batch"], seq=shd.ACTIVATION_RULES["seq"][0],
-      expert=shd.PARAM_RULES["exp"][0], tensor=shd.PARAM_RULES["mlp"][0],
-  )
-  return sharded_dropless(jmesh, axes)
+  return sharded_dropless(jmesh, shd.mesh_axes(jmesh))
 
 
 def check_qk_dtype(qk_dtype: str) -> None:
@@ -161,7 +157,8 @@ def pick_attention(
       requested,
       platform=target.platform,
       shapes=AttentionShapes.of(cfg, batch=batch, seq=seq),
-      mesh=mesh,
+      mesh=mesh if isinstance(mesh, jax.sharding.Mesh) else None,
+      axes=None if mesh is None else shd.mesh_axes(mesh),
       qk_dtype=None if qk_dtype == "bfloat16" else qk_dtype,
       deviceless=target.source != "attached",
   )
