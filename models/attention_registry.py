@@ -144,8 +144,9 @@ class AttentionImpl:
   call from its shapes by ``kernel_flops``, :mod:`.attention_flops`, and a row using it says so);
   its constraints are ``shape_problem(shapes)`` (None, or why it cannot take them) and, when
   fused, :func:`~.attention_kernels.mesh_problem`. ``make(mesh=, axes=, qk_dtype=, interpret=)``
-  builds the :data:`AttendFn`. ``notes(shapes)`` are what a row using it must say (e.g. cuDNN's
-  missing workspace) when compiled without the device.
+  builds the :data:`AttendFn`. ``deviceless_notes(shapes)`` are what a row using it must say (e.g.
+  cuDNN's missing workspace) when compiled without the device; ``lowering(mesh)`` the context a
+  program using it is lowered in (Triton's GPU, :func:`~.attention_kernels.triton_lowering`).
   """
 
   name: str
@@ -157,6 +158,8 @@ class AttentionImpl:
   # One jaxpr equation's FLOPs if it is this kernel's call, else None (fused kernels only).
   kernel_flops: Callable[[Any], float | None] | None = None
   deviceless_notes: Callable[[AttentionShapes], tuple[str, ...]] = lambda shapes: ()
+  # The context a program using it is lowered in, given the train step's Mesh (or None).
+  lowering: Callable[[Mesh | None], ContextManager[None]] = lambda mesh: contextlib.nullcontext()
 
   def supports(self, platform: str, shapes: AttentionShapes, *, axes: MeshAxes | None = None) -> str | None:
     """None when this implementation compiles for ``platform`` at ``shapes`` on the mesh
@@ -229,6 +232,7 @@ IMPLEMENTATIONS: dict[str, AttentionImpl] = {
       shape_problem=_triton_problem,
       factory=lambda *, mesh, axes, qk_dtype, interpret: kernels.make_triton_attend(mesh, axes, interpret=interpret),
       fused=True, kernel_flops=kflops.triton_flops, deviceless_notes=_triton_notes,
+      lowering=kernels.triton_lowering,
     ),
   )
 }
@@ -248,7 +252,7 @@ class AttentionChoice:
   def lowering(self) -> ContextManager[None]:
     """The context to lower (``jit(...).lower``) a program that uses ``attend`` in: the
     Triton kernel must learn its GPU there (:func:`~.attention_kernels.triton_lowering`)."""
-    return kernels.triton_lowering(self.mesh) if self.name == "triton" else contextlib.nullcontext()
+    return IMPLEMENTATIONS[self.name].lowering(self.mesh)
 
 
 def get_attention(name: str) -> AttentionImpl:
