@@ -90,6 +90,13 @@ class CompilerFigures(Record):
   host_temp_size_in_bytes: int | None = None
   peak_memory_in_bytes: int | None = None
   total_bytes: int | None = None
+  # The host memory space's twins of the device fields (remat offload's pinned host memory), and
+  # their total as total_bytes is formed; never part of what must fit on the device.
+  host_argument_size_in_bytes: int | None = None
+  host_output_size_in_bytes: int | None = None
+  host_alias_size_in_bytes: int | None = None
+  host_generated_code_size_in_bytes: int | None = None
+  host_total_bytes: int | None = None
   flops: float | None = None
   compiler_flops: float | None = None
   compile_seconds: float | None = None

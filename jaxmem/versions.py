@@ -10,6 +10,9 @@ version is known without starting a backend.
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
+import os
 import platform as _platform
 from importlib import metadata
 
@@ -50,10 +53,43 @@ def compiler_versions(platform: str | None = None) -> dict[str, str]:
   return {n: v for n in names if (v := _version(n)) is not None}
 
 
+def _package_dirs() -> list[str]:
+  # jaxmem's own directory and jaxmem.models' (models/ at the top of a checkout, mapped by
+  # pyproject's package-dir; inside jaxmem/ in a wheel), found without importing either.
+  dirs = []
+  for name in ("jaxmem", "jaxmem.models"):
+    spec = importlib.util.find_spec(name)
+    for d in (spec.submodule_search_locations or []) if spec else []:
+      dirs.append(os.path.realpath(d))
+  return dirs
+
+
+@functools.cache
+def code_fingerprint() -> str:
+  """A hash of the source of the jaxmem that runs: every ``.py`` file under the jaxmem package
+  and jaxmem.models, by path relative to its package and content. Two checkouts with the same
+  code share cached rows; any edit (a comment included) gives new ones. Computed once per
+  process: reading ~100 small files takes milliseconds."""
+  files: set[tuple[str, str]] = set()
+  for root in _package_dirs():
+    for d, subdirs, names in os.walk(root):
+      subdirs[:] = sorted(s for s in subdirs if s != "__pycache__")
+      files.update((os.path.join(d, n), os.path.relpath(os.path.join(d, n), root)) for n in names if n.endswith(".py"))
+  digest = hashlib.sha256()
+  for path, rel in sorted(files, key=lambda f: (f[1], f[0])):
+    try:
+      with open(path, "rb") as fh:
+        digest.update(rel.encode() + b"\0" + fh.read() + b"\0")
+    except OSError:  # a file removed while walking: the rest still decide the key
+      continue
+  return digest.hexdigest()[:32]
+
+
 def cache_versions() -> dict[str, str]:
-  """Everything a cached row depends on: jaxmem, Python, jax, jaxlib, flax, optax, libtpu and
-  the CUDA plugin, as installed."""
-  out = {"jaxmem": __version__, "python": _platform.python_version()}
+  """Everything a cached row depends on: jaxmem's version and a fingerprint of its code
+  (:func:`code_fingerprint`), Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin, as
+  installed."""
+  out = {"jaxmem": __version__, "jaxmem_code": code_fingerprint(), "python": _platform.python_version()}
   out.update({n: v for n in _CACHE_PACKAGES if (v := _version(n)) is not None})
   return out
 

@@ -105,8 +105,10 @@ def test_parse_oom_messages():
 def test_a_refused_compile_says_what_it_needed():
   oom = Refusal.of(jax.errors.JaxRuntimeError(TPU_MESSAGE + "\n\nmore detail"))
   assert (oom.fits, oom.required_bytes, oom.error) == (False, round(66.79 * GiB), TPU_MESSAGE)
+  assert (oom.verdict, oom.margin_bytes) == ("NO", round(15.75 * GiB) - round(66.79 * GiB))
   other = Refusal.of(jax.errors.JaxRuntimeError("UNIMPLEMENTED: no such op"))
   assert (other.fits, other.required_bytes, other.error) == (None, None, "UNIMPLEMENTED: no such op")
+  assert (other.verdict, other.margin_bytes) == (None, None)
 
 
 def test_compiler_availability_is_true_only_when_available():

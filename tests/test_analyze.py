@@ -17,7 +17,11 @@ FIELDS = (
     "alias_size_in_bytes",
     "temp_size_in_bytes",
     "generated_code_size_in_bytes",
+    "host_argument_size_in_bytes",
+    "host_output_size_in_bytes",
+    "host_alias_size_in_bytes",
     "host_temp_size_in_bytes",
+    "host_generated_code_size_in_bytes",
 )
 
 

@@ -5,6 +5,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +54,45 @@ def test_cache_returns_identical_rows(tmp_path):
   again = sweep.compare(**TINY, remat="full", optimizer="sgd", cache=cache)
   assert cache.hits == len(first) == 2
   assert [r.as_dict() for r in again] == [r.as_dict() for r in first]
+
+
+# Run in a subprocess over a copy of the package: which jaxmem it imported, and the sweep's cache hits.
+_COPY_RUN = """
+import jaxmem, jaxmem.models
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.sweep import compare
+cache = RowCache()
+hits = []
+for _ in range({runs}):
+  compare(model="tiny", target="cpu", batch=2, seq=16, remat="none", optimizer="sgd", cache=cache)
+  hits.append(cache.hits)
+print(jaxmem.__file__, jaxmem.models.__file__, *hits)
+"""
+
+
+def test_cache_misses_when_a_model_file_changes(tmp_path):
+  # A copy of the package laid out as a wheel installs it (models/ inside jaxmem/), imported
+  # ahead of the editable install through PYTHONPATH: its rows are keyed on its own source.
+  import jaxmem.models  # binds jaxmem too
+
+  ignore = shutil.ignore_patterns("__pycache__")
+  copy = tmp_path / "site"
+  shutil.copytree(Path(jaxmem.__file__).parent, copy / "jaxmem", ignore=ignore)
+  shutil.rmtree(copy / "jaxmem" / "models", ignore_errors=True)
+  shutil.copytree(Path(jaxmem.models.__file__).parent, copy / "jaxmem" / "models", ignore=ignore)
+  env = {**os.environ, "PYTHONPATH": str(copy), "JAXMEM_CACHE_DIR": str(tmp_path / "cache"), "JAX_PLATFORMS": "cpu"}
+
+  def run(runs):
+    out = subprocess.run([sys.executable, "-c", _COPY_RUN.format(runs=runs)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert all(f.startswith(str(copy)) for f in out[:2]), out  # the copy ran, not the checkout
+    return [int(h) for h in out[2:]]
+
+  assert run(2) == [0, 1]  # the second sweep in the copy is answered from the cache
+  model = copy / "jaxmem" / "models" / "transformer.py"
+  model.write_text(model.read_text() + "\n# an edit that changes no figure still changes the code\n")
+  assert run(1) == [0]  # the edited code recompiles
+  assert len(list((tmp_path / "cache" / "rows").glob("*.json"))) == 2
 
 
 @pytest.mark.parametrize("name", KEYED_ENVIRONMENT)

@@ -251,3 +251,46 @@ def test_scale_shows_rows_then_growth_exponents():
       ("temp", "-", "1.04"), ("param", "-", "0.00")]  # never "-0.00"
   doc = json.loads(tables.render_scale(_sweep()[:2], growth, "json"))
   assert [g["component"] for g in doc["growth"]] == ["temp_size_in_bytes", "param_bytes"]
+
+
+_TRIP = "comm: {}: while loop without a known trip count; its body is counted once"
+
+
+def test_a_note_rows_share_is_one_line_naming_the_rows_it_applies_to():
+  # 14 rows, 16 trip-count notes about differently numbered loops: one line, its rows named.
+  remats = [f"policy{i}" for i in range(14)]
+  rows = [_row(r, notes=(CAPACITY_NOTE,) + tuple(_TRIP.format(f"while.{i + k}") for k in range(2 if i < 2 else 1)))
+          for i, r in enumerate(remats[:12])]
+  rows += [_row(r) for r in remats[12:]]
+  tail = tables.render_compare(rows, "table").split("\n\n")[-1].splitlines()
+  assert tail[0] == f"note: {CAPACITY_NOTE}"  # every row: no list
+  (trip,) = [line for line in tail if "trip count" in line]
+  assert trip.startswith("note (remat " + ", ".join(remats[:12]) + "): comm: while loop without a known trip count")
+  assert "policy12" not in trip and "while.0, while.1, while.2, while.3 and 8 more" in trip  # while.0 to while.11
+  assert len(tail) == 2
+
+
+def test_at_risk_rows_say_so_with_their_margin_in_compare_and_fit():
+  # 0.25 GiB left where the runtime may hold 0.5 beside the program.
+  edge = _row("full", temp=3 * GiB, capacity_bytes=19 * GiB // 4, verdict="at risk", margin_bytes=GiB // 4,
+              risk_bytes=GiB // 2, recompute_overhead_pct=20.0)
+  safe = _row("minimal", temp=2 * GiB, capacity_bytes=19 * GiB // 4, verdict="yes", margin_bytes=5 * GiB // 4,
+              risk_bytes=GiB // 2, recompute_overhead_pct=30.0)
+  text = tables.render_compare([edge, safe], "markdown")
+  full, minimal = _markdown_table(text)
+  assert (full["fits"], minimal["fits"]) == ("at risk (0.25 left)", "yes")
+  assert any(line.startswith("- note (remat full): at risk:") for line in text.splitlines())
+  first = tables.render_ranked([edge], "table").splitlines()[0]
+  assert first.endswith("+20.0% recompute, at risk: 0.25 GiB left, under the 0.50 the runtime may hold beside it)")
+  assert json.loads(tables.render_compare([edge], "json"))["rows"][0]["verdict"] == "at risk"
+
+
+def test_fit_prints_the_notes_compare_prints_for_the_same_row():
+  cudnn = "attention cudnn: a deviceless compile sizes cuDNN's workspace at 0"
+  best = _row("full", temp=3 * GiB, batch=64, notes=(CAPACITY_NOTE, cudnn))
+  results = [FitResult(over="batch", mesh="fsdp=1", optimizer="adamw", remat="full", max_batch=64, max_seq=None,
+                       compiles=5, row=best)]
+  text = tables.render_fit(results, "table")
+  assert f"note: {cudnn}" in text.splitlines() and f"note: {cudnn}" in tables.render_compare([best], "table")
+  (row,) = _markdown_table(tables.render_fit(results, "markdown"))
+  assert row["fits"] == "yes"

@@ -17,13 +17,23 @@ and XLA reports the sizes of that one program):
   backward pass, gradients, workspace). On TPU it is the size of the temp allocation, which may
   be larger than the live temporaries at any one moment.
 - ``generated_code_size_in_bytes``: the compiled executable itself.
-- ``host_temp_size_in_bytes``: temporaries placed in host memory (remat host offload).
+- ``host_temp_size_in_bytes``: temporaries placed in host memory (remat host offload), and
+  ``host_argument_size_in_bytes``, ``host_output_size_in_bytes``, ``host_alias_size_in_bytes``,
+  ``host_generated_code_size_in_bytes``: the host memory space's twins of the device fields.
+  ``host_total_bytes`` is their total as ``total_bytes`` is formed. Host bytes are never part of
+  ``required_bytes``: they are the host's memory, not the device's.
 - ``peak_memory_in_bytes``: the peak of the buffers live at once, from XLA's heap simulation.
-  TPU: a true peak, and it can be below argument + temp. GPU: argument + temp. CPU: XLA reports
-  the argument size here, not a peak, so jaxmem gives ``None`` with a note.
+  TPU: a true peak, and it can be below argument + temp; it also counts libtpu's other memory
+  spaces (on-chip VMEM, host memory under offload), so a small program's can exceed
+  ``total_bytes``. GPU: argument + temp. CPU: XLA reports the argument size here, not a peak, so
+  jaxmem gives ``None`` with a note.
 - ``total_bytes`` = argument + output - alias + temp: every byte the step needs on the device
   if nothing overlapped (the formula MaxText's ``train_compile`` prints). It is an upper bound on
-  the peak; use ``peak_memory_in_bytes`` where the backend gives one.
+  the device's peak.
+- ``required_bytes``: what must fit in the device's memory: the peak, at most ``total_bytes``
+  (:func:`device_required`; a row whose peak is above says so in a note), else ``total_bytes``.
+  :meth:`MemoryReport.judge` sets it against a capacity: ``fits``, the ``verdict`` (``yes``,
+  ``at risk``, ``NO``), ``margin_bytes`` and ``risk_bytes`` (:mod:`jaxmem.compiler.margin`).
 - ``flops``: the step's floating-point operations per device: counted from the jaxpr that is
   lowered, with scanned layers multiplied by their count (XLA's cost analysis counts a loop body
   once), times the share of the program one device runs (see
@@ -55,6 +65,7 @@ import jax
 
 from jaxmem.compiler.accelerators import parse_oom
 from jaxmem.compiler.flops import compiled_flops, per_device_flops
+from jaxmem.compiler.margin import NO, Verdict, judge, risk_bytes
 from jaxmem.hlo.comms import collectives
 from jaxmem.program.sharding import path_keys
 from jaxmem.records import CompilerFigures, Record
@@ -67,7 +78,11 @@ MEMORY_FIELDS = (
     "alias_size_in_bytes",
     "temp_size_in_bytes",
     "generated_code_size_in_bytes",
+    "host_argument_size_in_bytes",
+    "host_output_size_in_bytes",
+    "host_alias_size_in_bytes",
     "host_temp_size_in_bytes",
+    "host_generated_code_size_in_bytes",
     "peak_memory_in_bytes",
 )
 # What every result row carries from the compiler: XLA's fields, jaxmem's total, the FLOPs, the
@@ -94,9 +109,18 @@ class MemoryReport(CompilerFigures):
 
   @property
   def required_bytes(self) -> int | None:
-    """What must fit on a device: the compiler's peak where the backend gives one, else
-    ``total_bytes``."""
-    return self.peak_memory_in_bytes if self.peak_memory_in_bytes is not None else self.total_bytes
+    """What must fit in the device's memory: the compiler's peak where the backend gives one,
+    at most ``total_bytes`` (:func:`device_required`); else ``total_bytes``."""
+    return device_required(self.peak_memory_in_bytes, self.total_bytes)
+
+  def judge(self, capacity: int | None) -> Verdict:
+    """Whether the program fits ``capacity`` bytes per device, with its margin and the runtime's
+    risk terms (:mod:`jaxmem.compiler.margin`)."""
+    risk = risk_bytes(
+        self.platform, capacity=capacity, argument=self.argument_size_in_bytes, output=self.output_size_in_bytes,
+        alias=self.alias_size_in_bytes, generated_code=self.generated_code_size_in_bytes,
+    )
+    return judge(self.required_bytes, capacity, risk)
 
   def figures(self) -> dict:
     """The :class:`CompilerFigures` fields, to build a row from."""
@@ -107,8 +131,29 @@ class MemoryReport(CompilerFigures):
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("comm_")}
 
 
+# Why a TPU row's required bytes are below its peak (one text for every such row, so the table
+# prints it once).
+PEAK_OVER_TOTAL_NOTE = (
+    "required_bytes: peak_memory_in_bytes is above total_bytes (argument + output - alias + temp, every buffer "
+    "of the device's memory live at once), because libtpu's peak also counts its other memory spaces: on-chip "
+    "VMEM, where a small program keeps its temporaries, and host memory under offload (the compiler's "
+    "memory-usage report lists them apart); required_bytes is total_bytes, which the Δ columns compare"
+)
+
+
+def device_required(peak: int | None, total: int | None) -> int | None:
+  """The bytes the device's memory must hold: ``peak`` capped at ``total``. ``total`` counts
+  every buffer of the device's main memory space live at once, so its peak cannot exceed it; a
+  larger peak counts other memory spaces (libtpu's includes VMEM and host memory: tiny on v5e,
+  default space 3.49 MiB + vmem 84.15 MiB in the memory-usage report against a peak of 86.3 MiB)."""
+  if peak is None:
+    return total
+  return peak if total is None else min(peak, total)
+
+
 def fits(required: int | None, capacity: int | None) -> bool | None:
-  """Whether ``required`` bytes fit in ``capacity``; None when either is unknown."""
+  """Whether ``required`` bytes fit in ``capacity``; None when either is unknown (the verdict
+  with its margin: :meth:`MemoryReport.judge`)."""
   return None if (required is None or capacity is None) else required <= capacity
 
 
@@ -120,6 +165,8 @@ class Refusal(Record):
   required_bytes: int | None
   fits: bool | None
   error: str
+  verdict: str | None = None  # NO for an out-of-memory refusal
+  margin_bytes: int | None = None
 
   @classmethod
   def of(cls, e: jax.errors.JaxRuntimeError) -> Refusal:
@@ -130,6 +177,9 @@ class Refusal(Record):
         required_bytes=None if oom is None else oom.required_bytes,
         fits=False if oom is not None else None,
         error=lines[0] if lines else message,
+        verdict=None if oom is None else NO,
+        margin_bytes=None if oom is None or None in (oom.required_bytes, oom.available_bytes)
+        else oom.available_bytes - oom.required_bytes,
     )
 
 
@@ -177,17 +227,22 @@ def read_compiled(
     notes += [flops_note] if flops_note else []
   else:
     flops = None if program_flops is None else program_flops / max(1, len(devices))
+  total = _total(*(values[f] for f in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+                                      "temp_size_in_bytes")))
+  if values["peak_memory_in_bytes"] is not None and total is not None and values["peak_memory_in_bytes"] > total:
+    notes.append(PEAK_OVER_TOTAL_NOTE)
   by_arg, by_leaf = argument_bytes(compiled, argument_names)
   comm = collectives(compiled)
   return MemoryReport(
       platform=platform,
       num_devices=len(devices),
       **values,
-      total_bytes=_total(
-          values["argument_size_in_bytes"],
-          values["output_size_in_bytes"],
-          values["alias_size_in_bytes"],
-          values["temp_size_in_bytes"],
+      total_bytes=total,
+      host_total_bytes=_total(
+          values["host_argument_size_in_bytes"],
+          values["host_output_size_in_bytes"],
+          values["host_alias_size_in_bytes"],
+          values["host_temp_size_in_bytes"],
       ),
       flops=flops,
       compiler_flops=compiled_flops(compiled),

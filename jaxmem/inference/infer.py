@@ -37,7 +37,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxmem._quiet import quiet
 from jaxmem.compiler.analysis import compile_timed
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
-from jaxmem.compiler.report import Refusal, fits, read_compiled
+from jaxmem.compiler.report import Refusal, read_compiled
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
@@ -111,6 +111,9 @@ class InferRow(CompilerFigures, Placement):
   capacity_bytes: int | None = None
   required_bytes: int | None = None
   fits: bool | None = None
+  verdict: str | None = None  # yes, at risk or NO (jaxmem.compiler.margin)
+  margin_bytes: int | None = None  # capacity_bytes - required_bytes
+  risk_bytes: int | None = None  # what the runtime may hold beside the program (jaxmem.compiler.margin)
   error: str | None = None
   notes: tuple[str, ...] = ()
 
@@ -370,7 +373,7 @@ def run_infer_config(
       **base,
       **report.figures(),
       required_bytes=report.required_bytes,
-      fits=fits(report.required_bytes, p.target.capacity_bytes),
+      **report.judge(p.target.capacity_bytes).as_dict(),  # fits, verdict, margin_bytes, risk_bytes
       notes=tuple(notes) + report.notes,
   )
 

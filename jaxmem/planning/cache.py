@@ -3,8 +3,11 @@
 Rows are stored one JSON file per configuration under ``$JAXMEM_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/jaxmem``, else ``~/.cache/jaxmem``. The key hashes everything that changes
 the compiled program or its reading: the whole workload (the model's full config, batch,
-sequence, target and slices, mesh, remat policy, optimizer, dtypes), the versions of jaxmem,
-Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin, and the environment variables in
+sequence, target and slices, mesh, remat policy, optimizer, dtypes), a fingerprint of jaxmem's
+own code and its models' (:func:`jaxmem.versions.code_fingerprint`: any edit to a ``.py`` file
+of the package gives new rows, so two checkouts share rows only when their code is the same),
+the versions of Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin, and the
+environment variables in
 :data:`KEYED_ENVIRONMENT` that are set. A row that failed (out of memory, say) is cached too:
 the compiler's answer does not change on a retry.
 """

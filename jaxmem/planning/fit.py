@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_target
@@ -232,12 +233,13 @@ def with_recompute(results: list[FitResult], p: Plan, baseline_flops: Callable[[
 
 
 def rank(rows: list[Row]) -> list[Row]:
-  """Fitting configurations first, cheapest recompute first, then least memory."""
+  """Fitting configurations first (those at risk at the edge after those that are not), cheapest
+  recompute first, then least memory."""
   rows = with_overheads(rows)
 
   def order(r: Row):
     return (
-        0 if r.fits else 1,
+        (0 if r.verdict != AT_RISK else 1) if r.fits else 2,
         r.recompute_overhead_pct if r.recompute_overhead_pct is not None else float("inf"),
         r.required_bytes if r.required_bytes is not None else float("inf"),
     )

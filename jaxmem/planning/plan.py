@@ -67,7 +67,8 @@ class Task:
 
   def cache_key(self) -> str | None:
     """Everything that changes the compiled program: the whole workload (the model's full
-    config included) and, in :func:`jaxmem.planning.cache.key`, the installed versions. A
+    config included) and, in :func:`jaxmem.planning.cache.key`, jaxmem's code fingerprint and the
+    installed versions. A
     step's adds a hash of its source; ``None`` (not cached) where it has none to hash."""
     parts = self.workload.as_dict()
     if self.workload.step:

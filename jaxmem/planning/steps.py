@@ -16,7 +16,7 @@ import jax
 
 from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.flops import jaxpr_flops
-from jaxmem.compiler.report import Refusal, fits
+from jaxmem.compiler.report import Refusal
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.plan import Plan
 from jaxmem.program import sharding as shd
@@ -67,7 +67,7 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   named = _named_arguments(lowering, report, notes)
   return {
       **base, **named, **report.figures(), **report.comm_figures(),
-      "required_bytes": report.required_bytes, "fits": fits(report.required_bytes, p.target.capacity_bytes),
+      "required_bytes": report.required_bytes, **report.judge(p.target.capacity_bytes).as_dict(),
       "notes": tuple(notes) + report.notes,
   }
 

@@ -16,7 +16,7 @@ import jax
 from jaxmem._quiet import quiet
 from jaxmem.compiler.analysis import compile_timed
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
-from jaxmem.compiler.report import MemoryReport, Refusal, fits, read_compiled
+from jaxmem.compiler.report import MemoryReport, Refusal, read_compiled
 from jaxmem.compiler.startup import start_jax
 from jaxmem.models import get_attention
 from jaxmem.planning import steps
@@ -63,6 +63,9 @@ class Row(CompilerFigures, Configuration):
   capacity_bytes: int | None = None
   required_bytes: int | None = None
   fits: bool | None = None
+  verdict: str | None = None  # yes, at risk or NO (jaxmem.compiler.margin)
+  margin_bytes: int | None = None  # capacity_bytes - required_bytes
+  risk_bytes: int | None = None  # what the runtime may hold beside the program (jaxmem.compiler.margin)
   error: str | None = None
   notes: tuple[str, ...] = ()
 
@@ -133,7 +136,7 @@ def run_config(
       **report.comm_figures(),
       program_flops=program_flops,
       required_bytes=report.required_bytes,
-      fits=fits(report.required_bytes, p.target.capacity_bytes),
+      **report.judge(p.target.capacity_bytes).as_dict(),  # fits, verdict, margin_bytes, risk_bytes
       notes=tuple(notes) + report.notes,
   )
 

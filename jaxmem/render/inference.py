@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jaxmem.compiler.margin import AT_RISK, NO, YES
 from jaxmem.inference.estimate import Estimate
 from jaxmem.inference.infer import InferRow
 from jaxmem.render.tables import heading_versions, render_records
@@ -56,7 +57,9 @@ def _table_records(dicts: Sequence[dict[str, Any]], keys: Sequence[str], u: Unit
         label = k.replace("_size_in_bytes", "").replace("_in_bytes", "").replace("_bytes", "")
         r[f"{label} {u.name}"] = u(v)
       elif k == "fits":
-        r[k] = "-" if v is None else ("yes" if v else "NO")
+        # infer's rows carry the verdict (yes, at risk, NO: jaxmem.compiler.margin); others only fits.
+        verdict = d.get("verdict") if d.get("verdict") in (YES, AT_RISK, NO) else None
+        r[k] = verdict or ("-" if v is None else ("yes" if v else "NO"))
       elif isinstance(v, float):
         r[k] = f"{v:.3g}"
       else:

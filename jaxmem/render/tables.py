@@ -14,12 +14,14 @@ import csv
 import dataclasses
 import io
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 from tabulate import tabulate
 
+from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.render.units import Unit, unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
@@ -157,6 +159,7 @@ class _Layout:
   factor: bool
   comm: bool
   host: bool
+  host_total: bool  # host memory beyond host temp (host arguments or outputs)
   fit: bool
   totals: bool
   unit: Unit
@@ -174,6 +177,7 @@ class _Layout:
         factor=any(_get(r, "capacity_factor", None) is not None for r in rows),
         comm=any((r.num_devices or 1) > 1 for r in rows),
         host=any(r.host_temp_size_in_bytes for r in rows),
+        host_total=any(_get(r, "host_total_bytes", 0) != (r.host_temp_size_in_bytes or 0) for r in rows),
         fit=any(r.capacity_bytes is not None for r in rows),
         totals=totals,
         unit=unit_for([getattr(r, f) for r in rows for f in ("total_bytes", "argument_size_in_bytes", "param_bytes")]),
@@ -183,7 +187,7 @@ class _Layout:
     h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer
     h += [k.replace("_", " ") for k in self.step] + ["moe"] * self.moe + ["capacity factor"] * self.factor
     h += _SWEEP_HEADERS
-    h += ["comm"] * self.comm + ["host temp"] * self.host
+    h += ["comm"] * self.comm + ["host temp"] * self.host + ["host total"] * self.host_total
     h += ["capacity", "required", "fits"] if self.fit else []
     return h + (_TOTALS_HEADERS if self.totals else [])
 
@@ -199,15 +203,16 @@ class _Layout:
     if r.error:
       line += [r.remat, _size(r.param_bytes, u), _size(r.optimizer_state_bytes, u)]
       line += ["error (see below)"] + ["-"] * 5 + [flops, recompute, "-"]
-      line += ["-"] * (self.comm + self.host)
+      line += ["-"] * (self.comm + self.host + self.host_total)
     else:
       line += [r.remat] + [_size(getattr(r, f), u) for f in ("param_bytes", "optimizer_state_bytes", "argument_size_in_bytes", "temp_size_in_bytes")]
       line += [_delta(r.temp_size_in_bytes, b and b.temp_size_in_bytes, u), _size(r.peak_memory_in_bytes, u)]
       line += [_size(r.total_bytes, u), _delta(r.total_bytes, b and b.total_bytes, u), flops, recompute]
       line += ["-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}"]
       line += [_size(r.comm_bytes, u)] * self.comm + [_size(r.host_temp_size_in_bytes, u)] * self.host
+      line += [_size(_get(r, "host_total_bytes", None), u)] * self.host_total
     if self.fit:
-      line += [_size(r.capacity_bytes, u), _size(r.required_bytes, u), "-" if r.fits is None else ("yes" if r.fits else "NO")]
+      line += [_size(r.capacity_bytes, u), _size(r.required_bytes, u), verdict_cell(r, self.unit)]
     if self.totals:
       line += [_size(getattr(r, k), u) for k in _TOTALS_FIELDS]
     return line
@@ -270,16 +275,77 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
   return "\n".join(out)
 
 
+def verdict_cell(r: Any, unit: Unit) -> str:
+  """The fits column: ``yes``, ``NO``, or ``at risk`` with the margin left (rows from an older
+  cache or JSON without a verdict show their ``fits``)."""
+  verdict = _get(r, "verdict", None)
+  if verdict is None:
+    return "-" if r.fits is None else ("yes" if r.fits else "NO")
+  margin = _get(r, "margin_bytes", None)
+  return f"{verdict} ({_size(margin, unit.size)} left)" if verdict == AT_RISK and margin is not None else verdict
+
+
+# An HLO instruction named at the head of a note ("comm: while.12: while loop ..."): the same
+# note about another instruction, or the same instruction renamed in another row's program, is
+# one note.
+_SUBJECT = re.compile(r"^((?:[a-z_]+: )?)([A-Za-z_][\w-]*\.\d+): ")
+_LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "microbatches", "vocab_tiles",
+                 "moe_impl", "capacity_factor", "remat")
+
+
+def _labels(rows: Sequence[Any]) -> tuple[tuple[str, ...], list[str]]:
+  """The fields that tell rows apart and each row's values of them (``remat full``)."""
+  keys = tuple(k for k in _LABEL_FIELDS if len({str(_get(r, k, "-")) for r in rows}) > 1)
+  return keys, [" ".join(str(_get(r, k, "-")) for k in keys) for r in rows]
+
+
+def _scope(keys: tuple[str, ...], labels: list[str], total: int) -> str:
+  if len(labels) == total or not keys:
+    return ""  # every row: no list
+  if len(keys) == 1:
+    return f" ({keys[0]} {', '.join(labels)})"
+  return f" ({'; '.join(labels)})"
+
+
 def _notes(rows: Sequence[Any]) -> list[str]:
-  seen: dict[str, None] = {}
+  """One line per distinct note with the rows it applies to (none listed when it applies to
+  all), then the errors and the at-risk explanation."""
+  keys, labels = _labels(rows)
+  groups: dict[str, tuple[list[str], list[str]]] = {}
+  for r, label in zip(rows, labels, strict=True):
+    for n in dict.fromkeys(r.notes):
+      m = _SUBJECT.match(n)
+      text, subject = (m.group(1) + n[m.end():], m.group(2)) if m else (n, None)
+      applies, subjects = groups.setdefault(text, ([], []))
+      if label not in applies:
+        applies.append(label)
+      if subject is not None and subject not in subjects:
+        subjects.append(subject)
+  out = []
+  for text, (applies, subjects) in groups.items():
+    named = ""
+    if subjects:
+      shown = ", ".join(subjects[:4]) + (f" and {len(subjects) - 4} more" if len(subjects) > 4 else "")
+      named = f" ({shown})"
+    out.append(f"note{_scope(keys, applies, len(rows))}: {text}{named}")
+  at_risk = [label for r, label in zip(rows, labels, strict=True) if _get(r, "verdict", None) == AT_RISK]
+  if at_risk:
+    out.append(f"note{_scope(keys, at_risk, len(rows))}: {AT_RISK_NOTE}")
   for r in rows:
-    for n in r.notes:
-      seen.setdefault(f"note: {n}")
     if r.error:
       moe = f" {r.moe_impl}" if _get(r, "moe_impl", None) else ""
       attention = f" {r.attention}" if _get(r, "attention", None) else ""
-      seen.setdefault(f"error [{r.mesh} {r.optimizer}{attention} {r.remat}{moe}]: {r.error}")
-  return list(seen)
+      line = f"error [{r.mesh} {r.optimizer}{attention} {r.remat}{moe}]: {r.error}"
+      if line not in out:
+        out.append(line)
+  return out
+
+
+AT_RISK_NOTE = (
+    "at risk: it fits, but its margin (capacity - required) is below what the runtime may hold beside the "
+    "program (risk_bytes: on TPU the loaded executable, on GPU the 5% XLA's scheduler leaves for allocations it "
+    "does not model); docs/backends.md lists what each runtime holds and its source"
+)
 
 
 class _Dict(dict):
@@ -302,12 +368,16 @@ def render_ranked(rows: Sequence[Any], fmt: str) -> str:
     pct = "-" if best.recompute_overhead_pct is None else f"{best.recompute_overhead_pct:+.1f}% recompute"
     u = unit_for([best.required_bytes, best.capacity_bytes])
     mb = _get(best, "microbatches", 1)
+    risk = ""
+    if _get(best, "verdict", None) == AT_RISK:
+      risk = (f", at risk: {_size(_get(best, 'margin_bytes', None), u.size)} {u.name} left, under the "
+              f"{_size(_get(best, 'risk_bytes', None), u.size)} the runtime may hold beside it")
     advice = (
         f"recommendation: mesh {best.mesh}, {best.optimizer}, "
         + (f"attention {best.attention}, " if _get(best, "attention", None) else "")
         + (f"{mb} microbatches, " if mb > 1 else "")
         + f"remat {best.remat} "
-        f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct})"
+        f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct}{risk})"
     )
   if fmt == "json":
     return json.dumps(envelope(rows, recommended=None if best is None else _as_dict(best)), indent=2)
@@ -343,6 +413,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
             f"required {u.name}": None if row is None else _size(row.required_bytes, u.size),
             f"capacity {u.name}": None if row is None else _size(row.capacity_bytes, u.size),
             f"temp {u.name}": None if row is None else _size(row.temp_size_in_bytes, u.size),
+            "fits": None if row is None else verdict_cell(row, u),
             "recompute": None if row is None or row.recompute_overhead_pct is None else f"{row.recompute_overhead_pct:+.1f}%",
             "compiles": r.compiles,
             "note": r.note,
@@ -352,7 +423,9 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   fixed = "" if r0 is None else (f" · seq {r0.seq}" if over == "batch" else f" · batch {r0.batch}")
   versions = heading_versions(rows)
   head = "" if r0 is None else f"model {r0.model} · target {r0.target}{fixed} · largest {over} that fits, per device figures at it{versions}\n\n"
-  return head + render_records(records, fmt)
+  notes = _notes(rows) if rows else []  # the compared rows' notes (the cuDNN workspace's, say), as compare prints them
+  tail = "".join(f"\n{'- ' if fmt == 'markdown' else ''}{n}" for n in notes)
+  return head + render_records(records, fmt) + ("\n" + tail if tail else "")
 
 
 def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals: bool = False) -> str:

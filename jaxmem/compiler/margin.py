@@ -1,0 +1,151 @@
+"""What a runtime holds beyond the compiled program, and the verdict at the edge of capacity.
+
+The compiler's peak is what one program needs. A running job's device also holds what the
+runtime keeps beside it. :data:`RUNTIME_TERMS` lists each such term documented for the TPU and
+GPU runtimes, with its source, and where jaxmem accounts for it (docs/backends.md renders the
+same list):
+
+- ``capacity``: already out of ``capacity_bytes`` (the TPU compiler's available HBM is net of the
+  runtime's reserve; a GPU's capacity is the share JAX's allocator takes);
+- ``risk``: jaxmem knows its size for the row but not whether the compiler's peak holds it, or
+  the compiler itself sets it aside as a margin: it is the row's ``risk_bytes``;
+- ``not modelled``: no size can be had without the device (and no source gives one).
+
+:func:`judge` gives a row's verdict: ``NO`` when ``required_bytes`` exceeds the capacity,
+``at risk`` when the margin (capacity - required) is below ``risk_bytes``, ``yes`` otherwise.
+No term is tuned to a case: each size is the row's own figure or the compiler's own constant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxmem.records import Record
+
+YES, AT_RISK, NO = "yes", "at risk", "NO"
+
+# XLA:GPU plans its schedule and rematerialization within this share of the memory left after
+# the arguments and outputs, leaving the rest for what it does not model (GetSchedulerMemoryLimit
+# in openxla/xla xla/service/gpu/gpu_hlo_schedule.cc; the default of xla_gpu_memory_limit_slop_factor
+# in xla/debug_options_flags.cc).
+GPU_SLOP_PERCENT = 95
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeTerm(Record):
+  """One thing a runtime holds on the device beyond the compiled program."""
+
+  name: str
+  platforms: tuple[str, ...]
+  what: str
+  source: str
+  accounted: str  # "capacity", "required", "risk" or "not modelled"
+
+
+RUNTIME_TERMS = (
+    RuntimeTerm(
+        name="runtime reserve", platforms=("tpu",), accounted="capacity",
+        what="HBM the TPU runtime reserves for itself (infeed buffers on older generations, system overhead); "
+        "the compiler's available HBM (v5e: 15.75 of 16 GiB) is net of it",
+        source="https://openxla.org/xla/errors/error_1000 (System overhead); the compiler's out-of-memory message",
+    ),
+    RuntimeTerm(
+        name="loaded executable", platforms=("tpu",), accounted="risk",
+        what="the compiled binary and its constants, loaded into HBM (generated_code_size_in_bytes); the TPU "
+        "compiler checks it against HBM, but whether peak_memory_in_bytes includes it is not documented",
+        source="https://openxla.org/xla/errors/error_1000 (Compiled binary, Constants); "
+        "https://openxla.org/xla/errors/error_0101",
+    ),
+    RuntimeTerm(
+        name="second program resident", platforms=("tpu",), accounted="not modelled",
+        what="another loaded program (the initialisation step): the runtime evicts loaded programs before it "
+        "fails a buffer allocation, so it costs a reload, not memory; its outputs still held by the caller do "
+        "cost memory",
+        source="https://openxla.org/xla/errors/error_0101; https://openxla.org/xla/errors/error_0100",
+    ),
+    RuntimeTerm(
+        name="fragmentation", platforms=("tpu",), accounted="not modelled",
+        what="free HBM in no contiguous block large enough; the runtime defragments and retries before failing",
+        source="https://openxla.org/xla/errors/error_0100",
+    ),
+    RuntimeTerm(
+        name="allocator share", platforms=("gpu",), accounted="capacity",
+        what="JAX's BFC allocator preallocates XLA_PYTHON_CLIENT_MEM_FRACTION (0.75) of device memory; the CUDA "
+        "context, cuBLAS/cuDNN handles and the loaded kernels (generated_code_size_in_bytes) live outside it",
+        source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html",
+    ),
+    RuntimeTerm(
+        name="compiler slop", platforms=("gpu",), accounted="risk",
+        what=f"XLA:GPU schedules within {GPU_SLOP_PERCENT}% of the memory left after arguments and outputs, the "
+        f"rest for allocations it does not model; jaxmem takes that {100 - GPU_SLOP_PERCENT}% of "
+        "capacity - (argument + output - alias) as the row's risk",
+        source="openxla/xla xla/service/gpu/gpu_hlo_schedule.cc (GetSchedulerMemoryLimit); "
+        "xla/debug_options_flags.cc (xla_gpu_memory_limit_slop_factor = 95)",
+    ),
+    RuntimeTerm(
+        name="collective buffers", platforms=("gpu",), accounted="not modelled",
+        what="NCCL's communicator buffers (outside the allocator's pool by default; in it with "
+        "--xla_gpu_enable_nccl_user_buffers, which also pins the pool at its initial size)",
+        source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html",
+    ),
+    RuntimeTerm(
+        name="cuDNN workspace", platforms=("gpu",), accounted="not modelled",
+        what="a deviceless compile sizes cuDNN attention's workspace at 0 (XLA sizes it only with a GPU attached); "
+        "rows using cudnn carry a note",
+        source="docs/backends.md (GPU, cuDNN attention); jaxmem's cuDNN note",
+    ),
+    RuntimeTerm(
+        name="fragmentation", platforms=("gpu",), accounted="not modelled",
+        what="the BFC allocator's free memory split between blocks; preallocation minimises it, "
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false makes it likelier",
+        source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html",
+    ),
+    RuntimeTerm(
+        name="prefetched batch and held arrays", platforms=("tpu", "gpu"), accounted="not modelled",
+        what="arrays the training loop keeps beside the step: a next batch prefetched to the device, "
+        "parameters not donated, or the previous state held by the caller",
+        source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html (Common causes of OOM failures); "
+        "https://openxla.org/xla/errors/error_0100",
+    ),
+)
+
+
+def risk_bytes(
+    platform: str, *, capacity: int | None, argument: int | None = None, output: int | None = None,
+    alias: int | None = None, generated_code: int | None = None,
+) -> int | None:
+  """The bytes of the ``risk`` terms of :data:`RUNTIME_TERMS` for one program: a fitting row
+  whose margin is below them is at risk. ``None`` where a figure they need is unknown."""
+  if platform == "tpu":
+    return generated_code
+  if platform == "gpu":
+    if None in (capacity, argument, output, alias):
+      return None
+    return max(0, capacity - (argument + output - alias)) * (100 - GPU_SLOP_PERCENT) // 100
+  return 0  # the CPU and an unknown platform: no runtime terms documented here
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Verdict(Record):
+  """Whether a program fits a device: ``fits`` (required <= capacity), ``verdict`` (``yes``,
+  ``at risk`` or ``NO``), ``margin_bytes`` (capacity - required) and the ``risk_bytes`` the
+  margin is judged against. All ``None`` where required or capacity is unknown."""
+
+  fits: bool | None = None
+  verdict: str | None = None
+  margin_bytes: int | None = None
+  risk_bytes: int | None = None
+
+
+def judge(required: int | None, capacity: int | None, risk: int | None) -> Verdict:
+  """The verdict of ``required`` bytes on a device of ``capacity`` with ``risk`` bytes the
+  runtime may hold beside them (:func:`risk_bytes`; ``None`` counts as none known)."""
+  if required is None or capacity is None:
+    return Verdict(risk_bytes=risk)
+  margin = capacity - required
+  verdict = NO if margin < 0 else (AT_RISK if margin < (risk or 0) else YES)
+  return Verdict(fits=margin >= 0, verdict=verdict, margin_bytes=margin, risk_bytes=risk)
+
+
+def terms(platform: str) -> tuple[RuntimeTerm, ...]:
+  return tuple(t for t in RUNTIME_TERMS if platform in t.platforms)
