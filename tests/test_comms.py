@@ -31,7 +31,8 @@ def test_single_all_gather_exact():
   assert c.count_by_kind == {**dict.fromkeys(KINDS, 0), "all_gather": 1}
   assert c.total_bytes == 7 * 4 * MIB // 8
   assert c.notes == ()
-  assert set(c.as_dict()) == {"bytes_by_kind", "count_by_kind", "total_bytes", "notes"}
+  assert set(c.as_dict()) == {"bytes_by_kind", "count_by_kind", "total_bytes", "lower_bound", "notes"}
+  assert c.lower_bound is False
 
 
 def test_single_psum_exact():
@@ -314,12 +315,35 @@ def test_loop_trip_count_derived_from_elided_tuple_reads(elide_get_tuple_element
   assert c.bytes_by_kind["all_reduce"] == 10 * _AR64
 
 
-def test_loop_without_trip_count_counts_once_with_note():
+def test_loop_without_trip_count_counts_once_as_a_lower_bound():
   text = _LOOP.replace("LIMIT", "12").replace("BACKEND", "").replace("%zero = s32[] constant(INIT)",
                                                                       "%zero = s32[] parameter(1)")
   c = collectives_from_hlo(text)
   assert c.count_by_kind["all_reduce"] == 1
-  assert any("trip count" in n for n in c.notes)
+  assert c.lower_bound is True
+  assert any("trip count" in n and "lower bound" in n for n in c.notes)
+  # A loop with nothing to multiply leaves the figures exact, whatever its trip count.
+  quiet_loop = text.replace("%ar = f32[64]{0} all-reduce(%v), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
+                            "use_global_device_ids=true, to_apply=%add", "%ar = f32[64]{0} negate(%v)")
+  q = collectives_from_hlo(quiet_loop)
+  assert q.total_bytes == 0 and q.lower_bound is False and q.notes == ()
+
+
+# libtpu prints a Pallas kernel's (splash attention's) frontend_attributes with the newlines of
+# its JSON metadata; the third line starts with "}}", where a line-by-line reader ended the body.
+_KERNEL = """  %k = (f32[64]{0}, f32[64]{0}) custom-call(%v), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={
+"xprof_metadata":"{\\"block_q\\": 512, \\"block_kv\\": 512}"
+}}, metadata={op_name="jit(train_step)/while/body/shard_map/pallas_call" stack_frame_id=216}, backend_config={"custom_call_config":{"body":"TUzvUg=="}}
+"""
+
+
+def test_loop_body_with_a_multiline_kernel_instruction_keeps_its_counter_and_collectives():
+  text = _LOOP.replace("LIMIT", "12").replace("INIT", "2").replace("BACKEND", "")
+  text = text.replace("  %ar = f32[64]{0} all-reduce", _KERNEL + "  %ar = f32[64]{0} all-reduce")
+  assert "\n}}, metadata=" in text
+  c = collectives_from_hlo(text)
+  assert c.count_by_kind["all_reduce"] == 10 and c.bytes_by_kind["all_reduce"] == 10 * _AR64
+  assert c.notes == () and c.lower_bound is False
 
 
 def test_tpu_async_collective_fusions_and_reduce_scatter_fusion():

@@ -251,3 +251,18 @@ def test_scale_shows_rows_then_growth_exponents():
       ("temp", "-", "1.04"), ("param", "-", "0.00")]  # never "-0.00"
   doc = json.loads(tables.render_scale(_sweep()[:2], growth, "json"))
   assert [g["component"] for g in doc["growth"]] == ["temp_size_in_bytes", "param_bytes"]
+
+
+def test_a_comm_lower_bound_is_marked_in_the_table_the_heading_and_the_json():
+  # A TPU loop whose trip count is unknown is counted once: that row's comm is a lower bound.
+  rows = [_row("none", mesh=m, num_devices=4, target="tpu:v5p-8", comm_bytes=c, comm_lower_bound=lb)
+          for m, c, lb in (("data=4", GiB, False), ("expert=4", 3 * GiB, True))]
+  text = tables.render_compare(rows, "markdown")
+  heading = text.splitlines()[0]
+  assert "lower bound" in heading and ">=" in heading
+  table = _markdown_table(text)
+  assert [(r["mesh"], r["comm"]) for r in table] == [("data=4", "1.00"), ("expert=4", ">=3.00")]
+  assert [r["comm_lower_bound"] for r in json.loads(tables.render_compare(rows, "json"))["rows"]] == [False, True]
+  # Exact figures only: no marker, and the heading says nothing of bounds.
+  exact = tables.render_compare(rows[:1], "markdown")
+  assert "lower bound" not in exact and ">=" not in exact

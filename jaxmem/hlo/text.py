@@ -283,6 +283,7 @@ _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->\s*.*?)?\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -372,6 +373,28 @@ def _table_row(table: str, rest: str, module: dict) -> None:
       module["frames"][i] = (int(g.get("file_location_id", 0)), int(g.get("parent_frame_id", 0)))
 
 
+def _unclosed(text: str) -> bool:
+  """Whether ``text`` leaves a bracket or a string open (quoted strings' brackets not counted)."""
+  bare = _QUOTED.sub("", text)
+  if '"' in bare:
+    return True
+  return sum(bare.count(c) for c in "([{") > sum(bare.count(c) for c in ")]}")
+
+
+def _whole_instruction(line: str, rest) -> str:
+  """``line`` with the lines after it that continue the same instruction. XLA prints attribute
+  values as they are, newlines included: libtpu's Pallas kernels (splash attention) carry
+  ``frontend_attributes={kernel_metadata={`` and a JSON text over three lines, the last
+  starting ``}}, metadata=...``. Read line by line, that ``}`` closed the computation early and
+  the rest of a loop body (its counter, its collectives) was lost."""
+  while _unclosed(line):
+    more = next(rest, None)
+    if more is None:
+      break
+    line = f"{line} {more.strip()}"
+  return line
+
+
 def parse_module(text: str) -> Module:
   """Parses HLO text: ``compiled.as_text()`` or a ``*after_optimizations.txt`` dump."""
   m: dict = dict(name="", entry=None, replica_count=1, num_partitions=1, files={}, functions={}, locations={}, frames={})
@@ -379,7 +402,8 @@ def parse_module(text: str) -> Module:
   instructions: dict[str, Instruction] = {}
   cur: tuple[str, dict[str, Instruction], list[str | None]] | None = None  # (name, instructions, [root])
   table = None
-  for line in text.splitlines():
+  lines = iter(text.splitlines())
+  for line in lines:
     if cur is not None:
       if line.startswith("}"):
         computations[cur[0]] = Computation(name=cur[0], instructions=cur[1], root=cur[2][0])
@@ -387,6 +411,8 @@ def parse_module(text: str) -> Module:
         cur = None
         continue
       im = _INSTRUCTION.match(line)
+      if im and _unclosed(line):
+        im = _INSTRUCTION.match(_whole_instruction(line, lines))
       ins = parse_instruction(im.group(3), im.group(2), cur[0]) if im else None
       if ins is not None:
         cur[1][ins.name] = ins
