@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmem._quiet import quiet
 from jaxmem.hlo.comms import KINDS, collectives, collectives_from_hlo
+from jaxmem.hlo.text import parse_module
 
 MIB = 1 << 20
 
@@ -148,6 +149,19 @@ def test_tpu_v5e_scan():
   assert two.total_bytes > 0 and two.bytes_by_kind["all_gather"] > 0
   assert two.bytes_by_kind["reduce_scatter"] > 0  # TPU's all-reduce-scatter fusion
   assert _loop_part(six) == 3 * _loop_part(two)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_tpu_expert_mesh_all_to_all_with_splash_attention(compile_one):
+  # The smallest case that read 0 all-to-all bytes: splash's Pallas kernel in the layer scan,
+  # printed over several lines, cut the loop body short; the loop counted once, without its
+  # token exchange. The dispatch is the same whatever the attention: dot's loop has no kernel.
+  work = dict(model="tiny-moe", target="tpu:v5p-16", mesh="expert=8,fsdp=1", batch=8, seq=128)
+  splash, dot = (compile_one(remat="full", attention=a, **work) for a in ("auto", "dot"))
+  assert splash.attention == "splash" and splash.error is None and dot.error is None
+  assert not any("trip count" in n for n in splash.notes) and splash.comm_lower_bound is False
+  assert splash.comm_all_to_all_bytes > 0
+  assert splash.comm_all_to_all_bytes == pytest.approx(dot.comm_all_to_all_bytes, rel=0.01)
 
 
 @pytest.mark.needs_gpu_compiler("h100")
@@ -344,6 +358,11 @@ def test_loop_body_with_a_multiline_kernel_instruction_keeps_its_counter_and_col
   c = collectives_from_hlo(text)
   assert c.count_by_kind["all_reduce"] == 10 and c.bytes_by_kind["all_reduce"] == 10 * _AR64
   assert c.notes == () and c.lower_bound is False
+  body = parse_module(text).computations["body"]
+  assert body.root == "r" and body.instructions["k"].op_name.endswith("/pallas_call")
+  # A bracket left open on one line never takes in the next instruction or the closing brace.
+  broken = parse_module(text.replace(_KERNEL, '  %k = f32[64]{0} custom-call(%v), custom_call_target="x", attr={\n'))
+  assert broken.computations["body"].root == "r" and "ar" in broken.computations["body"].instructions
 
 
 def test_tpu_async_collective_fusions_and_reduce_scatter_fusion():

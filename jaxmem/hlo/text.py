@@ -284,6 +284,7 @@ _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
 _QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NEXT_INSTRUCTION = re.compile(r"^\s+(ROOT\s+)?%?[\w.\-]+\s*=\s")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -381,18 +382,18 @@ def _unclosed(text: str) -> bool:
   return sum(bare.count(c) for c in "([{") > sum(bare.count(c) for c in ")]}")
 
 
-def _whole_instruction(line: str, rest) -> str:
-  """``line`` with the lines after it that continue the same instruction. XLA prints attribute
-  values as they are, newlines included: libtpu's Pallas kernels (splash attention) carry
-  ``frontend_attributes={kernel_metadata={`` and a JSON text over three lines, the last
-  starting ``}}, metadata=...``. Read line by line, that ``}`` closed the computation early and
-  the rest of a loop body (its counter, its collectives) was lost."""
-  while _unclosed(line):
-    more = next(rest, None)
-    if more is None:
-      break
-    line = f"{line} {more.strip()}"
-  return line
+def _whole_instruction(lines: list[str], i: int) -> tuple[str, int]:
+  """Line ``i`` with the lines after it that continue the same instruction, and the index of
+  the next line to read. XLA prints attribute values as they are, newlines included: libtpu's
+  Pallas kernels (splash attention) carry ``frontend_attributes={kernel_metadata={`` and a JSON
+  text over three lines, the last starting ``}}, metadata=...``. Read line by line, that ``}``
+  closed the computation early and the rest of a loop body (its counter, its collectives) was
+  lost. A next line that starts another instruction, or closes the computation, is never taken
+  in, so a bracket miscounted in one line cannot swallow the module."""
+  line, i = lines[i], i + 1
+  while _unclosed(line) and i < len(lines) and lines[i].strip() != "}" and not _NEXT_INSTRUCTION.match(lines[i]):
+    line, i = f"{line} {lines[i].strip()}", i + 1
+  return line, i
 
 
 def parse_module(text: str) -> Module:
@@ -402,8 +403,9 @@ def parse_module(text: str) -> Module:
   instructions: dict[str, Instruction] = {}
   cur: tuple[str, dict[str, Instruction], list[str | None]] | None = None  # (name, instructions, [root])
   table = None
-  lines = iter(text.splitlines())
-  for line in lines:
+  lines, i = text.splitlines(), 0
+  while i < len(lines):
+    line, i = lines[i], i + 1
     if cur is not None:
       if line.startswith("}"):
         computations[cur[0]] = Computation(name=cur[0], instructions=cur[1], root=cur[2][0])
@@ -412,7 +414,8 @@ def parse_module(text: str) -> Module:
         continue
       im = _INSTRUCTION.match(line)
       if im and _unclosed(line):
-        im = _INSTRUCTION.match(_whole_instruction(line, lines))
+        line, i = _whole_instruction(lines, i - 1)
+        im = _INSTRUCTION.match(line)
       ins = parse_instruction(im.group(3), im.group(2), cur[0]) if im else None
       if ins is not None:
         cur[1][ins.name] = ins
