@@ -20,6 +20,10 @@ and libtpu):
   ``get-tuple-element`` instruction named ``while.3#14`` (:func:`_element_reads`), so walks over
   tuple plumbing read both formats alike. ``compiled.as_text()`` still prints them.
 - Operands are ``%x`` or, in older printers, ``f32[2] %x``; ``/*index=5*/`` comments are dropped.
+- An instruction may span lines: attribute values are printed as they are, and libtpu's Pallas
+  kernels (splash attention) carry ``frontend_attributes={kernel_metadata={`` with a JSON text
+  over three lines, the last starting ``}}``. Lines are joined while an instruction leaves a
+  bracket or string open (:func:`_whole_instruction`); seen with libtpu 0.0.50.1.
 - TPU layouts hold parentheses inside braces (``{1,0:T(8,128)}``), so shapes and operand lists
   are cut by bracket matching, not by the first parenthesis.
 - ``StackFrames`` print each frame's parent as the parent's id plus one (a root frame prints
