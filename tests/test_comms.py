@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmem._quiet import quiet
 from jaxmem.hlo.comms import KINDS, collectives, collectives_from_hlo
+from jaxmem.hlo.text import parse_module
 
 MIB = 1 << 20
 
@@ -31,7 +32,8 @@ def test_single_all_gather_exact():
   assert c.count_by_kind == {**dict.fromkeys(KINDS, 0), "all_gather": 1}
   assert c.total_bytes == 7 * 4 * MIB // 8
   assert c.notes == ()
-  assert set(c.as_dict()) == {"bytes_by_kind", "count_by_kind", "total_bytes", "notes"}
+  assert set(c.as_dict()) == {"bytes_by_kind", "count_by_kind", "total_bytes", "lower_bound", "notes"}
+  assert c.lower_bound is False
 
 
 def test_single_psum_exact():
@@ -147,6 +149,19 @@ def test_tpu_v5e_scan():
   assert two.total_bytes > 0 and two.bytes_by_kind["all_gather"] > 0
   assert two.bytes_by_kind["reduce_scatter"] > 0  # TPU's all-reduce-scatter fusion
   assert _loop_part(six) == 3 * _loop_part(two)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_tpu_expert_mesh_all_to_all_with_splash_attention(compile_one):
+  # The smallest case that read 0 all-to-all bytes: splash's Pallas kernel in the layer scan,
+  # printed over several lines, cut the loop body short; the loop counted once, without its
+  # token exchange. The dispatch is the same whatever the attention: dot's loop has no kernel.
+  work = dict(model="tiny-moe", target="tpu:v5p-16", mesh="expert=8,fsdp=1", batch=8, seq=128)
+  splash, dot = (compile_one(remat="full", attention=a, **work) for a in ("auto", "dot"))
+  assert splash.attention == "splash" and splash.error is None and dot.error is None
+  assert not any("trip count" in n for n in splash.notes) and splash.comm_lower_bound is False
+  assert splash.comm_all_to_all_bytes > 0
+  assert splash.comm_all_to_all_bytes == pytest.approx(dot.comm_all_to_all_bytes, rel=0.01)
 
 
 @pytest.mark.needs_gpu_compiler("h100")
@@ -314,12 +329,40 @@ def test_loop_trip_count_derived_from_elided_tuple_reads(elide_get_tuple_element
   assert c.bytes_by_kind["all_reduce"] == 10 * _AR64
 
 
-def test_loop_without_trip_count_counts_once_with_note():
+def test_loop_without_trip_count_counts_once_as_a_lower_bound():
   text = _LOOP.replace("LIMIT", "12").replace("BACKEND", "").replace("%zero = s32[] constant(INIT)",
                                                                       "%zero = s32[] parameter(1)")
   c = collectives_from_hlo(text)
   assert c.count_by_kind["all_reduce"] == 1
-  assert any("trip count" in n for n in c.notes)
+  assert c.lower_bound is True
+  assert any("trip count" in n and "lower bound" in n for n in c.notes)
+  # A loop with nothing to multiply leaves the figures exact, whatever its trip count.
+  quiet_loop = text.replace("%ar = f32[64]{0} all-reduce(%v), channel_id=1, replica_groups={{0,1,2,3,4,5,6,7}}, "
+                            "use_global_device_ids=true, to_apply=%add", "%ar = f32[64]{0} negate(%v)")
+  q = collectives_from_hlo(quiet_loop)
+  assert q.total_bytes == 0 and q.lower_bound is False and q.notes == ()
+
+
+# libtpu prints a Pallas kernel's (splash attention's) frontend_attributes with the newlines of
+# its JSON metadata; the third line starts with "}}", where a line-by-line reader ended the body.
+_KERNEL = """  %k = (f32[64]{0}, f32[64]{0}) custom-call(%v), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={
+"xprof_metadata":"{\\"block_q\\": 512, \\"block_kv\\": 512}"
+}}, metadata={op_name="jit(train_step)/while/body/shard_map/pallas_call" stack_frame_id=216}, backend_config={"custom_call_config":{"body":"TUzvUg=="}}
+"""
+
+
+def test_loop_body_with_a_multiline_kernel_instruction_keeps_its_counter_and_collectives():
+  text = _LOOP.replace("LIMIT", "12").replace("INIT", "2").replace("BACKEND", "")
+  text = text.replace("  %ar = f32[64]{0} all-reduce", _KERNEL + "  %ar = f32[64]{0} all-reduce")
+  assert "\n}}, metadata=" in text
+  c = collectives_from_hlo(text)
+  assert c.count_by_kind["all_reduce"] == 10 and c.bytes_by_kind["all_reduce"] == 10 * _AR64
+  assert c.notes == () and c.lower_bound is False
+  body = parse_module(text).computations["body"]
+  assert body.root == "r" and body.instructions["k"].op_name.endswith("/pallas_call")
+  # A bracket left open on one line never takes in the next instruction or the closing brace.
+  broken = parse_module(text.replace(_KERNEL, '  %k = f32[64]{0} custom-call(%v), custom_call_target="x", attr={\n'))
+  assert broken.computations["body"].root == "r" and "ar" in broken.computations["body"].instructions
 
 
 def test_tpu_async_collective_fusions_and_reduce_scatter_fusion():

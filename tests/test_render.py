@@ -294,3 +294,18 @@ def test_fit_prints_the_notes_compare_prints_for_the_same_row():
   assert f"note: {cudnn}" in text.splitlines() and f"note: {cudnn}" in tables.render_compare([best], "table")
   (row,) = _markdown_table(tables.render_fit(results, "markdown"))
   assert row["fits"] == "yes"
+
+
+def test_a_comm_lower_bound_is_marked_in_the_table_the_heading_and_the_json():
+  # A TPU loop whose trip count is unknown is counted once: that row's comm is a lower bound.
+  rows = [_row("none", mesh=m, num_devices=4, target="tpu:v5p-8", comm_bytes=c, comm_lower_bound=lb)
+          for m, c, lb in (("data=4", GiB, False), ("expert=4", 3 * GiB, True))]
+  text = tables.render_compare(rows, "markdown")
+  heading = text.splitlines()[0]
+  assert "lower bound" in heading and ">=" in heading
+  table = _markdown_table(text)
+  assert [(r["mesh"], r["comm"]) for r in table] == [("data=4", "1.00"), ("expert=4", ">=3.00")]
+  assert [r["comm_lower_bound"] for r in json.loads(tables.render_compare(rows, "json"))["rows"]] == [False, True]
+  # Exact figures only: no marker, and the heading says nothing of bounds.
+  exact = tables.render_compare(rows[:1], "markdown")
+  assert "lower bound" not in exact and ">=" not in exact

@@ -49,7 +49,9 @@ and XLA reports the sizes of that one program):
   shapes and the input shardings the compiler chose; they sum to the argument size up to layout
   padding (TPU tiles).
 - ``comm_bytes`` and ``comm_<kind>_bytes``: bytes one device sends per step in collectives
-  (:mod:`jaxmem.hlo.comms`), as sweep rows have them.
+  (:mod:`jaxmem.hlo.comms`), as sweep rows have them. ``comm_lower_bound``: True when they are a
+  lower bound, not a total (a loop that communicates has a trip count neither the compiler
+  recorded nor the reader could derive, so it was counted once; ``notes`` names it).
 - ``compiled``: the ``jax.stages.Compiled`` itself, for anything else (``as_text()``,
   ``cost_analysis()``); left out of ``as_dict()`` and comparisons.
 """
@@ -104,6 +106,7 @@ class MemoryReport(CompilerFigures):
   comm_all_reduce_bytes: int | None = None
   comm_all_to_all_bytes: int | None = None
   comm_collective_permute_bytes: int | None = None
+  comm_lower_bound: bool | None = None
   notes: tuple[str, ...] = ()
   compiled: Any = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
 
@@ -127,7 +130,7 @@ class MemoryReport(CompilerFigures):
     return {f: getattr(self, f) for f in COMPILER_FIELDS}
 
   def comm_figures(self) -> dict:
-    """The communication fields (``comm_bytes`` and one per collective kind), as rows have them."""
+    """The communication fields (``comm_bytes``, one per collective kind, ``comm_lower_bound``), as rows have them."""
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("comm_")}
 
 
@@ -252,6 +255,7 @@ def read_compiled(
       argument_leaf_bytes=by_leaf,
       comm_bytes=comm.total_bytes,
       **{f"comm_{k}_bytes": v for k, v in comm.bytes_by_kind.items()},
+      comm_lower_bound=comm.lower_bound,
       notes=tuple(notes) + tuple(f"comm: {n}" for n in comm.notes),
       compiled=compiled,
   )

@@ -48,7 +48,9 @@ body by the trip count (its condition by trip count + 1): ``backend_config={..."
 {"n":"6"}}`` where XLA records it (CPU and GPU do); the TPU compiler leaves it out, so the count
 is then derived as XLA's ``ComputeWhileLoopTripCount`` does for the common shape: the condition's
 root compares a loop-tuple element with a constant, the element starts at a constant and the body
-adds a constant to it. A loop whose count cannot be derived counts once, with a note. ``call``
+adds a constant to it. A loop whose count cannot be derived and whose body communicates counts
+once, with a note, and the figures are then a lower bound (``lower_bound``), never a total; so
+are they when a computation the call graph names is missing from the text. ``call``
 counts its callee once; ``conditional`` counts the branch with the most bytes (an upper bound for
 one step; a note says so when branches differ). Fusions and ``async-start`` wrapped computations
 are looked into (TPU puts collectives inside fusions) as part of the computation that holds them.
@@ -114,6 +116,9 @@ class Collectives(Record):
   bytes_by_kind: dict[str, int]  # keys: KINDS, always all five
   count_by_kind: dict[str, int]  # logical collectives executed per step, loop trip counts applied
   total_bytes: int
+  # True when some collectives may be missing from the figures, which are then a lower bound: a
+  # loop whose trip count is unknown holds collectives (counted once), or a computation is missing.
+  lower_bound: bool = False
   notes: tuple[str, ...] = ()
 
 
@@ -266,6 +271,7 @@ class _Walker:
   def __init__(self, module: Module):
     self.module = module
     self.notes: list[str] = []
+    self.lower_bound = False
     self._memo: dict[str, _Tally] = {}
     self._active: set[str] = set()
     # TPU async collectives: a fusion holding custom-call AsyncCollectiveStart starts the
@@ -292,6 +298,7 @@ class _Walker:
     if comp is None or name in self._active:
       if comp is None:
         self.note(f"computation {name} not found in the HLO text; not counted")
+        self.lower_bound = True
       return tally
     self._active.add(name)
     seen_channels: set[str] = set()
@@ -333,14 +340,7 @@ class _Walker:
                         or callee.startswith("all-reduce-scatter"), nested=True)
           self._active.discard(callee)
       elif op == "while":
-        trips = self.module.trip_count(iname, comp.name)
-        if trips is None:
-          self.note(f"{iname}: while loop without a known trip count; its body is counted once")
-          trips = 1
-        if inst.body:
-          tally.add(self.visit(inst.body), trips)
-        if inst.condition:
-          tally.add(self.visit(inst.condition), trips + 1)
+        self._loop(iname, inst, comp, tally)
       elif op == "call":
         for callee in computation_refs(inst.attrs, "to_apply"):
           tally.add(self.visit(callee))
@@ -353,6 +353,22 @@ class _Walker:
           if len({t.total for t in tallies}) > 1:
             self.note(f"{iname}: conditional branches communicate differently; the largest is counted")
           tally.add(best)
+
+  def _loop(self, name: str, inst: Instruction, comp: Computation, tally: _Tally) -> None:
+    """A ``while``: its body times the trip count, its condition once more. Without a count, a
+    loop that communicates counts once and makes the figures a lower bound."""
+    body = self.visit(inst.body) if inst.body else _Tally()
+    cond = self.visit(inst.condition) if inst.condition else _Tally()
+    trips = self.module.trip_count(name, comp.name)
+    if trips is None:
+      if not any(body.counts.values()) and not any(cond.counts.values()):
+        return  # nothing inside to multiply: the figures stay exact
+      self.note(f"{name}: while loop without a known trip count; its collectives are counted once "
+                "(the figures are a lower bound)")
+      self.lower_bound = True
+      trips = 1
+    tally.add(body, trips)
+    tally.add(cond, trips + 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,7 +385,7 @@ def collectives_from_hlo(hlo_text: str) -> Collectives:
     walker.note(f"no ENTRY computation marked; {entry} (the last one) is used")
   tally = walker.visit(entry) if entry else _Tally()
   return Collectives(bytes_by_kind=dict(tally.bytes), count_by_kind=dict(tally.counts),
-                     total_bytes=tally.total, notes=tuple(walker.notes))
+                     total_bytes=tally.total, lower_bound=walker.lower_bound, notes=tuple(walker.notes))
 
 
 def collectives(compiled) -> Collectives:

@@ -20,6 +20,10 @@ and libtpu):
   ``get-tuple-element`` instruction named ``while.3#14`` (:func:`_element_reads`), so walks over
   tuple plumbing read both formats alike. ``compiled.as_text()`` still prints them.
 - Operands are ``%x`` or, in older printers, ``f32[2] %x``; ``/*index=5*/`` comments are dropped.
+- An instruction may span lines: attribute values are printed as they are, and libtpu's Pallas
+  kernels (splash attention) carry ``frontend_attributes={kernel_metadata={`` with a JSON text
+  over three lines, the last starting ``}}``. Lines are joined while an instruction leaves a
+  bracket or string open (:func:`_whole_instruction`); seen with libtpu 0.0.50.1.
 - TPU layouts hold parentheses inside braces (``{1,0:T(8,128)}``), so shapes and operand lists
   are cut by bracket matching, not by the first parenthesis.
 - ``StackFrames`` print each frame's parent as the parent's id plus one (a root frame prints
@@ -283,6 +287,8 @@ _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->\s*.*?)?\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NEXT_INSTRUCTION = re.compile(r"^\s+(ROOT\s+)?%?[\w.\-]+\s*=\s")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -372,6 +378,28 @@ def _table_row(table: str, rest: str, module: dict) -> None:
       module["frames"][i] = (int(g.get("file_location_id", 0)), int(g.get("parent_frame_id", 0)))
 
 
+def _unclosed(text: str) -> bool:
+  """Whether ``text`` leaves a bracket or a string open (quoted strings' brackets not counted)."""
+  bare = _QUOTED.sub("", text)
+  if '"' in bare:
+    return True
+  return sum(bare.count(c) for c in "([{") > sum(bare.count(c) for c in ")]}")
+
+
+def _whole_instruction(lines: list[str], i: int) -> tuple[str, int]:
+  """Line ``i`` with the lines after it that continue the same instruction, and the index of
+  the next line to read. XLA prints attribute values as they are, newlines included: libtpu's
+  Pallas kernels (splash attention) carry ``frontend_attributes={kernel_metadata={`` and a JSON
+  text over three lines, the last starting ``}}, metadata=...``. Read line by line, that ``}``
+  closed the computation early and the rest of a loop body (its counter, its collectives) was
+  lost. A next line that starts another instruction, or closes the computation, is never taken
+  in, so a bracket miscounted in one line cannot swallow the module."""
+  line, i = lines[i], i + 1
+  while _unclosed(line) and i < len(lines) and lines[i].strip() != "}" and not _NEXT_INSTRUCTION.match(lines[i]):
+    line, i = f"{line} {lines[i].strip()}", i + 1
+  return line, i
+
+
 def parse_module(text: str) -> Module:
   """Parses HLO text: ``compiled.as_text()`` or a ``*after_optimizations.txt`` dump."""
   m: dict = dict(name="", entry=None, replica_count=1, num_partitions=1, files={}, functions={}, locations={}, frames={})
@@ -379,7 +407,9 @@ def parse_module(text: str) -> Module:
   instructions: dict[str, Instruction] = {}
   cur: tuple[str, dict[str, Instruction], list[str | None]] | None = None  # (name, instructions, [root])
   table = None
-  for line in text.splitlines():
+  lines, i = text.splitlines(), 0
+  while i < len(lines):
+    line, i = lines[i], i + 1
     if cur is not None:
       if line.startswith("}"):
         computations[cur[0]] = Computation(name=cur[0], instructions=cur[1], root=cur[2][0])
@@ -387,6 +417,9 @@ def parse_module(text: str) -> Module:
         cur = None
         continue
       im = _INSTRUCTION.match(line)
+      if im and _unclosed(line):
+        line, i = _whole_instruction(lines, i - 1)
+        im = _INSTRUCTION.match(line)
       ins = parse_instruction(im.group(3), im.group(2), cur[0]) if im else None
       if ins is not None:
         cur[1][ins.name] = ins

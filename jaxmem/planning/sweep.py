@@ -42,7 +42,8 @@ class Row(CompilerFigures, Configuration):
   figure from the compiler's message. ``fits`` compares the two (``None`` without a capacity).
   ``param_bytes_global`` is the parameters' size summed over the whole model, unsharded.
   ``comm_*_bytes`` are the bytes one device sends per step in each kind of collective, read from
-  the optimized HLO under ring-algorithm costs (:mod:`jaxmem.hlo.comms`); ``comm_bytes`` is their sum.
+  the optimized HLO under ring-algorithm costs (:mod:`jaxmem.hlo.comms`); ``comm_bytes`` is their sum,
+  and a lower bound, not a total, where ``comm_lower_bound`` (a loop counted once, named in ``notes``).
   ``program_flops`` is the whole step's FLOPs counted from its jaxpr (every device, every
   layer): the step as written, before XLA's own rematerialization, which the GPU compiler adds
   to a program over the device's memory. ``recompute_overhead_pct`` compares it with the no-remat
@@ -60,6 +61,7 @@ class Row(CompilerFigures, Configuration):
   comm_all_reduce_bytes: int | None = None
   comm_all_to_all_bytes: int | None = None
   comm_collective_permute_bytes: int | None = None
+  comm_lower_bound: bool | None = None
   capacity_bytes: int | None = None
   required_bytes: int | None = None
   fits: bool | None = None

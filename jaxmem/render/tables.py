@@ -209,7 +209,7 @@ class _Layout:
       line += [_delta(r.temp_size_in_bytes, b and b.temp_size_in_bytes, u), _size(r.peak_memory_in_bytes, u)]
       line += [_size(r.total_bytes, u), _delta(r.total_bytes, b and b.total_bytes, u), flops, recompute]
       line += ["-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}"]
-      line += [_size(r.comm_bytes, u)] * self.comm + [_size(r.host_temp_size_in_bytes, u)] * self.host
+      line += [_comm(r, u)] * self.comm + [_size(r.host_temp_size_in_bytes, u)] * self.host
       line += [_size(_get(r, "host_total_bytes", None), u)] * self.host_total
     if self.fit:
       line += [_size(r.capacity_bytes, u), _size(r.required_bytes, u), verdict_cell(r, self.unit)]
@@ -227,7 +227,18 @@ class _Layout:
       heading += f"; Σ = summed over all {r0.num_devices} devices"
     if self.comm:
       heading += "; comm = bytes each device sends per step in collectives"
+      if any(_get(r, "comm_lower_bound", False) for r in rows):
+        heading += f"; comm marked {LOWER_BOUND_MARK} is a lower bound (a loop without a known trip count counted once: see notes)"
     return heading
+
+
+# Marks a comm figure that is a lower bound, not a total (Row.comm_lower_bound).
+LOWER_BOUND_MARK = ">="
+
+
+def _comm(r: Any, unit: int) -> str:
+  cell = _size(r.comm_bytes, unit)
+  return f"{LOWER_BOUND_MARK}{cell}" if _get(r, "comm_lower_bound", False) and r.comm_bytes is not None else cell
 
 
 def _dtypes(r: Any) -> str:
