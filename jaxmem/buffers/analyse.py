@@ -38,10 +38,15 @@ written into a donated input, or any other output), ``saved residual`` (made in 
 and alive in the backward pass; a residual the forward layer scan stacks is one from its
 allocation on, with every value that holds its buffer over the loop, as is the loop's output a
 copy of which the backward pass reads, and that copy, even where the schedule makes it after the
-backward pass has begun), ``gradient`` (made in the backward pass with a parameter's shape, or
-alive into the optimizer update) and ``temporary`` (everything else). Phases come from the jax
-op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward pass, what
-follows the backward pass the optimizer.
+backward pass has begun), ``gradient`` (made after the forward pass, by an op of the backward
+pass or of the optimizer, with a parameter leaf's shape in any floating dtype: a user's step with
+f32 master weights and bf16 compute holds bf16 and f32 gradients and the clipped ones; or made by
+the backward pass and alive into the optimizer update) and ``temporary`` (everything else). Phases
+come from the jax op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward
+pass, optax's code the optimizer. A value's phase is its own op's, wherever the schedule puts it
+(XLA schedules an unrolled model's weight-gradient dots among the optimizer's ops, libtpu the
+optimizer's among the backward's); the regions of the timeline are the split most ops with
+metadata of their own agree with (copies and async moves carry an operand's name and cast no vote).
 """
 
 from __future__ import annotations

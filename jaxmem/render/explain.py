@@ -24,9 +24,10 @@ _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "
 PEAKS_LINE = (
     "three figures: 'sum = compiler total' is every allocation of the step counted at once (arguments + outputs "
     "not aliased + the temp heap + code), which the consumers split; peak_bytes is the most the compiler says is "
-    "live at one time, less than the total where buffers never coexist (on TPU it can be more: it counts on-chip "
-    "memory); live_bytes_at_peak is what the buffers below add up to, jaxmem's rebuild of device memory at the "
-    "highest point of the compiler's schedule from XLA's dump, without the code"
+    "live at one time (XLA:CPU gives none: there, its allocation without the code), less than the total where "
+    "buffers never coexist or the heap's layout leaves gaps, more on TPU where it counts on-chip memory; "
+    "live_bytes_at_peak is the whole live set (its largest buffers listed below) at the highest point of jaxmem's"
+    " rebuild of device memory over the compiler's schedule from XLA's dump, without the code"
 )
 
 
