@@ -54,6 +54,31 @@ def test_table_from_measurements(dc):
   assert any("| full |" in ln and "boom" in ln and "| - | - | - |" in ln for ln in lines), lines
 
 
+def test_the_budget_starts_no_configuration_after_it(dc, monkeypatch):
+  import jaxmem.planning.validate as v
+
+  calls = []
+
+  def fake_validate(*, model, batch, seq, remat, steps, on_measurement):
+    calls.append(model)
+    common = dict(model=model, target="attached", mesh="fsdp=1", batch=batch, seq=seq, num_devices=1, optimizer="adamw",
+                  param_dtype="float32", dtype="bfloat16", attention="cudnn", microbatches=1, steps=steps)
+    done = []
+    for r in ("none", *remat.split(",")):
+      done.append(Measurement(**common, remat=r, predicted_bytes=2**30, measured_bytes=2**30, ratio=1.0, loss=1.0))
+      on_measurement(list(done))
+    return done
+
+  monkeypatch.setattr(v, "validate", fake_validate)
+  everything = dc.measure(dc.cases(), steps=1, budget_s=1e9)
+  assert [r["remat"] for r in everything] == ["none", "minimal", "full"] * 2 and not any(r["error"] for r in everything)
+  calls.clear()
+  cut = dc.measure(dc.cases(), steps=1, budget_s=0)  # past the budget once the first configuration is done
+  assert calls == ["gpt2-small"], calls
+  assert [bool(r.get("error")) for r in cut] == [False] + [True] * 5
+  assert all("skipped: past --budget-s 0" in r["error"] for r in cut[1:])
+
+
 def test_without_an_accelerator_it_is_one_line(dc, capsys):
   assert dc.main(["--budget-s", "1"]) == 2
   err = capsys.readouterr().err.strip().splitlines()
