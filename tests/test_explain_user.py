@@ -187,3 +187,10 @@ def test_a_script_that_explains_for_a_tpu_exits_0(tmp_path):
   p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
   assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
   assert p.stdout.startswith("peak ")
+
+
+def test_the_executable_compiled_with_the_dump_is_not_kept(optax_step):
+  """explain reads everything from the executable it compiled with XLA's dump on and releases it
+  (it is not left for the interpreter's teardown); the report's figures are all there."""
+  assert optax_step.report.compiled is None
+  assert optax_step.report.temp_size_in_bytes and optax_step.report.flops

@@ -160,7 +160,7 @@ class Explanation(Configuration):
   by_module: dict[str, int]
   by_kind: dict[str, int]
   timeline: Timeline | None
-  report: MemoryReport
+  report: MemoryReport  # its ``compiled`` is None: explain does not keep the executable
   dump_files: tuple[str, ...]
   optimized_hlo: OptimizedHlo | None = None
   notes: tuple[str, ...] = ()

@@ -101,11 +101,16 @@ def explain_function(
   parse_kinds(kinds)  # a bad kind is an error before the compile
   lowering = lower_for_target(fn, *args, target=target, **jit_kwargs)
   compiled, dump, optimized = compile_with_dump(lowering.lowered)
-  report = lowering.read(compiled)  # with the jaxpr: FLOPs per device, arguments by name
+  # Everything is read from the executable here, and it is not kept (report.compiled is None):
+  # the executable compiled with the dump options is released now, while the backend that made
+  # it is alive, not among the interpreter's last objects at exit (issue 18 item 10).
+  report = dataclasses.replace(lowering.read(compiled), compiled=None)  # with the jaxpr: FLOPs, arguments by name
+  mesh = _mesh_of(compiled)
+  del compiled
   target_name = lowering.target.name if lowering.target is not None else report.platform
   return analyse(
       dump, report, top=top, function=_function_name(fn), optimized_hlo=optimized,
-      labels=dict(target=target_name, mesh=_mesh_of(compiled)), kinds=kinds,
+      labels=dict(target=target_name, mesh=mesh), kinds=kinds,
   )
 
 
