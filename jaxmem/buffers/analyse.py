@@ -38,10 +38,15 @@ written into a donated input, or any other output), ``saved residual`` (made in 
 and alive in the backward pass; a residual the forward layer scan stacks is one from its
 allocation on, with every value that holds its buffer over the loop, as is the loop's output a
 copy of which the backward pass reads, and that copy, even where the schedule makes it after the
-backward pass has begun), ``gradient`` (made in the backward pass with a parameter's shape, or
-alive into the optimizer update) and ``temporary`` (everything else). Phases come from the jax
-op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward pass, what
-follows the backward pass the optimizer.
+backward pass has begun), ``gradient`` (made after the forward pass, by an op of the backward
+pass or of the optimizer, with a parameter leaf's shape in any floating dtype: a user's step with
+f32 master weights and bf16 compute holds bf16 and f32 gradients and the clipped ones; or made by
+the backward pass and alive into the optimizer update) and ``temporary`` (everything else). Phases
+come from the jax op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward
+pass, optax's code the optimizer. A value's phase is its own op's, wherever the schedule puts it
+(XLA schedules an unrolled model's weight-gradient dots among the optimizer's ops, libtpu the
+optimizer's among the backward's); the regions of the timeline are the split most ops with
+metadata of their own agree with (copies and async moves carry an operand's name and cast no vote).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -67,6 +73,29 @@ KINDS = ("parameter", "output", "saved residual", "gradient", "temporary")
 KIND_CONSUMERS = ("output", "saved residual", "gradient", "temporary", "generated_code")
 ESTIMATED = ("saved residual", "gradient", "temporary")
 AGREEMENT = 0.05  # live-at-peak and the compiler's peak agree within this fraction
+# Short names a user may write for a kind (``--kind temporary,residual``).
+_KIND_ALIASES = {"residual": "saved residual", "saved_residual": "saved residual", "residuals": "saved residual",
+                 "gradients": "gradient", "parameters": "parameter", "params": "parameter", "outputs": "output",
+                 "temporaries": "temporary"}
+
+
+def parse_kinds(kinds: str | Sequence[str] | None) -> tuple[str, ...]:
+  """The buffer kinds named by ``kinds`` (a comma list or a sequence of :data:`KINDS`, or their
+  short names such as ``residual``), in :data:`KINDS` order; empty for None (every kind). An
+  unknown name is a one-line :class:`JaxmemError`."""
+  if kinds is None:
+    return ()
+  names = kinds.split(",") if isinstance(kinds, str) else list(kinds)
+  out = set()
+  for n in names:
+    k = n.strip().lower()
+    k = _KIND_ALIASES.get(k, k)
+    if k not in KINDS:
+      raise JaxmemError(f"unknown buffer kind {n.strip()!r}; valid: {', '.join(KINDS)} (or residual)")
+    out.add(k)
+  if not out:
+    raise JaxmemError(f"kinds names no buffer kind; valid: {', '.join(KINDS)}")
+  return tuple(k for k in KINDS if k in out)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -126,15 +155,17 @@ class Explanation(Configuration):
   peak_source: str  # "compiler", "compiler allocation" (CPU), "xla live-range dump", "reconstructed"
   live_bytes_at_peak: int | None
   peak_position: int | None
-  peak_buffers: tuple[PeakBuffer, ...]  # largest first, the top N
+  peak_buffers: tuple[PeakBuffer, ...]  # largest first, the top N (of ``kinds`` when given)
   live_buffer_count: int
   by_module: dict[str, int]
   by_kind: dict[str, int]
   timeline: Timeline | None
-  report: MemoryReport
+  report: MemoryReport  # its ``compiled`` is None: explain does not keep the executable
   dump_files: tuple[str, ...]
   optimized_hlo: OptimizedHlo | None = None
   notes: tuple[str, ...] = ()
+  # The kinds ``peak_buffers`` is limited to (empty: every kind); by_module and by_kind are the whole live set's.
+  kinds: tuple[str, ...] = ()
 
   @property
   def versions(self) -> dict[str, str]:
@@ -177,11 +208,14 @@ def analyse(
     function: str = "",
     optimized_hlo: OptimizedHlo | None = None,
     labels: dict[str, Any] | None = None,
+    kinds: str | Sequence[str] | None = None,
 ) -> Explanation:
   """Rebuilds the live set over the schedule from ``dump`` and splits the compiler's figure.
 
   ``function`` names the step (code without a user frame or scope is attributed to it);
-  ``labels`` fill the :class:`~jaxmem.records.Configuration` fields (empty when not given)."""
+  ``labels`` fill the :class:`~jaxmem.records.Configuration` fields (empty when not given);
+  ``kinds`` (see :func:`parse_kinds`) limits the listed buffers to those kinds."""
+  wanted = parse_kinds(kinds)
   notes: list[str] = []
   names = _Names(dump.hlo, fallback=function or "(step)")
   phases = phase_regions(dump, names)
@@ -195,7 +229,7 @@ def analyse(
   peak_t = int(totals.argmax()) if len(totals) else 0
   live_at_peak = int(totals[peak_t]) if len(totals) else None
   live = live_at(tables, peak_t)
-  buffers, by_module, by_kind = peak_buffers(live, names, groups, phases.regions, top=top)
+  buffers, by_module, by_kind = peak_buffers(live, names, groups, phases.regions, top=top, kinds=wanted)
   peak, peak_source, pnotes = peak_figure(report, dump, live_at_peak)
   arguments = argument_bytes(dump, groups)
   consumers, cnotes = split_consumers(report, arguments, temp_live_by_kind(tables, peak_t))
@@ -213,7 +247,7 @@ def analyse(
           regions=phases.regions, peak_position=peak_t,
       ),
       report=report, dump_files=dump.files, optimized_hlo=optimized_hlo,
-      notes=tuple(notes + pnotes + cnotes) + report.notes,
+      notes=tuple(notes + pnotes + cnotes) + report.notes, kinds=wanted,
   )
 
 
@@ -223,6 +257,7 @@ class _Names:
   def __init__(self, hlo: Module, *, fallback: str):
     self.hlo, self.fallback = hlo, fallback
     self._of: dict[str, Attribution] = {}
+    self._own: dict[str, Attribution | None] = {}
     self._values: dict[str, tuple[Attribution, Origin | None]] = {}
     self._chains: dict[str, tuple[str, int]] = {}
 
@@ -232,6 +267,19 @@ class _Names:
     for k in keys:
       self._chains.setdefault(k, (loop, index))
       self._values.pop(k, None)
+
+  def own(self, name: str) -> Attribution | None:
+    """The attribution of the instruction from its own metadata or its fused computation's root,
+    None for one with neither: copies, async starts and dones, tuple plumbing and the parameters
+    of called computations carry the pass of an operand, not their own (on TPU the copies
+    moving forward residuals between memory spaces sit all over the backward pass)."""
+    if name not in self._own:
+      ins = self.hlo.instructions.get(name)
+      if ins is not None and not ins.op_name:
+        roots = [self.hlo.computations[c].root for c in ins.calls if c in self.hlo.computations]
+        ins = next((r for n in roots if n and (r := self.hlo.instructions.get(n)) is not None and r.op_name), None)
+      self._own[name] = None if ins is None or not ins.op_name else attribute(self.hlo, ins, fallback=self.fallback)
+    return self._own[name]
 
   def of(self, name: str) -> Attribution:
     if name not in self._of:
@@ -272,7 +320,7 @@ def phase_regions(dump: Dump, names: _Names) -> Phases:
   seq = dump.live.sequence
   T = len(seq)
   votes = np.array([
-      -1 if n not in dump.hlo.instructions else {"forward": 0, "backward": 1}.get(names.of(n).phase, 2) for n in seq
+      -1 if (a := names.own(n)) is None else {"forward": 0, "backward": 1, "optimizer": 2}.get(a.phase, -1) for n in seq
   ], dtype=np.int64)
   is_f, is_b, is_o = (votes == 0).astype(int), (votes == 1).astype(int), (votes == 2).astype(int)
   backward = bool(is_b.any())
@@ -302,8 +350,9 @@ class KindClassifier:
   """Says each live value's kind (see the module docstring)."""
 
   hlo: Module
+  names: _Names
   phases: Phases
-  param_dims: frozenset[tuple[str, str]]  # (dtype, dims) of the step's inputs
+  param_dims: frozenset[str]  # dims of the step's floating-point inputs (any dtype: bf16 compute of f32 leaves)
   carried: frozenset[str]  # values holding a stacked residual's buffer over the forward loop
   relaid: frozenset[str]  # copies of a forward loop's stacked residual made for the backward pass
 
@@ -321,14 +370,28 @@ class KindClassifier:
       return "saved residual"
     if v.key in self.relaid:
       return "saved residual"
-    if p.backward and p.first_bwd <= start <= p.last_bwd and (_dtype_dims(v.shape) in self.param_dims or end > p.last_bwd):
+    if p.backward and start >= p.first_bwd and self.is_gradient(v, end):
       return "gradient"
     return "temporary"
+
+  def is_gradient(self, v: Value, end: int) -> bool:
+    """A value made after the forward pass by the backward pass (its op's own name says
+    ``transpose(jvp(...))``, wherever the schedule puts it: XLA schedules the weight-gradient dots
+    of an unrolled model among the optimizer's ops, and libtpu the optimizer's among the
+    backward's) or by the optimizer, with a parameter leaf's shape in any floating dtype (the
+    gradient in the compute dtype, in the master dtype, clipped or scaled), or made by the
+    backward pass and alive into the optimizer (gradients XLA concatenated, such as fused q/k/v)."""
+    phase = self.names.value(v)[0].phase  # a loop's output: the op in its body that made it
+    dt, dims = _dtype_dims(v.shape)
+    if phase in ("backward", "optimizer") and dt in _FLOAT_DTYPES and dims in self.param_dims:
+      return True
+    return phase == "backward" and end > self.phases.last_bwd
 
 
 def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier:
   param_dims = frozenset(
-      _dtype_dims(v.shape) for a in dump.allocations if a.kind == "parameter" and a.color == 0 for v in a.values
+      dims for a in dump.allocations if a.kind == "parameter" and a.color == 0 for v in a.values
+      for dt, dims in [_dtype_dims(v.shape)] if dt in _FLOAT_DTYPES
   )
   chains, relaid = carried_residuals(dump, names, phases) if phases.backward else (set(), set())
   held: set[str] = set()
@@ -336,7 +399,9 @@ def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier
     keys = carried(dump.hlo, loop, index)
     names.hold(keys, loop, index)
     held |= keys
-  return KindClassifier(hlo=dump.hlo, phases=phases, param_dims=param_dims, carried=frozenset(held), relaid=frozenset(relaid))
+  return KindClassifier(
+      hlo=dump.hlo, names=names, phases=phases, param_dims=param_dims, carried=frozenset(held), relaid=frozenset(relaid)
+  )
 
 
 def carried_residuals(dump: Dump, names: _Names, phases: Phases) -> tuple[set[tuple[str, int]], set[str]]:
@@ -482,9 +547,10 @@ def live_at(tables: list[LiveTable], position: int) -> list[LiveBuffer]:
 
 def peak_buffers(
     live: list[LiveBuffer], names: _Names, groups: dict[int, str], regions: tuple[tuple[str, int, int], ...], *, top: int,
+    kinds: tuple[str, ...] = (),
 ) -> tuple[list[PeakBuffer], dict[str, int], dict[str, int]]:
-  """The ``top`` largest of the live set as :class:`PeakBuffer`, and the whole set's bytes by
-  module and by kind. An input's module is its argument group."""
+  """The ``top`` largest of the live set (of ``kinds`` when given) as :class:`PeakBuffer`, and
+  the whole set's bytes by module and by kind. An input's module is its argument group."""
   by_module: dict[str, int] = defaultdict(int)
   by_kind: dict[str, int] = dict.fromkeys(KINDS, 0)
   out = []
@@ -499,7 +565,7 @@ def peak_buffers(
       module = "constants" if b.alloc.kind == "constant" else "outputs"
     by_module[module] += b.own_bytes
     by_kind[b.kind] += b.own_bytes
-    if len(out) < top:
+    if len(out) < top and (not kinds or b.kind in kinds):
       dt, dims = _dtype_dims(v.shape)
       out.append(PeakBuffer(
           size_bytes=b.own_bytes, shape=f"[{dims}]" if dt else v.shape, dtype=dt or "tuple", kind=b.kind,
@@ -620,6 +686,9 @@ def split_consumers(report: MemoryReport, arguments: dict[str, int], live_temp: 
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+_FLOAT_DTYPES = frozenset({"f64", "f32", "bf16", "f16", "f8e4m3fn", "f8e5m2", "f8e4m3", "f8e5m2fnuz", "f8e4m3fnuz"})
 
 
 def _dtype_dims(shape: str) -> tuple[str, str]:

@@ -18,13 +18,13 @@ import dataclasses
 import functools
 import inspect
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
 from jaxmem._quiet import quiet
-from jaxmem.buffers.analyse import Explanation, analyse
+from jaxmem.buffers.analyse import Explanation, analyse, parse_kinds
 from jaxmem.buffers.xprof import DUMP_AS_PROTO, OptimizedHlo, read_optimized_hlo
 from jaxmem.compiler.analysis import lower_for_target
 from jaxmem.compiler.report import Refusal, read_compiled
@@ -41,10 +41,18 @@ CONSUMERS = ("params", "gradients", "optimizer_state", "activations", "workspace
 ESTIMATED = ("gradients", "activations", "workspace")
 
 
-def explain(fn_or_workload: Any = None, /, *args: Any, target: str | Target | None = None, top: int = 10, **kwargs: Any) -> Explanation:
+def explain(
+    fn_or_workload: Any = None, /, *args: Any, target: str | Target | None = None, top: int = 10,
+    kinds: str | Sequence[str] | None = None, **kwargs: Any,
+) -> Explanation:
   """What fills the memory of a compiled step, per device: the budget by consumer (summing to
   the compiler's total), the ``top`` buffers live at the peak with the line of your code that
   made each, the live set by module and kind, and the timeline.
+
+  ``kinds`` limits the listed buffers to some kinds (``"temporary,saved residual"``, or
+  ``["temporary", "residual"]``; the kinds are ``parameter``, ``output``, ``saved residual``,
+  ``gradient``, ``temporary``): the ``top`` largest of those; the consumers, ``by_module`` and
+  ``by_kind`` stay the whole live set's.
 
   ``explain(fn, *args, target=None, top=10, **jit_kwargs)`` explains any jittable function:
   ``args`` may be ``jax.ShapeDtypeStruct`` (nothing is allocated) or arrays; ``target`` and the
@@ -74,33 +82,45 @@ def explain(fn_or_workload: Any = None, /, *args: Any, target: str | Target | No
   ['params', 'gradients', 'optimizer_state', 'activations', 'workspace', 'generated_code']
   """
   if callable(fn_or_workload):
-    return explain_function(fn_or_workload, *args, target=target, top=top, **kwargs)
+    return explain_function(fn_or_workload, *args, target=target, top=top, kinds=kinds, **kwargs)
   if args or not (fn_or_workload is None or isinstance(fn_or_workload, Workload)):
     raise JaxmemError(
         f"explain takes a function to explain and its arguments, or a Workload and keyword fields "
         f"(got {type(fn_or_workload).__name__} first); for a preset write explain(model='gpt2-small', ...)"
     )
-  return explain_workload(fn_or_workload, target=target, top=top, **kwargs)
+  return explain_workload(fn_or_workload, target=target, top=top, kinds=kinds, **kwargs)
 
 
-def explain_function(fn: Callable, *args: Any, target: str | Target | None = None, top: int = 10, **jit_kwargs: Any) -> Explanation:
+def explain_function(
+    fn: Callable, *args: Any, target: str | Target | None = None, top: int = 10, kinds: str | Sequence[str] | None = None,
+    **jit_kwargs: Any,
+) -> Explanation:
   """:func:`explain` for a function: compiles ``jax.jit(fn, **jit_kwargs)`` for ``args`` on
   ``target`` with XLA's dump on and explains it."""
   _check_top(top)
+  parse_kinds(kinds)  # a bad kind is an error before the compile
   lowering = lower_for_target(fn, *args, target=target, **jit_kwargs)
   compiled, dump, optimized = compile_with_dump(lowering.lowered)
-  report = lowering.read(compiled)  # with the jaxpr: FLOPs per device, arguments by name
+  # Everything is read from the executable here, and it is not kept (report.compiled is None):
+  # the executable compiled with the dump options is released now, while the backend that made
+  # it is alive, not among the interpreter's last objects at exit (issue 18 item 10).
+  report = dataclasses.replace(lowering.read(compiled), compiled=None)  # with the jaxpr: FLOPs, arguments by name
+  mesh = _mesh_of(compiled)
+  del compiled
   target_name = lowering.target.name if lowering.target is not None else report.platform
   return analyse(
       dump, report, top=top, function=_function_name(fn), optimized_hlo=optimized,
-      labels=dict(target=target_name, mesh=_mesh_of(compiled)),
+      labels=dict(target=target_name, mesh=mesh), kinds=kinds,
   )
 
 
-def explain_workload(workload: Workload | None = None, /, *, top: int = 10, **fields: Any) -> Explanation:
+def explain_workload(
+    workload: Workload | None = None, /, *, top: int = 10, kinds: str | Sequence[str] | None = None, **fields: Any
+) -> Explanation:
   """:func:`explain` for a preset train step: ``workload`` with ``fields`` replaced."""
   w = Workload.of(workload, {"remat": "none"}, **fields)
   _check_top(top)
+  parse_kinds(kinds)
   for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
                   ("microbatches", w.microbatches)):
     if len(v) > 1:
@@ -112,7 +132,7 @@ def explain_workload(workload: Workload | None = None, /, *, top: int = 10, **fi
       microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles, qk_dtype=w.qk_dtype,
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
-    r = explain_function(prog.step, *prog.args, target=p.target, top=top)
+    r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
   return dataclasses.replace(
       r, model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,

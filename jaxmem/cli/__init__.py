@@ -8,7 +8,9 @@ on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from jaxmem.cli import _common, compare, estimate, explain, fit, infer, models, scale, targets, validate
@@ -33,7 +35,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     return args.func(args)
   except JaxmemError as e:
-    print(f"jaxmem: error: {e}", file=sys.stderr)
+    # A failure of the user's own code (a step factory that raised, a step that failed to trace)
+    # is chained to its exception; JAXMEM_TRACEBACK=1 prints that traceback above the line.
+    if os.environ.get("JAXMEM_TRACEBACK", "") not in ("", "0"):
+      traceback.print_exception(e, file=sys.stderr)
+      print(f"jaxmem: error: {e}", file=sys.stderr)
+    else:
+      hint = " (JAXMEM_TRACEBACK=1 prints its traceback)" if e.__cause__ is not None else ""
+      print(f"jaxmem: error: {e}{hint}", file=sys.stderr)
     return 2
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0

@@ -23,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--remat", default="none", help="one remat policy (default none)")
   p.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
   p.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")
+  p.add_argument("--kind", default=None, metavar="KINDS",
+                 help="list only buffers of these kinds, a comma list of parameter, output, saved residual (or "
+                      "residual), gradient, temporary (default every kind)")
   p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
   if args.plot and not args.plot.lower().endswith((".png", ".svg")):
     raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
   c.say(c.resolve_target(args))
-  result = explain_step(args) if args.step else explain_workload(c.workload(args), top=args.top)
+  result = explain_step(args) if args.step else explain_workload(c.workload(args), top=args.top, kinds=args.kind)
   if args.plot:
     plot_timeline(result, args.plot)
   if args.xprof:
@@ -57,4 +60,4 @@ def explain_step(args: argparse.Namespace) -> Explanation:
   fn, fargs, jit_kwargs = call_step(
       p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target
   )
-  return explain_function(fn, *fargs, target=p.target, top=args.top, **jit_kwargs)
+  return explain_function(fn, *fargs, target=p.target, top=args.top, kinds=args.kind, **jit_kwargs)

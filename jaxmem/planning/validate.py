@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -48,6 +49,9 @@ class Measurement(Configuration):
   ratio: float | None  # measured / predicted
   loss: float | None  # last step's loss: the step really ran
   error: str | None = None
+  # The largest scratch buffer a cuDNN call of the program compiled on this device asks for
+  # (None: no cuDNN call). A compile without a GPU leaves it u8[0], so the prediction lacks it.
+  cudnn_workspace_bytes: int | None = None
   notes: tuple[str, ...] = ()
 
 
@@ -80,6 +84,7 @@ def measure(
   )
   compiled = program.lower().compile()
   predicted = read_compiled(compiled).required_bytes
+  workspace = cudnn_workspace_bytes(compiled.as_text() or "")
   params, state, tokens, targets = program.concrete_args()
   loss = None
   for _ in range(steps):
@@ -104,8 +109,27 @@ def measure(
       measured_bytes=measured,
       ratio=ratio,
       loss=loss if math.isfinite(loss) else None,
+      cudnn_workspace_bytes=workspace,
       notes=tuple(notes),
   )
+
+
+# A cuDNN custom call returns its outputs then its scratch, a u8 array, last in the tuple
+# (XLA's cudnn_custom_call_rewriter / the fused attention thunk's workspace operand).
+_CUDNN_CALL = re.compile(r"=\s*\((?P<shapes>[^=]*?)\)\s*custom-call\(.*custom_call_target=\"__cudnn")
+_SCRATCH = re.compile(r"u8\[(\d+)\]\{0\}\s*$")
+
+
+def cudnn_workspace_bytes(hlo_text: str) -> int | None:
+  """The largest workspace of the cuDNN custom calls in an optimized module's text, None for a
+  module without one."""
+  sizes = []
+  for line in hlo_text.splitlines():
+    m = _CUDNN_CALL.search(line)
+    if m:
+      scratch = _SCRATCH.search(m.group("shapes"))
+      sizes.append(int(scratch.group(1)) if scratch else 0)
+  return max(sizes) if sizes else None
 
 
 def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:

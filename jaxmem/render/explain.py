@@ -20,6 +20,17 @@ _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "
                   "platform", "num_devices", "attention", "microbatches", "vocab_tiles", "qk_dtype")
 
 
+# What the three figures printed side by side are, and why they differ (issue 18 item 10).
+PEAKS_LINE = (
+    "three figures: 'sum = compiler total' is every allocation of the step counted at once (arguments + outputs "
+    "not aliased + the temp heap + code), which the consumers split; peak_bytes is the most the compiler says is "
+    "live at one time (XLA:CPU gives none: there, its allocation without the code), less than the total where "
+    "buffers never coexist or the heap's layout leaves gaps, more on TPU where it counts on-chip memory; "
+    "live_bytes_at_peak is the whole live set (its largest buffers listed below) at the highest point of jaxmem's"
+    " rebuild of device memory over the compiler's schedule from XLA's dump, without the code"
+)
+
+
 def explain_json(result: Explanation) -> dict[str, Any]:
   """The JSON document: the envelope with the four required keys, then the rest."""
   d = result.as_dict()
@@ -30,6 +41,7 @@ def explain_json(result: Explanation) -> dict[str, Any]:
       peak_bytes=d["peak_bytes"],
       live_bytes_at_peak=d["live_bytes_at_peak"],
       peak_buffers=[{k: b[k] for k in JSON_BUFFER_KEYS} for b in d["peak_buffers"]],
+      peak_buffer_kinds=d["kinds"],  # the kinds peak_buffers is limited to; empty: every kind
       estimated=d["estimated"],
       compiler_bytes=d["compiler_bytes"],
       peak_source=d["peak_source"],
@@ -63,8 +75,11 @@ def render_explain(result: Explanation, fmt_name: str) -> str:
   consumers.append({"consumer": "sum = compiler total", uname: size(r.compiler_bytes), "how": "argument+output-alias+temp+code"})
   peak_lines = [
       f"peak_bytes {size(r.peak_bytes)} {uname} ({r.peak_source}); live_bytes_at_peak {size(r.live_bytes_at_peak)} {uname} "
-      f"at schedule position {r.peak_position}, {r.live_buffer_count} buffers"
+      f"at schedule position {r.peak_position}, {r.live_buffer_count} buffers",
+      PEAKS_LINE,
   ]
+  if r.kinds:
+    peak_lines.append(f"buffers listed: the largest of kind {', '.join(r.kinds)} only (the tables below them count every kind)")
   bufs = [
       {uname: size(b.size_bytes), "kind": b.kind, "dtype": b.dtype, "shape": b.shape,
        # A loop's output says which op in the body made it: the op_name and source are that op's.
