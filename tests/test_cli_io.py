@@ -164,3 +164,26 @@ def test_a_sweep_is_planned_once(monkeypatch):
   monkeypatch.setattr(sweep, "plan", lambda *a, **k: calls.append(1) or real(*a, **k))
   rows = jaxmem.compare(model="tiny", batch=2, seq=16, target="cpu", remat="full", vocab_tiles="1,2")
   assert len(rows) == 4 and len(calls) == 1
+
+
+def test_fit_at_a_fixed_workload_needs_a_capacity_before_compiling(capsys, no_compile):
+  assert main(["fit", *TINY]) == 2
+  err = capsys.readouterr().err
+  assert "needs a target with a memory capacity" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_interrupted_sweep_keeps_what_finished_in_its_output(tmp_path, capsys, monkeypatch):
+  real, calls = sweep.run_config, []
+
+  def second_is_interrupted(*a, **k):
+    calls.append(1)
+    if len(calls) == 2:
+      raise KeyboardInterrupt
+    return real(*a, **k)
+
+  monkeypatch.setattr(sweep, "run_config", second_is_interrupted)
+  out = tmp_path / "rows.json"
+  assert main(["compare", *TINY, "--remat", "full", "--no-cache", "--format", "json", "--output", str(out)]) == 130
+  captured = capsys.readouterr()
+  assert [r["remat"] for r in json.loads(out.read_text())["rows"]] == ["none"]
+  assert "interrupted after 1 of 2 configurations" in captured.err

@@ -290,23 +290,15 @@ def fit(
 
 
 def rank_configurations(
-    workload: Workload | None = None,
-    /,
-    *,
-    jobs: int = 1,
-    scheduler: str | None = None,
-    cache: RowCache | None = None,
-    on_row: Callable[[Row], None] | None = None,
-    on_plan: Callable[[Plan], None] | None = None,
-    **fields: Any,
+    workload: Workload | None = None, /, *, on_plan: Callable[[Plan], None] | None = None, **kwargs: Any
 ) -> list[Row]:
-  """``fit`` at a fixed workload: every configuration of ``workload`` (``fields`` replaced)
-  compiled once (:func:`jaxmem.compare`) and ranked by :func:`rank`, the recommendation first.
-  Callbacks as for :func:`jaxmem.compare`; a target without a capacity is refused before compiling."""
+  """``fit`` at a fixed workload: every configuration of ``workload`` compiled once by
+  :func:`jaxmem.compare` (``kwargs``: its options and workload fields) and ranked by
+  :func:`rank`, the recommendation first. A target without a capacity is refused before compiling."""
 
   def planned(p: Plan) -> None:
     require_capacity(p)
     if on_plan is not None:
       on_plan(p)
 
-  return rank(compare(workload, jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row, on_plan=planned, **fields))
+  return rank(compare(workload, on_plan=planned, **kwargs))
