@@ -33,7 +33,7 @@ from jaxmem.inference.estimate import estimate  # noqa: E402
 from jaxmem.inference.infer import infer  # noqa: E402
 from jaxmem.planning.fit import fit  # noqa: E402
 from jaxmem.planning.scale import scale  # noqa: E402
-from jaxmem.planning.sweep import Row, compare  # noqa: E402
+from jaxmem.planning.sweep import Row, compare, with_overheads  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
 from jaxmem.program import optimizers, remat  # noqa: E402
 from jaxmem.program.sharding import fsdp_shardings  # noqa: E402
@@ -43,7 +43,49 @@ from jaxmem.render.table import table  # noqa: E402
 from jaxmem.versions import __version__  # noqa: E402
 from jaxmem.workload import Workload  # noqa: E402
 
+# What the command line (jaxmem/cli, which imports only this package's names and jaxmem.render)
+# calls besides the functions above: sweep callbacks' plan, the row cache, process start-up, the
+# extra sections and plots of compare, infer and scale, listings and versions.
+from jaxmem.buffers.residuals import saved_residuals_by_policy  # noqa: E402
+from jaxmem.compiler.startup import start_distributed, start_jax, started  # noqa: E402
+from jaxmem.compiler.targets import cpu_devices_needed, default_target_name, list_targets  # noqa: E402
+from jaxmem.inference.estimate import estimate_vs_compiler, estimates  # noqa: E402
+from jaxmem.inference.infer import InferWorkload, kv_cache_table, training_vs_inference  # noqa: E402
+from jaxmem.inference.infer import plot as plot_inference  # noqa: E402
+from jaxmem.models import PRESETS, ModelConfig, count_active_params, count_params  # noqa: E402
+from jaxmem.planning.cache import RowCache  # noqa: E402
+from jaxmem.planning.fit import rank_configurations  # noqa: E402
+from jaxmem.planning.plan import Plan  # noqa: E402
+from jaxmem.planning.scale import plot as plot_scaling  # noqa: E402
+from jaxmem.planning.validate import measure_one, validate  # noqa: E402
+from jaxmem.versions import compiler_versions  # noqa: E402
+
 __all__ = [
+    "PRESETS",
+    "InferWorkload",
+    "ModelConfig",
+    "Plan",
+    "RowCache",
+    "compiler_versions",
+    "count_active_params",
+    "count_params",
+    "cpu_devices_needed",
+    "default_target_name",
+    "estimate_vs_compiler",
+    "estimates",
+    "kv_cache_table",
+    "list_targets",
+    "measure_one",
+    "plot_inference",
+    "plot_scaling",
+    "rank_configurations",
+    "saved_residuals_by_policy",
+    "start_distributed",
+    "start_jax",
+    "started",
+    "training_vs_inference",
+    "validate",
+    "with_overheads",
     "OPTIMIZERS",
     "REMAT_POLICIES",
     "JaxmemError",

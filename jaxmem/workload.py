@@ -84,7 +84,8 @@ def meshes(v: Any) -> tuple[str, ...]:
 class Workload(Record):
   """A train step to compile, or a sweep of them.
 
-  ``mesh``, ``remat``, ``optimizer``, ``attention`` and ``microbatches`` are sweep axes: tuples
+  ``mesh``, ``remat``, ``optimizer``, ``attention``, ``microbatches`` and ``vocab_tiles`` are
+  sweep axes: tuples
   (a comma-separated string or a list is accepted and normalised). ``remat`` names may include
   ``all``, and ``none`` (no remat, the baseline) is always compiled too. ``mesh`` empty means
   FSDP over every device of the target.
@@ -118,7 +119,7 @@ class Workload(Record):
   # --- the step people train (issue 9): attention, gradient accumulation, vocabulary tiling ---
   attention: tuple[str, ...] = ("auto",)
   microbatches: tuple[int, ...] = (1,)
-  vocab_tiles: int = 1
+  vocab_tiles: tuple[int, ...] = (1,)
   qk_dtype: str = "bfloat16"
   # --- mixture of experts (issue 11): sweep axes, for MoE models only (an error otherwise) ---
   # moe_impl: dropless and/or capacity; empty means the model's own (dropless), except on GPU
@@ -137,6 +138,7 @@ class Workload(Record):
       object.__setattr__(self, "step", step_spec(self.step))
     object.__setattr__(self, "attention", names(self.attention))
     object.__setattr__(self, "microbatches", ints(self.microbatches))
+    object.__setattr__(self, "vocab_tiles", ints(self.vocab_tiles))
     object.__setattr__(self, "moe_impl", names(self.moe_impl))
     object.__setattr__(self, "capacity_factor", numbers(self.capacity_factor, "capacity-factor"))
 

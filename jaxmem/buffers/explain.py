@@ -27,12 +27,13 @@ from jaxmem._quiet import quiet
 from jaxmem.buffers.analyse import Explanation, analyse, parse_kinds
 from jaxmem.buffers.xprof import DUMP_AS_PROTO, OptimizedHlo, read_optimized_hlo
 from jaxmem.compiler.analysis import lower_for_target
-from jaxmem.compiler.report import Refusal, read_compiled
+from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.planning.plan import plan
 from jaxmem.program import sharding as shd
+from jaxmem.program.step import call_step
 from jaxmem.program.train import build_train_program
 from jaxmem.workload import Workload
 
@@ -117,19 +118,22 @@ def explain_function(
 def explain_workload(
     workload: Workload | None = None, /, *, top: int = 10, kinds: str | Sequence[str] | None = None, **fields: Any
 ) -> Explanation:
-  """:func:`explain` for a preset train step: ``workload`` with ``fields`` replaced."""
+  """:func:`explain` for a preset train step: ``workload`` with ``fields`` replaced (a workload
+  with a ``step`` factory: that step, :func:`explain_step`)."""
   w = Workload.of(workload, {"remat": "none"}, **fields)
   _check_top(top)
   parse_kinds(kinds)
+  if w.step:
+    return explain_step(w, top=top, kinds=kinds)
   for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
-                  ("microbatches", w.microbatches)):
+                  ("microbatches", w.microbatches), ("vocab_tiles", w.vocab_tiles)):
     if len(v) > 1:
       raise JaxmemError(f"explain takes one {what} (got {', '.join(map(str, v))}); run it once per {what}")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   prog = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
-      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles, qk_dtype=w.qk_dtype,
+      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], qk_dtype=w.qk_dtype,
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
     r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds)
@@ -141,6 +145,21 @@ def explain_workload(
       attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles,
       qk_dtype=w.qk_dtype, notes=prog.notes + r.notes,
   )
+
+
+def explain_step(w: Workload, *, top: int = 10, kinds: str | Sequence[str] | None = None) -> Explanation:
+  """A user's step factory (``w.step``) at the workload and the one remat policy named, explained
+  as the function it returns (``explain(fn, *args, target=..., **jit_kwargs)``)."""
+  if len(w.remat) > 1:
+    raise JaxmemError(f"explain takes one remat (got {', '.join(w.remat)}); run it once per remat")
+  if len(w.mesh) > 1:
+    raise JaxmemError("explain takes one mesh; run it once per mesh")
+  p = plan(w)
+  mesh, _, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
+  fn, fargs, jit_kwargs = call_step(
+      p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target
+  )
+  return explain_function(fn, *fargs, target=p.target, top=top, kinds=kinds, **jit_kwargs)
 
 
 def preset_consumers(consumers: dict[str, int | None], *, params: str, optimizer_state: str) -> dict[str, int | None]:

@@ -13,8 +13,9 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+import jaxmem
+from jaxmem import JaxmemError
 from jaxmem.cli import _common, compare, estimate, explain, fit, infer, models, scale, targets, validate
-from jaxmem.errors import JaxmemError
 
 # In the order `jaxmem --help` lists them.
 COMMANDS = (compare, infer, estimate, explain, fit, scale, validate, targets, models)
@@ -22,6 +23,7 @@ COMMANDS = (compare, infer, estimate, explain, fit, scale, validate, targets, mo
 
 def build_parser() -> argparse.ArgumentParser:
   parser = _common.Parser(prog="jaxmem", description="Will it fit? XLA's own per-device memory figures for JAX train steps.")
+  parser.add_argument("--version", action=Version, help="print jaxmem's version and the compilers' and exit")
   sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_common.Parser)
   sub.required = True
   for command in COMMANDS:
@@ -29,11 +31,31 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
+class Version(argparse.Action):
+  """``--version``: like argparse's, without wrapping the line at the terminal's width."""
+
+  def __init__(self, option_strings, dest, **kwargs):
+    super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+  def __call__(self, parser, namespace, values, option_string=None):
+    print(version())
+    parser.exit()
+
+
+def version() -> str:
+  """``jaxmem 0.1.0 (jax ..., jaxlib ..., libtpu ..., jax-cuda12-plugin ...)``: jaxmem's version
+  and those of the compilers installed, read from their distributions (nothing is started)."""
+  compilers = ", ".join(f"{k} {v}" for k, v in jaxmem.compiler_versions().items())
+  return f"jaxmem {jaxmem.__version__} ({compilers})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = build_parser()
   try:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    return args.func(args)
+    code = args.func(args)
+    sys.stdout.flush()  # here, so a closed pipe is caught below rather than at interpreter exit
+    return code
   except JaxmemError as e:
     # A failure of the user's own code (a step factory that raised, a step that failed to trace)
     # is chained to its exception; JAXMEM_TRACEBACK=1 prints that traceback above the line.
@@ -44,8 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
       hint = " (JAXMEM_TRACEBACK=1 prints its traceback)" if e.__cause__ is not None else ""
       print(f"jaxmem: error: {e}{hint}", file=sys.stderr)
     return 2
-  except SystemExit as e:  # --help
+  except SystemExit as e:  # --help, --version
     return e.code if isinstance(e.code, int) else 0
+  except BrokenPipeError:
+    # The reader went away (`jaxmem ... | head`): Python's documented handling
+    # (docs.python.org/3/library/signal.html#note-on-sigpipe): point stdout at devnull so the
+    # flush at exit does not fail again, and stop quietly.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
 """What every command shares: the parser class, the workload flags and the Workload they make,
-target resolution, output (emit/write), the progress bar and the sweep driver.
+target resolution, output paths (checked before compiling) and output (emit/write), and the
+progress a sweep shows (:class:`Progress`).
 
+Commands call the public library (``jaxmem.compare``, ``fit``, ``scale``, ``infer``,
+``explain``) and pass their progress and interrupt handling in as callbacks; this package
+imports only ``jaxmem``'s public names and ``jaxmem.render`` (tests/test_cli_imports.py).
 Bad input is a :class:`JaxmemError`: the CLI prints it as one line and exits 2.
 """
 
@@ -15,16 +19,10 @@ from typing import Any
 import jax
 from tqdm import tqdm
 
-from jaxmem.compiler import targets
-from jaxmem.compiler.startup import start_distributed, start_jax, started
-from jaxmem.errors import JaxmemError
+import jaxmem
+from jaxmem import JaxmemError, Workload
 from jaxmem.models import attention_help
-from jaxmem.planning import sweep
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Task
-from jaxmem.planning.runner import run_tasks
-from jaxmem.render import tables
-from jaxmem.workload import Workload
+from jaxmem.render.units import unit_for
 
 DEFAULT_REMAT = ",".join(Workload().remat)
 
@@ -118,8 +116,9 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
       "(comma separated to sweep); default 1",
   )
   p.add_argument(
-      "--vocab-tiles", type=int, default=1,
-      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling); default 1",
+      "--vocab-tiles", default="1",
+      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling; "
+      "comma separated to sweep); default 1",
   )
   p.add_argument(
       "--qk-dtype", default="bfloat16",
@@ -144,8 +143,8 @@ def start(target: str | None, *, distributed: bool = False) -> None:
   """Starts JAX for the CLI before anything else touches it (simulated CPU devices for a
   ``cpu:N`` target; see :func:`jaxmem.compiler.startup.start_jax`)."""
   if distributed:
-    start_distributed()
-  start_jax(targets.cpu_devices_needed([target or ""]))
+    jaxmem.start_distributed()
+  jaxmem.start_jax(jaxmem.cpu_devices_needed([target or ""]))
 
 
 def resolve_target(args: argparse.Namespace) -> str | None:
@@ -154,7 +153,7 @@ def resolve_target(args: argparse.Namespace) -> str | None:
   start(args.target, distributed=getattr(args, "distributed", False))
   if args.target:
     return None
-  args.target, why = targets.default_target_name()
+  args.target, why = jaxmem.default_target_name()
   return f"jaxmem: target {args.target} ({why}; choose with --target)"
 
 
@@ -167,7 +166,7 @@ def say(line: str | None) -> None:
 def emit(text: str, output: str | None) -> None:
   """The result on stdout, and in ``output`` when given; multi-host: the first host reports.
   (A command that never started JAX, such as estimate, has one host and starts no backend.)"""
-  if started() and jax.process_index() != 0:
+  if jaxmem.started() and jax.process_index() != 0:
     return
   print(text)
   if output:
@@ -182,51 +181,160 @@ def write(path: str, text: str) -> None:
     raise JaxmemError(f"cannot write --output {path}: {e.strerror}") from None
 
 
-def progress(total: int, fmt_name: str, *, unknown_total: bool = False) -> tqdm | None:
-  """A progress bar with ETA on stderr for sweeps of several configurations, only on a terminal."""
-  if total < 3 or fmt_name == "json" or not sys.stderr.isatty() or os.environ.get("JAXMEM_NO_PROGRESS"):
-    return None
-  return tqdm(
-      total=None if unknown_total else total,
-      unit="compile" if unknown_total else "config",
-      file=sys.stderr,
-      dynamic_ncols=True,
-      leave=False,
-  )
+# The flags that name a path a command writes, and whether each is a directory.
+OUTPUT_FLAGS = (("output", False), ("plot", False), ("xprof", True))
 
 
-def run_sweep(tasks: list[Task], args: argparse.Namespace) -> list[sweep.Row] | None:
-  """Runs tasks with progress, cache and partial output; None if interrupted (what finished
-  has been printed and is in the cache)."""
-  cache = RowCache(enabled=not args.no_cache)
-  bar = progress(len(tasks), args.format)
-  done: dict[int, sweep.Row] = {}
+def check_outputs(args: argparse.Namespace) -> None:
+  """Every output path given (``--output``, ``--plot``, ``--xprof``) can be written, checked
+  before anything compiles, so a bad path costs no compile and loses no table. Nothing is
+  created: the nearest existing folder above the path must be a writable folder, and the path,
+  if it exists, a file (a folder for ``--xprof``)."""
+  for name, is_dir in OUTPUT_FLAGS:
+    path = getattr(args, name, None)
+    if path:
+      _check_output(f"--{name}", path, is_dir=is_dir)
 
-  def partial() -> str:
-    return tables.render_compare(sweep.with_overheads([done[k] for k in sorted(done)]), args.format, totals=args.totals)
 
-  def on_row(i: int, d: dict, cached: bool) -> None:
-    done[i] = sweep.row_from_dict(d)
-    if args.output:  # keep what is done on disk, so an interrupted sweep loses nothing
-      write(args.output, partial())
-    if bar is not None:
-      bar.set_postfix_str(f"{done[i].optimizer} {done[i].remat}" + (" (cached)" if cached else ""), refresh=False)
-      bar.update(1)
+def _check_output(flag: str, path: str, *, is_dir: bool) -> None:
+  full = os.path.abspath(path)
+  if os.path.exists(full):
+    if os.path.isdir(full) != is_dir:
+      raise JaxmemError(f"cannot write {flag} {path}: {'not a folder' if is_dir else 'it is a folder'}")
+    if not os.access(full, os.W_OK):
+      raise JaxmemError(f"cannot write {flag} {path}: permission denied")
+    return
+  parent = os.path.dirname(full)
+  while not os.path.exists(parent):
+    if not is_dir:  # a file's folder must exist: open() does not create it
+      raise JaxmemError(f"cannot write {flag} {path}: no folder {os.path.dirname(path) or '.'}")
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise JaxmemError(f"cannot write {flag} {path}: {parent} is not a folder")
+  if not os.access(parent, os.W_OK):
+    raise JaxmemError(f"cannot write {flag} {path}: {parent} is not writable")
 
-  try:
-    dicts = run_tasks(tasks, sweep.run_task, jobs=args.jobs, scheduler=args.scheduler, cache=cache, on_row=on_row)
-  except KeyboardInterrupt:
-    if bar is not None:
-      bar.close()
-    if done:
-      emit(partial(), args.output)
-    say(
-        f"jaxmem: interrupted after {len(done)} of {len(tasks)} configurations; "
-        "run the same command again to resume (finished ones are cached)"
-    )
-    return None
-  if bar is not None:
-    bar.close()
-  if cache.hits:
-    say(f"jaxmem: {cache.hits} of {len(tasks)} configurations from the cache ({cache.directory}; --no-cache to recompile)")
-  return [sweep.row_from_dict(d) for d in dicts]
+
+def flag_for(field: str) -> str:
+  """The flag of a library field (``microbatches`` -> ``--microbatches``): library errors name
+  fields, the CLI's name flags. Flags are named after the Workload fields they set."""
+  return "--" + field.replace("_", "-")
+
+
+class Progress:
+  """What a sweep shows on stderr while it runs: on a terminal, a bar with its ETA; otherwise
+  (a log, a pipe, CI) one line per configuration, so a long sweep is never silent. Nothing with
+  ``JAXMEM_NO_PROGRESS`` set. Also says the chosen target once the sweep is planned (the input
+  is then known to be good, so an error stays one line) and counts the rows the cache answered.
+  ``total`` is None for a search, whose number of compiles is known only at its end."""
+
+  def __init__(self, args: argparse.Namespace, chosen: str | None, cache: Any = None):
+    self.chosen, self.cache, self.fmt = chosen, cache, args.format
+    self.total: int | None = None
+    self.done = 0
+    self.hits = 0
+    self.bar: tqdm | None = None
+    self.quiet = bool(os.environ.get("JAXMEM_NO_PROGRESS"))
+    self.lines = not self.quiet and not sys.stderr.isatty()
+
+  def planned(self, p: Any) -> None:
+    """The ``on_plan`` callback of compare and fit: the sweep's configurations are ``p.tasks()``."""
+    self.start(len(p.tasks()))
+
+  def start(self, total: int | None) -> None:
+    say(self.chosen)
+    self.chosen = None
+    self.total = total
+    if self.quiet or self.lines or self.fmt == "json" or (total is not None and total < 3):
+      return
+    self.bar = tqdm(total=total, unit="config" if total else "compile", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+  def row(self, r: Any) -> None:
+    """The ``on_row`` callback: one configuration finished (compiled, refused or from the cache)."""
+    if self.chosen is not None:
+      self.start(None)
+    self.done += 1
+    hits = getattr(self.cache, "hits", 0)
+    cached, self.hits = hits > self.hits, hits  # the runner counts a hit just before its callback
+    label = _label(r) + (" (cached)" if cached else "")
+    if self.bar is not None:
+      self.bar.set_postfix_str(label, refresh=False)
+      self.bar.update(1)
+    elif self.lines:
+      of = f"/{self.total}" if self.total else ""
+      say(f"jaxmem: [{self.done}{of}] {label}: {_verdict(r)}")
+
+  def round(self, n: int, probes: int) -> None:
+    """fit's ``on_round`` callback."""
+    if self.bar is not None:
+      self.bar.set_postfix_str(f"round {n}")
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
+      self.bar = None
+
+
+def _label(r: Any) -> str:
+  """A row's configuration in a few words: train rows' mesh, optimizer, remat and workload; infer
+  rows' weights, phase and context."""
+  words = [str(v) for k in ("mesh", "optimizer", "remat", "attention", "weights", "phase") if (v := getattr(r, k, None))]
+  words += [f"{k.replace('_', ' ')} {v}" for k in ("batch", "seq", "context", "microbatches", "vocab_tiles")
+            if (v := getattr(r, k, None)) is not None and not (k in ("microbatches", "vocab_tiles") and v == 1)]
+  return " ".join(words)
+
+
+def _verdict(r: Any) -> str:
+  if getattr(r, "error", None):
+    return "refused: " + r.error.splitlines()[0][:120]
+  if getattr(r, "required_bytes", None) is None:
+    return "compiled"
+  u = unit_for(r.required_bytes)
+  fits = {True: ", fits", False: ", does not fit"}.get(r.fits, "")
+  return f"required {u(r.required_bytes)} {u.name}{fits}"
+
+
+def cache(args: argparse.Namespace) -> jaxmem.RowCache:
+  return jaxmem.RowCache(enabled=not args.no_cache)
+
+
+def say_cache(c: jaxmem.RowCache, total: int) -> None:
+  if c.hits:
+    say(f"jaxmem: {c.hits} of {total} configurations from the cache ({c.directory}; --no-cache to recompile)")
+
+
+class Sweep:
+  """A sweep's callbacks for ``jaxmem.compare`` / ``scale`` / ``rank_configurations``: progress,
+  the rows so far written to ``--output`` as each finishes (an interrupted sweep loses nothing),
+  and on an interrupt the finished rows printed. ``render(rows)`` is the command's table."""
+
+  def __init__(self, args: argparse.Namespace, chosen: str | None, render):
+    self.args, self.render = args, render
+    self.cache = cache(args)
+    self.progress = Progress(args, chosen, self.cache)
+    self.rows: list[Any] = []
+
+  def on_row(self, r: Any) -> None:
+    self.rows.append(r)
+    if self.args.output:
+      write(self.args.output, self.render(jaxmem.with_overheads(self.rows)))
+    self.progress.row(r)
+
+  def run(self, call) -> Any:
+    """``call(**callbacks)`` (the library function), or None if interrupted (what finished has
+    been printed and is in the cache)."""
+    try:
+      out = call(cache=self.cache, on_row=self.on_row)
+    except KeyboardInterrupt:
+      self.progress.close()
+      if self.rows:
+        emit(self.render(jaxmem.with_overheads(self.rows)), self.args.output)
+      total = "" if self.progress.total is None else f" of {self.progress.total}"
+      say(
+          f"jaxmem: interrupted after {len(self.rows)}{total} configurations; "
+          "run the same command again to resume (finished ones are cached)"
+      )
+      return None
+    self.progress.close()
+    say_cache(self.cache, len(self.rows))
+    return out

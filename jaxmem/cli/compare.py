@@ -9,13 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import jaxmem
 from jaxmem.cli import _common as c
-from jaxmem.buffers.residuals import saved_residuals_by_policy
-from jaxmem.inference.estimate import estimate_vs_compiler
-from jaxmem.inference.infer import training_vs_inference
-from jaxmem.models import ModelConfig
-from jaxmem.planning import sweep
-from jaxmem.planning.plan import plan
 from jaxmem.render import tables
 from jaxmem.render.explain import residuals_table
 from jaxmem.render.inference import render_compare_extras
@@ -38,19 +33,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
+  c.check_outputs(args)
   c.no_step(args, "--residuals", "--with-inference", "--with-estimate")
   chosen = c.resolve_target(args)
   w = c.workload(args)
-  p = plan(w)
-  c.say(chosen)  # said once the input is known to be good, so an error stays one line
   if args.residuals:
-    c.emit(residuals_table(saved_residuals_by_policy(w), args.format), args.output)
+    records = jaxmem.saved_residuals_by_policy(w)
+    c.say(chosen)
+    c.emit(residuals_table(records, args.format), args.output)
     return 0
-  rows = c.run_sweep(p.tasks(), args)
+  planned: list[jaxmem.Plan] = []
+  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(rows, args.format, totals=args.totals))
+
+  def on_plan(p: jaxmem.Plan) -> None:
+    planned.append(p)
+    sweep.progress.planned(p)
+
+  rows = sweep.run(lambda **callbacks: jaxmem.compare(
+      w, jobs=args.jobs, scheduler=args.scheduler, on_plan=on_plan, **callbacks))
   if rows is None:
     return 130
-  rows = sweep.with_overheads(rows)
-  extras = compare_extras(args, rows, p.cfg)
+  extras = compare_extras(args, rows, planned[0].cfg)
   if args.format == "json":
     out = [tables.with_totals(r) for r in rows] if args.totals else rows
     c.emit(json.dumps(tables.envelope(out, **extras), indent=2), args.output)
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compare_extras(
-    args: argparse.Namespace, rows: Sequence[sweep.Row], cfg: ModelConfig
+    args: argparse.Namespace, rows: Sequence[jaxmem.Row], cfg: jaxmem.ModelConfig
 ) -> dict[str, list[dict[str, Any]]]:
   """Records for the sections ``compare`` adds: ``inference`` (training vs decode, one pair per
   mesh, for the last remat policy of that mesh) and ``estimate`` (per component, per row), for
@@ -71,7 +74,7 @@ def compare_extras(
     pairs = []
     for mesh in dict.fromkeys(r.mesh for r in rows):
       r = [x for x in rows if x.mesh == mesh][-1]
-      sides = training_vs_inference(
+      sides = jaxmem.training_vs_inference(
           model=cfg, target=args.target, slices=args.slices, weights=args.weights, train_row=r
       )
       pairs += [s.as_dict() for s in sides]
@@ -81,7 +84,7 @@ def compare_extras(
     for r in rows:
       if r.error:
         continue
-      for comp in estimate_vs_compiler(r, cfg=cfg):
+      for comp in jaxmem.estimate_vs_compiler(r, cfg=cfg):
         recs.append(dict(mesh=r.mesh, optimizer=r.optimizer, remat=r.remat, **comp.as_dict()))
     out["estimate"] = recs
   return out

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+import jaxmem
+from jaxmem import JaxmemError
 from jaxmem.cli import _common as c
-from jaxmem.errors import JaxmemError
-from jaxmem.inference import estimate
 from jaxmem.render import tables
 from jaxmem.render.inference import render_estimates
 
@@ -31,10 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
+  c.check_outputs(args)
   models = [m.strip() for m in args.model.split(",") if m.strip()]
   if not models:
     raise JaxmemError("--model is empty")
-  rows = estimate.estimates(
+  rows = jaxmem.estimates(
       models, optimizer=args.optimizer, precision=args.precision, batch=args.batch, seq=args.seq,
       tensor=args.tensor, sequence_parallel=args.sequence_parallel, recompute=args.recompute, context=args.context,
       capacity_factor=args.capacity_factor,

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+import jaxmem
 from jaxmem.cli import _common as c
-from jaxmem.errors import JaxmemError
-from jaxmem.buffers.analyse import Explanation
-from jaxmem.buffers.explain import explain_function, explain_workload
-from jaxmem.buffers.timeline import plot_timeline
-from jaxmem.planning.plan import plan
-from jaxmem.program.step import call_step
+from jaxmem import JaxmemError
 from jaxmem.render import tables
 from jaxmem.render.explain import render_explain
 
@@ -38,26 +34,13 @@ def run(args: argparse.Namespace) -> int:
     raise JaxmemError("explain takes one --mesh; run it once per mesh")
   if args.plot and not args.plot.lower().endswith((".png", ".svg")):
     raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
+  c.check_outputs(args)
   c.say(c.resolve_target(args))
-  result = explain_step(args) if args.step else explain_workload(c.workload(args), top=args.top, kinds=args.kind)
+  result = jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind)
   if args.plot:
-    plot_timeline(result, args.plot)
+    jaxmem.plot_timeline(result, args.plot)
   if args.xprof:
     path = result.to_xprof(args.xprof)
     c.say(f"jaxmem: wrote {path}; open it with: xprof --logdir {args.xprof}")
   c.emit(render_explain(result, args.format), args.output)
   return 0
-
-
-def explain_step(args: argparse.Namespace) -> Explanation:
-  """``explain --step``: the factory's step at the workload and remat policy given, explained by
-  ``jaxmem.explain(fn, *args, target=..., **jit_kwargs)`` (issue 10 item 1)."""
-  w = c.workload(args)
-  if len(w.remat) > 1:
-    raise JaxmemError(f"explain takes one remat (got {', '.join(w.remat)}); run it once per remat")
-  p = plan(w)
-  mesh, _, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
-  fn, fargs, jit_kwargs = call_step(
-      p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target
-  )
-  return explain_function(fn, *fargs, target=p.target, top=args.top, kinds=args.kind, **jit_kwargs)

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import jaxmem
 from jaxmem.cli import _common as c
-from jaxmem.planning import fit
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import plan
-from jaxmem.planning.sweep import baseline_flops
 from jaxmem.render import tables
 
 
@@ -25,36 +22,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
-  fit.check_over(args.over)
+  c.check_outputs(args)
   chosen = c.resolve_target(args)
-  searching = args.batch is None if args.over == "batch" else args.seq is None
+  # Searched: the dimension --over names when it is not given (an --over fit refuses is searched, so refused).
+  searching = {"batch": args.batch, "seq": args.seq}.get(args.over) is None
   w = c.workload(args, seq=args.seq or 1024)
-  if args.seq is None and args.over == "seq":
-    w = fit.template(w, "seq")  # a sequence the vocabulary tiles divide (replaced per probe)
-  if args.batch is None:
-    # A template workload every mesh accepts (the searched dimension is replaced per probe).
-    w = fit.template(w, "batch")
-  p = plan(w)
-  fit.require_capacity(p)
-  c.say(chosen)
-  if not searching:
-    rows = c.run_sweep(p.tasks(), args)
+  if not searching:  # the workload fixed: every configuration compiled once, ranked
+    sweep = c.Sweep(args, chosen, lambda rows: tables.render_ranked(rows, args.format))
+    rows = sweep.run(lambda **callbacks: jaxmem.rank_configurations(
+        w, jobs=args.jobs, scheduler=args.scheduler, on_plan=sweep.progress.planned, **callbacks))
     if rows is None:
       return 130
-    c.emit(tables.render_ranked(fit.rank(rows), args.format), args.output)
+    c.emit(tables.render_ranked(rows, args.format), args.output)
     return 0
-  # The number of compiles is known only at the end: the bar counts them, with no total.
-  bar = c.progress(len(p.tasks()), args.format, unknown_total=True)
-  on_round = None if bar is None else (lambda r, n: (bar.set_postfix_str(f"round {r}"), bar.update(n)))
-  cache = RowCache(enabled=not args.no_cache)
+  # The number of compiles is known only at the end: the progress counts them, with no total.
+  cache = c.cache(args)
+  progress = c.Progress(args, chosen, cache)
   try:
-    results = fit.search(p, over=args.over, jobs=args.jobs, scheduler=args.scheduler, cache=cache, on_round=on_round)
+    results = jaxmem.fit(
+        w, over=args.over, batch=args.batch, jobs=args.jobs, scheduler=args.scheduler, cache=cache,
+        on_plan=lambda p: progress.start(None), on_row=progress.row, on_round=progress.round,
+    )
   except KeyboardInterrupt:
     c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
     return 130
   finally:
-    if bar is not None:
-      bar.close()
-  results = fit.with_recompute(results, p, lambda row: baseline_flops(p, row))
+    progress.close()
   c.emit(tables.render_fit(results, args.format), args.output)
   return 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import jaxmem
 from jaxmem.cli import _common as c
-from jaxmem.inference import infer
 from jaxmem.render import tables
 from jaxmem.render.inference import render_infer
 
@@ -25,15 +25,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
+  c.check_outputs(args)
   chosen = c.resolve_target(args)
-  p = infer.plan_infer(c.workload(args, infer.InferWorkload))
-  c.say(chosen)
-  rows = [infer.run_infer_config(p, *config) for config in p.configs()]
+  planned = []
+  progress = c.Progress(args, chosen)
+
+  def on_plan(p) -> None:
+    planned.append(p)
+    progress.start(len(p.configs()))
+
+  try:
+    rows = jaxmem.infer(c.workload(args, jaxmem.InferWorkload), on_plan=on_plan, on_row=progress.row)
+  finally:
+    progress.close()
+  p = planned[0]
   batches = sorted({1, 8, 32, p.batch})
   kv = []
   if args.kv_table:
-    kv = infer.kv_cache_table(p.cfg, contexts=sorted({1024, 8192, 32768, 131072, *p.contexts}), batches=batches)
+    kv = jaxmem.kv_cache_table(p.cfg, contexts=sorted({1024, 8192, 32768, 131072, *p.contexts}), batches=batches)
   if args.plot:
-    infer.plot(rows, args.plot, kv_rows=infer.kv_cache_table(p.cfg, contexts=[2**k for k in range(10, 18)], batches=batches))
+    kv_rows = jaxmem.kv_cache_table(p.cfg, contexts=[2**k for k in range(10, 18)], batches=batches)
+    jaxmem.plot_inference(rows, args.plot, kv_rows=kv_rows)
   c.emit(render_infer(rows, args.format, kv_rows=kv), args.output)
   return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from jaxmem.models import PRESETS, ModelConfig, count_active_params, count_params
+import jaxmem
 from jaxmem.render import tables
 
 
@@ -18,14 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   records = []
-  for name, make in PRESETS.items():
+  for name, make in jaxmem.PRESETS.items():
     cfg = make()
     records.append(
         dict(
             model=name,
             style=cfg.style,
-            params=count_params(cfg),
-            active_params=count_active_params(cfg),
+            params=jaxmem.count_params(cfg),
+            active_params=jaxmem.count_active_params(cfg),
             attention=attention_kind(cfg),
             experts=cfg.num_experts or None,
             top_k=cfg.experts_per_token or None,
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
   return 0
 
 
-def attention_kind(cfg: ModelConfig) -> str:
+def attention_kind(cfg: jaxmem.ModelConfig) -> str:
   """MLA (latent KV cache), MHA (a key/value head per query head) or GQA (fewer kv heads)."""
   if cfg.is_mla:
     return "MLA"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import jaxmem
 from jaxmem.cli import _common as c
-from jaxmem.planning import scale, sweep
 from jaxmem.render import tables
 
 
@@ -24,16 +24,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
-  over = scale.parse_over(args.over or [])
+  c.check_outputs(args)
   chosen = c.resolve_target(args)
-  tasks = scale.tasks(c.workload(args), over)
-  c.say(chosen)
-  rows = c.run_sweep(tasks, args)
-  if rows is None:
+  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(rows, args.format, totals=args.totals))
+  result = sweep.run(lambda **callbacks: jaxmem.scale(
+      c.workload(args), over=args.over or [], jobs=args.jobs, scheduler=args.scheduler, on_total=sweep.progress.start,
+      **callbacks))
+  if result is None:
     return 130
-  rows = sweep.with_overheads(rows)
-  growth = scale.growth_exponents(rows, over)
+  rows = list(result.rows)
   if args.plot:
-    scale.plot(rows, over, args.plot)
-  c.emit(tables.render_scale(rows, growth, args.format, totals=args.totals), args.output)
+    jaxmem.plot_scaling(rows, result.over, args.plot)
+  c.emit(tables.render_scale(rows, list(result.growth), args.format, totals=args.totals), args.output)
   return 0

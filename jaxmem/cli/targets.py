@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import jaxmem
 from jaxmem.cli import _common as c
-from jaxmem.compiler import targets
 from jaxmem.render import tables
 
 
@@ -19,5 +19,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.start(None)
-  print(tables.render_records(targets.list_targets(), args.format))
+  print(tables.render_records(jaxmem.list_targets(), args.format))
   return 0

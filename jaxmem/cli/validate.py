@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import jaxmem
 from jaxmem.cli import _common as c
-from jaxmem.planning import validate
 from jaxmem.render import tables
 
 _COLUMNS = ["mesh", "optimizer", "attention", "microbatches", "remat", "predicted_bytes", "measured_bytes", "ratio", "loss", "error"]
@@ -36,18 +36,19 @@ def _workload(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
+  c.check_outputs(args)
   headers = None if args.format in ("json", "csv") else _COLUMNS
 
   def save(done: list) -> None:
     if args.output:
       c.write(args.output, tables.render_records(done, args.format))
 
-  records = validate.validate(_workload(args), steps=args.steps, distributed=args.distributed, on_measurement=save)
+  records = jaxmem.validate(_workload(args), steps=args.steps, distributed=args.distributed, on_measurement=save)
   c.emit(tables.render_records(records, args.format, headers=headers), args.output)
   return 0
 
 
 def measure(args: argparse.Namespace) -> int:
-  m = validate.measure_one(_workload(args), steps=args.steps, distributed=args.distributed)
+  m = jaxmem.measure_one(_workload(args), steps=args.steps, distributed=args.distributed)
   print(json.dumps(m.as_dict()))
   return 0

@@ -379,10 +379,14 @@ def run_infer_config(
 
 
 def infer(
-    workload: InferWorkload | None = None, /, *, on_row: Callable[[InferRow], None] | None = None, **fields: Any
+    workload: InferWorkload | None = None, /, *, on_row: Callable[[InferRow], None] | None = None,
+    on_plan: Callable[[InferPlan], None] | None = None, **fields: Any
 ) -> list[InferRow]:
-  """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced)."""
+  """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced);
+  ``on_plan`` is called with the validated plan before the first compile."""
   p = plan_infer(workload, **fields)
+  if on_plan is not None:
+    on_plan(p)
   rows = []
   for config in p.configs():
     row = run_infer_config(p, *config)

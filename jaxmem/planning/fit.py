@@ -25,8 +25,7 @@ from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_target
-from jaxmem.planning.runner import run_tasks
-from jaxmem.planning.sweep import Row, baseline_flops, row_from_dict, run_task, with_overheads
+from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
 from jaxmem.workload import Workload
 
@@ -156,8 +155,10 @@ def search(
     scheduler: str | None = None,
     cache: RowCache | None = None,
     on_round: Callable[[int, int], None] | None = None,
+    on_row: Callable[[Row], None] | None = None,
 ) -> list[FitResult]:
-  """Largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, per configuration."""
+  """Largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, per configuration;
+  ``on_row`` is called with each probe's row as it finishes, ``on_round(round, probes)`` after each round."""
   require_capacity(p)
   check_over(over)
   searches = []
@@ -166,7 +167,7 @@ def search(
     if over == "batch":
       step, cap = shd.data_parallel_size(mesh) * t.microbatches, MAX_STEPS
     else:
-      step = math.lcm(SEQ_QUANTUM * dict(mesh).get("sequence", 1), p.workload.vocab_tiles)
+      step = math.lcm(SEQ_QUANTUM * dict(mesh).get("sequence", 1), t.vocab_tiles)
       gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
       cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
     searches.append(_Search(task=t, step=step, cap=cap, capacity=p.target.capacity_bytes))
@@ -176,7 +177,7 @@ def search(
     if not probes:
       break
     tasks = [s.task.replace(**{over: k * s.step}) for s, k in probes]
-    rows = [row_from_dict(d) for d in run_tasks(tasks, run_task, jobs=jobs, scheduler=scheduler, cache=cache)]
+    rows = run_rows(p, tasks, jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
     for (s, k), row in zip(probes, rows, strict=True):
       s.record(k, row)
     rounds += 1
@@ -256,8 +257,8 @@ def template(workload: Workload, over: str) -> Workload:
     meshes = resolve_meshes(workload, resolve_target(workload))
     micro = [m for m in workload.microbatches if isinstance(m, int) and m > 0] or [1]
     return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) * n for m in meshes for n in micro]))
-  tiles = workload.vocab_tiles if isinstance(workload.vocab_tiles, int) and workload.vocab_tiles > 0 else 1
-  return workload.replace(seq=math.lcm(SEQ_QUANTUM, tiles))
+  tiles = [t for t in workload.vocab_tiles if isinstance(t, int) and t > 0] or [1]
+  return workload.replace(seq=math.lcm(SEQ_QUANTUM, *tiles))
 
 
 def fit(
@@ -269,11 +270,37 @@ def fit(
     scheduler: str | None = None,
     cache: RowCache | None = None,
     on_round: Callable[[int, int], None] | None = None,
+    on_row: Callable[[Row], None] | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
     **fields: Any,
 ) -> list[FitResult]:
   """The largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, for every
   (mesh, optimizer, remat) of ``workload`` with ``fields`` replaced, with each result's
-  recompute overhead against the no-remat program at the same workload."""
-  p = plan(template(Workload.of(workload, **fields), over))
-  results = search(p, over=over, jobs=jobs, scheduler=scheduler, cache=cache, on_round=on_round)
+  recompute overhead against the no-remat program at the same workload. With ``over="seq"``,
+  ``batch=None`` searches at the smallest batch every mesh accepts (else the workload's).
+  ``on_plan`` is called with the validated plan before the first compile; ``on_row`` with each
+  compiled (or cached) probe; ``on_round(round, probes)`` after each round of the search."""
+  w = Workload.of(workload, **fields)
+  if over == "seq" and "batch" in fields and fields["batch"] is None:
+    w = template(w, "batch")
+  p = plan(template(w, over))
+  require_capacity(p)
+  if on_plan is not None:
+    on_plan(p)
+  results = search(p, over=over, jobs=jobs, scheduler=scheduler, cache=cache, on_round=on_round, on_row=on_row)
   return with_recompute(results, p, lambda row: baseline_flops(p, row))
+
+
+def rank_configurations(
+    workload: Workload | None = None, /, *, on_plan: Callable[[Plan], None] | None = None, **kwargs: Any
+) -> list[Row]:
+  """``fit`` at a fixed workload: every configuration of ``workload`` compiled once by
+  :func:`jaxmem.compare` (``kwargs``: its options and workload fields) and ranked by
+  :func:`rank`, the recommendation first. A target without a capacity is refused before compiling."""
+
+  def planned(p: Plan) -> None:
+    require_capacity(p)
+    if on_plan is not None:
+      on_plan(p)
+
+  return rank(compare(workload, on_plan=planned, **kwargs))

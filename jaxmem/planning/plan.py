@@ -61,6 +61,10 @@ class Task:
   def microbatches(self) -> int:
     return self.workload.microbatches[0]
 
+  @property
+  def vocab_tiles(self) -> int:
+    return self.workload.vocab_tiles[0]
+
   def replace(self, **fields: Any) -> Task:
     """The same task with workload fields replaced (``batch=``, ``seq=``...)."""
     return dataclasses.replace(self, workload=self.workload.replace(**fields))
@@ -97,6 +101,7 @@ class Plan:
   # and microbatch counts.
   attentions: tuple[str, ...] = ("auto",)
   microbatches: tuple[int, ...] = (1,)
+  vocab_tiles: tuple[int, ...] = (1,)
   # The MoE sweep (moe_variants): each entry the (moe_impl, capacity_factor) a task's workload
   # holds; ``cfg`` is the first's, and ``moe_notes`` say how the first was chosen.
   moe: tuple[MoeVariant, ...] = (((), ()),)
@@ -113,7 +118,7 @@ class Plan:
 
   def tasks(self) -> list[Task]:
     """The configurations as picklable, cacheable tasks, in ``grid()`` order for each MoE
-    variant; each task's own plan resolves its variant again (with its note)."""
+    variant and vocabulary tiling (:func:`for_task` specialises the plan to one)."""
     cpu = cpu_devices_needed([self.workload.target_name])
     # The model before the MoE choice, so a task's cache key does not depend on the sweep's first variant.
     one = self.workload.replace(model=self.model or self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
@@ -121,13 +126,32 @@ class Plan:
         Task(
             workload=one.replace(
                 mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb,
-                moe_impl=impl, capacity_factor=factor,
+                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor,
             ),
             cpu_devices=cpu,
         )
         for impl, factor in self.moe
+        for tiles in self.vocab_tiles
         for mesh, opt, attention, mb, rp in self.grid()
     ]
+
+
+def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematPolicy]:
+  """One of ``p``'s tasks without planning it again: ``p`` with the task's workload (its batch and
+  sequence, which a search or a scale grid replaces, its vocabulary tiling and MoE variant, with
+  that variant's config and notes), and the task's mesh, optimizer and remat policy as ``p``
+  resolved them. What differs from ``p`` (the batch) is checked again where the program is built."""
+  w = task.workload
+  cfg, notes = p.cfg, p.moe_notes
+  if cfg is not None and (w.moe_impl, w.capacity_factor) != p.moe[0]:
+    cfg, notes = moe_config(p.model or cfg, w, p.target.platform)
+  one = dataclasses.replace(
+      p, workload=w, cfg=cfg, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
+      microbatches=w.microbatches, vocab_tiles=w.vocab_tiles,
+  )
+  opt = next(o for o in p.optimizers if o.name == task.optimizer)
+  rp = next(r for r in p.remats if r.name == task.remat)
+  return one, task.mesh, opt, rp
 
 
 def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelConfig:
@@ -232,21 +256,22 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   optimizers = OPTIMIZERS.parse(w.optimizer)
   meshes = resolve_meshes(w, tgt)
   attentions, microbatches = resolve_step_axes(w)
+  vocab_tiles = resolve_vocab_tiles(w)
   variants = moe_variants(w)
   impl, factor = variants[0]
   model = cfg
   cfg, moe_notes = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), tgt.platform)
   for m in meshes:
-    for mb in microbatches:
-      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=w.vocab_tiles)
+    for mb, tiles in itertools.product(microbatches, vocab_tiles):
+      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles)
     for name in attentions:
       # A name the target or mesh cannot take is refused here, before the first compile.
       pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
   w = w.replace(target=w.target_name)
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
-      batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, moe=variants, moe_notes=moe_notes,
-      model=model,
+      batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
+      moe_notes=moe_notes, model=model,
   )
 
 
@@ -259,7 +284,7 @@ def plan_step(w: Workload) -> Plan:
   model's, the factory imported and checked before anything compiles."""
   load_step(w.step)
   for flag, v, default in (("--attention", w.attention, ("auto",)), ("--microbatches", w.microbatches, (1,)),
-                           ("--vocab-tiles", w.vocab_tiles, 1), ("--qk-dtype", w.qk_dtype, "bfloat16"),
+                           ("--vocab-tiles", w.vocab_tiles, (1,)), ("--qk-dtype", w.qk_dtype, "bfloat16"),
                            ("--moe-impl", w.moe_impl, ()), ("--capacity-factor", w.capacity_factor, ())):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
       raise JaxmemError(f"{flag} applies to jaxmem's own models (--model), not --step; set it in your step factory")
@@ -289,3 +314,14 @@ def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
       raise JaxmemError(f"--microbatches must be whole numbers of at least 1 (got {mb!r})")
   check_qk_dtype(w.qk_dtype)
   return tuple(dict.fromkeys(w.attention)), tuple(dict.fromkeys(w.microbatches))
+
+
+def resolve_vocab_tiles(w: Workload) -> tuple[int, ...]:
+  """The workload's vocabulary tilings, each once, checked (each must also divide the sequence:
+  :func:`jaxmem.program.train.check_batch`)."""
+  if not w.vocab_tiles:
+    raise JaxmemError("--vocab-tiles is empty; give whole numbers separated by commas, e.g. 1,8")
+  for tiles in w.vocab_tiles:
+    if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 1:
+      raise JaxmemError(f"--vocab-tiles must be whole numbers of at least 1 (got {tiles!r})")
+  return tuple(dict.fromkeys(w.vocab_tiles))

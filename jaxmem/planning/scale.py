@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Task, plan
-from jaxmem.planning.runner import run_tasks
-from jaxmem.planning.sweep import Row, row_from_dict, run_task, with_overheads
+from jaxmem.planning.plan import Plan, Task, plan
+from jaxmem.planning.sweep import Row, run_rows, with_overheads
 from jaxmem.records import Record
 from jaxmem.render.units import GiB
 from jaxmem.workload import Workload
@@ -77,6 +76,7 @@ class Growth(Record):
   attention: str | None = None
   microbatches: int = 1
   moe: str | None = None  # an MoE model's experts ("dropless", "capacity 1.25"); None when dense
+  vocab_tiles: int = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -85,16 +85,20 @@ class Scaling(Record):
 
   rows: tuple[Row, ...]
   growth: tuple[Growth, ...]
+  over: tuple[str, ...] = ()  # the variables the grid varies ("batch", "seq"), for plot()
 
 
-def tasks(workload: Workload, over: dict[str, list[int]]) -> list[Task]:
-  """A task per grid point and configuration. ``scale`` measures what the user named: the
-  no-remat baseline only if asked for."""
+def tasks(workload: Workload, over: dict[str, list[int]]) -> tuple[Plan, list[Task]]:
+  """A task per grid point and configuration, and the plan that runs them (the first grid
+  point's; every point is planned, so checked, once). ``scale`` measures what the user named:
+  the no-remat baseline only if asked for."""
   out: list[Task] = []
+  first = None
   for batch, seq in grid(over, workload.batch, workload.seq):
     p = plan(workload, batch=batch, seq=seq)
+    first = first or p
     out += [t for t in p.tasks() if t.remat in workload.remat or "all" in workload.remat]
-  return out
+  return first, out
 
 
 def scale(
@@ -105,15 +109,21 @@ def scale(
     jobs: int = 1,
     scheduler: str | None = None,
     cache: RowCache | None = None,
+    on_row: Callable[[Row], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
     **fields: Any,
 ) -> Scaling:
   """Compiles ``workload`` (``fields`` replaced; remat ``none`` unless named) at every point of
-  ``over`` (``["seq=1024,2048"]`` or ``{"seq": [1024, 2048]}``) and fits growth exponents."""
+  ``over`` (``["seq=1024,2048"]`` or ``{"seq": [1024, 2048]}``) and fits growth exponents.
+  Every point is checked before the first compile; ``on_total`` is then called with the number
+  of configurations, and ``on_row`` with each row as it finishes."""
   grid_over = over if isinstance(over, dict) else parse_over(over)
   w = Workload.of(workload, defaults={"remat": "none"}, **fields)
-  dicts = run_tasks(tasks(w, grid_over), run_task, jobs=jobs, scheduler=scheduler, cache=cache)
-  rows = with_overheads([row_from_dict(d) for d in dicts])
-  return Scaling(rows=tuple(rows), growth=tuple(growth_exponents(rows, grid_over)))
+  p, todo = tasks(w, grid_over)
+  if on_total is not None:
+    on_total(len(todo))
+  rows = with_overheads(run_rows(p, todo, jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row))
+  return Scaling(rows=tuple(rows), growth=tuple(growth_exponents(rows, grid_over)), over=tuple(grid_over))
 
 
 def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Growth]:
@@ -124,9 +134,9 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
   groups: dict[tuple, list[Row]] = {}
   for r in rows:
     moe = r.moe_impl and r.moe_impl + ("" if r.capacity_factor is None else f" {r.capacity_factor:g}")
-    groups.setdefault((r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, moe), []).append(r)
+    groups.setdefault((r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, r.vocab_tiles, moe), []).append(r)
   varying = [v for v in VARIABLES if v in over]
-  for (mesh, opt, remat, attention, mb, moe), rs in groups.items():
+  for (mesh, opt, remat, attention, mb, tiles, moe), rs in groups.items():
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
@@ -139,14 +149,15 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
       out.append(
           Growth(
               mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"],
-              seq_exponent=exps["seq"], attention=attention, microbatches=mb, moe=moe,
+              seq_exponent=exps["seq"], attention=attention, microbatches=mb, moe=moe, vocab_tiles=tiles,
           )
       )
   return out
 
 
-def plot(rows: Sequence[Row], over: dict[str, list[int]], path: str) -> None:
-  """Each component against the varying workload (log-log), the capacity as a line."""
+def plot(rows: Sequence[Row], over: dict[str, list[int]] | Sequence[str], path: str) -> None:
+  """Each component against the varying workload (log-log), the capacity as a line; ``over``
+  names the variables varied (a grid, or :attr:`Scaling.over`)."""
   # matplotlib is slow to import and needs its file-only backend chosen before pyplot.
   import matplotlib
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.models import get_attention
 from jaxmem.planning import steps
 from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Plan, Task, plan
+from jaxmem.planning.plan import Plan, Task, for_task, plan
 from jaxmem.planning.runner import run_tasks
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
@@ -74,13 +75,14 @@ class Row(CompilerFigures, Configuration):
 
 def run_config(
     p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None,
-    microbatches: int | None = None,
+    microbatches: int | None = None, vocab_tiles: int | None = None,
 ) -> Row:
-  """Compiles one configuration (``attention`` and ``microbatches``: the plan's first unless
+  """Compiles one configuration (``attention``, ``microbatches``, ``vocab_tiles``: the plan's first unless
   given). A compile the backend refuses (out of memory, an unsupported feature) becomes a row
   with ``error`` set rather than an exception, so a sweep goes on."""
   attention = p.attentions[0] if attention is None else attention
   microbatches = p.microbatches[0] if microbatches is None else microbatches
+  vocab_tiles = p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles
   if p.workload.step:  # a user's own step (jaxmem.planning.steps)
     return Row(**steps.step_row(p, mesh, rp))
   base = dict(
@@ -99,7 +101,7 @@ def run_config(
   )
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
-      microbatches=microbatches, vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype,
+      microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.workload.qk_dtype,
   )
   base.update(
       param_bytes=program.param_bytes,
@@ -107,7 +109,7 @@ def run_config(
       optimizer_state_bytes=program.optimizer_state_bytes,
       attention=program.attention.name,
       microbatches=microbatches,
-      vocab_tiles=p.workload.vocab_tiles,
+      vocab_tiles=vocab_tiles,
       qk_dtype=p.workload.qk_dtype,
   )
   notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
@@ -152,11 +154,24 @@ def moe_fields(cfg: Any) -> dict[str, Any]:
 
 def run_task(task: Task) -> dict[str, Any]:
   """Compiles one task and returns its row as a dict (picklable, JSON-able): the run function
-  :func:`jaxmem.planning.runner.run_tasks` is given, in this process or a worker."""
+  :func:`jaxmem.planning.runner.run_tasks` is given in a worker process (or on a Dask worker),
+  where the task is planned again (a plan holds devices, which do not travel)."""
   start_jax(task.cpu_devices)
-  p = plan(task.workload)
-  (config,) = [c for c in p.configs() if c[2].name == task.remat]
-  return run_config(p, *config, attention=task.attention, microbatches=task.microbatches).as_dict()
+  return run_planned(plan(task.workload), task)
+
+
+def run_planned(p: Plan, task: Task) -> dict[str, Any]:
+  """:func:`run_task` with the sweep's own plan ``p`` (in this process: nothing planned again)."""
+  one, mesh, opt, rp = for_task(p, task)
+  return run_config(
+      one, mesh, opt, rp, attention=task.attention, microbatches=task.microbatches, vocab_tiles=task.vocab_tiles
+  ).as_dict()
+
+
+def runner(p: Plan, *, jobs: int = 1, scheduler: str | None = None) -> Callable[[Task], dict[str, Any]]:
+  """The run function for ``p``'s tasks: in this process the plan is reused; tasks sent to
+  worker processes or a cluster are planned there (:func:`run_task`)."""
+  return run_task if jobs > 1 or scheduler else functools.partial(run_planned, p)
 
 
 def with_overheads(rows: list[Row]) -> list[Row]:
@@ -190,22 +205,42 @@ def compare(
     scheduler: str | None = None,
     cache: RowCache | None = None,
     on_row: Callable[[Row], None] | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
     **fields: Any,
 ) -> list[Row]:
-  """Compiles the train step for every (mesh, optimizer, attention, microbatches, remat) of
-  ``workload`` (with ``fields`` replaced: ``compare(model="tiny", batch=2)`` works) and returns
-  one row each.
+  """Compiles the train step for every (mesh, optimizer, attention, microbatches, vocab tiling,
+  remat) of ``workload`` (with ``fields`` replaced: ``compare(model="tiny", batch=2)`` works)
+  and returns one row each.
 
   ``none`` (no remat) is always included as the baseline. Everything is validated before the
-  first compile, so bad input raises :class:`JaxmemError` without wasting work. ``on_row`` is
-  called after each configuration (for progress and for saving partial results). ``jobs``
-  compiles in that many processes, ``scheduler`` on a Dask cluster at that address, and
-  ``cache`` (a :class:`jaxmem.planning.cache.RowCache`) answers configurations compiled before.
+  first compile, so bad input raises :class:`JaxmemError` without wasting work; ``on_plan`` is
+  then called with the validated plan (``len(plan.tasks())`` configurations follow). ``on_row``
+  is called after each configuration, in completion order (for progress and for saving partial
+  results). ``jobs`` compiles in that many processes, ``scheduler`` on a Dask cluster at that
+  address, and ``cache`` (a :class:`jaxmem.planning.cache.RowCache`) answers configurations
+  compiled before. The sweep is planned once: in this process no configuration is planned again.
   """
   p = plan(workload, **fields)
-  callback = None if on_row is None else (lambda i, d, cached: on_row(row_from_dict(d)))
-  dicts = run_tasks(p.tasks(), run_task, jobs=jobs, scheduler=scheduler, cache=cache, on_row=callback)
-  return with_overheads([row_from_dict(d) for d in dicts])
+  if on_plan is not None:
+    on_plan(p)
+  return with_overheads(run_rows(p, p.tasks(), jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row))
+
+
+def run_rows(
+    p: Plan, tasks: list[Task], *, jobs: int = 1, scheduler: str | None = None, cache: RowCache | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> list[Row]:
+  """Rows for ``tasks`` (configurations of ``p``), in task order; ``on_row`` as each finishes.
+  A row is made once from its dict (the form the cache and worker processes hold)."""
+  rows: dict[int, Row] = {}
+
+  def done(i: int, d: dict[str, Any], cached: bool) -> None:
+    rows[i] = row_from_dict(d)
+    if on_row is not None:
+      on_row(rows[i])
+
+  run_tasks(tasks, runner(p, jobs=jobs, scheduler=scheduler), jobs=jobs, scheduler=scheduler, cache=cache, on_row=done)
+  return [rows[i] for i in range(len(tasks))]
 
 
 def row_from_dict(d: dict[str, Any]) -> Row:

@@ -10,6 +10,7 @@ no peak). The measured peak includes initialisation and the allocator's own over
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import re
@@ -60,13 +61,15 @@ ATTACHED = {"target": "attached"}
 
 
 def _configuration(
-    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None, microbatches: int = 1
+    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None, microbatches: int = 1,
+    vocab_tiles: int | None = None,
 ) -> dict[str, Any]:
   return dict(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(mesh), batch=p.batch,
       num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
       param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
-      vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype, **moe_fields(p.cfg),
+      vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, qk_dtype=p.workload.qk_dtype,
+      **moe_fields(p.cfg),
   )
 
 
@@ -80,7 +83,7 @@ def measure(
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh,
       attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
-      vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype,
+      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.workload.qk_dtype,
   )
   compiled = program.lower().compile()
   predicted = read_compiled(compiled).required_bytes
@@ -188,12 +191,12 @@ def validate(
     pv = dataclasses.replace(
         p, cfg=moe_config(p.model or p.cfg, p.workload.replace(moe_impl=impl, capacity_factor=factor), p.target.platform)[0]
     )
-    for mesh, opt, attention, mb, rp in pv.grid():
+    for (mesh, opt, attention, mb, rp), tiles in itertools.product(pv.grid(), p.vocab_tiles):
       one = p.workload.replace(
           model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention,
-          microbatches=mb, moe_impl=impl, capacity_factor=factor,
+          microbatches=mb, vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor,
       )
-      configuration = _configuration(pv, mesh, opt, rp, attention=attention, microbatches=mb)
+      configuration = _configuration(pv, mesh, opt, rp, attention=attention, microbatches=mb, vocab_tiles=tiles)
       out.append(measure_in_subprocess(one, configuration, steps=steps))
       if on_measurement is not None:
         on_measurement(out)
