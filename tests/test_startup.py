@@ -1,6 +1,7 @@
 """JAX starts safely whatever the user did first (issue 10 item 2, "Order of setup breaks GPU
-targets"): each order runs in a fresh interpreter, without JAX_PLATFORMS, as a user's script
-would on a machine with the CUDA plugin and libtpu installed and no accelerator."""
+targets"), and ``import jaxmem`` changes nothing in the user's process (issue 17 item 5): each
+case runs in a fresh interpreter, without JAX_PLATFORMS, as a user's script would on a machine
+with the CUDA plugin and libtpu installed and no accelerator."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import textwrap
 
 import pytest
 
-from jaxmem.compiler import accelerators
+from jaxmem.compiler import cuda_plugin, gpu
 from jaxmem.errors import JaxmemError
 
 ANALYZE = """
@@ -21,10 +22,126 @@ def analyze(target):
 """
 
 
-def _run(*parts: str) -> subprocess.CompletedProcess:
+def _run(*parts: str, **env: str) -> subprocess.CompletedProcess:
   script = "\n".join(textwrap.dedent(p) for p in parts)
-  env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAXMEM_VERBOSE")}
+  env = {**{k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAXMEM_VERBOSE", "XLA_FLAGS")}, **env}
   return subprocess.run([sys.executable, "-P", "-c", script], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_import_changes_neither_the_environment_nor_jax_config():
+  out = _run(
+      """
+      import os, jax
+      e = dict(os.environ); c = jax.config.jax_platforms; n = jax.config.jax_num_cpu_devices
+      import jaxmem
+      assert dict(os.environ) == e and jax.config.jax_platforms == c, (c, jax.config.jax_platforms)
+      assert jax.config.jax_num_cpu_devices == n
+      from jax._src import xla_bridge
+      assert not xla_bridge.backends_are_initialized()
+      print("OK")
+      """
+  )
+  assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+# Records the platform list JAX's backends first start with, and fails if they start with every
+# platform allowed (what would try CUDA and make the plugin print its errors) on this machine,
+# which has no accelerator.
+SPY = """
+import jax
+from jax._src import xla_bridge
+first = []
+_backends = xla_bridge.backends
+def _spy(*a, **k):
+  if not first:
+    first.append(jax.config.jax_platforms)
+  return _backends(*a, **k)
+xla_bridge.backends = _spy
+import jaxmem
+"""
+CHECK = """
+assert first == ["cpu"], first
+print("OK", flush=True)
+"""
+
+# One cheap call per public entry point that compiles; each is the first JAX use of its process.
+# fit is left out: it runs compare's tasks (planning/sweep.run_task), and its search over a
+# capacity compiles for minutes.
+ENTRY_POINTS = {
+    "analyze": 'jaxmem.analyze(lambda a: a @ a, jax.ShapeDtypeStruct((8, 8), "float32"), target="cpu:2")',
+    "compare": 'jaxmem.compare(model="tiny", batch=2, seq=16, target="cpu", remat="none", cache=jaxmem.RowCache(enabled=False))',
+    "explain": 'jaxmem.explain(model="tiny", batch=2, seq=16, target="cpu")',
+    "infer": 'jaxmem.infer(model="tiny", target="cpu", batch=1, context=[32])',
+    "scale": 'jaxmem.scale(model="tiny", over=["batch=2,4"], seq=16, target="cpu", remat="none", cache=jaxmem.RowCache(enabled=False))',
+    "target": 'jaxmem.target("tpu:v5e-1").capacity_bytes; jaxmem.target("gpu:h100x2").mesh({"data": 2})',
+}
+SLOW = ("explain", "infer", "scale")
+
+
+@pytest.mark.parametrize(
+    "entry", [pytest.param(e, marks=pytest.mark.slow) if e in SLOW else e for e in ENTRY_POINTS]
+)
+def test_every_entry_point_starts_jax_on_the_cpu_quietly(entry):
+  if entry == "target":
+    from jaxmem.compiler.tpu import tpu_compiler_available
+
+    if not tpu_compiler_available():
+      pytest.skip("needs libtpu")
+  out = _run(SPY, ENTRY_POINTS[entry], CHECK)
+  assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+  assert "Unable to load" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
+
+
+def test_validation_starts_no_backend():
+  # plan() checks a sweep without JAX where nothing needs it (a TPU target's capacity probe does).
+  out = _run(
+      """
+      import jaxmem
+      from jax._src import xla_bridge
+      from jaxmem.planning.plan import plan
+      plan(model="tiny", target="cpu:2", batch=4, seq=16)
+      plan(model="tiny", target="gpu:h100x2", batch=4, seq=16)
+      assert not xla_bridge.backends_are_initialized()
+      print("OK")
+      """
+  )
+  assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_workers_start_with_the_parents_platforms(tmp_path):
+  # A spawned worker inherits the environment, not jax.config: the platform list the user chose
+  # in config goes to it explicitly. TPU_ACCELERATOR_TYPE makes the worker believe a TPU is
+  # attached, so left to itself it would start with JAX's default platforms instead.
+  (tmp_path / "platform_probe.py").write_text(
+      "import jax\n\ndef run(task):\n  return {'platforms': jax.config.jax_platforms}\n"
+  )
+  out = _run(
+      """
+      import jax, jaxmem
+      import platform_probe
+      from jaxmem.planning import runner
+      from jaxmem.planning.plan import plan
+      jax.config.update("jax_platforms", "cpu")  # the user's choice, in config only
+      tasks = plan(model="tiny", batch=2, seq=16, target="cpu", remat="none,full").tasks()
+      print("OK", [r["platforms"] for r in runner.run_tasks(tasks, platform_probe.run, jobs=2)])
+      """,
+      PYTHONPATH=str(tmp_path), TPU_ACCELERATOR_TYPE="v5litepod-1",
+  )
+  assert out.returncode == 0 and "OK ['cpu', 'cpu']" in out.stdout, out.stderr[-3000:]
+
+
+def test_a_bad_xla_flag_is_one_line_and_a_failure():
+  # XLA exits the process from C++ on a flag it does not know; its message used to be swallowed
+  # by the silenced start-up (issue 18 item 8).
+  out = subprocess.run(
+      [sys.executable, "-P", "-m", "jaxmem", "compare", "--model", "tiny", "--target", "cpu", "--no-cache"],
+      env={**{k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}, "XLA_FLAGS": "--xla_bogus_flag"},
+      capture_output=True, text=True, timeout=600,
+  )
+  assert out.returncode != 0
+  lines = [line for line in out.stderr.splitlines() if line.strip()]
+  assert len(lines) == 1 and "Unknown flag in XLA_FLAGS: --xla_bogus_flag" in lines[0], out.stderr[-3000:]
+  assert "model tiny" not in out.stdout  # nothing compiled
 
 
 @pytest.mark.needs_gpu_compiler
@@ -55,8 +172,8 @@ def test_jaxmem_first_then_user_array_then_gpu_target():
       """
       import sys
       import jaxmem, jax
-      print("imported", file=sys.stderr, flush=True)
-      key = jax.random.PRNGKey(0)  # the user's first JAX call: on the CPU, quietly
+      key = jax.random.PRNGKey(0)  # the user's first JAX call: JAX's own start-up, as without jaxmem
+      print("started", file=sys.stderr, flush=True)
       """,
       ANALYZE,
       """
@@ -65,17 +182,17 @@ def test_jaxmem_first_then_user_array_then_gpu_target():
   )
   assert out.returncode == 0, out.stderr[-3000:]
   assert "OK gpu:h100 gpu 1" in out.stdout
-  after_import = out.stderr.split("imported", 1)[1]
-  assert "Unable to load CUDA" not in after_import and "Traceback" not in after_import
+  after_start = out.stderr.split("started", 1)[1]  # jaxmem's part: the plugin registered late, quietly
+  assert "Unable to load CUDA" not in after_start and "Traceback" not in after_start
 
 
 def test_when_the_plugin_cannot_register_the_error_says_what_to_call_first(monkeypatch):
   def unavailable(**kwargs):
     raise NotImplementedError("topology not implemented for cuda")
 
-  monkeypatch.setattr(accelerators.topologies, "get_topology_desc", unavailable)
-  monkeypatch.setattr(accelerators, "_register_cuda_plugin_late", lambda: False)
-  monkeypatch.setattr(accelerators, "_cuda_plugin_modules", lambda: ["jax_plugins.xla_cuda12"])
-  with pytest.raises(JaxmemError, match="import jaxmem before anything else uses JAX") as e:
-    accelerators.gpu_devices("a100-40gb", 3)  # a key no other test caches
+  monkeypatch.setattr(gpu.topologies, "get_topology_desc", unavailable)
+  monkeypatch.setattr(cuda_plugin, "register_late", lambda: False)
+  monkeypatch.setattr(cuda_plugin, "plugin_modules", lambda: ["jax_plugins.xla_cuda12"])
+  with pytest.raises(JaxmemError, match="let jaxmem start JAX") as e:
+    gpu.gpu_devices("a100-40gb", 3)  # a key no other test caches
   assert "\n" not in str(e.value)

@@ -9,14 +9,15 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.gpu import gpu_compiler_available
+from jaxmem.compiler.tpu import tpu_compiler_available
 from jaxmem.buffers import xprof
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import DumpFormatError, read_dump
 from jaxmem.compiler.targets import get_target
 
-GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
-TPU_OK, TPU_WHY = acc.tpu_compiler_available()
+GPU_OK, GPU_WHY = gpu_compiler_available("h100")
+TPU_OK, TPU_WHY = tpu_compiler_available()
 XPROF_OK, XPROF_WHY = xprof.xprof_available()
 MIB = 1 << 20
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import jax
 
-from jaxmem.compiler.accelerators import parse_oom
+from jaxmem.compiler.oom import parse_oom
 from jaxmem.compiler.flops import compiled_flops, per_device_flops
 from jaxmem.hlo.comms import collectives
 from jaxmem.program.sharding import path_keys
