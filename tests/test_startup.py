@@ -46,8 +46,11 @@ def test_import_changes_neither_the_environment_nor_jax_config():
 
 # Records the platform list JAX's backends first start with, and fails if they start with every
 # platform allowed (what would try CUDA and make the plugin print its errors) on this machine,
-# which has no accelerator.
+# which has no accelerator; the environment is the user's after the call too (libtpu's
+# ALLOW_MULTIPLE_LIBTPU_LOAD is set only while it loads).
 SPY = """
+import os
+env = dict(os.environ)
 import jax
 from jax._src import xla_bridge
 first = []
@@ -61,6 +64,7 @@ import jaxmem
 """
 CHECK = """
 assert first == ["cpu"], first
+assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
 print("OK", flush=True)
 """
 
