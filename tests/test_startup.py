@@ -79,7 +79,7 @@ ENTRY_POINTS = {
     "scale": 'jaxmem.scale(model="tiny", over=["batch=2,4"], seq=16, target="cpu", remat="none", cache=jaxmem.RowCache(enabled=False))',
     "target": 'jaxmem.target("tpu:v5e-1").capacity_bytes; jaxmem.target("gpu:h100x2").mesh({"data": 2})',
 }
-SLOW = ("explain", "infer", "scale")
+SLOW = ("compare", "explain", "infer", "scale")  # below them, Target.devices and the topologies start JAX too
 
 
 @pytest.mark.parametrize(
