@@ -27,6 +27,9 @@ Worker processes (``--jobs``) are started with the parent's platform list explic
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 
 import jax
 
@@ -51,7 +54,8 @@ def start_jax(cpu_devices: int = 1, *, platforms: str | None = None) -> None:
   if _started:
     return
   if not backends_started():
-    check_xla_flags()
+    if platforms is None:  # else a worker, whose parent checked the flags
+      check_xla_flags()
     platforms = platforms or _cpu_unless_chosen()
     if platforms:
       jax.config.update("jax_platforms", platforms)
@@ -78,22 +82,49 @@ def _cpu_unless_chosen() -> str | None:
 
 
 def check_xla_flags() -> None:
-  """Makes XLA read ``XLA_FLAGS`` now, outside :func:`quiet`, so that a flag it does not know
-  ends the process with XLA's own one-line message on stderr instead of silently.
+  """Checks ``XLA_FLAGS`` with XLA's own parser before any backend starts: a flag XLA does not
+  know, or a value it cannot read, is a one-line :class:`JaxmemError` (the CLI exits 2).
 
-  XLA parses ``XLA_FLAGS`` once per process, the first time it needs its debug options, and on an
-  unknown flag or a bad value logs a fatal error ("Unknown flag in XLA_FLAGS: --xla_bogus_flag")
-  and exits with status 1 from C++ (absl's QFATAL: no exception, no Python ``finally`` or
-  ``atexit``). It first happens while the backends start, which runs with fd 2 silenced, so the
-  message went to a temporary file that nobody read. ``CompileOptions()`` builds the debug
-  options, hence parses the flags, without starting any backend or plugin (checked on jax 0.10.2
-  and 0.12.0.1; a few microseconds).
+  XLA parses ``XLA_FLAGS`` once per process, the first time it needs its debug options, and on a
+  bad flag logs a fatal error and exits with status 1 from C++ (absl's QFATAL: no exception, no
+  Python ``finally`` or ``atexit``): "Unknown flag in XLA_FLAGS: --xla_bogus_flag", or for a bad
+  value "Couldn't interpret value abc for flag xla_gpu_autotune_level." followed by the usage of
+  every flag, hundreds of lines. It first happens while the backends start, which runs with fd 2
+  silenced, so the process ended with nothing printed. The parse therefore runs first in a child
+  interpreter (``CompileOptions()`` parses the flags without starting a backend or plugin;
+  0.3 s, only when ``XLA_FLAGS`` is set), whose complaint is read. Where no child can be started,
+  the parse runs here, unsilenced, so XLA's own message at least reaches the terminal.
   """
-  if not os.environ.get("XLA_FLAGS"):
+  flags = os.environ.get("XLA_FLAGS")
+  if not flags:
     return
-  from jax._src.lib import xla_client  # private; CompileOptions has been there since jax 0.4
+  try:
+    child = subprocess.run(
+        [sys.executable, "-c", _PARSE_XLA_FLAGS], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+  except (OSError, subprocess.SubprocessError):  # no interpreter to run (embedded Python)
+    from jax._src.lib import xla_client  # private; CompileOptions has been there since jax 0.4
 
-  xla_client.CompileOptions()
+    xla_client.CompileOptions()
+    return
+  if child.returncode != 0:
+    raise JaxmemError(f"XLA_FLAGS={flags!r} is refused by XLA: {_xla_complaint(child.stderr, child.returncode)}")
+
+
+# jaxlib's own module (jax is not imported): CompileOptions builds XLA's debug options, which
+# parses XLA_FLAGS (checked on jax 0.10.2 and 0.12.0.1).
+_PARSE_XLA_FLAGS = "from jaxlib import xla_client; xla_client.CompileOptions()"
+# A log line of XLA's: "F1201 10:37:49.789605   20291 parse_flags_from_env.cc:234] message".
+_XLA_LOG = re.compile(r"^[EF]\d{4} [\d:.]+\s+\d+ \S+:\d+\] (.*)$", re.M)
+
+
+def _xla_complaint(stderr: str, status: int) -> str:
+  """The first error or fatal line XLA logged (the glog prefix dropped), else the last line."""
+  m = _XLA_LOG.search(stderr)
+  if m:
+    return m.group(1).strip()
+  lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+  return lines[-1] if lines else f"exit status {status}"
 
 
 def backends_started() -> bool:
