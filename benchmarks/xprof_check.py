@@ -35,8 +35,12 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# The server that checks use lives with the tests (tests/xprof_server.py), not in the library.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+
 import jaxmem  # noqa: E402
-from jaxmem.buffers.xprof import XprofServer, xprof_available  # noqa: E402
+from jaxmem.buffers.xprof import xprof_available  # noqa: E402
+from xprof_server import XprofServer  # noqa: E402
 from jaxmem.models import get_config  # noqa: E402
 
 MIB = 1 << 20

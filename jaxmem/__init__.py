@@ -17,22 +17,20 @@ with _quiet():
   # without the hardware; keep it off the user's terminal.
   import jax as _jax  # noqa: F401
 
-from jaxmem.compiler.startup import prefer_cpu as _prefer_cpu  # noqa: E402
-
-# Before the user's first JAX array (see jaxmem/compiler/startup.py): on a machine without an
-# accelerator JAX then starts on its CPU only, quietly, and GPU targets keep working.
-_prefer_cpu()
-
+# Nothing here configures JAX or the environment: the functions below start JAX on first use
+# (jaxmem/compiler/startup.py), so importing jaxmem leaves the user's process as it was.
 from jaxmem.compiler.analysis import analyze  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
-from jaxmem.compiler.targets import target  # noqa: E402
+from jaxmem.compiler.targets import Target, target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
+from jaxmem.buffers.analyse import Explanation  # noqa: E402
 from jaxmem.buffers.explain import explain  # noqa: E402
 from jaxmem.buffers.timeline import plot_timeline, timeline_text  # noqa: E402
-from jaxmem.inference.estimate import estimate  # noqa: E402
-from jaxmem.inference.infer import infer  # noqa: E402
-from jaxmem.planning.fit import fit  # noqa: E402
-from jaxmem.planning.scale import scale  # noqa: E402
+from jaxmem.inference.estimate import Estimate, estimate  # noqa: E402
+from jaxmem.inference.infer import InferRow, infer  # noqa: E402
+from jaxmem.planning.cache import RowCache  # noqa: E402
+from jaxmem.planning.fit import FitResult, fit  # noqa: E402
+from jaxmem.planning.scale import Scaling, scale  # noqa: E402
 from jaxmem.planning.sweep import Row, compare, with_overheads  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
 from jaxmem.program import optimizers, remat  # noqa: E402
@@ -53,7 +51,6 @@ from jaxmem.inference.estimate import estimate_vs_compiler, estimates  # noqa: E
 from jaxmem.inference.infer import InferWorkload, kv_cache_table, training_vs_inference  # noqa: E402
 from jaxmem.inference.infer import plot as plot_inference  # noqa: E402
 from jaxmem.models import PRESETS, ModelConfig, count_active_params, count_params  # noqa: E402
-from jaxmem.planning.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import rank_configurations  # noqa: E402
 from jaxmem.planning.plan import Plan  # noqa: E402
 from jaxmem.planning.scale import plot as plot_scaling  # noqa: E402
@@ -65,7 +62,6 @@ __all__ = [
     "InferWorkload",
     "ModelConfig",
     "Plan",
-    "RowCache",
     "compiler_versions",
     "count_active_params",
     "count_params",
@@ -88,9 +84,16 @@ __all__ = [
     "with_overheads",
     "OPTIMIZERS",
     "REMAT_POLICIES",
+    "Estimate",
+    "Explanation",
+    "FitResult",
+    "InferRow",
     "JaxmemError",
     "MemoryReport",
     "Row",
+    "RowCache",
+    "Scaling",
+    "Target",
     "Workload",
     "__version__",
     "analyze",

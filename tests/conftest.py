@@ -44,16 +44,17 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
   # Before fixtures are set up, so a skipped test never starts its module's compile.
-  from jaxmem.compiler import accelerators
+  from jaxmem.compiler.gpu import gpu_compiler_available
+  from jaxmem.compiler.tpu import tpu_compiler_available
 
   if item.get_closest_marker("needs_tpu_compiler") is not None:
-    ok, why = accelerators.tpu_compiler_available()
+    ok, why = tpu_compiler_available()
     if not ok:
       pytest.skip(f"TPU compiler unavailable: {why}")
   gpu = item.get_closest_marker("needs_gpu_compiler")
   if gpu is not None:
     name = gpu.args[0] if gpu.args else gpu.kwargs.get("name", "h100")
-    ok, why = accelerators.gpu_compiler_available(name)
+    ok, why = gpu_compiler_available(name)
     if not ok:
       pytest.skip(f"GPU compiler for {name} unavailable: {why}")
 

@@ -16,7 +16,11 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.availability import CompilerAvailability
+from jaxmem.compiler.capacity import usable_hbm_bytes
+from jaxmem.compiler.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices, gpu_target_config
+from jaxmem.compiler.oom import OutOfMemory, parse_oom
+from jaxmem.compiler.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.compiler.report import Refusal
 from jaxmem.errors import JaxmemError
 
@@ -51,55 +55,55 @@ def _sharded_compile(devices):
     ("v7x", 8, "tpu7x:2x2x1"), ("v5litepod", 16, "v5e:4x4"),
 ])
 def test_topology_names(generation, size, expected):
-  assert acc.tpu_topology_name(generation, size) == expected
+  assert tpu_topology_name(generation, size) == expected
 
 
 def test_tables_are_consistent():
-  for gen in acc.TPU_GENERATIONS.values():
+  for gen in TPU_GENERATIONS.values():
     assert gen.sizes == tuple(sorted(gen.sizes))
     assert gen.hbm_bytes_per_device * gen.devices_per_chip == gen.hbm_bytes_per_chip
-  assert acc.TPU_GENERATIONS["v5p"].chips(8) == 4  # Cloud counts TensorCores for v4/v5p
-  assert acc.TPU_GENERATIONS["v5e"].chips(8) == 8  # and chips for v5e/v6e
-  for spec in acc.GPU_SPECS.values():
-    text = acc.gpu_target_config(spec)
+  assert TPU_GENERATIONS["v5p"].chips(8) == 4  # Cloud counts TensorCores for v4/v5p
+  assert TPU_GENERATIONS["v5e"].chips(8) == 8  # and chips for v5e/v6e
+  for spec in GPU_SPECS.values():
+    text = gpu_target_config(spec)
     assert f"device_memory_size: {spec.hbm_bytes}" in text
     assert f'device_description_str: "{spec.description}"' in text
 
 
 def test_unknown_names_list_the_valid_ones():
   with pytest.raises(JaxmemError, match="v5e.*v6e"):
-    acc.tpu_topology_name("v9z", 8)
+    tpu_topology_name("v9z", 8)
   with pytest.raises(JaxmemError, match=r"1, 4, 8, 16, 32, 64, 128, 256"):
-    acc.tpu_topology_name("v5e", 12)
+    tpu_topology_name("v5e", 12)
   with pytest.raises(JaxmemError, match=r"TensorCores\): 8, 16"):
-    acc.tpu_devices("v5p", 4)
+    tpu_devices("v5p", 4)
   with pytest.raises(JaxmemError, match="a100-40gb.*h100.*b200"):
-    acc.gpu_devices("rtx4090", 1)
+    gpu_devices("rtx4090", 1)
   with pytest.raises(JaxmemError, match="a100-40gb.*h100.*b200"):
-    acc.gpu_compiler_available("rtx4090")
+    gpu_compiler_available("rtx4090")
   with pytest.raises(JaxmemError, match="num_slices"):
-    acc.tpu_devices("v5e", 4, num_slices=0)
+    tpu_devices("v5e", 4, num_slices=0)
   with pytest.raises(JaxmemError, match="devices_per_host"):
-    acc.gpu_devices("h100", 0)
+    gpu_devices("h100", 0)
 
 
 def test_parse_oom_messages():
-  assert acc.parse_oom(TPU_MESSAGE) == acc.OutOfMemory(
+  assert parse_oom(TPU_MESSAGE) == OutOfMemory(
       required_bytes=round(66.79 * GiB), available_bytes=round(15.75 * GiB))
-  assert acc.parse_oom("XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
-                       "Used 17.12G of 15.48G hbm. Exceeded hbm capacity by 1.64G.") == acc.OutOfMemory(
+  assert parse_oom("XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
+                       "Used 17.12G of 15.48G hbm. Exceeded hbm capacity by 1.64G.") == OutOfMemory(
       required_bytes=round(17.12 * GiB), available_bytes=round(15.48 * GiB))
-  assert acc.parse_oom("RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
-                       "allocate 8.00G. That was not possible. There are 5.14G free.") == acc.OutOfMemory(
+  assert parse_oom("RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to "
+                       "allocate 8.00G. That was not possible. There are 5.14G free.") == OutOfMemory(
       required_bytes=8 * GiB, available_bytes=round(5.14 * GiB))
-  assert acc.parse_oom("E gpu_hlo_schedule.cc:968] The byte size of input/output arguments "
-                       "(274878955520) exceeds the base limit (67954383257).") == acc.OutOfMemory(
+  assert parse_oom("E gpu_hlo_schedule.cc:968] The byte size of input/output arguments "
+                       "(274878955520) exceeds the base limit (67954383257).") == OutOfMemory(
       required_bytes=274878955520, available_bytes=67954383257)
-  assert acc.parse_oom("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123456 "
-                       "bytes.") == acc.OutOfMemory(
+  assert parse_oom("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 123456 "
+                       "bytes.") == OutOfMemory(
       required_bytes=123456, available_bytes=None)
-  assert acc.parse_oom("INVALID_ARGUMENT: shapes do not match") is None
-  assert acc.parse_oom("") is None
+  assert parse_oom("INVALID_ARGUMENT: shapes do not match") is None
+  assert parse_oom("") is None
 
 
 def test_a_refused_compile_says_what_it_needed():
@@ -111,21 +115,75 @@ def test_a_refused_compile_says_what_it_needed():
   assert (other.verdict, other.margin_bytes) == (None, None)
 
 
+# jaxlib 0.10.2's refusal of GPT-3 22B's attention output projection for gpu:a100-80gbx8, tensor=8.
+NO_TILING = (
+    "INTERNAL: Couldn't find output tile sizes that satisfy hlo: %dot.91 = bf16[8192,6144]{1,0} "
+    "dot(%bitcast.419, %parameter_1.5), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="
+    '"jit(train_step)/jvp()/while/body/closed_call/btnh,nhd->btd/dot_general" stack_frame_id=104}, '
+    'backend_config={"sizes":["128"]}'
+)
+
+
+def test_a_triton_tiling_refusal_says_which_matmul_and_what_to_do():
+  r = Refusal.of(jax.errors.JaxRuntimeError(NO_TILING))
+  assert r.fits is None and "\n" not in r.error
+  assert "no Triton tile sizes for the bf16[8192,6144] matmul btnh,nhd->btd (dot.91)" in r.error
+  assert "--xla_gpu_enable_triton_gemm=false" in r.error
+
+
+def _heads_96_wide_step(x, wo, wq):
+  """A scanned attention layer's gradient with 8 heads 96 wide: the smallest program found whose
+  backward query projection, bf16[512,768], jaxlib 0.10.2 cannot tile for sm_80 (issue 18 item 6;
+  the same as GPT-3 22B's [8192,6144] at tensor=8)."""
+
+  def loss(x, wo, wq):
+    def layer(h, ws):
+      wo, wq = ws
+      q = jnp.einsum("btd,dnh->btnh", h, wq.astype(jnp.bfloat16))
+      p = jax.nn.softmax(jnp.einsum("btnh,bsnh->bnts", q, q).astype(jnp.float32), axis=-1)
+      o = jnp.einsum("bnts,bsnh->btnh", p.astype(jnp.bfloat16), q)
+      return h + jnp.einsum("btnh,nhd->btd", o, wo.astype(jnp.bfloat16)), None
+
+    return jax.lax.scan(layer, x, (wo, wq))[0].astype(jnp.float32).sum()
+
+  return jax.grad(loss, argnums=(1, 2))(x, wo, wq)
+
+
+@pytest.mark.needs_gpu_compiler("a100-80gb")
+def test_a100_compiles_96_wide_heads_or_says_which_matmul_it_cannot_tile():
+  from jaxmem.compiler.analysis import lower_for_target
+
+  args = (jax.ShapeDtypeStruct((2, 256, 768), jnp.bfloat16), jax.ShapeDtypeStruct((2, 8, 96, 768), jnp.float32),
+          jax.ShapeDtypeStruct((2, 768, 8, 96), jnp.float32))
+  lowering = lower_for_target(_heads_96_wide_step, *args, target="gpu:a100-80gb")
+  try:
+    compiled, _ = lowering.compile()
+  except jax.errors.JaxRuntimeError as e:
+    if jax.__version_info__ >= (0, 12):  # 0.12.0.1 compiles it: a refusal there is a regression
+      raise
+    error = Refusal.of(e).error
+    assert "no Triton tile sizes for the bf16[512,768] matmul btd,dnh->btnh" in error and "\n" not in error
+    return
+  report = lowering.read(compiled)
+  assert report.temp_size_in_bytes > 0 and report.argument_size_in_bytes == sum(
+      np.prod(a.shape) * a.dtype.itemsize for a in args)
+
+
 def test_compiler_availability_is_true_only_when_available():
-  no = acc.CompilerAvailability(ok=False, why="libtpu missing")
-  assert not no and bool(acc.CompilerAvailability(ok=True))
+  no = CompilerAvailability(ok=False, why="libtpu missing")
+  assert not no and bool(CompilerAvailability(ok=True))
   ok, why = no
   assert (ok, why) == (False, "libtpu missing") and no[1] == "libtpu missing"
 
 
 # -- TPU ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("generation", list(acc.TPU_GENERATIONS))
+@pytest.mark.parametrize("generation", list(TPU_GENERATIONS))
 @tpu
 def test_every_slice_size_is_accepted_by_libtpu(generation):
-  gen = acc.TPU_GENERATIONS[generation]
+  gen = TPU_GENERATIONS[generation]
   for size in gen.sizes:
-    devices = acc.tpu_devices(generation, size)
+    devices = tpu_devices(generation, size)
     assert len(devices) == gen.chips(size) * gen.devices_per_chip, f"{generation}-{size}"
     assert devices[0].device_kind == gen.device_kind
     assert devices[0].platform == "tpu"
@@ -133,29 +191,29 @@ def test_every_slice_size_is_accepted_by_libtpu(generation):
 
 @tpu
 def test_tpu_devices_are_cached_and_multislice():
-  assert acc.tpu_devices("v5e", 4) == acc.tpu_devices("v5e", 4)
-  assert acc.tpu_devices("v5e", 4)[0] is acc.tpu_devices("v5e", 4)[0]
-  two = acc.tpu_devices("v5e", 4, num_slices=2)
+  assert tpu_devices("v5e", 4) == tpu_devices("v5e", 4)
+  assert tpu_devices("v5e", 4)[0] is tpu_devices("v5e", 4)[0]
+  two = tpu_devices("v5e", 4, num_slices=2)
   assert len(two) == 8
   assert sorted({d.slice_index for d in two}) == [0, 1]
 
 
 @tpu
 def test_sharded_compile_on_v5e_4():
-  stats = _sharded_compile(acc.tpu_devices("v5e", 4))
+  stats = _sharded_compile(tpu_devices("v5e", 4))
   assert stats.argument_size_in_bytes == ARGUMENT_BYTES // 4
   assert stats.output_size_in_bytes == OUTPUT_BYTES // 4
 
 
 @tpu
 def test_real_tpu_out_of_memory_is_parsed():
-  devices = acc.tpu_devices("v5e", 1)
+  devices = tpu_devices("v5e", 1)
   sharding = NamedSharding(Mesh(np.array(devices), ("d",)), P())
   x = jax.ShapeDtypeStruct((1 << 16,), jnp.float32, sharding=sharding)
   big = jax.jit(lambda v: jnp.cumsum(jnp.outer(v, v), axis=0)[-1])  # 16 GiB that must exist at once
   with pytest.raises(Exception) as info:
     big.lower(x).compile()
-  oom = acc.parse_oom(str(info.value))
+  oom = parse_oom(str(info.value))
   assert oom is not None, str(info.value)
   assert oom.required_bytes > 16 * GiB - 1
   assert 15 * GiB < oom.available_bytes < 16 * GiB
@@ -163,15 +221,15 @@ def test_real_tpu_out_of_memory_is_parsed():
 
 @tpu
 def test_usable_hbm_is_read_from_the_compiler():
-  assert abs(acc.usable_hbm_bytes("v5e") - 15.75 * GiB) < 6 << 20
-  assert acc.usable_hbm_bytes("h100") == acc.GPU_SPECS["h100"].hbm_bytes
+  assert abs(usable_hbm_bytes("v5e") - 15.75 * GiB) < 6 << 20
+  assert usable_hbm_bytes("h100") == GPU_SPECS["h100"].hbm_bytes
 
 
 # -- GPU ------------------------------------------------------------------------------------------
 
 @gpu
 def test_sharded_compile_on_h100_x2():
-  devices = acc.gpu_devices("h100", 2)
+  devices = gpu_devices("h100", 2)
   assert [d.device_kind for d in devices] == ["NVIDIA H100 80GB HBM3"] * 2
   stats = _sharded_compile(devices)
   assert stats.argument_size_in_bytes == ARGUMENT_BYTES // 2
@@ -180,23 +238,23 @@ def test_sharded_compile_on_h100_x2():
 
 @gpu
 def test_gpu_multi_host_and_cache():
-  devices = acc.gpu_devices("h100", 4, hosts=2)
+  devices = gpu_devices("h100", 4, hosts=2)
   assert [d.process_index for d in devices] == [0] * 4 + [1] * 4
-  assert acc.gpu_devices("h100", 4, hosts=2)[0] is devices[0]
+  assert gpu_devices("h100", 4, hosts=2)[0] is devices[0]
 
 
-@pytest.mark.parametrize("name", list(acc.GPU_SPECS))
+@pytest.mark.parametrize("name", list(GPU_SPECS))
 @gpu
 def test_gpu_compiler_available_answers_per_gpu(name):
   # The answer must agree with compiling for that GPU, tried here another way (a sharded matmul
   # with tanh, which needs ptxas and libdevice): available exactly when it compiles, and a
   # reason exactly when it does not. (b200, sm_100, needs ptxas 12.8 or later.)
-  answer = acc.gpu_compiler_available(name)
+  answer = gpu_compiler_available(name)
   try:
-    stats = _sharded_compile(acc.gpu_devices(name, 1))
+    stats = _sharded_compile(gpu_devices(name, 1))
   except jax.errors.JaxRuntimeError as e:
     assert not answer and answer.why, f"{name} did not compile ({e}) but was said to be available"
-    assert f"sm_{''.join(map(str, acc.GPU_SPECS[name].compute_capability))}" in answer.why or "toolkit" in answer.why
+    assert f"sm_{''.join(map(str, GPU_SPECS[name].compute_capability))}" in answer.why or "toolkit" in answer.why
   else:
     assert answer and answer.why == "", f"{name} compiled but was said to be unavailable: {answer.why}"
     assert stats.argument_size_in_bytes == ARGUMENT_BYTES
@@ -206,7 +264,7 @@ def test_gpu_compiler_available_answers_per_gpu(name):
 @gpu
 def test_both_targets_in_one_process():
   # Per device: each argument and the output are split by rows over the four devices.
-  for devices in (acc.tpu_devices("v6e", 4), acc.gpu_devices("a100-80gb", 4), acc.tpu_devices("v5p", 8)):
+  for devices in (tpu_devices("v6e", 4), gpu_devices("a100-80gb", 4), tpu_devices("v5p", 8)):
     stats = _sharded_compile(devices)
     assert stats.argument_size_in_bytes == ARGUMENT_BYTES // len(devices), devices[0].device_kind
     assert stats.output_size_in_bytes == OUTPUT_BYTES // len(devices)
@@ -220,16 +278,19 @@ def test_nothing_reaches_stderr(tmp_path):
       os.environ["JAX_PLATFORMS"] = "cpu"
       import jax  # its own import noise is the caller's business
       print("MARK", file=sys.stderr, flush=True)
-      from jaxmem.compiler import accelerators as acc
-      acc.tpu_compiler_available(); acc.gpu_compiler_available()
-      acc.tpu_devices("v5e", 4); acc.tpu_devices("v4", 8); acc.usable_hbm_bytes("v5e")
+      from jaxmem.compiler.capacity import usable_hbm_bytes
+      from jaxmem.compiler.gpu import gpu_compiler_available, gpu_devices
+      from jaxmem.compiler.tpu import tpu_compiler_available, tpu_devices
+      from jaxmem.errors import JaxmemError
+      tpu_compiler_available(); gpu_compiler_available()
+      tpu_devices("v5e", 4); tpu_devices("v4", 8); usable_hbm_bytes("v5e")
       try:
-        acc.gpu_devices("h100", 2)
-      except acc.JaxmemError:
+        gpu_devices("h100", 2)
+      except JaxmemError:
         pass
       try:
-        acc.tpu_devices("v5e", 3)
-      except acc.JaxmemError:
+        tpu_devices("v5e", 3)
+      except JaxmemError:
         pass
   """)
   env = {k: v for k, v in os.environ.items() if k != "JAXMEM_VERBOSE"}

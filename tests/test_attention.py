@@ -39,11 +39,12 @@ from jaxmem.models import (
 from jaxmem.models import attention_kernels as kernels
 from jaxmem.program.sharding import mesh_axes
 
-from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.gpu import gpu_compiler_available
+from jaxmem.compiler.tpu import tpu_compiler_available
 from jaxmem.compiler import targets as tg
 
-TPU_OK, TPU_WHY = acc.tpu_compiler_available()
-GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
+TPU_OK, TPU_WHY = tpu_compiler_available()
+GPU_OK, GPU_WHY = gpu_compiler_available("h100")
 needs_tpu = pytest.mark.skipif(not TPU_OK, reason=f"TPU compiler unavailable: {TPU_WHY}")
 needs_gpu = pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from jaxmem.compiler import accelerators
+from jaxmem.compiler.tpu import tpu_compiler_available
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 from jaxmem.planning import sweep as cmp
@@ -89,7 +89,7 @@ def test_adafactor_state_far_below_adamw(opt_rows):
 # The registries compile for a TPU where libtpu is installed: a tiny step compiles there in about
 # 1 s against 3-4 s for the host CPU, and the offload policies get the host memory space they
 # name (XLA:CPU may refuse it). Without libtpu they compile for the CPU.
-REGISTRY_TARGET = "tpu:v5e-1" if accelerators.tpu_compiler_available()[0] else "cpu"
+REGISTRY_TARGET = "tpu:v5e-1" if tpu_compiler_available()[0] else "cpu"
 
 
 # A registry entry's one configuration: tiny shapes, no baseline row beside it.

@@ -453,9 +453,10 @@ def test_experts_hook_runs_dropless_per_shard():
 
 @functools.cache
 def _compiler(target: str) -> tuple[bool, str]:
-  from jaxmem.compiler import accelerators as acc
+  from jaxmem.compiler.gpu import gpu_compiler_available
+  from jaxmem.compiler.tpu import tpu_compiler_available
 
-  return acc.tpu_compiler_available() if target.startswith("tpu") else acc.gpu_compiler_available("h100")
+  return tpu_compiler_available() if target.startswith("tpu") else gpu_compiler_available("h100")
 
 
 # The GPU case also runs, with its note, through the sweep in test_moe_wiring.py (in the fast

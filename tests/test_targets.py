@@ -3,7 +3,9 @@
 import pytest
 
 from jaxmem.cli import main
-from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.availability import CompilerAvailability
+from jaxmem.compiler.gpu import gpu_compiler_available
+from jaxmem.compiler.tpu import tpu_compiler_available
 from jaxmem.compiler import targets as tg
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
@@ -152,7 +154,7 @@ def test_default_target_here_is_the_first_compiler_installed():
     assert (name, why) == ("attached", "an accelerator is attached")
     return
   expected = next((n for n in tg.DEFAULT_ACCELERATORS
-                   if (acc.gpu_compiler_available(n[4:]) if n.startswith("gpu:") else acc.tpu_compiler_available())), "cpu")
+                   if (gpu_compiler_available(n[4:]) if n.startswith("gpu:") else tpu_compiler_available())), "cpu")
   assert name == expected
   assert why.startswith("no accelerator attached")
 
@@ -167,11 +169,11 @@ def test_default_target_here_is_the_first_compiler_installed():
     ],
 )
 def test_default_target_order(monkeypatch, attached, gpu, tpu, expected):
-  no = acc.CompilerAvailability(ok=False, why="not here")
-  yes = acc.CompilerAvailability(ok=True)
+  no = CompilerAvailability(ok=False, why="not here")
+  yes = CompilerAvailability(ok=True)
   monkeypatch.setattr(tg, "attached_accelerator_present", lambda: attached)
-  monkeypatch.setattr(acc, "gpu_compiler_available", lambda name=None: yes if gpu else no)
-  monkeypatch.setattr(acc, "tpu_compiler_available", lambda: yes if tpu else no)
+  monkeypatch.setattr(tg, "gpu_compiler_available", lambda name=None: yes if gpu else no)
+  monkeypatch.setattr(tg, "tpu_compiler_available", lambda: yes if tpu else no)
   name, why = tg.default_target_name()
   assert name == expected
   assert (name in why) or (expected == "cpu" and "no TPU/GPU compiler installed" in why)

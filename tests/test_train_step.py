@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from jaxmem.cli import main
-from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.gpu import gpu_compiler_available
+from jaxmem.compiler.tpu import tpu_compiler_available
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
 from jaxmem.buffers.residuals import saved_residuals_by_policy
 from jaxmem.inference.infer import infer
@@ -26,8 +27,8 @@ from jaxmem.planning.plan import plan
 from jaxmem.program.remat import REMAT_POLICIES
 from jaxmem.program.train import build_train_program
 
-TPU_OK, TPU_WHY = acc.tpu_compiler_available()
-GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
+TPU_OK, TPU_WHY = tpu_compiler_available()
+GPU_OK, GPU_WHY = gpu_compiler_available("h100")
 needs_tpu = pytest.mark.skipif(not TPU_OK, reason=f"TPU compiler unavailable: {TPU_WHY}")
 needs_gpu = pytest.mark.skipif(not GPU_OK, reason=f"GPU compiler unavailable: {GPU_WHY}")
 needs_cudnn = pytest.mark.skipif(

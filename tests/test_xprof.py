@@ -9,14 +9,16 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.gpu import gpu_compiler_available
+from jaxmem.compiler.tpu import tpu_compiler_available
 from jaxmem.buffers import xprof
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import DumpFormatError, read_dump
 from jaxmem.compiler.targets import get_target
+from xprof_server import XprofServer  # tests/xprof_server.py
 
-GPU_OK, GPU_WHY = acc.gpu_compiler_available("h100")
-TPU_OK, TPU_WHY = acc.tpu_compiler_available()
+GPU_OK, GPU_WHY = gpu_compiler_available("h100")
+TPU_OK, TPU_WHY = tpu_compiler_available()
 XPROF_OK, XPROF_WHY = xprof.xprof_available()
 MIB = 1 << 20
 
@@ -182,7 +184,7 @@ def test_xprof_memory_viewer_reports_the_compilers_peak(tmp_path):
   f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)  # noqa: E731
   r = jaxmem.explain(_sgd_step, {"a": f32(256, 512), "b": f32(512, 256)}, f32(128, 256), target="gpu:h100", donate_argnums=0)
   r.to_xprof(str(tmp_path), run="gpu")
-  with xprof.XprofServer(str(tmp_path)) as server:
+  with XprofServer(str(tmp_path)) as server:
     data = server.memory_viewer("gpu", "jaxmem", r.optimized_hlo.xprof_module, memory_space=0)
     pid = server.process.pid
   assert data["moduleName"] == r.optimized_hlo.module_name == "jit__sgd_step"

@@ -60,12 +60,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 
-from jaxmem.compiler.accelerators import parse_oom
+from jaxmem.compiler.oom import parse_oom
 from jaxmem.compiler.flops import compiled_flops, per_device_flops
 from jaxmem.compiler.margin import NO, Verdict, judge, risk_bytes
 from jaxmem.hlo.comms import collectives
@@ -176,14 +177,44 @@ class Refusal(Record):
     message = str(e)
     oom = parse_oom(message) if "RESOURCE_EXHAUSTED" in message else None
     lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    first = lines[0] if lines else message
     return cls(
         required_bytes=None if oom is None else oom.required_bytes,
         fits=False if oom is not None else None,
-        error=lines[0] if lines else message,
+        error=_no_triton_tiling(first) or first,
         verdict=None if oom is None else NO,
         margin_bytes=None if oom is None or None in (oom.required_bytes, oom.available_bytes)
         else oom.available_bytes - oom.required_bytes,
     )
+
+
+# XLA's GPU compiler, given a dot fused with its producers for the Triton GEMM emitter, turns the
+# GEMM configuration it chose into tile sizes for the whole fusion; where none satisfies the
+# fusion's constraints it fails "Couldn't find output tile sizes that satisfy hlo: %dot = ...".
+# Seen with jaxlib 0.10.2 compiling for gpu:a100 (sm_80) without a device: in a scanned layer's
+# backward pass, the bf16[8192,6144] query projection whose operand is the attention gradient
+# [8, 1024, 8, 96] seen as [8192, 768] (GPT-3 22B's 96-wide heads, 8 per device under tensor=8),
+# with a 128-wide contracting tile ("sizes":["128"]) that does not fit 96. H100 and jaxlib
+# 0.12.0.1 compile the same program (tests/test_targets.py); so does jaxlib 0.10.2 with Triton
+# GEMMs off, which leaves the matmul to cuBLAS.
+_TRITON_TILING = re.compile(
+    r"Couldn't find output tile sizes that satisfy hlo: %(\S+) = (\S+?)(?:\{[^}]*\})? dot\(.*?"
+    r'op_name="(?:[^"]*/)?([^"/]+)/dot_general"'
+)
+
+
+def _no_triton_tiling(error: str) -> str | None:
+  """The compiler's "Couldn't find output tile sizes" refusal said as what it could not do."""
+  m = _TRITON_TILING.search(error)
+  if m is None:
+    return None
+  name, shape, equation = m.groups()
+  return (
+      f"XLA's GPU compiler found no Triton tile sizes for the {shape} matmul {equation} ({name}): the "
+      f"Triton GEMM configuration jax {jax.__version__} picks without a device cannot tile its fusion "
+      "(jax 0.12.0.1 compiles the programs where this was seen; XLA_FLAGS=--xla_gpu_enable_triton_gemm=false "
+      "leaves the matmul to cuBLAS)"
+  )
 
 
 def _total(a: int | None, o: int | None, al: int | None, t: int | None) -> int | None:

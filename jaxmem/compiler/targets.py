@@ -12,7 +12,7 @@ Names:
   count TensorCores (v5p-8 is 4 chips, 4 JAX devices), v5e and v6e names count chips. Several
   slices (multi-slice over DCN) with ``slices=N``.
 - ``gpu:NAME`` or ``gpu:NAMExN``: N GPUs (``gpu:h100x8``), compiled by XLA's CUDA compiler
-  without a GPU from a target description of the part (:mod:`jaxmem.compiler.accelerators`); more than
+  without a GPU from a target description of the part (:mod:`jaxmem.compiler.gpu`); more than
   8 devices are laid out as hosts of 8 (``gpu:h100x16`` is two 8-GPU hosts).
 
 ``capacity_bytes`` is the memory per device a program may use: TPU, what the compiler itself
@@ -33,7 +33,10 @@ import jax
 import numpy as np
 from jax.experimental import mesh_utils
 
-from jaxmem.compiler import accelerators as acc
+from jaxmem.compiler.availability import CompilerAvailability
+from jaxmem.compiler.capacity import usable_hbm_bytes
+from jaxmem.compiler.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices
+from jaxmem.compiler.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.compiler.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.records import Record
@@ -74,8 +77,8 @@ class Target:
       return Devices(attached_devices())
     start_jax()
     if self.source == "tpu":
-      return Devices(acc.tpu_devices(self.key, self.size, num_slices=self.slices))
-    return Devices(acc.gpu_devices(self.key, self.size, hosts=self.hosts))
+      return Devices(tpu_devices(self.key, self.size, num_slices=self.slices))
+    return Devices(gpu_devices(self.key, self.size, hosts=self.hosts))
 
   def mesh(self, axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> jax.sharding.Mesh:
     """A ``jax.sharding.Mesh`` over this target's devices, for ``NamedSharding`` and
@@ -171,7 +174,7 @@ def get_target(name: str, *, slices: int = 1) -> Target:
     return _gpu_target(m.group(1), int(m.group(2) or 1))
   raise JaxmemError(
       f"unknown target {name!r}; valid forms: cpu, cpu:N, attached, tpu:GEN-SIZE (GEN: "
-      f"{', '.join(acc.TPU_GENERATIONS)}), gpu:NAME[xN] (NAME: {', '.join(acc.GPU_SPECS)}); "
+      f"{', '.join(TPU_GENERATIONS)}), gpu:NAME[xN] (NAME: {', '.join(GPU_SPECS)}); "
       "see `jaxmem targets`"
   )
 
@@ -216,15 +219,15 @@ def _attached_target() -> Target:
 
 @functools.cache
 def _tpu_capacity(gen: str) -> int:
-  return acc.usable_hbm_bytes(gen)
+  return usable_hbm_bytes(gen)
 
 
 def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
   try:
-    gen = next(g for g in acc.TPU_GENERATIONS.values() if gen_name == g.name or gen_name in g.aliases)
+    gen = next(g for g in TPU_GENERATIONS.values() if gen_name == g.name or gen_name in g.aliases)
   except StopIteration:
-    raise JaxmemError(f"unknown TPU generation {gen_name!r}; valid: {', '.join(acc.TPU_GENERATIONS)}") from None
-  acc.tpu_topology_name(gen.name, size)  # checks the size, listing valid ones
+    raise JaxmemError(f"unknown TPU generation {gen_name!r}; valid: {', '.join(TPU_GENERATIONS)}") from None
+  tpu_topology_name(gen.name, size)  # checks the size, listing valid ones
   if slices < 1:
     raise JaxmemError(f"--slices must be at least 1 (got {slices})")
   devices = gen.chips(size) * gen.devices_per_chip * slices
@@ -243,14 +246,14 @@ def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
 
 
 def _gpu_target(gpu: str, n: int) -> Target:
-  if gpu not in acc.GPU_SPECS:
-    raise JaxmemError(f"unknown GPU {gpu!r}; valid: {', '.join(acc.GPU_SPECS)} (write gpu:h100x8 for 8)")
+  if gpu not in GPU_SPECS:
+    raise JaxmemError(f"unknown GPU {gpu!r}; valid: {', '.join(GPU_SPECS)} (write gpu:h100x8 for 8)")
   if n < 1:
     raise JaxmemError(f"target gpu:{gpu}x{n}: the device count must be at least 1")
   per_host = n if n <= 8 else 8
   if n % per_host:
     raise JaxmemError(f"target gpu:{gpu}x{n}: more than 8 GPUs must be a multiple of 8 (hosts of 8)")
-  spec = acc.GPU_SPECS[gpu]
+  spec = GPU_SPECS[gpu]
   fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", _DEFAULT_GPU_MEM_FRACTION))
   return Target(
       name=f"gpu:{gpu}" + (f"x{n}" if n > 1 else ""),
@@ -316,7 +319,7 @@ def default_target_name() -> tuple[str, str]:
     return "attached", "an accelerator is attached"
   for name in DEFAULT_ACCELERATORS:
     kind, _, rest = name.partition(":")
-    if acc.gpu_compiler_available(rest) if kind == "gpu" else acc.tpu_compiler_available():
+    if gpu_compiler_available(rest) if kind == "gpu" else tpu_compiler_available():
       return name, f"no accelerator attached; {name}'s compiler is installed"
   return "cpu", "no accelerator attached and no TPU/GPU compiler installed; CPU temporaries overstate an accelerator's"
 
@@ -336,7 +339,7 @@ class TargetListing(Record):
   note: str = ""
 
 
-def _listing(t: Target, capacity: int | None, available: acc.CompilerAvailability) -> TargetListing:
+def _listing(t: Target, capacity: int | None, available: CompilerAvailability) -> TargetListing:
   return TargetListing(
       target=t.name,
       platform=t.platform,
@@ -358,12 +361,12 @@ def list_targets() -> list[TargetListing]:
   if attached_accelerator_present():
     records.append(TargetListing(target="attached", platform="?", devices="all", device_kind="this machine's",
                                  hbm_gib=None, capacity_gib=None, compiler="yes"))
-  tpu = acc.tpu_compiler_available()
-  for gen in acc.TPU_GENERATIONS.values():
+  tpu = tpu_compiler_available()
+  for gen in TPU_GENERATIONS.values():
     for size in gen.sizes:
       records.append(_listing(_tpu_target(gen.name, size, 1), _tpu_capacity(gen.name) if tpu else None, tpu))
-  for gpu in acc.GPU_SPECS:
-    available = acc.gpu_compiler_available(gpu)
+  for gpu in GPU_SPECS:
+    available = gpu_compiler_available(gpu)
     for n in (1, 8):
       t = _gpu_target(gpu, n)
       records.append(_listing(t, t.capacity_bytes, available))

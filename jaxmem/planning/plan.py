@@ -15,7 +15,6 @@ import dataclasses
 import itertools
 from typing import Any
 
-from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, with_capacity
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
@@ -247,7 +246,6 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   """Resolves and checks a sweep: ``workload`` (or the default one) with ``fields`` replaced.
   Raises :class:`JaxmemError` on any bad input."""
   w = Workload.of(workload, **fields)
-  start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
   if w.step:
     return plan_step(w)
   cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)

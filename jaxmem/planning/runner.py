@@ -17,7 +17,7 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.startup import chosen_platforms, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Task
@@ -26,8 +26,10 @@ from jaxmem.program.step import is_local
 Run = Callable[[Task], dict[str, Any]]
 
 
-def _init_worker(cpu_devices: int) -> None:
-  start_jax(cpu_devices)
+def _init_worker(cpu_devices: int, platforms: str | None) -> None:
+  # The parent's platform list, given explicitly: a spawned worker inherits the environment but
+  # not jax.config, where the parent's start_jax (or the user) chose it.
+  start_jax(cpu_devices, platforms=platforms)
 
 
 def run_tasks(
@@ -83,7 +85,9 @@ def _run_pool(tasks: Sequence[Task], run: Run, todo: Iterable[int], jobs: int, d
   # spawn, not fork: JAX's runtime threads do not survive a fork.
   ctx = multiprocessing.get_context("spawn")
   cpu = max(t.cpu_devices for t in tasks)
-  pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(cpu,))
+  pool = cf.ProcessPoolExecutor(
+      max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(cpu, chosen_platforms())
+  )
   try:
     futures = {pool.submit(run, tasks[i]): i for i in todo}
     for f in cf.as_completed(futures):

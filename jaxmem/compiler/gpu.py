@@ -1,0 +1,226 @@
+"""Compile-only NVIDIA GPU devices: the parts' specifications and the target description given
+to XLA's CUDA compiler.
+
+What was established (jax/jaxlib 0.10.2 and 0.12.0.1, jax-cuda12-plugin, 2-core x86-64, no GPU):
+
+  * ``get_topology_desc(platform="cuda", target_config=TEXT, topology="SxHxD")`` (slices x hosts x
+    devices per host) gives compile-only devices; hosts show up as ``process_index``. It needs the
+    CUDA plugin registered, which :mod:`jaxmem.compiler.cuda_plugin` sees to.
+  * Compiling needs a CUDA toolkit on the machine even without a GPU: without ptxas/nvlink the
+    compile fails "UNAVAILABLE: No PTX compilation provider is available", and without libdevice any
+    transcendental fails "INTERNAL: libdevice not found". The machine this was checked on has
+    ptxas 13.0 (/usr/local/cuda-13.0), and with it sm_80, sm_90 and sm_100 (B200) all compiled; an
+    architecture ptxas does not know fails "ptxas too old". :func:`gpu_compiler_available` therefore
+    compiles a tiny program for the requested GPU rather than trusting that the plugin imports.
+  * ``feature_extension: ACCELERATED_FEATURES`` (sm_90a / sm_100a, as XLA's own specs for real
+    H100/H200/B200 record) is accepted by jaxlib 0.10.2; a jaxlib whose proto lacks the field gets
+    the config without it.
+  * A GPU ``compile()`` prints nothing, except that a program whose arguments and outputs exceed
+    80% of ``device_memory_size`` makes ``gpu_hlo_schedule.cc`` log ``The byte size of
+    input/output arguments (N) exceeds the base limit (M)`` at ERROR level on fd 2 and the compile
+    still succeeds: callers compile under ``quiet()`` (:func:`jaxmem.compiler.oom.parse_oom` reads
+    that line if they keep it).
+  * Timings (2 cores): first topology 0.02 s, later ones under 1 ms; 1024x4096 @ 4096x4096 bf16
+    over H100x2 compiled in 0.18 s the first time and 0.07 s after; the availability probe takes
+    0.2-0.5 s per GPU.
+  * The GPU compiler never fails for size, so only the specification's memory figure is known
+    (JAX's allocator takes 75% of it by default, XLA_PYTHON_CLIENT_MEM_FRACTION; the GPU scheduler
+    aims at 80%).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+from jax.experimental import topologies
+
+from jaxmem.compiler import cuda_plugin
+from jaxmem.compiler.availability import AVAILABLE, CompilerAvailability, compile_probe, first_line, quietly
+from jaxmem.compiler.startup import start_jax
+from jaxmem.errors import JaxmemError
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+  """The figures a GpuTargetConfigProto needs, for one GPU model (SXM parts)."""
+  name: str                          # user-facing: "h100"
+  description: str                   # device_description_str, as the CUDA driver names the part
+  hbm_bytes: int                     # device_memory_size: total memory the CUDA driver reports
+  compute_capability: tuple[int, int]
+  core_count: int                    # streaming multiprocessors
+  fpus_per_core: int                 # FP32 lanes per SM
+  shared_memory_per_core: int        # bytes of shared memory per SM
+  shared_memory_per_block_optin: int # bytes a block may opt in to
+  l2_cache_bytes: int
+  clock_rate_ghz: float              # boost clock
+  memory_bandwidth: int              # bytes per second
+  accelerated_features: bool = False # sm_90a / sm_100a: arch-specific instructions (wgmma, tcgen05)
+
+
+# Figures: NVIDIA datasheets for memory size, bandwidth, SM count and L2; the exact byte counts
+# (what cudaGetDeviceProperties reports, a little below the marketed GB) and shared-memory limits
+# are those XLA records from real devices in xla/backends/gpu/target_config/specs/*.txtpb
+# (github.com/openxla/xla).
+GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
+    # A100 SXM4 40GB: nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/
+    # nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (40 GB HBM2, 1,555 GB/s); 108 SMs, 40 MB
+    # L2, 164 KB shared memory per SM, 1410 MHz boost: NVIDIA A100 Tensor Core GPU Architecture
+    # whitepaper. Bytes: XLA specs/a100_sxm_40.txtpb.
+    GpuSpec(
+        name="a100-40gb", description="NVIDIA A100-SXM4-40GB", hbm_bytes=42_331_013_120,
+        compute_capability=(8, 0), core_count=108, fpus_per_core=64,
+        shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
+        l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=1_555_200_000_000),
+    # A100 SXM4 80GB: same datasheet (80 GB HBM2e, 2,039 GB/s). Bytes: XLA specs/a100_sxm_80.txtpb.
+    GpuSpec(
+        name="a100-80gb", description="NVIDIA A100-SXM4-80GB", hbm_bytes=85_100_068_864,
+        compute_capability=(8, 0), core_count=108, fpus_per_core=64,
+        shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
+        l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000),
+    # H100 SXM5 80GB: nvidia.com/en-us/data-center/h100/ (80 GB HBM3, 3.35 TB/s); 132 SMs, 50 MB
+    # L2, 228 KB shared memory per SM (227 KB per block), 1.98 GHz boost: NVIDIA H100 Tensor Core
+    # GPU Architecture whitepaper. Bytes: XLA specs/h100_sxm.txtpb.
+    GpuSpec(
+        name="h100", description="NVIDIA H100 80GB HBM3", hbm_bytes=84_942_979_072,
+        compute_capability=(9, 0), core_count=132, fpus_per_core=128,
+        shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
+        l2_cache_bytes=52_428_800, clock_rate_ghz=1.98, memory_bandwidth=3_352_320_000_000,
+        accelerated_features=True),
+    # H200 SXM 141GB: nvidia.com/en-us/data-center/h200/ (141 GB HBM3e, 4.8 TB/s); the same GH100
+    # die as H100 (132 SMs, 50 MB L2). Bytes: XLA specs/h200.txtpb.
+    GpuSpec(
+        name="h200", description="NVIDIA H200 141GB HBM3e", hbm_bytes=151_397_597_184,
+        compute_capability=(9, 0), core_count=132, fpus_per_core=128,
+        shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
+        l2_cache_bytes=52_428_800, clock_rate_ghz=1.98, memory_bandwidth=4_800_000_000_000,
+        accelerated_features=True),
+    # B200: nvidia.com/en-us/data-center/dgx-b200/ (1,440 GB HBM3e over 8 GPUs = 180 GB each;
+    # HGX B200 lists 8 TB/s per GPU). 148 SMs, 126.5 MiB L2, 7.67 TB/s and the byte count are
+    # XLA's specs/b200.txtpb, recorded from a real B200.
+    GpuSpec(
+        name="b200", description="NVIDIA B200", hbm_bytes=191_514_411_008,
+        compute_capability=(10, 0), core_count=148, fpus_per_core=128,
+        shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
+        l2_cache_bytes=132_644_864, clock_rate_ghz=1.965, memory_bandwidth=7_672_320_000_000,
+        accelerated_features=True),
+)}
+
+
+def gpu_spec(name: str) -> GpuSpec:
+  spec = GPU_SPECS.get(name.strip().lower())
+  if spec is None:
+    raise JaxmemError(f"unknown GPU {name!r}; valid: {', '.join(GPU_SPECS)}")
+  return spec
+
+
+def gpu_target_config(spec: GpuSpec, *, feature_extension: bool = True) -> str:
+  """GpuTargetConfigProto text (protobuf text format) describing `spec` to XLA's GPU compiler."""
+  major, minor = spec.compute_capability
+  ext = ""
+  if feature_extension and spec.accelerated_features:
+    ext = " feature_extension: ACCELERATED_FEATURES"
+  # Launch limits and register counts are the same on every NVIDIA part since Volta.
+  return f"""gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: {spec.shared_memory_per_core}
+  threads_per_core_limit: 2048
+  core_count: {spec.core_count}
+  fpus_per_core: {spec.fpus_per_core}
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {spec.memory_bandwidth}
+  l2_cache_size: {spec.l2_cache_bytes}
+  clock_rate_ghz: {spec.clock_rate_ghz}
+  device_memory_size: {spec.hbm_bytes}
+  shared_memory_per_block_optin: {spec.shared_memory_per_block_optin}
+  cuda_compute_capability {{ major: {major} minor: {minor}{ext} }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 10 patch: 0 }}
+device_description_str: "{spec.description}"
+"""
+
+
+
+@functools.cache
+def _gpu_devices_cached(name: str, devices_per_host: int, hosts: int) -> tuple:
+  spec = GPU_SPECS[name]
+  topology = f"1x{hosts}x{devices_per_host}"
+  last: BaseException | None = None
+  start_jax()  # before any topology: how JAX starts decides what it initialises
+  # An older jaxlib whose proto lacks feature_extension cannot parse it: retry without.
+  for ext in (True, False) if spec.accelerated_features else (False,):
+    config = gpu_target_config(spec, feature_extension=ext)
+    topo, e = quietly(lambda: topologies.get_topology_desc(
+        platform="cuda", target_config=config, topology=topology))
+    if isinstance(e, NotImplementedError) and cuda_plugin.register_late():
+      topo, e = quietly(lambda: topologies.get_topology_desc(
+          platform="cuda", target_config=config, topology=topology))
+    if e is None:
+      return tuple(topo.devices)
+    if isinstance(e, NotImplementedError):  # "topology not implemented for cuda"
+      raise JaxmemError(cuda_plugin.no_topology_message()) from e
+    if not isinstance(e, RuntimeError):
+      raise e
+    last = e
+    if "parse" not in str(e):
+      break
+  raise JaxmemError(f"the CUDA plugin refused {name} x{devices_per_host} on {hosts} host(s): "
+                    f"{first_line(last)}") from last
+
+
+def gpu_devices(name: str, devices_per_host: int, *, hosts: int = 1) -> list:
+  """Compile-only devices for `hosts` hosts of `devices_per_host` GPUs `name` each.
+
+  ``device.process_index`` is the host. Cached: the same key gives the same device objects.
+  """
+  spec = gpu_spec(name)
+  for label, n in (("devices_per_host", devices_per_host), ("hosts", hosts)):
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+      raise JaxmemError(f"{label} must be a positive integer, got {n!r}")
+  return list(_gpu_devices_cached(spec.name, devices_per_host, hosts))
+
+
+@functools.cache
+def _gpu_compiles(name: str) -> CompilerAvailability:
+  try:
+    devices = _gpu_devices_cached(name, 1, 1)
+  except JaxmemError as e:
+    return CompilerAvailability(ok=False, why=str(e))
+  except Exception as e:
+    return CompilerAvailability(ok=False, why=f"the CUDA plugin failed to start: {first_line(e)}")
+  _, error = quietly(lambda: compile_probe(devices, (64, 64), _toolkit_probe))
+  if error is not None:
+    msg = first_line(error)
+    major, minor = GPU_SPECS[name].compute_capability
+    if "too old" in msg or "does not support" in msg:
+      why = f"the installed ptxas cannot compile for sm_{major}{minor} ({name})"
+    elif "PTX compilation provider" in msg or "libdevice" in msg:
+      why = ("no CUDA toolkit found (ptxas, nvlink, libdevice): install it or set "
+             "XLA_FLAGS=--xla_gpu_cuda_data_dir=/path/to/cuda")
+    else:
+      why = f"compiling for {name} failed"
+    return CompilerAvailability(ok=False, why=f"{why}: {msg}")
+  return AVAILABLE
+
+
+def gpu_compiler_available(name: str | None = None) -> CompilerAvailability:
+  """Available when a program compiles for GPU `name` (default h100); else not, with the reason.
+
+  Compiles a tiny program, because an importable plugin is not enough: ptxas and libdevice must
+  be found, and ptxas must know the GPU's architecture (sm_100 needs CUDA 12.8 or later).
+  """
+  return _gpu_compiles(gpu_spec(name or "h100").name)
+
+
+def _toolkit_probe(a):
+  # sin needs libdevice and the matmul needs ptxas: the parts of the CUDA toolkit that a compile
+  # without a GPU still uses.
+  return jnp.sin(a) @ a

@@ -1,0 +1,245 @@
+"""Compile-only Cloud TPU devices: the generations, their slice names and libtpu topologies.
+
+What was established (jax/jaxlib 0.10.2, libtpu 0.0.42.1, 2-core x86-64, no accelerator,
+``JAX_PLATFORMS=cpu`` set before jax was imported):
+
+  * ``jax.experimental.topologies.get_topology_desc(platform="tpu", ...)`` works in a
+    ``JAX_PLATFORMS=cpu`` process, repeatedly. Topologies are cached per key anyway so that the
+    same devices (hence equal meshes and jit cache hits) come back on every call.
+  * A ``jax.sharding.Mesh`` over the returned devices, ``jax.jit(f, in_shardings, out_shardings)
+    .lower(ShapeDtypeStructs carrying NamedShardings).compile().memory_analysis()`` works; argument
+    bytes are per device (divided by the shard count). A successful TPU ``compile()`` prints
+    nothing, and neither does a TPU compile that runs out of memory (the error is the exception).
+  * Timings (2 cores): first topology 0.12 s (libtpu start-up), later ones about 1 ms, the largest
+    (v5p-17920, 8960 chips) 0.2 s. A 1024x4096 @ 4096x8192 bf16 matmul sharded over v5e-4 (2x2
+    mesh) compiled in 0.45 s.
+  * libtpu names: ``v4:AxBxC``, ``v5e:AxB``, ``v5p:AxBxC`` (``v5:`` works too), ``v6e:AxB`` and
+    ``tpu7x:AxBxC``; ``v7x:`` and ``v7:`` are refused ("Invalid TPU external name").
+  * Single-chip slices (``v5e:1x1``) need ``chips_per_host_bounds=(1,1,1)``: the default host is
+    2x2x1 and libtpu rejects a topology smaller than one host.
+  * v4 yields one device per TensorCore (8 for ``v4:2x2x1``, 15.25 GiB each) unless
+    ``chip_config_name="megacore"`` is passed (4 devices, 30.75 GiB each), which is how v4 runs
+    under JAX on Cloud. v5p is megacore by default. tpu7x has no megacore config ("megacore ...
+    does not exist"): each of its two TensorCores is a device with its own half of the HBM.
+  * ``num_slices=N`` is accepted (devices carry ``slice_index``); unknown keyword arguments make
+    libtpu answer "Unexpected arguments: NAME", which is how an older libtpu without multi-slice
+    would say so.
+  * libtpu locks /tmp/libtpu_lockfile at start-up; a second process loading it meanwhile fails
+    "ABORTED: ... libtpu multi-process lockfile" unless ALLOW_MULTIPLE_LIBTPU_LOAD=1, which is set
+    while libtpu loads when JAX's platforms leave out tpu (such a process never opens a chip).
+  * Every size in the tables below was accepted by libtpu 0.0.42.1 and gave the expected device
+    count (tests/test_accelerators.py checks each one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import jax
+from jax.experimental import topologies
+
+from jaxmem.compiler.availability import AVAILABLE, CompilerAvailability, first_line, quietly
+from jaxmem.compiler.startup import start_jax
+from jaxmem.errors import JaxmemError
+
+_GiB = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class TpuGeneration:
+  """One TPU generation: its Cloud slice names, the libtpu topology for each, its memory."""
+  name: str                  # the user-facing name: "v5e"
+  libtpu_name: str           # the prefix libtpu accepts in topology names: "v5e", "tpu7x"
+  device_kind: str           # Device.device_kind as libtpu reports it
+  hbm_bytes_per_chip: int    # public specification (see the table's comments for sources)
+  cores_per_chip: int        # TensorCores per chip
+  devices_per_chip: int      # JAX devices per chip: 1 under megacore or with one core, 2 on v7x
+  slice_counts_cores: bool   # Cloud's "v5p-8" counts TensorCores (4 chips); "v5e-8" counts chips
+  sizes: tuple[int, ...]     # valid numbers after the dash in Cloud slice names
+  shapes: tuple[str, ...]    # chip grid for each size, in the same order: "2x4", "4x4x8"
+  chip_config_name: str | None = None  # passed to libtpu when not None ("megacore" for v4)
+  aliases: tuple[str, ...] = field(default=())  # other names users type: "v5litepod"
+
+  def __post_init__(self):
+    if len(self.sizes) != len(self.shapes):
+      raise ValueError(f"{self.name}: sizes and shapes differ in length")
+    for size, shape in zip(self.sizes, self.shapes):
+      if _product(shape) != self.chips(size):
+        raise ValueError(f"{self.name}-{size}: {shape} is not {self.chips(size)} chips")
+
+  def chips(self, size: int) -> int:
+    return size // self.cores_per_chip if self.slice_counts_cores else size
+
+  @property
+  def hbm_bytes_per_device(self) -> int:
+    return self.hbm_bytes_per_chip // self.devices_per_chip
+
+
+def _product(shape: str) -> int:
+  n = 1
+  for part in shape.split("x"):
+    n *= int(part)
+  return n
+
+
+TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
+    # https://cloud.google.com/tpu/docs/v4 : 32 GiB HBM2 per chip, two TensorCores run as one
+    # megacore device; accelerator types v4-8 (2x2x1) ... v4-4096 (8x16x16) count TensorCores.
+    TpuGeneration(
+        name="v4", libtpu_name="v4", device_kind="TPU v4", hbm_bytes_per_chip=32 * _GiB,
+        cores_per_chip=2, devices_per_chip=1, slice_counts_cores=True, chip_config_name="megacore",
+        sizes=(8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 4096),
+        shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "8x8x8",
+                "8x8x12", "8x8x16", "8x16x16")),
+    # https://cloud.google.com/tpu/docs/v5e : 16 GiB HBM2 per chip, one TensorCore; v5litepod-1
+    # ... v5litepod-256 (16x16) count chips.
+    TpuGeneration(
+        name="v5e", libtpu_name="v5e", device_kind="TPU v5 lite", hbm_bytes_per_chip=16 * _GiB,
+        cores_per_chip=1, devices_per_chip=1, slice_counts_cores=False, aliases=("v5litepod",),
+        sizes=(1, 4, 8, 16, 32, 64, 128, 256),
+        shapes=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")),
+    # https://cloud.google.com/tpu/docs/v5p : 95 GiB HBM2e per chip (the compiler reports 95.74 GiB
+    # available), two TensorCores as one megacore device; v5p-8 (2x2x1) ... v5p-17920 (16x20x28)
+    # count TensorCores.
+    TpuGeneration(
+        name="v5p", libtpu_name="v5p", device_kind="TPU v5", hbm_bytes_per_chip=95 * _GiB,
+        cores_per_chip=2, devices_per_chip=1, slice_counts_cores=True,
+        sizes=(8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 2560,
+               3072, 4096, 5120, 6144, 8192, 10240, 12288, 17920),
+        shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "4x4x20",
+                "4x8x12", "4x4x28", "8x8x8", "4x8x20", "8x8x12", "8x8x16", "8x8x20", "8x12x16",
+                "8x16x16", "8x16x20", "12x16x16", "16x16x16", "16x16x20", "16x16x24",
+                "16x20x28")),
+    # https://cloud.google.com/tpu/docs/v6e : 32 GiB HBM per chip, one TensorCore; v6e-1 ...
+    # v6e-256 (16x16) count chips.
+    TpuGeneration(
+        name="v6e", libtpu_name="v6e", device_kind="TPU v6 lite", hbm_bytes_per_chip=32 * _GiB,
+        cores_per_chip=1, devices_per_chip=1, slice_counts_cores=False,
+        sizes=(1, 4, 8, 16, 32, 64, 128, 256),
+        shapes=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")),
+    # https://cloud.google.com/tpu/docs/tpu7x : 192 GiB HBM per chip, two TensorCores that JAX sees
+    # as two devices (libtpu has no megacore config for it); tpu7x-8 is 2x2x1, names count
+    # TensorCores. libtpu calls it "tpu7x" and refuses "v7x".
+    TpuGeneration(
+        name="v7x", libtpu_name="tpu7x", device_kind="TPU7x", hbm_bytes_per_chip=192 * _GiB,
+        cores_per_chip=2, devices_per_chip=2, slice_counts_cores=True, aliases=("tpu7x",),
+        sizes=(2, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+        shapes=("1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8",
+                "8x8x16", "8x16x16", "16x16x16")),
+)}
+
+
+def tpu_generation(generation: str) -> TpuGeneration:
+  key = generation.strip().lower()
+  for gen in TPU_GENERATIONS.values():
+    if key == gen.name or key in gen.aliases:
+      return gen
+  raise JaxmemError(
+      f"unknown TPU generation {generation!r}; valid: {', '.join(TPU_GENERATIONS)}")
+
+
+def slice_shape(gen: TpuGeneration, size: int) -> str:
+  if isinstance(size, bool) or not isinstance(size, int) or size not in gen.sizes:
+    unit = "TensorCores" if gen.slice_counts_cores else "chips"
+    raise JaxmemError(
+        f"no {gen.name}-{size} slice; valid sizes ({unit}): "
+        f"{', '.join(str(s) for s in gen.sizes)}")
+  return gen.shapes[gen.sizes.index(size)]
+
+
+def tpu_topology_name(generation: str, size: int) -> str:
+  """Cloud slice name to libtpu topology: ("v5e", 8) -> "v5e:2x4", ("v5p", 8) -> "v5p:2x2x1"."""
+  gen = tpu_generation(generation)
+  return f"{gen.libtpu_name}:{slice_shape(gen, size)}"
+
+
+def _tpu_topology_kwargs(gen: TpuGeneration, shape: str) -> dict:
+  dims = [int(d) for d in shape.split("x")]
+  kwargs: dict = {}
+  if gen.chip_config_name:
+    kwargs["chip_config_name"] = gen.chip_config_name
+  if _product(shape) == 1:
+    # The default host is 2x2x1 chips and libtpu refuses a topology smaller than one host.
+    kwargs["chips_per_host_bounds"] = (1, 1, 1)
+  # Wraparound links (a torus) exist on full cubes of 3-D slices (every side a multiple of 4) and
+  # along the 16-chip sides of 2-D pods, as on Cloud; they change collective algorithms, so set them
+  # as the real slice has them.
+  if len(dims) == 3:
+    wrap = all(d % 4 == 0 for d in dims)
+    kwargs["wrap"] = (wrap, wrap, wrap)
+  else:
+    kwargs["wrap"] = (dims[0] == 16, dims[1] == 16, False)
+  return kwargs
+
+
+
+@contextlib.contextmanager
+def _shared_libtpu() -> Iterator[None]:
+  # libtpu takes /tmp/libtpu_lockfile when it loads, so a second process that loads it (a second
+  # jaxmem run, a parallel test worker) fails "ABORTED: Internal error when accessing libtpu
+  # multi-process lockfile". The lock guards the TPU chips; a process whose JAX platforms leave
+  # out tpu never opens them, so it opts out of the lock (checked: both processes then compile).
+  # Set only while libtpu loads (it reads the variable then), so the user's environment is left
+  # as it was.
+  platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
+  if not platforms or "tpu" in platforms.lower() or "ALLOW_MULTIPLE_LIBTPU_LOAD" in os.environ:
+    yield
+    return
+  os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+  try:
+    yield
+  finally:
+    del os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"]
+
+
+@functools.cache
+def _tpu_devices_cached(name: str, size: int, num_slices: int) -> tuple:
+  gen = TPU_GENERATIONS[name]
+  shape = slice_shape(gen, size)
+  kwargs = _tpu_topology_kwargs(gen, shape)
+  if num_slices != 1:
+    kwargs["num_slices"] = num_slices
+  start_jax()  # before any topology: how JAX starts decides what it initialises
+  with _shared_libtpu():
+    topo, e = quietly(lambda: topologies.get_topology_desc(
+        platform="tpu", topology_name=f"{gen.libtpu_name}:{shape}", **kwargs))
+  if e is None:
+    return tuple(topo.devices)
+  if not isinstance(e, RuntimeError):
+    raise e
+  msg = first_line(e)
+  if "not installed" in msg:
+    raise JaxmemError("the TPU compiler (libtpu) is not installed: pip install 'jaxmem[tpu]'") from e
+  if "num_slices" in msg:
+    raise JaxmemError(
+        f"this libtpu cannot compile for several slices ({msg}); use num_slices=1 or upgrade jax[tpu]") from e
+  raise JaxmemError(f"libtpu refused {gen.name}-{size} ({gen.libtpu_name}:{shape}): {msg}") from e
+
+
+def tpu_devices(generation: str, size: int, *, num_slices: int = 1) -> list:
+  """Compile-only devices for `num_slices` slices of Cloud TPU `generation`-`size`.
+
+  One device per chip (megacore on v4/v5p), two per chip on v7x; ``device.slice_index`` tells the
+  slices apart. Cached: the same key gives the same device objects.
+  """
+  gen = tpu_generation(generation)
+  slice_shape(gen, size)
+  if isinstance(num_slices, bool) or not isinstance(num_slices, int) or num_slices < 1:
+    raise JaxmemError(f"num_slices must be a positive integer, got {num_slices!r}")
+  return list(_tpu_devices_cached(gen.name, size, num_slices))
+
+
+@functools.cache
+def tpu_compiler_available() -> CompilerAvailability:
+  """Available when libtpu is installed and makes a topology; else not, with the reason."""
+  try:
+    _tpu_devices_cached("v5e", 4, 1)
+  except JaxmemError as e:
+    return CompilerAvailability(ok=False, why=str(e))
+  except Exception as e:  # anything libtpu throws means the same to the caller: no TPU target
+    return CompilerAvailability(ok=False, why=f"libtpu failed to start: {first_line(e)}")
+  return AVAILABLE
