@@ -91,6 +91,7 @@ import numpy as np
 from jax.experimental import topologies
 
 from jaxmem._quiet import quiet
+from jaxmem.compiler.xla import compile_timed
 from jaxmem.errors import JaxmemError
 from jaxmem.records import Record
 
@@ -559,7 +560,7 @@ def _compile_one(devices, shape, fn):
   """Compiles fn for a float32 argument of `shape` replicated over `devices`."""
   mesh = jax.sharding.Mesh(np.array(devices), ("x",))
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  return jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharding)).compile()
+  return compile_timed(jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharding)), quietly=False)[0]
 
 
 def usable_hbm_bytes(name: str) -> int:

@@ -26,7 +26,7 @@ from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
 from jaxmem.program.train import check_batch, check_qk_dtype, pick_attention
-from jaxmem.workload import Workload
+from jaxmem.workload import BaseWorkload, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -137,13 +137,13 @@ def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelCon
   return get_config(model, **overrides)
 
 
-def resolve_target(w: Workload) -> Target:
+def resolve_target(w: BaseWorkload) -> Target:
   """The workload's target with its capacity (a TPU target's costs a quick probe compile)."""
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   return with_capacity(tgt)
 
 
-def resolve_meshes(w: Workload, tgt: Target) -> tuple[shd.MeshSpec, ...]:
+def resolve_meshes(w: BaseWorkload, tgt: Target) -> tuple[shd.MeshSpec, ...]:
   """The workload's meshes (FSDP over every device when none), each checked against the target."""
   meshes = tuple(shd.parse_mesh(m) for m in w.mesh) or (shd.default_mesh(tgt.num_devices),)
   for m in meshes:
@@ -168,7 +168,7 @@ _GPU_RAGGED_DOT = (
 )
 
 
-def moe_variants(w: Workload) -> tuple[MoeVariant, ...]:
+def moe_variants(w: BaseWorkload) -> tuple[MoeVariant, ...]:
   """The MoE configurations a workload sweeps: every ``moe_impl`` (capacity once per capacity
   factor), or the default alone; capacity factors without ``moe_impl`` imply capacity."""
   impls = w.moe_impl or (("capacity",) if w.capacity_factor else ())
@@ -189,7 +189,7 @@ def moe_variants(w: Workload) -> tuple[MoeVariant, ...]:
   return tuple(dict.fromkeys(out))
 
 
-def moe_config(cfg: ModelConfig, w: Workload, platform: str) -> tuple[ModelConfig, tuple[str, ...]]:
+def moe_config(cfg: ModelConfig, w: BaseWorkload, platform: str) -> tuple[ModelConfig, tuple[str, ...]]:
   """``cfg`` with the MoE choice of a one-variant workload, and notes on it. A dense model with
   MoE choices is an error: they would change nothing, and silently so.
 
@@ -276,15 +276,21 @@ def plan_step(w: Workload) -> Plan:
 
 def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
   """The workload's attention names and microbatch counts, each once, checked."""
-  if not w.attention:
-    raise JaxmemError(f"--attention is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
-  for name in w.attention:
-    if name not in ATTENTION_NAMES:
-      raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
+  attentions = resolve_attention(w)
   if not w.microbatches:
     raise JaxmemError("--microbatches is empty; give whole numbers separated by commas, e.g. 1,4")
   for mb in w.microbatches:
     if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
       raise JaxmemError(f"--microbatches must be whole numbers of at least 1 (got {mb!r})")
+  return attentions, tuple(dict.fromkeys(w.microbatches))
+
+
+def resolve_attention(w: BaseWorkload) -> tuple[str, ...]:
+  """The workload's attention names, each once, and its ``qk_dtype``, checked."""
+  if not w.attention:
+    raise JaxmemError(f"--attention is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
+  for name in w.attention:
+    if name not in ATTENTION_NAMES:
+      raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
   check_qk_dtype(w.qk_dtype)
-  return tuple(dict.fromkeys(w.attention)), tuple(dict.fromkeys(w.microbatches))
+  return tuple(dict.fromkeys(w.attention))

@@ -19,7 +19,8 @@ from typing import Any
 
 import jax
 
-from jaxmem.compiler.report import read_compiled
+from jaxmem.compiler.figures import compile_figures
+from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.startup import start_distributed, start_jax
 from jaxmem.compiler.targets import get_target
 from jaxmem.errors import JaxmemError
@@ -78,8 +79,10 @@ def measure(
       attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
       vocab_tiles=p.workload.vocab_tiles, qk_dtype=p.workload.qk_dtype,
   )
-  compiled = program.lower().compile()
-  predicted = read_compiled(compiled).required_bytes
+  outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
+  if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit
+    raise JaxmemError(f"validate: configuration {rp.name}, {opt.name}, mesh {shd.format_mesh(mesh)} was refused: {outcome.error}")
+  compiled, predicted = outcome.compiled, outcome.required_bytes
   params, state, tokens, targets = program.concrete_args()
   loss = None
   for _ in range(steps):

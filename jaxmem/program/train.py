@@ -82,9 +82,13 @@ class TrainProgram:
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
 
+  def lowering_context(self) -> contextlib.AbstractContextManager:
+    """Where the step must be lowered: in the attention kernel's lowering context."""
+    return self.attention.lowering() if self.attention is not None else contextlib.nullcontext()
+
   def lower(self, traced: jax.stages.Traced | None = None) -> jax.stages.Lowered:
     """``traced`` (else a fresh trace) lowered in the attention kernel's lowering context."""
-    with self.attention.lowering() if self.attention is not None else contextlib.nullcontext():
+    with self.lowering_context():
       return (traced or self.trace()).lower()
 
   def concrete_args(self, seed: int = 0) -> tuple[Any, ...]:
