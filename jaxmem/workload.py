@@ -65,7 +65,7 @@ def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[f
       try:
         out.append(float(n))
       except ValueError:
-        raise JaxmemError(f"--{what} takes numbers separated by commas, got {n.strip()!r}") from None
+        raise JaxmemError(f"`{what}` takes numbers separated by commas, got {n.strip()!r}") from None
   return tuple(dict.fromkeys(out))
 
 

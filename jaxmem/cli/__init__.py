@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     return args.func(args)
   except JaxmemError as e:
-    print(f"jaxmem: error: {e}", file=sys.stderr)
+    print(f"jaxmem: error: {_common.flag_message(e, parser)}", file=sys.stderr)  # fields named as flags
     return 2
   except SystemExit as e:  # --help
     return e.code if isinstance(e.code, int) else 0

@@ -85,12 +85,12 @@ def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
     try:
       n = int(str(x).strip())
     except ValueError:
-      raise JaxmemError(f"--{what} must be whole numbers separated by commas, got {','.join(map(str, v))!r}") from None
+      raise JaxmemError(f"`{what}` must be whole numbers separated by commas, got {','.join(map(str, v))!r}") from None
     if n < 1:
-      raise JaxmemError(f"--{what} must be at least 1 (got {n})")
+      raise JaxmemError(f"`{what}` must be at least 1 (got {n})")
     out.append(n)
   if not out:
-    raise JaxmemError(f"--{what} is empty")
+    raise JaxmemError(f"`{what}` is empty")
   return tuple(dict.fromkeys(out))
 
 
@@ -107,7 +107,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     if p not in PHASES:
       raise JaxmemError(f"unknown phase {p!r}; valid: {', '.join(PHASES)}")
   if not phases:
-    raise JaxmemError(f"--phase is empty; valid: {', '.join(PHASES)}")
+    raise JaxmemError(f"`phase` is empty; valid: {', '.join(PHASES)}")
   (prompt,) = _ints([w.prompt], "prompt")
   contexts = _ints(w.context, "context")
   (batch,) = _ints([w.batch], "batch")

@@ -174,12 +174,12 @@ def moe_variants(w: BaseWorkload) -> tuple[MoeVariant, ...]:
   impls = w.moe_impl or (("capacity",) if w.capacity_factor else ())
   for impl in impls:
     if impl not in MOE_IMPLS:
-      raise JaxmemError(f"unknown --moe-impl {impl!r}; valid: {', '.join(MOE_IMPLS)}")
+      raise JaxmemError(f"unknown `moe_impl` {impl!r}; valid: {', '.join(MOE_IMPLS)}")
   if w.capacity_factor and "capacity" not in impls:
-    raise JaxmemError("--capacity-factor applies to --moe-impl capacity; add capacity to --moe-impl")
+    raise JaxmemError("`capacity_factor` applies to `moe_impl` capacity; add capacity to `moe_impl`")
   for f in w.capacity_factor:
     if not f > 0:
-      raise JaxmemError(f"--capacity-factor must be > 0 (got {f:g})")
+      raise JaxmemError(f"`capacity_factor` must be > 0 (got {f:g})")
   if not impls:
     return (((), ()),)
   out: list[MoeVariant] = []
@@ -199,7 +199,7 @@ def moe_config(cfg: ModelConfig, w: BaseWorkload, platform: str) -> tuple[ModelC
   if not cfg.is_moe:
     if w.moe_impl or w.capacity_factor:
       raise JaxmemError(
-          f"--moe-impl and --capacity-factor apply to mixture-of-experts models; {cfg.name} has no experts (drop them)"
+          f"`moe_impl` and `capacity_factor` apply to mixture-of-experts models; {cfg.name} has no experts (drop them)"
       )
     return cfg, ()
   notes: list[str] = []
@@ -257,11 +257,11 @@ def plan_step(w: Workload) -> Plan:
   """A sweep over a user's step (``w.step``): the target, remat policies and meshes as for the
   model's, the factory imported and checked before anything compiles."""
   load_step(w.step)
-  for flag, v, default in (("--attention", w.attention, ("auto",)), ("--microbatches", w.microbatches, (1,)),
-                           ("--vocab-tiles", w.vocab_tiles, 1), ("--qk-dtype", w.qk_dtype, "bfloat16"),
-                           ("--moe-impl", w.moe_impl, ()), ("--capacity-factor", w.capacity_factor, ())):
+  for field, v, default in (("attention", w.attention, ("auto",)), ("microbatches", w.microbatches, (1,)),
+                            ("vocab_tiles", w.vocab_tiles, 1), ("qk_dtype", w.qk_dtype, "bfloat16"),
+                            ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ())):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
-      raise JaxmemError(f"{flag} applies to jaxmem's own models (--model), not --step; set it in your step factory")
+      raise JaxmemError(f"`{field}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
   for name, v in (("batch", w.batch), ("seq", w.seq)):
@@ -278,17 +278,17 @@ def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
   """The workload's attention names and microbatch counts, each once, checked."""
   attentions = resolve_attention(w)
   if not w.microbatches:
-    raise JaxmemError("--microbatches is empty; give whole numbers separated by commas, e.g. 1,4")
+    raise JaxmemError("`microbatches` is empty; give whole numbers separated by commas, e.g. 1,4")
   for mb in w.microbatches:
     if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
-      raise JaxmemError(f"--microbatches must be whole numbers of at least 1 (got {mb!r})")
+      raise JaxmemError(f"`microbatches` must be whole numbers of at least 1 (got {mb!r})")
   return attentions, tuple(dict.fromkeys(w.microbatches))
 
 
 def resolve_attention(w: BaseWorkload) -> tuple[str, ...]:
   """The workload's attention names, each once, and its ``qk_dtype``, checked."""
   if not w.attention:
-    raise JaxmemError(f"--attention is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
+    raise JaxmemError(f"`attention` is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
   for name in w.attention:
     if name not in ATTENTION_NAMES:
       raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")

@@ -114,7 +114,7 @@ def measure(
 def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
-    raise JaxmemError(f"validate runs on the attached devices; drop --target {workload.target_name}")
+    raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
   if distributed:
     start_distributed()
   start_jax()
@@ -159,7 +159,7 @@ def validate(
   holds the measured peak against the compiler's prediction. ``on_measurement`` is called with
   the measurements so far after each one."""
   if steps < 1:
-    raise JaxmemError(f"--steps must be at least 1 (got {steps})")
+    raise JaxmemError(f"`steps` must be at least 1 (got {steps})")
   p = validation_plan(Workload.of(workload, ATTACHED, **fields), distributed=distributed)
   out: list[Measurement] = []
   for impl, factor in p.moe:
