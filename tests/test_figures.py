@@ -163,3 +163,16 @@ def test_inference_workload_has_no_training_fields():
   assert shared <= inference
   w = inf.InferWorkload.of(Workload(model="tiny", remat="full", mesh="data=2,fsdp=4"))
   assert w.model == "tiny" and w.mesh == ("data=2,fsdp=4",) and not hasattr(w, "remat")
+
+
+def test_a_functions_explanation_has_no_configuration():
+  # No zeros or empty strings standing in for a train step's fields: the function has none.
+  import jax.numpy as jnp
+
+  w = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+  r = jaxmem.explain(lambda w, x: jnp.tanh(x @ w).sum(), w, w, target="cpu")
+  assert r.configuration is None and r.model is None and r.remat is None and r.batch is None
+  d = r.as_dict()
+  assert d["model"] is None and d["target"] == "cpu" and d["num_devices"] == 1 and "configuration" not in d
+  with pytest.raises(AttributeError):
+    r.no_such_field  # noqa: B018
