@@ -176,3 +176,15 @@ def test_a_functions_explanation_has_no_configuration():
   assert d["model"] is None and d["target"] == "cpu" and d["num_devices"] == 1 and "configuration" not in d
   with pytest.raises(AttributeError):
     r.no_such_field  # noqa: B018
+
+
+def test_arguments_in_host_memory_are_not_the_devices():
+  mesh = jaxmem.target("cpu").mesh({"data": 1})
+  dev = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  try:
+    host = dev.with_memory_kind("pinned_host")
+  except ValueError as e:  # a jaxlib whose CPU client has no pinned host memory
+    pytest.skip(str(e))
+  a = jax.ShapeDtypeStruct((1024, 1024), jax.numpy.float32, sharding=dev)
+  b = jax.ShapeDtypeStruct((1024, 1024), jax.numpy.float32, sharding=host)
+  assert shape_argument_bytes((a, b), 1) == shape_argument_bytes((a,), 1) == 4 * 2**20

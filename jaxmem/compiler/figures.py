@@ -39,6 +39,7 @@ from jaxmem.versions import compiler_versions
 
 SPLIT_EVENLY = "flops: split evenly over the devices (the compile was refused)"
 NOT_COMPILED = "flops: split evenly over the devices (nothing was compiled)"
+HOST_MEMORY_KINDS = ("pinned_host",)  # on a CPU device "unpinned_host" is its own memory
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -119,7 +120,7 @@ def shape_argument_bytes(args: Sequence[Any], num_devices: int) -> int:
   """The bytes one device holds of ``args``, from shapes and shardings alone: a lower bound on
   the compiler's argument size (layouts only pad up). A leaf without a sharding of its own
   (``jit``'s ``in_shardings`` may place it) counts as split over every device, the least it
-  can be."""
+  can be. Leaves placed in host memory (``memory_kind`` ``pinned_host``) are not counted."""
   total = 0
   for leaf in jax.tree_util.tree_leaves(args):
     if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
@@ -127,6 +128,8 @@ def shape_argument_bytes(args: Sequence[Any], num_devices: int) -> int:
     bits = jax.dtypes.itemsize_bits(leaf.dtype)
     sharding = getattr(leaf, "sharding", None)
     shape = tuple(leaf.shape)
+    if getattr(sharding, "memory_kind", None) in HOST_MEMORY_KINDS:
+      continue  # held in host memory, not the device's
     if isinstance(sharding, jax.sharding.Sharding):
       total += -(-math.prod(sharding.shard_shape(shape)) * bits // 8)  # sub-byte types pack
     else:
