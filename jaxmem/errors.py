@@ -1,5 +1,39 @@
-"""The one exception type for bad input: the CLI prints its message on one line and exits 2."""
+"""The one exception type for bad input: the CLI prints its message on one line and exits 2.
+
+A message names what was wrong by the library's own name for it, the field of a
+:class:`~jaxmem.workload.Workload` or the keyword of an entry point, written in backticks:
+``"`microbatches` must be whole numbers of at least 1 (got 0)"``. The library never speaks in
+CLI flags; the CLI, which knows its flags, words the message for its users with
+:meth:`JaxmemError.worded` (``--microbatches``).
+
+>>> e = JaxmemError("`vocab_tiles` must divide `seq` (got 3)")
+>>> e.fields
+('vocab_tiles', 'seq')
+>>> e.worded({"vocab_tiles": "--vocab-tiles", "seq": "--seq"})
+'--vocab-tiles must divide --seq (got 3)'
+>>> str(e)
+'`vocab_tiles` must divide `seq` (got 3)'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+# A field named in a message: `name`, a Python identifier in backticks.
+FIELD = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 
 
 class JaxmemError(ValueError):
-  """A user-facing error: what was wrong and how to fix it, in one line."""
+  """A user-facing error: what was wrong and how to fix it, in one line, naming the fields at
+  fault in backticks (see the module docstring)."""
+
+  @property
+  def fields(self) -> tuple[str, ...]:
+    """The fields the message names, in order, each once."""
+    return tuple(dict.fromkeys(FIELD.findall(str(self))))
+
+  def worded(self, names: Mapping[str, str]) -> str:
+    """The message with each field named as ``names`` says (a CLI's flags); a field not in
+    ``names`` is written bare."""
+    return FIELD.sub(lambda m: names.get(m.group(1), m.group(1)), str(self))

@@ -9,8 +9,10 @@ JSON or the cache agree.
   device count (every compiled result, training or inference).
 - :class:`Configuration`: a train step's whole configuration: a placement plus the remat policy,
   optimizer, sequence length and dtypes (compare's rows, explain, validate's measurements).
+- :class:`Communication`: the bytes one device sends per step in collectives, by kind, read
+  from the optimized HLO (declared once: the compiler's report and every row carry it).
 - :class:`CompilerFigures`: what the compiler says about one program, per device (XLA's memory
-  fields, jaxmem's total, FLOPs, compile time) and the compiler versions that said it.
+  fields, jaxmem's total, FLOPs, compile time, communication) and the compiler versions that said it.
 """
 
 from __future__ import annotations
@@ -76,11 +78,42 @@ class Configuration(Placement):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class CompilerFigures(Record):
+class Communication(Record):
+  """Bytes one device sends per step in each kind of collective, read from the optimized HLO
+  under ring-algorithm costs (:mod:`jaxmem.hlo.comms`); ``comm_bytes`` is their sum. ``None``:
+  not compiled (a refused configuration), so not read.
+
+  The fields keep their ``comm_`` prefix because records that carry them (rows, reports) are
+  flat in ``as_dict()`` and JSON: a figure about communication (how exact it is, say) is one
+  more field here, and every result that carries communication has it.
+  """
+
+  comm_bytes: int | None = None
+  comm_all_gather_bytes: int | None = None
+  comm_reduce_scatter_bytes: int | None = None
+  comm_all_reduce_bytes: int | None = None
+  comm_all_to_all_bytes: int | None = None
+  comm_collective_permute_bytes: int | None = None
+  # True when the figures are a lower bound, not a total: a loop that communicates has a trip
+  # count neither the compiler recorded nor jaxmem could derive, so its body was counted once.
+  comm_lower_bound: bool | None = None
+
+  def communication(self) -> Communication:
+    """These fields alone, as their own record (of a row or a report that carries them)."""
+    return Communication(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Communication)})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompilerFigures(Communication):
   """The compiler's per-device figures for one program (see :mod:`jaxmem.compiler.report` for
   what each field means on each backend). ``None``: the figure cannot be had here (the row's
   notes say why). ``versions``: the jax, jaxlib and libtpu or CUDA plugin releases that compiled
-  it (:mod:`jaxmem.versions`), since the figures move between compiler releases."""
+  it (:mod:`jaxmem.versions`), since the figures move between compiler releases.
+  ``program_flops``: the whole program's FLOPs counted from its jaxpr (every device; see
+  :class:`jaxmem.planning.sweep.Row`), where the program was traced through jaxmem. The
+  :class:`Communication` fields come with them: they too are read from the compiled program.
+  A figure every row of every command should carry is declared here and filled in
+  :func:`jaxmem.compiler.figures.compile_figures`."""
 
   argument_size_in_bytes: int | None = None
   output_size_in_bytes: int | None = None
@@ -98,6 +131,7 @@ class CompilerFigures(Record):
   host_generated_code_size_in_bytes: int | None = None
   host_total_bytes: int | None = None
   flops: float | None = None
+  program_flops: float | None = None
   compiler_flops: float | None = None
   compile_seconds: float | None = None
   versions: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -6,7 +6,7 @@ needs, with the same one-line errors: :meth:`Registry.get` (one name) and :meth:
 (a comma-separated list, or ``all``). The shape follows optax's ``alias.py``: plain named entries,
 looked up by name.
 
->>> colors = Registry("color", {"red": 1, "green": 2}, flag="color")
+>>> colors = Registry("color", {"red": 1, "green": 2}, field="color")
 >>> colors.parse("green,red,green")
 (2, 1)
 >>> colors.get("blue")
@@ -27,8 +27,9 @@ _MISSING = object()
 
 
 class Registry(Mapping[str, T], Generic[T]):
-  """Entries by name. ``kind`` names an entry in messages ("remat policy"); ``flag`` the CLI
-  flag that takes a list of them ("remat" for ``--remat``); ``in_all`` says which entries
+  """Entries by name. ``kind`` names an entry in messages ("remat policy"); ``field`` the
+  workload field that takes a list of them ("remat"; ``flag`` is its older name), as errors
+  name it (:mod:`jaxmem.errors`); ``in_all`` says which entries
   ``all`` stands for (every entry unless told: aliases, say, are left out)."""
 
   def __init__(
@@ -36,11 +37,12 @@ class Registry(Mapping[str, T], Generic[T]):
       kind: str,
       entries: Mapping[str, T],
       *,
+      field: str | None = None,
       flag: str | None = None,
       in_all: Callable[[T], bool] | None = None,
   ):
     self.kind = kind
-    self.flag = flag or kind.split()[-1]
+    self.field = field or flag or kind.split()[-1]
     self._entries = dict(entries)
     self._in_all = in_all
 
@@ -72,7 +74,7 @@ class Registry(Mapping[str, T], Generic[T]):
     parts = [spec] if isinstance(spec, str) else list(spec)
     names = [n.strip() for p in parts for n in p.split(",") if n.strip()]
     if not names:
-      raise JaxmemError(f"--{self.flag} is empty; give {self.kind} names separated by commas, or all")
+      raise JaxmemError(f"`{self.field}` is empty; give {self.kind} names separated by commas, or all")
     if names == ["all"]:
       keep = lambda e: (self._in_all is None or self._in_all(e)) and (all_filter is None or all_filter(e))  # noqa: E731
       return tuple(e for e in self._entries.values() if keep(e))

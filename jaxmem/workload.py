@@ -50,6 +50,8 @@ def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
   for n in names([str(p) for p in parts]):
     out.append(int(n) if n.lstrip("-").isdigit() else n)
   return tuple(out)
+
+
 def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[float, ...]:
   """A sweep axis of numbers: ``"1,1.25"``, ``1.25``, ``[1, "1.25,2"]`` and ``None`` (empty)."""
   if v is None:
@@ -63,7 +65,7 @@ def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[f
       try:
         out.append(float(n))
       except ValueError:
-        raise JaxmemError(f"--{what} takes numbers separated by commas, got {n.strip()!r}") from None
+        raise JaxmemError(f"`{what}` takes numbers separated by commas, got {n.strip()!r}") from None
   return tuple(dict.fromkeys(out))
 
 
@@ -81,45 +83,30 @@ def meshes(v: Any) -> tuple[str, ...]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Workload(Record):
-  """A train step to compile, or a sweep of them.
+class BaseWorkload(Record):
+  """What every workload names, training or inference: the model, the global batch, where it
+  runs (``target``, TPU ``slices``, ``mesh``), the compute dtype, how attention is computed, and
+  a mixture of experts' variant. Only fields both kinds fill live here; :class:`Workload` (a
+  train step) and :class:`jaxmem.inference.workload.InferWorkload` add their own.
 
-  ``mesh``, ``remat``, ``optimizer``, ``attention``, ``microbatches`` and ``vocab_tiles`` are
-  sweep axes: tuples
-  (a comma-separated string or a list is accepted and normalised). ``remat`` names may include
-  ``all``, and ``none`` (no remat, the baseline) is always compiled too. ``mesh`` empty means
-  FSDP over every device of the target.
-
-  The step itself (issue 9): ``attention`` names how attention is computed
+  ``mesh``, ``attention``, ``moe_impl`` and ``capacity_factor`` are sweep axes: tuples (a
+  comma-separated string or a list is accepted and normalised). ``mesh`` empty means FSDP over
+  every device of the target. ``attention`` names how attention is computed
   (:data:`jaxmem.models.ATTENTION_NAMES`; ``auto`` is the target's production kernel);
-  ``microbatches`` splits the global batch for gradient accumulation (MaxText's
-  ``gradient_accumulation_steps``); ``vocab_tiles`` computes the output projection and loss in
-  that many tiles (MaxText's ``num_vocab_tiling``); ``qk_dtype`` is the dtype of ``dot``
-  attention's scores: ``bfloat16`` (MaxText's default ``float32_qk_product=False``: scores in
-  the compute dtype) or ``float32``. ``param_dtype``/``dtype`` ``None`` keep the model's (float32 / bfloat16).
-  ``model`` may be a preset name or a :class:`~jaxmem.models.ModelConfig`; ``target`` a name or
-  a :class:`~jaxmem.compiler.targets.Target`.
+  ``qk_dtype`` is the dtype of ``dot`` attention's scores: ``bfloat16`` (MaxText's default
+  ``float32_qk_product=False``: scores in the compute dtype) or ``float32``. ``dtype`` ``None``
+  keeps the model's (bfloat16). ``model`` may be a preset name or a
+  :class:`~jaxmem.models.ModelConfig`; ``target`` a name or a
+  :class:`~jaxmem.compiler.targets.Target`.
   """
 
   model: str | ModelConfig = "gpt2-small"
   batch: int = 8  # global
-  seq: int = 1024
   target: str | Target = "cpu"
   slices: int = 1  # TPU slices (multi-slice over DCN)
   mesh: tuple[str, ...] = ()
-  remat: tuple[str, ...] = DEFAULT_REMAT
-  optimizer: tuple[str, ...] = ("adamw",)
-  param_dtype: str | None = None
   dtype: str | None = None
-  # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
-  # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
-  # (a function is accepted and turned into its path; see jaxmem.program.step). model,
-  # optimizer and the dtypes are then the step's own.
-  step: str | None = None
-  # --- the step people train (issue 9): attention, gradient accumulation, vocabulary tiling ---
   attention: tuple[str, ...] = ("auto",)
-  microbatches: tuple[int, ...] = (1,)
-  vocab_tiles: tuple[int, ...] = (1,)
   qk_dtype: str = "bfloat16"
   # --- mixture of experts (issue 11): sweep axes, for MoE models only (an error otherwise) ---
   # moe_impl: dropless and/or capacity; empty means the model's own (dropless), except on GPU
@@ -132,25 +119,19 @@ class Workload(Record):
   def __post_init__(self):
     # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
     object.__setattr__(self, "mesh", meshes(self.mesh))
-    object.__setattr__(self, "remat", names(self.remat))
-    object.__setattr__(self, "optimizer", names(self.optimizer))
-    if self.step is not None:
-      object.__setattr__(self, "step", step_spec(self.step))
     object.__setattr__(self, "attention", names(self.attention))
-    object.__setattr__(self, "microbatches", ints(self.microbatches))
-    object.__setattr__(self, "vocab_tiles", ints(self.vocab_tiles))
     object.__setattr__(self, "moe_impl", names(self.moe_impl))
-    object.__setattr__(self, "capacity_factor", numbers(self.capacity_factor, "capacity-factor"))
+    object.__setattr__(self, "capacity_factor", numbers(self.capacity_factor, "capacity_factor"))
 
-  def replace(self, **fields: Any) -> Workload:
+  def replace(self, **fields: Any) -> BaseWorkload:
     """A copy with ``fields`` replaced (normalised like the constructor's arguments)."""
     return dataclasses.replace(self, **fields) if fields else self
 
   @classmethod
-  def of(cls, workload: Workload | None = None, defaults: Mapping[str, Any] | None = None, **fields: Any) -> Workload:
+  def of(cls, workload: BaseWorkload | None = None, defaults: Mapping[str, Any] | None = None, **fields: Any):
     """What an entry point works on: ``workload`` (else one with the entry point's own
     ``defaults``), with ``fields`` replaced. ``None`` values are ignored, so a caller can pass
-    optional arguments through."""
+    optional arguments through. A workload of another kind gives the fields both have."""
     fields = {k: v for k, v in fields.items() if v is not None}
     base = workload if workload is not None else cls(**(defaults or {}))
     if not isinstance(base, cls):
@@ -164,6 +145,43 @@ class Workload(Record):
   @property
   def target_name(self) -> str:
     return self.target if isinstance(self.target, str) else self.target.name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload(BaseWorkload):
+  """A train step to compile, or a sweep of them: the shared fields (:class:`BaseWorkload`)
+  and a train step's own.
+
+  ``remat``, ``optimizer``, ``microbatches`` and ``vocab_tiles`` are sweep axes too. ``remat`` names may include
+  ``all``, and ``none`` (no remat, the baseline) is always compiled too.
+
+  The step itself (issue 9): ``microbatches`` splits the global batch for gradient
+  accumulation (MaxText's ``gradient_accumulation_steps``); ``vocab_tiles`` computes the output
+  projection and loss in that many tiles (MaxText's ``num_vocab_tiling``). ``param_dtype``
+  ``None`` keeps the model's (float32).
+  """
+
+  seq: int = 1024
+  remat: tuple[str, ...] = DEFAULT_REMAT
+  optimizer: tuple[str, ...] = ("adamw",)
+  param_dtype: str | None = None
+  # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
+  # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
+  # (a function is accepted and turned into its path; see jaxmem.program.step). model,
+  # optimizer and the dtypes are then the step's own.
+  step: str | None = None
+  # --- the step people train (issue 9): gradient accumulation, vocabulary tiling ---
+  microbatches: tuple[int, ...] = (1,)
+  vocab_tiles: tuple[int, ...] = (1,)
+
+  def __post_init__(self):
+    super().__post_init__()
+    object.__setattr__(self, "remat", names(self.remat))
+    object.__setattr__(self, "optimizer", names(self.optimizer))
+    if self.step is not None:
+      object.__setattr__(self, "step", step_spec(self.step))
+    object.__setattr__(self, "microbatches", ints(self.microbatches))
+    object.__setattr__(self, "vocab_tiles", ints(self.vocab_tiles))
 
 
 def _field_names(cls: type) -> set[str]:

@@ -402,6 +402,7 @@ def test_stack_frames_are_read_outwards_from_the_op(tmp_path):
   import jax.numpy as jnp
 
   from jaxmem.buffers.explain import compile_with_dump
+  from jaxmem.compiler.analysis import lower_for_target
 
   def h(x):
     return jnp.exp(x)
@@ -412,7 +413,7 @@ def test_stack_frames_are_read_outwards_from_the_op(tmp_path):
   def f(x):
     return g(x).sum()
 
-  _, dump, _ = compile_with_dump(jax.jit(f).lower(jax.ShapeDtypeStruct((8,), jnp.float32)))
+  _, dump, _ = compile_with_dump(lower_for_target(f, jax.ShapeDtypeStruct((8,), jnp.float32)))
   (exp,) = [i for i in dump.hlo.instructions.values() if i.op_name.endswith("/exp") and i.frame]
   functions = [fn.rsplit(".", 1)[-1] for _, fn, _ in dump.hlo.stack(exp.frame)]
   assert functions[:3] == ["h", "g", "f"], functions

@@ -73,8 +73,8 @@ def test_moe_fields_are_sweep_axes_and_tasks_carry_one_variant_each():
     "fields, match",
     [
         (dict(model="tiny", moe_impl="capacity"), "no experts"),
-        (dict(model="tiny-moe", moe_impl="sparse"), "unknown --moe-impl"),
-        (dict(model="tiny-moe", moe_impl="dropless", capacity_factor="2"), "applies to --moe-impl capacity"),
+        (dict(model="tiny-moe", moe_impl="sparse"), "unknown `moe_impl`"),
+        (dict(model="tiny-moe", moe_impl="dropless", capacity_factor="2"), "applies to `moe_impl` capacity"),
         (dict(model="tiny-moe", capacity_factor="0"), "must be > 0"),
         (dict(model="tiny-moe", capacity_factor="x"), "numbers"),
     ],

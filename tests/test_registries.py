@@ -33,7 +33,7 @@ def test_registry_parse_keeps_order_once_each():
   assert COLORS.parse(["green", "red,blue"]) == (2, 1, 3)
   assert COLORS.parse("all") == (1, 2)  # in_all leaves blue out
   assert COLORS.parse("all", all_filter=lambda v: v > 1) == (2,)
-  with pytest.raises(JaxmemError, match="--colors is empty"):
+  with pytest.raises(JaxmemError, match="`colors` is empty"):
     COLORS.parse(" , ")
 
 

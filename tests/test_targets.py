@@ -103,13 +103,18 @@ def test_gpu_target_compiles_and_fits():
 
 @needs_tpu
 def test_out_of_memory_is_a_row_not_a_crash():
-  # An 8B model's AdamW state alone is ~96 GB: far beyond one v5e chip's 16 GiB.
+  # An 8B model's AdamW state alone is ~96 GB: far beyond one v5e chip's 16 GiB, which the
+  # arguments' shapes show before any compile (jaxmem.compiler.figures).
   rows = sweep.compare(model="llama3-8b", batch=1, seq=128, target="tpu:v5e-1", remat="full", optimizer="adamw")
   assert len(rows) == 2
   for r in rows:
     assert r.fits is False
-    assert r.error and "RESOURCE_EXHAUSTED" in r.error
-    assert r.required_bytes is None or r.required_bytes > r.capacity_bytes
+    assert r.error and r.error.startswith("not compiled: the arguments alone need")
+    assert r.required_bytes > r.capacity_bytes and r.compile_seconds is None
+  # Arguments that fit and temporaries that do not: the compiler's own refusal, as a row.
+  (r,) = sweep.compare(model="tiny", batch=16384, seq=1024, target="tpu:v5e-1", remat="none")
+  assert r.fits is False and r.error and "RESOURCE_EXHAUSTED" in r.error
+  assert r.required_bytes is None or r.required_bytes > r.capacity_bytes
 
 
 @needs_tpu

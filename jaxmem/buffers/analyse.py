@@ -135,16 +135,26 @@ class Timeline(Record):
     return [sum(v) for v in zip(*self.bytes_by_kind.values())]
 
 
+# A preset train step's configuration fields, which an Explanation reads from its configuration.
+_STEP_FIELDS = tuple(f.name for f in dataclasses.fields(Configuration) if f.name not in ("target", "mesh", "num_devices"))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Explanation(Configuration):
+class Explanation(Record):
   """What fills one compiled step's memory, per device. See the module docstring.
 
-  For a function (``jaxmem.explain(fn, *args)``) ``function`` names it and the configuration
-  fields other than ``target``, ``mesh`` and ``num_devices`` are empty; for a preset they
-  describe the train step. ``optimized_hlo`` is the compiled module for XProf
-  (:meth:`to_xprof`); it is left out of :meth:`as_dict`.
+  ``target``, ``mesh`` and ``num_devices`` say where it was compiled. For a preset train step
+  ``configuration`` describes the step (its fields read as the explanation's own: ``r.model``,
+  ``r.remat``); for a function (``jaxmem.explain(fn, *args)``) ``function`` names it and
+  ``configuration`` is ``None``, so those fields read ``None``. ``as_dict()`` is flat (the
+  configuration's fields at the top, as JSON has them). ``optimized_hlo`` is the compiled module
+  for XProf (:meth:`to_xprof`); it is left out of :meth:`as_dict`.
   """
 
+  target: str
+  mesh: str
+  num_devices: int
+  configuration: Configuration | None = None
   function: str = ""
   platform: str
   compiler_bytes: int | None  # argument + output - alias + temp + generated code
@@ -172,10 +182,20 @@ class Explanation(Configuration):
     """The compiler versions that produced the figures (the report's)."""
     return self.report.versions
 
+  def __getattr__(self, name: str) -> Any:
+    # Only reached for names that are not fields: the configuration's, None for a function.
+    if name in _STEP_FIELDS:
+      return None if self.configuration is None else getattr(self.configuration, name)
+    raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
   def as_dict(self) -> dict[str, Any]:
     """Every field but ``optimized_hlo``, as plain dicts and lists (nested records by their own
-    ``as_dict``)."""
-    return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "optimized_hlo"}
+    ``as_dict``), the configuration's fields flat at the top."""
+    out: dict[str, Any] = {name: getattr(self, name) for name in ("model", "target", "mesh", "batch", "num_devices")}
+    out.update({name: getattr(self, name) for name in _STEP_FIELDS})
+    skip = ("optimized_hlo", "configuration")
+    out.update({f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in skip})
+    return out
 
   def to_xprof(self, logdir: str, run: str | None = None) -> str:
     """Writes the compiled module as an XProf logdir (``xprof --logdir LOGDIR`` opens it in the
@@ -207,14 +227,16 @@ def analyse(
     top: int = 10,
     function: str = "",
     optimized_hlo: OptimizedHlo | None = None,
-    labels: dict[str, Any] | None = None,
+    target: str = "",
+    mesh: str = "",
     kinds: str | Sequence[str] | None = None,
 ) -> Explanation:
   """Rebuilds the live set over the schedule from ``dump`` and splits the compiler's figure.
 
   ``function`` names the step (code without a user frame or scope is attributed to it);
-  ``labels`` fill the :class:`~jaxmem.records.Configuration` fields (empty when not given);
-  ``kinds`` (see :func:`parse_kinds`) limits the listed buffers to those kinds."""
+  ``target`` and ``mesh`` say where it was compiled; a preset's caller adds its
+  ``configuration``; ``kinds`` (see :func:`parse_kinds`) limits the listed buffers to
+  those kinds."""
   wanted = parse_kinds(kinds)
   notes: list[str] = []
   names = _Names(dump.hlo, fallback=function or "(step)")
@@ -233,11 +255,8 @@ def analyse(
   peak, peak_source, pnotes = peak_figure(report, dump, live_at_peak)
   arguments = argument_bytes(dump, groups)
   consumers, cnotes = split_consumers(report, arguments, temp_live_by_kind(tables, peak_t))
-  labels = labels or {}
-  config = {f.name: labels.get(f.name, 0 if f.type in ("int", int) else "") for f in dataclasses.fields(Configuration)}
-  config["num_devices"] = report.num_devices
   return Explanation(
-      **config, function=function, platform=report.platform,
+      target=target, mesh=mesh, num_devices=report.num_devices, function=function, platform=report.platform,
       compiler_bytes=None if report.total_bytes is None else report.total_bytes + (report.generated_code_size_in_bytes or 0),
       consumers=consumers, estimated=ESTIMATED, arguments=arguments, peak_bytes=peak, peak_source=peak_source,
       live_bytes_at_peak=live_at_peak, peak_position=peak_t if len(totals) else None,

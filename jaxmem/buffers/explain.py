@@ -23,10 +23,10 @@ from typing import Any
 
 import jax
 
-from jaxmem._quiet import quiet
 from jaxmem.buffers.analyse import Explanation, analyse, parse_kinds
 from jaxmem.buffers.xprof import DUMP_AS_PROTO, OptimizedHlo, read_optimized_hlo
-from jaxmem.compiler.analysis import lower_for_target
+from jaxmem.compiler.analysis import Lowering, lower_for_target
+from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
@@ -35,6 +35,7 @@ from jaxmem.planning.plan import plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.step import call_step
 from jaxmem.program.train import build_train_program
+from jaxmem.records import Configuration
 from jaxmem.workload import Workload
 
 # A preset's consumers, in the order they are shown.
@@ -101,17 +102,17 @@ def explain_function(
   _check_top(top)
   parse_kinds(kinds)  # a bad kind is an error before the compile
   lowering = lower_for_target(fn, *args, target=target, **jit_kwargs)
-  compiled, dump, optimized = compile_with_dump(lowering.lowered)
+  figures, dump, optimized = compile_with_dump(lowering)
   # Everything is read from the executable here, and it is not kept (report.compiled is None):
   # the executable compiled with the dump options is released now, while the backend that made
   # it is alive, not among the interpreter's last objects at exit (issue 18 item 10).
-  report = dataclasses.replace(lowering.read(compiled), compiled=None)  # with the jaxpr: FLOPs, arguments by name
-  mesh = _mesh_of(compiled)
-  del compiled
+  report = dataclasses.replace(figures.report, compiled=None)  # with the jaxpr: FLOPs per device, arguments by name
+  mesh = _mesh_of(figures.compiled)
+  del figures
   target_name = lowering.target.name if lowering.target is not None else report.platform
   return analyse(
       dump, report, top=top, function=_function_name(fn), optimized_hlo=optimized,
-      labels=dict(target=target_name, mesh=mesh), kinds=kinds,
+      target=target_name, mesh=mesh, kinds=kinds,
   )
 
 
@@ -138,12 +139,15 @@ def explain_workload(
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
     r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
+  configuration = Configuration(
+      model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
+      batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, num_devices=p.target.num_devices,
+      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles, qk_dtype=w.qk_dtype,
+  )
   return dataclasses.replace(
-      r, model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
-      batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype,
+      r, target=p.target.name, mesh=shd.format_mesh(m), configuration=configuration,
       consumers=preset_consumers(r.consumers, params=params, optimizer_state=state), estimated=ESTIMATED,
-      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles,
-      qk_dtype=w.qk_dtype, notes=prog.notes + r.notes,
+      notes=prog.notes + r.notes,
   )
 
 
@@ -180,23 +184,20 @@ def preset_consumers(consumers: dict[str, int | None], *, params: str, optimizer
   return {k: out[k] for k in CONSUMERS}
 
 
-def compile_with_dump(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, Dump, OptimizedHlo]:
-  """Compiles with XLA's text and HloProto dumps on and reads them; a refused compile is a
+def compile_with_dump(lowering: Lowering) -> tuple[Figures, Dump, OptimizedHlo]:
+  """Compiles with XLA's text and HloProto dumps on and reads them; a refused compile (or
+  arguments alone over the target's capacity, when nothing is compiled) is a
   :class:`JaxmemError` saying what the compiler needed."""
   with tempfile.TemporaryDirectory(prefix="jaxmem-explain-") as d:
-    try:
-      with quiet():
-        # The three backends honour these options alike (checked on jaxlib 0.10.2 and 0.12.0.1).
-        compiled = lowered.compile({"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO})
-    except jax.errors.JaxRuntimeError as e:
-      refusal = Refusal.of(e)
-      need = "" if refusal.required_bytes is None else f" (needs {refusal.required_bytes:,} bytes)"
-      raise JaxmemError(
-          f"the compiler refused this configuration{need}, so there is no plan to explain: {refusal.error}"
-      ) from None
+    # The three backends honour these options alike (checked on jaxlib 0.10.2 and 0.12.0.1).
+    outcome = lowering.figures(compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO})
+    if isinstance(outcome, Refusal):
+      need = "" if outcome.required_bytes is None else f" (needs {outcome.required_bytes:,} bytes)"
+      who = "the compiler refused this configuration" if outcome.cause is not None else "this configuration cannot fit"
+      raise JaxmemError(f"{who}{need}, so there is no plan to explain: {outcome.error}")
     dump = read_dump(d)
     optimized = read_optimized_hlo(d, module_name=dump.hlo.name or None)
-  return compiled, dump, optimized
+  return outcome, dump, optimized
 
 
 def _check_top(top: int) -> None:

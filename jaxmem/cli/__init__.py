@@ -61,10 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # is chained to its exception; JAXMEM_TRACEBACK=1 prints that traceback above the line.
     if os.environ.get("JAXMEM_TRACEBACK", "") not in ("", "0"):
       traceback.print_exception(e, file=sys.stderr)
-      print(f"jaxmem: error: {e}", file=sys.stderr)
+      print(f"jaxmem: error: {_common.flag_message(e, parser)}", file=sys.stderr)
     else:
       hint = " (JAXMEM_TRACEBACK=1 prints its traceback)" if e.__cause__ is not None else ""
-      print(f"jaxmem: error: {e}{hint}", file=sys.stderr)
+      print(f"jaxmem: error: {_common.flag_message(e, parser)}{hint}", file=sys.stderr)  # fields named as flags
     return 2
   except SystemExit as e:  # --help, --version
     return e.code if isinstance(e.code, int) else 0

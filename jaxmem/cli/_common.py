@@ -132,6 +132,25 @@ def add_sweep_axes(p: argparse.ArgumentParser, *, remat: str = DEFAULT_REMAT, re
   p.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
 
 
+def flag_message(e: JaxmemError, parser: argparse.ArgumentParser) -> str:
+  """``e``'s message for CLI users: each field it names (``microbatches``, see
+  :mod:`jaxmem.errors`) as the flag that sets it (``--microbatches``), read from ``parser`` and
+  its subcommands, so a new flag needs no entry here."""
+  return e.worded(flags_by_field(parser))
+
+
+def flags_by_field(parser: argparse.ArgumentParser) -> dict[str, str]:
+  """Each option's destination (the field it sets) -> its long flag, over every subcommand."""
+  out: dict[str, str] = {}
+  for action in parser._actions:  # argparse keeps them here; there is no public accessor
+    if isinstance(action, argparse._SubParsersAction):
+      for sub in action.choices.values():
+        out.update({k: v for k, v in flags_by_field(sub).items() if k not in out})
+    elif action.option_strings:
+      out.setdefault(action.dest, max(action.option_strings, key=len))
+  return out
+
+
 def workload(args: argparse.Namespace, cls: type[Workload] = Workload, **overrides: Any) -> Workload:
   """The :class:`Workload` (or subclass ``cls``) the flags describe: each field from the flag
   of its name where one was given, else the field's default; ``overrides`` win."""
@@ -213,12 +232,6 @@ def _check_output(flag: str, path: str, *, is_dir: bool) -> None:
     raise JaxmemError(f"cannot write {flag} {path}: {parent} is not a folder")
   if not os.access(parent, os.W_OK):
     raise JaxmemError(f"cannot write {flag} {path}: {parent} is not writable")
-
-
-def flag_for(field: str) -> str:
-  """The flag of a library field (``microbatches`` -> ``--microbatches``): library errors name
-  fields, the CLI's name flags. Flags are named after the Workload fields they set."""
-  return "--" + field.replace("_", "-")
 
 
 class Progress:

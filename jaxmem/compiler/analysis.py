@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
-from jaxmem._quiet import quiet
-from jaxmem.compiler.report import MemoryReport, read_compiled
+from jaxmem.compiler.figures import Figures, compile_figures
+from jaxmem.compiler.report import MemoryReport, Refusal
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
-
-
-def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, float]:
-  """Compiles and returns the executable with the wall time the compiler took."""
-  start = time.perf_counter()
-  compiled = lowered.compile()
-  return compiled, time.perf_counter() - start
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,25 +29,23 @@ class Lowering:
   ``traced`` gives the jaxpr (FLOPs), ``lowered`` compiles (with compiler options, for a dump);
   ``target`` is ``None`` where the program goes where ``jax.jit`` would put it;
   ``argument_names`` name the top-level arguments that are not static (the function's
-  parameter names where it has them, else ``args[i]``), in the order of ``compiled.args_info``.
+  parameter names where it has them, else ``args[i]``), in the order of ``compiled.args_info``;
+  ``args`` are the arguments as traced (placed on the target's devices), for the check of their
+  bytes against its capacity.
   """
 
   traced: jax.stages.Traced
   lowered: jax.stages.Lowered
   target: Target | None
   argument_names: tuple[str, ...]
+  args: tuple[Any, ...] = ()
 
-  def compile(self) -> tuple[jax.stages.Compiled, float]:
-    """The executable and the compile's wall time. XLA's log lines (the GPU compiler's
-    rematerialization and argument-size warnings near the device's memory) are kept off the
-    terminal; a failed compile replays them with its error."""
-    with quiet():
-      return compile_timed(self.lowered)
-
-  def read(self, compiled: jax.stages.Compiled, *, compile_seconds: float | None = None) -> MemoryReport:
-    """The report for ``compiled``, this lowering's executable."""
-    return read_compiled(
-        compiled, compile_seconds=compile_seconds, jaxpr=self.traced.jaxpr.jaxpr, argument_names=self.argument_names
+  def figures(self, *, notes: Sequence[str] = (), compiler_options: Mapping[str, Any] | None = None) -> Figures | Refusal:
+    """Compiled and read, or refused (:func:`jaxmem.compiler.figures.compile_figures`, which
+    checks the arguments against the target's capacity first)."""
+    return compile_figures(
+        self.traced, self.target, args=self.args, argument_names=self.argument_names, notes=notes,
+        compiler_options=compiler_options, lowered=self.lowered,
     )
 
 
@@ -83,7 +73,9 @@ def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = Non
   # outermost jit donates).
   jitted = fn if not jit_kwargs and hasattr(fn, "trace") and hasattr(fn, "lower") else jax.jit(fn, **jit_kwargs)
   traced = jitted.trace(*args)
-  return Lowering(traced=traced, lowered=traced.lower(), target=tgt, argument_names=_names(fn, len(args), jit_kwargs))
+  return Lowering(
+      traced=traced, lowered=traced.lower(), target=tgt, argument_names=_names(fn, len(args), jit_kwargs), args=args
+  )
 
 
 def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_kwargs) -> MemoryReport:
@@ -106,9 +98,10 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
   >>> analyze(lambda a: a @ a, x).output_size_in_bytes
   524288
   """
-  lowering = lower_for_target(fn, *args, target=target, **jit_kwargs)
-  compiled, seconds = lowering.compile()
-  return lowering.read(compiled, compile_seconds=seconds)
+  outcome = lower_for_target(fn, *args, target=target, **jit_kwargs).figures()
+  if isinstance(outcome, Refusal):  # the compiler's own error, as jax.jit would raise it
+    raise outcome.cause if outcome.cause is not None else JaxmemError(outcome.error)
+  return outcome.report
 
 
 # -------------------------------------------------------------------- where the inputs live

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmem._quiet import quiet
+from jaxmem.compiler.xla import compile_timed
 
 
 class CompilerAvailability(NamedTuple):
@@ -36,7 +37,7 @@ def compile_probe(devices, shape, fn):
   """Compiles fn for a float32 argument of `shape` replicated over `devices`."""
   mesh = jax.sharding.Mesh(np.array(devices), ("x",))
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-  return jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharding)).compile()
+  return compile_timed(jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, jnp.float32, sharding=sharding)), quietly=False)[0]
 
 
 def quietly(fn):

@@ -67,7 +67,7 @@ from typing import Any
 import jax
 
 from jaxmem.compiler.oom import parse_oom
-from jaxmem.compiler.flops import compiled_flops, per_device_flops
+from jaxmem.compiler.flops import compiled_flops, jaxpr_flops, per_device_flops
 from jaxmem.compiler.margin import NO, Verdict, judge, risk_bytes
 from jaxmem.hlo.comms import collectives
 from jaxmem.program.sharding import path_keys
@@ -95,19 +95,12 @@ COMPILER_FIELDS = tuple(f.name for f in dataclasses.fields(CompilerFigures))
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MemoryReport(CompilerFigures):
-  """The compiler's per-device memory and cost figures for one program."""
+  """The compiler's per-device memory, cost and communication figures for one program."""
 
   platform: str
   num_devices: int
   argument_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # per top-level argument
   argument_leaf_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # per argument leaf
-  comm_bytes: int | None = None
-  comm_all_gather_bytes: int | None = None
-  comm_reduce_scatter_bytes: int | None = None
-  comm_all_reduce_bytes: int | None = None
-  comm_all_to_all_bytes: int | None = None
-  comm_collective_permute_bytes: int | None = None
-  comm_lower_bound: bool | None = None
   notes: tuple[str, ...] = ()
   compiled: Any = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
 
@@ -127,12 +120,8 @@ class MemoryReport(CompilerFigures):
     return judge(self.required_bytes, capacity, risk)
 
   def figures(self) -> dict:
-    """The :class:`CompilerFigures` fields, to build a row from."""
+    """The :class:`CompilerFigures` fields (communication included), to build a row from."""
     return {f: getattr(self, f) for f in COMPILER_FIELDS}
-
-  def comm_figures(self) -> dict:
-    """The communication fields (``comm_bytes``, one per collective kind, ``comm_lower_bound``), as rows have them."""
-    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("comm_")}
 
 
 # Why a TPU row's required bytes are below its peak (one text for every such row, so the table
@@ -163,17 +152,36 @@ def fits(required: int | None, capacity: int | None) -> bool | None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Refusal(Record):
-  """A compile the backend refused: the error's first line, and for an out-of-memory refusal
-  ``fits=False`` with the required bytes the message gives (``None`` where it gives none)."""
+  """A program with no compiled figures: the backend refused it (the error's first line, and
+  for an out-of-memory refusal ``fits=False`` with the required bytes its message gives, ``None``
+  where it gives none), or jaxmem did not compile it because its arguments alone exceed the
+  device (see :func:`jaxmem.compiler.figures.compile_figures`).
+
+  ``flops`` and ``program_flops`` are counted from the program as traced, so a refused
+  configuration keeps them; ``notes`` say how. ``cause`` is the compiler's exception (``None``
+  where nothing was compiled), for a caller that raises rather than reports; left out of
+  ``as_dict()`` and comparisons. :meth:`row_fields` are what a row takes from it, as
+  :meth:`jaxmem.compiler.figures.Figures.row_fields` for a compiled program.
+  """
 
   required_bytes: int | None
   fits: bool | None
   error: str
   verdict: str | None = None  # NO for an out-of-memory refusal
   margin_bytes: int | None = None
+  flops: float | None = None
+  program_flops: float | None = None
+  versions: dict[str, str] = dataclasses.field(default_factory=dict)
+  capacity_bytes: int | None = None
+  notes: tuple[str, ...] = ()
+  cause: Exception | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+
+  def row_fields(self) -> dict[str, Any]:
+    return self.as_dict()
 
   @classmethod
-  def of(cls, e: jax.errors.JaxRuntimeError) -> Refusal:
+  def of(cls, e: jax.errors.JaxRuntimeError, **fields: Any) -> Refusal:
+    """The refusal ``e`` says (``fields``: the rest of the record)."""
     message = str(e)
     oom = parse_oom(message) if "RESOURCE_EXHAUSTED" in message else None
     lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
@@ -182,9 +190,11 @@ class Refusal(Record):
         required_bytes=None if oom is None else oom.required_bytes,
         fits=False if oom is not None else None,
         error=_no_triton_tiling(first) or first,
+        cause=e,
         verdict=None if oom is None else NO,
         margin_bytes=None if oom is None or None in (oom.required_bytes, oom.available_bytes)
         else oom.available_bytes - oom.required_bytes,
+        **fields,
     )
 
 
@@ -234,8 +244,9 @@ def read_compiled(
   """Reads a ``jax.stages.Compiled`` into a :class:`MemoryReport`.
 
   ``jaxpr`` is the program's jaxpr (``traced.jaxpr.jaxpr``): its FLOPs, times the share of it one
-  device runs, are the report's ``flops``. Without it, ``program_flops`` (the whole program's
-  count) is divided evenly over the devices. ``argument_names``: the top-level arguments' names
+  device runs, are the report's ``flops``, and its count the report's ``program_flops`` (unless
+  ``program_flops`` gives it). Without it, ``program_flops`` (the whole program's count) is
+  divided evenly over the devices. ``argument_names``: the top-level arguments' names
   (the function's parameters without the static ones), for ``argument_bytes``.
   """
   devices = _devices_of(compiled)
@@ -259,6 +270,7 @@ def read_compiled(
   if jaxpr is not None:
     flops, flops_note = per_device_flops(jaxpr, compiled, len(devices))
     notes += [flops_note] if flops_note else []
+    program_flops = jaxpr_flops(jaxpr) if program_flops is None else program_flops
   else:
     flops = None if program_flops is None else program_flops / max(1, len(devices))
   total = _total(*(values[f] for f in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
@@ -279,6 +291,7 @@ def read_compiled(
           values["host_temp_size_in_bytes"],
       ),
       flops=flops,
+      program_flops=program_flops,
       compiler_flops=compiled_flops(compiled),
       compile_seconds=compile_seconds,
       versions=compiler_versions(platform),

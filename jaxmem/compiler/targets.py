@@ -163,7 +163,7 @@ def get_target(name: str, *, slices: int = 1) -> Target:
   """Looks a target up by name; an unknown name is a :class:`JaxmemError` listing valid ones."""
   key = name.strip().lower()
   if slices != 1 and not key.startswith("tpu:"):
-    raise JaxmemError(f"--slices applies to TPU targets only, not {name!r}")
+    raise JaxmemError(f"`slices` applies to TPU targets only, not {name!r}")
   if m := _CPU_RE.match(key):
     return _cpu_target(int(m.group(1) or 1), name)
   if key == "attached":
@@ -229,7 +229,7 @@ def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
     raise JaxmemError(f"unknown TPU generation {gen_name!r}; valid: {', '.join(TPU_GENERATIONS)}") from None
   tpu_topology_name(gen.name, size)  # checks the size, listing valid ones
   if slices < 1:
-    raise JaxmemError(f"--slices must be at least 1 (got {slices})")
+    raise JaxmemError(f"`slices` must be at least 1 (got {slices})")
   devices = gen.chips(size) * gen.devices_per_chip * slices
   return Target(
       name=f"tpu:{gen.name}-{size}" + (f"x{slices}slices" if slices > 1 else ""),

@@ -208,7 +208,7 @@ def estimate(
   if batch < 1 or seq < 1 or tensor < 1:
     raise JaxmemError(f"batch, seq and tensor must be at least 1 (got {batch}, {seq}, {tensor})")
   if capacity_factor is not None and not capacity_factor > 0:
-    raise JaxmemError(f"--capacity-factor must be > 0 (got {capacity_factor:g})")
+    raise JaxmemError(f"`capacity_factor` must be > 0 (got {capacity_factor:g})")
   n = count_params(cfg)
   p, g, o = bytes_per_param(optimizer, precision)
   per_layer = activation_bytes_per_layer(cfg, batch=batch, seq=seq, tensor=tensor, sequence_parallel=sequence_parallel, recompute=recompute)

@@ -62,7 +62,7 @@ WEIGHT_FORMATS: Registry[WeightFormat] = Registry("weight format", {
   "fp8": WeightFormat(name="fp8", dtype="float8_e4m3fn", qmax=448.0, description="float8 e4m3, per-output-channel float32 scales"),
   "int8": WeightFormat(name="int8", dtype="int8", qmax=127.0, integer=True, description="int8, per-output-channel float32 scales"),
   "int4": WeightFormat(name="int4", dtype="int4", qmax=7.0, integer=True, description="int4 (two per byte), per-output-channel float32 scales"),
-}, flag="weights")
+}, field="weights")
 SCALE_DTYPE = jnp.float32
 # The dtype of parameters a quantized format leaves unquantized (norms, biases, positions).
 UNQUANTIZED_DTYPE = "bfloat16"

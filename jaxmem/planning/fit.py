@@ -136,14 +136,14 @@ class _Search:
 
 def check_over(over: str) -> None:
   if over not in ("batch", "seq"):
-    raise JaxmemError(f"--over must be batch or seq (got {over!r})")
+    raise JaxmemError(f"`over` must be batch or seq (got {over!r})")
 
 
 def require_capacity(p: Plan) -> None:
   if p.target.capacity_bytes is None:
     raise JaxmemError(
         f"fit needs a target with a memory capacity; {p.target.name} has none (use a TPU or GPU "
-        "target, e.g. --target tpu:v5e-8 or gpu:h100, or attached)"
+        "`target`, e.g. tpu:v5e-8 or gpu:h100, or attached)"
     )
 
 

@@ -25,7 +25,7 @@ from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
 from jaxmem.program.train import check_batch, check_qk_dtype, pick_attention
-from jaxmem.workload import Workload
+from jaxmem.workload import BaseWorkload, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -161,13 +161,13 @@ def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelCon
   return get_config(model, **overrides)
 
 
-def resolve_target(w: Workload) -> Target:
+def resolve_target(w: BaseWorkload) -> Target:
   """The workload's target with its capacity (a TPU target's costs a quick probe compile)."""
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   return with_capacity(tgt)
 
 
-def resolve_meshes(w: Workload, tgt: Target) -> tuple[shd.MeshSpec, ...]:
+def resolve_meshes(w: BaseWorkload, tgt: Target) -> tuple[shd.MeshSpec, ...]:
   """The workload's meshes (FSDP over every device when none), each checked against the target."""
   meshes = tuple(shd.parse_mesh(m) for m in w.mesh) or (shd.default_mesh(tgt.num_devices),)
   for m in meshes:
@@ -192,18 +192,18 @@ _GPU_RAGGED_DOT = (
 )
 
 
-def moe_variants(w: Workload) -> tuple[MoeVariant, ...]:
+def moe_variants(w: BaseWorkload) -> tuple[MoeVariant, ...]:
   """The MoE configurations a workload sweeps: every ``moe_impl`` (capacity once per capacity
   factor), or the default alone; capacity factors without ``moe_impl`` imply capacity."""
   impls = w.moe_impl or (("capacity",) if w.capacity_factor else ())
   for impl in impls:
     if impl not in MOE_IMPLS:
-      raise JaxmemError(f"unknown --moe-impl {impl!r}; valid: {', '.join(MOE_IMPLS)}")
+      raise JaxmemError(f"unknown `moe_impl` {impl!r}; valid: {', '.join(MOE_IMPLS)}")
   if w.capacity_factor and "capacity" not in impls:
-    raise JaxmemError("--capacity-factor applies to --moe-impl capacity; add capacity to --moe-impl")
+    raise JaxmemError("`capacity_factor` applies to `moe_impl` capacity; add capacity to `moe_impl`")
   for f in w.capacity_factor:
     if not f > 0:
-      raise JaxmemError(f"--capacity-factor must be > 0 (got {f:g})")
+      raise JaxmemError(f"`capacity_factor` must be > 0 (got {f:g})")
   if not impls:
     return (((), ()),)
   out: list[MoeVariant] = []
@@ -213,7 +213,7 @@ def moe_variants(w: Workload) -> tuple[MoeVariant, ...]:
   return tuple(dict.fromkeys(out))
 
 
-def moe_config(cfg: ModelConfig, w: Workload, platform: str) -> tuple[ModelConfig, tuple[str, ...]]:
+def moe_config(cfg: ModelConfig, w: BaseWorkload, platform: str) -> tuple[ModelConfig, tuple[str, ...]]:
   """``cfg`` with the MoE choice of a one-variant workload, and notes on it. A dense model with
   MoE choices is an error: they would change nothing, and silently so.
 
@@ -223,7 +223,7 @@ def moe_config(cfg: ModelConfig, w: Workload, platform: str) -> tuple[ModelConfi
   if not cfg.is_moe:
     if w.moe_impl or w.capacity_factor:
       raise JaxmemError(
-          f"--moe-impl and --capacity-factor apply to mixture-of-experts models; {cfg.name} has no experts (drop them)"
+          f"`moe_impl` and `capacity_factor` apply to mixture-of-experts models; {cfg.name} has no experts (drop them)"
       )
     return cfg, ()
   notes: list[str] = []
@@ -281,11 +281,11 @@ def plan_step(w: Workload) -> Plan:
   """A sweep over a user's step (``w.step``): the target, remat policies and meshes as for the
   model's, the factory imported and checked before anything compiles."""
   load_step(w.step)
-  for flag, v, default in (("--attention", w.attention, ("auto",)), ("--microbatches", w.microbatches, (1,)),
-                           ("--vocab-tiles", w.vocab_tiles, (1,)), ("--qk-dtype", w.qk_dtype, "bfloat16"),
-                           ("--moe-impl", w.moe_impl, ()), ("--capacity-factor", w.capacity_factor, ())):
+  for field, v, default in (("attention", w.attention, ("auto",)), ("microbatches", w.microbatches, (1,)),
+                            ("vocab_tiles", w.vocab_tiles, (1,)), ("qk_dtype", w.qk_dtype, "bfloat16"),
+                            ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ())):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
-      raise JaxmemError(f"{flag} applies to jaxmem's own models (--model), not --step; set it in your step factory")
+      raise JaxmemError(f"`{field}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
   for name, v in (("batch", w.batch), ("seq", w.seq)):
@@ -300,26 +300,32 @@ def plan_step(w: Workload) -> Plan:
 
 def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
   """The workload's attention names and microbatch counts, each once, checked."""
+  attentions = resolve_attention(w)
+  if not w.microbatches:
+    raise JaxmemError("`microbatches` is empty; give whole numbers separated by commas, e.g. 1,4")
+  for mb in w.microbatches:
+    if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
+      raise JaxmemError(f"`microbatches` must be whole numbers of at least 1 (got {mb!r})")
+  return attentions, tuple(dict.fromkeys(w.microbatches))
+
+
+def resolve_attention(w: BaseWorkload) -> tuple[str, ...]:
+  """The workload's attention names, each once, and its ``qk_dtype``, checked."""
   if not w.attention:
-    raise JaxmemError(f"--attention is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
+    raise JaxmemError(f"`attention` is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
   for name in w.attention:
     if name not in ATTENTION_NAMES:
       raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
-  if not w.microbatches:
-    raise JaxmemError("--microbatches is empty; give whole numbers separated by commas, e.g. 1,4")
-  for mb in w.microbatches:
-    if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
-      raise JaxmemError(f"--microbatches must be whole numbers of at least 1 (got {mb!r})")
   check_qk_dtype(w.qk_dtype)
-  return tuple(dict.fromkeys(w.attention)), tuple(dict.fromkeys(w.microbatches))
+  return tuple(dict.fromkeys(w.attention))
 
 
 def resolve_vocab_tiles(w: Workload) -> tuple[int, ...]:
   """The workload's vocabulary tilings, each once, checked (each must also divide the sequence:
   :func:`jaxmem.program.train.check_batch`)."""
   if not w.vocab_tiles:
-    raise JaxmemError("--vocab-tiles is empty; give whole numbers separated by commas, e.g. 1,8")
+    raise JaxmemError("`vocab_tiles` is empty; give whole numbers separated by commas, e.g. 1,8")
   for tiles in w.vocab_tiles:
     if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 1:
-      raise JaxmemError(f"--vocab-tiles must be whole numbers of at least 1 (got {tiles!r})")
+      raise JaxmemError(f"`vocab_tiles` must be whole numbers of at least 1 (got {tiles!r})")
   return tuple(dict.fromkeys(w.vocab_tiles))

@@ -45,9 +45,9 @@ def run_tasks(
   ``on_row(index, row, from_cache)`` is called as each finishes (in completion order)."""
   cache = cache or RowCache(enabled=False)
   if jobs < 1:
-    raise JaxmemError(f"--jobs must be at least 1 (got {jobs})")
+    raise JaxmemError(f"`jobs` must be at least 1 (got {jobs})")
   if (jobs > 1 or scheduler) and any(t.target == "attached" for t in tasks):
-    raise JaxmemError("the attached target runs in this process only; drop --jobs and --scheduler")
+    raise JaxmemError("the attached target runs in this process only; drop `jobs` and `scheduler`")
   if (jobs > 1 or scheduler) and any(is_local(t.workload.step) for t in tasks):
     raise JaxmemError(
         "this step factory has no import path (a lambda, a closure or a notebook's function), so worker "
@@ -100,7 +100,7 @@ def _run_dask(tasks: Sequence[Task], run: Run, todo: Iterable[int], address: str
   try:  # an optional dependency (the dask extra): imported only when asked for
     from distributed import Client, as_completed
   except ImportError:
-    raise JaxmemError("--scheduler needs Dask: pip install 'jaxmem[dask]'") from None
+    raise JaxmemError("`scheduler` needs Dask: pip install 'jaxmem[dask]'") from None
   _check_scheduler_address(address)
   try:
     client = Client(address, timeout="10s")
@@ -128,7 +128,7 @@ def _check_scheduler_address(address: str) -> None:
   try:
     host, port = parse_host_port(location)
   except ValueError as e:
-    raise JaxmemError(f"--scheduler {address}: {e}; write tcp://HOST:PORT (a scheduler listens on 8786)") from None
+    raise JaxmemError(f"`scheduler` {address}: {e}; write tcp://HOST:PORT (a scheduler listens on 8786)") from None
   try:
     socket.create_connection((host, port), timeout=2).close()
   except ConnectionRefusedError:

@@ -42,18 +42,18 @@ def parse_over(specs: Sequence[str]) -> dict[str, list[int]]:
     name, eq, values = spec.partition("=")
     name = name.strip()
     if not eq or name not in VARIABLES:
-      raise JaxmemError(f"bad --over {spec!r}: write seq=1024,2048 or batch=8,16")
+      raise JaxmemError(f"bad `over` {spec!r}: write seq=1024,2048 or batch=8,16")
     try:
       nums = sorted({int(v) for v in values.split(",") if v.strip()})
     except ValueError:
-      raise JaxmemError(f"bad --over {spec!r}: values must be whole numbers") from None
+      raise JaxmemError(f"bad `over` {spec!r}: values must be whole numbers") from None
     if len(nums) < 2 or nums[0] < 1:
-      raise JaxmemError(f"bad --over {spec!r}: give at least two positive values to fit a growth rate")
+      raise JaxmemError(f"bad `over` {spec!r}: give at least two positive values to fit a growth rate")
     if name in out:
-      raise JaxmemError(f"--over {name} given twice")
+      raise JaxmemError(f"`over` {name} given twice")
     out[name] = nums
   if not out:
-    raise JaxmemError("scale needs --over, e.g. --over seq=1024,2048,4096")
+    raise JaxmemError("scale needs `over`, e.g. seq=1024,2048,4096")
   return out
 
 
@@ -192,7 +192,7 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]] | Sequence[str], path: 
   try:
     fig.savefig(path)
   except (OSError, ValueError) as e:
-    raise JaxmemError(f"cannot write --plot {path}: {e}") from None
+    raise JaxmemError(f"cannot write `plot` {path}: {e}") from None
   finally:
     plt.close(fig)
 

@@ -22,7 +22,6 @@ from jaxmem.planning.plan import Plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
 from jaxmem.program.step import OWN, call_step
-from jaxmem.versions import compiler_versions
 
 PARAMS, OPT_STATE = "params", "opt_state"
 
@@ -50,33 +49,25 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   ``error`` set, as for the model's steps."""
   base = dict(
       model=p.workload.model_name, target=p.target.name, mesh=shd.format_mesh(mesh), remat=rp.name,
-      optimizer=OWN, batch=p.batch, seq=p.seq, param_dtype=OWN, dtype=OWN,
-      num_devices=p.target.num_devices, capacity_bytes=p.target.capacity_bytes,
+      optimizer=OWN, batch=p.batch, seq=p.seq, param_dtype=OWN, dtype=OWN, num_devices=p.target.num_devices,
   )
-  notes = [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
   lowering = lower_step(p, mesh, rp)
-  try:
-    compiled, seconds = lowering.compile()  # quietly: the GPU compiler logs near the device's memory
-  except jax.errors.JaxRuntimeError as e:
-    flops = jaxpr_flops(lowering.traced.jaxpr.jaxpr) / p.target.num_devices
-    if p.target.num_devices > 1:
-      notes.append("flops: split evenly over the devices (the compile was refused)")
-    return {**base, **Refusal.of(e).as_dict(), "flops": flops, "versions": compiler_versions(p.target.platform),
-            "notes": tuple(notes)}
-  report = lowering.read(compiled, compile_seconds=seconds)
-  named = _named_arguments(lowering, report, notes)
-  return {
-      **base, **named, **report.figures(), **report.comm_figures(),
-      "required_bytes": report.required_bytes, **report.judge(p.target.capacity_bytes).as_dict(),
-      "notes": tuple(notes) + report.notes,
-  }
+  notes: list[str] = []
+  named = _named_arguments(lowering, notes)  # from the shapes: a refused step has them too
+  outcome = lowering.figures(notes=notes)
+  if not isinstance(outcome, Refusal):
+    by_name = outcome.report.argument_bytes
+    named.update(param_bytes=by_name.get(PARAMS), optimizer_state_bytes=by_name.get(OPT_STATE))
+  return {**base, **named, **outcome.row_fields()}
 
 
-def _named_arguments(lowering: Lowering, report: Any, notes: list[str]) -> dict[str, Any]:
+def _named_arguments(lowering: Lowering, notes: list[str]) -> dict[str, Any]:
+  """``param_bytes_global`` and ``param_dtype`` from the argument called ``params`` (from its
+  shapes); a note where the step has no ``params`` or ``opt_state``."""
   names = lowering.argument_names
-  out: dict[str, Any] = {"param_bytes": report.argument_bytes.get(PARAMS), "optimizer_state_bytes": report.argument_bytes.get(OPT_STATE)}
+  out: dict[str, Any] = {}
   if PARAMS in names:
-    leaves = jax.tree_util.tree_leaves(lowering.lowered.args_info[0][names.index(PARAMS)])
+    leaves = jax.tree_util.tree_leaves(lowering.traced.args_info[0][names.index(PARAMS)])
     out["param_bytes_global"] = sum(-(-math.prod(a.shape) * jax.dtypes.itemsize_bits(a.dtype) // 8) for a in leaves)
     elements: Counter[str] = Counter()
     for a in leaves:

@@ -12,12 +12,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import jax
-
-from jaxmem._quiet import quiet
-from jaxmem.compiler.analysis import compile_timed
+from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
-from jaxmem.compiler.report import MemoryReport, Refusal, read_compiled
 from jaxmem.compiler.startup import start_jax
 from jaxmem.models import get_attention
 from jaxmem.planning import steps
@@ -29,7 +25,6 @@ from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy
 from jaxmem.program.train import build_train_program
 from jaxmem.records import CompilerFigures, Configuration
-from jaxmem.versions import compiler_versions
 from jaxmem.workload import Workload
 
 
@@ -42,9 +37,8 @@ class Row(CompilerFigures, Configuration):
   backend gives one, else ``total_bytes``; for a compile refused for lack of memory, the
   figure from the compiler's message. ``fits`` compares the two (``None`` without a capacity).
   ``param_bytes_global`` is the parameters' size summed over the whole model, unsharded.
-  ``comm_*_bytes`` are the bytes one device sends per step in each kind of collective, read from
-  the optimized HLO under ring-algorithm costs (:mod:`jaxmem.hlo.comms`); ``comm_bytes`` is their sum,
-  and a lower bound, not a total, where ``comm_lower_bound`` (a loop counted once, named in ``notes``).
+  ``comm_*_bytes`` are the bytes one device sends per step in each kind of collective
+  (:class:`jaxmem.records.Communication`), a lower bound, not a total, where ``comm_lower_bound``.
   ``program_flops`` is the whole step's FLOPs counted from its jaxpr (every device, every
   layer): the step as written, before XLA's own rematerialization, which the GPU compiler adds
   to a program over the device's memory. ``recompute_overhead_pct`` compares it with the no-remat
@@ -54,15 +48,8 @@ class Row(CompilerFigures, Configuration):
   param_bytes: int | None = None
   param_bytes_global: int | None = None
   optimizer_state_bytes: int | None = None
-  program_flops: float | None = None
   recompute_overhead_pct: float | None = None
-  comm_bytes: int | None = None
-  comm_all_gather_bytes: int | None = None
-  comm_reduce_scatter_bytes: int | None = None
-  comm_all_reduce_bytes: int | None = None
-  comm_all_to_all_bytes: int | None = None
-  comm_collective_permute_bytes: int | None = None
-  comm_lower_bound: bool | None = None
+  # (the comm_* fields: jaxmem.records.Communication, through CompilerFigures)
   capacity_bytes: int | None = None
   required_bytes: int | None = None
   fits: bool | None = None
@@ -77,9 +64,10 @@ def run_config(
     p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None,
     microbatches: int | None = None, vocab_tiles: int | None = None,
 ) -> Row:
-  """Compiles one configuration (``attention``, ``microbatches``, ``vocab_tiles``: the plan's first unless
-  given). A compile the backend refuses (out of memory, an unsupported feature) becomes a row
-  with ``error`` set rather than an exception, so a sweep goes on."""
+  """Compiles one configuration (``attention``, ``microbatches``, ``vocab_tiles``: the plan's first
+  unless given) through :func:`jaxmem.compiler.figures.compile_figures`. A compile the backend refuses
+  (out of memory, an unsupported feature), or arguments alone over the device's capacity,
+  become a row with ``error`` set rather than an exception, so a sweep goes on."""
   attention = p.attentions[0] if attention is None else attention
   microbatches = p.microbatches[0] if microbatches is None else microbatches
   vocab_tiles = p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles
@@ -96,7 +84,6 @@ def run_config(
       param_dtype=p.cfg.param_dtype,
       dtype=p.cfg.dtype,
       num_devices=p.target.num_devices,
-      capacity_bytes=p.target.capacity_bytes,
       **moe_fields(p.cfg),
   )
   program = build_train_program(
@@ -113,36 +100,15 @@ def run_config(
       qk_dtype=p.workload.qk_dtype,
   )
   notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
-  notes += [] if p.target.capacity_note is None else [f"capacity_bytes: {p.target.capacity_note}"]
   notes += p.moe_notes + program.notes
   if get_attention(program.attention.name).fused:  # its FLOPs are counted from its shapes
     notes.append(KERNEL_FLOPS_NOTE)
   if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
     notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
-  traced = program.trace()
-  # Counted from the program, not the executable, so a configuration the compiler refuses
-  # still has its FLOPs (and so its recompute overhead).
-  program_flops = jaxpr_flops(traced.jaxpr.jaxpr)
-  try:
-    with quiet():  # the GPU compiler logs to fd 2 when arguments near the device's memory
-      compiled, seconds = compile_timed(program.lower(traced))
-  except jax.errors.JaxRuntimeError as e:
-    if p.target.num_devices > 1:
-      notes.append("flops: split evenly over the devices (the compile was refused)")
-    return Row(
-        **base, **Refusal.of(e).as_dict(), flops=program_flops / p.target.num_devices, program_flops=program_flops,
-        versions=compiler_versions(p.target.platform), notes=tuple(notes),
-    )
-  report: MemoryReport = read_compiled(compiled, compile_seconds=seconds, jaxpr=traced.jaxpr.jaxpr)
-  return Row(
-      **base,
-      **report.figures(),
-      **report.comm_figures(),
-      program_flops=program_flops,
-      required_bytes=report.required_bytes,
-      **report.judge(p.target.capacity_bytes).as_dict(),  # fits, verdict, margin_bytes, risk_bytes
-      notes=tuple(notes) + report.notes,
+  outcome = compile_figures(
+      program.trace(), p.target, args=program.args, notes=notes, lowering_context=program.lowering_context(),
   )
+  return Row(**base, **outcome.row_fields())
 
 
 def moe_fields(cfg: Any) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from typing import Any
 
 import jax
 
-from jaxmem.compiler.report import read_compiled
+from jaxmem.compiler.figures import compile_figures
+from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.startup import start_distributed, start_jax
 from jaxmem.compiler.targets import get_target
 from jaxmem.errors import JaxmemError
@@ -85,8 +86,10 @@ def measure(
       attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
       vocab_tiles=p.vocab_tiles[0], qk_dtype=p.workload.qk_dtype,
   )
-  compiled = program.lower().compile()
-  predicted = read_compiled(compiled).required_bytes
+  outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
+  if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit
+    raise JaxmemError(f"validate: configuration {rp.name}, {opt.name}, mesh {shd.format_mesh(mesh)} was refused: {outcome.error}")
+  compiled, predicted = outcome.compiled, outcome.required_bytes
   workspace = cudnn_workspace_bytes(compiled.as_text() or "")
   params, state, tokens, targets = program.concrete_args()
   loss = None
@@ -138,7 +141,7 @@ def cudnn_workspace_bytes(hlo_text: str) -> int | None:
 def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
-    raise JaxmemError(f"validate runs on the attached devices; drop --target {workload.target_name}")
+    raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
   if distributed:
     start_distributed()
   start_jax()
@@ -183,7 +186,7 @@ def validate(
   holds the measured peak against the compiler's prediction. ``on_measurement`` is called with
   the measurements so far after each one."""
   if steps < 1:
-    raise JaxmemError(f"--steps must be at least 1 (got {steps})")
+    raise JaxmemError(f"`steps` must be at least 1 (got {steps})")
   p = validation_plan(Workload.of(workload, ATTACHED, **fields), distributed=distributed)
   out: list[Measurement] = []
   for impl, factor in p.moe:

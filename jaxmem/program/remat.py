@@ -149,7 +149,7 @@ def _build() -> dict[str, RematPolicy]:
 
 # `all` leaves out a policy registered under a second name (nothing_saveable is `full`).
 REMAT_POLICIES: Registry[RematPolicy] = Registry(
-    "remat policy", _build(), flag="remat", in_all=lambda p: p.alias_of is None
+    "remat policy", _build(), field="remat", in_all=lambda p: p.alias_of is None
 )
 
 

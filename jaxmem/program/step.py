@@ -50,12 +50,12 @@ def step_spec(step: str | Callable) -> str:
   if callable(step):
     return _callable_spec(step)
   if not isinstance(step, str):
-    raise JaxmemError(f"step must be a factory function or its import path ({_HOW}); got {type(step).__name__}")
+    raise JaxmemError(f"`step` must be a factory function or its import path ({_HOW}); got {type(step).__name__}")
   module, sep, attr = step.strip().rpartition(":")
   if step.startswith(LOCAL):
     return step
   if not sep or not module or not attr:
-    raise JaxmemError(f"--step {step!r}: {_HOW}")
+    raise JaxmemError(f"`step` {step!r}: {_HOW}")
   if module.endswith(".py"):
     return f"{os.path.abspath(module)}:{attr}"
   return f"{module}:{attr}"

@@ -82,9 +82,13 @@ class TrainProgram:
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
 
+  def lowering_context(self) -> contextlib.AbstractContextManager:
+    """Where the step must be lowered: in the attention kernel's lowering context."""
+    return self.attention.lowering() if self.attention is not None else contextlib.nullcontext()
+
   def lower(self, traced: jax.stages.Traced | None = None) -> jax.stages.Lowered:
     """``traced`` (else a fresh trace) lowered in the attention kernel's lowering context."""
-    with self.attention.lowering() if self.attention is not None else contextlib.nullcontext():
+    with self.lowering_context():
       return (traced or self.trace()).lower()
 
   def concrete_args(self, seed: int = 0) -> tuple[Any, ...]:
@@ -112,9 +116,9 @@ def check_batch(
   if seq < 1:
     raise JaxmemError(f"seq must be at least 1 (got {seq})")
   if not isinstance(microbatches, int) or microbatches < 1:
-    raise JaxmemError(f"--microbatches must be whole numbers of at least 1 (got {microbatches!r})")
+    raise JaxmemError(f"`microbatches` must be whole numbers of at least 1 (got {microbatches!r})")
   if not isinstance(vocab_tiles, int) or vocab_tiles < 1 or seq % vocab_tiles:
-    raise JaxmemError(f"--vocab-tiles must be a positive divisor of the sequence length {seq} (got {vocab_tiles!r})")
+    raise JaxmemError(f"`vocab_tiles` must be a positive divisor of the sequence length {seq} (got {vocab_tiles!r})")
   ways = shd.data_parallel_size(mesh)
   if batch % (ways * microbatches):
     what = f"{microbatches} microbatches x " if microbatches > 1 else ""
@@ -126,7 +130,7 @@ def check_batch(
   if seq % seq_ways:
     raise JaxmemError(f"seq {seq} is not divisible by the sequence axis ({seq_ways}); use a multiple of {seq_ways}")
   if cfg.style == "gpt2" and seq > cfg.max_seq_len:
-    raise JaxmemError(f"seq {seq} exceeds {cfg.name}'s {cfg.max_seq_len} learned positions; use --seq {cfg.max_seq_len} or less")
+    raise JaxmemError(f"`seq` {seq} exceeds {cfg.name}'s {cfg.max_seq_len} learned positions; use {cfg.max_seq_len} or less")
   shd.check_experts(mesh, cfg.num_experts, cfg.name)
 
 
@@ -143,7 +147,7 @@ def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh) -> ExpertsFn | No
 
 def check_qk_dtype(qk_dtype: str) -> None:
   if qk_dtype not in QK_DTYPES:
-    raise JaxmemError(f"unknown --qk-dtype {qk_dtype!r}; valid: {', '.join(QK_DTYPES)}")
+    raise JaxmemError(f"unknown `qk_dtype` {qk_dtype!r}; valid: {', '.join(QK_DTYPES)}")
 
 
 def pick_attention(

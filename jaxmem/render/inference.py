@@ -79,18 +79,24 @@ def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[d
   """``infer``'s rows; in table and markdown, a heading (with the compiler versions), the notes
   and errors; the KV cache table from the formula after it when ``kv_rows`` are given. Tables
   show the KV cache per token (whole model, one sequence) in KiB, with the attention kind, and
-  for a mixture-of-experts model how its experts run."""
+  for a mixture-of-experts model how its experts run; with several devices, the bytes each
+  sends per step in collectives (``comm``)."""
   dicts = [r.as_dict() for r in rows]
   if fmt_name in ("json", "csv"):
     text = render(dicts, fmt_name, INFER_COLUMNS)
   else:
-    recs = _table_records(dicts, INFER_COLUMNS)
+    u = _unit_for(dicts, INFER_COLUMNS)
+    recs = _table_records(dicts, INFER_COLUMNS, u)
+    # Communication only where there is some to show: several devices, a compiled row.
+    comm = any((r.num_devices or 1) > 1 and r.comm_bytes is not None for r in rows)
     for rec, d in zip(recs, dicts, strict=True):
       per_token = d.get("kv_cache_bytes_per_token")
       rec["attention kind"] = d.get("attention_kind")
       rec["kv/token KiB"] = None if per_token is None else f"{per_token / 1024:,.1f}"
       if any(r.moe_impl for r in rows):
         rec["moe"] = (d["moe_impl"] or "") + ("" if d.get("capacity_factor") is None else f" {d['capacity_factor']:g}")
+      if comm:
+        rec[f"comm {u.name}"] = u(d.get("comm_bytes"))
     text = render_records(recs, fmt_name)
   if fmt_name in ("table", "markdown"):
     r0 = rows[0]

@@ -1,0 +1,143 @@
+"""The one step from a traced program to its figures: checked against the device, lowered,
+compiled, read; or refused.
+
+:func:`compile_figures` is what every command's row comes from (compare, fit and scale through
+:func:`jaxmem.planning.sweep.run_config`, a user's step, infer, explain, analyze, validate), so a
+figure added here (and declared in :class:`jaxmem.records.CompilerFigures`) appears in all of
+them, and a refusal reads the same everywhere:
+
+1. The whole program's FLOPs are counted from its jaxpr (before any compile, so a refused
+   configuration still has them).
+2. What is known exactly from the shapes is checked first: the bytes one device holds of the
+   arguments (parameters, optimizer state, tokens), from their shapes and shardings. Arguments
+   stay resident for the whole step, so where they alone exceed the device's capacity the
+   program cannot fit, and it is refused without compiling (a compile of a program many times
+   the device's memory can take minutes and the host's memory).
+3. The program is lowered (in ``lowering_context``: an attention kernel's, say) and compiled
+   (:func:`jaxmem.compiler.xla.compile_timed`, with ``compiler_options`` for a dump), and the
+   executable read (:func:`jaxmem.compiler.report.read_compiled`). A compile the backend refuses
+   is a :class:`~jaxmem.compiler.report.Refusal`, not an exception, so a sweep goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import jax
+
+from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.margin import NO, Verdict
+from jaxmem.compiler.report import MemoryReport, Refusal, fits, read_compiled
+from jaxmem.compiler.targets import Target
+from jaxmem.compiler.xla import compile_timed
+from jaxmem.records import Record
+from jaxmem.versions import compiler_versions
+
+SPLIT_EVENLY = "flops: split evenly over the devices (the compile was refused)"
+NOT_COMPILED = "flops: split evenly over the devices (nothing was compiled)"
+HOST_MEMORY_KINDS = ("pinned_host",)  # on a CPU device "unpinned_host" is its own memory
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Figures(Record):
+  """A compiled program's figures as a row takes them: the report (compiler, communication and
+  FLOPs fields), the target's capacity, what must fit in it and the verdict (whether it does,
+  with its margin and the runtime's risk terms: :mod:`jaxmem.compiler.margin`), and the notes
+  (the caller's, the capacity's, the report's)."""
+
+  report: MemoryReport
+  capacity_bytes: int | None
+  required_bytes: int | None
+  verdict: Verdict
+  notes: tuple[str, ...] = ()
+
+  @property
+  def fits(self) -> bool | None:
+    return self.verdict.fits
+
+  @property
+  def compiled(self) -> jax.stages.Compiled:
+    return self.report.compiled
+
+  def row_fields(self) -> dict[str, Any]:
+    """The fields every row type takes from a compile (splat into its constructor)."""
+    return {**self.report.figures(), **self.verdict.as_dict(), "capacity_bytes": self.capacity_bytes,
+            "required_bytes": self.required_bytes, "error": None, "notes": self.notes}
+
+
+def compile_figures(
+    traced: jax.stages.Traced,
+    target: Target | None,
+    *,
+    args: Sequence[Any] | None = None,
+    argument_names: Sequence[str] | None = None,
+    notes: Sequence[str] = (),
+    lowering_context: AbstractContextManager | None = None,
+    compiler_options: Mapping[str, Any] | None = None,
+    lowered: jax.stages.Lowered | None = None,
+) -> Figures | Refusal:
+  """``traced`` (``jax.jit(fn).trace(*args)``) compiled for ``target`` and read, or refused.
+
+  ``args``: the abstract arguments it was traced with, for the check against the device before
+  compiling (without them the check is skipped). ``argument_names`` name the top-level
+  arguments in the report. ``notes`` (the caller's: how the program was chosen) come first in
+  the result's. ``target`` ``None``: where ``jax.jit`` would compile it, without a capacity.
+  ``lowered``: ``traced`` already lowered (by :func:`jaxmem.compiler.analysis.lower_for_target`,
+  so that a function that fails to lower fails there, as one line).
+  """
+  jaxpr = traced.jaxpr.jaxpr
+  program_flops = jaxpr_flops(jaxpr)
+  n = 1 if target is None else target.num_devices
+  capacity = None if target is None else target.capacity_bytes
+  notes = list(notes) + ([] if target is None or target.capacity_note is None else [f"capacity_bytes: {target.capacity_note}"])
+  platform = jax.default_backend() if target is None else target.platform
+  refused = dict(
+      flops=program_flops / n, program_flops=program_flops, versions=compiler_versions(platform), capacity_bytes=capacity
+  )
+  known = None if args is None else shape_argument_bytes(args, n)
+  if known is not None and capacity is not None and not fits(known, capacity):
+    return Refusal(
+        required_bytes=known, fits=False, verdict=NO, margin_bytes=capacity - known, **refused, notes=tuple(notes + [NOT_COMPILED] * (n > 1)),
+        error=(f"not compiled: the arguments alone need {known:,} bytes per device (from their shapes and "
+               f"shardings), over the capacity of {capacity:,}"),
+    )
+  try:
+    if lowered is None:
+      with lowering_context if lowering_context is not None else contextlib.nullcontext():
+        lowered = traced.lower()
+    compiled, seconds = compile_timed(lowered, compiler_options)
+  except jax.errors.JaxRuntimeError as e:  # out of memory, or a feature the backend lacks
+    return Refusal.of(e, **refused, notes=tuple(notes + [SPLIT_EVENLY] * (n > 1)))
+  report = read_compiled(
+      compiled, compile_seconds=seconds, jaxpr=jaxpr, program_flops=program_flops, argument_names=argument_names
+  )
+  return Figures(
+      report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=report.judge(capacity),
+      notes=tuple(notes) + report.notes,
+  )
+
+
+def shape_argument_bytes(args: Sequence[Any], num_devices: int) -> int:
+  """The bytes one device holds of ``args``, from shapes and shardings alone: a lower bound on
+  the compiler's argument size (layouts only pad up). A leaf without a sharding of its own
+  (``jit``'s ``in_shardings`` may place it) counts as split over every device, the least it
+  can be. Leaves placed in host memory (``memory_kind`` ``pinned_host``) are not counted."""
+  total = 0
+  for leaf in jax.tree_util.tree_leaves(args):
+    if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+      continue
+    bits = jax.dtypes.itemsize_bits(leaf.dtype)
+    sharding = getattr(leaf, "sharding", None)
+    shape = tuple(leaf.shape)
+    if getattr(sharding, "memory_kind", None) in HOST_MEMORY_KINDS:
+      continue  # held in host memory, not the device's
+    if isinstance(sharding, jax.sharding.Sharding):
+      total += -(-math.prod(sharding.shard_shape(shape)) * bits // 8)  # sub-byte types pack
+    else:
+      total += math.prod(shape) * bits // 8 // max(1, num_devices)
+  return total

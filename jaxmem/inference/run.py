@@ -1,0 +1,150 @@
+"""``infer``: each inference configuration compiled into a row.
+
+Attention: prefill computes the prompt's attention over its own keys with the implementation
+``attention`` names (``auto``: the target's production kernel, as in training; see
+:func:`jaxmem.models.choose_attention`). Decode attends one token to the cache with einsums
+whatever is asked (no T x T scores exist there), and its rows say so. Every row comes from
+:func:`jaxmem.compiler.figures.compile_figures`, as compare's do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from jaxmem.compiler.figures import compile_figures
+from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
+from jaxmem.inference import quant
+from jaxmem.inference.kv import attention_kind
+from jaxmem.inference.program import build_infer_program
+from jaxmem.inference.workload import InferPlan, InferWorkload, plan_infer
+from jaxmem.models import ModelConfig, cache_bytes, get_attention
+from jaxmem.planning.sweep import moe_fields
+from jaxmem.program import sharding as shd
+from jaxmem.program.train import pick_attention
+from jaxmem.records import CompilerFigures, Placement
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferRow(CompilerFigures, Placement):
+  """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
+  ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
+
+  ``comm_*_bytes``: the collectives' bytes, as compare's rows have them
+  (:class:`jaxmem.records.Communication`); ``program_flops`` the whole step's FLOPs.
+  ``context`` is the KV cache's length in positions: the prompt for prefill, the cache a
+  decode step reads for decode. ``required_bytes`` and ``fits`` as in
+  :class:`jaxmem.planning.sweep.Row`. ``kv_cache_bytes_per_token``: what one position of one
+  sequence holds in the whole model's cache (keys and values per kv head, or for multi-head
+  latent attention the latent and the decoupled RoPE key; ``attention_kind`` says which).
+  ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`.
+  """
+
+  phase: str
+  weights: str
+  context: int
+  prompt: int | None
+  attention: str | None = None  # the implementation used: prefill's kernel; "dot" for decode
+  attention_kind: str = "GQA"  # MLA, MHA or GQA: what the KV cache holds per token
+  moe_impl: str | None = None
+  capacity_factor: float | None = None
+  weight_bytes: int | None = None
+  weight_scale_bytes: int | None = None
+  kv_cache_bytes: int | None = None
+  kv_cache_bytes_per_token: int | None = None
+  weight_bytes_per_device: int | None = None
+  kv_cache_bytes_per_device: int | None = None
+  capacity_bytes: int | None = None
+  required_bytes: int | None = None
+  fits: bool | None = None
+  verdict: str | None = None  # yes, at risk or NO (jaxmem.compiler.margin)
+  margin_bytes: int | None = None  # capacity_bytes - required_bytes
+  risk_bytes: int | None = None  # what the runtime may hold beside the program (jaxmem.compiler.margin)
+  error: str | None = None
+  notes: tuple[str, ...] = ()
+
+
+
+def run_infer_config(
+    p: InferPlan,
+    mesh: shd.MeshSpec,
+    fmt: quant.WeightFormat,
+    phase: str,
+    context: int,
+    attention: str | None = None,
+    variant: tuple[ModelConfig, tuple[str, ...]] | None = None,
+) -> InferRow:
+  """Compiles one configuration (:func:`jaxmem.compiler.figures.compile_figures`); a compile
+  the backend refuses, or arguments alone over the device's capacity, become a row with ``error``.
+  ``attention`` (prefill; the plan's first unless given) names the implementation, ``variant``
+  the MoE choice's config and notes (else the plan's)."""
+  cfg, moe_notes = variant or (p.cfg, ())
+  attention = p.attentions[0] if attention is None else attention
+  choice = None
+  notes: list[str] = []
+  if phase == "prefill":
+    choice = pick_attention(
+        attention, cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh),
+        qk_dtype=p.qk_dtype,
+    )
+    notes += choice.notes
+    if get_attention(choice.name).fused:  # its FLOPs are counted from its shapes
+      notes.append(KERNEL_FLOPS_NOTE)
+  elif attention != "dot":
+    notes.append(
+        "attention: decode attends one token to the KV cache with einsums (no T x T scores); "
+        f"--attention {attention} applies to prefill"
+    )
+  base = dict(
+      model=cfg.name,
+      target=p.target.name,
+      mesh=shd.format_mesh(mesh),
+      phase=phase,
+      weights=fmt.name,
+      context=context,
+      prompt=p.prompt if phase == "prefill" else None,
+      attention=choice.name if choice is not None else "dot",
+      batch=p.batch,
+      num_devices=p.target.num_devices,
+      attention_kind=attention_kind(cfg),
+      kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1),
+      **moe_fields(cfg),
+  )
+  program = build_infer_program(
+      cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
+  )
+  base.update(
+      weight_bytes=program.weight_bytes,
+      weight_scale_bytes=program.weight_scale_bytes,
+      weight_bytes_per_device=program.weight_bytes_per_device,
+      kv_cache_bytes=program.kv_cache_bytes,
+      kv_cache_bytes_per_device=program.kv_cache_bytes_per_device,
+  )
+  # The architecture's unmodelled parts first, then how the MoE variant and attention were chosen.
+  notes = list(cfg.notes) + list(moe_notes) + list(program.notes) + notes
+  outcome = compile_figures(
+      program.step.trace(*program.args), p.target, args=program.args, notes=notes,
+      lowering_context=None if choice is None else choice.lowering(),
+  )
+  return InferRow(**base, **outcome.row_fields())
+
+
+def infer(
+    workload: InferWorkload | None = None, /, *, on_row: Callable[[InferRow], None] | None = None,
+    on_plan: Callable[[InferPlan], None] | None = None, **fields: Any
+) -> list[InferRow]:
+  """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced);
+  ``on_plan`` is called with the validated plan before the first compile."""
+  p = plan_infer(workload, **fields)
+  if on_plan is not None:
+    on_plan(p)
+  rows = []
+  for config in p.configs():
+    row = run_infer_config(p, *config)
+    rows.append(row)
+    if on_row is not None:
+      on_row(row)
+  return rows
+
+

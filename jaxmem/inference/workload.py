@@ -1,0 +1,135 @@
+"""An inference workload and its plan: what ``infer`` compiles, resolved and checked before a compile.
+
+:class:`InferWorkload` holds the fields every workload has (:class:`jaxmem.workload.BaseWorkload`)
+and inference's own; a train step's (remat, optimizer, microbatches, a step of your own) are not
+there. :func:`plan_infer` turns one into an :class:`InferPlan`, one configuration per (MoE
+variant, mesh, weight format, phase, context, attention).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.targets import Target
+from jaxmem.errors import JaxmemError
+from jaxmem.inference import quant
+from jaxmem.models import ModelConfig
+from jaxmem.planning.plan import moe_config, moe_variants, resolve_attention, resolve_meshes, resolve_model, resolve_target
+from jaxmem.program import sharding as shd
+from jaxmem.program.train import pick_attention
+from jaxmem.workload import BaseWorkload, names
+
+PHASES = ("prefill", "decode")
+DEFAULT_PROMPT = 1024
+DEFAULT_CONTEXT = (2048,)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferWorkload(BaseWorkload):
+  """An inference workload: the shared fields (``model``, ``batch``, ``target``, ``slices``,
+  ``mesh``, ``dtype``, ``attention``, ``qk_dtype``, the MoE variant) and inference's own: weight
+  formats, phases, the prefill prompt length and the decode contexts (KV cache lengths), each a
+  comma-separated string or a sequence. Stored weights start from bf16. ``attention`` is a sweep
+  axis of prefill rows; decode attends with einsums."""
+
+  batch: int = 1
+  weights: tuple[str, ...] = ("bf16",)
+  phase: tuple[str, ...] = PHASES
+  prompt: int = DEFAULT_PROMPT
+  context: tuple[str | int, ...] = DEFAULT_CONTEXT
+
+  def __post_init__(self):
+    super().__post_init__()
+    object.__setattr__(self, "weights", names(self.weights))
+    object.__setattr__(self, "phase", names(self.phase))
+    context = self.context if isinstance(self.context, (str, list, tuple)) else (self.context,)
+    object.__setattr__(self, "context", names([str(c) for c in ([context] if isinstance(context, str) else context)]))
+
+
+@dataclasses.dataclass(frozen=True)
+class InferPlan:
+  """A validated set of inference configurations."""
+
+  cfg: ModelConfig
+  target: Target
+  meshes: tuple[shd.MeshSpec, ...]
+  formats: tuple[quant.WeightFormat, ...]
+  phases: tuple[str, ...]
+  prompt: int
+  contexts: tuple[int, ...]
+  batch: int
+  attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
+  qk_dtype: str = "bfloat16"  # dot attention's scores in prefill
+  # MoE variants as in jaxmem.planning.plan.Plan, each a (config, notes) to compile with.
+  moe: tuple[tuple[ModelConfig, tuple[str, ...]], ...] = ()
+
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[ModelConfig, tuple[str, ...]]]]:
+    """(mesh, weights, phase, context, attention, MoE variant): prefill once per attention name,
+    decode once (it attends with einsums, so its attention is the first name, recorded as dot)."""
+    out = []
+    for variant in self.moe or ((self.cfg, ()),):
+      for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
+        for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
+          for attention in self.attentions if phase == "prefill" else self.attentions[:1]:
+            out.append((mesh, fmt, phase, ctx, attention, variant))
+    return out
+
+
+def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
+  out = []
+  for x in v:
+    try:
+      n = int(str(x).strip())
+    except ValueError:
+      raise JaxmemError(f"`{what}` must be whole numbers separated by commas, got {','.join(map(str, v))!r}") from None
+    if n < 1:
+      raise JaxmemError(f"`{what}` must be at least 1 (got {n})")
+    out.append(n)
+  if not out:
+    raise JaxmemError(f"`{what}` is empty")
+  return tuple(dict.fromkeys(out))
+
+
+def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> InferPlan:
+  """Resolves and checks everything before a compile; :class:`JaxmemError` on bad input."""
+  w = InferWorkload.of(workload, **fields)
+  start_jax()
+  # Stored weights are bf16 before any quantization: the checkpoint's precision.
+  cfg = resolve_model(w.model, param_dtype="bfloat16", dtype=w.dtype)
+  tgt = resolve_target(w)
+  formats = quant.WEIGHT_FORMATS.parse(w.weights)
+  phases = w.phase
+  for p in phases:
+    if p not in PHASES:
+      raise JaxmemError(f"unknown phase {p!r}; valid: {', '.join(PHASES)}")
+  if not phases:
+    raise JaxmemError(f"`phase` is empty; valid: {', '.join(PHASES)}")
+  (prompt,) = _ints([w.prompt], "prompt")
+  contexts = _ints(w.context, "context")
+  (batch,) = _ints([w.batch], "batch")
+  meshes = resolve_meshes(w, tgt)
+  attentions = resolve_attention(w)
+  variants = tuple(moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), tgt.platform) for i, f in moe_variants(w))
+  cfg = variants[0][0]
+  for m in meshes:
+    shd.check_experts(m, cfg.num_experts, cfg.name)
+    if "prefill" in phases:
+      for name in attentions:  # refused here, before a compile, if the target cannot take it
+        pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
+    ways = shd.data_parallel_size(m)
+    if batch % ways:
+      raise JaxmemError(
+          f"batch {batch} is not divisible by the data axes of mesh {shd.format_mesh(m)} ({ways} ways); "
+          f"use a multiple of {ways}, or shard the model with tensor={tgt.num_devices} for small batches"
+      )
+  if cfg.style == "gpt2":
+    longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
+    if longest > cfg.max_seq_len:
+      raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, w.qk_dtype, moe=variants)
+
+
