@@ -26,6 +26,7 @@ def _args() -> tuple[argparse.Namespace, list[str]]:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--top", type=int, default=15, help="buffers live at the peak to list")
   p.add_argument("--json", help="write the figures and the top buffers here")
+  p.add_argument("--dump-to", help="keep XLA's dump (HLO text, buffer assignment) in this folder")
   p.add_argument("overrides", nargs="*", help="MaxText overrides, key=value")
   return p.parse_args()
 
@@ -38,6 +39,7 @@ def main() -> int:
   from jaxmem.buffers.analyse import analyse
   from jaxmem.buffers.explain import compile_with_dump
   from jaxmem.compiler.report import read_compiled
+  from jaxmem.hlo.dump import read_dump
 
   base = os.path.join(os.path.dirname(maxtext.__file__), "configs", "base.yml")
   seen: dict = {}
@@ -60,7 +62,11 @@ def main() -> int:
     if max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags):
       return original(func, func_input_args, func_input_kwargs, mesh, in_shardings, out_shardings,
                       static_argnums, donate_argnums, config, logical_axis_rules)
-    compiled, dump, _ = compile_with_dump(lowered)
+    if args.dump_to:  # the same options compile_with_dump sets, into a folder that stays
+      compiled = lowered.compile({"xla_dump_to": args.dump_to, "xla_dump_hlo_as_text": True})
+      dump = read_dump(args.dump_to)
+    else:
+      compiled, dump, _ = compile_with_dump(lowered)
     seen["report"] = read_compiled(compiled)
     seen["explanation"] = analyse(dump, seen["report"], top=args.top, function="train_step")
     return compiled
