@@ -115,6 +115,16 @@ def test_bytes_per_argument_and_leaf():
   assert sum(report.argument_leaf_bytes.values()) == sum(report.argument_bytes.values()) == report.argument_size_in_bytes
 
 
+def test_a_typed_prng_key_argument_counts_its_key_data():
+  # MaxText's train step takes a typed key (key<urbg>), which has no item size: it holds its key
+  # data, which the compiler counts in argument_size_in_bytes like any other argument.
+  key = jax.eval_shape(lambda: jax.random.key(0, impl="rbg"))
+  x = jax.ShapeDtypeStruct((64, 256), jnp.float32)
+  report = jaxmem.analyze(lambda k, x: x * jax.random.uniform(k, x.shape), key, x)
+  assert report.argument_bytes["k"] == jax.random.key_data(jax.random.key(0, impl="rbg")).nbytes > 0
+  assert sum(report.argument_bytes.values()) == report.argument_size_in_bytes
+
+
 def test_sharded_arguments_per_device_and_communication():
   mesh = jaxmem.target("cpu:4").mesh({"fsdp": 4})
   sharded = jaxmem.analyze(_train_like, *_train_args(mesh), target="cpu:4")

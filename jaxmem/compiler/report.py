@@ -330,6 +330,12 @@ def argument_bytes(compiled, names: Sequence[str] | None = None) -> tuple[dict[s
 
 def _shard_bytes(shape, dtype, sharding) -> int:
   elements = math.prod(sharding.shard_shape(tuple(shape)))
+  if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
+    # A typed PRNG key (MaxText's train step takes one) has no item size: its buffer is its key
+    # data, the key's shape plus trailing unsharded words (jax.random.key_data).
+    data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(tuple(shape), dtype))
+    elements *= math.prod(data.shape[len(shape):])
+    dtype = data.dtype
   return -(-elements * jax.dtypes.itemsize_bits(dtype) // 8)  # sub-byte types pack (int4: 2 a byte)
 
 
