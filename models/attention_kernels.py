@@ -72,7 +72,7 @@ def over_mesh(local: AttendFn, mesh: Mesh | None, axes: MeshAxes | None, *, name
   if axes.ways("seq") > 1:
     raise JaxmemError(
       f"attention {name!r} cannot run on a mesh that splits the sequence ({axes.describe('seq')}; mesh "
-      f"{dict(mesh.shape)}); use --attention chunked or dot, or drop that axis"
+      f"{dict(mesh.shape)}); use `attention` chunked or dot, or drop that axis"
     )
   spec = axes.spec("batch", None, "heads", None)
 

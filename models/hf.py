@@ -242,7 +242,7 @@ def _refuse_unbuildable(f: _Fields, arch: str) -> None:
   if f.raw.get("quantization_config") is not None:
     raise f.error(
       "quantization_config is not supported: the train step stores parameters in param_dtype; "
-      "use the unquantized config, and `jaxmem infer --weights` for quantized inference weights"
+      "use the unquantized config, and inference's `weights` for quantized inference weights"
     )
   f.refuse_if_true("is_encoder_decoder", "jaxmem's models are decoder-only")
   f.refuse_if_true("add_cross_attention", "jaxmem's models have no cross-attention")

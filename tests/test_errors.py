@@ -7,14 +7,19 @@ import re
 import pytest
 
 import jaxmem
+import jaxmem.models
 from jaxmem.cli import build_parser, main
 from jaxmem.cli._common import flags_by_field
 from jaxmem.errors import JaxmemError
 
 ROOT = pathlib.Path(jaxmem.__file__).parent
-# The modules whose messages follow the convention (others' lanes convert theirs in their own time).
-LIBRARY = ["planning", "inference", "program", "workload.py", "registry.py", "compiler/targets.py",
-           "compiler/figures.py", "compiler/analysis.py", "errors.py"]
+MODELS = pathlib.Path(jaxmem.models.__file__).parent
+
+
+def _library_files():
+  """Every module of the library (the CLI aside: it words fields as flags) and of the models."""
+  yield from (p for p in ROOT.rglob("*.py") if "cli" not in p.relative_to(ROOT).parts)
+  yield from MODELS.rglob("*.py")
 
 
 def _messages(path: pathlib.Path):
@@ -26,8 +31,7 @@ def _messages(path: pathlib.Path):
 
 
 def test_library_errors_name_no_cli_flags():
-  paths = [p for entry in LIBRARY for p in ([ROOT / entry] if entry.endswith(".py") else (ROOT / entry).rglob("*.py"))]
-  flagged = [f"{p.relative_to(ROOT)}:{line}: {text}" for p in paths for line, text in _messages(p)
+  flagged = [f"{p}:{line}: {text}" for p in _library_files() for line, text in _messages(p)
              if re.search(r"(?<![\w-])--[a-z]", text)]
   assert not flagged, "\n".join(flagged)
 

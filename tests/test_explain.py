@@ -486,7 +486,7 @@ def test_bad_first_argument_is_a_one_line_error():
   with pytest.raises(JaxmemError, match="model='gpt2-small'") as e:
     jaxmem.explain("gpt2-small")
   assert "\n" not in str(e.value)
-  with pytest.raises(JaxmemError, match="--top"):
+  with pytest.raises(JaxmemError, match="`top` must be at least 1"):
     jaxmem.explain(lambda a: a, 1.0, top=0)
 
 

@@ -202,7 +202,7 @@ def compile_with_dump(lowering: Lowering) -> tuple[Figures, Dump, OptimizedHlo]:
 
 def _check_top(top: int) -> None:
   if top < 1:
-    raise JaxmemError(f"--top must be at least 1 (got {top})")
+    raise JaxmemError(f"`top` must be at least 1 (got {top})")
 
 
 def _function_name(fn: Callable) -> str:

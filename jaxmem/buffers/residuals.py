@@ -164,7 +164,7 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
   if len(moe_variants(w)) > 1:
-    raise JaxmemError("--residuals takes one --moe-impl and --capacity-factor; run it once per choice")
+    raise JaxmemError("`residuals` takes one `moe_impl` and `capacity_factor`; run it once per choice")
   (impl, factor), = moe_variants(w)
   # The CPU's choice: the listing is JAX's, before any compiler (--moe-impl chooses another).
   cfg, _ = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), "cpu")

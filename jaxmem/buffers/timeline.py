@@ -26,7 +26,7 @@ def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
   """Writes the timeline to ``path`` (``.png`` or ``.svg``) and returns the path."""
   ext = os.path.splitext(path)[1].lower()
   if ext not in (".png", ".svg"):
-    raise JaxmemError(f"--plot writes .png or .svg files (got {path!r})")
+    raise JaxmemError(f"`plot` writes .png or .svg files (got {path!r})")
   tl = result.timeline
   if tl is None or tl.length == 0:
     raise JaxmemError("this explanation has no timeline to plot")
@@ -76,7 +76,7 @@ def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
   try:
     fig.savefig(path, format=ext[1:], dpi=110)
   except OSError as e:
-    raise JaxmemError(f"cannot write --plot {path}: {e.strerror}") from None
+    raise JaxmemError(f"cannot write `plot` {path}: {e.strerror}") from None
   return path
 
 

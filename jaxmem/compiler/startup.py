@@ -147,7 +147,7 @@ def start_distributed() -> None:
     jax.distributed.initialize()
   except (ValueError, RuntimeError) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise JaxmemError(f"--distributed: jax.distributed.initialize() failed: {first}") from None
+    raise JaxmemError(f"`distributed`: jax.distributed.initialize() failed: {first}") from None
 
 
 def attached_accelerator_present() -> bool:
