@@ -135,3 +135,23 @@ class CompilerFigures(Communication):
   compiler_flops: float | None = None
   compile_seconds: float | None = None
   versions: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Judgement(Record):
+  """Whether one compiled (or refused) program fits its device, per device, declared once for
+  every row type (compare's, infer's). ``required_bytes`` is what must fit in
+  ``capacity_bytes`` (:attr:`jaxmem.compiler.report.MemoryReport.required_bytes`; for a refusal,
+  the figure it gives); ``fits`` compares the two, and ``verdict`` (``yes``, ``at risk``, ``NO``),
+  ``margin_bytes`` (capacity - required) and ``risk_bytes`` (what the runtime may hold beside
+  the program) say how closely (:mod:`jaxmem.compiler.margin`). ``error``: the compiler's refusal,
+  or ``None``; ``notes``: why a figure is ``None``, what the figures leave out."""
+
+  capacity_bytes: int | None = None
+  required_bytes: int | None = None
+  fits: bool | None = None
+  verdict: str | None = None
+  margin_bytes: int | None = None
+  risk_bytes: int | None = None
+  error: str | None = None
+  notes: tuple[str, ...] = ()

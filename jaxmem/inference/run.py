@@ -23,11 +23,11 @@ from jaxmem.models import ModelConfig, cache_bytes, get_attention
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
-from jaxmem.records import CompilerFigures, Placement
+from jaxmem.records import CompilerFigures, Judgement, Placement
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class InferRow(CompilerFigures, Placement):
+class InferRow(Judgement, CompilerFigures, Placement):
   """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
   ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
 
@@ -55,14 +55,8 @@ class InferRow(CompilerFigures, Placement):
   kv_cache_bytes_per_token: int | None = None
   weight_bytes_per_device: int | None = None
   kv_cache_bytes_per_device: int | None = None
-  capacity_bytes: int | None = None
-  required_bytes: int | None = None
-  fits: bool | None = None
-  verdict: str | None = None  # yes, at risk or NO (jaxmem.compiler.margin)
-  margin_bytes: int | None = None  # capacity_bytes - required_bytes
-  risk_bytes: int | None = None  # what the runtime may hold beside the program (jaxmem.compiler.margin)
-  error: str | None = None
-  notes: tuple[str, ...] = ()
+  # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
+  # jaxmem.records.Judgement)
 
 
 

@@ -24,12 +24,12 @@ from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy
 from jaxmem.program.train import build_train_program
-from jaxmem.records import CompilerFigures, Configuration
+from jaxmem.records import CompilerFigures, Configuration, Judgement
 from jaxmem.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Row(CompilerFigures, Configuration):
+class Row(Judgement, CompilerFigures, Configuration):
   """One configuration's per-device figures. Byte fields are per device; ``None`` means the
   figure cannot be had on this target, and ``notes`` says why.
 
@@ -50,14 +50,8 @@ class Row(CompilerFigures, Configuration):
   optimizer_state_bytes: int | None = None
   recompute_overhead_pct: float | None = None
   # (the comm_* fields: jaxmem.records.Communication, through CompilerFigures)
-  capacity_bytes: int | None = None
-  required_bytes: int | None = None
-  fits: bool | None = None
-  verdict: str | None = None  # yes, at risk or NO (jaxmem.compiler.margin)
-  margin_bytes: int | None = None  # capacity_bytes - required_bytes
-  risk_bytes: int | None = None  # what the runtime may hold beside the program (jaxmem.compiler.margin)
-  error: str | None = None
-  notes: tuple[str, ...] = ()
+  # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
+  # jaxmem.records.Judgement)
 
 
 def run_config(
