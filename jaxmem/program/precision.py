@@ -37,6 +37,11 @@ def check_dtype(field: str, value: str | None) -> None:
     raise JaxmemError(f"unknown `{field}` {value!r}; valid: {', '.join(DTYPES)}")
 
 
+def itemsize(dtype: str) -> int:
+  """Bytes per element of ``dtype`` (a name jnp knows)."""
+  return jnp.dtype(dtype).itemsize
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Precision:
   """The dtypes of a train step beyond the model's own (``param_dtype``, compute ``dtype``).
@@ -54,11 +59,26 @@ class Precision:
     refused rather than silently compiled as 4 more bytes per parameter."""
     for f in dataclasses.fields(self):
       check_dtype(f.name, getattr(self, f.name))
-    if self.master_dtype is not None and jnp.dtype(self.master_dtype).itemsize <= jnp.dtype(param_dtype).itemsize:
+    if self.master_dtype is not None and itemsize(self.master_dtype) <= itemsize(param_dtype):
       raise JaxmemError(
           f"`master_dtype` {self.master_dtype} is not wider than the parameters' {param_dtype}; a master copy "
           "needs lower-precision parameters (`param_dtype` bfloat16 with `master_dtype` float32)"
       )
+
+  def notes(self, compute_dtype: str) -> tuple[str, ...]:
+    """What a row must say about these dtypes."""
+    out = []
+    if self.master_dtype is not None:
+      out.append(f"master_dtype {self.master_dtype}: optimizer_state_bytes include the master copy of the parameters")
+    if self.grad_reduce_dtype is not None and (
+        jnp.dtype(self.grad_reduce_dtype).itemsize > jnp.dtype(compute_dtype).itemsize
+    ):
+      out.append(
+          f"grad_reduce_dtype {self.grad_reduce_dtype}: gradients are taken with respect to {self.grad_reduce_dtype} "
+          f"parameters, but a matmul's weight gradient is a {compute_dtype} product (the compute dtype), which the "
+          "compiler may reduce over the data axes before widening it (the TPU compiler does; see the comm columns)"
+      )
+    return tuple(out)
 
   def update_dtype(self, param_dtype: str) -> str:
     """The dtype the optimizer updates in: the master copy's, else the parameters'."""

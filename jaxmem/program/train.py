@@ -82,8 +82,9 @@ class TrainProgram:
   @property
   def notes(self) -> tuple[str, ...]:
     """What a row of this program must say: why ``auto`` fell back, what a deviceless compile
-    of the kernel leaves out."""
-    return () if self.attention is None else self.attention.notes
+    of the kernel leaves out, what the precision options mean for its figures."""
+    own = () if self.attention is None else self.attention.notes
+    return own + self.precision.notes(self.cfg.dtype)
 
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
