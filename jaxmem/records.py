@@ -64,7 +64,8 @@ class Configuration(Placement):
   dense model). Precision (:mod:`jaxmem.program.precision`): ``master_dtype`` the optimizer
   state's master copy of the parameters (``None``: none), ``moments_dtype`` the dtype the
   optimizer's moments are stored in (``None``: no moments, or not recorded) and
-  ``grad_reduce_dtype`` the dtype gradients are formed and reduced in."""
+  ``grad_reduce_dtype`` the dtype gradients were asked to be formed and reduced in (``None``:
+  the parameters' dtype, and the compiler's choice of where to reduce)."""
 
   remat: str
   optimizer: str

@@ -39,7 +39,7 @@ def per_param(b: int | None) -> float:
 def test_zero_layout_keeps_2_bytes_of_params_and_12_of_state(rows):
   r = rows["zero"]
   assert r.error is None
-  assert (r.param_dtype, r.master_dtype, r.moments_dtype, r.grad_reduce_dtype) == ("bfloat16", "float32", "float32", "bfloat16")
+  assert (r.param_dtype, r.master_dtype, r.moments_dtype, r.grad_reduce_dtype) == ("bfloat16", "float32", "float32", None)
   assert per_param(r.param_bytes) == pytest.approx(2)
   # The master copy (4) and Adam's two float32 moments (4 + 4); the step count is the rest.
   assert per_param(r.optimizer_state_bytes) == pytest.approx(12, rel=1e-3)
@@ -62,14 +62,31 @@ def test_moments_dtype_halves_the_moments(rows):
 
 
 def test_zero_model_state_is_16_bytes_per_parameter(rows):
-  """Parameters + gradients + optimizer state, from the compiler: with the activations of a
-  2 x 16 batch next to nothing, the arguments (params + state) and the temp (the gradients,
-  activations, logits) together are ZeRO's 16 bytes per parameter within 25%: the tiny model's
-  float32 logits and the CPU compiler's float32 copies of bf16 values make it more."""
-  r = rows["zero"]
+  """Parameters + gradients + optimizer state, from the compiler: the arguments (params +
+  state) and the temp (gradients, activations, logits) hold at least ZeRO's 16 bytes per
+  parameter, and the bf16 gradients make the temp smaller than with float32 parameters (same
+  bf16 activations, gradients 2 bytes instead of 4). On the tiny model the CPU compiler's
+  float32 copies of bf16 values and the logits add about 20% (16 within 2% on gpt2-small,
+  tpu:v5e-1: the slow test below)."""
+  r, fp32 = rows["zero"], rows["fp32"]
   model_state = per_param(r.argument_size_in_bytes + r.temp_size_in_bytes)
-  assert 16 <= model_state <= 16 * 1.25
+  assert 16 <= model_state <= 16 * 1.3
   assert per_param(r.temp_size_in_bytes) >= 2  # at least the bf16 gradients
+  assert r.temp_size_in_bytes < fp32.temp_size_in_bytes
+
+
+@pytest.mark.slow
+@pytest.mark.needs_tpu_compiler
+def test_zero_layout_is_16_bytes_per_parameter_on_gpt2_small():
+  """The issue's done-when: gpt2-small on tpu:v5e-1 (batch 1 x 128, full remat, so the
+  activations are next to nothing): arguments + temp are 16 bytes per parameter within 10%
+  (measured 14.01 + 2.16 = 16.17: the temp is the bf16 gradients and 0.16 of activations and
+  workspace)."""
+  r = sweep.compare(model="gpt2-small", target="tpu:v5e-1", batch=1, seq=128, remat="full",
+                    param_dtype="bfloat16", master_dtype="float32")[-1]
+  n = count_params(get_config("gpt2-small"))
+  assert (r.argument_size_in_bytes + r.temp_size_in_bytes) / n == pytest.approx(16, rel=0.10)
+  assert r.argument_size_in_bytes / n == pytest.approx(14, rel=0.01)
 
 
 def test_estimate_vs_compiler_takes_the_rows_dtypes(rows):
@@ -138,22 +155,26 @@ def test_cache_key_has_the_precision_fields():
 
 @pytest.mark.needs_tpu_compiler
 def test_grad_reduce_dtype_sets_the_reduction_bytes():
-  """Over fsdp=8 on a TPU target, the gradients the compiler reduces are in ``grad_reduce_dtype``:
-  bf16 takes the float32 parameters' embedding and norm gradients down to bf16, so fewer bytes
-  are reduced (all-reduce + reduce-scatter) than in the default step, where the TPU compiler
-  already reduces the matmul weights' bf16 products in bf16 (hence the note for float32)."""
-  tpu = dict(TINY, target="tpu:v5e-8", mesh="fsdp=8", batch=8)
+  """Over data=8 on a TPU target the gradients are all-reduced in ``grad_reduce_dtype`` where the
+  compiler forms them so: bf16 takes the float32 model's embedding and norm gradients down to
+  bf16 (measured: 14% fewer all-reduce bytes); float32 beside bf16 parameters brings them back.
+  The matmul weights' gradients are bf16 products the compiler reduces before widening, in
+  every case (hence the note)."""
+  tpu = dict(TINY, target="tpu:v5e-8", mesh="data=8", batch=8)
 
-  def reduced(r):
-    assert r.error is None
-    return r.comm_all_reduce_bytes + r.comm_reduce_scatter_bytes
+  def reduced(**kw):
+    r = sweep.compare(**tpu, **kw)[0]
+    assert r.error is None and r.comm_all_reduce_bytes
+    return r, r.comm_all_reduce_bytes
 
-  default = sweep.compare(**tpu)[0]
-  bf16 = sweep.compare(**tpu, grad_reduce_dtype="bfloat16")[0]
-  assert bf16.grad_reduce_dtype == "bfloat16" and default.grad_reduce_dtype == "float32"
-  assert reduced(bf16) < reduced(default)
-  wide = sweep.compare(**tpu, param_dtype="bfloat16", grad_reduce_dtype="float32")[0]
-  assert any("may reduce" in n for n in wide.notes)
+  default, f32_params = reduced()
+  bf16, bf16_reduce = reduced(grad_reduce_dtype="bfloat16")
+  assert bf16.grad_reduce_dtype == "bfloat16" and default.grad_reduce_dtype is None
+  assert bf16_reduce < 0.95 * f32_params
+  _, bf16_params = reduced(param_dtype="bfloat16")
+  wide, wide_reduce = reduced(param_dtype="bfloat16", grad_reduce_dtype="float32")
+  assert wide_reduce > bf16_params
+  assert any("may reduce" in n for n in wide.notes) and not any("may reduce" in n for n in bf16.notes)
 
 
 def test_compare_cli_with_estimate_shows_the_layout(capsys):
@@ -164,7 +185,7 @@ def test_compare_cli_with_estimate_shows_the_layout(capsys):
   assert main(argv) == 0
   doc = json.loads(capsys.readouterr().out)
   (row,) = doc["rows"]
-  assert (row["master_dtype"], row["moments_dtype"], row["grad_reduce_dtype"]) == ("float32", "float32", "bfloat16")
+  assert (row["master_dtype"], row["moments_dtype"], row["grad_reduce_dtype"]) == ("float32", "float32", None)
   comps = {c["component"]: c for c in doc["estimate"]}
   assert comps["optimizer state"]["ratio"] == pytest.approx(1.0, rel=0.01)
   assert main([*argv[:-3], "--optimizer", "sgd", "--moments-dtype", "bfloat16"]) == 2

@@ -143,7 +143,7 @@ def explain_workload(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
       batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, num_devices=p.target.num_devices,
       attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles, qk_dtype=w.qk_dtype,
-      master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=prog.grad_reduce_dtype,
+      master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=p.precision.grad_reduce_dtype,
   )
   return dataclasses.replace(
       r, target=p.target.name, mesh=shd.format_mesh(m), configuration=configuration,

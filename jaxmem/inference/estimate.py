@@ -336,7 +336,7 @@ def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
       if cfg.num_kv_heads < cfg.num_heads:
         reasons.append("GQA projects k and v to kv_heads, not heads")
       reasons.append("no dropout masks (the formula counts them)")
-    reasons.append("the temp also holds the float32 gradients and logits, which the formula leaves out")
+    reasons.append("the temp also holds float32 intermediates (the loss's softmax, gradient casts) the formula leaves out")
     reasons.append("fusion and the compiler's scheduling change what is materialised at once")
     if platform == "cpu":
       reasons.append("XLA:CPU fuses and reuses less than an accelerator")
@@ -403,13 +403,13 @@ def estimate_vs_compiler(row: Any, *, precision: str | None = None, cfg: ModelCo
 
 
 def _row_layout(row: Any, optimizer: str, precision: str | None) -> dict[str, Any]:
-  """The estimate's precision arguments for ``row``: ``precision`` where given; else the row's
-  dtypes where it records them (rows since issue 20), else ``fp32`` (jaxmem's step before)."""
-  if precision is not None or getattr(row, "grad_reduce_dtype", None) is None:
-    return dict(precision=precision or "fp32")
-  moments = row.moments_dtype if optimizer in MOMENTS_DTYPE_OPTIMIZERS else None
-  return dict(param_dtype=row.param_dtype, master_dtype=row.master_dtype, moments_dtype=moments,
-              grad_reduce_dtype=row.grad_reduce_dtype)
+  """The estimate's precision arguments for ``row``: ``precision`` where given, else the row's
+  dtypes (a row from before issue 20 has float32 parameters and no others: the ``fp32`` layout)."""
+  if precision is not None:
+    return dict(precision=precision)
+  moments = getattr(row, "moments_dtype", None) if optimizer in MOMENTS_DTYPE_OPTIMIZERS else None
+  return dict(param_dtype=row.param_dtype, master_dtype=getattr(row, "master_dtype", None), moments_dtype=moments,
+              grad_reduce_dtype=getattr(row, "grad_reduce_dtype", None))
 
 
 def seed_figures(model: str = "llama3-405b") -> dict[str, float]:

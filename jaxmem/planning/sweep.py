@@ -113,10 +113,11 @@ def run_config(
 
 
 def precision_fields(program: Any) -> dict[str, Any]:
-  """A row's ``master_dtype``, ``moments_dtype`` and ``grad_reduce_dtype``: as the program resolved them."""
+  """A row's ``master_dtype`` and ``grad_reduce_dtype`` (as asked) and ``moments_dtype`` (as the
+  program resolved it)."""
   return dict(
       master_dtype=program.precision.master_dtype, moments_dtype=program.moments_dtype,
-      grad_reduce_dtype=program.grad_reduce_dtype,
+      grad_reduce_dtype=program.precision.grad_reduce_dtype,
   )
 
 

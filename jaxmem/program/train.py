@@ -74,10 +74,11 @@ class TrainProgram:
   microbatches: int = 1
   vocab_tiles: int = 1
   precision: prec.Precision = prec.Precision()
-  # The dtypes the step resolved: the moments' (most optimizer-state elements beside any master
-  # copy; None without moments) and the gradients' as reduced over the data axes.
+  # The moments' dtype the step resolved: most optimizer-state elements beside any master copy
+  # (None without moments). The gradient-reduction dtype is the one asked (precision): where none
+  # is, the dtype a reduction runs in is the compiler's choice (the TPU compiler reduces a
+  # matmul's weight gradient in the compute dtype even for float32 parameters).
   moments_dtype: str | None = None
-  grad_reduce_dtype: str | None = None
 
   @property
   def notes(self) -> tuple[str, ...]:
@@ -282,7 +283,6 @@ def build_train_program(
       vocab_tiles=vocab_tiles,
       precision=precision,
       moments_dtype=moments_dtype(opt_state),
-      grad_reduce_dtype=precision.reduce_dtype(cfg.param_dtype),
   )
 
 

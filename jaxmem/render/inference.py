@@ -164,6 +164,8 @@ def render_compare_extras(extras: dict[str, list[dict[str, Any]]], fmt_name: str
     recs = extras["estimate"]
     table = render(recs, fmt_name, COMPARISON_COLUMNS)
     notes = dict.fromkeys(f"{r['component']} ({r['remat']}): {r['note']}" for r in recs if r["note"])
+    sources = dict.fromkeys(f"{r['component']}: {r['source']}" for r in recs if r.get("source"))
     parts.append("estimate vs compiler, per device (ratio = compiler / estimate):\n\n" + table
-                 + ("\n\n" + "\n".join(f"note: {n}" for n in notes) if notes else ""))
+                 + ("\n\n" + "\n".join(f"note: {n}" for n in notes) if notes else "")
+                 + ("\n" + "\n".join(f"source: {s}" for s in sources) if sources else ""))
   return "\n\n" + "\n\n".join(parts)
