@@ -190,3 +190,29 @@ def test_compare_cli_with_estimate_shows_the_layout(capsys):
   assert comps["optimizer state"]["ratio"] == pytest.approx(1.0, rel=0.01)
   assert main([*argv[:-3], "--optimizer", "sgd", "--moments-dtype", "bfloat16"]) == 2
   assert "--moments-dtype applies to" in capsys.readouterr().err
+
+
+def test_the_master_copy_is_what_the_step_updates():
+  """One real step of the ZeRO layout: the float32 master moves, the bf16 parameters are the
+  master cast down (not bf16 arithmetic on the update), and the moments are float32."""
+  import jax
+  import jax.numpy as jnp
+
+  from jaxmem.program.precision import MasterState
+  from jaxmem.program.train import build_train_program
+
+  p = plan(**TINY, **LAYOUTS["zero"])
+  mesh, opt, rp = p.configs()[0]
+  prog = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=2, seq=16, target=p.target, mesh=mesh,
+                             precision=p.precision)
+  params, state, tokens, targets = prog.concrete_args()
+  assert isinstance(state, MasterState)
+  before = jax.tree.map(lambda m: m.copy(), state.master)
+  new_params, new_state, loss = jax.jit(prog.step)(params, state, tokens, targets)
+  assert jnp.isfinite(loss)
+  for m0, m1, p1 in zip(jax.tree.leaves(before), jax.tree.leaves(new_state.master), jax.tree.leaves(new_params), strict=True):
+    assert m1.dtype == jnp.float32 and p1.dtype == jnp.bfloat16
+    assert jnp.array_equal(p1, m1.astype(jnp.bfloat16))
+  moved = sum(float(jnp.abs(m1 - m0).sum()) for m0, m1 in zip(jax.tree.leaves(before), jax.tree.leaves(new_state.master)))
+  assert moved > 0
+  assert {str(x.dtype) for x in jax.tree.leaves(new_state.inner) if x.ndim} == {"float32"}
