@@ -116,11 +116,11 @@ def with_master(inner: optax.GradientTransformation, dtype: str) -> optax.Gradie
     return MasterState(master=master, inner=inner.init(master))
 
   def update(updates, state, params=None):
+    if params is None:
+      raise ValueError("with_master needs the parameters (tx.update(grads, state, params))")
     grads = jax.tree.map(lambda g: g.astype(up), updates)
     steps, inner_state = inner.update(grads, state.inner, state.master)
     master = optax.apply_updates(state.master, steps)
-    if params is None:
-      raise ValueError("with_master needs the parameters (tx.update(grads, state, params))")
     delta = jax.tree.map(lambda m, p: m.astype(p.dtype) - p, master, params)
     return delta, MasterState(master=master, inner=inner_state)
 

@@ -15,7 +15,10 @@ The step a production trainer runs (issue 9), as MaxText builds it:
   ``num_vocab_tiling``);
 - gradient accumulation over ``microbatches`` (MaxText's ``gradient_accumulation_steps``,
   ``gradient_accumulation.py``): the global batch split into microbatches run in sequence by
-  ``lax.scan``, their gradients summed in float32, one optimizer update.
+  ``lax.scan``, their gradients summed in float32, one optimizer update;
+- mixed precision as ZeRO and Megatron lay it out (:mod:`jaxmem.program.precision`): bf16
+  parameters with a float32 master copy in the optimizer state, the moments' own dtype, and
+  the dtype the gradients are formed and reduced in.
 """
 
 from __future__ import annotations
@@ -76,8 +79,8 @@ class TrainProgram:
   precision: prec.Precision = prec.Precision()
   # The moments' dtype the step resolved: most optimizer-state elements beside any master copy
   # (None without moments). The gradient-reduction dtype is the one asked (precision): where none
-  # is, the dtype a reduction runs in is the compiler's choice (the TPU compiler reduces a
-  # matmul's weight gradient in the compute dtype even for float32 parameters).
+  # is, the dtype a reduction runs in is the compiler's choice (the TPU and GPU compilers reduce
+  # a matmul's weight gradient in the compute dtype even for float32 parameters).
   moments_dtype: str | None = None
 
   @property
