@@ -61,7 +61,11 @@ class Configuration(Placement):
   where not recorded), ``microbatches`` (gradient accumulation), ``vocab_tiles`` and
   ``qk_dtype`` (``dot`` attention's scores); for a mixture-of-experts model, how its routed
   experts run (``moe_impl``) and, for ``capacity``, the capacity factor (both ``None`` for a
-  dense model)."""
+  dense model). Precision (:mod:`jaxmem.program.precision`): ``master_dtype`` the optimizer
+  state's master copy of the parameters (``None``: none), ``moments_dtype`` the dtype the
+  optimizer's moments are stored in (``None``: no moments, or not recorded) and
+  ``grad_reduce_dtype`` the dtype gradients were asked to be formed and reduced in (``None``:
+  the parameters' dtype, and the compiler's choice of where to reduce)."""
 
   remat: str
   optimizer: str
@@ -75,6 +79,9 @@ class Configuration(Placement):
   qk_dtype: str = "bfloat16"
   moe_impl: str | None = None
   capacity_factor: float | None = None
+  master_dtype: str | None = None
+  moments_dtype: str | None = None
+  grad_reduce_dtype: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

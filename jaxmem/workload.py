@@ -159,12 +159,22 @@ class Workload(BaseWorkload):
   accumulation (MaxText's ``gradient_accumulation_steps``); ``vocab_tiles`` computes the output
   projection and loss in that many tiles (MaxText's ``num_vocab_tiling``). ``param_dtype``
   ``None`` keeps the model's (float32).
+
+  Precision (issue 20; :mod:`jaxmem.program.precision`): ``master_dtype`` keeps a master copy of
+  the parameters in that dtype in the optimizer state (``float32`` beside ``param_dtype``
+  ``bfloat16``: ZeRO's 2 + 2 + 12 bytes per parameter; it must be wider than the parameters);
+  ``moments_dtype`` stores the optimizer's moments in that dtype (adam, adamw, momentum,
+  nesterov, lion); ``grad_reduce_dtype`` is the dtype the gradients are formed and reduced in
+  over the data axes. ``None``: the dtype of the parameters the optimizer updates.
   """
 
   seq: int = 1024
   remat: tuple[str, ...] = DEFAULT_REMAT
   optimizer: tuple[str, ...] = ("adamw",)
   param_dtype: str | None = None
+  master_dtype: str | None = None
+  moments_dtype: str | None = None
+  grad_reduce_dtype: str | None = None
   # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
   # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,

@@ -54,10 +54,12 @@ def test_estimate_vs_compiler_has_ratios_and_notes():
 
   (row,) = [r for r in sweep.compare(model="tiny", remat="none", batch=2, seq=32, target="cpu") if r.remat == "none"]
   comps = {c.component: c for c in est.estimate_vs_compiler(row)}
-  assert set(comps) == {"params", "optimizer state", "argument", "temp", "total"}
+  assert set(comps) == {"params", "gradients", "optimizer state", "argument", "temp", "total"}
   # jaxmem's step keeps fp32 params and Adam moments: the closed form is exact for those.
   assert comps["params"].ratio == pytest.approx(1.0)
   assert comps["optimizer state"].ratio == pytest.approx(1.0, rel=0.01)
+  # The compiler's gradients are inside its temp, with the activations: no figure of their own.
+  assert comps.pop("gradients").compiler_bytes is None
   for c in comps.values():
-    assert c.ratio is not None
+    assert c.ratio is not None and c.source
     assert (c.note != "") == (abs(c.ratio - 1) > 0.2)

@@ -124,6 +124,25 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
       "--qk-dtype", default="bfloat16",
       help="dot attention's scores: bfloat16 (MaxText's default: the compute dtype) or float32; default bfloat16",
   )
+  add_precision(p)
+
+
+def add_precision(p: argparse.ArgumentParser) -> None:
+  """The optimizer's and the gradients' dtypes beside --param-dtype (jaxmem.program.precision)."""
+  p.add_argument(
+      "--master-dtype", default=None,
+      help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
+      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter); default none",
+  )
+  p.add_argument(
+      "--moments-dtype", default=None,
+      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion); "
+      "default the dtype the optimizer updates in (the master copy's, else the parameters')",
+  )
+  p.add_argument(
+      "--grad-reduce-dtype", default=None,
+      help="form and reduce the gradients over the data axes in this dtype; default the parameters' dtype",
+  )
 
 
 def add_sweep_axes(p: argparse.ArgumentParser, *, remat: str = DEFAULT_REMAT, remat_help: str | None = None) -> None:

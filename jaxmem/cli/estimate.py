@@ -15,7 +15,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("estimate", help="closed-form memory figures with their sources (ZeRO, Korthikanti et al.)")
   p.add_argument("--model", default="gpt2-small", help="model presets, comma separated; default gpt2-small")
   p.add_argument("--optimizer", default="adamw", help="optimizer; default adamw")
-  p.add_argument("--precision", default="mixed", help="mixed (ZeRO's 16 B/param for Adam), fp32 or bf16; default mixed")
+  p.add_argument(
+      "--precision", default=None,
+      help="mixed (ZeRO's 16 B/param for Adam), fp32 or bf16; default mixed, or the layout the dtype flags give",
+  )
+  p.add_argument("--param-dtype", default=None, help="the train step's parameter dtype (instead of --precision); default float32")
+  c.add_precision(p)
+  p.add_argument(
+      "--data", type=int, default=1,
+      help="data-parallel ranks d for Megatron's distributed optimizer (p + g + o/d bytes per parameter); default 1",
+  )
   p.add_argument("--batch", type=int, default=8, help="micro-batch per model replica; default 8")
   p.add_argument("--seq", type=int, default=1024, help="sequence length; default 1024")
   p.add_argument("--tensor", type=int, default=1, help="tensor-parallel size t; default 1")
@@ -38,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
   rows = jaxmem.estimates(
       models, optimizer=args.optimizer, precision=args.precision, batch=args.batch, seq=args.seq,
       tensor=args.tensor, sequence_parallel=args.sequence_parallel, recompute=args.recompute, context=args.context,
-      capacity_factor=args.capacity_factor,
+      capacity_factor=args.capacity_factor, param_dtype=args.param_dtype, master_dtype=args.master_dtype,
+      moments_dtype=args.moments_dtype, grad_reduce_dtype=args.grad_reduce_dtype, data=args.data,
   )
   c.emit(render_estimates(rows, args.format), args.output)
   return 0

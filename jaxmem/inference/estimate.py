@@ -8,6 +8,13 @@ Sources, one per formula:
   Training Trillion Parameter Models", section 3.1: mixed-precision Adam keeps fp16 parameters
   and gradients (2 + 2 bytes) and K = 12 bytes of optimizer state (fp32 master weights,
   momentum and variance), 16 bytes per parameter in all ("2Ψ + 2Ψ + KΨ").
+* The same from the dtypes of a train step (issue 20; ``param_dtype``, ``master_dtype``,
+  ``moments_dtype``, ``grad_reduce_dtype``, as :mod:`jaxmem.program.precision` builds it):
+  parameters and gradients at their dtypes' widths, optimizer state = master copy + moments x
+  the moments' width; bf16 parameters with a float32 master and float32 Adam moments are ZeRO's
+  2 + 2 + 12. Megatron-LM's distributed optimizer (docs, "Distributed Optimizer": "bf16 param,
+  fp32 grads: 6 + 12/d" bytes per parameter over d data-parallel ranks) keeps parameters and
+  gradients whole and shards the optimizer state: p + g + o/d.
 * Activations per layer: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
   Transformer Models", section 4 and table 2 (s sequence, b micro-batch, h hidden, a heads,
   t tensor-parallel size, 16-bit activations, dropout included):
@@ -45,11 +52,14 @@ from typing import Any
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, cache_bytes, count_active_params, count_params, expert_capacity, get_config
 from jaxmem.program import sharding as shd
+from jaxmem.program.optimizers import MOMENTS_DTYPE_OPTIMIZERS
+from jaxmem.program.precision import Precision, check_dtype, itemsize
 from jaxmem.records import Record
 
 SOURCES = {
     "params": "count_params(cfg) (models/counting.py)",
     "model_state": "Rajbhandari et al. 2020 (ZeRO), sec. 3.1: 2 + 2 + K bytes per parameter, K = 12 for mixed-precision Adam",
+    "distributed_optimizer": "Megatron-LM distributed optimizer: p + g + o/d bytes per parameter over d data-parallel ranks (bf16 params, fp32 grads: 6 + 12/d)",
     "activations": "Korthikanti et al. 2022, table 2 / eqs. 2-6: sbh(34 + 5as/h) per layer and its parallel and recompute variants",
     "kv_cache": "2 * layers * kv_heads * head_dim * context * batch * bytes; MLA: layers * (kv_lora_rank + qk_rope_head_dim) * context * batch * bytes (DeepSeek-V2, table 1)",
     "moe_params": "count_params / count_active_params (models/counting.py); expert parameters L_moe * E * 3 * D * F_e",
@@ -75,6 +85,12 @@ MOMENTS: dict[str, float] = {
     # Adafactor's factored second moment is O(rows + cols) per matrix: about 0 per parameter.
     "adafactor": 0,
 }
+# The dtypes of each precision preset: (params, gradients, master copy, moments).
+PRESET_DTYPES: dict[str, tuple[str, str, str | None, str]] = {
+    "mixed": ("bfloat16", "bfloat16", "float32", "float32"),
+    "fp32": ("float32", "float32", None, "float32"),
+    "bf16": ("bfloat16", "bfloat16", None, "bfloat16"),
+}
 RECOMPUTE = ("none", "selective", "full")
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 H100_80GB = 80e9  # the seeds' "H100 SXM has 80 GB of HBM3" (decimal GB, as NVIDIA quotes it)
@@ -94,6 +110,28 @@ def bytes_per_param(optimizer: str = "adamw", precision: str = "mixed") -> tuple
   moment = 2 if (precision == "bf16" or optimizer == "adamw_bf16") else 4
   master = 4 if precision == "mixed" else 0
   return p, g, master + moment * MOMENTS[optimizer]
+
+
+def layout_bytes_per_param(
+    optimizer: str = "adamw", *, param_dtype: str | None = None, master_dtype: str | None = None,
+    moments_dtype: str | None = None, grad_reduce_dtype: str | None = None,
+) -> tuple[float, float, float]:
+  """(parameter, gradient, optimizer state) bytes per parameter of a train step with these
+  dtypes, defaulted as jaxmem's step defaults them (:mod:`jaxmem.program.precision`): params
+  float32, gradients in the parameters' dtype, moments in the master copy's else the
+  parameters'. bf16 params + float32 master + float32 Adam moments: ZeRO's (2, 2, 12)."""
+  if optimizer not in MOMENTS:
+    raise JaxmemError(f"unknown optimizer {optimizer!r} for the estimate; valid: {', '.join(MOMENTS)}")
+  params = param_dtype or "float32"
+  check_dtype("param_dtype", params)
+  prec = Precision(master_dtype=master_dtype, moments_dtype=moments_dtype, grad_reduce_dtype=grad_reduce_dtype)
+  prec.check(params)
+  if moments_dtype is not None and optimizer not in MOMENTS_DTYPE_OPTIMIZERS:
+    raise JaxmemError(f"`moments_dtype` applies to {', '.join(MOMENTS_DTYPE_OPTIMIZERS)}; not to {optimizer}")
+  width = itemsize
+  moment = 2 if optimizer == "adamw_bf16" else width(moments_dtype or prec.update_dtype(params))
+  master = width(master_dtype) if master_dtype else 0
+  return width(params), width(prec.reduce_dtype(params)), master + moment * MOMENTS[optimizer]
 
 
 def activation_bytes_per_layer(
@@ -121,7 +159,7 @@ class Estimate(Record):
   model: str
   params: int
   optimizer: str
-  precision: str
+  precision: str  # a preset (mixed, fp32, bf16), or "dtypes" where the dtypes below were given
   batch: int
   seq: int
   tensor: int
@@ -153,6 +191,15 @@ class Estimate(Record):
   dispatch_bytes_capacity_per_layer: float | None = None
   dispatch_bytes_dropless: float | None = None  # every MoE layer
   dispatch_bytes_capacity: float | None = None
+  # The layout's dtypes (the preset's, or as given) and Megatron's distributed optimizer over
+  # ``data`` ranks: parameters and gradients whole, the optimizer state divided (per rank).
+  param_dtype: str | None = None
+  gradient_dtype: str | None = None
+  master_dtype: str | None = None
+  moments_dtype: str | None = None
+  data: int = 1
+  distributed_bytes_per_param: float = 0.0
+  distributed_model_state_bytes: float = 0.0
   sources: tuple[str, ...] = tuple(f"{k}: {v}" for k, v in SOURCES.items())
 
 
@@ -193,7 +240,7 @@ def estimate(
     *,
     model: str | ModelConfig = "gpt2-small",
     optimizer: str = "adamw",
-    precision: str = "mixed",
+    precision: str | None = None,
     batch: int = 8,
     seq: int = 1024,
     tensor: int = 1,
@@ -202,15 +249,36 @@ def estimate(
     context: int | None = None,
     kv_batch: int | None = None,
     capacity_factor: float | None = None,
+    param_dtype: str | None = None,
+    master_dtype: str | None = None,
+    moments_dtype: str | None = None,
+    grad_reduce_dtype: str | None = None,
+    data: int = 1,
 ) -> Estimate:
-  """Every closed-form figure for one configuration (module docstring for the sources)."""
+  """Every closed-form figure for one configuration (module docstring for the sources).
+  ``precision`` a preset (default ``mixed``); or the train step's dtypes (``param_dtype``,
+  ``master_dtype``, ``moments_dtype``, ``grad_reduce_dtype``: :func:`layout_bytes_per_param`),
+  not both. ``data``: the ranks Megatron's distributed optimizer shards the state over."""
   cfg = get_config(model) if isinstance(model, str) else model
-  if batch < 1 or seq < 1 or tensor < 1:
-    raise JaxmemError(f"batch, seq and tensor must be at least 1 (got {batch}, {seq}, {tensor})")
+  if batch < 1 or seq < 1 or tensor < 1 or data < 1:
+    raise JaxmemError(f"batch, seq, tensor and data must be at least 1 (got {batch}, {seq}, {tensor}, {data})")
   if capacity_factor is not None and not capacity_factor > 0:
     raise JaxmemError(f"`capacity_factor` must be > 0 (got {capacity_factor:g})")
   n = count_params(cfg)
-  p, g, o = bytes_per_param(optimizer, precision)
+  dtypes = dict(param_dtype=param_dtype, master_dtype=master_dtype, moments_dtype=moments_dtype, grad_reduce_dtype=grad_reduce_dtype)
+  if any(v is not None for v in dtypes.values()):
+    if precision is not None:
+      raise JaxmemError("give `precision` (a preset) or the dtypes (`param_dtype`, `master_dtype`, ...), not both")
+    p, g, o = layout_bytes_per_param(optimizer, **dtypes)
+    precision = "dtypes"
+    pd = param_dtype or "float32"
+    layout = (pd, grad_reduce_dtype or pd, master_dtype, "bfloat16" if optimizer == "adamw_bf16" else moments_dtype or master_dtype or pd)
+  else:
+    precision = precision or "mixed"
+    p, g, o = bytes_per_param(optimizer, precision)
+    layout = PRESET_DTYPES[precision]
+  if MOMENTS.get(optimizer) == 0:
+    layout = (*layout[:3], None)
   per_layer = activation_bytes_per_layer(cfg, batch=batch, seq=seq, tensor=tensor, sequence_parallel=sequence_parallel, recompute=recompute)
   state = n * (p + g + o)
   ctx, kb = context or seq, kv_batch or batch
@@ -231,7 +299,9 @@ def estimate(
       activation_bytes_per_layer=per_layer, activation_bytes=per_layer * cfg.num_layers,
       kv_context=ctx, kv_batch=kb, kv_cache_bytes=kv_cache_bytes(cfg, context=ctx, batch=kb),
       weight_bytes_bf16=weight_bytes(cfg, "bf16"), weight_bytes_fp8=weight_bytes(cfg, "fp8"),
-      weight_bytes_int4=weight_bytes(cfg, "int4"), h100_80gb_equivalents=state / H100_80GB, **moe,
+      weight_bytes_int4=weight_bytes(cfg, "int4"), h100_80gb_equivalents=state / H100_80GB,
+      param_dtype=layout[0], gradient_dtype=layout[1], master_dtype=layout[2], moments_dtype=layout[3], data=data,
+      distributed_bytes_per_param=p + g + o / data, distributed_model_state_bytes=n * (p + g + o / data), **moe,
   )
 
 
@@ -247,6 +317,7 @@ class Comparison(Record):
   compiler_bytes: float | None
   ratio: float | None
   note: str = ""
+  source: str = ""  # the closed form and the dtypes it was given
 
 
 _REMAT_TO_RECOMPUTE = {"none": "none", "full": "full", "nothing_saveable": "full"}
@@ -265,7 +336,7 @@ def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
       if cfg.num_kv_heads < cfg.num_heads:
         reasons.append("GQA projects k and v to kv_heads, not heads")
       reasons.append("no dropout masks (the formula counts them)")
-    reasons.append("the temp also holds the float32 gradients and logits, which the formula leaves out")
+    reasons.append("the temp also holds float32 intermediates (the loss's softmax, gradient casts) the formula leaves out")
     reasons.append("fusion and the compiler's scheduling change what is materialised at once")
     if platform == "cpu":
       reasons.append("XLA:CPU fuses and reuses less than an accelerator")
@@ -274,11 +345,14 @@ def _why(component: str, cfg: ModelConfig, remat: str, platform: str) -> str:
   return "; ".join(reasons)
 
 
-def estimate_vs_compiler(row: Any, *, precision: str = "fp32", cfg: ModelConfig | None = None) -> list[Comparison]:
+def estimate_vs_compiler(row: Any, *, precision: str | None = None, cfg: ModelConfig | None = None) -> list[Comparison]:
   """Estimate and compiler side by side, per device, for one compiled train step
-  (a :class:`jaxmem.planning.sweep.Row`). ``precision`` "fp32" matches jaxmem's own step (float32
-  parameters and moments); a note is given wherever they differ by more than 20%. ``cfg``: the
-  row's model (else looked up by the row's name, which a config.json model is not)."""
+  (a :class:`jaxmem.planning.sweep.Row`). The closed form takes the row's own dtypes
+  (``param_dtype``, ``master_dtype``, ``moments_dtype``, ``grad_reduce_dtype``: ZeRO's
+  2 + 2 + 12 for bf16 parameters with a float32 master); ``precision`` (a preset) instead where
+  given, or where the row has no dtypes (``fp32``: jaxmem's step). A note is given wherever they
+  differ by more than 20%. ``cfg``: the row's model (else looked up by the row's name, which a
+  config.json model is not)."""
   cfg = cfg or get_config(row.model)
   mesh = shd.parse_mesh(row.mesh)
   axes = dict(mesh)
@@ -288,8 +362,8 @@ def estimate_vs_compiler(row: Any, *, precision: str = "fp32", cfg: ModelConfig 
   opt = row.optimizer if row.optimizer in MOMENTS else "adamw"
   recompute = _REMAT_TO_RECOMPUTE.get(row.remat, "selective")
   est = estimate(
-      model=cfg, optimizer=opt, precision=precision, batch=max(1, row.batch // dp), seq=row.seq, tensor=t,
-      recompute=recompute, capacity_factor=getattr(row, "capacity_factor", None),
+      model=cfg, optimizer=opt, batch=max(1, row.batch // dp), seq=row.seq, tensor=t, recompute=recompute,
+      capacity_factor=getattr(row, "capacity_factor", None), **_row_layout(row, opt, precision),
   )
   # The routed experts' weights are also divided over expert (exp -> expert in the rules).
   expert_share = est.expert_params / est.params
@@ -308,21 +382,34 @@ def estimate_vs_compiler(row: Any, *, precision: str = "fp32", cfg: ModelConfig 
   # Logits: float32 [b, s, vocab] and their gradient, outside the per-layer formula.
   logits = 2 * 4 * est.batch * row.seq * cfg.vocab_size / t
   platform = row.target.split(":")[0]
+  layout = f"{est.precision}: {est.param_dtype} params, {est.gradient_dtype} gradients, " + (
+      f"{est.master_dtype} master, " if est.master_dtype else "") + f"{est.moments_dtype or 'no'} moments"
   pairs = [
-      ("params", params, row.param_bytes),
-      ("optimizer state", state, row.optimizer_state_bytes),
-      ("argument", params + state, row.argument_size_in_bytes),
-      ("temp", acts + grads + logits, row.temp_size_in_bytes),
-      ("total", params + state + acts + grads + logits, row.total_bytes),
+      ("params", params, row.param_bytes, f"count_params x {est.param_dtype} ({layout})"),
+      ("gradients", grads, None, f"count_params x {est.gradient_dtype}; the compiler's are in temp with the activations"),
+      ("optimizer state", state, row.optimizer_state_bytes, f"ZeRO sec. 3: master copy + moments ({layout})"),
+      ("argument", params + state, row.argument_size_in_bytes, "params + optimizer state"),
+      ("temp", acts + grads + logits, row.temp_size_in_bytes, "gradients + Korthikanti activations + float32 logits"),
+      ("total", params + state + acts + grads + logits, row.total_bytes, "argument + temp"),
   ]
   out = []
-  for name, e, c in pairs:
+  for name, e, c, source in pairs:
     ratio = None if (c is None or not e) else c / e
     note = ""
     if ratio is not None and abs(ratio - 1) > 0.2:
       note = _why(name, cfg, row.remat, platform) or "differs by more than 20%"
-    out.append(Comparison(component=name, estimate_bytes=e, compiler_bytes=c, ratio=ratio, note=note))
+    out.append(Comparison(component=name, estimate_bytes=e, compiler_bytes=c, ratio=ratio, note=note, source=source))
   return out
+
+
+def _row_layout(row: Any, optimizer: str, precision: str | None) -> dict[str, Any]:
+  """The estimate's precision arguments for ``row``: ``precision`` where given, else the row's
+  dtypes (a row from before issue 20 has float32 parameters and no others: the ``fp32`` layout)."""
+  if precision is not None:
+    return dict(precision=precision)
+  moments = getattr(row, "moments_dtype", None) if optimizer in MOMENTS_DTYPE_OPTIMIZERS else None
+  return dict(param_dtype=row.param_dtype, master_dtype=getattr(row, "master_dtype", None), moments_dtype=moments,
+              grad_reduce_dtype=getattr(row, "grad_reduce_dtype", None))
 
 
 def seed_figures(model: str = "llama3-405b") -> dict[str, float]:

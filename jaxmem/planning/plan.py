@@ -22,6 +22,7 @@ from jaxmem.models.config import MOE_IMPLS
 from jaxmem.planning.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
+from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
 from jaxmem.program.train import check_batch, check_qk_dtype, pick_attention
@@ -106,6 +107,7 @@ class Plan:
   moe: tuple[MoeVariant, ...] = (((), ()),)
   moe_notes: tuple[str, ...] = ()
   model: ModelConfig | None = None  # the model before the MoE choice, which tasks carry
+  precision: Precision = Precision()  # master copy, moments and gradient-reduction dtypes (one per sweep)
 
   def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
     return list(itertools.product(self.meshes, self.optimizers, self.remats))
@@ -255,6 +257,7 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   meshes = resolve_meshes(w, tgt)
   attentions, microbatches = resolve_step_axes(w)
   vocab_tiles = resolve_vocab_tiles(w)
+  precision = resolve_precision(w, cfg, optimizers)
   variants = moe_variants(w)
   impl, factor = variants[0]
   model = cfg
@@ -269,8 +272,19 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
-      moe_notes=moe_notes, model=model,
+      moe_notes=moe_notes, model=model, precision=precision,
   )
+
+
+def resolve_precision(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimizer, ...]) -> Precision:
+  """The workload's precision, checked against the model's parameter dtype and every optimizer
+  of the sweep (``moments_dtype`` on an optimizer that cannot take one is refused here)."""
+  precision = Precision(master_dtype=w.master_dtype, moments_dtype=w.moments_dtype, grad_reduce_dtype=w.grad_reduce_dtype)
+  precision.check(cfg.param_dtype)
+  if precision.moments_dtype is not None:
+    for opt in optimizers:
+      opt.transformation(1e-3, moments_dtype=precision.moments_dtype)  # builds nothing; refuses in one line
+  return precision
 
 
 # The optimizer column of a step's rows: the step brings its own.
@@ -283,7 +297,9 @@ def plan_step(w: Workload) -> Plan:
   load_step(w.step)
   for field, v, default in (("attention", w.attention, ("auto",)), ("microbatches", w.microbatches, (1,)),
                             ("vocab_tiles", w.vocab_tiles, (1,)), ("qk_dtype", w.qk_dtype, "bfloat16"),
-                            ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ())):
+                            ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ()),
+                            ("master_dtype", w.master_dtype, None), ("moments_dtype", w.moments_dtype, None),
+                            ("grad_reduce_dtype", w.grad_reduce_dtype, None)):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
       raise JaxmemError(f"`{field}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)

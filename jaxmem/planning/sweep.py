@@ -82,7 +82,7 @@ def run_config(
   )
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
-      microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.workload.qk_dtype,
+      microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.workload.qk_dtype, precision=p.precision,
   )
   base.update(
       param_bytes=program.param_bytes,
@@ -92,6 +92,7 @@ def run_config(
       microbatches=microbatches,
       vocab_tiles=vocab_tiles,
       qk_dtype=p.workload.qk_dtype,
+      **precision_fields(program),
   )
   notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
   notes += p.moe_notes + program.notes
@@ -103,6 +104,15 @@ def run_config(
       program.trace(), p.target, args=program.args, notes=notes, lowering_context=program.lowering_context(),
   )
   return Row(**base, **outcome.row_fields())
+
+
+def precision_fields(program: Any) -> dict[str, Any]:
+  """A row's ``master_dtype`` and ``grad_reduce_dtype`` (as asked) and ``moments_dtype`` (as the
+  program resolved it)."""
+  return dict(
+      master_dtype=program.precision.master_dtype, moments_dtype=program.moments_dtype,
+      grad_reduce_dtype=program.precision.grad_reduce_dtype,
+  )
 
 
 def moe_fields(cfg: Any) -> dict[str, Any]:
@@ -233,6 +243,6 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
   program = build_train_program(
       cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
       attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
-      qk_dtype=row.qk_dtype,
+      qk_dtype=row.qk_dtype, precision=p.precision,
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

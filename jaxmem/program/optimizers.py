@@ -11,20 +11,37 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from jaxmem.errors import JaxmemError
 from jaxmem.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Optimizer:
+  """``build(lr)`` the optax transformation; ``with_moments(lr, dtype)`` the same with its
+  moments stored in ``dtype`` (``None``: the optimizer cannot choose its moments' dtype)."""
+
   name: str
   build: Callable[[float], optax.GradientTransformation]
   description: str
+  with_moments: Callable[[float, Any], optax.GradientTransformation] | None = None
+
+  def transformation(self, lr: float, *, moments_dtype: str | None = None) -> optax.GradientTransformation:
+    """``build(lr)``, or with the moments in ``moments_dtype`` (a one-line error where this
+    optimizer keeps no moments or fixes their dtype)."""
+    if moments_dtype is None:
+      return self.build(lr)
+    if self.with_moments is None:
+      raise JaxmemError(
+          f"`moments_dtype` applies to optimizers whose moments' dtype can be chosen ({', '.join(MOMENTS_DTYPE_OPTIMIZERS)}); "
+          f"{self.name} {_NO_MOMENTS.get(self.name, 'does not take one')}"
+      )
+    return self.with_moments(lr, jnp.dtype(moments_dtype))
 
 
 class _LowpAdamState(NamedTuple):
@@ -62,7 +79,35 @@ def scale_by_adam_lowp(
 
 
 def _adamw_bf16(lr: float) -> optax.GradientTransformation:
-  return optax.chain(scale_by_adam_lowp(jnp.bfloat16), optax.add_decayed_weights(1e-4), optax.scale(-lr))
+  return _adamw_moments(lr, jnp.bfloat16)
+
+
+def _adamw_moments(lr: float, dtype: Any) -> optax.GradientTransformation:
+  # optax.adamw's chain (weight decay 1e-4, its default) with both moments in ``dtype``:
+  # optax's own ``mu_dtype`` would lower the first moment only.
+  return optax.chain(scale_by_adam_lowp(dtype), optax.add_decayed_weights(1e-4), optax.scale(-lr))
+
+
+def _adam_moments(lr: float, dtype: Any) -> optax.GradientTransformation:
+  return optax.chain(scale_by_adam_lowp(dtype), optax.scale(-lr))
+
+
+# The optimizers whose moments' dtype can be set (``moments_dtype``): Adam's two moments through
+# scale_by_adam_lowp, momentum's accumulator through optax.sgd's ``accumulator_dtype``, Lion's
+# through its ``mu_dtype``.
+_WITH_MOMENTS: dict[str, Callable[[float, Any], optax.GradientTransformation]] = {
+    "adam": _adam_moments,
+    "adamw": _adamw_moments,
+    "momentum": lambda lr, dt: optax.sgd(lr, momentum=0.9, accumulator_dtype=dt),
+    "nesterov": lambda lr, dt: optax.sgd(lr, momentum=0.9, nesterov=True, accumulator_dtype=dt),
+    "lion": lambda lr, dt: optax.lion(lr, mu_dtype=dt),
+}
+MOMENTS_DTYPE_OPTIMIZERS = tuple(_WITH_MOMENTS)
+# Why the others do not take one, where there is a short reason.
+_NO_MOMENTS = {
+    "sgd": "keeps no moments",
+    "adamw_bf16": "fixes its moments at bfloat16 (use adamw with `moments_dtype` bfloat16)",
+}
 
 
 def _muon(lr: float) -> optax.GradientTransformation:
@@ -104,7 +149,9 @@ def _registry() -> Registry[Optimizer]:
     entries.append(("adan", lambda lr: optax.adan(lr), "Adan: 3 moments per parameter"))
   if hasattr(getattr(optax, "contrib", None), "muon"):
     entries.append(("muon", _muon, "Muon: momentum + Newton-Schulz orthogonalisation (Adam for vectors)"))
-  return Registry("optimizer", {n: Optimizer(name=n, build=b, description=d) for n, b, d in entries})
+  return Registry("optimizer", {
+      n: Optimizer(name=n, build=b, description=d, with_moments=_WITH_MOMENTS.get(n)) for n, b, d in entries
+  })
 
 
 OPTIMIZERS: Registry[Optimizer] = _registry()

@@ -15,7 +15,10 @@ The step a production trainer runs (issue 9), as MaxText builds it:
   ``num_vocab_tiling``);
 - gradient accumulation over ``microbatches`` (MaxText's ``gradient_accumulation_steps``,
   ``gradient_accumulation.py``): the global batch split into microbatches run in sequence by
-  ``lax.scan``, their gradients summed in float32, one optimizer update.
+  ``lax.scan``, their gradients summed in float32, one optimizer update;
+- mixed precision as ZeRO and Megatron lay it out (:mod:`jaxmem.program.precision`): bf16
+  parameters with a float32 master copy in the optimizer state, the moments' own dtype, and
+  the dtype the gradients are formed and reduced in.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention
 from jaxmem.models.moe_parallel import sharded_dropless
+from jaxmem.program import precision as prec
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
 from jaxmem.compiler.targets import Target
@@ -72,12 +76,19 @@ class TrainProgram:
   attention: AttentionChoice | None = None  # how attention is computed (None: dot, as before)
   microbatches: int = 1
   vocab_tiles: int = 1
+  precision: prec.Precision = prec.Precision()
+  # The moments' dtype the step resolved: most optimizer-state elements beside any master copy
+  # (None without moments). The gradient-reduction dtype is the one asked (precision): where none
+  # is, the dtype a reduction runs in is the compiler's choice (the TPU and GPU compilers reduce
+  # a matmul's weight gradient in the compute dtype even for float32 parameters).
+  moments_dtype: str | None = None
 
   @property
   def notes(self) -> tuple[str, ...]:
     """What a row of this program must say: why ``auto`` fell back, what a deviceless compile
-    of the kernel leaves out."""
-    return () if self.attention is None else self.attention.notes
+    of the kernel leaves out, what the precision options mean for its figures."""
+    own = () if self.attention is None else self.attention.notes
+    return own + self.precision.notes(self.cfg.dtype)
 
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
@@ -212,6 +223,7 @@ def build_train_program(
     microbatches: int = 1,
     vocab_tiles: int = 1,
     qk_dtype: str = "bfloat16",
+    precision: prec.Precision = prec.Precision(),
 ) -> TrainProgram:
   """Builds the sharded, donated train step with abstract inputs. Call it once JAX has started
   the target's backends (the attention choice reads them)."""
@@ -223,7 +235,10 @@ def build_train_program(
   )
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)
-  tx = optimizer.build(learning_rate)
+  precision.check(cfg.param_dtype)
+  tx = optimizer.transformation(learning_rate, moments_dtype=precision.moments_dtype)
+  if precision.master_dtype is not None:
+    tx = prec.with_master(tx, precision.master_dtype)
   opt_state = jax.eval_shape(tx.init, params)
   opt_sh = shd.state_shardings(opt_state, params, param_sh, jmesh)
   batch_spec = shd.logical_to_spec(("batch", "seq"), (batch, seq), jmesh, shd.ACTIVATION_RULES, what="batch")
@@ -239,7 +254,7 @@ def build_train_program(
         experts=experts,
     )
 
-  grad_fn = jax.value_and_grad(loss_fn)
+  grad_fn = prec.grads_in(jax.value_and_grad(loss_fn), precision.grad_reduce_dtype, param_sh)
   if microbatches > 1:
     grad_fn = accumulated(grad_fn, microbatches, micro_sh, param_sh)
 
@@ -247,7 +262,7 @@ def build_train_program(
   def train_step(params, opt_state, tokens_bt, targets_bt):
     loss, grads = grad_fn(params, tokens_bt, targets_bt)
     updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    return prec.apply(params, updates, opt_state), opt_state, loss
 
   step = jax.jit(
       train_step,
@@ -269,4 +284,18 @@ def build_train_program(
       attention=choice,
       microbatches=microbatches,
       vocab_tiles=vocab_tiles,
+      precision=precision,
+      moments_dtype=moments_dtype(opt_state),
   )
+
+
+def moments_dtype(opt_state: Any) -> str | None:
+  """The dtype most optimizer-state elements are in, beside a master copy (step counts and
+  other integers aside); None for an optimizer without state."""
+  if isinstance(opt_state, prec.MasterState):
+    opt_state = opt_state.inner
+  counts: dict[str, int] = {}
+  for leaf in jax.tree.leaves(opt_state):
+    if jnp.issubdtype(leaf.dtype, jnp.floating):
+      counts[str(jnp.dtype(leaf.dtype))] = counts.get(str(jnp.dtype(leaf.dtype)), 0) + math.prod(leaf.shape)
+  return max(counts, key=counts.get) if counts else None

@@ -125,9 +125,14 @@ def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:
     # Per token: kilobytes, where GB would round to zero (MLA's point is this figure).
     rec["kv per token KB"] = f"{d['kv_cache_bytes_per_token'] / 1e3:,.1f}"
   e = rows[0]
-  head = (f"{e.optimizer}, {e.precision} precision, batch {e.batch} x seq {e.seq}, tensor {e.tensor}, "
+  head = (f"{e.optimizer}, {_layout(e)}, batch {e.batch} x seq {e.seq}, tensor {e.tensor}, "
           f"recompute {e.recompute}; whole model, GB = 1e9 bytes (h100 = model state / 80 GB)")
   text = head + "\n\n" + render_records(recs, fmt_name)
+  if e.data > 1:
+    text += "\n\n" + "\n".join(
+        f"{d['model']}: Megatron's distributed optimizer over data = {e.data}: {d['distributed_bytes_per_param']:g} bytes "
+        f"per parameter, {d['distributed_model_state_bytes'] / 1e9:.3f} GB model state per rank" for d in dicts
+    )
   moe = [d for d in dicts if d["expert_params"]]
   if moe:
     recs = _table_records(moe, MOE_ESTIMATE_COLUMNS, unit("GB"))
@@ -136,6 +141,14 @@ def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:
     text += ("\n\nmixture of experts: state of the routed experts (what an expert axis divides) and of the rest; "
              "dispatch buffers of every MoE layer, GB:\n\n" + render_records(recs, fmt_name))
   return text + "\n\n" + "\n".join(f"source: {s}" for s in e.sources)
+
+
+def _layout(e: Estimate) -> str:
+  """The precision an estimate is for: its preset, and the dtypes of its parameters, gradients,
+  master copy and moments."""
+  dtypes = f"{e.param_dtype} params, {e.gradient_dtype} gradients, " + (
+      f"{e.master_dtype} master, " if e.master_dtype else "no master, ") + f"{e.moments_dtype or 'no'} moments"
+  return f"{e.precision} precision ({dtypes})" if e.precision != "dtypes" else dtypes
 
 
 def render_compare_extras(extras: dict[str, list[dict[str, Any]]], fmt_name: str) -> str:
@@ -151,6 +164,8 @@ def render_compare_extras(extras: dict[str, list[dict[str, Any]]], fmt_name: str
     recs = extras["estimate"]
     table = render(recs, fmt_name, COMPARISON_COLUMNS)
     notes = dict.fromkeys(f"{r['component']} ({r['remat']}): {r['note']}" for r in recs if r["note"])
+    sources = dict.fromkeys(f"{r['component']}: {r['source']}" for r in recs if r.get("source"))
     parts.append("estimate vs compiler, per device (ratio = compiler / estimate):\n\n" + table
-                 + ("\n\n" + "\n".join(f"note: {n}" for n in notes) if notes else ""))
+                 + ("\n\n" + "\n".join(f"note: {n}" for n in notes) if notes else "")
+                 + ("\n" + "\n".join(f"source: {s}" for s in sources) if sources else ""))
   return "\n\n" + "\n\n".join(parts)

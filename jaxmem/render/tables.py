@@ -244,6 +244,10 @@ def _comm(r: Any, unit: int) -> str:
 def _dtypes(r: Any) -> str:
   # A user's step has no compute dtype of jaxmem's choosing ("-"), and parameters only if named.
   known = [f"{v} {what}" for v, what in ((r.param_dtype, "params"), (r.dtype, "compute")) if v != "-"]
+  # The precision options (issue 20), where a row has them: one per sweep, so in the heading.
+  known += [f"{v} {what}" for key, what in (("master_dtype", "master copy"), ("moments_dtype", "moments"),
+                                             ("grad_reduce_dtype", "gradient reduction"))
+            if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype)]
   return f" · {', '.join(known)}" if known else ""
 
 
