@@ -32,7 +32,7 @@ import jax
 
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.margin import NO, Verdict
-from jaxmem.compiler.report import MemoryReport, Refusal, fits, read_compiled
+from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
 from jaxmem.compiler.targets import Target
 from jaxmem.compiler.xla import compile_timed
 from jaxmem.records import Record
@@ -131,13 +131,12 @@ def shape_argument_bytes(args: Sequence[Any], num_devices: int) -> int:
   for leaf in jax.tree_util.tree_leaves(args):
     if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
       continue
-    bits = jax.dtypes.itemsize_bits(leaf.dtype)
     sharding = getattr(leaf, "sharding", None)
     shape = tuple(leaf.shape)
     if getattr(sharding, "memory_kind", None) in HOST_MEMORY_KINDS:
       continue  # held in host memory, not the device's
     if isinstance(sharding, jax.sharding.Sharding):
-      total += -(-math.prod(sharding.shard_shape(shape)) * bits // 8)  # sub-byte types pack
+      total += array_bytes(shape, leaf.dtype, elements=math.prod(sharding.shard_shape(shape)))
     else:
-      total += math.prod(shape) * bits // 8 // max(1, num_devices)
+      total += array_bytes(shape, leaf.dtype) // max(1, num_devices)
   return total

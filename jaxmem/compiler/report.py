@@ -329,7 +329,12 @@ def argument_bytes(compiled, names: Sequence[str] | None = None) -> tuple[dict[s
 
 
 def _shard_bytes(shape, dtype, sharding) -> int:
-  elements = math.prod(sharding.shard_shape(tuple(shape)))
+  return array_bytes(shape, dtype, elements=math.prod(sharding.shard_shape(tuple(shape))))
+
+
+def array_bytes(shape, dtype, *, elements: int | None = None) -> int:
+  """The bytes ``elements`` (default: all) of an array of ``shape`` and ``dtype`` occupy."""
+  elements = math.prod(tuple(shape)) if elements is None else elements
   if jax.dtypes.issubdtype(dtype, jax.dtypes.extended):
     # A typed PRNG key (MaxText's train step takes one) has no item size: its buffer is its key
     # data, the key's shape plus trailing unsharded words (jax.random.key_data).
