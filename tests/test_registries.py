@@ -1,15 +1,19 @@
 """The named registries (remat policies, optimizers, weight formats, presets): names, errors,
 what `all` means, and remat policies checked against jax's own (mesh strings: test_sharding.py)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from jaxmem.errors import JaxmemError
 from jaxmem.inference.quant import WEIGHT_FORMATS
-from jaxmem.models import CHECKPOINT_NAMES, PRESETS
+from jaxmem.models import CHECKPOINT_NAMES, PRESETS, get_config
 from jaxmem.program import optimizers, remat
+from jaxmem.program.train import abstract_model
 from jaxmem.registry import Registry
 
 COLORS = Registry("color", {"red": 1, "green": 2, "blue": 3}, flag="colors", in_all=lambda v: v != 3)
@@ -130,11 +134,6 @@ def test_full_offloaded_offloads_the_layer_input_the_model_tags():
   """The scanned stack tags each layer's input (MaxText's decoder_layer_input), and under
   full_offloaded the layer's residual for the backward pass is that tag, offloaded: nothing of
   the block is saved on the device (tiny, traced, not compiled)."""
-  import re
-
-  from jaxmem.models import get_config
-  from jaxmem.program.train import abstract_model
-
   cfg = get_config("tiny")
   graphdef, params, _ = abstract_model(cfg)
   toks = jax.ShapeDtypeStruct((2, 16), jnp.int32)
@@ -142,8 +141,6 @@ def test_full_offloaded_offloads_the_layer_input_the_model_tags():
   assert p.offloads == ("decoder_layer_input",) and p.needs_host_memory and not p.saves
 
   def loss(params, toks):
-    from flax import nnx
-
     return nnx.merge(graphdef, params).loss(toks, toks, remat=p.policy)
 
   text = str(jax.make_jaxpr(jax.grad(loss))(params, toks))
@@ -159,7 +156,7 @@ def test_full_offloaded_offloads_the_layer_input_the_model_tags():
 # loaded 2-core machine.
 LONG = dict(
     batch=8, seq=1024, target="tpu:v5e-1", optimizer="sgd",
-    model=__import__("jaxmem.models", fromlist=["get_config"]).get_config(
+    model=get_config(
         "tiny", num_layers=4, d_model=512, d_ff=1024, num_heads=4, num_kv_heads=2, head_dim=64, vocab_size=1024
     ),
 )
