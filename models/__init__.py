@@ -106,6 +106,11 @@ compute dtype):
   mlpwo        [B, T, D]     MLP output projection (+ bias), before the residual add
                              (MoE layers' shared experts tag mlpwi and mlpwo too)
 
+Every layer of the scanned stack (``LAYER_CHECKPOINT_NAMES``):
+
+  decoder_layer_input [B, T, D]  the layer's input, the residual stream the scan carries
+                                 (MaxText's name); ``full_offloaded`` moves it to host memory
+
 MoE layers (MaxText's names for the expert MLP; E experts, k per token, C capacity slots):
 
   router_logits  [B, T, E] float32   x W_router, before softmax/sigmoid
@@ -151,6 +156,7 @@ from .names import (
   ACTIVATION_AXES,
   CHECKPOINT_NAMES,
   DENSE_CHECKPOINT_NAMES,
+  LAYER_CHECKPOINT_NAMES,
   LOGICAL_AXES,
   MLA_CHECKPOINT_NAMES,
   MOE_CHECKPOINT_NAMES,
@@ -161,6 +167,7 @@ from .transformer import RematPolicy, Transformer, WeightHook
 __all__ = [
   "ACTIVATION_AXES",
   "DENSE_CHECKPOINT_NAMES",
+  "LAYER_CHECKPOINT_NAMES",
   "MeshAxes",
   "ExpertsFn",
   "MLACache",

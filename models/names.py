@@ -87,4 +87,14 @@ KV_WA_PROJ = "kv_wa_proj"  # [B, T, kv_lora + rope] key/value down-projection an
 MLA_KV = "mla_kv"  # [B, T, kv_lora] the latent after its RMSNorm: what the inference cache holds
 MLA_CHECKPOINT_NAMES: tuple[str, ...] = (QUERY_WA_PROJ, MLA_Q, KV_WA_PROJ, MLA_KV)
 
-CHECKPOINT_NAMES: tuple[str, ...] = DENSE_CHECKPOINT_NAMES + MOE_CHECKPOINT_NAMES + MLA_CHECKPOINT_NAMES
+# The scanned stack (models/transformer.py) tags each layer's input, the residual stream the scan
+# carries into the layer, MaxText's name (layers/decoders.py and its decoder layers:
+# checkpoint_name(inputs, "decoder_layer_input")). Under jax.checkpoint it is what every policy
+# keeps for the layer's recomputation; naming it lets a policy move it to host memory
+# (``full_offloaded``), which is what dominates a long sequence once everything else is recomputed.
+DECODER_LAYER_INPUT = "decoder_layer_input"  # [B, T, D]
+LAYER_CHECKPOINT_NAMES: tuple[str, ...] = (DECODER_LAYER_INPUT,)
+
+CHECKPOINT_NAMES: tuple[str, ...] = (
+  DENSE_CHECKPOINT_NAMES + MOE_CHECKPOINT_NAMES + MLA_CHECKPOINT_NAMES + LAYER_CHECKPOINT_NAMES
+)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxmem.errors import JaxmemError
 
@@ -31,7 +32,7 @@ from .loss import cross_entropy
 from .mla import MLACache, MLAttention
 from .mlp import make_mlp
 from .moe import ExpertsFn, MoE
-from .names import BATCH, EMBED, LAYERS, POS, SEQ, VOCAB
+from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, POS, SEQ, VOCAB
 from .rope import rope_tables, rope_tables_at
 
 # A jax.checkpoint policy, e.g. jax.checkpoint_policies.nothing_saveable.
@@ -283,6 +284,8 @@ class Transformer(nnx.Module):
       block_def, block_state = nnx.split(stack)
 
       def body(carry_btd: jax.Array, layer_state: nnx.State, block_def=block_def) -> tuple[jax.Array, None]:
+        # The layer's input, by name, so a remat policy can offload it (names.DECODER_LAYER_INPUT).
+        carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         y_btd = block(
           carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, attend=attend,

@@ -1,15 +1,19 @@
 """The named registries (remat policies, optimizers, weight formats, presets): names, errors,
 what `all` means, and remat policies checked against jax's own (mesh strings: test_sharding.py)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from jaxmem.errors import JaxmemError
 from jaxmem.inference.quant import WEIGHT_FORMATS
-from jaxmem.models import CHECKPOINT_NAMES, PRESETS
+from jaxmem.models import CHECKPOINT_NAMES, PRESETS, get_config
 from jaxmem.program import optimizers, remat
+from jaxmem.program.train import abstract_model
 from jaxmem.registry import Registry
 
 COLORS = Registry("color", {"red": 1, "green": 2, "blue": 3}, flag="colors", in_all=lambda v: v != 3)
@@ -124,6 +128,49 @@ def test_name_presets_save_or_offload_exactly_their_names(name):
 def test_name_presets_use_model_tags(name):
   p = remat.REMAT_POLICIES[name]
   assert set(p.saves) | set(p.offloads) <= set(CHECKPOINT_NAMES)
+
+
+def test_full_offloaded_offloads_the_layer_input_the_model_tags():
+  """The scanned stack tags each layer's input (MaxText's decoder_layer_input), and under
+  full_offloaded the layer's residual for the backward pass is that tag, offloaded: nothing of
+  the block is saved on the device (tiny, traced, not compiled)."""
+  cfg = get_config("tiny")
+  graphdef, params, _ = abstract_model(cfg)
+  toks = jax.ShapeDtypeStruct((2, 16), jnp.int32)
+  p = remat.REMAT_POLICIES["full_offloaded"]
+  assert p.offloads == ("decoder_layer_input",) and p.needs_host_memory and not p.saves
+
+  def loss(params, toks):
+    return nnx.merge(graphdef, params).loss(toks, toks, remat=p.policy)
+
+  text = str(jax.make_jaxpr(jax.grad(loss))(params, toks))
+  assert "name=decoder_layer_input" in text
+  # What goes to host memory (a device_put to a <host> array) is the layer input, [B, T, D],
+  # stacked over the layers by the scan, and nothing else.
+  d, n = cfg.d_model, cfg.num_layers
+  assert set(re.findall(r"(\w+)<host>(\[[\d,]*\])", text)) == {("bf16", f"[2,16,{d}]"), ("bf16", f"[{n},2,16,{d}]")}
+
+
+# Four layers, 8 x 1024 tokens of width 512: the layer inputs (32 MiB) outgrow v5e's VMEM, where
+# the TPU compiler would otherwise keep them whatever the policy. About a minute a compile on a
+# loaded 2-core machine.
+LONG = dict(
+    batch=8, seq=1024, target="tpu:v5e-1", optimizer="sgd",
+    model=get_config(
+        "tiny", num_layers=4, d_model=512, d_ff=1024, num_heads=4, num_kv_heads=2, head_dim=64, vocab_size=1024
+    ),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_tpu_compiler
+def test_full_offloaded_moves_the_layer_inputs_off_the_device(compile_one):
+  full, offloaded = compile_one(**LONG, remat="full"), compile_one(**LONG, remat="full_offloaded")
+  assert full.error is None and offloaded.error is None
+  layer_inputs = 4 * 8 * 1024 * 512 * 2  # L x B x T x D in bfloat16
+  assert offloaded.host_temp_size_in_bytes >= layer_inputs and full.host_temp_size_in_bytes == 0
+  assert offloaded.temp_size_in_bytes < full.temp_size_in_bytes
+  assert offloaded.required_bytes < full.required_bytes  # judged on the device alone
 
 
 def test_parse_remat_puts_baseline_first_and_dedupes():

@@ -1,10 +1,12 @@
 """TPU and GPU targets through their real compilers, without the hardware; meshes; fit and OOM."""
 
+import dataclasses
+
 import pytest
 
 from jaxmem.cli import main
 from jaxmem.compiler.availability import CompilerAvailability
-from jaxmem.compiler.gpu import gpu_compiler_available
+from jaxmem.compiler.gpu import GPU_SPECS, gpu_compiler_available
 from jaxmem.compiler.tpu import tpu_compiler_available
 from jaxmem.compiler import targets as tg
 from jaxmem.errors import JaxmemError
@@ -32,12 +34,33 @@ TINY = dict(model=TILED, batch=8, seq=128, optimizer="adamw")
         ("tpu:v6e-256", 256, "tpu"),
         ("gpu:h100", 1, "gpu"),
         ("gpu:a100-80gbx8", 8, "gpu"),
+        ("gpu:a100-40gb", 1, "gpu"),
+        ("gpu:a800", 1, "gpu"),
+        ("gpu:a800x8", 8, "gpu"),  # MEMO's 8 A800s (issue 19)
         ("gpu:h100x16", 16, "gpu"),
     ],
 )
 def test_target_names(name, devices, platform):
   t = tg.get_target(name)
   assert (t.num_devices, t.platform) == (devices, platform)
+
+
+def test_a800_is_the_a100_80gb_with_its_own_nvlink():
+  a100, a800 = GPU_SPECS["a100-80gb"], GPU_SPECS["a800"]
+  assert a800.description == "NVIDIA A800-SXM4-80GB"
+  assert (a100.nvlink_bandwidth, a800.nvlink_bandwidth) == (600e9, 400e9)
+  same = lambda s: dataclasses.replace(s, name="", description="", nvlink_bandwidth=0)  # noqa: E731
+  assert same(a800) == same(a100)  # memory, compute and the compiler's target description
+  assert tg.get_target("gpu:a800x8").capacity_bytes == tg.get_target("gpu:a100-80gbx8").capacity_bytes
+  listed = {r.target: r for r in tg.list_targets() if r.platform == "gpu"}
+  assert (listed["gpu:a800x8"].nvlink_gb_s, listed["gpu:a100-80gbx8"].nvlink_gb_s) == (400, 600)
+
+
+@pytest.mark.needs_gpu_compiler("a800")
+def test_a800_compiles_deviceless_as_sm_80():
+  (row,) = sweep.compare(**TINY, target="gpu:a800", remat="none", attention="dot")  # one GPU compile
+  assert row.error is None and row.target == "gpu:a800"
+  assert row.peak_memory_in_bytes is not None and row.fits is True
 
 
 def test_gpu_hosts_of_eight():

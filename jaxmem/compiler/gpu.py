@@ -56,6 +56,10 @@ class GpuSpec:
   l2_cache_bytes: int
   clock_rate_ghz: float              # boost clock
   memory_bandwidth: int              # bytes per second
+  # NVLink bytes per second per GPU, both directions together, as NVIDIA quotes it (A100:
+  # "600GB/s"). Not given to the compiler (XLA's target config has no interconnect field); it is
+  # what sets a mesh's collective time on the part, and what tells an A800 from an A100.
+  nvlink_bandwidth: int
   accelerated_features: bool = False # sm_90a / sm_100a: arch-specific instructions (wgmma, tcgen05)
 
 
@@ -67,44 +71,66 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
     # A100 SXM4 40GB: nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/
     # nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (40 GB HBM2, 1,555 GB/s); 108 SMs, 40 MB
     # L2, 164 KB shared memory per SM, 1410 MHz boost: NVIDIA A100 Tensor Core GPU Architecture
-    # whitepaper. Bytes: XLA specs/a100_sxm_40.txtpb.
+    # whitepaper. Bytes: XLA specs/a100_sxm_40.txtpb. NVLink 600 GB/s (12 third-generation
+    # links of 50 GB/s): the same datasheet.
     GpuSpec(
         name="a100-40gb", description="NVIDIA A100-SXM4-40GB", hbm_bytes=42_331_013_120,
         compute_capability=(8, 0), core_count=108, fpus_per_core=64,
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
-        l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=1_555_200_000_000),
-    # A100 SXM4 80GB: same datasheet (80 GB HBM2e, 2,039 GB/s). Bytes: XLA specs/a100_sxm_80.txtpb.
+        l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=1_555_200_000_000,
+        nvlink_bandwidth=600_000_000_000),
+    # A100 SXM4 80GB: same datasheet (80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s). Bytes: XLA
+    # specs/a100_sxm_80.txtpb.
     GpuSpec(
         name="a100-80gb", description="NVIDIA A100-SXM4-80GB", hbm_bytes=85_100_068_864,
         compute_capability=(8, 0), core_count=108, fpus_per_core=64,
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
-        l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000),
+        l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000,
+        nvlink_bandwidth=600_000_000_000),
+    # A800 SXM4 80GB, the A100 80GB NVIDIA sells in China under the US export rules of October
+    # 2022: the same GA100 part (108 SMs, 40 MB L2, 80 GB HBM2e at 2,039 GB/s, 1410 MHz, the same
+    # quoted performance), its NVLink cut to 400 GB/s against the A100's 600 GB/s (8 links of
+    # 50 GB/s instead of 12). Source: Reuters, November 2022, as reported by tweakers.net/nieuws/203182
+    # ("Nvidia introduceert A800-gpu voor China": "De A800-serie is in grote lijnen gelijk aan de
+    # bestaande A100, hoewel de bandbreedte van de NVLink-interconnect is beperkt tot 400GB/s").
+    # The name is what the CUDA driver reports on the part ("NVIDIA A800-SXM4-80GB", as nvidia-smi
+    # and torch.cuda.get_device_name print it). XLA records no A800 spec: the exact byte count
+    # and shared-memory limits are the A100 80GB's (specs/a100_sxm_80.txtpb), the same die and
+    # memory stacks.
+    GpuSpec(
+        name="a800", description="NVIDIA A800-SXM4-80GB", hbm_bytes=85_100_068_864,
+        compute_capability=(8, 0), core_count=108, fpus_per_core=64,
+        shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
+        l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000,
+        nvlink_bandwidth=400_000_000_000),
     # H100 SXM5 80GB: nvidia.com/en-us/data-center/h100/ (80 GB HBM3, 3.35 TB/s); 132 SMs, 50 MB
     # L2, 228 KB shared memory per SM (227 KB per block), 1.98 GHz boost: NVIDIA H100 Tensor Core
-    # GPU Architecture whitepaper. Bytes: XLA specs/h100_sxm.txtpb.
+    # GPU Architecture whitepaper. Bytes: XLA specs/h100_sxm.txtpb. NVLink 900 GB/s (18
+    # fourth-generation links): the same product page.
     GpuSpec(
         name="h100", description="NVIDIA H100 80GB HBM3", hbm_bytes=84_942_979_072,
         compute_capability=(9, 0), core_count=132, fpus_per_core=128,
         shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
         l2_cache_bytes=52_428_800, clock_rate_ghz=1.98, memory_bandwidth=3_352_320_000_000,
-        accelerated_features=True),
+        nvlink_bandwidth=900_000_000_000, accelerated_features=True),
     # H200 SXM 141GB: nvidia.com/en-us/data-center/h200/ (141 GB HBM3e, 4.8 TB/s); the same GH100
-    # die as H100 (132 SMs, 50 MB L2). Bytes: XLA specs/h200.txtpb.
+    # die as H100 (132 SMs, 50 MB L2); NVLink 900 GB/s, the same page. Bytes: XLA specs/h200.txtpb.
     GpuSpec(
         name="h200", description="NVIDIA H200 141GB HBM3e", hbm_bytes=151_397_597_184,
         compute_capability=(9, 0), core_count=132, fpus_per_core=128,
         shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
         l2_cache_bytes=52_428_800, clock_rate_ghz=1.98, memory_bandwidth=4_800_000_000_000,
-        accelerated_features=True),
+        nvlink_bandwidth=900_000_000_000, accelerated_features=True),
     # B200: nvidia.com/en-us/data-center/dgx-b200/ (1,440 GB HBM3e over 8 GPUs = 180 GB each;
     # HGX B200 lists 8 TB/s per GPU). 148 SMs, 126.5 MiB L2, 7.67 TB/s and the byte count are
-    # XLA's specs/b200.txtpb, recorded from a real B200.
+    # XLA's specs/b200.txtpb, recorded from a real B200. NVLink 1.8 TB/s per GPU (fifth
+    # generation; DGX B200's 14.4 TB/s over 8 GPUs), the same page.
     GpuSpec(
         name="b200", description="NVIDIA B200", hbm_bytes=191_514_411_008,
         compute_capability=(10, 0), core_count=148, fpus_per_core=128,
         shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
         l2_cache_bytes=132_644_864, clock_rate_ghz=1.965, memory_bandwidth=7_672_320_000_000,
-        accelerated_features=True),
+        nvlink_bandwidth=1_800_000_000_000, accelerated_features=True),
 )}
 
 

@@ -335,6 +335,7 @@ class TargetListing(Record):
   device_kind: str
   hbm_gib: float | None
   capacity_gib: float | None
+  nvlink_gb_s: float | None  # a GPU's NVLink GB/s, both directions (GpuSpec.nvlink_bandwidth)
   compiler: str  # "yes" or "no"
   note: str = ""
 
@@ -347,6 +348,7 @@ def _listing(t: Target, capacity: int | None, available: CompilerAvailability) -
       device_kind=t.device_kind,
       hbm_gib=round(t.hbm_bytes / GiB, 2),
       capacity_gib=None if capacity is None else round(capacity / GiB, 2),
+      nvlink_gb_s=GPU_SPECS[t.key].nvlink_bandwidth / 1e9 if t.source == "gpu" else None,
       compiler="yes" if available else "no",
       note=available.why,
   )
@@ -356,11 +358,11 @@ def list_targets() -> list[TargetListing]:
   """One record per named target for `jaxmem targets`: devices, memory, compiler installed."""
   records = [
       TargetListing(target="cpu:N", platform="cpu", devices="N", device_kind="cpu", hbm_gib=None, capacity_gib=None,
-                    compiler="yes", note="simulated devices")
+                    nvlink_gb_s=None, compiler="yes", note="simulated devices")
   ]
   if attached_accelerator_present():
     records.append(TargetListing(target="attached", platform="?", devices="all", device_kind="this machine's",
-                                 hbm_gib=None, capacity_gib=None, compiler="yes"))
+                                 hbm_gib=None, capacity_gib=None, nvlink_gb_s=None, compiler="yes"))
   tpu = tpu_compiler_available()
   for gen in TPU_GENERATIONS.values():
     for size in gen.sizes:

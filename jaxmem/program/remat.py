@@ -138,6 +138,24 @@ def _build() -> dict[str, RematPolicy]:
       offloads=_QKV,
       needs_host_memory=True,
   )
+  # Each layer's input to host memory, everything else recomputed: the long-context preset
+  # (issue 19). Under `full` the layer inputs, L x [B, T, D], are all that stays on the device
+  # between the passes; here they go to pinned host memory as the forward pass makes them and
+  # come back one layer at a time in the backward pass. MaxText offloads the same tensor by name
+  # (remat_policy "custom" with decoder_layer_input: offload).
+  layer_input = "decoder_layer_input"  # jaxmem.models.names.DECODER_LAYER_INPUT
+  reg["full_offloaded"] = RematPolicy(
+      name="full_offloaded",
+      policy=cp.save_and_offload_only_these_names(
+          names_which_can_be_saved=[],
+          names_which_can_be_offloaded=[layer_input],
+          offload_src="device",
+          offload_dst="pinned_host",
+      ),
+      description="move each layer's input to host memory, recompute everything else",
+      offloads=(layer_input,),
+      needs_host_memory=True,
+  )
   reg["minimal_offloaded"] = RematPolicy(
       name="minimal_offloaded",
       policy=cp.offload_dot_with_no_batch_dims(offload_src="device", offload_dst="pinned_host"),

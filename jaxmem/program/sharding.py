@@ -7,7 +7,17 @@ A mesh is written ``data=2,fsdp=4``. Mesh axes and what they shard:
   optimizer state are divided over it (FSDP / ZeRO-3, Rajbhandari et al. 2020).
 - ``tensor``: attention heads, MLP width and vocabulary (Megatron tensor parallelism,
   Shoeybi et al. 2019).
-- ``sequence``: the sequence dimension of activations (for long context).
+- ``sequence``: the sequence dimension of activations only (for long context); every device
+  still holds all of the weights, their gradients and optimizer state.
+- ``context``: context parallelism as MaxText's rules have it: the sequence dimension of
+  activations (after ``sequence``) *and* every weight's ``embed`` dimension (after ``fsdp``), so
+  ``context=8`` alone divides parameters, gradients and optimizer state by 8 as ``fsdp=8`` does,
+  while the batch is not split (one sequence can span the devices). MaxText's
+  ``logical_axis_rules`` shard ``embed`` over ``fsdp``, ``context`` and ``expert`` together and
+  ``activation_length`` over ``sequence`` and ``context`` (``src/MaxText/configs/base.yml``).
+  Attention over a context-sharded sequence gathers keys and values across the axis (GSPMD,
+  under the ``chunked`` and ``dot`` kernels); the fused kernels refuse it (their
+  ``mesh_problem``).
 - ``expert``: the routed experts of a mixture-of-experts model (expert parallelism, GShard,
   Lepikhin et al. 2020): expert weights, their gradients and optimizer state are divided over
   it, and it also splits the batch (after ``data`` and ``fsdp``, as MaxText's
@@ -34,12 +44,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxmem.errors import JaxmemError
 from jaxmem.models.mesh_axes import MeshAxes
 
-MESH_AXES = ("data", "fsdp", "tensor", "sequence", "expert")
+MESH_AXES = ("data", "fsdp", "tensor", "sequence", "context", "expert")
 MeshSpec = tuple[tuple[str, int], ...]
 
 # Logical dimension -> mesh axes, for parameters (and so gradients and optimizer state).
 PARAM_RULES: dict[str, tuple[str, ...]] = {
-    "embed": ("fsdp",),
+    # fsdp and context together, MaxText's order; expert does not shard the weights here (it
+    # acts as data parallelism outside the experts, see the module docstring).
+    "embed": ("fsdp", "context"),
     "vocab": ("tensor",),
     "heads": ("tensor",),
     "kv_heads": ("tensor",),
@@ -50,7 +62,7 @@ PARAM_RULES: dict[str, tuple[str, ...]] = {
 ACTIVATION_RULES: dict[str, tuple[str, ...]] = {
     "batch": ("data", "fsdp", "expert"),
     "exp": ("expert",),
-    "seq": ("sequence",),
+    "seq": ("sequence", "context"),
     "heads": ("tensor",),
     "kv_heads": ("tensor",),
     "mlp": ("tensor",),
@@ -119,6 +131,20 @@ def mesh_axes(mesh: Mesh | Mapping[str, int] | MeshSpec) -> MeshAxes:
       mlp=split(PARAM_RULES, "mlp"),
       layers=split(PARAM_RULES, "layers"),
   )
+
+
+def check_seq(mesh: MeshSpec, seq: int) -> None:
+  """The axes that split the sequence (``sequence`` and ``context``) must divide it: each
+  device holds ``seq / ways`` positions. The error names the nearest length they divide."""
+  axes = mesh_axes(mesh)
+  ways = axes.ways("seq")
+  if seq % ways:
+    below = seq // ways * ways
+    nearest = below if below and seq - below <= below + ways - seq else below + ways
+    raise JaxmemError(
+        f"seq {seq} is not divisible by the sequence axes of mesh {format_mesh(mesh)} "
+        f"({axes.describe('seq')}); use a multiple of {ways}, nearest {nearest}"
+    )
 
 
 def check_experts(mesh: MeshSpec, num_experts: int, model: str) -> None:

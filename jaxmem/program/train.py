@@ -137,9 +137,7 @@ def check_batch(
         f"batch {batch} is not divisible by {what}the data axes of mesh {shd.format_mesh(mesh)} "
         f"({ways} ways); use a multiple of {ways * microbatches}"
     )
-  seq_ways = shd.mesh_axes(mesh).ways("seq")
-  if seq % seq_ways:
-    raise JaxmemError(f"seq {seq} is not divisible by the sequence axis ({seq_ways}); use a multiple of {seq_ways}")
+  shd.check_seq(mesh, seq)
   if cfg.style == "gpt2" and seq > cfg.max_seq_len:
     raise JaxmemError(f"`seq` {seq} exceeds {cfg.name}'s {cfg.max_seq_len} learned positions; use {cfg.max_seq_len} or less")
   shd.check_experts(mesh, cfg.num_experts, cfg.name)
