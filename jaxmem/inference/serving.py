@@ -12,13 +12,14 @@ data axes for the batch, :data:`CONTEXT_QUANTUM` positions for the context) keep
    shardings (:func:`jaxmem.compiler.figures.shape_argument_bytes`). The smallest size whose
    arguments alone exceed the capacity is the bracket's first upper end, found by building the
    program's abstract arguments only, so no impossible size is ever compiled.
-2. With compiles: the first probe is the largest size the arguments allow (decode's temporaries
-   are small beside its cache, so it often fits at once); then a secant on the compiler's
+2. With compiles: decode's first probe is the largest size the arguments allow (its temporaries
+   are small beside its cache, so it often fits at once), prefill's the smallest (its
+   activations grow with the prompt far past its arguments); then a secant on the compiler's
    required bytes (memory is close to affine in the batch and the context: the cache and the
    tokens grow linearly), with bisection whenever a secant step fails to halve the bracket, so
    the search ends within about twice bisection's compiles. With one measured point the slope is
-   the arguments' own per step, a lower bound on the required bytes' (temporaries grow too), so
-   the step down from an overshoot lands at or below the boundary.
+   the arguments' own per step going down (the least the required bytes grow by), and going up
+   the growth taken as proportional to the size, so either step lands at or below the boundary.
 
 The answer's row carries infer's judgement (``fits``, ``verdict``, ``margin_bytes``), and
 ``next`` the row one step up: compiled and not fitting, or refused by its argument bytes alone
@@ -114,6 +115,8 @@ class _Bracket:
   capacity: int
   hi: int
   slope: float  # the arguments' bytes per step: the required bytes' least slope
+  base: int  # the argument bytes that do not grow with k (the weights)
+  from_top: bool  # the first probe: the largest size the arguments allow (else the smallest)
   lo: int = 0
   points: dict[int, int] = dataclasses.field(default_factory=dict)  # k -> required bytes
   rows: dict[int, InferRow] = dataclasses.field(default_factory=dict)
@@ -142,9 +145,9 @@ class _Bracket:
   def next_probe(self) -> int | None:
     if self.hi - self.lo <= 1:
       return None
-    if not self.points and not self.rows:
+    if not self.rows:
       self.secant = False
-      return self.hi - 1  # the largest size the arguments allow
+      return self.hi - 1 if self.from_top else 1
     guess = None if self.bisect else self._secant()
     self.secant = guess is not None
     if guess is None:
@@ -160,7 +163,12 @@ class _Bracket:
       (k1, r1), (k2, r2) = sorted((k, self.points[k]) for k in near)
       slope = (r2 - r1) / (k2 - k1)
     else:
-      (k1, r1), slope = (near[0], self.points[near[0]]), self.slope
+      # One point. Down from one that does not fit: the arguments' slope, the least the
+      # required bytes grow by, so the step lands at or below the boundary. Up from one that
+      # fits: what grows taken as proportional to k (required bytes less the arguments that do
+      # not grow), which temporaries fixed in size make steeper, so again at or below.
+      k1, r1 = near[0], self.points[near[0]]
+      slope = self.slope if r1 > self.capacity else max(self.slope, (r1 - self.base) / k1)
     if slope <= 0:
       return None
     return k1 + math.floor((self.capacity - r1) / slope)
@@ -190,7 +198,7 @@ def check_kv_heads(cfg: ModelConfig, mesh: shd.MeshSpec) -> None:
   ways = dict(mesh).get("tensor", 1)
   if not cfg.is_mla and ways > 1 and cfg.num_kv_heads % ways:
     raise JaxmemError(
-        f"mesh {shd.format_mesh(mesh)}: tensor={ways} does not divide {cfg.name}'s {cfg.num_kv_heads} kv heads, "
+        f"`mesh` {shd.format_mesh(mesh)}: tensor={ways} does not divide {cfg.name}'s {cfg.num_kv_heads} kv heads, "
         f"so the KV cache would be replicated over it; use a tensor axis size that divides {cfg.num_kv_heads} "
         "(and data for the rest)"
     )
@@ -320,8 +328,12 @@ class _Search:
 
   def run(self) -> ServingFit:
     limit = self.argument_limit()
-    b = _Bracket(capacity=self.p.target.capacity_bytes, hi=limit or self.ceiling + 1,
-                 slope=self._slope(limit))
+    # Decode's temporaries are small beside its cache, so the largest size the arguments allow
+    # is the likeliest answer; prefill's activations grow with the prompt far past its arguments,
+    # and a compile at the top can take minutes: it starts from the smallest.
+    slope = self._slope(limit)
+    b = _Bracket(capacity=self.p.target.capacity_bytes, hi=limit or self.ceiling + 1, slope=slope,
+                 base=self.argument_bytes(1) - slope, from_top=self.phase == "decode")
     while (k := b.next_probe()) is not None:
       row = self.probe(k)
       self.compiles += 1
