@@ -224,13 +224,13 @@ def fit_serving(
   check_serving(phase, over, fields)
   w = InferWorkload.of(workload, **fields).replace(phase=(phase,))
   p = _template_plan(w, over)
+  for mesh in p.meshes:
+    check_kv_heads(p.cfg, mesh)
   if p.target.capacity_bytes is None:
     raise JaxmemError(
         f"a serving fit needs a target with a memory capacity; {p.target.name} has none (use a TPU or GPU "
         "`target`, e.g. tpu:v5e-8 or gpu:h100, or attached)"
     )
-  for mesh in p.meshes:
-    check_kv_heads(p.cfg, mesh)
   if on_plan is not None:
     on_plan(p)
   contexts = p.contexts if over == "batch" else (None,)
