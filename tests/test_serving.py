@@ -118,7 +118,6 @@ def test_the_bracket_finds_the_boundary_within_a_few_probes():
       assert 1 <= k < limit
       probes += 1
       fits = required(k) <= capacity
-      b.rows[k] = None  # the rows' contents do not steer the search
       b.record(k, _Fake(required_bytes=required(k), fits=fits))
     answer = max((k for k in range(1, limit) if required(k) <= capacity), default=0)
     assert b.lo == answer and b.hi == answer + 1

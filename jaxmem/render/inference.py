@@ -14,7 +14,7 @@ from typing import Any
 from jaxmem.compiler.margin import AT_RISK, NO, YES
 from jaxmem.inference.estimate import Estimate
 from jaxmem.inference.infer import InferRow
-from jaxmem.render.tables import check_format, envelope, heading_versions, render_csv, render_records, verdict_cell
+from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, render_csv, render_records, verdict_cell
 from jaxmem.render.units import Unit, unit, unit_for
 
 INFER_COLUMNS = (
@@ -193,6 +193,7 @@ def render_serving(results: Sequence[Any], fmt_name: str) -> str:
     rec.update({f"{label} {u.name}": u(d.get(k)) for k, label in SERVING_COLUMNS.items()})
     rec["fits"] = None if r.row is None else verdict_cell(r.row, u)
     rec["next up"] = _next_cell(r, u)
+    rec["argument limit"] = r.argument_limit  # the smallest size its arguments alone exclude: never compiled
     rec["compiles"] = r.compiles
     rec["note"] = r.note
     recs.append(rec)
@@ -200,14 +201,18 @@ def render_serving(results: Sequence[Any], fmt_name: str) -> str:
   r0 = results[0] if results else None
   if r0 is not None:
     what = "concurrent sequences" if r0.over == "batch" else "context"
-    at = f"at context {r0.max_context or '-'}" if r0.over == "batch" else f"at batch {r0.max_batch or '-'}"
+    fixed = {(x.context if r0.over == "batch" else x.batch) for r in results for x in (r.row, r.next) if x is not None}
+    name = "context" if r0.over == "batch" else "batch"
+    at = f"at {name} {fixed.pop()}" if len(fixed) == 1 else f"at each {name}"
     head = (f"model {(rows[0].model if rows else '-')} · target {(rows[0].target if rows else '-')} · {r0.phase} {at} · "
             f"the most {what} that fit, {u.name} per device (compiled){heading_versions(rows)}")
     text = head + "\n\n" + text
-  notes = dict.fromkeys(n for row in rows for n in row.notes)
-  if notes:
-    text += "\n\n" + "\n".join(f"note: {n}" for n in notes)
-  return text
+  notes = list(dict.fromkeys(n for row in rows for n in row.notes))
+  notes.append("argument limit: the smallest size whose arguments (weights, KV cache, tokens) alone exceed the "
+               "capacity, from their shapes and shardings; no size from it up is compiled")
+  if any(row.verdict == AT_RISK for row in rows):
+    notes.append(AT_RISK_NOTE)
+  return text + "\n\n" + "\n".join(f"note: {n}" for n in notes)
 
 
 # The answer's figures per device, each with its column's label.
