@@ -28,6 +28,7 @@ from jaxmem.buffers.explain import explain  # noqa: E402
 from jaxmem.buffers.timeline import plot_timeline, timeline_text  # noqa: E402
 from jaxmem.inference.estimate import Estimate, estimate  # noqa: E402
 from jaxmem.inference.infer import InferRow, infer  # noqa: E402
+from jaxmem.inference.serving import ServingFit, fit_serving  # noqa: E402
 from jaxmem.planning.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
@@ -93,6 +94,7 @@ __all__ = [
     "Row",
     "RowCache",
     "Scaling",
+    "ServingFit",
     "Target",
     "Workload",
     "__version__",
@@ -101,6 +103,7 @@ __all__ = [
     "estimate",
     "explain",
     "fit",
+    "fit_serving",
     "fsdp_shardings",
     "infer",
     "optimizers",

@@ -8,6 +8,7 @@ import argparse
 import jaxmem
 from jaxmem.cli import _common as c
 from jaxmem.render import tables
+from jaxmem.render.inference import render_serving
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,15 +16,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   c.add_workload(p, batch=None, seq=None)
   c.add_step(p)
   c.add_train_step(p)
-  p.add_argument("--over", default="batch", help="search the batch (default) or seq")
+  p.add_argument("--over", default="batch", help="search the batch (default) or seq; with --phase, batch or context")
   c.add_sweep_axes(p)
+  add_serving(p)
   p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
+  if args.phase is None and (args.context is not None or args.weights is not None):
+    raise jaxmem.JaxmemError("`context` and `weights` are a serving fit's: give `phase` decode or prefill")
   chosen = c.resolve_target(args)
+  if args.phase is not None:
+    return run_serving(args, chosen)
   # Searched: the dimension --over names when it is not given (an --over fit refuses is searched, so refused).
   searching = {"batch": args.batch, "seq": args.seq}.get(args.over) is None
   w = c.workload(args, seq=args.seq or 1024)
@@ -49,4 +55,45 @@ def run(args: argparse.Namespace) -> int:
   finally:
     progress.close()
   c.emit(tables.render_fit(results, args.format), args.output)
+  return 0
+
+
+# A train step's flags, refused with --phase when set (their defaults, to tell).
+_TRAINING_FLAGS = ("step", "seq", "remat", "optimizer", "microbatches", "vocab_tiles", "param_dtype", "master_dtype",
+                   "moments_dtype", "grad_reduce_dtype")
+
+
+def add_serving(p: argparse.ArgumentParser) -> None:
+  """``--phase``: serving capacity (jaxmem.fit_serving) instead of a train step's search."""
+  p.add_argument(
+      "--phase", default=None,
+      help="serving capacity instead of a train step: decode or prefill; the most concurrent sequences at "
+      "--context (or with --over context the longest context at --batch) that fit, with the KV cache and --weights",
+  )
+  p.add_argument("--context", default=None,
+                 help="with --phase: the KV cache length (prefill: the prompt), comma separated; default 2048")
+  p.add_argument("--weights", default=None, help="with --phase: bf16, fp16, fp8, int8, int4, comma separated, or all; default bf16")
+  p.set_defaults(training_defaults={name: p.get_default(name) for name in _TRAINING_FLAGS})
+
+
+def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
+  """``fit --phase``: every answer compiled (jaxmem.fit_serving); a train step's flags refused."""
+  if args.jobs != 1 or args.scheduler or args.totals:
+    given = "--jobs" if args.jobs != 1 else ("--scheduler" if args.scheduler else "--totals")
+    raise jaxmem.JaxmemError(f"{given} does not apply to a serving fit (`phase` {args.phase}): it compiles one probe at a time here")
+  training = {k: getattr(args, k) for k, default in args.training_defaults.items() if getattr(args, k) != default}
+  w = c.workload(args, jaxmem.InferWorkload)  # --batch and --context go to fit_serving, which checks them
+  cache = c.cache(args)
+  progress = c.Progress(args, chosen, cache)
+  try:
+    results = jaxmem.fit_serving(
+        w, phase=args.phase, over=args.over, batch=args.batch, context=args.context, cache=cache,
+        on_plan=lambda p: progress.start(None), on_row=progress.row, **training,
+    )
+  except KeyboardInterrupt:
+    c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
+    return 130
+  finally:
+    progress.close()
+  c.emit(render_serving(results, args.format), args.output)
   return 0

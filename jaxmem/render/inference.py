@@ -7,13 +7,14 @@ sources quote them; JSON and CSV give bytes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.compiler.margin import AT_RISK, NO, YES
 from jaxmem.inference.estimate import Estimate
 from jaxmem.inference.infer import InferRow
-from jaxmem.render.tables import heading_versions, render_records
+from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, render_csv, render_records, verdict_cell
 from jaxmem.render.units import Unit, unit, unit_for
 
 INFER_COLUMNS = (
@@ -169,3 +170,67 @@ def render_compare_extras(extras: dict[str, list[dict[str, Any]]], fmt_name: str
                  + ("\n\n" + "\n".join(f"note: {n}" for n in notes) if notes else "")
                  + ("\n" + "\n".join(f"source: {s}" for s in sources) if sources else ""))
   return "\n\n" + "\n\n".join(parts)
+
+
+def render_serving(results: Sequence[Any], fmt_name: str) -> str:
+  """``fit --phase``'s answers (:class:`jaxmem.inference.serving.ServingFit`): JSON as the
+  envelope of their dicts (bytes), CSV one line each, tables in one unit with the size one step
+  up and why it does not fit, then the answers' notes."""
+  check_format(fmt_name)
+  if fmt_name == "json":
+    return json.dumps(envelope(results), indent=2)
+  dicts = [r.as_dict() for r in results]
+  if fmt_name == "csv":
+    keys = list(dict.fromkeys(k for d in dicts for k in d))  # an answer without a row has fewer fields
+    return render_csv([{k: d.get(k) for k in keys} for d in dicts])
+  rows = [r.row for r in results if r.row is not None]
+  u = _unit_for(dicts, SERVING_COLUMNS)
+  recs = []
+  for r, d in zip(results, dicts, strict=True):
+    rec = {"mesh": r.mesh, "weights": r.weights, "phase": r.phase}
+    rec.update({"max batch": r.max_batch, "context": r.max_context} if r.over == "batch"
+               else {"batch": r.max_batch, "max context": r.max_context})
+    rec.update({f"{label} {u.name}": u(d.get(k)) for k, label in SERVING_COLUMNS.items()})
+    rec["fits"] = None if r.row is None else verdict_cell(r.row, u)
+    rec["next up"] = _next_cell(r, u)
+    rec["argument limit"] = r.argument_limit  # the smallest size its arguments alone exclude: never compiled
+    rec["compiles"] = r.compiles
+    rec["note"] = r.note
+    recs.append(rec)
+  text = render_records(recs, fmt_name)
+  r0 = results[0] if results else None
+  if r0 is not None:
+    what = "concurrent sequences" if r0.over == "batch" else "context"
+    fixed = {(x.context if r0.over == "batch" else x.batch) for r in results for x in (r.row, r.next) if x is not None}
+    name = "context" if r0.over == "batch" else "batch"
+    at = f"at {name} {fixed.pop()}" if len(fixed) == 1 else f"at each {name}"
+    head = (f"model {(rows[0].model if rows else '-')} · target {(rows[0].target if rows else '-')} · {r0.phase} {at} · "
+            f"the most {what} that fit, {u.name} per device (compiled){heading_versions(rows)}")
+    text = head + "\n\n" + text
+  notes = list(dict.fromkeys(n for row in rows for n in row.notes))
+  notes.append("argument limit: the smallest size whose arguments (weights, KV cache, tokens) alone exceed the "
+               "capacity, from their shapes and shardings; no size from it up is compiled")
+  if any(row.verdict == AT_RISK for row in rows):
+    notes.append(AT_RISK_NOTE)
+  return text + "\n\n" + "\n".join(f"note: {n}" for n in notes)
+
+
+# The answer's figures per device, each with its column's label.
+SERVING_COLUMNS = {
+    "weight_bytes_per_device": "weights", "kv_cache_bytes_per_device": "kv cache", "argument_size_in_bytes": "argument",
+    "temp_size_in_bytes": "temp", "required_bytes": "required", "capacity_bytes": "capacity",
+}
+
+
+def _next_cell(r: Any, u: Unit) -> str:
+  """The size one step above the answer and why it does not fit: compiled (its required bytes)
+  or refused by its argument bytes alone."""
+  n = r.next
+  if n is None:
+    return "-"
+  size = n.batch if r.over == "batch" else n.context
+  if n.error is not None and n.error.startswith("not compiled"):
+    return f"{size}: arguments alone {u(n.required_bytes)} {u.name}, not compiled"
+  if n.required_bytes is None:
+    return f"{size}: refused ({(n.error or '').splitlines()[0][:60]})"
+  return f"{size}: {n.verdict or ('NO' if n.fits is False else '-')}, {u(n.required_bytes)} {u.name}"
