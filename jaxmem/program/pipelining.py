@@ -42,6 +42,12 @@ class PipelineOptions:
       return None
     return stages, self.microbatches or stages, self.repeats
 
+  def ways(self, mesh: Any) -> int:
+    """How many pipeline microbatches each (accumulation) microbatch is cut into on ``mesh``:
+    a factor of the batch step (1 without a stage axis)."""
+    sched = self.schedule(mesh)
+    return 1 if sched is None else sched[1]
+
   def check_mesh(self, mesh: Any, cfg: Any, *, mesh_name: str) -> int:
     """Checks the schedule on ``mesh`` against the model's layers; returns how many pipeline
     microbatches each (accumulation) microbatch is cut into (1 without a stage axis)."""
@@ -52,7 +58,7 @@ class PipelineOptions:
     stages, m, r = sched
     for what, layers in (("dense", cfg.num_dense_layers), ("mixture-of-experts", cfg.num_moe_layers)):
       if layers and layers % (stages * r):
-        by = f"stage={stages}" + (f" x pipeline_repeats {r}" if r > 1 else "")
+        by = f"stage={stages}" + (f" x `pipeline_repeats` {r}" if r > 1 else "")
         kind = f"{what} layers" if cfg.num_dense_layers and cfg.num_moe_layers else "layers"
         raise JaxmemError(
             f"mesh {mesh_name}: {by} does not divide {cfg.name}'s {layers} {kind}; use a stage count"
