@@ -162,3 +162,17 @@ def test_the_stash_grows_with_the_pipeline_microbatches_at_a_fixed_microbatch_si
   small, large = row(2), row(8)
   assert large.temp_size_in_bytes > small.temp_size_in_bytes
   assert large.stage_activation_bytes == small.stage_activation_bytes
+
+
+def test_fit_and_scale_take_the_pipeline_options():
+  from jaxmem.planning.fit import template
+  from jaxmem.planning.scale import tasks
+  from jaxmem.workload import Workload
+
+  w = Workload(model=DEEP, target="cpu:8", seq=16, remat="full", mesh=("stage=2,fsdp=4", "data=2,fsdp=4"),
+               pipeline_microbatches=4)
+  # fit's smallest batch: the data axes (4) x the pipeline microbatches (4) on the stage mesh.
+  assert template(w, "batch").batch == 16
+  p, todo = tasks(w, {"batch": [16, 32]})
+  assert p.pipeline == PipelineOptions(microbatches=4)
+  assert {t.workload.pipeline_microbatches for t in todo} == {4}
