@@ -136,6 +136,13 @@ def pipeline_figures(pipe: Any, outcome: Any, fields: dict[str, Any]) -> dict[st
         "inside the stage; GPipe keeps it for every iteration"
     )
     notes.append(ONE_F_ONE_B_NOTE)
+  # per_device_flops takes one share for the whole program from loop-once counts; here the
+  # layers (1/stages of them per device) and the head every stage repeats have different shares.
+  notes.append(
+      "flops: a pipelined step's per-device share is taken from loop-once counts, where the output head (repeated "
+      "on every stage) weighs more than in the step, so flops overstates a device's work; program_flops (the whole "
+      "program, bubble iterations included) is exact"
+  )
   return dict(
       stage_activation_bytes=per, required_1f1b_bytes=one_f_one_b(fields.get("required_bytes"), per, s, m, r),
       notes=tuple(notes),
