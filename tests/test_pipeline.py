@@ -58,6 +58,7 @@ def _assert_same(plain, piped):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-4, atol=2e-6 * float(jnp.abs(a).max()))
 
 
+@pytest.mark.slow  # two compiles, ~15 s of CPU; test_the_pipelined_vjp_is_one_scan_with_ppermutes traces the same code
 def test_circular_pipeline_gradients_equal_the_unpipelined_steps():
   """stage=2, two repeats (each stage holds layers 0 and 2, or 1 and 3), two microbatches: the
   repeat gather, the last stage's outputs fed back to the first, and the VJP through the scan."""
@@ -138,6 +139,36 @@ def test_pipeline_options_are_in_the_cache_key():
   assert {t.cache_key() for t in p.tasks()}.isdisjoint(t.cache_key() for t in q.tasks())
 
 
+def test_the_pipelined_vjp_is_one_scan_with_ppermutes():
+  """The same program as the gradient tests, traced only (no compile): the gradients have the
+  parameters' shapes, the forward and backward pipelines are scans of M·R + S - 1 iterations,
+  and the stage inputs move by ppermute."""
+  cfg = dataclasses.replace(DEEP, dtype="float32")
+  mesh = get_target("cpu:2").make_mesh(shd.parse_mesh("stage=2"))
+  graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
+  pipe = Pipeline(mesh=mesh, axes=shd.mesh_axes(mesh), microbatches=3, repeats=2)
+  tokens = jax.ShapeDtypeStruct((6, 8), jnp.int32)
+
+  def loss(p, t):
+    return nnx.merge(graphdef, p).loss(t, t, constrain=shd.activation_constrainer(mesh), pipeline=pipe)
+
+  jaxpr = jax.make_jaxpr(jax.grad(loss))(params, tokens)
+  assert [a.shape for a in jaxpr.out_avals] == [a.shape for a in jax.tree.leaves(params)]
+  text = str(jaxpr)
+  assert text.count("length=7") >= 2 and "ppermute" in text  # 3 x 2 + 2 - 1 iterations, each way
+
+
+def test_the_stash_reader_finds_what_a_scan_keeps_per_iteration():
+  from jaxmem.hlo.stash import per_iteration_bytes
+
+  def f(w, x):  # a scan of 5 iterations whose VJP keeps each iteration's [4, 8] f32 input (tanh')
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), x, None, length=5)[0].sum()
+
+  hlo = jax.jit(jax.grad(f)).lower(jnp.ones((8, 8)), jnp.ones((4, 8))).compile().as_text()
+  assert per_iteration_bytes(hlo, 5) >= 4 * 8 * 4
+  assert per_iteration_bytes(hlo, 6) is None
+
+
 @pytest.fixture(scope="module")
 def piped_row():
   p = plan(model=DEEP, target="cpu:2", batch=4, seq=16, remat="full", mesh="stage=2", pipeline_microbatches=2)
@@ -145,6 +176,7 @@ def piped_row():
   return run_config(p, mesh, opt, rp)
 
 
+@pytest.mark.slow  # one compile of the whole step (~10 s of CPU); the pieces are tested above
 def test_a_pipelined_row_carries_its_schedule_and_the_1f1b_estimate(piped_row):
   r = piped_row
   assert (r.stages, r.pipeline_microbatches, r.pipeline_repeats) == (2, 2, 1)
