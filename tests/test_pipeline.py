@@ -210,3 +210,11 @@ def test_fit_and_scale_take_the_pipeline_options():
   p, todo = tasks(w, {"batch": [16, 32]})
   assert p.pipeline == PipelineOptions(microbatches=4)
   assert {t.workload.pipeline_microbatches for t in todo} == {4}
+
+
+def test_infer_refuses_a_stage_axis_in_one_line():
+  from jaxmem.inference.workload import plan_infer
+
+  with pytest.raises(JaxmemError) as e:
+    plan_infer(model="tiny", target="cpu:8", mesh="stage=2,fsdp=4", batch=8, context=64)
+  assert "does not pipeline" in str(e.value) and "\n" not in str(e.value)
