@@ -124,6 +124,7 @@ def test_bubble_fraction_and_1f1b_in_flight():
         (dict(mesh="stage=2,fsdp=4", pipeline_microbatches=3, batch=8), "not divisible by 3 pipeline microbatches"),
         (dict(mesh="fsdp=8", pipeline_microbatches=2), "apply to meshes with a stage axis"),
         (dict(mesh="stage=2,fsdp=4", pipeline_repeats=4), "pipeline_repeats"),
+        (dict(mesh="stage=2,fsdp=4", model="tiny-moe", moe_impl="dropless"), "use `moe_impl` capacity"),
     ],
 )
 def test_bad_pipelines_are_one_line_errors(fields, says):

@@ -64,6 +64,12 @@ class PipelineOptions:
             f"mesh {mesh_name}: {by} does not divide {cfg.name}'s {layers} {kind}; use a stage count"
             + (" times repeats" if r > 1 else "") + f" that divides {layers}"
         )
+    if cfg.is_moe and cfg.moe_impl == "dropless":
+      # Its experts' shard_map, batched over the stages by the pipeline's vmap, fails to trace
+      # in jax 0.12 (a pvary over an axis the values already vary over); capacity is GSPMD's.
+      raise JaxmemError(
+          f"mesh {mesh_name}: `moe_impl` dropless is not pipelined over a stage axis yet; use `moe_impl` capacity"
+      )
     if m < stages:
       raise JaxmemError(
           f"`pipeline_microbatches` {m} is fewer than the {stages} stages of mesh {mesh_name}; use at least {stages}"
