@@ -65,7 +65,10 @@ class Configuration(Placement):
   state's master copy of the parameters (``None``: none), ``moments_dtype`` the dtype the
   optimizer's moments are stored in (``None``: no moments, or not recorded) and
   ``grad_reduce_dtype`` the dtype gradients were asked to be formed and reduced in (``None``:
-  the parameters' dtype, and the compiler's choice of where to reduce)."""
+  the parameters' dtype, and the compiler's choice of where to reduce). Pipeline parallelism
+  (:mod:`jaxmem.program.pipelining`): ``stages`` the mesh's ``stage`` axis (1: none),
+  ``pipeline_microbatches`` and ``pipeline_repeats`` the schedule's (``None`` without stages),
+  ``bubble_fraction`` its idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al. 2019; MaxText)."""
 
   remat: str
   optimizer: str
@@ -82,6 +85,10 @@ class Configuration(Placement):
   master_dtype: str | None = None
   moments_dtype: str | None = None
   grad_reduce_dtype: str | None = None
+  stages: int = 1
+  pipeline_microbatches: int | None = None
+  pipeline_repeats: int | None = None
+  bubble_fraction: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

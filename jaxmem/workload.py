@@ -166,6 +166,11 @@ class Workload(BaseWorkload):
   ``moments_dtype`` stores the optimizer's moments in that dtype (adam, adamw, momentum,
   nesterov, lion); ``grad_reduce_dtype`` is the dtype the gradients are formed and reduced in
   over the data axes. ``None``: the dtype of the parameters the optimizer updates.
+
+  Pipeline parallelism (issue 20; :mod:`jaxmem.program.pipelining`), on meshes with a ``stage``
+  axis: ``pipeline_microbatches`` (MaxText's ``num_pipeline_microbatches``; ``None``: as many as
+  the stages) cuts each accumulation microbatch for the pipeline, ``pipeline_repeats`` (MaxText's
+  ``num_pipeline_repeats``) is the circular schedule's layer groups per stage.
   """
 
   seq: int = 1024
@@ -183,6 +188,9 @@ class Workload(BaseWorkload):
   # --- the step people train (issue 9): gradient accumulation, vocabulary tiling ---
   microbatches: tuple[int, ...] = (1,)
   vocab_tiles: tuple[int, ...] = (1,)
+  # --- pipeline parallelism over a `stage` mesh axis (issue 20; jaxmem.program.pipelining) ---
+  pipeline_microbatches: int | None = None  # None: as many as the stages
+  pipeline_repeats: int = 1  # MaxText's circular schedule: R non-adjacent layer groups per stage
 
   def __post_init__(self):
     super().__post_init__()

@@ -52,6 +52,9 @@ Public interface::
                                    (mesh_axes.py); built from the sharding rules by
                                    jaxmem.program.sharding.mesh_axes(mesh), required by every
                                    kernel given a mesh (no default axis names)
+  Pipeline, bubble_fraction        the layer stacks pipelined over the stage mesh axis (GPipe and
+                                   MaxText's circular schedule; pipeline.py): Transformer.loss(...,
+                                   pipeline=Pipeline(mesh=, axes=, microbatches=, repeats=))
   LOGICAL_AXES, ACTIVATION_AXES, CHECKPOINT_NAMES   the name vocabularies below
   DENSE_/MOE_/MLA_CHECKPOINT_NAMES the names each kind of layer tags
 
@@ -161,10 +164,13 @@ from .names import (
   MLA_CHECKPOINT_NAMES,
   MOE_CHECKPOINT_NAMES,
 )
+from .pipeline import Pipeline, bubble_fraction
 from .presets import PRESETS, get_config
 from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [
+  "Pipeline",
+  "bubble_fraction",
   "ACTIVATION_AXES",
   "DENSE_CHECKPOINT_NAMES",
   "LAYER_CHECKPOINT_NAMES",

@@ -43,7 +43,7 @@ class MeshAxes:
   heads: tuple[str, ...]  # attention heads (query and kv)
   experts: tuple[str, ...]  # routed experts (expert parallelism)
   mlp: tuple[str, ...]  # an MLP's (or an expert's) hidden width
-  layers: tuple[str, ...]  # the stacked layers (none today; pipeline stages next)
+  layers: tuple[str, ...]  # the stacked layers (the pipeline stages: models/pipeline.py)
 
   def __post_init__(self):
     sizes = dict(self.sizes)

@@ -98,3 +98,10 @@ LAYER_CHECKPOINT_NAMES: tuple[str, ...] = (DECODER_LAYER_INPUT,)
 CHECKPOINT_NAMES: tuple[str, ...] = (
   DENSE_CHECKPOINT_NAMES + MOE_CHECKPOINT_NAMES + MLA_CHECKPOINT_NAMES + LAYER_CHECKPOINT_NAMES
 )
+
+# The pipeline (models/pipeline.py), MaxText's name (layers/pipeline.py): the stage input of one
+# pipeline iteration, [S, mb, T, D], which the iteration scan keeps for every iteration (GPipe's
+# stash). PIPELINE_WEIGHTS tags a circular pipeline's weights of the current repeat, gathered per
+# iteration, so the iteration's remat policy can decline to keep a copy of them per iteration.
+ITERATION_INPUT = "iteration_input"
+PIPELINE_WEIGHTS = "pipeline_weights"

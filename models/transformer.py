@@ -33,6 +33,8 @@ from .mla import MLACache, MLAttention
 from .mlp import make_mlp
 from .moe import ExpertsFn, MoE
 from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, POS, SEQ, VOCAB
+from .pipeline import Pipeline
+from .pipeline import run as run_pipeline
 from .rope import rope_tables, rope_tables_at
 
 # A jax.checkpoint policy, e.g. jax.checkpoint_policies.nothing_saveable.
@@ -206,11 +208,12 @@ class Transformer(nnx.Module):
     constrain: Constrain | None = None,
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
+    pipeline: Pipeline | None = None,
   ) -> jax.Array:
     """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq]:
     ``logits(hidden(tokens_bt, ...))``; the arguments are :meth:`hidden`'s."""
     constrain = no_constraint if constrain is None else constrain
-    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts)
+    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline)
     return self.logits(x_btd, constrain=constrain)
 
   def loss(
@@ -223,6 +226,7 @@ class Transformer(nnx.Module):
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
     vocab_tiles: int = 1,
+    pipeline: Pipeline | None = None,
   ) -> jax.Array:
     """Mean next-token cross entropy (float32 scalar) of the logits against ``targets_bt``.
 
@@ -232,7 +236,7 @@ class Transformer(nnx.Module):
     ``optax.softmax_cross_entropy_with_integer_labels(self(tokens_bt), targets_bt).mean()``.
     """
     constrain = no_constraint if constrain is None else constrain
-    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts)
+    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline)
     return cross_entropy(
       x_btd, targets_bt, functools.partial(self.logits, constrain=constrain), vocab_tiles=vocab_tiles,
       constrain=constrain,
@@ -246,6 +250,7 @@ class Transformer(nnx.Module):
     constrain: Constrain | None = None,
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
+    pipeline: Pipeline | None = None,
   ) -> jax.Array:
     """The final-normed hidden states [batch, seq, d_model] (compute dtype) for tokens [batch, seq].
 
@@ -262,6 +267,8 @@ class Transformer(nnx.Module):
       attend: how attention is computed (:data:`AttendFn`); None is plain einsum attention.
       experts: how an MoE layer's routed experts are computed (:data:`~.moe.ExpertsFn`, e.g.
         a sharded one); None is the implementation ``cfg.moe_impl`` names.
+      pipeline: each stack of layers pipelined over the ``stage`` mesh axis
+        (:mod:`.pipeline`: GPipe or MaxText's circular schedule); None runs the layers in one scan.
     """
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
@@ -295,7 +302,11 @@ class Transformer(nnx.Module):
 
       if remat is not None:
         body = jax.checkpoint(body, policy=remat, prevent_cse=False)
-      x_btd, _ = jax.lax.scan(body, x_btd, block_state)
+      if pipeline is None:
+        x_btd, _ = jax.lax.scan(body, x_btd, block_state)
+      else:  # one group of layers per stage and iteration, the same body scanned inside it
+        stage_fn = lambda state, x, body=body: jax.lax.scan(body, x, state)[0]  # noqa: E731
+        x_btd = run_pipeline(pipeline, stage_fn, block_state, x_btd, layer_policy=remat)
 
     return self.final_norm(x_btd)
 

@@ -44,7 +44,7 @@ def test_parse_mesh_keeps_the_order_given(spec, expected):
         ("data=x", "axis=size"),
         ("data=-2", "axis=size"),
         ("data=2.5", "axis=size"),
-        ("pipeline=2", "unknown axis 'pipeline'; valid axes: data, fsdp, tensor, sequence"),
+        ("pipeline=2", "unknown axis 'pipeline'; valid axes: data, stage, fsdp, tensor, sequence"),
         ("data=2,data=2", "given twice"),
         ("data=0", "at least 1"),
         ("", "at least one axis"),

@@ -87,6 +87,9 @@ def title(result: Explanation) -> str:
     step = f"attention {r.attention} · " if r.attention else ""
     step += f"{r.microbatches} microbatches · " if r.microbatches > 1 else ""
     step += f"{r.vocab_tiles} vocab tiles · " if r.vocab_tiles > 1 else ""
+    if (getattr(r, "stages", 1) or 1) > 1:  # pipelined over a stage axis
+      step += f"{r.stages} stages x {r.pipeline_microbatches} pipeline microbatches"
+      step += f" x {r.pipeline_repeats} repeats · " if (r.pipeline_repeats or 1) > 1 else " · "
     return (f"model {r.model} · target {r.target} · mesh {r.mesh} · remat {r.remat} · {r.optimizer} · {step}"
             f"batch {r.batch} · seq {r.seq}")
   return f"function {r.function} · target {r.target}" + (f" · mesh {r.mesh}" if r.mesh else "")

@@ -124,6 +124,15 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
       "--qk-dtype", default="bfloat16",
       help="dot attention's scores: bfloat16 (MaxText's default: the compute dtype) or float32; default bfloat16",
   )
+  p.add_argument(
+      "--pipeline-microbatches", type=int, default=None,
+      help="meshes with a stage axis: cut each batch (or --microbatches microbatch) into N pipeline "
+      "microbatches (MaxText's num_pipeline_microbatches; at least the stages); default the stage count",
+  )
+  p.add_argument(
+      "--pipeline-repeats", type=int, default=1,
+      help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; default 1",
+  )
   add_precision(p)
 
 

@@ -117,6 +117,11 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   cfg = variants[0][0]
   for m in meshes:
     shd.check_experts(m, cfg.num_experts, cfg.name)
+    if dict(m).get("stage", 1) > 1:  # the cached layer scan is not pipelined (jaxmem.models.pipeline: train steps)
+      raise JaxmemError(
+          f"mesh {shd.format_mesh(m)}: infer does not pipeline over a stage axis (train steps do); "
+          "use data, fsdp or tensor"
+      )
     if "prefill" in phases:
       for name in attentions:  # refused here, before a compile, if the target cannot take it
         pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)

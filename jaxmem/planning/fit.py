@@ -27,6 +27,7 @@ from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
+from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.workload import Workload
 
 SEQ_QUANTUM = 128  # sequence steps: a multiple of TPU lane width keeps layouts unpadded
@@ -165,7 +166,7 @@ def search(
   for t in p.tasks():
     mesh = t.mesh
     if over == "batch":
-      step, cap = shd.data_parallel_size(mesh) * t.microbatches, MAX_STEPS
+      step, cap = shd.data_parallel_size(mesh) * t.microbatches * p.pipeline.ways(mesh), MAX_STEPS
     else:
       step = math.lcm(SEQ_QUANTUM * shd.mesh_axes(mesh).ways("seq"), t.vocab_tiles)
       gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
@@ -256,7 +257,8 @@ def template(workload: Workload, over: str) -> Workload:
   if over == "batch":
     meshes = resolve_meshes(workload, resolve_target(workload))
     micro = [m for m in workload.microbatches if isinstance(m, int) and m > 0] or [1]
-    return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) * n for m in meshes for n in micro]))
+    piped = PipelineOptions(microbatches=workload.pipeline_microbatches, repeats=workload.pipeline_repeats)
+    return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) * n * piped.ways(m) for m in meshes for n in micro]))
   tiles = [t for t in workload.vocab_tiles if isinstance(t, int) and t > 0] or [1]
   return workload.replace(seq=math.lcm(SEQ_QUANTUM, *tiles))
 

@@ -22,6 +22,7 @@ from jaxmem.models.config import MOE_IMPLS
 from jaxmem.planning.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
+from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
@@ -108,6 +109,7 @@ class Plan:
   moe_notes: tuple[str, ...] = ()
   model: ModelConfig | None = None  # the model before the MoE choice, which tasks carry
   precision: Precision = Precision()  # master copy, moments and gradient-reduction dtypes (one per sweep)
+  pipeline: PipelineOptions = PipelineOptions()  # on the meshes with a stage axis (one per sweep)
 
   def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
     return list(itertools.product(self.meshes, self.optimizers, self.remats))
@@ -258,13 +260,14 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   attentions, microbatches = resolve_step_axes(w)
   vocab_tiles = resolve_vocab_tiles(w)
   precision = resolve_precision(w, cfg, optimizers)
+  pipeline = resolve_pipeline(w, meshes)
   variants = moe_variants(w)
   impl, factor = variants[0]
   model = cfg
   cfg, moe_notes = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), tgt.platform)
   for m in meshes:
     for mb, tiles in itertools.product(microbatches, vocab_tiles):
-      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles)
+      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles, pipeline=pipeline)
     for name in attentions:
       # A name the target or mesh cannot take is refused here, before the first compile.
       pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
@@ -272,8 +275,21 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
-      moe_notes=moe_notes, model=model, precision=precision,
+      moe_notes=moe_notes, model=model, precision=precision, pipeline=pipeline,
   )
+
+
+def resolve_pipeline(w: Workload, meshes: tuple[shd.MeshSpec, ...]) -> PipelineOptions:
+  """The workload's pipeline options, checked; given without a mesh that has a stage axis, an
+  error (they would change nothing, and silently so)."""
+  options = PipelineOptions(microbatches=w.pipeline_microbatches, repeats=w.pipeline_repeats)
+  options.check()
+  if options.given and not any(options.schedule(m) for m in meshes):
+    raise JaxmemError(
+        "`pipeline_microbatches` and `pipeline_repeats` apply to meshes with a stage axis (e.g. stage=4,fsdp=2); "
+        "no mesh here has one"
+    )
+  return options
 
 
 def resolve_precision(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimizer, ...]) -> Precision:
@@ -299,7 +315,8 @@ def plan_step(w: Workload) -> Plan:
                             ("vocab_tiles", w.vocab_tiles, (1,)), ("qk_dtype", w.qk_dtype, "bfloat16"),
                             ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ()),
                             ("master_dtype", w.master_dtype, None), ("moments_dtype", w.moments_dtype, None),
-                            ("grad_reduce_dtype", w.grad_reduce_dtype, None)):
+                            ("grad_reduce_dtype", w.grad_reduce_dtype, None),
+                            ("pipeline_microbatches", w.pipeline_microbatches, None), ("pipeline_repeats", w.pipeline_repeats, 1)):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
       raise JaxmemError(f"`{field}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)

@@ -21,7 +21,9 @@ from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, for_task, plan
 from jaxmem.planning.runner import run_tasks
 from jaxmem.program import sharding as shd
+from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
+from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy
 from jaxmem.program.train import build_train_program
 from jaxmem.records import CompilerFigures, Configuration, Judgement
@@ -49,6 +51,12 @@ class Row(Judgement, CompilerFigures, Configuration):
   param_bytes_global: int | None = None
   optimizer_state_bytes: int | None = None
   recompute_overhead_pct: float | None = None
+  # A pipelined row's (stages > 1): the bytes per device the pipeline's iteration scan keeps per
+  # iteration, read from the compiled program (one microbatch's stage input and what the remat
+  # policy saves inside the stage: jaxmem.hlo.stash), and the 1F1B estimate built on it
+  # (jaxmem.program.pipelining.one_f_one_b; an estimate, labelled so in the notes).
+  stage_activation_bytes: int | None = None
+  required_1f1b_bytes: int | None = None
   # (the comm_* fields: jaxmem.records.Communication, through CompilerFigures)
   # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
   # jaxmem.records.Judgement)
@@ -83,6 +91,7 @@ def run_config(
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
       microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.workload.qk_dtype, precision=p.precision,
+      pipeline=p.pipeline,
   )
   base.update(
       param_bytes=program.param_bytes,
@@ -93,6 +102,7 @@ def run_config(
       vocab_tiles=vocab_tiles,
       qk_dtype=p.workload.qk_dtype,
       **precision_fields(program),
+      **p.pipeline.fields(mesh),
   )
   notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
   notes += p.moe_notes + program.notes
@@ -103,7 +113,40 @@ def run_config(
   outcome = compile_figures(
       program.trace(), p.target, args=program.args, notes=notes, lowering_context=program.lowering_context(),
   )
-  return Row(**base, **outcome.row_fields())
+  fields = outcome.row_fields()
+  if program.pipeline is not None:
+    fields.update(pipeline_figures(program.pipeline, outcome, fields))
+  return Row(**base, **fields)
+
+
+def pipeline_figures(pipe: Any, outcome: Any, fields: dict[str, Any]) -> dict[str, Any]:
+  """A pipelined row's compiled stage activation per iteration and the 1F1B estimate from it,
+  with the notes saying what each is (None for a refused compile)."""
+  if getattr(outcome, "report", None) is None:
+    return {}
+  s, m, r = pipe.stages, pipe.microbatches, pipe.repeats
+  per = per_iteration_bytes(outcome.compiled.as_text(), pipe.iterations)
+  notes = list(fields["notes"])
+  if per is None:
+    notes.append(f"stage_activation_bytes: no loop of {pipe.iterations} iterations stacks anything in the compiled program")
+  else:
+    notes.append(
+        f"stage_activation_bytes: what the compiled pipeline loop ({pipe.iterations} = M·R + S - 1 iterations) "
+        "keeps per iteration for the backward pass: one microbatch's stage input and what the remat policy saves "
+        "inside the stage; GPipe keeps it for every iteration"
+    )
+    notes.append(ONE_F_ONE_B_NOTE)
+  # per_device_flops takes one share for the whole program from loop-once counts; here the
+  # layers (1/stages of them per device) and the head every stage repeats have different shares.
+  notes.append(
+      "flops: a pipelined step's per-device share is taken from loop-once counts, where the output head (repeated "
+      "on every stage) weighs more than in the step, so flops overstates a device's work; program_flops (the whole "
+      "program, bubble iterations included) is exact"
+  )
+  return dict(
+      stage_activation_bytes=per, required_1f1b_bytes=one_f_one_b(fields.get("required_bytes"), per, s, m, r),
+      notes=tuple(notes),
+  )
 
 
 def precision_fields(program: Any) -> dict[str, Any]:
@@ -243,6 +286,6 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
   program = build_train_program(
       cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
       attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
-      qk_dtype=row.qk_dtype, precision=p.precision,
+      qk_dtype=row.qk_dtype, precision=p.precision, pipeline=p.pipeline,
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

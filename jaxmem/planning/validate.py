@@ -70,7 +70,7 @@ def _configuration(
       num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
       param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
       vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, qk_dtype=p.workload.qk_dtype,
-      **dataclasses.asdict(p.precision), **moe_fields(p.cfg),
+      **dataclasses.asdict(p.precision), **moe_fields(p.cfg), **p.pipeline.fields(mesh),
   )
 
 
@@ -84,7 +84,7 @@ def measure(
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh,
       attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
-      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.workload.qk_dtype, precision=p.precision,
+      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.workload.qk_dtype, precision=p.precision, pipeline=p.pipeline,
   )
   outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
   if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit

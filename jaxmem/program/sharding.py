@@ -18,6 +18,12 @@ A mesh is written ``data=2,fsdp=4``. Mesh axes and what they shard:
   Attention over a context-sharded sequence gathers keys and values across the axis (GSPMD,
   under the ``chunked`` and ``dot`` kernels); the fused kernels refuse it (their
   ``mesh_problem``).
+- ``stage``: pipeline parallelism (GPipe, Huang et al. 2019; MaxText's ``stage`` axis): the
+  stacked layers are split over it (``layers -> stage``, MaxText's rule), so each device holds
+  ``1/stage`` of the decoder layers' parameters, gradients and optimizer state, and runs its
+  layers on one pipeline microbatch at a time (``jaxmem.models.pipeline``). It does not split
+  the batch, and the embeddings and the output head (no ``layers`` dimension) are held whole
+  by every stage, as under MaxText's rules.
 - ``expert``: the routed experts of a mixture-of-experts model (expert parallelism, GShard,
   Lepikhin et al. 2020): expert weights, their gradients and optimizer state are divided over
   it, and it also splits the batch (after ``data`` and ``fsdp``, as MaxText's
@@ -44,7 +50,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxmem.errors import JaxmemError
 from jaxmem.models.mesh_axes import MeshAxes
 
-MESH_AXES = ("data", "fsdp", "tensor", "sequence", "context", "expert")
+MESH_AXES = ("data", "stage", "fsdp", "tensor", "sequence", "context", "expert")
 MeshSpec = tuple[tuple[str, int], ...]
 
 # Logical dimension -> mesh axes, for parameters (and so gradients and optimizer state).
@@ -57,6 +63,10 @@ PARAM_RULES: dict[str, tuple[str, ...]] = {
     "kv_heads": ("tensor",),
     "mlp": ("tensor",),
     "exp": ("expert",),  # the router's column is "exp_scores": no rule, never sharded
+    # The stacked layers over the pipeline stages (MaxText's rule layers -> stage); the
+    # embeddings, the final norm and the output head have no layers dimension, so they are
+    # not split over stage: every stage holds them (see the module docstring).
+    "layers": ("stage",),
 }
 # Logical dimension -> mesh axes, for activations.
 ACTIVATION_RULES: dict[str, tuple[str, ...]] = {

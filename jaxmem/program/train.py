@@ -16,6 +16,9 @@ The step a production trainer runs (issue 9), as MaxText builds it:
 - gradient accumulation over ``microbatches`` (MaxText's ``gradient_accumulation_steps``,
   ``gradient_accumulation.py``): the global batch split into microbatches run in sequence by
   ``lax.scan``, their gradients summed in float32, one optimizer update;
+- pipeline parallelism over a ``stage`` mesh axis (:mod:`jaxmem.models.pipeline`, MaxText's
+  ``layers/pipeline.py``): ``pipeline_microbatches`` and ``pipeline_repeats``
+  (:class:`jaxmem.program.pipelining.PipelineOptions`);
 - mixed precision as ZeRO and Megatron lay it out (:mod:`jaxmem.program.precision`): bf16
   parameters with a float32 master copy in the optimizer state, the moments' own dtype, and
   the dtype the gradients are formed and reduced in.
@@ -39,7 +42,9 @@ from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention
 from jaxmem.models.moe_parallel import sharded_dropless
+from jaxmem.models.pipeline import Pipeline
 from jaxmem.program import precision as prec
+from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
 from jaxmem.compiler.targets import Target
@@ -82,6 +87,8 @@ class TrainProgram:
   # is, the dtype a reduction runs in is the compiler's choice (the TPU and GPU compilers reduce
   # a matmul's weight gradient in the compute dtype even for float32 parameters).
   moments_dtype: str | None = None
+  # The layers pipelined over the mesh's stage axis (None: no stage axis, one scan).
+  pipeline: Pipeline | None = None
 
   @property
   def notes(self) -> tuple[str, ...]:
@@ -120,7 +127,8 @@ QK_DTYPES = ("bfloat16", "float32")
 
 
 def check_batch(
-    batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig, *, microbatches: int = 1, vocab_tiles: int = 1
+    batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig, *, microbatches: int = 1, vocab_tiles: int = 1,
+    pipeline: PipelineOptions = PipelineOptions(),
 ) -> None:
   if batch < 1:
     raise JaxmemError(f"batch must be at least 1 (got {batch})")
@@ -131,11 +139,14 @@ def check_batch(
   if not isinstance(vocab_tiles, int) or vocab_tiles < 1 or seq % vocab_tiles:
     raise JaxmemError(f"`vocab_tiles` must be a positive divisor of the sequence length {seq} (got {vocab_tiles!r})")
   ways = shd.data_parallel_size(mesh)
-  if batch % (ways * microbatches):
+  # The pipeline cuts each (accumulation) microbatch again, into its pipeline microbatches.
+  piped = pipeline.check_mesh(mesh, cfg, mesh_name=shd.format_mesh(mesh))
+  if batch % (ways * microbatches * piped):
     what = f"{microbatches} microbatches x " if microbatches > 1 else ""
+    what += f"{piped} pipeline microbatches x " if piped > 1 else ""
     raise JaxmemError(
         f"batch {batch} is not divisible by {what}the data axes of mesh {shd.format_mesh(mesh)} "
-        f"({ways} ways); use a multiple of {ways * microbatches}"
+        f"({ways} ways); use a multiple of {ways * microbatches * piped}"
     )
   shd.check_seq(mesh, seq)
   if cfg.style == "gpt2" and seq > cfg.max_seq_len:
@@ -222,14 +233,18 @@ def build_train_program(
     vocab_tiles: int = 1,
     qk_dtype: str = "bfloat16",
     precision: prec.Precision = prec.Precision(),
+    pipeline: PipelineOptions = PipelineOptions(),
 ) -> TrainProgram:
   """Builds the sharded, donated train step with abstract inputs. Call it once JAX has started
   the target's backends (the attention choice reads them)."""
-  check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles)
+  check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline)
   jmesh = target.make_mesh(mesh)
-  # The kernel sees one microbatch at a time.
+  sched = pipeline.schedule(mesh)
+  pipe = None if sched is None else Pipeline(mesh=jmesh, axes=shd.mesh_axes(jmesh), microbatches=sched[1], repeats=sched[2])
+  # The kernel sees one (pipeline) microbatch at a time.
   choice = pick_attention(
-      attention, cfg, batch=batch // microbatches, seq=seq, target=target, mesh=jmesh, qk_dtype=qk_dtype
+      attention, cfg, batch=batch // microbatches // (1 if pipe is None else pipe.microbatches), seq=seq,
+      target=target, mesh=jmesh, qk_dtype=qk_dtype,
   )
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)
@@ -249,7 +264,7 @@ def build_train_program(
     model = nnx.merge(graphdef, p)
     return model.loss(
         tokens_bt, targets_bt, remat=remat.policy, constrain=constrain, attend=choice.attend, vocab_tiles=vocab_tiles,
-        experts=experts,
+        experts=experts, pipeline=pipe,
     )
 
   grad_fn = prec.grads_in(jax.value_and_grad(loss_fn), precision.grad_reduce_dtype, param_sh)
@@ -284,6 +299,7 @@ def build_train_program(
       vocab_tiles=vocab_tiles,
       precision=precision,
       moments_dtype=moments_dtype(opt_state),
+      pipeline=pipe,
   )
 
 

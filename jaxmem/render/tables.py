@@ -163,6 +163,8 @@ class _Layout:
   fit: bool
   totals: bool
   unit: Unit
+  pipeline: bool = False  # some row pipelined over a stage axis: stages, pipeline microbatches, bubble
+  repeats: bool = False  # some row with a circular schedule
 
   @classmethod
   def of(cls, rows: Sequence[Any], totals: bool) -> _Layout:
@@ -181,14 +183,18 @@ class _Layout:
         fit=any(r.capacity_bytes is not None for r in rows),
         totals=totals,
         unit=unit_for([getattr(r, f) for r in rows for f in ("total_bytes", "argument_size_in_bytes", "param_bytes")]),
+        pipeline=any(_get(r, "stages", 1) > 1 for r in rows),
+        repeats=any(_get(r, "pipeline_repeats", 1) > 1 for r in rows),
     )
 
   def headers(self) -> list[str]:
     h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer
     h += [k.replace("_", " ") for k in self.step] + ["moe"] * self.moe + ["capacity factor"] * self.factor
+    h += ["stages", "pipeline mb"] * self.pipeline + ["repeats"] * self.repeats + ["bubble"] * self.pipeline
     h += _SWEEP_HEADERS
     h += ["comm"] * self.comm + ["host temp"] * self.host + ["host total"] * self.host_total
     h += ["capacity", "required", "fits"] if self.fit else []
+    h += ["stage act", "1F1B required (est.)"] * self.pipeline
     return h + (_TOTALS_HEADERS if self.totals else [])
 
   def cells(self, r: Any, b: Any) -> list[str]:
@@ -198,6 +204,10 @@ class _Layout:
     line += [str(_get(r, k, "-")) for k in self.step]
     factor = _get(r, "capacity_factor", None)
     line += [_get(r, "moe_impl", "-")] * self.moe + ["-" if factor is None else f"{factor:g}"] * self.factor
+    if self.pipeline:
+      bubble = _get(r, "bubble_fraction", None)
+      line += [str(_get(r, "stages", 1)), str(_get(r, "pipeline_microbatches", "-"))]
+      line += [str(_get(r, "pipeline_repeats", "-"))] * self.repeats + ["-" if bubble is None else f"{bubble:.1%}"]
     flops = "-" if r.flops is None else f"{r.flops / 1e9:,.1f}"
     recompute = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
     if r.error:
@@ -213,6 +223,8 @@ class _Layout:
       line += [_size(_get(r, "host_total_bytes", None), u)] * self.host_total
     if self.fit:
       line += [_size(r.capacity_bytes, u), _size(r.required_bytes, u), verdict_cell(r, self.unit)]
+    if self.pipeline:
+      line += [_size(_get(r, "stage_activation_bytes", None), u), _size(_get(r, "required_1f1b_bytes", None), u)]
     if self.totals:
       line += [_size(getattr(r, k), u) for k in _TOTALS_FIELDS]
     return line
@@ -305,7 +317,7 @@ def verdict_cell(r: Any, unit: Unit) -> str:
 # one note.
 _SUBJECT = re.compile(r"^((?:[a-z_]+: )?)([A-Za-z_][\w-]*\.\d+): ")
 _LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "microbatches", "vocab_tiles",
-                 "moe_impl", "capacity_factor", "remat")
+                 "pipeline_microbatches", "pipeline_repeats", "moe_impl", "capacity_factor", "remat")
 
 
 def _labels(rows: Sequence[Any]) -> tuple[tuple[str, ...], list[str]]:
