@@ -5,10 +5,10 @@ MaxText's reference configurations (MaxText/configs/v5p/*.sh, v5e/*.sh) are its 
 (Llama-style: RMSNorm, SwiGLU, RoPE, untied 32000-token vocabulary, float32 weights, bf16
 compute) at a ``global_parameter_scale``; its pyconfig turns scale 2^k into widths and depth
 (base emb 2048, 16 heads of 128, mlp 7168, 16 layers; k = 3b + r: heads and mlp x 2^(b + (r > 0)),
-emb x 2^(b + (r > 1)), layers x 2^b). Each is compiled at two small depths and every term of the
-estimate extrapolated affinely to the full depth (the layers are one scanned block, so each term
-is affine in the depth), because a full-depth compile of 64 or 256 devices takes too long on a
-shared 2-core machine. Run: ``nice -n 10 python benchmarks/calibrate_steptime.py [NAME ...]``.
+emb x 2^(b + (r > 1)), layers x 2^b). Each is compiled once at its full depth (the layers are
+one scanned block, so compile time does not grow with depth) and only the configuration's remat
+policy (not compare's ``none`` baseline). Run:
+``nice -n 10 python benchmarks/calibrate_steptime.py [NAME ...]``; one JSON line per configuration.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import json
 import sys
 import time
 
-import jaxmem
-from jaxmem.models import get_config
+from jaxmem.models import count_params, get_config
 from jaxmem.models.model_flops import training_flops
+from jaxmem.planning import sweep
+from jaxmem.planning.plan import plan
 
 SEQ = 2048
 # name: (target, mesh, remat, layers, emb, heads, mlp, per-device batch, chips,
@@ -31,43 +32,38 @@ CONFIGS = {
     "v5e-256 32B": ("tpu:v5e-256", "fsdp=256", "full", 32, 8192, 64, 28672, 4, 256, 132, 0.6686),
     "v5e-256 64B": ("tpu:v5e-256", "fsdp=256", "full", 64, 8192, 64, 28672, 2, 256, 118, 0.5990),
 }
-DEPTHS = (2, 4)
-TERMS = ("compute_time_s", "memory_time_s", "comm_time_s")
 
 
 def model(layers: int, emb: int, heads: int, mlp: int):
-  return get_config("llama3-8b", num_layers=layers, d_model=emb, num_heads=heads,
-                    num_kv_heads=heads, head_dim=128, d_ff=mlp, vocab_size=32000, tie_embeddings=False,
-                    param_dtype="float32")
+  return get_config("llama3-8b", num_layers=layers, d_model=emb, num_heads=heads, num_kv_heads=heads, head_dim=128,
+                    d_ff=mlp, vocab_size=32000, tie_embeddings=False, param_dtype="float32")
 
 
 def run(name: str) -> dict:
   target, mesh, remat, layers, emb, heads, mlp, per_device, chips, tflops, mfu = CONFIGS[name]
   batch = per_device * chips
-  points = {}
-  for depth in DEPTHS:
-    t = time.time()
-    (row,) = jaxmem.compare(model=model(depth, emb, heads, mlp), target=target, mesh=mesh, remat=remat,
-                            batch=batch, seq=SEQ)
-    if row.error:
-      return {"name": name, "error": row.error}
-    points[depth] = {k: getattr(row, k) for k in TERMS + ("flops", "bytes_accessed", "comm_bytes", "peak_memory_in_bytes")}
-    points[depth]["wall_s"] = time.time() - t
-  a, b = DEPTHS
-  full = {k: points[a][k] + (points[b][k] - points[a][k]) * (layers - a) / (b - a) for k in TERMS}
-  step = max(full.values())
-  model_flops = training_flops(model(layers, emb, heads, mlp), batch=batch, seq=SEQ) / chips
+  cfg = model(layers, emb, heads, mlp)
+  p = plan(model=cfg, target=target, mesh=mesh, remat=remat, batch=batch, seq=SEQ)
+  ((m, opt, rp),) = [c for c in p.configs() if c[2].name == remat]
+  t = time.time()
+  row = sweep.run_config(p, m, opt, rp)
+  wall = time.time() - t
+  if row.error:
+    return {"name": name, "error": row.error}
+  model_flops = training_flops(cfg, batch=batch, seq=SEQ) / chips
   measured = model_flops / (tflops * 1e12)
   return {
-      "name": name, "target": target, "mesh": mesh, "remat": remat, "batch": batch, "layers": layers,
-      "points": points, **full, "step_time_s": step, "bound": max(full, key=full.get).removesuffix("_time_s"),
-      "model_flops_per_device": model_flops, "measured_step_s": measured, "ratio": step / measured,
-      "mfu_est": model_flops / (step * jaxmem.compiler.peaks.target_peaks(jaxmem.target(target))[0].peak_flops),
-      "published_mfu": mfu, "published_tflops": tflops, "versions": row.versions,
+      "name": name, "target": target, "mesh": row.mesh, "remat": remat, "attention": row.attention, "batch": batch,
+      "layers": layers, "params": count_params(cfg), **{k: getattr(row, k) for k in FIELDS},
+      "measured_step_s": measured, "ratio": row.step_time_s / measured, "published_mfu": mfu,
+      "published_tflops": tflops, "wall_s": wall, "versions": row.versions,
   }
 
 
+FIELDS = ("flops", "model_flops", "bytes_accessed", "comm_bytes", "compute_time_s", "memory_time_s", "comm_time_s",
+          "step_time_s", "bound", "mfu", "peak_memory_in_bytes", "capacity_bytes", "fits", "compile_seconds")
+
+
 if __name__ == "__main__":
-  import jaxmem.compiler.peaks  # noqa: F401
   for name in sys.argv[1:] or CONFIGS:
     print(json.dumps(run(name)), flush=True)
