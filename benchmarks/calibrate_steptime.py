@@ -39,9 +39,12 @@ def model(layers: int, emb: int, heads: int, mlp: int):
                     d_ff=mlp, vocab_size=32000, tie_embeddings=False, param_dtype="float32")
 
 
-def run(name: str) -> dict:
+def run(name: str, remat_override: str | None = None) -> dict:
+  """``remat_override``: another policy than the configuration's (where jaxmem's version of it
+  does not fit: MaxText's ``minimal`` saves less than jaxmem's)."""
   target, mesh, remat, layers, emb, heads, mlp, per_device, chips, tflops, mfu = CONFIGS[name]
   batch = per_device * chips
+  remat = remat_override or remat
   cfg = model(layers, emb, heads, mlp)
   p = plan(model=cfg, target=target, mesh=mesh, remat=remat, batch=batch, seq=SEQ)
   ((m, opt, rp),) = [c for c in p.configs() if c[2].name == remat]
@@ -65,5 +68,6 @@ FIELDS = ("flops", "model_flops", "bytes_accessed", "comm_bytes", "compute_time_
 
 
 if __name__ == "__main__":
-  for name in sys.argv[1:] or CONFIGS:
-    print(json.dumps(run(name)), flush=True)
+  for arg in sys.argv[1:] or CONFIGS:  # "v5p-128 32B" or "v5p-128 32B:full"
+    name, _, remat = arg.partition(":")
+    print(json.dumps(run(name, remat or None)), flush=True)
