@@ -44,6 +44,13 @@ def test_each_term_is_its_figure_over_the_peak_and_the_bound_is_the_largest():
   assert big.bound == "compute" and big.mfu == pytest.approx(0.9)
 
 
+def test_the_compute_term_never_times_fewer_flops_than_the_model_needs():
+  st, notes = _estimate(flops=1e12, work=Work(tokens=1, model_flops=8 * 2e12))
+  peaks, _ = target_peaks(get_target("tpu:v5e-8"))
+  assert st.compute_time_s == pytest.approx(2e12 / peaks.peak_flops) and st.mfu <= 1
+  assert any(n.startswith("compute_time_s: the program's FLOPs per device") for n in notes)
+
+
 def test_the_link_is_half_the_quoted_bidirectional_figure_and_a_device_share_of_a_chip():
   v5p, _ = target_peaks(get_target("tpu:v5p-8"))
   v7x, _ = target_peaks(get_target("tpu:v7x-8"))  # two devices a chip

@@ -59,6 +59,7 @@ def estimate(
     return StepTime(bytes_accessed=bytes_accessed, model_flops=model_flops), notes
   if peaks.link_note:
     notes.append(f"comm_time_s: {peaks.link_note}")
+  flops = _compute_flops(flops, model_flops, notes)
   terms = {
       "compute": None if flops is None else flops / peaks.peak_flops,
       "memory": None if bytes_accessed is None else bytes_accessed / peaks.hbm_bandwidth,
@@ -82,6 +83,21 @@ def estimate(
       arithmetic_intensity=None if flops is None or not bytes_accessed else flops / bytes_accessed,
       ridge_point=peaks.ridge_point,
   ), notes
+
+
+def _compute_flops(flops: float | None, model_flops: float | None, notes: list[str]) -> float | None:
+  """The FLOPs the compute term times: the program's, but never fewer than the model's. A
+  program runs at least the model's FLOPs; a per-device figure below them is an undercount (the
+  share the compiler's cost analysis gives misses loops the compiler adds itself, such as TPU's
+  collective matmuls under a tensor axis, whose bodies it counts once), so the model's stand in."""
+  if flops is None or model_flops is None or flops >= model_flops:
+    return flops
+  notes.append(
+      f"compute_time_s: the program's FLOPs per device ({flops:.4g}) are below the model's ({model_flops:.4g}), an "
+      "undercount of loops the compiler adds (collective matmuls, counted once by its cost analysis); the compute "
+      "term and arithmetic_intensity use the model's FLOPs"
+  )
+  return model_flops
 
 
 def _comm_time(comm_bytes: int | None, n: int, link: float | None, part: str, notes: list[str]) -> float | None:
