@@ -48,6 +48,14 @@ def _head_widths(cfg: ModelConfig) -> tuple[int, int]:
   return cfg.head_dim, cfg.head_dim
 
 
+def weight_flops(cfg: ModelConfig, *, tokens: int, training: bool) -> float:
+  """The matrix products with the weights alone: 6 * N * T for training, 2 * N * T for a
+  forward step. Every program of the model runs at least these, whatever its attention kernel
+  skips (a causal kernel halves the attention term), so a per-device count below them is an
+  undercount (:func:`jaxmem.compiler.steptime.estimate`)."""
+  return (6.0 if training else 2.0) * matmul_params(cfg) * tokens
+
+
 def training_flops(cfg: ModelConfig, *, batch: int, seq: int) -> float:
   """Model FLOPs of one training step of ``batch`` sequences of ``seq`` tokens (module docstring)."""
   tokens = batch * seq

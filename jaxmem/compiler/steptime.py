@@ -41,6 +41,9 @@ class Work(Record):
 
   tokens: int | None = None
   model_flops: float | None = None
+  # The FLOPs any program of the model must run (its weight matmuls, all devices): a per-device
+  # count below them is an undercount, and the compute term times these instead.
+  floor_flops: float | None = None
   note: str | None = None
 
 
@@ -59,7 +62,7 @@ def estimate(
     return StepTime(bytes_accessed=bytes_accessed, model_flops=model_flops), notes
   if peaks.link_note:
     notes.append(f"comm_time_s: {peaks.link_note}")
-  flops = _compute_flops(flops, model_flops, notes)
+  flops = _compute_flops(flops, None if work.floor_flops is None else work.floor_flops / n, notes)
   terms = {
       "compute": None if flops is None else flops / peaks.peak_flops,
       "memory": None if bytes_accessed is None else bytes_accessed / peaks.hbm_bandwidth,
@@ -85,19 +88,19 @@ def estimate(
   ), notes
 
 
-def _compute_flops(flops: float | None, model_flops: float | None, notes: list[str]) -> float | None:
-  """The FLOPs the compute term times: the program's, but never fewer than the model's. A
-  program runs at least the model's FLOPs; a per-device figure below them is an undercount (the
-  share the compiler's cost analysis gives misses loops the compiler adds itself, such as TPU's
-  collective matmuls under a tensor axis, whose bodies it counts once), so the model's stand in."""
-  if flops is None or model_flops is None or flops >= model_flops:
+def _compute_flops(flops: float | None, floor: float | None, notes: list[str]) -> float | None:
+  """The FLOPs the compute term times: the program's, but never fewer than the model's weight
+  matmuls (``floor``, per device). A per-device figure below them is an undercount (the share the
+  compiler's cost analysis gives misses loops the compiler adds itself, such as TPU's collective
+  matmuls under a tensor axis, whose bodies it counts once), so the floor stands in."""
+  if flops is None or floor is None or flops >= floor:
     return flops
   notes.append(
-      f"compute_time_s: the program's FLOPs per device ({flops:.4g}) are below the model's ({model_flops:.4g}), an "
+      f"compute_time_s: the program's FLOPs per device ({flops:.4g}) are below its weight matmuls' ({floor:.4g}), an "
       "undercount of loops the compiler adds (collective matmuls, counted once by its cost analysis); the compute "
-      "term and arithmetic_intensity use the model's FLOPs"
+      "term and arithmetic_intensity use the weight matmuls' FLOPs"
   )
-  return model_flops
+  return floor
 
 
 def _comm_time(comm_bytes: int | None, n: int, link: float | None, part: str, notes: list[str]) -> float | None:

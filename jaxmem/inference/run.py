@@ -21,7 +21,7 @@ from jaxmem.inference.kv import attention_kind
 from jaxmem.inference.program import build_infer_program
 from jaxmem.inference.workload import InferPlan, InferWorkload, plan_infer
 from jaxmem.models import ModelConfig, cache_bytes, get_attention
-from jaxmem.models.model_flops import inference_flops
+from jaxmem.models.model_flops import inference_flops, weight_flops
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
@@ -127,7 +127,8 @@ def run_infer_config(
   outcome = compile_figures(
       program.step.trace(*program.args), p.target, args=program.args, notes=notes,
       lowering_context=None if choice is None else choice.lowering(),
-      work=Work(tokens=tokens, model_flops=inference_flops(cfg, tokens=tokens, context=context)),
+      work=Work(tokens=tokens, model_flops=inference_flops(cfg, tokens=tokens, context=context),
+                floor_flops=weight_flops(cfg, tokens=tokens, training=False)),
   )
   fields = outcome.row_fields()
   if phase == "decode":

@@ -17,7 +17,7 @@ from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.steptime import Work
 from jaxmem.models import get_attention
-from jaxmem.models.model_flops import training_flops
+from jaxmem.models.model_flops import training_flops, weight_flops
 from jaxmem.planning import steps
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, for_task, plan
@@ -105,7 +105,8 @@ def run_config(
     notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
   outcome = compile_figures(
       program.trace(), p.target, args=program.args, notes=notes, lowering_context=program.lowering_context(),
-      work=Work(tokens=p.batch * p.seq, model_flops=training_flops(p.cfg, batch=p.batch, seq=p.seq)),
+      work=Work(tokens=p.batch * p.seq, model_flops=training_flops(p.cfg, batch=p.batch, seq=p.seq),
+                floor_flops=weight_flops(p.cfg, tokens=p.batch * p.seq, training=True)),
   )
   return Row(**base, **outcome.row_fields())
 
