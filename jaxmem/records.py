@@ -65,7 +65,8 @@ class Configuration(Placement):
   state's master copy of the parameters (``None``: none), ``moments_dtype`` the dtype the
   optimizer's moments are stored in (``None``: no moments, or not recorded) and
   ``grad_reduce_dtype`` the dtype gradients were asked to be formed and reduced in (``None``:
-  the parameters' dtype, and the compiler's choice of where to reduce)."""
+  the parameters' dtype, and the compiler's choice of where to reduce). ``sequence_parallel``:
+  Megatron's sequence parallelism over the tensor axis; ``dropout`` the model's dropout rate."""
 
   remat: str
   optimizer: str
@@ -82,6 +83,8 @@ class Configuration(Placement):
   master_dtype: str | None = None
   moments_dtype: str | None = None
   grad_reduce_dtype: str | None = None
+  sequence_parallel: bool = False
+  dropout: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

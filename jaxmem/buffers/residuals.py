@@ -74,6 +74,7 @@ class PolicyResiduals(Record):
 def _block_fn(cfg: ModelConfig, rp: RematPolicy, attend: AttendFn | None = None, *, moe: bool = False):
   block = nnx.eval_shape(lambda: Block(cfg, moe=moe, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
+  attend = rp.attend(attend)  # selective: the attention core under its own checkpoint
 
   def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk):
     return nnx.merge(graphdef, layer_state)(

@@ -172,16 +172,13 @@ def check_sequence_parallel(mesh: MeshSpec, seq: int) -> None:
   t = sizes.get("tensor", 1)
   if t < 2:
     raise JaxmemError(
-        f"sequence_parallel splits the residual stream over the tensor axis, and mesh {format_mesh(mesh)} has "
-        "none; add tensor=N (N > 1) to the mesh or drop sequence_parallel"
+        f"`sequence_parallel` splits the residual stream over the tensor axis, and mesh {format_mesh(mesh)} has "
+        "none; add tensor=N (N > 1) to `mesh` or drop `sequence_parallel`"
     )
   ways = mesh_axes(mesh).ways("seq") * t
   if seq % ways:
-    raise JaxmemError(
-        f"sequence_parallel: seq {seq} is not divisible by tensor={t}"
-        + (f" x the sequence axes ({mesh_axes(mesh).describe('seq')})" if ways != t else "")
-        + f" = {ways}; use a multiple of {ways}"
-    )
+    by = f"tensor={t}" if ways == t else f"tensor={t} x the sequence axes ({mesh_axes(mesh).describe('seq')}) = {ways}"
+    raise JaxmemError(f"`sequence_parallel`: `seq` {seq} is not divisible by {by}; use a multiple of {ways}")
 
 
 def check_experts(mesh: MeshSpec, num_experts: int, model: str) -> None:
