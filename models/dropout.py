@@ -16,6 +16,7 @@ recomputation recomputes the attention core) draws the same mask again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,26 @@ class Dropout:
 
   def __call__(self, x: jax.Array) -> jax.Array:
     keep = jax.random.bernoulli(self.key, 1.0 - self.rate, x.shape)
-    return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - self.rate), x.dtype), jnp.zeros((), x.dtype))
+    return _masked(x, keep, 1.0 / (1.0 - self.rate))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _masked(x: jax.Array, keep: jax.Array, scale: float) -> jax.Array:
+  """``x`` scaled where ``keep``, zero elsewhere. A custom VJP so that the backward pass keeps the
+  boolean mask alone, as Megatron's dropout does: ``jnp.where``'s own jit (or ``lax.select``'s
+  instantiated zero tangent) would keep one or two more tensors of ``x``'s shape and dtype."""
+  return jax.lax.select(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
+
+
+def _masked_fwd(x, keep, scale):
+  return _masked(x, keep, scale), keep
+
+
+def _masked_bwd(scale, keep, g):
+  return jax.lax.select(keep, g * jnp.asarray(scale, g.dtype), jnp.zeros_like(g)), None
+
+
+_masked.defvjp(_masked_fwd, _masked_bwd)
 
 
 def maybe(dropout: Dropout | None, salt: int, x: jax.Array) -> jax.Array:

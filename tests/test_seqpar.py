@@ -161,3 +161,13 @@ def test_gpt3_shapes_have_the_papers_sizes(name, billions):
   cfg = get_config(name)
   assert cfg.style == "gpt2" and cfg.max_seq_len == 2048 and cfg.d_ff == 4 * cfg.d_model
   assert abs(count_params(cfg) / 1e9 / billions - 1) < 0.01  # table 3: 22B, 175B, 530B, 1T
+
+
+def test_validate_hands_the_options_to_its_measuring_process():
+  from jaxmem.cli import build_parser, validate as validate_cli
+  from jaxmem.planning import validate
+  from jaxmem.workload import Workload
+
+  w = Workload(model="tiny", batch=4, seq=32, mesh="tensor=2,fsdp=2", sequence_parallel=True, dropout=0.1)
+  args = build_parser().parse_args(["_measure", *validate.argv(w)])
+  assert validate_cli._workload(args) == w.replace(target="attached")

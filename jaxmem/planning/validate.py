@@ -166,6 +166,10 @@ def argv(workload: Workload) -> list[str]:
     v = getattr(workload, f.name)
     if f.name in ("target", "slices") or v is None or v == ():
       continue
+    if isinstance(v, bool):  # a switch (--sequence-parallel): given when on
+      if v:
+        out.append(f"--{f.name.replace('_', '-')}")
+      continue
     if f.name == "model":
       v = workload.model_name
     elif isinstance(v, tuple):
