@@ -171,3 +171,17 @@ def test_validate_hands_the_options_to_its_measuring_process():
   w = Workload(model="tiny", batch=4, seq=32, mesh="tensor=2,fsdp=2", sequence_parallel=True, dropout=0.1)
   args = build_parser().parse_args(["_measure", *validate.argv(w)])
   assert validate_cli._workload(args) == w.replace(target="attached")
+
+
+def test_the_options_key_the_row_cache_and_show_in_the_heading():
+  from jaxmem.render.tables import _dtypes
+
+  w = dict(model="tiny-gpt2", target="cpu:8", mesh="tensor=4,fsdp=2", batch=8, seq=64, remat="none")
+  keys = {plan(**w, **extra).tasks()[0].cache_key()
+          for extra in ({}, {"sequence_parallel": True}, {"dropout": 0.1})}
+  assert len(keys) == 3
+  from types import SimpleNamespace as Row
+
+  row = dict(param_dtype="float32", dtype="bfloat16", sequence_parallel=True, dropout=0.1)
+  assert "sequence parallel" in _dtypes(Row(**row)) and "dropout 0.1" in _dtypes(Row(**row))
+  assert "sequence" not in _dtypes(Row(**{**row, "sequence_parallel": False, "dropout": 0.0}))
