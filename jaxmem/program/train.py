@@ -183,6 +183,21 @@ def dropout_attend(attend: Any, name: str) -> tuple[Any, tuple[str, ...]]:
   )
 
 
+def step_attend(choice: AttentionChoice, cfg: ModelConfig, remat: RematPolicy) -> tuple[Any, tuple[str, ...]]:
+  """The attention a layer of the step runs, and what its row must say: the choice's, taking the
+  model's dropout (:func:`dropout_attend`), wrapped by the remat policy (``selective``
+  recomputes the attention core)."""
+  attend, notes = choice.attend, ()
+  if cfg.dropout:
+    attend, notes = dropout_attend(attend, choice.name)
+  return remat.attend(attend), notes
+
+
+def dropout_key_args(cfg: ModelConfig, sharding: NamedSharding) -> tuple[jax.ShapeDtypeStruct, ...]:
+  """The step's PRNG key argument for the model's dropout (one per step), or none without dropout."""
+  return (jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding),) if cfg.dropout else ()
+
+
 def check_qk_dtype(qk_dtype: str) -> None:
   if qk_dtype not in QK_DTYPES:
     raise JaxmemError(f"unknown `qk_dtype` {qk_dtype!r}; valid: {', '.join(QK_DTYPES)}")
@@ -279,10 +294,7 @@ def build_train_program(
   micro_sh = NamedSharding(jmesh, PartitionSpec(None, *batch_spec))
   constrain = shd.activation_constrainer(jmesh, sequence_parallel=sequence_parallel)
   experts = routed_experts(cfg, jmesh)
-  attend, step_notes = choice.attend, ()
-  if cfg.dropout:
-    attend, step_notes = dropout_attend(attend, choice.name)
-  attend = remat.attend(attend)  # selective recomputation wraps the attention core
+  attend, step_notes = step_attend(choice, cfg, remat)
 
   def loss_fn(p, tokens_bt, targets_bt, key=None):
     model = nnx.merge(graphdef, p)
@@ -302,7 +314,7 @@ def build_train_program(
     return prec.apply(params, updates, opt_state), opt_state, loss
 
   replicated = NamedSharding(jmesh, PartitionSpec())
-  key_args = (jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=replicated),) if cfg.dropout else ()
+  key_args = dropout_key_args(cfg, replicated)
   step = jax.jit(
       train_step,
       in_shardings=(param_sh, opt_sh, batch_sh, batch_sh, *(replicated for _ in key_args)),
