@@ -71,7 +71,9 @@ class Configuration(Placement):
   the parameters' dtype, and the compiler's choice of where to reduce). Pipeline parallelism
   (:mod:`jaxmem.program.pipelining`): ``stages`` the mesh's ``stage`` axis (1: none),
   ``pipeline_microbatches`` and ``pipeline_repeats`` the schedule's (``None`` without stages),
-  ``bubble_fraction`` its idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al. 2019; MaxText)."""
+  ``bubble_fraction`` its idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al. 2019; MaxText).
+  ``sequence_parallel``: Megatron's sequence parallelism over the tensor axis; ``dropout`` the
+  model's dropout rate."""
 
   remat: str
   optimizer: str
@@ -92,6 +94,8 @@ class Configuration(Placement):
   pipeline_microbatches: int | None = None
   pipeline_repeats: int | None = None
   bubble_fraction: float | None = None
+  sequence_parallel: bool = False
+  dropout: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -171,6 +171,11 @@ class Workload(BaseWorkload):
   axis: ``pipeline_microbatches`` (MaxText's ``num_pipeline_microbatches``; ``None``: as many as
   the stages) cuts each accumulation microbatch for the pipeline, ``pipeline_repeats`` (MaxText's
   ``num_pipeline_repeats``) is the circular schedule's layer groups per stage.
+
+  Korthikanti et al. 2022 (issue 20): ``sequence_parallel`` splits the residual stream, norms and
+  dropouts along the sequence over the ``tensor`` axis (Megatron's sequence parallelism; the mesh
+  needs a tensor axis that divides ``seq``); ``dropout`` is the model's dropout probability
+  (0: none, the program unchanged). Remat ``selective`` is their selective recomputation.
   """
 
   seq: int = 1024
@@ -180,6 +185,8 @@ class Workload(BaseWorkload):
   master_dtype: str | None = None
   moments_dtype: str | None = None
   grad_reduce_dtype: str | None = None
+  sequence_parallel: bool = False
+  dropout: float = 0.0
   # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
   # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,
@@ -200,6 +207,11 @@ class Workload(BaseWorkload):
       object.__setattr__(self, "step", step_spec(self.step))
     object.__setattr__(self, "microbatches", ints(self.microbatches))
     object.__setattr__(self, "vocab_tiles", ints(self.vocab_tiles))
+    if isinstance(self.dropout, str):  # as the flag gives it
+      try:
+        object.__setattr__(self, "dropout", float(self.dropout))
+      except ValueError:
+        raise JaxmemError(f"`dropout` takes a probability in [0, 1), got {self.dropout!r}") from None
 
 
 def _field_names(cls: type) -> set[str]:

@@ -19,6 +19,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from .attention_ops import AttendFn, dot_attend
 from .config import ModelConfig
+from .dropout import Dropout
 from .layers import DEFAULT_INIT, Constrain, param
 from .names import (
   BATCH,
@@ -29,6 +30,7 @@ from .names import (
   KEY_PROJ,
   KV_HEADS,
   NORM,
+  NORM_SEQ,
   OUT_PROJ,
   QUERY_PROJ,
   SEQ,
@@ -176,11 +178,12 @@ class Attention(nnx.Module):
     return self._output(ctx_btnh, constrain=constrain), cache_k_bksh, cache_v_bksh
 
   def _output(self, ctx_btnh: jax.Array, *, constrain: Constrain) -> jax.Array:
-    """The output projection (+ bias) of the attention context, constrained."""
+    """The output projection (+ bias) of the attention context, constrained: a row-parallel
+    matmul's partial sums, reduced (scattered along the sequence under sequence parallelism)."""
     out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
     if self.use_bias:
       out_btd = out_btd + self._w(self.b_o_d)
-    return constrain(out_btd, (BATCH, SEQ, EMBED))
+    return constrain(out_btd, (BATCH, NORM_SEQ, EMBED))
 
   def __call__(
     self,
@@ -190,9 +193,16 @@ class Attention(nnx.Module):
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
     attend: AttendFn | None = None,
+    dropout: Dropout | None = None,
   ) -> jax.Array:
+    """``dropout`` drops the attention probabilities: ``attend`` is then called with it (dot
+    attention takes it; a train step wraps any other ``attend`` to say what it does with it)."""
     q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
-    ctx_btnh = (dot_attend if attend is None else attend)(q_btnh, k_btkh, v_btkh, causal=True)
+    attend = dot_attend if attend is None else attend
+    if dropout is None:
+      ctx_btnh = attend(q_btnh, k_btkh, v_btkh, causal=True)
+    else:
+      ctx_btnh = attend(q_btnh, k_btkh, v_btkh, causal=True, dropout=dropout)
     ctx_btnh = constrain(ctx_btnh, (BATCH, SEQ, HEADS, HEAD_DIM))
     # Named here, outside every attention implementation, so name-based remat policies see the
     # same "context" whichever kernel computed it.

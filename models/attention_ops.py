@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from .dropout import Dropout
 from .names import CONTEXT
 
 # attend(q_btnh, k_bskh, v_bskv, *, causal=True) -> ctx_btnv, in the dtype of v.
@@ -64,8 +65,12 @@ def dot_attend(
   *,
   causal: bool = True,
   scores_dtype: jnp.dtype | str | None = None,
+  dropout: Dropout | None = None,
 ) -> jax.Array:
   """Attention as plain einsums (Vaswani et al. 2017, eq. 1): the full T x S scores exist.
+
+  ``dropout`` drops attention probabilities (Megatron's attention dropout): a one-byte mask of
+  the [B, N, T, S] scores' shape, as Korthikanti et al. 2022 count it (section 4.1).
 
   ``scores_dtype`` follows MaxText's ``float32_qk_product`` (``layers/attention_op.py``,
   ``apply_attention_dot`` and ``compute_local_attention``):
@@ -99,6 +104,8 @@ def dot_attend(
     max_bkgt1 = jnp.max(scores_bkgts, axis=-1, keepdims=True)
     exps_bkgts = jnp.exp(scores_bkgts - max_bkgt1)
     sum_bkgt1 = jnp.sum(exps_bkgts, axis=-1, keepdims=True)
+    if dropout is not None:  # dropping exp(s - max) before the division drops the probabilities
+      exps_bkgts = dropout(exps_bkgts)
     ctx_btkgv = jnp.einsum("bkgts,bskv->btkgv", exps_bkgts, v_bskv.astype(exps_bkgts.dtype))
     ctx_btkgv = ctx_btkgv / jnp.transpose(sum_bkgt1, (0, 3, 1, 2, 4))
     return ctx_btkgv.reshape(b, t, n, vd).astype(v_bskv.dtype)
@@ -110,6 +117,8 @@ def dot_attend(
   if visible_ts is not None:
     scores_bkgts = jnp.where(visible_ts, scores_bkgts, jnp.finfo(sdt).min)
   probs_bkgts = jax.nn.softmax(scores_bkgts.astype(jnp.float32), axis=-1).astype(v_bskv.dtype)
+  if dropout is not None:
+    probs_bkgts = dropout(probs_bkgts)
   ctx_btkgv = jnp.einsum("bkgts,bskv->btkgv", probs_bkgts, v_bskv)
   return ctx_btkgv.reshape(b, t, n, vd)
 

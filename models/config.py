@@ -20,6 +20,10 @@ Preset sources (parameter counts in the tests are checked against these):
   DeepSeek-V3 (``deepseek-ai/DeepSeek-V3`` config.json and the repository's
   ``inference/configs/config_671B.json``; DeepSeek-AI 2024, arXiv 2412.19437: 671B / 37B,
   the main model without the 14B multi-token-prediction module, which is left out here).
+* GPT-3 shapes (issue 20): Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", table 3 (22B, 175B, 530B, 1T: heads, hidden size, layers) and section 6
+  (sequence length 2048, vocabulary 51200); GPT-2's architecture otherwise (Brown et al. 2020,
+  section 2.1: learned positions, pre-LayerNorm, GELU, d_ff = 4 d_model, tied embeddings).
 """
 
 from __future__ import annotations
@@ -122,6 +126,11 @@ class ModelConfig:
   qk_nope_head_dim: int = 0
   qk_rope_head_dim: int = 0
   v_head_dim: int = 0
+  # --- dropout (issue 20; models/dropout.py) ---------------------------------------------------
+  # Megatron's four dropouts (embeddings, attention probabilities, attention and MLP outputs) in
+  # the train step; 0 (the default) leaves the program exactly as without dropout. Attention
+  # probabilities are dropped under ``dot`` attention only (the fused kernels take no dropout).
+  dropout: float = 0.0
 
   def __post_init__(self):
     if self.style not in STYLES:
@@ -145,6 +154,9 @@ class ModelConfig:
     for field in ("param_dtype", "dtype"):
       _float_dtype(self.name, field, getattr(self, field))
     self._check_architecture_flags()
+    d = self.dropout
+    if isinstance(d, bool) or not isinstance(d, (int, float, np.floating)) or not 0 <= d < 1:
+      raise JaxmemError(f"model {self.name!r}: dropout must be a probability in [0, 1), got {d!r}")
     _check_moe(self)
     _check_mla(self)
 
@@ -350,6 +362,27 @@ class ModelConfig:
     )
 
 
+  @classmethod
+  def gpt3_22b(cls) -> ModelConfig:
+    """Korthikanti et al.'s 22B (table 3): 64 heads, hidden 6144, 48 layers."""
+    return _gpt3("gpt3-22b", d_model=6144, num_layers=48, num_heads=64)
+
+  @classmethod
+  def gpt3_175b(cls) -> ModelConfig:
+    """GPT-3 175B (Brown et al. 2020, table 2.1; Korthikanti et al. table 3): 96 heads, 12288, 96 layers."""
+    return _gpt3("gpt3-175b", d_model=12288, num_layers=96, num_heads=96)
+
+  @classmethod
+  def gpt3_530b(cls) -> ModelConfig:
+    """Korthikanti et al.'s 530B (table 3; MT-NLG's shape): 128 heads, hidden 20480, 105 layers."""
+    return _gpt3("gpt3-530b", d_model=20480, num_layers=105, num_heads=128)
+
+  @classmethod
+  def gpt3_1t(cls) -> ModelConfig:
+    """Korthikanti et al.'s 1T (table 3): 160 heads, hidden 25600, 128 layers."""
+    return _gpt3("gpt3-1t", d_model=25600, num_layers=128, num_heads=160)
+
+
 def _float_dtype(name: str, field: str, value: Any) -> None:
   try:
     dt = jnp.dtype(value)
@@ -435,6 +468,19 @@ def _gpt2(name: str, *, d_model: int, num_layers: int, num_heads: int) -> ModelC
     name=name, style="gpt2", vocab_size=_GPT2_VOCAB, d_model=d_model, num_layers=num_layers,
     num_heads=num_heads, num_kv_heads=num_heads, head_dim=d_model // num_heads, d_ff=4 * d_model,
     max_seq_len=_GPT2_MAX_SEQ_LEN, tie_embeddings=True, norm_eps=1e-5, rope_theta=10_000.0,
+  )
+
+
+# Korthikanti et al. 2022, section 6: "a sequence length of 2048 and a vocabulary size of 51200"
+# (GPT-2's 50257 tokens padded, as Megatron pads, to a multiple of 128 x its tensor size).
+_GPT3_VOCAB = 51_200
+_GPT3_MAX_SEQ_LEN = 2048
+
+
+def _gpt3(name: str, *, d_model: int, num_layers: int, num_heads: int) -> ModelConfig:
+  return dataclasses.replace(
+    _gpt2(name, d_model=d_model, num_layers=num_layers, num_heads=num_heads),
+    vocab_size=_GPT3_VOCAB, max_seq_len=_GPT3_MAX_SEQ_LEN,
   )
 
 

@@ -48,6 +48,7 @@ from .attention_ops import AttendFn, dot_attend
 from .cache import CACHE_SEQ, KVCache, kv_cache_bytes
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, param
+from .dropout import Dropout
 from .names import (
   BATCH,
   CONTEXT,
@@ -65,6 +66,7 @@ from .names import (
   Q_LORA,
   QUERY_PROJ,
   QUERY_WA_PROJ,
+  NORM_SEQ,
   SEQ,
   VALUE_PROJ,
 )
@@ -125,7 +127,7 @@ class MLAttention(nnx.Module):
 
   def _out(self, ctx_btnv: jax.Array, constrain: Constrain) -> jax.Array:
     out_btd = jnp.einsum("btnv,nvd->btd", ctx_btnv, self._w(self.w_o_nvd))  # eq. (19)
-    return constrain(out_btd, (BATCH, SEQ, EMBED))
+    return constrain(out_btd, (BATCH, NORM_SEQ, EMBED))  # row-parallel: reduced (scattered under SP)
 
   def __call__(
     self,
@@ -135,14 +137,19 @@ class MLAttention(nnx.Module):
     rope_cos_tk: jax.Array,
     constrain: Constrain,
     attend: AttendFn | None = None,
+    dropout: Dropout | None = None,
   ) -> jax.Array:
     """Training (and any full-sequence) attention: eqs. (9)-(19) with keys and values expanded
-    per head, so ``attend`` sees ordinary multi-head q, k, v (v narrower than q and k)."""
+    per head, so ``attend`` sees ordinary multi-head q, k, v (v narrower than q and k).
+    ``dropout`` drops the attention probabilities, as :class:`~.attention.Attention` does."""
     qc_btnh, qr_btnr = self._queries(x_btd, rope_sin_tk, rope_cos_tk, constrain)
     ckv_btc, kr_btr = self._latent(x_btd, rope_sin_tk, rope_cos_tk, constrain)
-    return self._expanded(qc_btnh, qr_btnr, ckv_btc, kr_btr, constrain=constrain, attend=attend)
+    return self._expanded(qc_btnh, qr_btnr, ckv_btc, kr_btr, constrain=constrain, attend=attend, dropout=dropout)
 
-  def _expanded(self, qc_btnh, qr_btnr, ckv_btc, kr_btr, *, constrain: Constrain, attend: AttendFn | None) -> jax.Array:
+  def _expanded(
+    self, qc_btnh, qr_btnr, ckv_btc, kr_btr, *, constrain: Constrain, attend: AttendFn | None,
+    dropout: Dropout | None = None,
+  ) -> jax.Array:
     """Eqs. (16)-(19) with keys and values expanded per head from the latents (the naive form)."""
     b, t, n, _ = qc_btnh.shape
     kc_btnh = jnp.einsum("btc,cnh->btnh", ckv_btc, self._w(self.w_k_b_cnh))
@@ -153,7 +160,9 @@ class MLAttention(nnx.Module):
     q_btnh = constrain(checkpoint_name(q_btnh, QUERY_PROJ), (BATCH, SEQ, HEADS, HEAD_DIM))
     k_btnh = constrain(checkpoint_name(k_btnh, KEY_PROJ), (BATCH, SEQ, HEADS, HEAD_DIM))
     v_btnv = constrain(checkpoint_name(v_btnv, VALUE_PROJ), (BATCH, SEQ, HEADS, HEAD_DIM))
-    ctx_btnv = (dot_attend if attend is None else attend)(q_btnh, k_btnh, v_btnv, causal=True)
+    attend = dot_attend if attend is None else attend
+    extra = {} if dropout is None else {"dropout": dropout}
+    ctx_btnv = attend(q_btnh, k_btnh, v_btnv, causal=True, **extra)
     ctx_btnv = checkpoint_name(constrain(ctx_btnv, (BATCH, SEQ, HEADS, HEAD_DIM)), CONTEXT)
     return checkpoint_name(self._out(ctx_btnv, constrain), OUT_PROJ)
 

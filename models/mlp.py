@@ -9,7 +9,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, param
-from .names import BATCH, EMBED, MLP, MLPWI, MLPWI_0, MLPWI_1, MLPWO, SEQ
+from .names import BATCH, EMBED, MLP, MLPWI, MLPWI_0, MLPWI_1, MLPWO, NORM_SEQ, SEQ
 
 
 class GeluMLP(nnx.Module):
@@ -37,7 +37,7 @@ class GeluMLP(nnx.Module):
     h_btf = checkpoint_name(constrain(h_btf, (BATCH, SEQ, MLP)), MLPWI)
     out_btd = jnp.einsum("btf,fd->btd", h_btf, self.w_out_fd[...].astype(self.dtype))
     out_btd = out_btd + self.b_out_d[...].astype(self.dtype)
-    out_btd = constrain(out_btd, (BATCH, SEQ, EMBED))
+    out_btd = constrain(out_btd, (BATCH, NORM_SEQ, EMBED))  # row-parallel: reduced (scattered under SP)
     return checkpoint_name(out_btd, MLPWO)
 
 
@@ -61,7 +61,7 @@ class SwiGLU(nnx.Module):
     h_btf = jax.nn.silu(gate_btf) * up_btf
     h_btf = checkpoint_name(constrain(h_btf, (BATCH, SEQ, MLP)), MLPWI)
     out_btd = jnp.einsum("btf,fd->btd", h_btf, self.w_down_fd[...].astype(self.dtype))
-    out_btd = constrain(out_btd, (BATCH, SEQ, EMBED))
+    out_btd = constrain(out_btd, (BATCH, NORM_SEQ, EMBED))  # row-parallel: reduced (scattered under SP)
     return checkpoint_name(out_btd, MLPWO)
 
 

@@ -42,7 +42,12 @@ LOGICAL_AXES: tuple[str, ...] = (
 # EMBED, HEADS, KV_HEADS, HEAD_DIM, MLP and VOCAB above.
 BATCH = "batch"
 SEQ = "seq"
-ACTIVATION_AXES: tuple[str, ...] = (BATCH, SEQ)
+# The sequence of the residual stream and what is elementwise on it (the norms, the dropouts, the
+# residual adds): MaxText's "activation_norm_length". The rules split it as "seq" is split, and,
+# with Megatron's sequence parallelism (Korthikanti et al. 2022, section 4.2.2), over the tensor
+# axis too; "seq" marks the activations a column-parallel matmul takes in (gathered there).
+NORM_SEQ = "norm_seq"
+ACTIVATION_AXES: tuple[str, ...] = (BATCH, SEQ, NORM_SEQ)
 
 # Checkpoint names; shapes and meaning are documented in the package docstring.
 QUERY_PROJ = "query_proj"

@@ -41,6 +41,11 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "mixtral-8x22b": ModelConfig.mixtral_8x22b,
   "qwen3-30b-a3b": ModelConfig.qwen3_30b_a3b,
   "deepseek-v3": ModelConfig.deepseek_v3,
+  # The GPT-3 shapes of Korthikanti et al. 2022, table 3 (issue 20).
+  "gpt3-22b": ModelConfig.gpt3_22b,
+  "gpt3-175b": ModelConfig.gpt3_175b,
+  "gpt3-530b": ModelConfig.gpt3_530b,
+  "gpt3-1t": ModelConfig.gpt3_1t,
 }
 
 # A read-only Mapping with the same get/parse and one-line errors as the other registries.

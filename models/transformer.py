@@ -27,12 +27,13 @@ from .attention import Attention
 from .attention_ops import AttendFn
 from .cache import KVCache
 from .config import ModelConfig
+from .dropout import ATTENTION_OUT, ATTENTION_PROBS, EMBEDDINGS, MLP_OUT, Dropout, maybe
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
 from .loss import cross_entropy
 from .mla import MLACache, MLAttention
 from .mlp import make_mlp
 from .moe import ExpertsFn, MoE
-from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, POS, SEQ, VOCAB
+from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, NORM_SEQ, POS, SEQ, VOCAB
 from .pipeline import Pipeline
 from .pipeline import run as run_pipeline
 from .rope import rope_tables, rope_tables_at
@@ -85,9 +86,10 @@ class Block(nnx.Module):
     self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(cfg, out_init=out_init, rngs=rngs)
 
   def _ffn(self, x_btd: jax.Array, constrain: Constrain, experts: ExpertsFn | None) -> jax.Array:
+    h_btd = _gathered(self.mlp_norm(x_btd), constrain)
     if self.is_moe:
-      return self.mlp(self.mlp_norm(x_btd), constrain=constrain, experts=experts)
-    return self.mlp(self.mlp_norm(x_btd), constrain=constrain)
+      return self.mlp(h_btd, constrain=constrain, experts=experts)
+    return self.mlp(h_btd, constrain=constrain)
 
   def __call__(
     self,
@@ -98,14 +100,17 @@ class Block(nnx.Module):
     constrain: Constrain,
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
+    dropout: Dropout | None = None,
   ) -> jax.Array:
-    x_btd = x_btd + self.attn(
-      self.attn_norm(x_btd), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain,
-      attend=attend,
+    """The block in training: ``dropout`` (one layer's, :mod:`.dropout`) drops the attention
+    probabilities and both sub-blocks' outputs before they join the residual stream."""
+    attn_btd = self.attn(
+      _gathered(self.attn_norm(x_btd), constrain), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+      constrain=constrain, attend=attend, dropout=None if dropout is None else dropout.at(ATTENTION_PROBS),
     )
-    x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
-    x_btd = x_btd + self._ffn(x_btd, constrain, experts)
-    return constrain(x_btd, (BATCH, SEQ, EMBED))
+    x_btd = constrain(x_btd + maybe(dropout, ATTENTION_OUT, attn_btd), (BATCH, NORM_SEQ, EMBED))
+    x_btd = x_btd + maybe(dropout, MLP_OUT, self._ffn(x_btd, constrain, experts))
+    return constrain(x_btd, (BATCH, NORM_SEQ, EMBED))
 
   def cached(
     self,
@@ -127,6 +132,14 @@ class Block(nnx.Module):
     x_btd = constrain(x_btd + attn_btd, (BATCH, SEQ, EMBED))
     x_btd = x_btd + self._ffn(x_btd, constrain, None)
     return (constrain(x_btd, (BATCH, SEQ, EMBED)), *layer_cache)
+
+
+def _gathered(h_btd: jax.Array, constrain: Constrain) -> jax.Array:
+  """A norm's output, computed where the residual stream is (split along the sequence over the
+  tensor axis under sequence parallelism), then whole along the sequence for the column-parallel
+  matmuls that take it in: Megatron's all-gather ``g`` (Korthikanti et al. 2022, section 4.2.2,
+  figure 5). Without sequence parallelism both constraints are the one the stream already has."""
+  return constrain(constrain(h_btd, (BATCH, NORM_SEQ, EMBED)), (BATCH, SEQ, EMBED))
 
 
 def _block_stack(cfg: ModelConfig, num: int, *, moe: bool, rngs: nnx.Rngs) -> Block:
@@ -209,11 +222,15 @@ class Transformer(nnx.Module):
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
     pipeline: Pipeline | None = None,
+    dropout_key: jax.Array | None = None,
   ) -> jax.Array:
     """Float32 next-token logits [batch, seq, vocab] for integer tokens [batch, seq]:
     ``logits(hidden(tokens_bt, ...))``; the arguments are :meth:`hidden`'s."""
     constrain = no_constraint if constrain is None else constrain
-    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline)
+    x_btd = self.hidden(
+      tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline,
+      dropout_key=dropout_key,
+    )
     return self.logits(x_btd, constrain=constrain)
 
   def loss(
@@ -227,6 +244,7 @@ class Transformer(nnx.Module):
     experts: ExpertsFn | None = None,
     vocab_tiles: int = 1,
     pipeline: Pipeline | None = None,
+    dropout_key: jax.Array | None = None,
   ) -> jax.Array:
     """Mean next-token cross entropy (float32 scalar) of the logits against ``targets_bt``.
 
@@ -236,7 +254,10 @@ class Transformer(nnx.Module):
     ``optax.softmax_cross_entropy_with_integer_labels(self(tokens_bt), targets_bt).mean()``.
     """
     constrain = no_constraint if constrain is None else constrain
-    x_btd = self.hidden(tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline)
+    x_btd = self.hidden(
+      tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline,
+      dropout_key=dropout_key,
+    )
     return cross_entropy(
       x_btd, targets_bt, functools.partial(self.logits, constrain=constrain), vocab_tiles=vocab_tiles,
       constrain=constrain,
@@ -251,6 +272,7 @@ class Transformer(nnx.Module):
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
     pipeline: Pipeline | None = None,
+    dropout_key: jax.Array | None = None,
   ) -> jax.Array:
     """The final-normed hidden states [batch, seq, d_model] (compute dtype) for tokens [batch, seq].
 
@@ -269,6 +291,9 @@ class Transformer(nnx.Module):
         a sharded one); None is the implementation ``cfg.moe_impl`` names.
       pipeline: each stack of layers pipelined over the ``stage`` mesh axis
         (:mod:`.pipeline`: GPipe or MaxText's circular schedule); None runs the layers in one scan.
+      dropout_key: a PRNG key for ``cfg.dropout`` (training): the embeddings, attention
+        probabilities and both sub-blocks' outputs are dropped, each layer with its own key.
+        None, or a rate of 0, runs without dropout.
     """
     cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
@@ -283,32 +308,39 @@ class Transformer(nnx.Module):
     else:
       # Computed once outside the scan and closed over: identical for every layer.
       rope_sin_tk, rope_cos_tk = rope_tables(t, self.rope_dim, cfg.rope_theta)
-    x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
+    dropout = Dropout(cfg.dropout, dropout_key) if cfg.dropout and dropout_key is not None else None
+    x_btd = constrain(maybe(dropout, EMBEDDINGS, x_btd), (BATCH, NORM_SEQ, EMBED))
 
-    for stack, _, _ in self.stacks():
+    for index, (stack, _, num) in enumerate(self.stacks()):
       # Split once: the scan carries the residual stream and slices one layer of parameters
       # per step; merging inside the body rebuilds a plain Block around that slice.
       block_def, block_state = nnx.split(stack)
 
-      def body(carry_btd: jax.Array, layer_state: nnx.State, block_def=block_def) -> tuple[jax.Array, None]:
+      # Each layer's dropout key rides the scan beside its parameters (xs), one per layer.
+      layer_keys = None if dropout is None else jax.random.split(dropout.at(EMBEDDINGS + 1 + index).key, num)
+
+      def body(carry_btd: jax.Array, xs: Any, block_def=block_def) -> tuple[jax.Array, None]:
+        layer_state, layer_key = xs
         # The layer's input, by name, so a remat policy can offload it (names.DECODER_LAYER_INPUT).
         carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         y_btd = block(
           carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, attend=attend,
-          experts=experts,
+          experts=experts, dropout=None if layer_key is None else Dropout(cfg.dropout, layer_key),
         )
         return y_btd, None
 
       if remat is not None:
         body = jax.checkpoint(body, policy=remat, prevent_cse=False)
       if pipeline is None:
-        x_btd, _ = jax.lax.scan(body, x_btd, block_state)
+        x_btd, _ = jax.lax.scan(body, x_btd, (block_state, layer_keys))
       else:  # one group of layers per stage and iteration, the same body scanned inside it
-        stage_fn = lambda state, x, body=body: jax.lax.scan(body, x, state)[0]  # noqa: E731
+        if dropout is not None:
+          raise JaxmemError("`dropout` with a stage axis is not built (the pipeline's iterations carry no keys); drop one")
+        stage_fn = lambda state, x, body=body: jax.lax.scan(body, x, (state, None))[0]  # noqa: E731
         x_btd = run_pipeline(pipeline, stage_fn, block_state, x_btd, layer_policy=remat)
 
-    return self.final_norm(x_btd)
+    return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
   def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
     """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection)."""

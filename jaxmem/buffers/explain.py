@@ -136,6 +136,7 @@ def explain_workload(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
       microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], qk_dtype=w.qk_dtype, precision=p.precision,
       pipeline=p.pipeline,
+      sequence_parallel=w.sequence_parallel,
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
     r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds)
@@ -146,6 +147,7 @@ def explain_workload(
       attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles, qk_dtype=w.qk_dtype,
       master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=p.precision.grad_reduce_dtype,
       **p.pipeline.fields(m),
+      sequence_parallel=prog.sequence_parallel, dropout=p.cfg.dropout,
   )
   return dataclasses.replace(
       r, target=p.target.name, mesh=shd.format_mesh(m), configuration=configuration,

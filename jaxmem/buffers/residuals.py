@@ -28,8 +28,9 @@ from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
+from jaxmem.models.dropout import Dropout
 from jaxmem.models.transformer import Block
-from jaxmem.planning.plan import moe_config, moe_variants, resolve_model, resolve_step_axes
+from jaxmem.planning.plan import moe_config, moe_variants, resolve_dropout, resolve_model, resolve_step_axes
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.train import pick_attention
 from jaxmem.records import Record
@@ -74,10 +75,14 @@ class PolicyResiduals(Record):
 def _block_fn(cfg: ModelConfig, rp: RematPolicy, attend: AttendFn | None = None, *, moe: bool = False):
   block = nnx.eval_shape(lambda: Block(cfg, moe=moe, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
+  attend = rp.attend(attend)  # selective: the attention core under its own checkpoint
 
-  def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk):
+  def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk, key=None):
+    # With the model's dropout, one layer's key (an argument: what it keeps is the masks).
+    dropout = None if key is None else Dropout(cfg.dropout, key)
     return nnx.merge(graphdef, layer_state)(
-        x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=lambda x, _: x, attend=attend
+        x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=lambda x, _: x, attend=attend,
+        dropout=dropout,
     )
 
   fn = layer if rp.policy is None else jax.checkpoint(layer, policy=rp.policy, prevent_cse=False)
@@ -124,7 +129,8 @@ def _listing(
   x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
   k = (cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim) // 2  # MLA rotates only its RoPE part
   rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
-  listing = saved_residuals(fn, state, x, rope, rope)
+  key = (jax.eval_shape(lambda: jax.random.key(0)),) if cfg.dropout else ()
+  listing = saved_residuals(fn, state, x, rope, rope, *key)
   out = []
   for aval, description in listing:
     name, is_input = _name(aval, description)
@@ -132,6 +138,8 @@ def _listing(
       # The layer's parameters (and RoPE tables) are held for the whole step anyway: a
       # residual that only points at them costs nothing extra.
       continue
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key):
+      continue  # a dropout key folded in: two words, from which the masks are drawn again
     shape = tuple(int(s) for s in getattr(aval, "shape", ()))
     dtype = jnp.dtype(aval.dtype)
     out.append(
@@ -159,7 +167,7 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
   if w.batch < 1 or w.seq < 1:
     raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
-  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype, dropout=resolve_dropout(w))
   attentions, microbatches = resolve_step_axes(w)
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])

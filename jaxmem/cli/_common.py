@@ -134,6 +134,21 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
       help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; default 1",
   )
   add_precision(p)
+  add_parallelism(p)
+
+
+def add_parallelism(p: argparse.ArgumentParser) -> None:
+  """Korthikanti et al. 2022's options: Megatron sequence parallelism and the models' dropout."""
+  p.add_argument(
+      "--sequence-parallel", action="store_true", default=None,
+      help="Megatron sequence parallelism: split the residual stream, norms and dropouts along the sequence over "
+      "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh tensor=N",
+  )
+  p.add_argument(
+      "--dropout", default=None, metavar="P",
+      help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
+      "sub-blocks' outputs; masks are one byte each); default 0",
+  )
 
 
 def add_precision(p: argparse.ArgumentParser) -> None:

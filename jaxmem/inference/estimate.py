@@ -363,6 +363,7 @@ def estimate_vs_compiler(row: Any, *, precision: str | None = None, cfg: ModelCo
   recompute = _REMAT_TO_RECOMPUTE.get(row.remat, "selective")
   est = estimate(
       model=cfg, optimizer=opt, batch=max(1, row.batch // dp), seq=row.seq, tensor=t, recompute=recompute,
+      sequence_parallel=bool(getattr(row, "sequence_parallel", False)),
       capacity_factor=getattr(row, "capacity_factor", None), **_row_layout(row, opt, precision),
   )
   # The routed experts' weights are also divided over expert (exp -> expert in the rules).

@@ -168,7 +168,10 @@ def search(
     if over == "batch":
       step, cap = shd.data_parallel_size(mesh) * t.microbatches * p.pipeline.ways(mesh), MAX_STEPS
     else:
-      step = math.lcm(SEQ_QUANTUM * shd.mesh_axes(mesh).ways("seq"), t.vocab_tiles)
+      ways = shd.mesh_axes(mesh).ways("seq")
+      if p.workload.sequence_parallel:  # the residual stream is split over tensor too
+        ways *= dict(mesh).get("tensor", 1)
+      step = math.lcm(SEQ_QUANTUM * ways, t.vocab_tiles)
       gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
       cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
     searches.append(_Search(task=t, step=step, cap=cap, capacity=p.target.capacity_bytes))

@@ -26,7 +26,7 @@ from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
-from jaxmem.program.train import check_batch, check_qk_dtype, pick_attention
+from jaxmem.program.train import check_batch, check_qk_dtype, check_step_options, pick_attention
 from jaxmem.workload import BaseWorkload, Workload
 
 
@@ -252,7 +252,7 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   w = Workload.of(workload, **fields)
   if w.step:
     return plan_step(w)
-  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype, dropout=resolve_dropout(w))
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
   optimizers = OPTIMIZERS.parse(w.optimizer)
@@ -268,6 +268,12 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   for m in meshes:
     for mb, tiles in itertools.product(microbatches, vocab_tiles):
       check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles, pipeline=pipeline)
+    check_step_options(cfg, m, w.seq, sequence_parallel=w.sequence_parallel)
+    if cfg.dropout and pipeline.schedule(m):
+      raise JaxmemError(
+          f"`dropout` with a stage axis (mesh {shd.format_mesh(m)}) is not built: the pipeline's iterations carry no "
+          "dropout keys; set dropout 0 or drop the stage axis"
+      )
     for name in attentions:
       # A name the target or mesh cannot take is refused here, before the first compile.
       pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
@@ -290,6 +296,16 @@ def resolve_pipeline(w: Workload, meshes: tuple[shd.MeshSpec, ...]) -> PipelineO
         "no mesh here has one"
     )
   return options
+
+
+def resolve_dropout(w: Workload) -> float | None:
+  """The workload's dropout rate for the model (None: the model's own, 0), checked."""
+  d = w.dropout
+  if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
+    raise JaxmemError(f"`dropout` must be a probability in [0, 1), got {d!r}")
+  if not isinstance(w.sequence_parallel, bool):
+    raise JaxmemError(f"`sequence_parallel` is true or false, got {w.sequence_parallel!r}")
+  return float(d) or None
 
 
 def resolve_precision(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimizer, ...]) -> Precision:
@@ -316,7 +332,8 @@ def plan_step(w: Workload) -> Plan:
                             ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ()),
                             ("master_dtype", w.master_dtype, None), ("moments_dtype", w.moments_dtype, None),
                             ("grad_reduce_dtype", w.grad_reduce_dtype, None),
-                            ("pipeline_microbatches", w.pipeline_microbatches, None), ("pipeline_repeats", w.pipeline_repeats, 1)):
+                            ("pipeline_microbatches", w.pipeline_microbatches, None), ("pipeline_repeats", w.pipeline_repeats, 1),
+                            ("sequence_parallel", w.sequence_parallel, False), ("dropout", w.dropout, 0.0)):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
       raise JaxmemError(f"`{field}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)

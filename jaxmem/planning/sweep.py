@@ -94,7 +94,7 @@ def run_config(
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
       microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.workload.qk_dtype, precision=p.precision,
-      pipeline=p.pipeline,
+      pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel,
   )
   base.update(
       param_bytes=program.param_bytes,
@@ -159,7 +159,8 @@ def precision_fields(program: Any) -> dict[str, Any]:
   program resolved it)."""
   return dict(
       master_dtype=program.precision.master_dtype, moments_dtype=program.moments_dtype,
-      grad_reduce_dtype=program.precision.grad_reduce_dtype,
+      grad_reduce_dtype=program.precision.grad_reduce_dtype, sequence_parallel=program.sequence_parallel,
+      dropout=program.cfg.dropout,
   )
 
 
@@ -291,6 +292,6 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
   program = build_train_program(
       cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
       attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
-      qk_dtype=row.qk_dtype, precision=p.precision, pipeline=p.pipeline,
+      qk_dtype=row.qk_dtype, precision=p.precision, pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel,
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

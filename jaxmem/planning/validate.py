@@ -71,6 +71,7 @@ def _configuration(
       param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
       vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, qk_dtype=p.workload.qk_dtype,
       **dataclasses.asdict(p.precision), **moe_fields(p.cfg), **p.pipeline.fields(mesh),
+      sequence_parallel=p.workload.sequence_parallel, dropout=p.cfg.dropout,
   )
 
 
@@ -85,16 +86,17 @@ def measure(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh,
       attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
       vocab_tiles=p.vocab_tiles[0], qk_dtype=p.workload.qk_dtype, precision=p.precision, pipeline=p.pipeline,
+      sequence_parallel=p.workload.sequence_parallel,
   )
   outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
   if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit
     raise JaxmemError(f"validate: configuration {rp.name}, {opt.name}, mesh {shd.format_mesh(mesh)} was refused: {outcome.error}")
   compiled, predicted = outcome.compiled, outcome.required_bytes
   workspace = cudnn_workspace_bytes(compiled.as_text() or "")
-  params, state, tokens, targets = program.concrete_args()
+  params, state, tokens, targets, *key = program.concrete_args()  # key: the dropout key, where taken
   loss = None
   for _ in range(steps):
-    params, state, loss = compiled(params, state, tokens, targets)
+    params, state, loss = compiled(params, state, tokens, targets, *key)
   loss = float(jax.device_get(loss))
   notes: list[str] = list(program.notes)
   measured = None
@@ -163,6 +165,10 @@ def argv(workload: Workload) -> list[str]:
   for f in dataclasses.fields(workload):
     v = getattr(workload, f.name)
     if f.name in ("target", "slices") or v is None or v == ():
+      continue
+    if isinstance(v, bool):  # a switch (--sequence-parallel): given when on
+      if v:
+        out.append(f"--{f.name.replace('_', '-')}")
       continue
     if f.name == "model":
       v = workload.model_name

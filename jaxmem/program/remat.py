@@ -10,6 +10,9 @@ the rest are recomputed. Three families:
 - Presets over the names the models tag with ``checkpoint_name`` (see ``jaxmem.models``),
   following MaxText's ``remat_policy`` vocabulary; the ``*_offloaded`` ones move saved values
   to host memory and need a target with a host memory space.
+- ``selective``: Korthikanti et al. 2022's selective activation recomputation (section 4.2):
+  the attention core alone under its own ``jax.checkpoint`` (:func:`layer_attend`), the rest
+  of the layer saved as without remat.
 
 >>> REMAT_POLICIES.get("save_qkv_proj").saves
 ('query_proj', 'key_proj', 'value_proj')
@@ -23,6 +26,8 @@ from collections.abc import Callable, Sequence
 
 import jax
 
+from jaxmem.models import AttendFn, dot_attend
+from jaxmem.models.dropout import Dropout
 from jaxmem.registry import Registry
 
 cp = jax.checkpoint_policies
@@ -37,6 +42,31 @@ class RematPolicy:
   offloads: tuple[str, ...] = ()  # checkpoint names moved to host memory
   alias_of: str | None = None  # same policy under another name: left out of `all`
   needs_host_memory: bool = False
+  # Recompute the attention core (q k^T, softmax, its dropout, the product with v) under its own
+  # jax.checkpoint saving nothing, whatever ``policy`` does with the rest (layer_attend).
+  attention_core: bool = False
+
+  def attend(self, attend: AttendFn | None) -> AttendFn | None:
+    """The attention function a layer runs under this policy (:func:`layer_attend`)."""
+    return layer_attend(attend) if self.attention_core else attend
+
+
+def layer_attend(attend: AttendFn | None) -> AttendFn:
+  """``attend`` (None: dot attention) under ``jax.checkpoint`` saving nothing: its backward pass
+  recomputes the scores, the softmax and the dropout mask from q, k, v and the mask's key, the
+  way Megatron's ``--recompute-granularity selective`` checkpoints its ``core_attention``
+  (Korthikanti et al. 2022, section 4.2; the same key draws the same mask again)."""
+  attend = dot_attend if attend is None else attend
+
+  def run(q, k, v, *, causal: bool = True, dropout: Dropout | None = None):
+    if dropout is None:
+      core = lambda q, k, v: attend(q, k, v, causal=causal)  # noqa: E731
+      return jax.checkpoint(core, policy=cp.nothing_saveable, prevent_cse=False)(q, k, v)
+    rate = dropout.rate
+    core = lambda q, k, v, key: attend(q, k, v, causal=causal, dropout=Dropout(rate, key))  # noqa: E731
+    return jax.checkpoint(core, policy=cp.nothing_saveable, prevent_cse=False)(q, k, v, dropout.key)
+
+  return run
 
 
 # Why each built-in policy is worth comparing, in one line.
@@ -155,6 +185,16 @@ def _build() -> dict[str, RematPolicy]:
       description="move each layer's input to host memory, recompute everything else",
       offloads=(layer_input,),
       needs_host_memory=True,
+  )
+  # Korthikanti et al. 2022, section 4.2: the attention core's 5as^2b bytes per layer (scores,
+  # softmax, its dropout mask) are most of a long sequence's activations but few of its FLOPs, so
+  # recompute exactly those and keep everything else (policy None: the rest as with no remat).
+  reg["selective"] = RematPolicy(
+      name="selective",
+      policy=None,
+      description="Korthikanti et al.'s selective recomputation: recompute the attention core (QK^T, softmax, "
+      "its dropout, attention over V), keep the rest",
+      attention_core=True,
   )
   reg["minimal_offloaded"] = RematPolicy(
       name="minimal_offloaded",

@@ -30,6 +30,13 @@ A mesh is written ``data=2,fsdp=4``. Mesh axes and what they shard:
   ``activation_batch`` rule does), so outside the experts it acts as data parallelism; tokens
   reach their experts' devices by all-to-all. On a dense model it is data parallelism.
 
+Megatron's sequence parallelism (Korthikanti et al. 2022, section 4.2.2; ``sequence_parallel``
+with a ``tensor`` axis) splits the residual stream, the norms and the dropouts (the logical
+``norm_seq``, MaxText's ``activation_norm_length``) along the sequence over ``tensor`` as well:
+:func:`activation_rules` gives the rules with it, and the compiler then all-gathers before each
+column-parallel matmul and reduce-scatters after each row-parallel one, where plain tensor
+parallelism all-reduces.
+
 Model code names dimensions logically (``jaxmem.models.LOGICAL_AXES``); the rules below map those
 names to mesh axes, separately for weights and for activations, as MaxText's
 ``logical_axis_rules`` do. A mesh axis that does not divide the dimension it shards is an error.
@@ -73,6 +80,9 @@ ACTIVATION_RULES: dict[str, tuple[str, ...]] = {
     "batch": ("data", "fsdp", "expert"),
     "exp": ("expert",),
     "seq": ("sequence", "context"),
+    # The residual stream's sequence (norms, dropouts, residual adds): as "seq" here, and over
+    # "tensor" too with sequence parallelism (activation_rules).
+    "norm_seq": ("sequence", "context"),
     "heads": ("tensor",),
     "kv_heads": ("tensor",),
     "mlp": ("tensor",),
@@ -157,6 +167,30 @@ def check_seq(mesh: MeshSpec, seq: int) -> None:
     )
 
 
+def activation_rules(*, sequence_parallel: bool = False) -> dict[str, tuple[str, ...]]:
+  """The activation rules; with ``sequence_parallel``, ``norm_seq`` also split over ``tensor``
+  (after ``sequence`` and ``context``), Megatron's sequence parallelism."""
+  if not sequence_parallel:
+    return ACTIVATION_RULES
+  return {**ACTIVATION_RULES, "norm_seq": (*ACTIVATION_RULES["norm_seq"], "tensor")}
+
+
+def check_sequence_parallel(mesh: MeshSpec, seq: int) -> None:
+  """Sequence parallelism splits the residual stream over ``tensor`` after the sequence axes: it
+  needs a ``tensor`` axis of size > 1, and the sequence must divide by all of them."""
+  sizes = dict(mesh)
+  t = sizes.get("tensor", 1)
+  if t < 2:
+    raise JaxmemError(
+        f"`sequence_parallel` splits the residual stream over the tensor axis, and mesh {format_mesh(mesh)} has "
+        "none; add tensor=N (N > 1) to `mesh` or drop `sequence_parallel`"
+    )
+  ways = mesh_axes(mesh).ways("seq") * t
+  if seq % ways:
+    by = f"tensor={t}" if ways == t else f"tensor={t} x the sequence axes ({mesh_axes(mesh).describe('seq')}) = {ways}"
+    raise JaxmemError(f"`sequence_parallel`: `seq` {seq} is not divisible by {by}; use a multiple of {ways}")
+
+
 def check_experts(mesh: MeshSpec, num_experts: int, model: str) -> None:
   """An ``expert`` axis must divide the model's routed experts (each device holds E / expert)."""
   ways = dict(mesh).get("expert", 1)
@@ -225,15 +259,17 @@ def state_shardings(abstract_state: Any, abstract_params: Any, shardings: Any, m
 
 
 def lenient_spec(
-    logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh
+    logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules: dict[str, tuple[str, ...]] | None = None
 ) -> tuple[PartitionSpec, list[tuple[str | None, int, tuple[str, ...], int]]]:
-  """Activation rules over ``mesh``, leaving a dimension unsharded where its mesh axes do not
-  divide it (rather than refusing); also the dimensions so left, as (name, size, axes, ways)."""
+  """Activation rules (``rules``, else :data:`ACTIVATION_RULES`) over ``mesh``, leaving a dimension
+  unsharded where its mesh axes do not divide it (rather than refusing); also the dimensions so
+  left, as (name, size, axes, ways)."""
+  rules = ACTIVATION_RULES if rules is None else rules
   entries: list[Any] = []
   used: set[str] = set()
   left: list[tuple[str | None, int, tuple[str, ...], int]] = []
   for name, dim in zip(logical, shape, strict=True):
-    axes = tuple(a for a in ACTIVATION_RULES.get(name or "", ()) if a in mesh.shape and mesh.shape[a] > 1 and a not in used)
+    axes = tuple(a for a in rules.get(name or "", ()) if a in mesh.shape and mesh.shape[a] > 1 and a not in used)
     ways = math.prod(mesh.shape[a] for a in axes) if axes else 1
     if not axes or dim % ways:
       if axes:
@@ -245,16 +281,20 @@ def lenient_spec(
   return PartitionSpec(*entries), left
 
 
-def activation_constrainer(mesh: Mesh) -> Callable[[jax.Array, tuple[str | None, ...]], jax.Array]:
-  """A ``constrain(x, logical_axes)`` for the models: pins activations to the mesh.
+def activation_constrainer(
+    mesh: Mesh, *, sequence_parallel: bool = False
+) -> Callable[[jax.Array, tuple[str | None, ...]], jax.Array]:
+  """A ``constrain(x, logical_axes)`` for the models: pins activations to the mesh
+  (:func:`activation_rules`: ``sequence_parallel`` splits the residual stream over ``tensor``).
 
   Dimensions that a mesh axis does not divide are left unsharded here rather than refused:
   the batch and weights are checked up front, and heads fewer than the tensor axis are
   common (grouped-query attention), where XLA then replicates.
   """
+  rules = activation_rules(sequence_parallel=sequence_parallel)
 
   def constrain(x: jax.Array, logical: tuple[str | None, ...]) -> jax.Array:
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, lenient_spec(logical, x.shape, mesh)[0]))
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, lenient_spec(logical, x.shape, mesh, rules)[0]))
 
   return constrain
 

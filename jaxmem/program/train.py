@@ -21,7 +21,11 @@ The step a production trainer runs (issue 9), as MaxText builds it:
   (:class:`jaxmem.program.pipelining.PipelineOptions`);
 - mixed precision as ZeRO and Megatron lay it out (:mod:`jaxmem.program.precision`): bf16
   parameters with a float32 master copy in the optimizer state, the moments' own dtype, and
-  the dtype the gradients are formed and reduced in.
+  the dtype the gradients are formed and reduced in;
+- Megatron's sequence parallelism (``sequence_parallel``: the residual stream, norms and
+  dropouts split along the sequence over ``tensor``; :func:`jaxmem.program.sharding.activation_rules`)
+  and the model's dropout (``cfg.dropout``: a PRNG key is then the step's fifth argument, one
+  key per step as a training loop would pass in).
 """
 
 from __future__ import annotations
@@ -89,13 +93,15 @@ class TrainProgram:
   moments_dtype: str | None = None
   # The layers pipelined over the mesh's stage axis (None: no stage axis, one scan).
   pipeline: Pipeline | None = None
+  sequence_parallel: bool = False
+  step_notes: tuple[str, ...] = ()  # what the step's options do here (dropout under a fused kernel)
 
   @property
   def notes(self) -> tuple[str, ...]:
     """What a row of this program must say: why ``auto`` fell back, what a deviceless compile
     of the kernel leaves out, what the precision options mean for its figures."""
     own = () if self.attention is None else self.attention.notes
-    return own + self.precision.notes(self.cfg.dtype)
+    return own + self.precision.notes(self.cfg.dtype) + self.step_notes
 
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
@@ -117,10 +123,11 @@ class TrainProgram:
 
     def init(key):  # one program, so one compile: a compile per piece costs more than the step's
       params = nnx.split(Transformer(self.cfg, rngs=nnx.Rngs(seed)), nnx.Param)[1]
-      k1, k2 = jax.random.split(key)
-      return params, self.tx.init(params), draw(k1), draw(k2)
+      k1, k2, k3 = jax.random.split(key, 3)
+      return params, self.tx.init(params), draw(k1), draw(k2), k3
 
-    return jax.jit(init, out_shardings=(p_sh, s_sh, tok.sharding, tok.sharding))(jax.random.key(seed))
+    out = jax.jit(init, out_shardings=(p_sh, s_sh, tok.sharding, tok.sharding, None))(jax.random.key(seed))
+    return out if len(self.args) > 4 else out[:4]  # the dropout key only where the step takes one
 
 
 QK_DTYPES = ("bfloat16", "float32")
@@ -165,6 +172,43 @@ def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh) -> ExpertsFn | No
   return sharded_dropless(jmesh, shd.mesh_axes(jmesh))
 
 
+def check_step_options(cfg: ModelConfig, mesh: shd.MeshSpec, seq: int, *, sequence_parallel: bool) -> None:
+  """Sequence parallelism needs a tensor axis that divides the sequence (after the sequence axes)."""
+  if sequence_parallel:
+    shd.check_sequence_parallel(mesh, seq)
+
+
+def dropout_attend(attend: Any, name: str) -> tuple[Any, tuple[str, ...]]:
+  """``attend`` for a model with dropout: dot attention drops the probabilities itself; a fused
+  kernel (or chunked) takes no dropout, so it runs without and the row says so."""
+  if name == "dot":
+    return attend, ()
+
+  def run(q, k, v, *, causal=True, dropout=None):
+    del dropout  # the kernel has no attention dropout
+    return attend(q, k, v, causal=causal)
+
+  return run, (
+      f"dropout: the attention probabilities are not dropped under {name} attention (its kernel takes no dropout); "
+      "the embeddings and both sub-blocks' outputs are; --attention dot drops them too",
+  )
+
+
+def step_attend(choice: AttentionChoice, cfg: ModelConfig, remat: RematPolicy) -> tuple[Any, tuple[str, ...]]:
+  """The attention a layer of the step runs, and what its row must say: the choice's, taking the
+  model's dropout (:func:`dropout_attend`), wrapped by the remat policy (``selective``
+  recomputes the attention core)."""
+  attend, notes = choice.attend, ()
+  if cfg.dropout:
+    attend, notes = dropout_attend(attend, choice.name)
+  return remat.attend(attend), notes
+
+
+def dropout_key_args(cfg: ModelConfig, sharding: NamedSharding) -> tuple[jax.ShapeDtypeStruct, ...]:
+  """The step's PRNG key argument for the model's dropout (one per step), or none without dropout."""
+  return (jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding),) if cfg.dropout else ()
+
+
 def check_qk_dtype(qk_dtype: str) -> None:
   if qk_dtype not in QK_DTYPES:
     raise JaxmemError(f"unknown `qk_dtype` {qk_dtype!r}; valid: {', '.join(QK_DTYPES)}")
@@ -202,17 +246,21 @@ def accumulated(grad_fn, microbatches: int, micro_sh: NamedSharding, param_sh: A
     x_nbt = jnp.swapaxes(x_bt.reshape(x_bt.shape[0] // n, n, *x_bt.shape[1:]), 0, 1)
     return jax.lax.with_sharding_constraint(x_nbt, micro_sh)
 
-  def run(p, tokens_bt, targets_bt):
+  def run(p, tokens_bt, targets_bt, *dropout_key):
     zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, jnp.float32), p)
     zeros = jax.lax.with_sharding_constraint(zeros, param_sh)
+    # A dropout key per microbatch: each draws its own masks.
+    keys = tuple(jax.random.split(k, n) for k in dropout_key)
 
-    def body(carry, batch):
+    def body(carry, xs):
       loss_sum, acc = carry
-      loss, grads = grad_fn(p, *batch)
+      tokens, targets, key = xs
+      loss, grads = grad_fn(p, tokens, targets, *key)
       acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc, grads)
       return (loss_sum + loss, acc), None
 
-    (loss_sum, acc), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), (split(tokens_bt), split(targets_bt)))
+    xs = (split(tokens_bt), split(targets_bt), keys)
+    (loss_sum, acc), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), xs)
     return loss_sum / n, jax.tree.map(lambda a, x: (a / n).astype(x.dtype), acc, p)
 
   return run
@@ -234,10 +282,12 @@ def build_train_program(
     qk_dtype: str = "bfloat16",
     precision: prec.Precision = prec.Precision(),
     pipeline: PipelineOptions = PipelineOptions(),
+    sequence_parallel: bool = False,
 ) -> TrainProgram:
   """Builds the sharded, donated train step with abstract inputs. Call it once JAX has started
   the target's backends (the attention choice reads them)."""
   check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline)
+  check_step_options(cfg, mesh, seq, sequence_parallel=sequence_parallel)
   jmesh = target.make_mesh(mesh)
   sched = pipeline.schedule(mesh)
   pipe = None if sched is None else Pipeline(mesh=jmesh, axes=shd.mesh_axes(jmesh), microbatches=sched[1], repeats=sched[2])
@@ -257,14 +307,15 @@ def build_train_program(
   batch_spec = shd.logical_to_spec(("batch", "seq"), (batch, seq), jmesh, shd.ACTIVATION_RULES, what="batch")
   batch_sh = NamedSharding(jmesh, batch_spec)
   micro_sh = NamedSharding(jmesh, PartitionSpec(None, *batch_spec))
-  constrain = shd.activation_constrainer(jmesh)
+  constrain = shd.activation_constrainer(jmesh, sequence_parallel=sequence_parallel)
   experts = routed_experts(cfg, jmesh)
+  attend, step_notes = step_attend(choice, cfg, remat)
 
-  def loss_fn(p, tokens_bt, targets_bt):
+  def loss_fn(p, tokens_bt, targets_bt, key=None):
     model = nnx.merge(graphdef, p)
     return model.loss(
-        tokens_bt, targets_bt, remat=remat.policy, constrain=constrain, attend=choice.attend, vocab_tiles=vocab_tiles,
-        experts=experts, pipeline=pipe,
+        tokens_bt, targets_bt, remat=remat.policy, constrain=constrain, attend=attend, vocab_tiles=vocab_tiles,
+        experts=experts, pipeline=pipe, dropout_key=key,
     )
 
   grad_fn = prec.grads_in(jax.value_and_grad(loss_fn), precision.grad_reduce_dtype, param_sh)
@@ -272,20 +323,22 @@ def build_train_program(
     grad_fn = accumulated(grad_fn, microbatches, micro_sh, param_sh)
 
   # The argument names are what explain shows the inputs as (params['blocks'], opt_state.mu).
-  def train_step(params, opt_state, tokens_bt, targets_bt):
-    loss, grads = grad_fn(params, tokens_bt, targets_bt)
+  def train_step(params, opt_state, tokens_bt, targets_bt, *dropout_key):
+    loss, grads = grad_fn(params, tokens_bt, targets_bt, *dropout_key)
     updates, opt_state = tx.update(grads, opt_state, params)
     return prec.apply(params, updates, opt_state), opt_state, loss
 
+  replicated = NamedSharding(jmesh, PartitionSpec())
+  key_args = dropout_key_args(cfg, replicated)
   step = jax.jit(
       train_step,
-      in_shardings=(param_sh, opt_sh, batch_sh, batch_sh),
-      out_shardings=(param_sh, opt_sh, NamedSharding(jmesh, PartitionSpec())),
+      in_shardings=(param_sh, opt_sh, batch_sh, batch_sh, *(replicated for _ in key_args)),
+      out_shardings=(param_sh, opt_sh, replicated),
       donate_argnums=(0, 1),
   )
   sds = lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)  # noqa: E731
   tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=batch_sh)
-  args = (jax.tree.map(sds, params, param_sh), jax.tree.map(sds, opt_state, opt_sh), tokens, tokens)
+  args = (jax.tree.map(sds, params, param_sh), jax.tree.map(sds, opt_state, opt_sh), tokens, tokens, *key_args)
   return TrainProgram(
       step=step,
       args=args,
@@ -300,6 +353,8 @@ def build_train_program(
       precision=precision,
       moments_dtype=moments_dtype(opt_state),
       pipeline=pipe,
+      sequence_parallel=sequence_parallel,
+      step_notes=step_notes,
   )
 
 

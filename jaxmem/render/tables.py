@@ -275,7 +275,13 @@ def _dtypes(r: Any) -> str:
   known += [f"{v} {what}" for key, what in (("master_dtype", "master copy"), ("moments_dtype", "moments"),
                                              ("grad_reduce_dtype", "gradient reduction"))
             if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype)]
-  return f" · {', '.join(known)}" if known else ""
+  out = f" · {', '.join(known)}" if known else ""
+  # Korthikanti et al.'s options (issue 20): one per sweep, so in the heading too.
+  if _get(r, "sequence_parallel", False):
+    out += " · sequence parallel"
+  if _get(r, "dropout", 0.0):
+    out += f" · dropout {_get(r, 'dropout', 0.0):g}"
+  return out
 
 
 def _get(r: Any, key: str, default: Any) -> Any:
