@@ -65,7 +65,9 @@ class Configuration(Placement):
   state's master copy of the parameters (``None``: none), ``moments_dtype`` the dtype the
   optimizer's moments are stored in (``None``: no moments, or not recorded) and
   ``grad_reduce_dtype`` the dtype gradients were asked to be formed and reduced in (``None``:
-  the parameters' dtype, and the compiler's choice of where to reduce)."""
+  the parameters' dtype, and the compiler's choice of where to reduce). ``context_strategy``:
+  how attention crosses a context-sharded sequence (``all_gather`` or ``ring``; ``None`` on a
+  mesh without a ``context`` axis over the sequence)."""
 
   remat: str
   optimizer: str
@@ -82,6 +84,7 @@ class Configuration(Placement):
   master_dtype: str | None = None
   moments_dtype: str | None = None
   grad_reduce_dtype: str | None = None
+  context_strategy: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -183,9 +183,13 @@ class Workload(BaseWorkload):
   # --- the step people train (issue 9): gradient accumulation, vocabulary tiling ---
   microbatches: tuple[int, ...] = (1,)
   vocab_tiles: tuple[int, ...] = (1,)
+  # --- long context (issue 19): how attention crosses a context-sharded sequence, a sweep axis
+  # (jaxmem.models.context_attention.STRATEGIES); it applies to meshes with a context axis.
+  context_strategy: tuple[str, ...] = ("all_gather",)
 
   def __post_init__(self):
     super().__post_init__()
+    object.__setattr__(self, "context_strategy", names(self.context_strategy))
     object.__setattr__(self, "remat", names(self.remat))
     object.__setattr__(self, "optimizer", names(self.optimizer))
     if self.step is not None:

@@ -18,7 +18,7 @@ JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "s
 # The configuration as explain's JSON names it (function: the explained function; empty for a preset).
 _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
                   "platform", "num_devices", "attention", "microbatches", "vocab_tiles", "qk_dtype", "master_dtype",
-                  "moments_dtype", "grad_reduce_dtype")
+                  "moments_dtype", "grad_reduce_dtype", "context_strategy")
 
 
 # What the three figures printed side by side are, and why they differ (issue 18 item 10).
