@@ -352,6 +352,11 @@ def _context_problem(name: str, platform: str, shapes: AttentionShapes, axes: Me
   problem = ctx.strategy_problem(strategy, name, tuple(n for n, i in IMPLEMENTATIONS.items() if platform in i.platforms))
   if problem is None and name != "dot":
     problem = impl.shape_problem(shapes)
+  if problem is None and name == "splash":
+    try:
+      ctx.check_seq(shapes.seq, axes.ways("seq"), strategy, name)
+    except JaxmemError as e:
+      problem = str(e)
   if problem is None:
     tp = axes.ways("heads")
     if shapes.num_heads % tp or shapes.num_kv_heads % tp:

@@ -90,7 +90,7 @@ def check_seq(seq: int, ways: int, strategy: str, kernel: str) -> None:
   if seq % m:
     below = seq // m * m
     nearest = below if below and seq - below <= below + m - seq else below + m
-    what = f"2 chunks x {ways} context shards" + (" x splash's 128-lane blocks" if kernel == "splash" else "")
+    what = f"2 chunks x {ways} context shards" + (" of splash's 128-lane blocks" if kernel == "splash" else "")
     raise JaxmemError(
       f"seq {seq} cannot be split into {what} (context strategy {strategy}, attention {kernel}); "
       f"use a multiple of {m}, nearest {nearest}"
@@ -265,6 +265,23 @@ def _dot_local(q_btnh, k_bskh, v_bskv, qpos_t, kpos_s, causal):
   return out.reshape(*q_btnh.shape[:3], v_bskv.shape[-1])
 
 
+@functools.lru_cache(maxsize=8)
+def _splash_kernel(c: int, s: int, heads: int, causal: bool, interpret: bool):
+  """One splash kernel per shape, built once: its mask metadata (processed on the host, about
+  a minute and a half for 32k x 1M) serves both chunks, every layer and the recomputation."""
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+  from .attention_kernels import splash_block
+
+  bq, bkv = splash_block(c), splash_block(s)
+  mask = sm.CausalMask((c, s), offset=s - c) if causal else sm.FullMask((c, s))
+  sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv, block_q_dkv=bq, block_kv_dkv=bkv,
+                        block_kv_dkv_compute=bkv, block_q_dq=bq, block_kv_dq=bkv)
+  return sk.make_splash_mha(sm.MultiHeadMask([mask] * heads), block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                            residual_checkpoint_name=CONTEXT, interpret=interpret)
+
+
 def _splash_local(interpret: bool):
   """Splash over one chunk of c queries at a time against all T keys: the keys are taken in a
   window that ends at the chunk's last position (a gather of the storage-ordered keys), so one
@@ -273,19 +290,11 @@ def _splash_local(interpret: bool):
 
   def run(q_btnh, k_bskh, v_bskv, qpos_t, kpos_s, causal):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
-
-    from .attention_kernels import splash_block
 
     t_local, n, h = q_btnh.shape[1:]
-    s, kh = k_bskh.shape[1], k_bskh.shape[2]
+    s = k_bskh.shape[1]
     c = t_local // 2
-    bq, bkv = splash_block(c), splash_block(s)
-    mask = sm.CausalMask((c, s), offset=s - c) if causal else sm.FullMask((c, s))
-    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv, block_q_dkv=bq, block_kv_dkv=bkv,
-                          block_kv_dkv_compute=bkv, block_q_dq=bq, block_kv_dq=bkv)
-    kernel = sk.make_splash_mha(sm.MultiHeadMask([mask] * n), block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                residual_checkpoint_name=CONTEXT, interpret=interpret)
+    kernel = _splash_kernel(c, s, n, causal, interpret)
     inverse = jnp.argsort(kpos_s)  # storage index of each natural position
     q_bnth = jnp.swapaxes(q_btnh * jnp.asarray(1.0 / math.sqrt(h), q_btnh.dtype), 1, 2)
     outs = []
@@ -298,7 +307,6 @@ def _splash_local(interpret: bool):
       q_part = q_bnth[:, :, part * c:(part + 1) * c]
       run_one = lambda q, k, v: kernel(q, k, v, segment_ids=seg)  # noqa: E731
       outs.append(jax.vmap(run_one)(q_part, jnp.swapaxes(k_w, 1, 2), jnp.swapaxes(v_w, 1, 2)))
-    del kh
     return jnp.swapaxes(jnp.concatenate(outs, axis=2), 1, 2).astype(v_bskv.dtype)
 
   return run
