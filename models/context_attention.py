@@ -124,7 +124,10 @@ def _scores(q_bqkgh, k_bskh, qpos_q, kpos_s, causal):
 
 
 def _blocks(n: int) -> int:
-  return BLOCK if n % BLOCK == 0 else n
+  """The block length along n positions: the largest divisor of n that divides BLOCK (a
+  sequence in fit's steps of 128 per shard gets blocks of 128 at least), so a length that is no
+  multiple of 512 never becomes one block of scores as long as the shard."""
+  return math.gcd(n, BLOCK)
 
 
 def _fold(q_btkgh, k_bskh, v_bskv, qpos_t, kpos_s, causal, stats):
@@ -265,10 +268,11 @@ def _dot_local(q_btnh, k_bskh, v_bskv, qpos_t, kpos_s, causal):
   return out.reshape(*q_btnh.shape[:3], v_bskv.shape[-1])
 
 
-@functools.lru_cache(maxsize=8)
 def _splash_kernel(c: int, s: int, heads: int, causal: bool, interpret: bool):
-  """One splash kernel per shape, built once: its mask metadata (processed on the host, about
-  a minute and a half for 32k x 1M) serves both chunks, every layer and the recomputation."""
+  """The splash kernel for chunks of c queries over s keys. Built in each trace that uses it
+  (its mask metadata becomes arrays of that trace: a kernel kept across programs would carry
+  another program's arrays in as constants); the host-side processing of the mask, about a
+  minute and a half for 32k x 1M, is cached by jax (``_process_mask``'s lru_cache) per shape."""
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
