@@ -204,3 +204,8 @@ def test_the_model_in_load_balanced_order_computes_the_natural_loss():
   natural = jax.jit(lambda x, y: model.loss(x, y, attend=lambda *a, **k: dot_attend(*a, **k, scores_dtype=jnp.float32)))(x, y)
   stored = jax.jit(lambda x, y: model.loss(x, y, attend=attend))(x[:, pos], y[:, pos])
   np.testing.assert_allclose(stored, natural, rtol=2e-3)
+
+
+def test_an_unknown_strategy_is_one_line_naming_the_valid_ones():
+  with pytest.raises(JaxmemError, match=r"unknown `context_strategy` 'zigzag'; valid: all_gather, ring$"):
+    plan(model="tiny", target="cpu:8", batch=1, seq=256, mesh="context=8", context_strategy="zigzag", remat="none")
