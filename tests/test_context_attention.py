@@ -185,6 +185,7 @@ def test_fit_over_seq_steps_by_the_kernel_block_and_reaches_millions():
   assert MAX_STEPS * step >= 1 << 24  # the doubling's ceiling is far above a million tokens
 
 
+@pytest.mark.slow  # ~30 s on 2 shared cores; tests/test_mesh_axes.py traces the same path (context cases)
 def test_the_model_in_load_balanced_order_computes_the_natural_loss():
   """tiny's loss over tokens stored load balanced, with ring attention and the positions it
   gives, equals the loss over the natural order with dot attention: RoPE reads the natural
