@@ -73,7 +73,8 @@ class Configuration(Placement):
   ``pipeline_microbatches`` and ``pipeline_repeats`` the schedule's (``None`` without stages),
   ``bubble_fraction`` its idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al. 2019; MaxText).
   ``sequence_parallel``: Megatron's sequence parallelism over the tensor axis; ``dropout`` the
-  model's dropout rate."""
+  model's dropout rate. ``context_strategy``: how attention crosses a context-sharded sequence
+  (``all_gather`` or ``ring``; ``None`` on a mesh without a ``context`` axis over the sequence)."""
 
   remat: str
   optimizer: str
@@ -96,6 +97,7 @@ class Configuration(Placement):
   bubble_fraction: float | None = None
   sequence_parallel: bool = False
   dropout: float = 0.0
+  context_strategy: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

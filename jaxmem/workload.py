@@ -198,9 +198,13 @@ class Workload(BaseWorkload):
   # --- pipeline parallelism over a `stage` mesh axis (issue 20; jaxmem.program.pipelining) ---
   pipeline_microbatches: int | None = None  # None: as many as the stages
   pipeline_repeats: int = 1  # MaxText's circular schedule: R non-adjacent layer groups per stage
+  # --- long context (issue 19): how attention crosses a context-sharded sequence, a sweep axis
+  # (jaxmem.models.context_attention.STRATEGIES); it applies to meshes with a context axis.
+  context_strategy: tuple[str, ...] = ("all_gather",)
 
   def __post_init__(self):
     super().__post_init__()
+    object.__setattr__(self, "context_strategy", names(self.context_strategy))
     object.__setattr__(self, "remat", names(self.remat))
     object.__setattr__(self, "optimizer", names(self.optimizer))
     if self.step is not None:

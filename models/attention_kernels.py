@@ -17,7 +17,8 @@ automatically partitioned. Please wrap the call in a shard_map."), so over a mes
 runs under ``jax.shard_map`` with the batch and the heads split over the mesh axes the sharding
 rules give them (a :class:`~.mesh_axes.MeshAxes`, which every ``make_*_attend`` given a mesh
 needs), as MaxText's ``tpu_flash_attention`` does. Attention needs every key of a
-sequence, so a sequence-sharded mesh is refused (by the registry's support check, and here).
+sequence, so a sequence-sharded mesh is refused here (by the registry's support check, and
+here); over a ``context`` axis the registry runs a kernel through :mod:`.context_attention`.
 ``check_vma=False``: the kernels' outputs carry no varying-manual-axes information, and with
 abstract inputs the check refuses them (the keyword is ``check_vma`` in jax 0.10 and 0.12).
 """

@@ -43,6 +43,7 @@ from jaxmem.errors import JaxmemError
 
 from . import attention_flops as kflops
 from . import attention_kernels as kernels
+from . import context_attention as ctx
 from .attention_ops import AttendFn, chunked_attend, dot_attend
 from .config import ModelConfig
 from .mesh_axes import MeshAxes, require
@@ -248,6 +249,9 @@ class AttentionChoice:
   attend: AttendFn
   notes: tuple[str, ...] = ()  # why auto fell back; what the figures leave out
   mesh: Mesh | None = None
+  # How attention crosses a context-sharded sequence (context_attention.STRATEGIES); None when
+  # the mesh has no context axis over the sequence.
+  strategy: str | None = None
 
   def lowering(self) -> ContextManager[None]:
     """The context to lower (``jit(...).lower``) a program that uses ``attend`` in: the
@@ -281,6 +285,11 @@ def attention_help() -> str:
   )
 
 
+def context_sharded(axes: MeshAxes | None) -> bool:
+  """Whether the mesh splits the sequence over a ``context`` axis (the context strategies apply)."""
+  return axes is not None and "context" in axes.seq
+
+
 def choose_attention(
   requested: str = AUTO,
   *,
@@ -291,6 +300,7 @@ def choose_attention(
   qk_dtype: str | None = None,
   deviceless: bool = True,
   interpret: bool = False,
+  strategy: str | None = None,
 ) -> AttentionChoice:
   """The implementation for ``requested`` on ``platform`` ("cpu", "gpu", "tpu") at ``shapes``
   on the mesh ``axes`` describes (``jaxmem.program.sharding.mesh_axes``; None: one device).
@@ -302,11 +312,18 @@ def choose_attention(
   :class:`JaxmemError` naming the implementations that can. ``deviceless``: the program is
   compiled without the device, so notes about what such a compile leaves out apply.
 
+  On a mesh whose ``context`` axis splits the sequence, attention runs under ``strategy``
+  (:data:`~.context_attention.STRATEGIES`, default ``all_gather``) with the chosen kernel on
+  each shard (:func:`_choose_context`).
+
   Call it after JAX has started its backends (the CUDA plugin loads cuDNN then), i.e. once
   the target's devices exist.
   """
   if mesh is not None:
     axes = require(axes, mesh, "choose_attention")
+  if context_sharded(axes):
+    return _choose_context(requested, platform=platform, shapes=shapes, mesh=mesh, axes=axes,
+                           strategy=strategy or ctx.DEFAULT_STRATEGY, deviceless=deviceless, interpret=interpret)
   notes: list[str] = []
   if requested == AUTO:
     name = AUTO_PREFERENCE.get(platform, FALLBACK)
@@ -325,3 +342,52 @@ def choose_attention(
     notes.extend(impl.deviceless_notes(shapes))
   attend = impl.make(mesh=mesh, axes=axes, qk_dtype=qk_dtype, interpret=interpret)
   return AttentionChoice(requested=requested, name=name, attend=attend, notes=tuple(notes), mesh=mesh)
+
+
+def _context_problem(name: str, platform: str, shapes: AttentionShapes, axes: MeshAxes, strategy: str) -> str | None:
+  """Why kernel ``name`` cannot serve ``strategy`` on this platform, shapes and mesh, or None."""
+  impl = get_attention(name)
+  if platform not in impl.platforms:
+    return impl.supports(platform, shapes)
+  problem = ctx.strategy_problem(strategy, name, tuple(n for n, i in IMPLEMENTATIONS.items() if platform in i.platforms))
+  if problem is None and name != "dot":
+    problem = impl.shape_problem(shapes)
+  if problem is None and name == "splash":
+    try:
+      ctx.check_seq(shapes.seq, axes.ways("seq"), strategy, name)
+    except JaxmemError as e:
+      problem = str(e)
+  if problem is None:
+    tp = axes.ways("heads")
+    if shapes.num_heads % tp or shapes.num_kv_heads % tp:
+      problem = (f"context strategy {strategy} runs per device on whole heads, and {axes.describe('heads')} does not "
+                 f"divide {shapes.num_heads} query heads and {shapes.num_kv_heads} kv heads")
+  return problem
+
+
+def _choose_context(requested, *, platform, shapes, mesh, axes, strategy, deviceless, interpret) -> AttentionChoice:
+  """:func:`choose_attention` on a context-sharded mesh: the kernel each shard runs under
+  ``strategy``; ``auto`` falls back to ``chunked`` (with a note) where the platform's kernel
+  cannot serve the strategy. The sequence must split into the strategy's chunks."""
+  if strategy not in ctx.STRATEGIES:
+    raise JaxmemError(f"unknown context strategy {strategy!r}; valid: {', '.join(ctx.STRATEGIES)}")
+  notes: list[str] = []
+  if requested == AUTO:
+    name = AUTO_PREFERENCE.get(platform, FALLBACK)
+    reason = _context_problem(name, platform, shapes, axes, strategy)
+    if reason is not None:
+      notes.append(f"attention auto: {reason}; using {FALLBACK}")
+      name = FALLBACK
+  else:
+    name = get_attention(requested).name
+    reason = _context_problem(name, platform, shapes, axes, strategy)
+    if reason is not None:
+      able = [n for n in IMPLEMENTATIONS if _context_problem(n, platform, shapes, axes, strategy) is None]
+      raise JaxmemError(f"attention {name!r} cannot be used here: {reason}; use one of {', '.join([AUTO, *able])}")
+  ctx.check_seq(shapes.seq, axes.ways("seq"), strategy, name)
+  if name == "dot":
+    notes.append(f"attention dot under context strategy {strategy}: scores in float32 (qk_dtype applies without a context axis)")
+  if deviceless:
+    notes.extend(IMPLEMENTATIONS[name].deviceless_notes(shapes))
+  attend = ctx.ContextAttend(strategy, name, mesh, axes, interpret=interpret) if mesh is not None else dot_attend
+  return AttentionChoice(requested=requested, name=name, attend=attend, notes=tuple(notes), mesh=mesh, strategy=strategy)

@@ -301,10 +301,17 @@ class Transformer(nnx.Module):
 
     x_btd = self.embed(tokens_bt)
     rope_sin_tk = rope_cos_tk = None
+    # A context-parallel attend stores the sequence load balanced (context_attention.py): its
+    # ``positions`` give each storage index's natural position, for the position encodings.
+    positions = getattr(attend, "positions", None)
+    positions_t = None if positions is None else jnp.asarray(positions(t))
     if cfg.style == "gpt2":
       if t > cfg.max_seq_len:
         raise JaxmemError(f"model {cfg.name!r}: sequence length {t} exceeds max_seq_len {cfg.max_seq_len}")
-      x_btd = x_btd + self.pos_embed_pd[:t].astype(x_btd.dtype)[None]
+      table_td = self.pos_embed_pd[:t] if positions_t is None else jnp.take(self.pos_embed_pd[...], positions_t, axis=0)
+      x_btd = x_btd + table_td.astype(x_btd.dtype)[None]
+    elif positions_t is not None:
+      rope_sin_tk, rope_cos_tk = rope_tables_at(positions_t, self.rope_dim, cfg.rope_theta)
     else:
       # Computed once outside the scan and closed over: identical for every layer.
       rope_sin_tk, rope_cos_tk = rope_tables(t, self.rope_dim, cfg.rope_theta)

@@ -117,12 +117,18 @@ def test_a_sequence_the_context_axis_cannot_divide_names_the_nearest(mesh, seq, 
   assert "\n" not in msg and f"seq {seq}" in msg and f"nearest {nearest}" in msg and "context=" in msg
 
 
-def test_fused_kernels_refuse_a_context_sharded_sequence_and_auto_falls_back():
+def test_splash_takes_a_context_sharded_sequence_in_whole_blocks_and_auto_falls_back_otherwise():
+  # Over context=8, splash runs each device's two load-balanced chunks (models/context_attention.py):
+  # 256 tokens are chunks of 16, less than its 128-lane block, so auto takes chunked and says why.
   shapes = AttentionShapes.of(get_config("tiny"), batch=2, seq=256)
   axes = shd.mesh_axes({"context": 8})
   choice = choose_attention("auto", platform="tpu", shapes=shapes, axes=axes)
   assert choice.name == "chunked"
   (note,) = [n for n in choice.notes if n.startswith("attention auto:")]
-  assert "context=8" in note
-  with pytest.raises(JaxmemError, match="context=8"):
+  assert "8 context shards" in note and "nearest 2048" in note
+  with pytest.raises(JaxmemError, match="8 context shards"):
     choose_attention("splash", platform="tpu", shapes=shapes, axes=axes)
+  assert choose_attention("auto", platform="tpu", shapes=dataclasses.replace(shapes, seq=2048, kv_seq=2048), axes=axes).name == "splash"
+  # The sequence axis alone (activations only) still refuses the fused kernels.
+  with pytest.raises(JaxmemError, match="sequence=8"):
+    choose_attention("splash", platform="tpu", shapes=shapes, axes=shd.mesh_axes({"sequence": 8}))

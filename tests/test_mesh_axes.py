@@ -80,6 +80,10 @@ CASES = {
     "splash": dict(model="tiny", target="tpu:v5e-4", mesh="pod=2,tensor=2", attention="splash", batch=4, seq=128),
     "cudnn": dict(model="tiny", target="gpu:h100x4", mesh="pod=2,tensor=2", attention="cudnn", batch=4, seq=128),
     "triton": dict(model="tiny", target="gpu:h100x4", mesh="pod=2,tensor=2", attention="triton", batch=4, seq=128),
+    # Attention across a context-sharded sequence (context_attention), both strategies.
+    "context-all-gather": dict(model="tiny", target="cpu:8", mesh="pod=2,context=4", attention="chunked", batch=2, seq=64),
+    "context-ring": dict(model="tiny", target="cpu:8", mesh="pod=2,context=4", attention="chunked", batch=2, seq=64,
+                         context_strategy="ring"),
 }
 MARKS = {
     "splash": [pytest.mark.needs_tpu_compiler],
@@ -95,6 +99,7 @@ def test_a_new_batch_axis_reaches_every_shard_map(case, pod_rules, shard_maps):
   program = build_train_program(
       get_config(c["model"]), remat=REMAT_POLICIES["none"], optimizer=OPTIMIZERS["sgd"], batch=c["batch"],
       seq=c["seq"], target=get_target(c["target"]), mesh=mesh, attention=c["attention"],
+      context_strategy=c.get("context_strategy"),
   )
   if c["attention"] != "dot":
     assert program.attention.name == c["attention"]
@@ -131,4 +136,4 @@ def test_every_shard_map_in_models_goes_through_mesh_axes():
   assert direct == {"mesh_axes.py"}
   # pipeline.py's shard_maps (the stage rotation and the first stage's outputs) split the stage
   # axis first: their specs come from MeshAxes too, and tests/test_pipeline.py runs them.
-  assert wrapped == {"attention_kernels.py", "moe_parallel.py", "pipeline.py"}
+  assert wrapped == {"attention_kernels.py", "context_attention.py", "moe_parallel.py", "pipeline.py"}

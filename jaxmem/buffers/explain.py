@@ -127,7 +127,8 @@ def explain_workload(
   if w.step:
     return explain_step(w, top=top, kinds=kinds)
   for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
-                  ("microbatches", w.microbatches), ("vocab_tiles", w.vocab_tiles)):
+                  ("microbatches", w.microbatches), ("vocab_tiles", w.vocab_tiles),
+                  ("context_strategy", w.context_strategy)):
     if len(v) > 1:
       raise JaxmemError(f"explain takes one {what} (got {', '.join(map(str, v))}); run it once per {what}")
   p = plan(w)
@@ -136,7 +137,7 @@ def explain_workload(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
       microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], qk_dtype=w.qk_dtype, precision=p.precision,
       pipeline=p.pipeline,
-      sequence_parallel=w.sequence_parallel,
+      sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
     r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds)
@@ -147,7 +148,7 @@ def explain_workload(
       attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles, qk_dtype=w.qk_dtype,
       master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=p.precision.grad_reduce_dtype,
       **p.pipeline.fields(m),
-      sequence_parallel=prog.sequence_parallel, dropout=p.cfg.dropout,
+      sequence_parallel=prog.sequence_parallel, dropout=p.cfg.dropout, context_strategy=prog.attention.strategy,
   )
   return dataclasses.replace(
       r, target=p.target.name, mesh=shd.format_mesh(m), configuration=configuration,

@@ -121,6 +121,12 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
       "comma separated to sweep); default 1",
   )
   p.add_argument(
+      "--context-strategy", default="all_gather",
+      help="how attention crosses a sequence split over a context mesh axis: all_gather (MaxText's default: "
+      "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax); "
+      "comma separated to sweep; default all_gather",
+  )
+  p.add_argument(
       "--qk-dtype", default="bfloat16",
       help="dot attention's scores: bfloat16 (MaxText's default: the compute dtype) or float32; default bfloat16",
   )

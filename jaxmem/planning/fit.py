@@ -23,6 +23,8 @@ from typing import Any
 
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
+from jaxmem.models import context_attention as ctx
+from jaxmem.models.attention_registry import AUTO, AUTO_PREFERENCE, FALLBACK
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
@@ -52,6 +54,7 @@ class FitResult:
   attention: str | None = None
   microbatches: int = 1
   moe: str | None = None  # an MoE model's experts: "dropless", "capacity 1.25" (None: dense)
+  context_strategy: str | None = None  # over a context axis: all_gather or ring (None: no context axis)
 
   def as_dict(self) -> dict[str, Any]:
     d = {} if self.row is None else self.row.as_dict()
@@ -67,6 +70,7 @@ class FitResult:
         compiles=self.compiles,
         fit_note=self.note,
         moe=self.moe,
+        context_strategy=self.context_strategy,
     )
     return d
 
@@ -135,6 +139,22 @@ class _Search:
     return min(max(guess, self.lo + 1), upper)
 
 
+def seq_step(mesh: shd.MeshSpec, attention: str, strategy: str, platform: str, vocab_tiles: int = 1) -> int:
+  """The sequence step of a ``--over seq`` search: 128 per sequence shard, a multiple of the
+  vocabulary tiles, and, over a context axis, of what the strategy's kernel needs (two
+  load-balanced chunks per device, each whole 128-lane blocks for splash:
+  :func:`jaxmem.models.context_attention.seq_multiple`)."""
+  axes = shd.mesh_axes(mesh)
+  step = math.lcm(SEQ_QUANTUM * axes.ways("seq"), vocab_tiles)
+  if "context" not in axes.seq:
+    return step
+  kernel = attention
+  if attention == AUTO:  # auto's kernel where the strategy can take it (the registry's choice)
+    preferred = AUTO_PREFERENCE.get(platform, FALLBACK)
+    kernel = preferred if ctx.strategy_problem(strategy, preferred) is None else FALLBACK
+  return math.lcm(step, ctx.seq_multiple(strategy, kernel, axes.ways("seq")))
+
+
 def check_over(over: str) -> None:
   if over not in ("batch", "seq"):
     raise JaxmemError(f"`over` must be batch or seq (got {over!r})")
@@ -168,10 +188,9 @@ def search(
     if over == "batch":
       step, cap = shd.data_parallel_size(mesh) * t.microbatches * p.pipeline.ways(mesh), MAX_STEPS
     else:
-      ways = shd.mesh_axes(mesh).ways("seq")
+      step = seq_step(mesh, t.attention, t.context_strategy, p.target.platform, t.vocab_tiles)
       if p.workload.sequence_parallel:  # the residual stream is split over tensor too
-        ways *= dict(mesh).get("tensor", 1)
-      step = math.lcm(SEQ_QUANTUM * ways, t.vocab_tiles)
+        step = math.lcm(step, SEQ_QUANTUM * shd.mesh_axes(mesh).ways("seq") * dict(mesh).get("tensor", 1))
       gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
       cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
     searches.append(_Search(task=t, step=step, cap=cap, capacity=p.target.capacity_bytes))
@@ -210,6 +229,7 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
       row=s.best,
       note=note,
       moe=_moe_label(s),
+      context_strategy=s.task.context_strategy if "context" in shd.mesh_axes(s.task.mesh).seq else None,
   )
 
 
@@ -263,7 +283,10 @@ def template(workload: Workload, over: str) -> Workload:
     piped = PipelineOptions(microbatches=workload.pipeline_microbatches, repeats=workload.pipeline_repeats)
     return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) * n * piped.ways(m) for m in meshes for n in micro]))
   tiles = [t for t in workload.vocab_tiles if isinstance(t, int) and t > 0] or [1]
-  return workload.replace(seq=math.lcm(SEQ_QUANTUM, *tiles))
+  tgt = resolve_target(workload)
+  steps = [seq_step(m, a, s, tgt.platform) for m in resolve_meshes(workload, tgt) for a in workload.attention
+           for s in workload.context_strategy or ("all_gather",)]
+  return workload.replace(seq=math.lcm(SEQ_QUANTUM, *tiles, *steps))
 
 
 def fit(

@@ -66,6 +66,10 @@ class Task:
   def vocab_tiles(self) -> int:
     return self.workload.vocab_tiles[0]
 
+  @property
+  def context_strategy(self) -> str:
+    return self.workload.context_strategy[0]
+
   def replace(self, **fields: Any) -> Task:
     """The same task with workload fields replaced (``batch=``, ``seq=``...)."""
     return dataclasses.replace(self, workload=self.workload.replace(**fields))
@@ -110,6 +114,13 @@ class Plan:
   model: ModelConfig | None = None  # the model before the MoE choice, which tasks carry
   precision: Precision = Precision()  # master copy, moments and gradient-reduction dtypes (one per sweep)
   pipeline: PipelineOptions = PipelineOptions()  # on the meshes with a stage axis (one per sweep)
+  # How attention crosses a context-sharded sequence (issue 19), swept on meshes with a context axis.
+  context_strategies: tuple[str, ...] = ("all_gather",)
+
+  def strategies(self, mesh: shd.MeshSpec) -> tuple[str, ...]:
+    """The context strategies a mesh sweeps: all of them over a context axis, else the first
+    (it changes nothing there, and its rows say ``context_strategy`` None)."""
+    return self.context_strategies if "context" in shd.mesh_axes(mesh).seq else self.context_strategies[:1]
 
   def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
     return list(itertools.product(self.meshes, self.optimizers, self.remats))
@@ -129,13 +140,14 @@ class Plan:
         Task(
             workload=one.replace(
                 mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb,
-                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor,
+                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor, context_strategy=strategy,
             ),
             cpu_devices=cpu,
         )
         for impl, factor in self.moe
         for tiles in self.vocab_tiles
         for mesh, opt, attention, mb, rp in self.grid()
+        for strategy in self.strategies(mesh)
     ]
 
 
@@ -150,7 +162,7 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
     cfg, notes = moe_config(p.model or cfg, w, p.target.platform)
   one = dataclasses.replace(
       p, workload=w, cfg=cfg, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
-      microbatches=w.microbatches, vocab_tiles=w.vocab_tiles,
+      microbatches=w.microbatches, vocab_tiles=w.vocab_tiles, context_strategies=w.context_strategy,
   )
   opt = next(o for o in p.optimizers if o.name == task.optimizer)
   rp = next(r for r in p.remats if r.name == task.remat)
@@ -259,6 +271,7 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   meshes = resolve_meshes(w, tgt)
   attentions, microbatches = resolve_step_axes(w)
   vocab_tiles = resolve_vocab_tiles(w)
+  strategies = resolve_context_strategies(w)
   precision = resolve_precision(w, cfg, optimizers)
   pipeline = resolve_pipeline(w, meshes)
   variants = moe_variants(w)
@@ -274,14 +287,15 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
           f"`dropout` with a stage axis (mesh {shd.format_mesh(m)}) is not built: the pipeline's iterations carry no "
           "dropout keys; set dropout 0 or drop the stage axis"
       )
-    for name in attentions:
+    for name, strategy in itertools.product(attentions, strategies if "context" in shd.mesh_axes(m).seq else (None,)):
       # A name the target or mesh cannot take is refused here, before the first compile.
-      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
+      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype,
+                     context_strategy=strategy)
   w = w.replace(target=w.target_name)
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
-      moe_notes=moe_notes, model=model, precision=precision, pipeline=pipeline,
+      moe_notes=moe_notes, model=model, precision=precision, pipeline=pipeline, context_strategies=strategies,
   )
 
 
@@ -329,6 +343,7 @@ def plan_step(w: Workload) -> Plan:
   load_step(w.step)
   for field, v, default in (("attention", w.attention, ("auto",)), ("microbatches", w.microbatches, (1,)),
                             ("vocab_tiles", w.vocab_tiles, (1,)), ("qk_dtype", w.qk_dtype, "bfloat16"),
+                            ("context_strategy", w.context_strategy, ("all_gather",)),
                             ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ()),
                             ("master_dtype", w.master_dtype, None), ("moments_dtype", w.moments_dtype, None),
                             ("grad_reduce_dtype", w.grad_reduce_dtype, None),
@@ -379,3 +394,15 @@ def resolve_vocab_tiles(w: Workload) -> tuple[int, ...]:
     if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 1:
       raise JaxmemError(f"`vocab_tiles` must be whole numbers of at least 1 (got {tiles!r})")
   return tuple(dict.fromkeys(w.vocab_tiles))
+
+
+def resolve_context_strategies(w: Workload) -> tuple[str, ...]:
+  """The workload's context strategies, each once, checked (they apply on meshes with a context axis)."""
+  from jaxmem.models.context_attention import STRATEGIES
+
+  if not w.context_strategy:
+    raise JaxmemError(f"`context_strategy` is empty; give names separated by commas from {', '.join(STRATEGIES)}")
+  for name in w.context_strategy:
+    if name not in STRATEGIES:
+      raise JaxmemError(f"unknown `context_strategy` {name!r}; valid: {', '.join(STRATEGIES)}")
+  return tuple(dict.fromkeys(w.context_strategy))

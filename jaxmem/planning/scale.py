@@ -77,6 +77,7 @@ class Growth(Record):
   microbatches: int = 1
   moe: str | None = None  # an MoE model's experts ("dropless", "capacity 1.25"); None when dense
   vocab_tiles: int = 1
+  context_strategy: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,9 +135,10 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
   groups: dict[tuple, list[Row]] = {}
   for r in rows:
     moe = r.moe_impl and r.moe_impl + ("" if r.capacity_factor is None else f" {r.capacity_factor:g}")
-    groups.setdefault((r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, r.vocab_tiles, moe), []).append(r)
+    key = (r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, r.vocab_tiles, moe, r.context_strategy)
+    groups.setdefault(key, []).append(r)
   varying = [v for v in VARIABLES if v in over]
-  for (mesh, opt, remat, attention, mb, tiles, moe), rs in groups.items():
+  for (mesh, opt, remat, attention, mb, tiles, moe, strategy), rs in groups.items():
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
@@ -150,6 +152,7 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
           Growth(
               mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"],
               seq_exponent=exps["seq"], attention=attention, microbatches=mb, moe=moe, vocab_tiles=tiles,
+              context_strategy=strategy,
           )
       )
   return out

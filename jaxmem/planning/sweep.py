@@ -67,7 +67,7 @@ class Row(Judgement, StepTime, CompilerFigures, Configuration):
 
 def run_config(
     p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None,
-    microbatches: int | None = None, vocab_tiles: int | None = None,
+    microbatches: int | None = None, vocab_tiles: int | None = None, context_strategy: str | None = None,
 ) -> Row:
   """Compiles one configuration (``attention``, ``microbatches``, ``vocab_tiles``: the plan's first
   unless given) through :func:`jaxmem.compiler.figures.compile_figures`. A compile the backend refuses
@@ -76,6 +76,7 @@ def run_config(
   attention = p.attentions[0] if attention is None else attention
   microbatches = p.microbatches[0] if microbatches is None else microbatches
   vocab_tiles = p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles
+  context_strategy = p.context_strategies[0] if context_strategy is None else context_strategy
   if p.workload.step:  # a user's own step (jaxmem.planning.steps)
     return Row(**steps.step_row(p, mesh, rp))
   base = dict(
@@ -94,7 +95,7 @@ def run_config(
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
       microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.workload.qk_dtype, precision=p.precision,
-      pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel,
+      pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel, context_strategy=context_strategy,
   )
   base.update(
       param_bytes=program.param_bytes,
@@ -103,6 +104,7 @@ def run_config(
       attention=program.attention.name,
       microbatches=microbatches,
       vocab_tiles=vocab_tiles,
+      context_strategy=program.attention.strategy,
       qk_dtype=p.workload.qk_dtype,
       **precision_fields(program),
       **p.pipeline.fields(mesh),
@@ -183,7 +185,8 @@ def run_planned(p: Plan, task: Task) -> dict[str, Any]:
   """:func:`run_task` with the sweep's own plan ``p`` (in this process: nothing planned again)."""
   one, mesh, opt, rp = for_task(p, task)
   return run_config(
-      one, mesh, opt, rp, attention=task.attention, microbatches=task.microbatches, vocab_tiles=task.vocab_tiles
+      one, mesh, opt, rp, attention=task.attention, microbatches=task.microbatches, vocab_tiles=task.vocab_tiles,
+      context_strategy=task.context_strategy,
   ).as_dict()
 
 
@@ -213,7 +216,7 @@ def with_overheads(rows: list[Row]) -> list[Row]:
 def baseline_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with: everything but the policy."""
   return (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.attention, r.microbatches, r.vocab_tiles, r.moe_impl,
-          r.capacity_factor)
+          r.capacity_factor, r.context_strategy)
 
 
 def compare(
@@ -293,5 +296,6 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
       cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
       attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
       qk_dtype=row.qk_dtype, precision=p.precision, pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel,
+      context_strategy=row.context_strategy,
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 
+from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, dot_attend
 from jaxmem.models.dropout import Dropout
 from jaxmem.registry import Registry
@@ -215,6 +216,20 @@ def parse_remat(spec: str | Sequence[str], *, host_memory: bool = True) -> list[
   """``"a,b"`` or ``"all"`` to policies; ``none`` is always first (the baseline). ``all`` leaves
   out the host-offload policies when the target has no host memory space."""
   chosen = list(REMAT_POLICIES.parse(spec, all_filter=lambda p: host_memory or not p.needs_host_memory))
+  for p in chosen:
+    if p.needs_host_memory and not host_memory:
+      raise JaxmemError(
+          f"remat {p.name} offloads to host memory, and the target has no host memory space; "
+          f"use {on_device(p.name)}, the same policy kept on the device"
+      )
   if chosen[0].name != "none":
     chosen = [REMAT_POLICIES["none"], *[p for p in chosen if p.name != "none"]]
   return chosen
+
+
+def on_device(name: str) -> str:
+  """The policy an offloading one becomes when nothing can leave the device: the same names
+  saved on the device (``minimal_offloaded`` -> ``minimal``, ``qkv_proj_offloaded`` ->
+  ``save_qkv_proj``), else ``full`` (``full_offloaded`` recomputes all but the layer input)."""
+  base = name.removesuffix("_offloaded")
+  return next((n for n in (base, f"save_{base}") if n in REMAT_POLICIES and n != name), "full")

@@ -215,11 +215,13 @@ def check_qk_dtype(qk_dtype: str) -> None:
 
 
 def pick_attention(
-    requested: str, cfg: ModelConfig, *, batch: int, seq: int, target: Target, mesh: Any, qk_dtype: str = "bfloat16"
+    requested: str, cfg: ModelConfig, *, batch: int, seq: int, target: Target, mesh: Any, qk_dtype: str = "bfloat16",
+    context_strategy: str | None = None,
 ) -> AttentionChoice:
   """The attention implementation for ``requested`` on ``target`` over ``mesh`` (a Mesh, or
   axis sizes for a check before anything is built), at a (micro)batch of ``batch``.
-  ``qk_dtype`` "bfloat16" is MaxText's default, scores in the compute dtype."""
+  ``qk_dtype`` "bfloat16" is MaxText's default, scores in the compute dtype. ``context_strategy``
+  applies on a mesh whose ``context`` axis splits the sequence (default ``all_gather``)."""
   check_qk_dtype(qk_dtype)
   return choose_attention(
       requested,
@@ -229,6 +231,7 @@ def pick_attention(
       axes=None if mesh is None else shd.mesh_axes(mesh),
       qk_dtype=None if qk_dtype == "bfloat16" else qk_dtype,
       deviceless=target.source != "attached",
+      strategy=context_strategy,
   )
 
 
@@ -283,6 +286,7 @@ def build_train_program(
     precision: prec.Precision = prec.Precision(),
     pipeline: PipelineOptions = PipelineOptions(),
     sequence_parallel: bool = False,
+    context_strategy: str | None = None,
 ) -> TrainProgram:
   """Builds the sharded, donated train step with abstract inputs. Call it once JAX has started
   the target's backends (the attention choice reads them)."""
@@ -294,7 +298,7 @@ def build_train_program(
   # The kernel sees one (pipeline) microbatch at a time.
   choice = pick_attention(
       attention, cfg, batch=batch // microbatches // (1 if pipe is None else pipe.microbatches), seq=seq,
-      target=target, mesh=jmesh, qk_dtype=qk_dtype,
+      target=target, mesh=jmesh, qk_dtype=qk_dtype, context_strategy=context_strategy,
   )
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)

@@ -19,7 +19,7 @@ JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "s
 _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
                   "platform", "num_devices", "attention", "microbatches", "vocab_tiles", "qk_dtype", "master_dtype",
                   "moments_dtype", "grad_reduce_dtype", "stages", "pipeline_microbatches", "pipeline_repeats",
-                  "bubble_fraction", "sequence_parallel", "dropout")
+                  "bubble_fraction", "sequence_parallel", "dropout", "context_strategy")
 
 
 # What the three figures printed side by side are, and why they differ (issue 18 item 10).

@@ -175,6 +175,7 @@ class _Layout:
         optimizer=len({r.optimizer for r in rows}) > 1,
         # Rows from a user's step (or an older cache) record no attention: no column for it then.
         step=("attention",) * any(_get(r, "attention", None) for r in rows)
+        + ("context_strategy",) * any(_get(r, "context_strategy", None) for r in rows)
         + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows)),
         moe=any(_get(r, "moe_impl", None) for r in rows),
         factor=any(_get(r, "capacity_factor", None) is not None for r in rows),
@@ -293,7 +294,8 @@ def _get(r: Any, key: str, default: Any) -> Any:
 def _base_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with (see sweep.baseline_key)."""
   return (r.target, r.mesh, r.optimizer, r.batch, r.seq, _get(r, "attention", None), _get(r, "microbatches", 1),
-          _get(r, "vocab_tiles", 1), _get(r, "moe_impl", None), _get(r, "capacity_factor", None))
+          _get(r, "vocab_tiles", 1), _get(r, "moe_impl", None), _get(r, "capacity_factor", None),
+          _get(r, "context_strategy", None))
 
 
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
@@ -337,8 +339,9 @@ def verdict_cell(r: Any, unit: Unit) -> str:
 # note about another instruction, or the same instruction renamed in another row's program, is
 # one note.
 _SUBJECT = re.compile(r"^((?:[a-z_]+: )?)([A-Za-z_][\w-]*\.\d+): ")
-_LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "microbatches", "vocab_tiles",
-                 "pipeline_microbatches", "pipeline_repeats", "moe_impl", "capacity_factor", "remat")
+_LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "context_strategy",
+                 "microbatches", "vocab_tiles", "pipeline_microbatches", "pipeline_repeats", "moe_impl", "capacity_factor",
+                 "remat")
 
 
 def _labels(rows: Sequence[Any]) -> tuple[tuple[str, ...], list[str]]:
@@ -444,6 +447,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   over = results[0].over if results else "batch"
   rows = [r.row for r in results if r.row is not None]
   micro = any(_get(r, "microbatches", 1) > 1 for r in results)
+  strategy = any(_get(r, "context_strategy", None) for r in results)
   u = unit_for([getattr(row, f) for row in rows for f in ("required_bytes", "capacity_bytes", "temp_size_in_bytes")])
   records = []
   for r in results:
@@ -454,6 +458,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
             "mesh": r.mesh,
             "optimizer": r.optimizer,
             "attention": _get(r, "attention", "-"),
+            **({"context strategy": _get(r, "context_strategy", "-")} if strategy else {}),
             **({"microbatches": _get(r, "microbatches", 1)} if micro else {}),
             **moe,
             "remat": r.remat,
@@ -485,11 +490,13 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
   if fmt == "csv":
     return render_csv(rows)
   moe = any(g.moe for g in growth)
+  strategy = any(_get(g, "context_strategy", None) for g in growth)
   records = [
       {
           "mesh": g.mesh,
           "optimizer": g.optimizer,
           "attention": _get(g, "attention", "-"),
+          **({"context strategy": _get(g, "context_strategy", "-")} if strategy else {}),
           **({"moe": g.moe} if moe else {}),
           "remat": g.remat,
           "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
