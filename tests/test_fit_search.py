@@ -35,6 +35,8 @@ def searched(tmp_path_factory):
     rows = []
     (found,) = fit.search(p, strategy=strategy, cache=cache, on_row=rows.append)
     out[strategy] = (found, rows)
+  # A depth probe asked of a 2-layer model is not used (every probe is read from the cache).
+  (out["unused"],) = fit.search(p, cache=cache, depth_probe=True)
   return out
 
 
@@ -52,6 +54,12 @@ def test_compiles_are_counted_and_the_answer_was_confirmed_by_compiles(searched)
   assert found.row.batch == found.max_batch and found.row.fits is True
   assert by_batch[found.max_batch].fits is True and by_batch[found.max_batch + 1].fits is False
   assert found.as_dict()["compiles"] == found.compiles and found.predicted_from_depths is None
+
+
+def test_a_depth_probe_that_cannot_help_is_not_used_and_says_so(searched):
+  unused, (affine, _) = searched["unused"], searched["affine"]
+  assert unused.max_batch == affine.max_batch and unused.compiles == affine.compiles
+  assert unused.predicted_from_depths is None and "depth probe not used" in unused.note
 
 
 def _row(required, capacity, fixed=0):
@@ -98,3 +106,10 @@ def test_fit_with_a_depth_probe_agrees_with_the_full_search():
   assert probed.predicted_from_depths == (2, 4) and probed.confirmed_full_depth is True
   assert probed.max_batch == plain.max_batch and probed.row.param_bytes == plain.row.param_bytes
   assert abs(probed.depth_prediction_error_pct) < 2
+
+
+def test_the_cli_sums_compiles_per_configuration():
+  from jaxmem.cli.fit import compiles_line
+
+  results = [SimpleNamespace(compiles=n) for n in (2, 4, 3)]
+  assert compiles_line(results) == "jaxmem: 9 compiles for 3 configurations (3.0 each)"

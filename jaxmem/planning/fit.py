@@ -193,6 +193,8 @@ def search(
   depths = probe_depths(p.cfg) if depth_probe and not p.workload.step else None
   plans = {None: p} | ({} if depths is None else {d: depth_plan(p, d) for d in depths})
   searches = [_new_search(p, t, over, strategy, depths) for t in p.tasks()]
+  unused = depth_probe and depths is None
+  why = "a user's step, whose depth jaxmem cannot change" if p.workload.step else "the stack is no deeper than the probes"
   rounds = 0
   while True:
     probes = [(s, k) for s in searches if (k := s.next_probe()) is not None]
@@ -210,7 +212,10 @@ def search(
     rounds += 1
     if on_round:
       on_round(rounds, len(asks))
-  return [_result(s, over, p) for s in searches]
+  results = [_result(s, over, p) for s in searches]
+  if unused:  # asked for and not used: the rows say why
+    results = [dataclasses.replace(r, note="; ".join(filter(None, [r.note, f"depth probe not used: {why}"]))) for r in results]
+  return results
 
 
 def _new_search(p: Plan, t: Task, over: str, strategy: str, depths: tuple[int, int] | None) -> _Search:
