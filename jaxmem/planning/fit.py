@@ -51,7 +51,7 @@ class FitResult:
   remat: str
   max_batch: int | None
   max_seq: int | None
-  compiles: int  # configurations compiled (or read from the cache) in the search
+  compiles: int  # compiles the search made (or read from the cache), at every depth it probed
   row: Row | None  # the largest fitting configuration; None if even the smallest does not fit
   note: str | None = None
   attention: str | None = None
