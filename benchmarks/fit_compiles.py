@@ -1,7 +1,8 @@
 """Compiles and seconds per answer of fit's searches, side by side in one run.
 
 Run: python benchmarks/fit_compiles.py [--model llama3-1b] [--target tpu:v5e-4] [--mesh fsdp=4]
-[--seq 2048] [--remat full,minimal] [--depth-probe]. For every configuration (the ``none``
+[--seq 2048] [--remat full,minimal] [--depth-probe] [--capacity-gib G] (a quick run: ``--model
+tiny --target cpu --mesh fsdp=1 --seq 32 --capacity-gib 0.01``). For every configuration (the ``none``
 baseline included, as ``fit`` searches it) it runs:
 
 - ``previous``: the search ``fit`` had before the affine one (the first two batches, then a
@@ -25,9 +26,11 @@ import json
 import os
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from jaxmem.compiler.targets import get_target  # noqa: E402
 from jaxmem.planning import fit  # noqa: E402
 from jaxmem.planning.boundary import Probe, row_probe  # noqa: E402
 from jaxmem.planning.cache import RowCache  # noqa: E402
@@ -105,11 +108,15 @@ def main() -> None:
   ap.add_argument("--seq", type=int, default=2048)
   ap.add_argument("--remat", default="full,minimal")
   ap.add_argument("--depth-probe", action="store_true")
+  ap.add_argument("--capacity-gib", type=float, default=None, help="the target's capacity replaced (a quick run on cpu)")
   args = ap.parse_args()
 
-  w = Workload.of(None, model=args.model, target=args.target, mesh=args.mesh, seq=args.seq, remat=args.remat)
+  target = args.target
+  if args.capacity_gib is not None:
+    target = dataclasses.replace(get_target(target), capacity_bytes=int(args.capacity_gib * 2**30), capacity_note="--capacity-gib")
+  w = Workload.of(None, model=args.model, target=target, mesh=args.mesh, seq=args.seq, remat=args.remat)
   p = plan(fit.template(w, "batch"))
-  cache = RowCache(tempfile.mkdtemp(prefix="fit-compiles-"))
+  cache = RowCache(Path(tempfile.mkdtemp(prefix="fit-compiles-")))
   strategies = ["previous", "bisect", "affine"] + (["affine+depth"] if args.depth_probe else [])
   table: dict[str, dict[str, tuple]] = {}
   for name in strategies:

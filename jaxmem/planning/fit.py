@@ -105,6 +105,7 @@ class _Search:
   confirmed: bool | None = None  # the depth probe's answer compiled at full depth and agreed
   depth_error_pct: float | None = None  # predicted over compiled required bytes at the answer, - 1
   predicted: dict[int, int | None] = dataclasses.field(default_factory=dict)
+  full_rows: dict[int, Row] = dataclasses.field(default_factory=dict)  # the confirmation's compiles
   confirm_k: int = 0
 
   def __post_init__(self) -> None:
@@ -143,20 +144,29 @@ class _Search:
       self.best = row
 
   def _confirm(self, k: int, row: Row) -> None:
-    """The predicted answer at full depth: where it agrees (fits at the predicted largest, or the
-    smallest does not fit as predicted) the search ends; else it goes on at full depth."""
+    """The predicted answer, then its neighbour, compiled at full depth: where both agree with the
+    prediction (the answer fits, the next does not; or the smallest does not fit, as predicted)
+    the search ends; else it goes on at full depth from what the full depth said. The neighbour
+    is compiled too because near the capacity the TPU compiler squeezes a deep stack below the
+    line (llama3-1b, docs/examples.md): a prediction may be pessimistic, and only a compile says."""
+    self.full_rows[k] = row
     pred = self.predicted.get(k)
-    if pred is not None and row.required_bytes:
+    if k == max(self.bound.lo, 1) and pred is not None and row.required_bytes:
       self.depth_error_pct = round(100.0 * (pred - row.required_bytes) / row.required_bytes, 2)
-    self.confirmed = bool(row.fits) == (self.bound.lo >= k)
-    if row.fits:
+    if row.fits:  # the confirmation compiles upward: a later fitting row is the larger
       self.best = row
-    if self.confirmed:
-      self.phase = "done"
+    agrees = bool(row.fits) == (k <= self.bound.lo)
+    if agrees and row.fits and self.bound.hi == k + 1:
+      self.confirm_k = k + 1  # the neighbour, predicted not to fit
       return
-    self.phase = "full"
+    if agrees:
+      self.confirmed, self.phase = True, "done"
+      return
+    self.confirmed, self.phase = False, "full"
     self.bound = Boundary(cap=self.bound.cap, capacity=self.bound.capacity)
-    self.bound.record(k, row_probe(row))
+    for kk, r in sorted(self.full_rows.items()):
+      self.bound.record(kk, row_probe(r))
+
 
 def check_over(over: str) -> None:
   if over not in ("batch", "seq"):
@@ -269,8 +279,8 @@ def _depth_note(s: _Search, over: str) -> str:
   a, b = s.depths
   if s.confirmed:
     hi = s.bound.hi
-    beyond = "" if hi is None else f"; {over} {hi * s.step} predicted not to fit, not compiled at full depth"
-    return f"predicted from {a} and {b} layers, confirmed at the full {s.full_depth}{beyond}"
+    beyond = "" if hi is None else f" and {over} {hi * s.step} compiled at the full {s.full_depth}"
+    return f"predicted from {a} and {b} layers; the answer{beyond or ' compiled at the full ' + str(s.full_depth)}, as predicted"
   return f"the prediction from {a} and {b} layers missed at the full {s.full_depth}; searched at full depth"
 
 def _moe_label(s: _Search) -> str | None:
