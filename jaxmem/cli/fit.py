@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument(
       "--depth-probe", action="store_true",
       help="predict each probe from compiles at 2 and 4 layers (memory is affine in a scanned stack's depth) "
-      "and compile only the answer at full depth",
+      "and compile only the answer and its neighbour at full depth",
   )
   c.add_sweep_axes(p)
   p.set_defaults(func=run)

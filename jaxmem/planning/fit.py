@@ -196,7 +196,8 @@ def search(
   """Largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, per configuration;
   ``on_row`` is called with each compile's row as it finishes, ``on_round(round, compiles)`` after
   each round. ``depth_probe``: predict each probe from two compiles at small depths and compile
-  only the answer at full depth (:mod:`jaxmem.planning.depth`; models deeper than its probes).
+  only the answer and its neighbour at full depth (:mod:`jaxmem.planning.depth`; models deeper than
+  its probes).
   ``strategy``: ``affine`` (the default) or ``bisect`` (:mod:`jaxmem.planning.boundary`)."""
   require_capacity(p)
   check_over(over)
