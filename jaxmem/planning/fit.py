@@ -7,7 +7,7 @@ gradient fixed, activations linear), so after the smallest batch one compile pre
 boundary, a secant refines it, and a compile at the prediction and one at its neighbour close
 the bracket; bisection takes over where the line misses (MaxText's ``estimator.py`` bisects).
 With ``depth_probe`` each probe is predicted from two compiles at small depths and only the
-answer is compiled at full depth (:mod:`jaxmem.planning.depth`). Workloads move in steps that
+answer and its neighbour are compiled at full depth (:mod:`jaxmem.planning.depth`). Workloads move in steps that
 keep the global batch divisible by the data axes times the microbatches (``--over batch``: the search is over the global batch at the given gradient
 accumulation) or the sequence by 128 times the sequence axis and by the vocabulary tiles
 (``--over seq``). All searches advance in lockstep, so each round's compiles run in parallel
