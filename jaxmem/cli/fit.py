@@ -17,6 +17,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   c.add_step(p)
   c.add_train_step(p)
   p.add_argument("--over", default="batch", help="search the batch (default) or seq; with --phase, batch or context")
+  p.add_argument(
+      "--depth-probe", action="store_true",
+      help="predict each probe from compiles at 2 and 4 layers (memory is affine in a scanned stack's depth) "
+      "and compile only the answer and its neighbour at full depth",
+  )
   c.add_sweep_axes(p)
   add_serving(p)
   p.set_defaults(func=run)
@@ -48,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     results = jaxmem.fit(
         w, over=args.over, batch=args.batch, jobs=args.jobs, scheduler=args.scheduler, cache=cache,
         on_plan=lambda p: progress.start(None), on_row=progress.row, on_round=progress.round,
+        depth_probe=args.depth_probe,
     )
   except KeyboardInterrupt:
     c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
@@ -55,12 +61,20 @@ def run(args: argparse.Namespace) -> int:
   finally:
     progress.close()
   c.emit(tables.render_fit(results, args.format), args.output)
+  c.say(compiles_line(results))
   return 0
+
+
+def compiles_line(results: list[jaxmem.FitResult]) -> str:
+  """The search's cost on stderr: compiles in all and per configuration."""
+  total = sum(r.compiles for r in results)
+  return f"jaxmem: {total} compiles for {len(results)} configurations ({total / max(1, len(results)):.1f} each)"
 
 
 # A train step's flags, refused with --phase when set (their defaults, to tell).
 _TRAINING_FLAGS = ("step", "seq", "remat", "optimizer", "microbatches", "vocab_tiles", "param_dtype", "master_dtype",
-                   "moments_dtype", "grad_reduce_dtype")
+                   "moments_dtype", "grad_reduce_dtype", "sequence_parallel", "dropout",
+                   "pipeline_microbatches", "pipeline_repeats", "context_strategy", "depth_probe")
 
 
 def add_serving(p: argparse.ArgumentParser) -> None:

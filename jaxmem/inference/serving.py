@@ -55,7 +55,8 @@ CONTEXT_QUANTUM = 128
 MAX_STEPS = 1 << 16  # search ceiling, in units of the step
 # A train step's options, which the inference step has none of (refused by name, one line).
 TRAINING_ONLY = ("step", "seq", "remat", "optimizer", "microbatches", "vocab_tiles", "param_dtype", "master_dtype",
-                 "moments_dtype", "grad_reduce_dtype")
+                 "moments_dtype", "grad_reduce_dtype", "sequence_parallel", "dropout",
+                 "pipeline_microbatches", "pipeline_repeats", "context_strategy", "depth_probe")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
