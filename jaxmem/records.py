@@ -11,6 +11,9 @@ JSON or the cache agree.
   optimizer, sequence length and dtypes (compare's rows, explain, validate's measurements).
 - :class:`Communication`: the bytes one device sends per step in collectives, by kind, read
   from the optimized HLO (declared once: the compiler's report and every row carry it).
+- :class:`StepTime`: the roofline estimate of one step's time per device (compute, memory and
+  communication terms at the target's peak rates, the bound, MFU), formed once from the
+  compiled figures (:mod:`jaxmem.compiler.steptime`) and carried flat by every compiled row.
 - :class:`CompilerFigures`: what the compiler says about one program, per device (XLA's memory
   fields, jaxmem's total, FLOPs, compile time, communication) and the compiler versions that said it.
 """
@@ -108,6 +111,44 @@ class Communication(Record):
   def communication(self) -> Communication:
     """These fields alone, as their own record (of a row or a report that carries them)."""
     return Communication(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Communication)})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepTime(Record):
+  """A step's time per device, ESTIMATED from the compiled program and the target's published
+  peaks (:mod:`jaxmem.compiler.steptime`; formulas in docs/fields.md). Each term is the time the
+  step would take if that resource alone limited it at its peak rate, so each is a lower bound;
+  ``step_time_s`` is the largest (perfect overlap of the others): a lower bound on the step,
+  not a prediction of it. ``None``: the term cannot be had (no published figure for the target,
+  no compiled program); the row's notes say why.
+
+  ``bytes_accessed``: HBM bytes one device reads and writes per step, from the optimized HLO with
+  loop trip counts (:mod:`jaxmem.hlo.traffic`). ``model_flops``: the step's model FLOPs per
+  device by the 6·N·T + attention accounting (:mod:`jaxmem.models.model_flops`; 2·N·T + attention
+  for inference), against which ``mfu`` is formed. ``bound``: ``compute``, ``memory`` or
+  ``comm``, the term that sets ``step_time_s``. ``arithmetic_intensity`` (FLOPs per HBM byte)
+  against ``ridge_point`` (peak FLOP/s over HBM bandwidth) says the same of compute and memory:
+  above the ridge, compute-bound.
+
+  The fields are flat on the rows that carry them (as :class:`Communication`'s), so JSON and CSV
+  have ``step_time_s`` beside ``comm_bytes``; :meth:`step_time` gives them as their own record.
+  """
+
+  bytes_accessed: int | None = None
+  model_flops: float | None = None
+  compute_time_s: float | None = None
+  memory_time_s: float | None = None
+  comm_time_s: float | None = None
+  step_time_s: float | None = None
+  bound: str | None = None
+  tokens_per_s_per_device: float | None = None
+  mfu: float | None = None
+  arithmetic_intensity: float | None = None
+  ridge_point: float | None = None
+
+  def step_time(self) -> StepTime:
+    """These fields alone, as their own record (of a row that carries them)."""
+    return StepTime(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StepTime)})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   c.add_step(p)
   c.add_train_step(p)
   p.add_argument("--over", default="batch", help="search the batch (default) or seq")
+  p.add_argument(
+      "--depth-probe", action="store_true",
+      help="predict each probe from compiles at 2 and 4 layers (memory is affine in a scanned stack's depth) "
+      "and compile only the answer at full depth",
+  )
   c.add_sweep_axes(p)
   p.set_defaults(func=run)
 
@@ -42,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     results = jaxmem.fit(
         w, over=args.over, batch=args.batch, jobs=args.jobs, scheduler=args.scheduler, cache=cache,
         on_plan=lambda p: progress.start(None), on_row=progress.row, on_round=progress.round,
+        depth_probe=args.depth_probe,
     )
   except KeyboardInterrupt:
     c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
@@ -49,4 +55,11 @@ def run(args: argparse.Namespace) -> int:
   finally:
     progress.close()
   c.emit(tables.render_fit(results, args.format), args.output)
+  c.say(compiles_line(results))
   return 0
+
+
+def compiles_line(results: list[jaxmem.FitResult]) -> str:
+  """The search's cost on stderr: compiles in all and per configuration."""
+  total = sum(r.compiles for r in results)
+  return f"jaxmem: {total} compiles for {len(results)} configurations ({total / max(1, len(results)):.1f} each)"

@@ -16,6 +16,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 from jaxmem.compiler.figures import Figures, compile_figures
+from jaxmem.compiler.steptime import Work
 from jaxmem.compiler.report import MemoryReport, Refusal
 from jaxmem.compiler.startup import start_jax
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target
@@ -40,12 +41,14 @@ class Lowering:
   argument_names: tuple[str, ...]
   args: tuple[Any, ...] = ()
 
-  def figures(self, *, notes: Sequence[str] = (), compiler_options: Mapping[str, Any] | None = None) -> Figures | Refusal:
+  def figures(
+      self, *, notes: Sequence[str] = (), compiler_options: Mapping[str, Any] | None = None, work: Work | None = None,
+  ) -> Figures | Refusal:
     """Compiled and read, or refused (:func:`jaxmem.compiler.figures.compile_figures`, which
-    checks the arguments against the target's capacity first)."""
+    checks the arguments against the target's capacity first; ``work`` as there)."""
     return compile_figures(
         self.traced, self.target, args=self.args, argument_names=self.argument_names, notes=notes,
-        compiler_options=compiler_options, lowered=self.lowered,
+        compiler_options=compiler_options, lowered=self.lowered, work=work,
     )
 
 

@@ -17,6 +17,10 @@ them, and a refusal reads the same everywhere:
    (:func:`jaxmem.compiler.xla.compile_timed`, with ``compiler_options`` for a dump), and the
    executable read (:func:`jaxmem.compiler.report.read_compiled`). A compile the backend refuses
    is a :class:`~jaxmem.compiler.report.Refusal`, not an exception, so a sweep goes on.
+4. The step's time is estimated from those figures and the target's published peaks
+   (:mod:`jaxmem.compiler.steptime`: compute, memory and communication terms, the bound, MFU
+   against the caller's ``work``), once, here, so every compiled row carries the same
+   :class:`jaxmem.records.StepTime` fields.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ import jax
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.margin import NO, Verdict
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
+from jaxmem.compiler.steptime import Work, estimate
 from jaxmem.compiler.targets import Target
 from jaxmem.compiler.xla import compile_timed
-from jaxmem.records import Record
+from jaxmem.records import Record, StepTime
 from jaxmem.versions import compiler_versions
 
 SPLIT_EVENLY = "flops: split evenly over the devices (the compile was refused)"
@@ -47,13 +52,14 @@ HOST_MEMORY_KINDS = ("pinned_host",)  # on a CPU device "unpinned_host" is its o
 class Figures(Record):
   """A compiled program's figures as a row takes them: the report (compiler, communication and
   FLOPs fields), the target's capacity, what must fit in it and the verdict (whether it does,
-  with its margin and the runtime's risk terms: :mod:`jaxmem.compiler.margin`), and the notes
-  (the caller's, the capacity's, the report's)."""
+  with its margin and the runtime's risk terms: :mod:`jaxmem.compiler.margin`), the step-time
+  estimate, and the notes (the caller's, the capacity's, the report's, the estimate's)."""
 
   report: MemoryReport
   capacity_bytes: int | None
   required_bytes: int | None
   verdict: Verdict
+  step_time: StepTime = dataclasses.field(default_factory=StepTime)  # the roofline estimate
   notes: tuple[str, ...] = ()
 
   @property
@@ -66,7 +72,7 @@ class Figures(Record):
 
   def row_fields(self) -> dict[str, Any]:
     """The fields every row type takes from a compile (splat into its constructor)."""
-    return {**self.report.figures(), **self.verdict.as_dict(), "capacity_bytes": self.capacity_bytes,
+    return {**self.report.figures(), **self.step_time.as_dict(), **self.verdict.as_dict(), "capacity_bytes": self.capacity_bytes,
             "required_bytes": self.required_bytes, "error": None, "notes": self.notes}
 
 
@@ -80,6 +86,7 @@ def compile_figures(
     lowering_context: AbstractContextManager | None = None,
     compiler_options: Mapping[str, Any] | None = None,
     lowered: jax.stages.Lowered | None = None,
+    work: Work | None = None,
 ) -> Figures | Refusal:
   """``traced`` (``jax.jit(fn).trace(*args)``) compiled for ``target`` and read, or refused.
 
@@ -89,6 +96,8 @@ def compile_figures(
   the result's. ``target`` ``None``: where ``jax.jit`` would compile it, without a capacity.
   ``lowered``: ``traced`` already lowered (by :func:`jaxmem.compiler.analysis.lower_for_target`,
   so that a function that fails to lower fails there, as one line).
+  ``work``: the step's tokens and model FLOPs, for the step-time estimate's throughput and MFU
+  (:mod:`jaxmem.compiler.steptime`; without it those two are ``None`` with a note).
   """
   jaxpr = traced.jaxpr.jaxpr
   program_flops = jaxpr_flops(jaxpr)
@@ -116,9 +125,13 @@ def compile_figures(
   report = read_compiled(
       compiled, compile_seconds=seconds, jaxpr=jaxpr, program_flops=program_flops, argument_names=argument_names
   )
+  step, step_notes = estimate(
+      flops=report.flops, bytes_accessed=None if report.traffic is None else report.traffic.bytes_accessed,
+      comm_bytes=report.comm_bytes, num_devices=report.num_devices, target=target, work=work,
+  )
   return Figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=report.judge(capacity),
-      notes=tuple(notes) + report.notes,
+      step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes),
   )
 
 

@@ -61,6 +61,11 @@ class GpuSpec:
   # what sets a mesh's collective time on the part, and what tells an A800 from an A100.
   nvlink_bandwidth: int
   accelerated_features: bool = False # sm_90a / sm_100a: arch-specific instructions (wgmma, tcgen05)
+  # Dense (no structured sparsity) tensor-core peaks, FLOP/s, from the datasheets cited per part:
+  # what the step-time estimate divides by (jaxmem.compiler.peaks). peak_8bit_ops: fp8 where the
+  # part has it (Hopper, Blackwell), else int8 (Ampere). None: not published.
+  peak_bf16_flops: float | None = None
+  peak_8bit_ops: float | None = None
 
 
 # Figures: NVIDIA datasheets for memory size, bandwidth, SM count and L2; the exact byte counts
@@ -78,7 +83,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(8, 0), core_count=108, fpus_per_core=64,
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
         l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=1_555_200_000_000,
-        nvlink_bandwidth=600_000_000_000),
+        nvlink_bandwidth=600_000_000_000,
+        # The A100 datasheet: BF16 Tensor Core 312 TFLOPS, INT8 624 TOPS (dense; twice with sparsity).
+        peak_bf16_flops=312e12, peak_8bit_ops=624e12),
     # A100 SXM4 80GB: same datasheet (80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s). Bytes: XLA
     # specs/a100_sxm_80.txtpb.
     GpuSpec(
@@ -86,7 +93,7 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(8, 0), core_count=108, fpus_per_core=64,
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
         l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000,
-        nvlink_bandwidth=600_000_000_000),
+        nvlink_bandwidth=600_000_000_000, peak_bf16_flops=312e12, peak_8bit_ops=624e12),
     # A800 SXM4 80GB, the A100 80GB NVIDIA sells in China under the US export rules of October
     # 2022: the same GA100 part (108 SMs, 40 MB L2, 80 GB HBM2e at 2,039 GB/s, 1410 MHz, the same
     # quoted performance), its NVLink cut to 400 GB/s against the A100's 600 GB/s (8 links of
@@ -102,7 +109,7 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(8, 0), core_count=108, fpus_per_core=64,
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
         l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000,
-        nvlink_bandwidth=400_000_000_000),
+        nvlink_bandwidth=400_000_000_000, peak_bf16_flops=312e12, peak_8bit_ops=624e12),
     # H100 SXM5 80GB: nvidia.com/en-us/data-center/h100/ (80 GB HBM3, 3.35 TB/s); 132 SMs, 50 MB
     # L2, 228 KB shared memory per SM (227 KB per block), 1.98 GHz boost: NVIDIA H100 Tensor Core
     # GPU Architecture whitepaper. Bytes: XLA specs/h100_sxm.txtpb. NVLink 900 GB/s (18
@@ -112,7 +119,10 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(9, 0), core_count=132, fpus_per_core=128,
         shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
         l2_cache_bytes=52_428_800, clock_rate_ghz=1.98, memory_bandwidth=3_352_320_000_000,
-        nvlink_bandwidth=900_000_000_000, accelerated_features=True),
+        nvlink_bandwidth=900_000_000_000, accelerated_features=True,
+        # The same page (H100 SXM): BF16 Tensor Core 1,979 TFLOPS and FP8 3,958 TFLOPS "with
+        # sparsity"; dense is half.
+        peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12),
     # H200 SXM 141GB: nvidia.com/en-us/data-center/h200/ (141 GB HBM3e, 4.8 TB/s); the same GH100
     # die as H100 (132 SMs, 50 MB L2); NVLink 900 GB/s, the same page. Bytes: XLA specs/h200.txtpb.
     GpuSpec(
@@ -120,7 +130,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(9, 0), core_count=132, fpus_per_core=128,
         shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
         l2_cache_bytes=52_428_800, clock_rate_ghz=1.98, memory_bandwidth=4_800_000_000_000,
-        nvlink_bandwidth=900_000_000_000, accelerated_features=True),
+        nvlink_bandwidth=900_000_000_000, accelerated_features=True,
+        # The same page: BF16 1,979 and FP8 3,958 TFLOPS with sparsity, as H100 SXM; dense is half.
+        peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12),
     # B200: nvidia.com/en-us/data-center/dgx-b200/ (1,440 GB HBM3e over 8 GPUs = 180 GB each;
     # HGX B200 lists 8 TB/s per GPU). 148 SMs, 126.5 MiB L2, 7.67 TB/s and the byte count are
     # XLA's specs/b200.txtpb, recorded from a real B200. NVLink 1.8 TB/s per GPU (fifth
@@ -130,7 +142,10 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(10, 0), core_count=148, fpus_per_core=128,
         shared_memory_per_core=233_472, shared_memory_per_block_optin=232_448,
         l2_cache_bytes=132_644_864, clock_rate_ghz=1.965, memory_bandwidth=7_672_320_000_000,
-        nvlink_bandwidth=1_800_000_000_000, accelerated_features=True),
+        nvlink_bandwidth=1_800_000_000_000, accelerated_features=True,
+        # nvidia.com/en-us/data-center/hgx/ (HGX B200, per GPU): FP8 9 PFLOPS and BF16 4.5 PFLOPS
+        # with sparsity; dense is half.
+        peak_bf16_flops=2.25e15, peak_8bit_ops=4.5e15),
 )}
 
 

@@ -69,7 +69,9 @@ import jax
 from jaxmem.compiler.oom import parse_oom
 from jaxmem.compiler.flops import compiled_flops, jaxpr_flops, per_device_flops
 from jaxmem.compiler.margin import NO, Verdict, judge, risk_bytes
-from jaxmem.hlo.comms import collectives
+from jaxmem.hlo.comms import collectives_of_module
+from jaxmem.hlo.text import parse_module
+from jaxmem.hlo.traffic import Traffic, traffic_of_module
 from jaxmem.program.sharding import path_keys
 from jaxmem.records import CompilerFigures, Record
 from jaxmem.versions import compiler_versions
@@ -103,6 +105,9 @@ class MemoryReport(CompilerFigures):
   argument_leaf_bytes: dict[str, int] = dataclasses.field(default_factory=dict)  # per argument leaf
   notes: tuple[str, ...] = ()
   compiled: Any = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+  # HBM bytes per step read from the same optimized module as the communication (one parse for
+  # both), for the step-time estimate (jaxmem.compiler.steptime); rows carry it as bytes_accessed.
+  traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
 
   @property
   def required_bytes(self) -> int | None:
@@ -278,7 +283,9 @@ def read_compiled(
   if values["peak_memory_in_bytes"] is not None and total is not None and values["peak_memory_in_bytes"] > total:
     notes.append(PEAK_OVER_TOTAL_NOTE)
   by_arg, by_leaf = argument_bytes(compiled, argument_names)
-  comm = collectives(compiled)
+  module = parse_module(compiled.as_text())
+  comm = collectives_of_module(module)
+  hbm = traffic_of_module(module)
   return MemoryReport(
       platform=platform,
       num_devices=len(devices),
@@ -300,8 +307,9 @@ def read_compiled(
       comm_bytes=comm.total_bytes,
       **{f"comm_{k}_bytes": v for k, v in comm.bytes_by_kind.items()},
       comm_lower_bound=comm.lower_bound,
-      notes=tuple(notes) + tuple(f"comm: {n}" for n in comm.notes),
+      notes=tuple(notes) + tuple(f"comm: {n}" for n in comm.notes) + tuple(f"bytes_accessed: {n}" for n in hbm.notes),
       compiled=compiled,
+      traffic=hbm,
   )
 
 

@@ -63,6 +63,13 @@ class TpuGeneration:
   shapes: tuple[str, ...]    # chip grid for each size, in the same order: "2x4", "4x4x8"
   chip_config_name: str | None = None  # passed to libtpu when not None ("megacore" for v4)
   aliases: tuple[str, ...] = field(default=())  # other names users type: "v5litepod"
+  # Peak figures per chip, as the generation's Cloud TPU page publishes them (cited in the table
+  # below); what the step-time estimate divides by (jaxmem.compiler.peaks). None: not published.
+  peak_bf16_flops_per_chip: float | None = None
+  peak_8bit_ops_per_chip: float | None = None  # int8 TOPS (v5e, v6e) or fp8 TFLOPS (v5p, v7x)
+  hbm_bandwidth_per_chip: float | None = None  # bytes per second
+  ici_bandwidth_per_chip: float | None = None  # bytes per second, both directions together
+  dcn_bandwidth_per_chip: float | None = None  # bytes per second
 
   def __post_init__(self):
     if len(self.sizes) != len(self.shapes):
@@ -92,6 +99,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v4", libtpu_name="v4", device_kind="TPU v4", hbm_bytes_per_chip=32 * _GiB,
         cores_per_chip=2, devices_per_chip=1, slice_counts_cores=True, chip_config_name="megacore",
+        # The same page: "Peak compute per chip 275 teraflops (bf16 or int8)", "HBM2 capacity and
+        # bandwidth 32 GiB, 1200 GBps"; it gives no per-chip ICI figure (only the pod's all-reduce
+        # and bisection bandwidth), so none is assumed.
+        peak_bf16_flops_per_chip=275e12, peak_8bit_ops_per_chip=275e12, hbm_bandwidth_per_chip=1200e9,
         sizes=(8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 4096),
         shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "8x8x8",
                 "8x8x12", "8x8x16", "8x16x16")),
@@ -100,6 +111,11 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v5e", libtpu_name="v5e", device_kind="TPU v5 lite", hbm_bytes_per_chip=16 * _GiB,
         cores_per_chip=1, devices_per_chip=1, slice_counts_cores=False, aliases=("v5litepod",),
+        # The same page: peak 197 TFLOPs bf16 and 393 TOPs int8 per chip, "HBM2 capacity and
+        # bandwidth 16 GB, 819 GBps", bidirectional ICI 400 GBps per chip; 2 x 100 Gbps NICs per
+        # 8-chip host (25 Gbps of DCN a chip).
+        peak_bf16_flops_per_chip=197e12, peak_8bit_ops_per_chip=393e12, hbm_bandwidth_per_chip=819e9,
+        ici_bandwidth_per_chip=400e9, dcn_bandwidth_per_chip=25e9 / 8,
         sizes=(1, 4, 8, 16, 32, 64, 128, 256),
         shapes=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")),
     # https://cloud.google.com/tpu/docs/v5p : 95 GiB HBM2e per chip (the compiler reports 95.74 GiB
@@ -108,6 +124,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v5p", libtpu_name="v5p", device_kind="TPU v5", hbm_bytes_per_chip=95 * _GiB,
         cores_per_chip=2, devices_per_chip=1, slice_counts_cores=True,
+        # The same page: peak 459 TFLOPs per chip in bf16 and in fp8, HBM bandwidth 2765 GBps,
+        # bidirectional ICI 1200 GBps per chip, DCN 50 Gbps per chip.
+        peak_bf16_flops_per_chip=459e12, peak_8bit_ops_per_chip=459e12, hbm_bandwidth_per_chip=2765e9,
+        ici_bandwidth_per_chip=1200e9, dcn_bandwidth_per_chip=50e9 / 8,
         sizes=(8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 2560,
                3072, 4096, 5120, 6144, 8192, 10240, 12288, 17920),
         shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "4x4x20",
@@ -119,6 +139,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v6e", libtpu_name="v6e", device_kind="TPU v6 lite", hbm_bytes_per_chip=32 * _GiB,
         cores_per_chip=1, devices_per_chip=1, slice_counts_cores=False,
+        # The same page: peak 918 TFLOPs bf16 and 1836 TOPs int8 per chip, HBM bandwidth 1638
+        # GBps, bidirectional ICI 800 GBps per chip.
+        peak_bf16_flops_per_chip=918e12, peak_8bit_ops_per_chip=1836e12, hbm_bandwidth_per_chip=1638e9,
+        ici_bandwidth_per_chip=800e9,
         sizes=(1, 4, 8, 16, 32, 64, 128, 256),
         shapes=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")),
     # https://cloud.google.com/tpu/docs/tpu7x : 192 GiB HBM per chip, two TensorCores that JAX sees
@@ -127,6 +151,11 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v7x", libtpu_name="tpu7x", device_kind="TPU7x", hbm_bytes_per_chip=192 * _GiB,
         cores_per_chip=2, devices_per_chip=2, slice_counts_cores=True, aliases=("tpu7x",),
+        # The same page's table (v5p, v6e, TPU7x): peak 2307 TFLOPs bf16 and 4614 TFLOPs fp8 per
+        # chip, HBM bandwidth 7380 GBps, bidirectional ICI 1200 GBps per chip; each of the chip's
+        # two devices gets half (TpuGeneration.per_device).
+        peak_bf16_flops_per_chip=2307e12, peak_8bit_ops_per_chip=4614e12, hbm_bandwidth_per_chip=7380e9,
+        ici_bandwidth_per_chip=1200e9,
         sizes=(2, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         shapes=("1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8",
                 "8x8x16", "8x16x16", "16x16x16")),

@@ -140,6 +140,12 @@ def _leaf_bytes(shape: str) -> int:
   return total
 
 
+def shape_bytes(shape: str) -> int:
+  """The bytes of an HLO shape as printed (``bf16[8,128]{1,0}``, or a tuple: its elements summed),
+  logical sizes (tile padding ignored)."""
+  return _leaf_bytes(shape)
+
+
 def _tuple_elements(shape: str) -> list[str]:
   shape = shape.strip()
   if not shape.startswith("("):
@@ -377,7 +383,11 @@ class _Walker:
 
 def collectives_from_hlo(hlo_text: str) -> Collectives:
   """Per-device bytes sent per step, by collective kind, from optimized HLO text."""
-  module = parse_module(hlo_text)
+  return collectives_of_module(parse_module(hlo_text))
+
+
+def collectives_of_module(module: Module) -> Collectives:
+  """:func:`collectives_from_hlo` of a module already parsed."""
   walker = _Walker(module)
   entry = module.entry
   if entry is None and module.computations:

@@ -15,19 +15,21 @@ from typing import Any
 
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
+from jaxmem.compiler.steptime import Work
 from jaxmem.inference import quant
 from jaxmem.inference.kv import attention_kind
 from jaxmem.inference.program import build_infer_program
 from jaxmem.inference.workload import InferPlan, InferWorkload, plan_infer
 from jaxmem.models import ModelConfig, cache_bytes, get_attention
+from jaxmem.models.model_flops import inference_flops
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
-from jaxmem.records import CompilerFigures, Judgement, Placement
+from jaxmem.records import CompilerFigures, Judgement, Placement, StepTime
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class InferRow(Judgement, CompilerFigures, Placement):
+class InferRow(Judgement, StepTime, CompilerFigures, Placement):
   """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
   ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
 
@@ -55,6 +57,10 @@ class InferRow(Judgement, CompilerFigures, Placement):
   kv_cache_bytes_per_token: int | None = None
   weight_bytes_per_device: int | None = None
   kv_cache_bytes_per_device: int | None = None
+  # Decode: the step's time is one output token per sequence, so the estimate's step_time_s is a
+  # lower bound on the time per output token; None for prefill (its step_time_s is the prompt's).
+  time_per_output_token_s: float | None = None
+  # (step_time_s, bound, arithmetic_intensity, ridge_point, ...: jaxmem.records.StepTime)
   # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
   # jaxmem.records.Judgement)
 
@@ -117,11 +123,16 @@ def run_infer_config(
   )
   # The architecture's unmodelled parts first, then how the MoE variant and attention were chosen.
   notes = list(cfg.notes) + list(moe_notes) + list(program.notes) + notes
+  tokens = p.batch * (context if phase == "prefill" else 1)
   outcome = compile_figures(
       program.step.trace(*program.args), p.target, args=program.args, notes=notes,
       lowering_context=None if choice is None else choice.lowering(),
+      work=Work(tokens=tokens, model_flops=inference_flops(cfg, tokens=tokens, context=context)),
   )
-  return InferRow(**base, **outcome.row_fields())
+  fields = outcome.row_fields()
+  if phase == "decode":
+    fields["time_per_output_token_s"] = fields.get("step_time_s")
+  return InferRow(**base, **fields)
 
 
 def infer(

@@ -1,11 +1,14 @@
-"""The largest batch (or sequence) that fits, by bisection over compiles.
+"""The largest batch (or sequence) that fits, from few compiles.
 
-For each (mesh, optimizer, remat) the search keeps a bracket (largest workload known to fit,
-smallest known not to) and narrows it with a secant on the compiler's required bytes, falling
-back to doubling and bisection (MaxText's ``estimator.py`` bisects; memory is close to linear in
-the batch, so the secant usually lands on the boundary in four compiles instead of ten or more).
-Workloads move in steps that keep the global batch divisible by the data axes times the
-microbatches (``--over batch``: the search is over the global batch at the given gradient
+For each (mesh, optimizer, remat) a :class:`~jaxmem.planning.boundary.Boundary` keeps a bracket
+(largest workload known to fit, smallest known not to) and narrows it with the line the
+compiler's own figures draw: what a step needs is close to affine in the batch (arguments and a
+gradient fixed, activations linear), so after the smallest batch one compile predicts the
+boundary, a secant refines it, and a compile at the prediction and one at its neighbour close
+the bracket; bisection takes over where the line misses (MaxText's ``estimator.py`` bisects).
+With ``depth_probe`` each probe is predicted from two compiles at small depths and only the
+answer is compiled at full depth (:mod:`jaxmem.planning.depth`). Workloads move in steps that
+keep the global batch divisible by the data axes times the microbatches (``--over batch``: the search is over the global batch at the given gradient
 accumulation) or the sequence by 128 times the sequence axis and by the vocabulary tiles
 (``--over seq``). All searches advance in lockstep, so each round's compiles run in parallel
 (``jobs``) and every compile lands in the row cache: a repeated search is answered from disk.
@@ -23,7 +26,10 @@ from typing import Any
 
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
+from jaxmem.planning.boundary import Boundary, row_probe
 from jaxmem.planning.cache import RowCache
+from jaxmem.planning.depth import depth_plan, depth_task, probe_depths
+from jaxmem.planning.depth import predict as predict_at_depth
 from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
@@ -51,6 +57,12 @@ class FitResult:
   attention: str | None = None
   microbatches: int = 1
   moe: str | None = None  # an MoE model's experts: "dropless", "capacity 1.25" (None: dense)
+  # With a depth probe (fit --depth-probe): the two num_layers each probe was predicted from,
+  # whether the answer compiled at full depth agreed, and the prediction's error there (percent
+  # of the compiled required bytes). None without one.
+  predicted_from_depths: tuple[int, int] | None = None
+  confirmed_full_depth: bool | None = None
+  depth_prediction_error_pct: float | None = None
 
   def as_dict(self) -> dict[str, Any]:
     d = {} if self.row is None else self.row.as_dict()
@@ -66,73 +78,85 @@ class FitResult:
         compiles=self.compiles,
         fit_note=self.note,
         moe=self.moe,
+        predicted_from_depths=None if self.predicted_from_depths is None else list(self.predicted_from_depths),
+        confirmed_full_depth=self.confirmed_full_depth,
+        depth_prediction_error_pct=self.depth_prediction_error_pct,
     )
     return d
 
 
 @dataclasses.dataclass
 class _Search:
-  """A bracket [lo fits, hi does not] over workload steps, narrowed by a secant on the
-  compiler's required bytes. Memory grows close to linearly in the batch (and, without
-  attention scores materialised, in the sequence), so after two fitting probes the line
-  through them predicts the boundary and one or two more compiles confirm it; bisection takes
-  over whenever the prediction leaves the bracket, so the search always ends."""
+  """One configuration's search: a :class:`~jaxmem.planning.boundary.Boundary` over workload
+  steps and the rows behind it. With a depth probe (:mod:`jaxmem.planning.depth`) it moves
+  through phases: ``depth`` (each probe predicted from two compiles at small depths), ``confirm``
+  (the predicted answer compiled at full depth), then ``done``, or ``full`` (compiles at full
+  depth only, from the start or where the confirmation contradicted the prediction)."""
 
   task: Task  # template; batch/seq replaced per probe
   step: int
-  cap: int  # largest allowed number of steps
-  lo: int = 0  # largest number of steps known to fit
-  hi: int | None = None  # smallest number of steps known not to fit
+  bound: Boundary
+  depths: tuple[int, int] | None = None  # the depth probe's num_layers, None without one
+  full_depth: int | None = None
+  phase: str = "full"
   best: Row | None = None
-  compiles: int = 0
-  points: dict[int, int] = dataclasses.field(default_factory=dict)  # steps -> required bytes (fitting)
-  capacity: int = 0
-  secant_missed: bool = False
   last: Row | None = None  # the latest row, fitting or not
+  compiles: int = 0  # every compile of the search, at any depth
+  confirmed: bool | None = None  # the depth probe's answer compiled at full depth and agreed
+  depth_error_pct: float | None = None  # predicted over compiled required bytes at the answer, - 1
+  predicted: dict[int, int | None] = dataclasses.field(default_factory=dict)
+  confirm_k: int = 0
 
-  def record(self, k: int, row: Row) -> None:
-    self.compiles += 1
-    self.last = row
-    if row.required_bytes is not None:
-      self.points[k] = row.required_bytes
-    if row.fits:
-      if k > self.lo:
-        self.lo, self.best = k, row
-    else:
-      self.hi = k if self.hi is None else min(self.hi, k)
-
-  def _predict(self) -> int | None:
-    # The secant through the points nearest the boundary: the bracket's ends where both were
-    # measured, else the two largest fitting ones.
-    if self.hi in self.points and self.lo in self.points:
-      (k1, r1), (k2, r2) = (self.lo, self.points[self.lo]), (self.hi, self.points[self.hi])
-    else:
-      below = sorted((k, r) for k, r in self.points.items() if k <= self.lo)
-      if len(below) < 2:
-        return None
-      (k1, r1), (k2, r2) = below[-2:]
-    slope = (r2 - r1) / (k2 - k1)
-    if slope <= 0:
-      return None
-    return k1 + int((self.capacity - r1) // slope)
+  def __post_init__(self) -> None:
+    if self.depths is not None:
+      self.phase = "depth"
 
   def next_probe(self) -> int | None:
-    if self.lo == 0:
-      return None if self.hi is not None else 1
-    upper = self.cap if self.hi is None else self.hi - 1
-    if self.lo >= upper:
+    if self.phase == "done":
       return None
-    guess = self._predict()
-    if guess is None or (self.hi is not None and self.secant_missed):
-      # Too few points, or the last prediction did not close the bracket: double, or bisect
-      # (so a poor prediction costs at most every other probe).
-      guess = self.lo * 2 if self.hi is None else (self.lo + self.hi) // 2
-      self.secant_missed = False
-    else:
-      self.secant_missed = True  # cleared if this probe closes the bracket (search then ends)
-    # Inside the open bracket; at the prediction's edge, confirm with the neighbour.
-    return min(max(guess, self.lo + 1), upper)
+    if self.phase == "confirm":
+      return self.confirm_k
+    k = self.bound.next_probe()
+    if k is None and self.phase == "depth":
+      self.phase, self.confirm_k = "confirm", max(self.bound.lo, 1)
+      return self.confirm_k
+    return k
 
+  def layers(self) -> tuple[int | None, ...]:
+    """The depths this round's probe compiles at (None: the model's own)."""
+    return self.depths if self.phase == "depth" else (None,)
+
+  def record(self, k: int, rows: list[Row]) -> None:
+    self.compiles += len(rows)
+    self.last = rows[-1]
+    if self.phase == "depth":
+      probe = predict_at_depth((rows[0], rows[1]), self.depths, self.full_depth, self.bound.capacity)
+      self.predicted[k] = probe.required
+      self.bound.record(k, probe)
+      return
+    (row,) = rows
+    if self.phase == "confirm":
+      self._confirm(k, row)
+      return
+    self.bound.record(k, row_probe(row))
+    if row.fits and k >= self.bound.lo:
+      self.best = row
+
+  def _confirm(self, k: int, row: Row) -> None:
+    """The predicted answer at full depth: where it agrees (fits at the predicted largest, or the
+    smallest does not fit as predicted) the search ends; else it goes on at full depth."""
+    pred = self.predicted.get(k)
+    if pred is not None and row.required_bytes:
+      self.depth_error_pct = round(100.0 * (pred - row.required_bytes) / row.required_bytes, 2)
+    self.confirmed = bool(row.fits) == (self.bound.lo >= k)
+    if row.fits:
+      self.best = row
+    if self.confirmed:
+      self.phase = "done"
+      return
+    self.phase = "full"
+    self.bound = Boundary(cap=self.bound.cap, capacity=self.bound.capacity)
+    self.bound.record(k, row_probe(row))
 
 def check_over(over: str) -> None:
   if over not in ("batch", "seq"):
@@ -156,43 +180,67 @@ def search(
     cache: RowCache | None = None,
     on_round: Callable[[int, int], None] | None = None,
     on_row: Callable[[Row], None] | None = None,
+    depth_probe: bool = False,
+    strategy: str = "affine",
 ) -> list[FitResult]:
   """Largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, per configuration;
-  ``on_row`` is called with each probe's row as it finishes, ``on_round(round, probes)`` after each round."""
+  ``on_row`` is called with each compile's row as it finishes, ``on_round(round, compiles)`` after
+  each round. ``depth_probe``: predict each probe from two compiles at small depths and compile
+  only the answer at full depth (:mod:`jaxmem.planning.depth`; models deeper than its probes).
+  ``strategy``: ``affine`` (the default) or ``bisect`` (:mod:`jaxmem.planning.boundary`)."""
   require_capacity(p)
   check_over(over)
-  searches = []
-  for t in p.tasks():
-    mesh = t.mesh
-    if over == "batch":
-      step, cap = shd.data_parallel_size(mesh) * t.microbatches, MAX_STEPS
-    else:
-      step = math.lcm(SEQ_QUANTUM * shd.mesh_axes(mesh).ways("seq"), t.vocab_tiles)
-      gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
-      cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
-    searches.append(_Search(task=t, step=step, cap=cap, capacity=p.target.capacity_bytes))
+  depths = probe_depths(p.cfg) if depth_probe and not p.workload.step else None
+  plans = {None: p} | ({} if depths is None else {d: depth_plan(p, d) for d in depths})
+  searches = [_new_search(p, t, over, strategy, depths) for t in p.tasks()]
   rounds = 0
   while True:
     probes = [(s, k) for s in searches if (k := s.next_probe()) is not None]
     if not probes:
       break
-    tasks = [s.task.replace(**{over: k * s.step}) for s, k in probes]
-    rows = run_rows(p, tasks, jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
-    for (s, k), row in zip(probes, rows, strict=True):
-      s.record(k, row)
+    asks = [(i, d, _probe_task(s, k, over, d)) for i, (s, k) in enumerate(probes) for d in s.layers()]
+    rows: dict[tuple[int, int | None], Row] = {}
+    for d, plan_d in plans.items():
+      group = [(i, t) for i, dd, t in asks if dd == d]
+      if group:
+        got = run_rows(plan_d, [t for _, t in group], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
+        rows.update({(i, d): r for (i, _), r in zip(group, got, strict=True)})
+    for i, (s, k) in enumerate(probes):
+      s.record(k, [rows[i, d] for d in s.layers()])
     rounds += 1
     if on_round:
-      on_round(rounds, len(probes))
+      on_round(rounds, len(asks))
   return [_result(s, over, p) for s in searches]
 
 
+def _new_search(p: Plan, t: Task, over: str, strategy: str, depths: tuple[int, int] | None) -> _Search:
+  """A configuration's search in steps that keep the workload valid on its mesh."""
+  if over == "batch":
+    step, cap = shd.data_parallel_size(t.mesh) * t.microbatches, MAX_STEPS
+  else:
+    step = math.lcm(SEQ_QUANTUM * shd.mesh_axes(t.mesh).ways("seq"), t.vocab_tiles)
+    gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
+    cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
+  bound = Boundary(cap=cap, capacity=p.target.capacity_bytes, strategy=strategy)
+  full = None if depths is None else p.cfg.num_layers
+  return _Search(task=t, step=step, bound=bound, depths=depths, full_depth=full)
+
+
+def _probe_task(s: _Search, k: int, over: str, layers: int | None) -> Task:
+  task = s.task.replace(**{over: k * s.step})
+  return task if layers is None else depth_task(task, layers)
+
+
 def _result(s: _Search, over: str, p: Plan) -> FitResult:
-  value = s.lo * s.step if s.lo else None
-  note = None
-  if not s.lo:
-    note = f"the smallest {over} ({s.step}) does not fit"
-  elif s.hi is None:
-    note = f"search stopped at the ceiling ({value}); more may fit"
+  lo = s.bound.lo
+  value = lo * s.step if lo else None
+  notes = []
+  if not lo:
+    notes.append(f"the smallest {over} ({s.step}) does not fit")
+  elif s.bound.hi is None:
+    notes.append(f"search stopped at the ceiling ({value}); more may fit")
+  if s.depths is not None:
+    notes.append(_depth_note(s, over))
   return FitResult(
       over=over,
       mesh=shd.format_mesh(s.task.mesh),
@@ -204,10 +252,21 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
       max_seq=value if over == "seq" else (p.seq if value else None),
       compiles=s.compiles,
       row=s.best,
-      note=note,
+      note="; ".join(notes) or None,
       moe=_moe_label(s),
+      predicted_from_depths=s.depths,
+      confirmed_full_depth=s.confirmed,
+      depth_prediction_error_pct=s.depth_error_pct,
   )
 
+
+def _depth_note(s: _Search, over: str) -> str:
+  a, b = s.depths
+  if s.confirmed:
+    hi = s.bound.hi
+    beyond = "" if hi is None else f"; {over} {hi * s.step} predicted not to fit, not compiled at full depth"
+    return f"predicted from {a} and {b} layers, confirmed at the full {s.full_depth}{beyond}"
+  return f"the prediction from {a} and {b} layers missed at the full {s.full_depth}; searched at full depth"
 
 def _moe_label(s: _Search) -> str | None:
   """The search's MoE variant: from a compiled row, else as its task names it."""
@@ -272,6 +331,8 @@ def fit(
     on_round: Callable[[int, int], None] | None = None,
     on_row: Callable[[Row], None] | None = None,
     on_plan: Callable[[Plan], None] | None = None,
+    depth_probe: bool = False,
+    strategy: str = "affine",
     **fields: Any,
 ) -> list[FitResult]:
   """The largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, for every
@@ -279,7 +340,8 @@ def fit(
   recompute overhead against the no-remat program at the same workload. With ``over="seq"``,
   ``batch=None`` searches at the smallest batch every mesh accepts (else the workload's).
   ``on_plan`` is called with the validated plan before the first compile; ``on_row`` with each
-  compiled (or cached) probe; ``on_round(round, probes)`` after each round of the search."""
+  compiled (or cached) probe; ``on_round(round, compiles)`` after each round of the search.
+  ``depth_probe`` and ``strategy``: as :func:`search` takes them."""
   w = Workload.of(workload, **fields)
   if over == "seq" and "batch" in fields and fields["batch"] is None:
     w = template(w, "batch")
@@ -287,7 +349,10 @@ def fit(
   require_capacity(p)
   if on_plan is not None:
     on_plan(p)
-  results = search(p, over=over, jobs=jobs, scheduler=scheduler, cache=cache, on_round=on_round, on_row=on_row)
+  results = search(
+      p, over=over, jobs=jobs, scheduler=scheduler, cache=cache, on_round=on_round, on_row=on_row,
+      depth_probe=depth_probe, strategy=strategy,
+  )
   return with_recompute(results, p, lambda row: baseline_flops(p, row))
 
 

@@ -17,11 +17,16 @@ import jax
 from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import Refusal
+from jaxmem.compiler.steptime import Work
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.plan import Plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
 from jaxmem.program.step import OWN, call_step
+
+# A user's step is a function, not a model jaxmem knows: its step time is estimated from the
+# compiled program as any row's, but there is no 6·N·T to form MFU against.
+USER_STEP_MFU_NOTE = "mfu: a user's step has no model FLOPs formula (jaxmem does not know its model), so no MFU"
 
 PARAMS, OPT_STATE = "params", "opt_state"
 
@@ -54,7 +59,7 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   lowering = lower_step(p, mesh, rp)
   notes: list[str] = []
   named = _named_arguments(lowering, notes)  # from the shapes: a refused step has them too
-  outcome = lowering.figures(notes=notes)
+  outcome = lowering.figures(notes=notes, work=Work(tokens=p.batch * p.seq, note=USER_STEP_MFU_NOTE))
   if not isinstance(outcome, Refusal):
     by_name = outcome.report.argument_bytes
     named.update(param_bytes=by_name.get(PARAMS), optimizer_state_bytes=by_name.get(OPT_STATE))

@@ -15,7 +15,9 @@ from typing import Any
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.compiler.startup import start_jax
+from jaxmem.compiler.steptime import Work
 from jaxmem.models import get_attention
+from jaxmem.models.model_flops import training_flops
 from jaxmem.planning import steps
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, for_task, plan
@@ -24,12 +26,12 @@ from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy
 from jaxmem.program.train import build_train_program
-from jaxmem.records import CompilerFigures, Configuration, Judgement
+from jaxmem.records import CompilerFigures, Configuration, Judgement, StepTime
 from jaxmem.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Row(Judgement, CompilerFigures, Configuration):
+class Row(Judgement, StepTime, CompilerFigures, Configuration):
   """One configuration's per-device figures. Byte fields are per device; ``None`` means the
   figure cannot be had on this target, and ``notes`` says why.
 
@@ -50,6 +52,7 @@ class Row(Judgement, CompilerFigures, Configuration):
   optimizer_state_bytes: int | None = None
   recompute_overhead_pct: float | None = None
   # (the comm_* fields: jaxmem.records.Communication, through CompilerFigures)
+  # (step_time_s, bound, mfu, ...: the estimate, jaxmem.records.StepTime)
   # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
   # jaxmem.records.Judgement)
 
@@ -102,6 +105,7 @@ def run_config(
     notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
   outcome = compile_figures(
       program.trace(), p.target, args=program.args, notes=notes, lowering_context=program.lowering_context(),
+      work=Work(tokens=p.batch * p.seq, model_flops=training_flops(p.cfg, batch=p.batch, seq=p.seq)),
   )
   return Row(**base, **outcome.row_fields())
 

@@ -14,7 +14,7 @@ from jaxmem.compiler.margin import AT_RISK, NO, YES
 from jaxmem.inference.estimate import Estimate
 from jaxmem.inference.infer import InferRow
 from jaxmem.render.tables import heading_versions, render_records
-from jaxmem.render.units import Unit, unit, unit_for
+from jaxmem.render.units import Unit, seconds, unit, unit_for
 
 INFER_COLUMNS = (
     "mesh", "phase", "attention", "weights", "context", "batch", "weight_bytes_per_device", "kv_cache_bytes_per_device",
@@ -97,6 +97,7 @@ def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[d
         rec["moe"] = (d["moe_impl"] or "") + ("" if d.get("capacity_factor") is None else f" {d['capacity_factor']:g}")
       if comm:
         rec[f"comm {u.name}"] = u(d.get("comm_bytes"))
+      rec.update(_roofline_cells(d))
     text = render_records(recs, fmt_name)
   if fmt_name in ("table", "markdown"):
     r0 = rows[0]
@@ -110,6 +111,19 @@ def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[d
   if kv_rows:
     text += "\n\n" + render(kv_rows, fmt_name, KV_COLUMNS)
   return text
+
+
+def _roofline_cells(d: dict[str, Any]) -> dict[str, str]:
+  """The step-time estimate per phase: the step, its bound, the phase's arithmetic intensity
+  against the target's ridge point (above it, compute-bound), and for decode the time per output
+  token (a lower bound, as the step's)."""
+  ai, ridge = d.get("arithmetic_intensity"), d.get("ridge_point")
+  return {
+      "step (est)": seconds(d.get("step_time_s")),
+      "bound": d.get("bound") or "-",
+      "FLOP/B vs ridge": "-" if ai is None or ridge is None else f"{ai:,.0f} {'>' if ai > ridge else '<'} {ridge:,.0f}",
+      "per token (est)": seconds(d.get("time_per_output_token_s")),
+  }
 
 
 def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:

@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
-from jaxmem.render.units import Unit, unit_for
+from jaxmem.render.units import Unit, percent, seconds, unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
 
 FORMATS = ("table", "markdown", "json", "csv")
@@ -161,6 +161,7 @@ class _Layout:
   host: bool
   host_total: bool  # host memory beyond host temp (host arguments or outputs)
   fit: bool
+  steptime: bool  # the step-time estimate's columns: some row has one
   totals: bool
   unit: Unit
 
@@ -179,6 +180,7 @@ class _Layout:
         host=any(r.host_temp_size_in_bytes for r in rows),
         host_total=any(_get(r, "host_total_bytes", 0) != (r.host_temp_size_in_bytes or 0) for r in rows),
         fit=any(r.capacity_bytes is not None for r in rows),
+        steptime=any(_get(r, "step_time_s", None) is not None for r in rows),
         totals=totals,
         unit=unit_for([getattr(r, f) for r in rows for f in ("total_bytes", "argument_size_in_bytes", "param_bytes")]),
     )
@@ -188,6 +190,7 @@ class _Layout:
     h += [k.replace("_", " ") for k in self.step] + ["moe"] * self.moe + ["capacity factor"] * self.factor
     h += _SWEEP_HEADERS
     h += ["comm"] * self.comm + ["host temp"] * self.host + ["host total"] * self.host_total
+    h += list(STEP_TIME_HEADERS) if self.steptime else []
     h += ["capacity", "required", "fits"] if self.fit else []
     return h + (_TOTALS_HEADERS if self.totals else [])
 
@@ -211,6 +214,8 @@ class _Layout:
       line += ["-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}"]
       line += [_comm(r, u)] * self.comm + [_size(r.host_temp_size_in_bytes, u)] * self.host
       line += [_size(_get(r, "host_total_bytes", None), u)] * self.host_total
+    if self.steptime:
+      line += step_time_cells(r)
     if self.fit:
       line += [_size(r.capacity_bytes, u), _size(r.required_bytes, u), verdict_cell(r, self.unit)]
     if self.totals:
@@ -230,6 +235,16 @@ class _Layout:
       if any(_get(r, "comm_lower_bound", False) for r in rows):
         heading += f"; comm marked {LOWER_BOUND_MARK} is a lower bound (a loop without a known trip count counted once: see notes)"
     return heading
+
+
+# The step-time estimate's columns (jaxmem.records.StepTime), labelled as estimates: the largest
+# of the compute, memory and communication terms at the target's peaks, the term it is, and MFU.
+STEP_TIME_HEADERS = ("step (est)", "bound", "MFU (est)")
+
+
+def step_time_cells(r: Any) -> list[str]:
+  """A row's step-time cells (``-`` where it has none: refused, or no peak figures)."""
+  return [seconds(_get(r, "step_time_s", None)), _get(r, "bound", "-"), percent(_get(r, "mfu", None))]
 
 
 # Marks a comm figure that is a lower bound, not a total (Row.comm_lower_bound).
@@ -430,6 +445,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
             f"temp {u.name}": None if row is None else _size(row.temp_size_in_bytes, u.size),
             "fits": None if row is None else verdict_cell(row, u),
             "recompute": None if row is None or row.recompute_overhead_pct is None else f"{row.recompute_overhead_pct:+.1f}%",
+            **dict(zip(STEP_TIME_HEADERS, ["-"] * 3 if row is None else step_time_cells(row), strict=True)),
             "compiles": r.compiles,
             "note": r.note,
         }

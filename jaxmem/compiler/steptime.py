@@ -1,0 +1,96 @@
+"""The roofline estimate of a compiled step's time per device (:class:`jaxmem.records.StepTime`).
+
+Terms (per device; peaks: :mod:`jaxmem.compiler.peaks`):
+
+  compute_time_s = flops / peak_flops          (the row's flops: the program's, remat included)
+  memory_time_s  = bytes_accessed / hbm_bandwidth   (HBM traffic: :mod:`jaxmem.hlo.traffic`)
+  comm_time_s    = comm_bytes / link_bandwidth      (bytes sent: :mod:`jaxmem.hlo.comms`)
+  step_time_s    = max(compute, memory, comm)       (a lower bound: every term at its peak rate,
+                                                     and the others hidden under the largest)
+  bound          = the term that sets step_time_s
+  tokens_per_s_per_device = tokens / devices / step_time_s
+  mfu            = model_flops / (step_time_s * peak_flops)   (model FLOPs: jaxmem.models.model_flops)
+  arithmetic_intensity = flops / bytes_accessed;  ridge_point = peak_flops / hbm_bandwidth
+
+Why the maximum and not the sum: XLA overlaps collectives with compute (async collectives,
+collective matmuls) and a fusion's memory traffic with its arithmetic, so the sum of the terms
+is an upper bound only for a program that overlaps nothing; the maximum is what no schedule can
+beat. Real steps land between, nearer the maximum for a well-overlapped program (the calibration
+against MaxText's published MFU in docs/examples.md says how near). Peaks are bf16 matrix rates:
+the vector work (softmax, norms) and fp32 matmuls run slower than that, which is one more way the
+figure is a lower bound. Every communication kind crosses the same link (ICI in a slice, NVLink
+in a node); across slices or hosts the path is slower and the peaks' note says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxmem.compiler.peaks import target_peaks
+from jaxmem.compiler.targets import Target
+from jaxmem.records import Record, StepTime
+
+TERMS = ("compute", "memory", "comm")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Work(Record):
+  """What a step does for the model, given by the caller that knows the model: ``tokens`` (the
+  whole step's, all devices) and ``model_flops`` (the whole step's model FLOPs, all devices);
+  ``None`` with ``note`` saying why where the caller cannot know (a user's own step)."""
+
+  tokens: int | None = None
+  model_flops: float | None = None
+  note: str | None = None
+
+
+def estimate(
+    *, flops: float | None, bytes_accessed: int | None, comm_bytes: int | None, num_devices: int,
+    target: Target | None, work: Work | None,
+) -> tuple[StepTime, list[str]]:
+  """The step-time terms of one compiled program, and notes for the terms that are ``None``."""
+  work = work or Work(note="mfu: the caller gave no model FLOPs or tokens")
+  n = max(1, num_devices)
+  model_flops = None if work.model_flops is None else work.model_flops / n
+  notes = [] if work.note is None else [work.note]
+  peaks, why = target_peaks(target)
+  if peaks is None:
+    notes.append(f"step time: {why}")
+    return StepTime(bytes_accessed=bytes_accessed, model_flops=model_flops), notes
+  if peaks.link_note:
+    notes.append(f"comm_time_s: {peaks.link_note}")
+  terms = {
+      "compute": None if flops is None else flops / peaks.peak_flops,
+      "memory": None if bytes_accessed is None else bytes_accessed / peaks.hbm_bandwidth,
+      "comm": _comm_time(comm_bytes, n, peaks.link_bandwidth, peaks.part, notes),
+  }
+  known = {k: v for k, v in terms.items() if v is not None}
+  step = max(known.values()) if known else None
+  bound = max(known, key=known.__getitem__) if step else None
+  if step is not None and "compute" not in known:
+    notes.append("step_time_s: the program's FLOPs are unknown, so the compute term is left out")
+  return StepTime(
+      bytes_accessed=bytes_accessed,
+      model_flops=model_flops,
+      compute_time_s=terms["compute"],
+      memory_time_s=terms["memory"],
+      comm_time_s=terms["comm"],
+      step_time_s=step,
+      bound=bound,
+      tokens_per_s_per_device=None if not step or work.tokens is None else work.tokens / n / step,
+      mfu=None if not step or model_flops is None else model_flops / (step * peaks.peak_flops),
+      arithmetic_intensity=None if flops is None or not bytes_accessed else flops / bytes_accessed,
+      ridge_point=peaks.ridge_point,
+  ), notes
+
+
+def _comm_time(comm_bytes: int | None, n: int, link: float | None, part: str, notes: list[str]) -> float | None:
+  if comm_bytes is None:
+    return None
+  if comm_bytes == 0 or n == 1:
+    return 0.0
+  if link is None:
+    notes.append(f"comm_time_s: no published per-chip interconnect bandwidth for {part}; step_time_s leaves "
+                 "communication out")
+    return None
+  return comm_bytes / link

@@ -1,0 +1,100 @@
+"""fit's search over compiles: the affine search against plain bisection, compiles counted, the
+answer and its neighbour compiled, and the depth probe's phases (tests/test_boundary.py holds the
+search on curves, without a compiler)."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from jaxmem.models import get_config
+from jaxmem.planning import fit, sweep
+from jaxmem.planning.boundary import Boundary
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.plan import plan
+
+def _plan(cfg=None):
+  # The host CPU's compiler (the fastest here), with a capacity set to three times what batch 1
+  # needs, so the largest batch is some steps above the smallest; `full` alone is searched.
+  p = plan(model=cfg or "tiny", remat="full", optimizer="adamw", batch=1, seq=32, target="cpu")
+  p = dataclasses.replace(p, remats=p.remats[1:])
+  mesh, opt, rp = p.configs()[0]
+  first = sweep.run_config(p, mesh, opt, rp)
+  target = dataclasses.replace(p.target, capacity_bytes=3 * first.required_bytes, capacity_note="a test's")
+  return dataclasses.replace(p, target=target)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+  """The affine search and plain bisection of the same plan, with the rows each compiled (one
+  row cache: bisection's probes the affine search made are read back, not compiled again)."""
+  p = _plan()
+  cache = RowCache(tmp_path_factory.mktemp("rows"))
+  out = {}
+  for strategy in ("affine", "bisect"):
+    rows = []
+    (found,) = fit.search(p, strategy=strategy, cache=cache, on_row=rows.append)
+    out[strategy] = (found, rows)
+  return out
+
+
+def test_the_affine_search_finds_bisections_answer_in_fewer_compiles(searched):
+  (affine, _), (bisect, _) = searched["affine"], searched["bisect"]
+  assert affine.max_batch == bisect.max_batch and affine.max_batch >= 3
+  assert affine.compiles < bisect.compiles
+
+
+def test_compiles_are_counted_and_the_answer_was_confirmed_by_compiles(searched):
+  found, rows = searched["affine"]
+  assert found.compiles == len(rows) == len({r.batch for r in rows})  # each batch compiled once
+  by_batch = {r.batch: r for r in rows}
+  # The answer is a compiled row that fits, and the next batch compiled and did not.
+  assert found.row.batch == found.max_batch and found.row.fits is True
+  assert by_batch[found.max_batch].fits is True and by_batch[found.max_batch + 1].fits is False
+  assert found.as_dict()["compiles"] == found.compiles and found.predicted_from_depths is None
+
+
+def _row(required, capacity, fixed=0):
+  return SimpleNamespace(required_bytes=required, fits=required <= capacity, argument_size_in_bytes=fixed, param_bytes=0)
+
+
+def _drive(s, layers_line, full_line, capacity):
+  """Runs a depth-probe search on lines standing in for the compiler: required bytes at
+  (num_layers, k) from ``layers_line``, and at full depth from ``full_line``."""
+  asked = []
+  while (k := s.next_probe()) is not None:
+    layers = s.layers()
+    asked.append((k, layers))
+    rows = [_row(full_line(k) if d is None else layers_line(d, k), capacity) for d in layers]
+    s.record(k, rows)
+  return asked
+
+
+def test_the_depth_probe_compiles_only_the_answer_at_full_depth():
+  line = lambda d, k: 100 + 10 * d + 7 * d * k  # noqa: E731 (affine in depth at every batch)
+  s = fit._Search(task=None, step=1, bound=Boundary(cap=1 << 16, capacity=1000), depths=(2, 4), full_depth=8)
+  asked = _drive(s, line, lambda k: line(8, k), 1000)
+  full = [k for k, layers in asked if layers == (None,)]
+  assert s.confirmed is True and s.phase == "done" and full == [s.bound.lo] == [14]
+  assert s.compiles == sum(len(layers) for _, layers in asked) and s.depth_error_pct == 0
+
+
+def test_a_depth_prediction_the_full_depth_contradicts_is_searched_at_full_depth():
+  line = lambda d, k: 100 + 10 * d + 7 * d * k  # noqa: E731
+  real = lambda k: line(8, k) + 60  # noqa: E731 (the full depth needs more than predicted)
+  s = fit._Search(task=None, step=1, bound=Boundary(cap=1 << 16, capacity=1000), depths=(2, 4), full_depth=8)
+  asked = _drive(s, line, real, 1000)
+  assert s.confirmed is False and s.phase == "full"
+  assert s.bound.lo == 13 and s.bound.hi == 14  # the true boundary, from full-depth compiles
+  assert s.depth_error_pct < 0
+
+
+@pytest.mark.slow
+def test_fit_with_a_depth_probe_agrees_with_the_full_search():
+  # About 14 compiles of a 6-layer tiny model: the phases above, through fit.search and the compiler.
+  p = _plan(get_config("tiny", num_layers=6))
+  (probed,) = fit.search(p, depth_probe=True)
+  (plain,) = fit.search(p)
+  assert probed.predicted_from_depths == (2, 4) and probed.confirmed_full_depth is True
+  assert probed.max_batch == plain.max_batch and probed.row.param_bytes == plain.row.param_bytes
+  assert abs(probed.depth_prediction_error_pct) < 2

@@ -1,0 +1,220 @@
+"""The step-time estimate (issue 21 items 1 and 3): roofline terms on every compiled row, the
+target peaks behind them, the HBM traffic read from the optimized HLO, model FLOPs and MFU."""
+
+import dataclasses
+
+import pytest
+
+from jaxmem.compiler.peaks import target_peaks
+from jaxmem.compiler.steptime import Work, estimate
+from jaxmem.compiler.targets import get_target
+from jaxmem.hlo.traffic import traffic
+from jaxmem.inference import infer
+from jaxmem.models import count_active_params, count_params, get_config
+from jaxmem.models.model_flops import inference_flops, matmul_params, training_flops
+from jaxmem.planning import sweep
+from jaxmem.records import StepTime
+from jaxmem.render import tables
+from jaxmem.render.inference import render_infer
+
+GB = 10**9
+
+
+# --- the terms, from given figures (no compile) -------------------------------------------------
+
+
+def _estimate(target="tpu:v5e-8", flops=1e12, bytes_accessed=10 * GB, comm=2 * GB, n=8, work=None):
+  return estimate(flops=flops, bytes_accessed=bytes_accessed, comm_bytes=comm, num_devices=n,
+                  target=get_target(target), work=work)
+
+
+def test_each_term_is_its_figure_over_the_peak_and_the_bound_is_the_largest():
+  peaks, _ = target_peaks(get_target("tpu:v5e-8"))
+  st, notes = _estimate(work=Work(tokens=8 * 4096, model_flops=8 * 0.9e12))
+  assert st.compute_time_s == pytest.approx(1e12 / peaks.peak_flops)
+  assert st.memory_time_s == pytest.approx(10 * GB / peaks.hbm_bandwidth)
+  assert st.comm_time_s == pytest.approx(2 * GB / peaks.link_bandwidth)
+  terms = {"compute": st.compute_time_s, "memory": st.memory_time_s, "comm": st.comm_time_s}
+  assert st.step_time_s == max(terms.values()) and st.bound == max(terms, key=terms.get)
+  assert st.tokens_per_s_per_device == pytest.approx(4096 / st.step_time_s)
+  assert st.mfu == pytest.approx(0.9e12 / (st.step_time_s * peaks.peak_flops))
+  assert st.ridge_point == pytest.approx(peaks.peak_flops / peaks.hbm_bandwidth) and not notes
+  # More FLOPs than the others can hide: compute-bound, and MFU is model FLOPs over program FLOPs.
+  big, _ = _estimate(flops=1e15, work=Work(tokens=1, model_flops=8 * 0.9e15))
+  assert big.bound == "compute" and big.mfu == pytest.approx(0.9)
+
+
+def test_the_link_is_half_the_quoted_bidirectional_figure_and_a_device_share_of_a_chip():
+  v5p, _ = target_peaks(get_target("tpu:v5p-8"))
+  v7x, _ = target_peaks(get_target("tpu:v7x-8"))  # two devices a chip
+  h100, _ = target_peaks(get_target("gpu:h100x8"))
+  assert v5p.link_bandwidth == pytest.approx(1200e9 / 2) and v5p.peak_flops == 459e12
+  assert v7x.peak_flops == pytest.approx(2307e12 / 2) and v7x.hbm_bandwidth == pytest.approx(7380e9 / 2)
+  assert h100.link == "NVLink" and h100.link_bandwidth == pytest.approx(450e9)
+  a800, _ = target_peaks(get_target("gpu:a800x8"))
+  a100, _ = target_peaks(get_target("gpu:a100-80gbx8"))
+  assert a800.peak_flops == a100.peak_flops and a800.link_bandwidth < a100.link_bandwidth
+
+
+def test_a_target_without_figures_gives_none_and_says_why():
+  st, notes = _estimate(target="cpu", n=1)
+  assert st.step_time_s is None and st.bound is None and st.mfu is None
+  assert any(n.startswith("step time: target cpu") for n in notes)
+  # TPU v4's page gives no per-chip ICI figure: no comm term, and the step leaves it out, said.
+  st, notes = _estimate(target="tpu:v4-8", n=4)
+  assert st.comm_time_s is None and st.step_time_s == max(st.compute_time_s, st.memory_time_s)
+  assert any("no published per-chip interconnect bandwidth for TPU v4" in n for n in notes)
+
+
+def test_multislice_communication_is_said_to_be_a_lower_bound():
+  st, notes = estimate(flops=1.0, bytes_accessed=1, comm_bytes=GB, num_devices=16,
+                       target=get_target("tpu:v5e-8", slices=2), work=None)
+  assert st.comm_time_s is not None and any("cross DCN" in n for n in notes)
+
+
+def test_model_flops_are_6nt_plus_attention():
+  cfg = get_config("llama3-8b")
+  n = matmul_params(cfg)
+  assert n == count_active_params(cfg) - cfg.vocab_size * cfg.d_model  # the lookup table is no matmul
+  t, s = 8 * 2048, 2048
+  attn = 12 * cfg.num_layers * t * s * cfg.num_heads * cfg.head_dim  # PaLM appendix B
+  assert training_flops(cfg, batch=8, seq=s) == pytest.approx(6 * n * t + attn)
+  assert inference_flops(cfg, tokens=t, context=s) == pytest.approx((6 * n * t + attn) / 3)
+  moe = get_config("mixtral-8x7b")
+  assert matmul_params(moe) < count_params(moe) / 3  # the k routed experts a token uses, not all
+
+
+# --- HBM traffic from HLO text ----------------------------------------------------------------
+
+_LOOP = """HloModule m, entry_computation_layout={(f32[4,256,256]{2,1,0}, f32[64,256]{1,0})->f32[64,256]{1,0}}
+
+%slice_w (p0: f32[4,256,256], p1: s32[]) -> f32[256,256] {
+  %p0 = f32[4,256,256]{2,1,0} parameter(0)
+  %p1 = s32[] parameter(1)
+  %c0 = s32[] constant(0)
+  %ds = f32[1,256,256]{2,1,0} dynamic-slice(%p0, %p1, %c0, %c0), dynamic_slice_sizes={1,256,256}
+  ROOT %b = f32[256,256]{1,0} bitcast(%ds)
+}
+
+%save (p0: f32[4,64,256], p1: f32[64,256], p2: s32[]) -> f32[4,64,256] {
+  %p0 = f32[4,64,256]{2,1,0} parameter(0)
+  %p1 = f32[64,256]{1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %c0 = s32[] constant(0)
+  %u = f32[1,64,256]{2,1,0} bitcast(%p1)
+  ROOT %dus = f32[4,64,256]{2,1,0} dynamic-update-slice(%p0, %u, %p2, %c0, %c0)
+}
+
+%body (t: (s32[], f32[64,256], f32[4,256,256], f32[4,64,256])) -> (s32[], f32[64,256], f32[4,256,256], f32[4,64,256]) {
+  %t = (s32[], f32[64,256]{1,0}, f32[4,256,256]{2,1,0}, f32[4,64,256]{2,1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[64,256]{1,0} get-tuple-element(%t), index=1
+  %ws = f32[4,256,256]{2,1,0} get-tuple-element(%t), index=2
+  %acc = f32[4,64,256]{2,1,0} get-tuple-element(%t), index=3
+  %w = f32[256,256]{1,0} fusion(%ws, %i), kind=kLoop, calls=%slice_w
+  %y = f32[64,256]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %vmem = f32[64,256]{1,0:T(8,128)S(1)} copy(%y)
+  %acc2 = f32[4,64,256]{2,1,0} fusion(%acc, %y, %i), kind=kLoop, calls=%save
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  ROOT %r = (s32[], f32[64,256]{1,0}, f32[4,256,256]{2,1,0}, f32[4,64,256]{2,1,0}) tuple(%i2, %y, %ws, %acc2)
+}
+
+%cond (t: (s32[], f32[64,256], f32[4,256,256], f32[4,64,256])) -> pred[] {
+  %t = (s32[], f32[64,256]{1,0}, f32[4,256,256]{2,1,0}, f32[4,64,256]{2,1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %n = s32[] constant(TRIPS)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+ENTRY %main (ws: f32[4,256,256], x: f32[64,256]) -> f32[64,256] {
+  %ws = f32[4,256,256]{2,1,0} parameter(0)
+  %x = f32[64,256]{1,0} parameter(1)
+  %z = s32[] constant(0)
+  %acc = f32[4,64,256]{2,1,0} broadcast(%z), dimensions={}
+  %t = (s32[], f32[64,256]{1,0}, f32[4,256,256]{2,1,0}, f32[4,64,256]{2,1,0}) tuple(%z, %x, %ws, %acc)
+  %l = (s32[], f32[64,256]{1,0}, f32[4,256,256]{2,1,0}, f32[4,64,256]{2,1,0}) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"TRIPS"}}
+  ROOT %out = f32[64,256]{1,0} get-tuple-element(%l), index=1
+}
+"""
+
+
+def test_traffic_charges_slices_and_in_place_updates_per_layer_times_the_trip_count():
+  w, act = 256 * 256 * 4, 64 * 256 * 4  # one layer's weight, one activation
+  two, four = (traffic(_LOOP.replace("TRIPS", str(n))) for n in (2, 4))
+  # Per trip: the slice fusion reads one layer's weight (and the s32 index) and writes it; the dot
+  # reads both operands and writes its result; the copy into VMEM (S(1)) reads only; the in-place
+  # update reads the new activation and writes it, not the stack; the counter; the condition.
+  per_trip = (w + w + 4) + (act + w + act) + act + (act + act + 4) + 12 + 9
+  assert four.bytes_accessed - two.bytes_accessed == 2 * per_trip
+  assert two.bytes_accessed == 2 * per_trip + 9 + (4 * act + 4)  # one more condition, the stack's broadcast
+  assert not four.lower_bound
+
+
+def test_traffic_without_a_trip_count_is_a_lower_bound():
+  text = _LOOP.replace(', backend_config={"known_trip_count":{"n":"TRIPS"}}', "").replace("constant(TRIPS)", "parameter(1)")
+  t = traffic(text)
+  assert t.lower_bound and any("without a known trip count" in n for n in t.notes)
+
+
+# --- compiled rows ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def batch_rows():
+  """tiny on tpu:v5e-1, no remat, at batch 2 and 8 (two compiles of about a second each)."""
+  return [sweep.compare(model="tiny", target="tpu:v5e-1", remat="none", batch=b, seq=128, cache=False)[0]
+          for b in (2, 8)]
+
+
+@pytest.mark.needs_tpu_compiler
+def test_every_compiled_row_carries_the_estimate(batch_rows):
+  small, large = batch_rows
+  peaks, _ = target_peaks(get_target("tpu:v5e-1"))
+  assert small.compute_time_s == pytest.approx(small.flops / peaks.peak_flops)
+  assert small.memory_time_s == pytest.approx(small.bytes_accessed / peaks.hbm_bandwidth)
+  assert small.step_time_s == max(small.compute_time_s, small.memory_time_s, small.comm_time_s)
+  assert small.bound in ("compute", "memory") and small.comm_time_s == 0.0
+  assert small.model_flops == pytest.approx(training_flops(get_config("tiny"), batch=2, seq=128))
+  assert 0 < small.mfu < 1
+  # Four times the tokens: more FLOPs, more traffic, a longer step.
+  assert large.flops > small.flops and large.bytes_accessed > small.bytes_accessed
+  assert large.step_time_s > small.step_time_s
+  # The fields are StepTime's, flat in JSON, and the table labels them estimates.
+  assert set(StepTime().as_dict()) <= set(small.as_dict())
+  assert small.step_time() == StepTime(**{f.name: getattr(small, f.name) for f in dataclasses.fields(StepTime)})
+  text = tables.render_compare(batch_rows, "table")
+  assert all(h in text for h in tables.STEP_TIME_HEADERS)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_rows_without_an_estimate_show_no_estimate_columns(batch_rows):
+  # A CPU target's rows (no peak figures: see test_a_target_without_figures_gives_none_and_says_why).
+  bare = [dataclasses.replace(r, **dict.fromkeys(("step_time_s", "bound", "mfu"))) for r in batch_rows]
+  assert "step (est)" not in tables.render_compare(bare, "table")
+  mixed = tables.render_compare([bare[0], batch_rows[1]], "markdown").splitlines()
+  assert any("| -  " in line or "| - " in line for line in mixed)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_decode_is_memory_bound_with_its_time_per_token():
+  (dec,) = infer.infer(model="tiny", phase="decode", context=[256], batch=2, target="tpu:v5e-1")
+  assert dec.arithmetic_intensity < dec.ridge_point and dec.bound == "memory"
+  assert dec.time_per_output_token_s == dec.step_time_s > 0
+  assert dec.model_flops == pytest.approx(inference_flops(get_config("tiny"), tokens=2, context=256))
+  text = render_infer([dec], "table")
+  assert "per token (est)" in text and "FLOP/B vs ridge" in text and " < " in text
+
+
+@pytest.mark.slow
+@pytest.mark.needs_tpu_compiler
+def test_prefill_is_compute_bound_and_decode_memory_bound():
+  # One layer 1024 wide (about 20 s of compile on a loaded 2-core machine): prefill's matmuls over
+  # 1024 tokens are above v5e's ridge (240 FLOP/B), decode's one token per sequence far below it.
+  cfg = get_config("llama3-1b", num_layers=1, vocab_size=1024, d_model=1024, d_ff=4096, num_heads=8, num_kv_heads=8)
+  pre, dec = infer.infer(model=cfg, phase="prefill,decode", prompt=256, context=[256], batch=4, target="tpu:v5e-1",
+                         attention="dot")
+  assert pre.phase == "prefill" and dec.phase == "decode"
+  assert pre.arithmetic_intensity > pre.ridge_point > dec.arithmetic_intensity
+  assert pre.bound == "compute" and dec.bound == "memory"
+  assert dec.time_per_output_token_s == dec.step_time_s and pre.time_per_output_token_s is None
