@@ -317,6 +317,9 @@ def plan(
   if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
     raise JaxmemError(f"`budget` must be a whole number of compiles, at least 1 (got {budget!r})")
   w = Workload.of(workload, **fields)
+  for name, v in (("batch", w.batch), ("seq", w.seq)):
+    if not isinstance(v, int) or v < 1:
+      raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
   if w.step:
     raise JaxmemError("plan searches jaxmem's own models (`model`); a user's `step` has no mesh or kernel to choose")
   tgt = resolve_target(w)

@@ -36,9 +36,9 @@ def render_plan(result: Any, fmt: str) -> str:
 
 def _cells(i: int, r: Any, u: Any) -> list[str]:
   req = "-" if r.required_bytes is None else u(r.required_bytes)
-  cap = "-" if r.capacity_bytes is None else u(r.capacity_bytes)
+  cap = _bytes(r.capacity_bytes)
   rec = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
-  return [str(i), r.mesh, r.remat, str(r.microbatches), r.attention or "-", f"{req} / {cap} {u.name}",
+  return [str(i), r.mesh, r.remat, str(r.microbatches), r.attention or "-", f"{req} {u.name} / {cap}",
           verdict_cell(r, u) if r.error is None else "NO (refused)", rec, seconds(r.comm_time_s),
           seconds(r.step_time_s), r.bound or "-", percent(r.mfu)]
 
@@ -54,7 +54,7 @@ def recommendation(result: Any) -> str:
     risk = f", at risk: {u(best.margin_bytes)} {u.name} left"
   return (f"recommendation: mesh {best.mesh}, remat {best.remat}, {_micro(best.microbatches)}, attention "
           f"{best.attention}: estimated {seconds(best.step_time_s)} per step ({best.bound}-bound, MFU "
-          f"{percent(best.mfu)}), {u(best.required_bytes)} of {u(best.capacity_bytes)} {u.name} per device{risk}")
+          f"{percent(best.mfu)}), {u(best.required_bytes)} {u.name} of {_bytes(best.capacity_bytes)} per device{risk}")
 
 
 def cost_lines(result: Any) -> list[str]:
@@ -95,3 +95,10 @@ def plot_plan(result: Any, path: str) -> None:
 
 def _micro(n: int) -> str:
   return f"{n} microbatch" + ("es" if n != 1 else "")
+
+
+def _bytes(v: int | None) -> str:
+  if v is None:
+    return "-"
+  u = unit_for(v)
+  return f"{u(v)} {u.name}"
