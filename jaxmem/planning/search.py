@@ -37,6 +37,7 @@ from jaxmem.compiler.peaks import target_peaks
 from jaxmem.compiler.report import fits as fits_in
 from jaxmem.errors import JaxmemError
 from jaxmem.inference.estimate import activation_bytes_per_layer
+from jaxmem.models import count_params
 from jaxmem.models.model_flops import training_flops
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan as plan_sweep, resolve_model, resolve_target
@@ -218,8 +219,6 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
   """Every valid candidate of ``p``'s model, target and workload, with its estimate; what was
   dropped counted in ``pruned`` by reason. Arguments are sized once per mesh and kernel (remat
   and microbatches do not change them)."""
-  from jaxmem.models import count_params
-
   cfg, tgt, n = p.cfg, p.target, p.target.num_devices
   params = count_params(cfg)
   rungs = [r for r in REMAT_LADDER if r.name in REMAT_POLICIES]
