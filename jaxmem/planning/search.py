@@ -404,7 +404,9 @@ def _task(base: Task, c: Candidate) -> Task:
 def _with_recompute(p: Plan, r: Row) -> Row:
   """A fitting row's recompute against the no-remat program at its configuration (traced, not
   compiled: :func:`jaxmem.planning.sweep.baseline_flops`)."""
-  if not r.fits or r.flops is None or r.remat == "none":
-    return dataclasses.replace(r, recompute_overhead_pct=0.0 if r.remat == "none" and r.flops else None)
+  if not r.fits or r.flops is None:
+    return dataclasses.replace(r, recompute_overhead_pct=None)
+  if r.remat == "none":
+    return dataclasses.replace(r, recompute_overhead_pct=0.0)
   base = baseline_flops(p, r)
   return dataclasses.replace(r, recompute_overhead_pct=None if not base else 100.0 * (r.flops - base) / base)
