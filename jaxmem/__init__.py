@@ -32,6 +32,7 @@ from jaxmem.inference.serving import ServingFit, fit_serving  # noqa: E402
 from jaxmem.planning.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
+from jaxmem.planning.search import PlanResult, plan  # noqa: E402
 from jaxmem.planning.sweep import Row, compare, with_overheads  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
 from jaxmem.program import optimizers, remat  # noqa: E402
@@ -91,6 +92,7 @@ __all__ = [
     "InferRow",
     "JaxmemError",
     "MemoryReport",
+    "PlanResult",
     "Row",
     "RowCache",
     "Scaling",
@@ -107,6 +109,7 @@ __all__ = [
     "fsdp_shardings",
     "infer",
     "optimizers",
+    "plan",
     "plot_timeline",
     "remat",
     "scale",

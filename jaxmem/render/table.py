@@ -9,8 +9,8 @@ from jaxmem.errors import JaxmemError
 
 
 def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
-  """``result`` (what :func:`jaxmem.compare`, ``fit``, ``scale``, ``explain``, ``infer`` or
-  ``estimate`` returned) as the matching command prints it: ``fmt`` is table, markdown, json or
+  """``result`` (what :func:`jaxmem.compare`, ``fit``, ``plan``, ``scale``, ``explain``, ``infer``
+  or ``estimate`` returned) as the matching command prints it: ``fmt`` is table, markdown, json or
   csv; ``totals`` adds the compare table's total columns.
 
   >>> import jaxmem
@@ -24,14 +24,18 @@ def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
   from jaxmem.inference.infer import InferRow
   from jaxmem.planning.fit import FitResult
   from jaxmem.planning.scale import Scaling
+  from jaxmem.planning.search import PlanResult
   from jaxmem.planning.sweep import Row
   from jaxmem.render import tables
   from jaxmem.render.explain import render_explain
   from jaxmem.render.inference import render_estimates, render_infer
+  from jaxmem.render.plan import render_plan
 
   tables.check_format(fmt)
   if isinstance(result, Explanation):
     return render_explain(result, fmt)
+  if isinstance(result, PlanResult):
+    return render_plan(result, fmt)
   if isinstance(result, Scaling):
     return tables.render_scale(result.rows, result.growth, fmt, totals=totals)
   items: Sequence[Any] = list(result) if isinstance(result, (list, tuple)) else [result]

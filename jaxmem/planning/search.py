@@ -1,0 +1,412 @@
+"""``plan``: the fastest configuration that fits, from few compiles.
+
+The search a performance engineer does by hand, in four steps:
+
+1. Candidates: every factorization of the device count over the mesh axes the model can use
+   (:data:`SEARCH_AXES`, those the sharding rules know), the remat ladder from ``none`` to
+   ``full`` (:data:`REMAT_LADDER`, policies of :data:`jaxmem.program.remat.REMAT_POLICIES`),
+   microbatch counts that divide the batch (powers of two up to :data:`MAX_MICROBATCHES`) and the
+   target's attention kernels (``auto`` and ``dot``, each once as the target resolves it).
+2. Dropped before anything compiles: meshes the workload cannot take (the batch not divisible by
+   the data axes times the microbatches, heads not divisible by ``tensor``, experts not by
+   ``expert``: each with its reason counted), and every candidate whose arguments alone
+   (parameters, optimizer state, tokens: exact from their shapes and shardings,
+   :func:`jaxmem.compiler.figures.shape_argument_bytes`) exceed the device's capacity.
+3. Ordered by a closed-form estimate (:func:`analytic`): those estimated to fit first, each
+   group fastest first; compiled in that order (through the sweep's row path, the row cache,
+   ``jobs``) until ``budget`` compiles. A candidate that needs at least as much memory as one
+   compiled and found not to fit (same mesh and kernel, no fewer saved residuals, no more
+   microbatches) is skipped.
+4. Ranked by the compiled row's ``step_time_s`` (the roofline estimate,
+   :mod:`jaxmem.compiler.steptime`): fitting candidates first (those at risk at the edge after
+   those that are not), fastest first; the first is the recommendation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from jaxmem.compiler.figures import shape_argument_bytes
+from jaxmem.compiler.margin import AT_RISK
+from jaxmem.compiler.peaks import target_peaks
+from jaxmem.compiler.report import fits as fits_in
+from jaxmem.errors import JaxmemError
+from jaxmem.inference.estimate import activation_bytes_per_layer
+from jaxmem.models import count_params
+from jaxmem.models.model_flops import training_flops
+from jaxmem.planning.cache import RowCache
+from jaxmem.planning.plan import Plan, Task, plan as plan_sweep, resolve_model, resolve_target
+from jaxmem.planning.sweep import Row, baseline_flops, run_rows
+from jaxmem.program import sharding as shd
+from jaxmem.program.optimizers import OPTIMIZERS
+from jaxmem.program.remat import REMAT_POLICIES
+from jaxmem.program.train import build_train_program, check_batch, pick_attention
+from jaxmem.workload import Workload
+
+# The mesh axes a plan factorizes the devices over, in the order a mesh names them. The axes
+# other branches add (context, stage, sequence) go here; one the sharding rules of this
+# version do not know (not in shd.MESH_AXES) is skipped.
+SEARCH_AXES = ("data", "fsdp", "tensor", "expert", "context", "stage")
+MODEL_AXES = {"expert": "is_moe"}  # an axis only some models use: the config flag that says so
+ATTENTIONS = ("auto", "dot")
+MAX_MICROBATCHES = 8
+DEFAULT_BUDGET = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+  """One remat policy of the ladder and what the closed-form estimate assumes of it: ``keep``,
+  the share of the no-remat activations it saves (Korthikanti et al. 2022, table 2: ``none``
+  keeps all, ``full`` only each layer's input); ``recompute``, the share of the forward pass it
+  runs again. Rough figures: they only order the compiles; the ranking is the compiler's."""
+
+  name: str
+  keep: float
+  recompute: float
+
+
+# From most saved to least (none to full). minimal saves every projection and recomputes the
+# attention core and activations; save_dot_except_mlp recomputes the MLP (about two thirds of
+# a Llama layer's matmul FLOPs); save_qkv_proj recomputes all but the q/k/v projections.
+REMAT_LADDER = (
+    Rung("none", 1.0, 0.0),
+    Rung("minimal", 0.6, 0.1),
+    Rung("save_dot_except_mlp", 0.3, 0.65),
+    Rung("save_qkv_proj", 0.15, 0.85),
+    Rung("full", 0.0, 1.0),
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Candidate:
+  """One configuration of the search and its closed-form estimate (before compiling)."""
+
+  mesh: str
+  remat: str
+  microbatches: int
+  attention: str  # the implementation the target resolves it to
+  level: int  # the rung's index on the ladder: higher saves less
+  argument_bytes: int  # per device, exact from shapes and shardings
+  estimated_required_bytes: int
+  estimated_step_time_s: float | None
+
+  def same_program_family(self, other: Candidate) -> bool:
+    return (self.mesh, self.attention) == (other.mesh, other.attention)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanResult:
+  """The search's answer: compiled candidates ranked (``rows``, the recommendation first where
+  one fits), what it cost (``compiles``: candidates compiled or answered by the row cache,
+  ``cache_hits`` of them) and what was left out before compiling (``pruned``: reason -> count)."""
+
+  model: str
+  target: str
+  batch: int
+  seq: int
+  budget: int
+  candidates: int  # generated, before pruning
+  compiles: int
+  cache_hits: int
+  pruned: tuple[tuple[str, int], ...]
+  not_compiled: int  # valid candidates left for lack of budget
+  rows: tuple[Row, ...]
+  estimates: tuple[tuple[str, float | None], ...] = ()  # row label -> closed-form step time (ordering)
+  notes: tuple[str, ...] = ()
+
+  @property
+  def recommended(self) -> Row | None:
+    return self.rows[0] if self.rows and self.rows[0].fits else None
+
+  def as_dict(self) -> dict[str, Any]:
+    return dict(
+        model=self.model, target=self.target, batch=self.batch, seq=self.seq, budget=self.budget,
+        candidates=self.candidates, compiles=self.compiles, cache_hits=self.cache_hits, pruned=dict(self.pruned),
+        not_compiled=self.not_compiled, notes=list(self.notes),
+        recommended=None if self.recommended is None else self.recommended.as_dict(),
+        estimated_step_time_s=dict(self.estimates), rows=[r.as_dict() for r in self.rows],
+    )
+
+
+def candidate_key(mesh: str, remat: str, microbatches: int, attention: str) -> str:
+  return f"{mesh} {remat} mb{microbatches} {attention}"
+
+
+def factorizations(n: int, axes: tuple[str, ...]) -> list[shd.MeshSpec]:
+  """Every mesh of ``n`` devices over ``axes`` (axes of size 1 left out), each once."""
+  out: list[shd.MeshSpec] = []
+
+  def go(i: int, left: int, acc: tuple) -> None:
+    if i == len(axes):
+      if left == 1:
+        out.append(acc or ((axes[0], 1),))
+      return
+    for s in (d for d in range(1, left + 1) if left % d == 0):
+      go(i + 1, left // s, acc + (((axes[i], s),) if s > 1 else ()))
+
+  go(0, n, ())
+  return out
+
+
+def search_axes(cfg: Any) -> tuple[str, ...]:
+  """The axes this model can use that this version's sharding rules know."""
+  return tuple(a for a in SEARCH_AXES if a in shd.MESH_AXES and getattr(cfg, MODEL_AXES.get(a, "name"), True))
+
+
+def mesh_reason(mesh: shd.MeshSpec, cfg: Any, batch: int, seq: int, microbatches: int) -> str | None:
+  """Why the workload cannot run on ``mesh`` (a short reason, counted), or None."""
+  t = dict(mesh).get("tensor", 1)
+  if cfg.num_heads % t or cfg.num_kv_heads % t:
+    return "tensor does not divide the heads"
+  try:
+    check_batch(batch, seq, mesh, cfg, microbatches=microbatches)
+  except JaxmemError as e:
+    msg = str(e)
+    if "batch" in msg and "divisible" in msg:
+      return "batch not divisible by the data axes x microbatches"
+    if "expert" in msg:
+      return "expert does not divide the experts"
+    return "sequence not divisible by its mesh axes"
+  return None
+
+
+def analytic(
+    cfg: Any, *, mesh: shd.MeshSpec, rung: Rung, microbatches: int, batch: int, seq: int, argument_bytes: int,
+    param_count: int, target: Any, fused: bool,
+) -> tuple[int, float | None]:
+  """The closed-form (required bytes, step seconds) a candidate is ordered by.
+
+  Memory: the arguments (exact) + one gradient copy + the layers' activations (Korthikanti et
+  al. 2022, table 2, eq. 3, scaled by the rung's ``keep``; a fused kernel keeps no s^2 scores).
+  Time: the larger of compute, 6·N·T + attention FLOPs (:func:`training_flops`) with the rung's
+  recomputed forward (a third of them) over the peak, and communication over the link: FSDP
+  gathers the 16-bit parameters twice per microbatch and reduce-scatters the gradients once,
+  data all-reduces the gradients (2(d-1)/d), tensor all-reduces a layer's activations four
+  times (Megatron-LM, Shoeybi et al. 2019, sec. 3), context gathers a layer's keys and values
+  forward and backward, expert exchanges the tokens four times."""
+  m = dict(mesh)
+  n = shd.mesh_size(mesh)
+  d, f, t, e = m.get("data", 1), m.get("fsdp", 1), m.get("tensor", 1), m.get("expert", 1)
+  micro = batch / shd.data_parallel_size(mesh) / microbatches
+  per_layer = activation_bytes_per_layer(cfg, batch=1, seq=seq, tensor=t, recompute="selective" if fused else "none")
+  floor = activation_bytes_per_layer(cfg, batch=1, seq=seq, tensor=t, recompute="full")
+  acts = cfg.num_layers * micro * (floor + rung.keep * (per_layer - floor))
+  grads = 2 * param_count / (f * t * (e if cfg.is_moe else 1))
+  required = int(argument_bytes + grads + acts)
+  peaks, _ = target_peaks(target)
+  if peaks is None:
+    return required, None
+  compute = training_flops(cfg, batch=batch, seq=seq) / n * (1 + rung.recompute / 3) / peaks.peak_flops
+  p16 = 2 * param_count / t
+  comm = p16 * (2 * microbatches + 1) * (f - 1) / f + (2 * p16 / f * (d - 1) / d)
+  tokens = batch * seq / shd.data_parallel_size(mesh)
+  comm += 4 * cfg.num_layers * 2 * tokens * cfg.d_model * 2 * (t - 1) / t
+  c = m.get("context", 1)
+  if c > 1:  # each layer gathers the other shards' keys and values, forward and backward
+    comm += 2 * cfg.num_layers * 2 * tokens * cfg.num_kv_heads * cfg.head_dim * 2 * (c - 1) / c
+  if cfg.is_moe and e > 1:
+    comm += 4 * cfg.num_layers * tokens * cfg.d_model * 2 * (e - 1) / e
+  link = 0.0 if peaks.link_bandwidth is None else comm / peaks.link_bandwidth
+  return required, max(compute, link)
+
+
+def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
+  """Every valid candidate of ``p``'s model, target and workload, with its estimate; what was
+  dropped counted in ``pruned`` by reason. Arguments are sized once per mesh and kernel (remat
+  and microbatches do not change them)."""
+  cfg, tgt, n = p.cfg, p.target, p.target.num_devices
+  params = count_params(cfg)
+  rungs = [r for r in REMAT_LADDER if r.name in REMAT_POLICIES]
+  micro = [m for m in (2**i for i in range(MAX_MICROBATCHES.bit_length())) if m <= MAX_MICROBATCHES]
+  out: list[Candidate] = []
+  for mesh in factorizations(n, search_axes(cfg)):
+    why = mesh_reason(mesh, cfg, p.batch, p.seq, 1)
+    if why is not None:  # more microbatches only make it worse
+      pruned[why] += len(ATTENTIONS) * len(micro) * len(rungs)
+      continue
+    for kernel in _kernels(p, mesh, pruned, len(rungs) * len(micro)):
+      program = build_train_program(
+          cfg, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
+          mesh=mesh, attention=kernel, qk_dtype=p.workload.qk_dtype, precision=p.precision,
+      )
+      args = shape_argument_bytes(program.args, n)
+      fused = program.attention.name != "dot"
+      for mb, rung in itertools.product(micro, rungs):
+        why = mesh_reason(mesh, cfg, p.batch, p.seq, mb)
+        if why is None and tgt.capacity_bytes is not None and not fits_in(args, tgt.capacity_bytes):
+          why = "arguments alone over capacity (not compiled)"
+        if why is not None:
+          pruned[why] += 1
+          continue
+        req, secs = analytic(cfg, mesh=mesh, rung=rung, microbatches=mb, batch=p.batch, seq=p.seq,
+                             argument_bytes=args, param_count=params, target=tgt, fused=fused)
+        out.append(Candidate(
+            mesh=shd.format_mesh(mesh), remat=rung.name, microbatches=mb, attention=kernel,
+            level=rungs.index(rung), argument_bytes=args, estimated_required_bytes=req, estimated_step_time_s=secs,
+        ))
+  return out
+
+
+def _kernels(p: Plan, mesh: shd.MeshSpec, pruned: Counter, per_kernel: int) -> list[str]:
+  """The attention names this mesh can take, each implementation once (``auto`` where it
+  resolves to ``dot`` is ``dot``); a mesh with invalid batch or heads still yields one name, so
+  its candidates are counted with their own reason."""
+  names: dict[str, str] = {}
+  for name in ATTENTIONS:
+    try:
+      choice = pick_attention(name, p.cfg, batch=p.batch, seq=p.seq, target=p.target, mesh=dict(mesh),
+                              qk_dtype=p.workload.qk_dtype)
+    except JaxmemError:
+      pruned["attention kernel not available on this target or mesh"] += per_kernel
+      continue
+    names.setdefault(choice.name, choice.name if name == "dot" else name)
+  return list(names.values())
+
+
+def order(cands: list[Candidate], capacity: int | None) -> list[Candidate]:
+  """Estimated to fit first, then fastest (closed form); ties: less memory first."""
+
+  def key(c: Candidate) -> tuple:
+    over = capacity is not None and c.estimated_required_bytes > capacity
+    secs = c.estimated_step_time_s if c.estimated_step_time_s is not None else float("inf")
+    return (over, secs, c.estimated_required_bytes)
+
+  return sorted(cands, key=key)
+
+
+def dominated(c: Candidate, failed: list[Candidate]) -> bool:
+  """``c`` needs at least the memory of a compiled candidate that did not fit: same mesh and
+  kernel, no more recomputed (a lower rung saves every residual a higher one does) and no more
+  microbatches (a larger microbatch holds more activations)."""
+  return any(c.same_program_family(f) and c.level <= f.level and c.microbatches <= f.microbatches for f in failed)
+
+
+def rank_rows(rows: list[Row]) -> list[Row]:
+  """Fitting first (at risk after those that are not), fastest estimated step first; then the
+  rest by required memory."""
+
+  def key(r: Row) -> tuple:
+    group = (0 if r.verdict != AT_RISK else 1) if r.fits else 2
+    secs = r.step_time_s if r.step_time_s is not None else float("inf")
+    return (group, secs if r.fits else (r.required_bytes or float("inf")))
+
+  return sorted(rows, key=key)
+
+
+def plan(
+    workload: Workload | None = None,
+    /,
+    *,
+    budget: int = DEFAULT_BUDGET,
+    jobs: int = 1,
+    cache: RowCache | None = None,
+    on_row: Callable[[Row], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    **fields: Any,
+) -> PlanResult:
+  """The fastest configuration of ``workload`` (with ``fields`` replaced: ``model``, ``target``,
+  ``batch``, ``seq``, ``optimizer``...) that fits, from at most ``budget`` compiles (the module
+  docstring says how). ``on_plan(n)`` is called with the number of candidates to compile, before
+  the first; ``on_row`` with each compiled (or cached) row; ``jobs`` compiles that many at once."""
+  if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+    raise JaxmemError(f"`budget` must be a whole number of compiles, at least 1 (got {budget!r})")
+  w = Workload.of(workload, **fields)
+  for name, v in (("batch", w.batch), ("seq", w.seq)):
+    if not isinstance(v, int) or v < 1:
+      raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
+  if w.step:
+    raise JaxmemError("plan searches jaxmem's own models (`model`); a user's `step` has no mesh or kernel to choose")
+  tgt = resolve_target(w)
+  if tgt.capacity_bytes is None:
+    raise JaxmemError(f"plan needs a target with a memory capacity; {tgt.name} has none (use a TPU or GPU target)")
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  p = _base_plan(w, cfg, tgt)
+  pruned: Counter = Counter()
+  cands = order(candidates(p, pruned), tgt.capacity_bytes)
+  if on_plan is not None:
+    on_plan(min(budget, len(cands)))
+  rows, compiled, skipped = _compile_in_order(p, cands, budget=budget, jobs=jobs, cache=cache, on_row=on_row)
+  pruned.update(skipped)
+  rows = [_with_recompute(p, r) for r in rows]
+  est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention): c.estimated_step_time_s for c in compiled}
+  return PlanResult(
+      model=cfg.name, target=tgt.name, batch=w.batch, seq=w.seq, budget=budget,
+      candidates=len(cands) + sum(v for k, v in pruned.items() if k not in skipped), compiles=len(rows),
+      cache_hits=0 if cache is None else cache.hits, pruned=tuple(sorted(pruned.items())),
+      not_compiled=len(cands) - len(compiled) - sum(skipped.values()), rows=tuple(rank_rows(rows)),
+      estimates=tuple(est.items()), notes=_notes(),
+  )
+
+
+def _notes() -> tuple[str, ...]:
+  return (
+      "step_time_s: the roofline estimate of each compiled row (jaxmem.compiler.steptime), not a measurement",
+      "order of compiles: a closed-form estimate (Korthikanti et al. 2022 activations, 6NT + attention FLOPs)",
+  )
+
+
+def _base_plan(w: Workload, cfg: Any, tgt: Any) -> Plan:
+  """The validated sweep every candidate's task specialises: the ladder's policies, the first
+  optimizer, on the first mesh the workload can take (each task names its own)."""
+  meshes = [m for m in factorizations(tgt.num_devices, search_axes(cfg)) if mesh_reason(m, cfg, w.batch, w.seq, 1) is None]
+  if not meshes:
+    raise JaxmemError(
+        f"no mesh of {tgt.num_devices} devices can take batch {w.batch} at seq {w.seq} for {cfg.name}; "
+        f"use a batch that is a multiple of the device count"
+    )
+  rungs = [r.name for r in REMAT_LADDER if r.name in REMAT_POLICIES]
+  return plan_sweep(w.replace(target=tgt, model=cfg, mesh=(shd.format_mesh(meshes[0]),), remat=tuple(rungs),
+                              optimizer=(OPTIMIZERS.parse(w.optimizer)[0].name,), attention=("auto",), microbatches=(1,)))
+
+
+def _compile_in_order(
+    p: Plan, cands: list[Candidate], *, budget: int, jobs: int, cache: RowCache | None,
+    on_row: Callable[[Row], None] | None,
+) -> tuple[list[Row], list[Candidate], Counter]:
+  """Compiles ``cands`` in order, ``jobs`` at a time, until ``budget``; skips those dominated by
+  a compiled candidate that did not fit. Returns the rows, the candidates compiled and the
+  skipped counts."""
+  base = p.tasks()[0]
+  rows: list[Row] = []
+  done: list[Candidate] = []
+  failed: list[Candidate] = []
+  skipped: Counter = Counter()
+  queue = list(cands)
+  while queue and len(rows) < budget:
+    batch: list[Candidate] = []
+    while queue and len(batch) < min(jobs, budget - len(rows)):
+      c = queue.pop(0)
+      if dominated(c, failed):
+        skipped["needs at least the memory of a compiled candidate that did not fit (not compiled)"] += 1
+        continue
+      batch.append(c)
+    if not batch:
+      break
+    tasks = [_task(base, c) for c in batch]
+    got = run_rows(p, tasks, jobs=jobs, cache=cache, on_row=on_row)
+    for c, r in zip(batch, got, strict=True):
+      rows.append(r)
+      done.append(c)
+      if r.fits is False:
+        failed.append(c)
+  return rows, done, skipped
+
+
+def _task(base: Task, c: Candidate) -> Task:
+  return base.replace(mesh=(c.mesh,), remat=(c.remat,), attention=(c.attention,), microbatches=(c.microbatches,))
+
+
+def _with_recompute(p: Plan, r: Row) -> Row:
+  """A fitting row's recompute against the no-remat program at its configuration (traced, not
+  compiled: :func:`jaxmem.planning.sweep.baseline_flops`)."""
+  if not r.fits or r.flops is None:
+    return dataclasses.replace(r, recompute_overhead_pct=None)
+  if r.remat == "none":
+    return dataclasses.replace(r, recompute_overhead_pct=0.0)
+  base = baseline_flops(p, r)
+  return dataclasses.replace(r, recompute_overhead_pct=None if not base else 100.0 * (r.flops - base) / base)

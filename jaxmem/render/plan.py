@@ -1,0 +1,104 @@
+"""``jaxmem plan``'s output: the recommendation, the compiled candidates ranked by estimated
+step time, what the search cost and what it left out; and its Pareto plot."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tabulate import tabulate
+
+from jaxmem.compiler.margin import AT_RISK
+from jaxmem.errors import JaxmemError
+from jaxmem.render.tables import check_format, envelope, markup, render_csv, verdict_cell
+from jaxmem.render.units import percent, seconds, unit_for
+
+HEADERS = ("#", "mesh", "remat", "microbatches", "attention", "required / capacity", "fits", "recompute",
+           "comm (est)", "step (est)", "bound", "MFU (est)")
+
+
+def render_plan(result: Any, fmt: str) -> str:
+  """``result`` (a :class:`jaxmem.planning.search.PlanResult`) in ``fmt``."""
+  check_format(fmt)
+  rows = list(result.rows)
+  if fmt == "json":
+    d = result.as_dict()
+    return json.dumps(envelope(rows, **{k: v for k, v in d.items() if k != "rows"}), indent=2)
+  if fmt == "csv":
+    return render_csv(rows)
+  u = unit_for([r.required_bytes for r in rows])
+  body = [_cells(i, r, u) for i, r in enumerate(rows, 1)]
+  table = tabulate(body, headers=HEADERS, tablefmt=markup(fmt), disable_numparse=True)
+  bullet = "- " if fmt == "markdown" else ""
+  tail = [f"{bullet}{line}" for line in cost_lines(result) + list(result.notes)]
+  return "\n".join([recommendation(result), "", table, "", *tail])
+
+
+def _cells(i: int, r: Any, u: Any) -> list[str]:
+  req = "-" if r.required_bytes is None else u(r.required_bytes)
+  cap = _bytes(r.capacity_bytes)
+  rec = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
+  return [str(i), r.mesh, r.remat, str(r.microbatches), r.attention or "-", f"{req} {u.name} / {cap}",
+          verdict_cell(r, u) if r.error is None else "NO (refused)", rec, seconds(r.comm_time_s),
+          seconds(r.step_time_s), r.bound or "-", percent(r.mfu)]
+
+
+def recommendation(result: Any) -> str:
+  best = result.recommended
+  if best is None:
+    return (f"recommendation: none of the {result.compiles} candidates compiled fits {result.model} at batch "
+            f"{result.batch}, seq {result.seq} on {result.target}; raise --budget, or use more devices")
+  u = unit_for(best.required_bytes)
+  risk = ""
+  if best.verdict == AT_RISK:
+    risk = f", at risk: {u(best.margin_bytes)} {u.name} left"
+  return (f"recommendation: mesh {best.mesh}, remat {best.remat}, {_micro(best.microbatches)}, attention "
+          f"{best.attention}: estimated {seconds(best.step_time_s)} per step ({best.bound}-bound, MFU "
+          f"{percent(best.mfu)}), {u(best.required_bytes)} {u.name} of {_bytes(best.capacity_bytes)} per device{risk}")
+
+
+def cost_lines(result: Any) -> list[str]:
+  lines = [f"compiles: {result.compiles} of a budget of {result.budget} ({result.cache_hits} from the cache); "
+           f"{result.candidates} candidates, {result.not_compiled} valid ones left uncompiled"]
+  lines += [f"pruned: {n} candidates: {why}" for why, n in result.pruned]
+  return lines
+
+
+def plot_plan(result: Any, path: str) -> None:
+  """Required memory against estimated step time per compiled candidate, fitting and not, the
+  capacity as a line and the recommendation marked (matplotlib's Figure API: no pyplot state)."""
+  from matplotlib.figure import Figure
+
+  fig = Figure(figsize=(8, 5))
+  ax = fig.add_subplot()
+  rows = [r for r in result.rows if r.step_time_s is not None and r.required_bytes is not None]
+  gib = 2**30
+  for fits, style, label in ((True, "o", "fits"), (False, "x", "does not fit")):
+    pts = [r for r in rows if bool(r.fits) == fits]
+    ax.scatter([r.step_time_s for r in pts], [r.required_bytes / gib for r in pts], marker=style, label=label)
+  best = result.recommended
+  if best is not None:
+    ax.scatter([best.step_time_s], [best.required_bytes / gib], s=160, facecolors="none", edgecolors="green",
+               label=f"recommended: {best.mesh} {best.remat} mb{best.microbatches}")
+  for cap in {r.capacity_bytes for r in rows if r.capacity_bytes}:
+    ax.axhline(cap / gib, color="red", linewidth=1, label="capacity")
+  ax.set_xlabel("estimated step time (s)")
+  ax.set_ylabel("required GiB per device")
+  ax.set_title(f"{result.model} on {result.target}, batch {result.batch}, seq {result.seq}")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  try:
+    fig.savefig(path)
+  except (OSError, ValueError) as e:
+    raise JaxmemError(f"cannot write `plot` {path}: {e}") from None
+
+
+def _micro(n: int) -> str:
+  return f"{n} microbatch" + ("es" if n != 1 else "")
+
+
+def _bytes(v: int | None) -> str:
+  if v is None:
+    return "-"
+  u = unit_for(v)
+  return f"{u(v)} {u.name}"

@@ -1,0 +1,145 @@
+"""``plan`` (issue 22 item 1): candidates, pruning before compiling, the compile budget, the
+ranking by the compiled step-time estimate, the CLI and its bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+import jaxmem
+from jaxmem.cli import main
+from jaxmem.compiler.figures import shape_argument_bytes
+from jaxmem.compiler.targets import get_target
+from jaxmem.models import get_config
+from jaxmem.planning import search, sweep
+from jaxmem.program import sharding as shd
+from jaxmem.render.plan import plot_plan
+
+WORKLOAD = dict(model="tiny", batch=8, seq=128)
+ARGS_OVER = "arguments alone over capacity (not compiled)"
+
+
+def counting(mp: pytest.MonkeyPatch, capacity: int | None = None) -> list[int]:
+  """Wraps the compile path the sweep's rows go through: each call's exact argument bytes."""
+  seen: list[int] = []
+  real = sweep.compile_figures
+
+  def wrapped(traced, target, *, args=None, **kw):
+    seen.append(shape_argument_bytes(args, target.num_devices))
+    return real(traced, target, args=args, **kw)
+
+  mp.setattr(sweep, "compile_figures", wrapped)
+  return seen
+
+
+@pytest.fixture(scope="module")
+def planned():
+  """tiny on tpu:v5e-4 (its own capacity), two compiles, and the compile calls counted. The
+  rows go to the session's row cache, so the CLI test's first candidate is read from it."""
+  with pytest.MonkeyPatch.context() as mp:
+    seen = counting(mp)
+    result = jaxmem.plan(target="tpu:v5e-4", budget=2, cache=jaxmem.RowCache(), **WORKLOAD)
+  return result, seen
+
+
+@pytest.mark.needs_tpu_compiler
+def test_budget_respected_and_compiles_counted(planned):
+  result, seen = planned
+  assert len(seen) == result.compiles - result.cache_hits and result.compiles <= result.budget == 2
+  assert result.not_compiled > 0  # more valid candidates than the budget: the budget stopped it
+  assert dict(result.pruned)["tensor does not divide the heads"] > 0  # tensor=4 over two kv heads
+  assert json.loads(jaxmem.table(result, "json"))["compiles"] == result.compiles
+
+
+@pytest.mark.needs_tpu_compiler
+def test_recommendation_is_the_fastest_fitting_compiled(planned):
+  result, _ = planned
+  fitting = [r for r in result.rows if r.fits]
+  assert fitting, "tiny fits on v5e"
+  assert result.recommended is result.rows[0]
+  assert result.recommended.step_time_s == min(r.step_time_s for r in fitting)
+  assert all(r.fits for r in result.rows[: len(fitting)])  # fitting ones first
+  assert "recommendation: mesh " + result.recommended.mesh in jaxmem.table(result)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_plot(planned, tmp_path):
+  path = tmp_path / "pareto.png"
+  plot_plan(planned[0], str(path))
+  assert path.stat().st_size > 1000
+
+
+@pytest.mark.needs_tpu_compiler
+def test_arguments_over_capacity_are_never_compiled():
+  # A capacity between the fsdp meshes' arguments (parameters split four ways) and the data
+  # meshes' (replicated): the data meshes are dropped before anything compiles.
+  cap = 400_000
+  tgt = dataclasses.replace(get_target("tpu:v5e-4"), capacity_bytes=cap, capacity_note="test")
+  with pytest.MonkeyPatch.context() as mp:
+    seen = counting(mp)
+    result = jaxmem.plan(target=tgt, budget=1, **WORKLOAD)
+  assert seen and all(b <= cap for b in seen)
+  assert dict(result.pruned)[ARGS_OVER] > 0
+  assert all(not r.mesh.startswith("data=") for r in result.rows)
+  assert result.recommended is None and not any(r.fits for r in result.rows)  # tiny's step needs more than 400 kB
+  assert "none of the 1 candidates compiled fits" in jaxmem.table(result)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_cli_json_and_bad_input(planned, capsys):
+  # planned: its rows are in the row cache, so this first candidate is read, not compiled.
+  assert main(["plan", *"--model tiny --target tpu:v5e-4 --batch 8 --seq 128 --budget 1 --format json".split()]) == 0
+  doc = json.loads(capsys.readouterr().out)
+  assert doc["compiles"] == 1 and doc["budget"] == 1 and len(doc["rows"]) == 1
+  assert main(["plan", "--model", "tiny", "--target", "tpu:v5e-4", "--budget", "0"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert "--budget" in err and len(err.splitlines()) == 1
+  assert main(["plan", "--model", "tiny", "--target", "tpu:v5e-4", "--batch", "0"]) == 2
+  assert "--batch must be a whole number" in capsys.readouterr().err
+
+
+def test_factorizations_cover_the_device_count():
+  meshes = search.factorizations(8, ("data", "fsdp", "tensor"))
+  assert all(math.prod(s for _, s in m) == 8 for m in meshes)
+  assert len(meshes) == len({tuple(m) for m in meshes}) == 10  # ordered factorizations of 2^3 into 3 parts
+
+
+def test_axes_the_model_cannot_use_are_skipped():
+  assert "expert" not in search.search_axes(get_config("tiny"))
+  assert all(a in shd.MESH_AXES for a in search.search_axes(get_config("tiny")))
+
+
+def test_invalid_meshes_have_reasons():
+  cfg = get_config("tiny")
+  assert search.mesh_reason((("tensor", 8),), cfg, 8, 128, 1) == "tensor does not divide the heads"
+  assert search.mesh_reason((("data", 8),), cfg, 4, 128, 1).startswith("batch not divisible")
+  assert search.mesh_reason((("data", 4),), cfg, 8, 128, 4).startswith("batch not divisible")  # microbatches count
+  assert search.mesh_reason((("fsdp", 4),), cfg, 8, 128, 2) is None
+
+
+def test_closed_form_orders_by_recompute_and_memory():
+  cfg, tgt = get_config("llama3-8b"), get_target("tpu:v5p-16")
+  mesh = (("fsdp", 16),)
+  est = {r.name: search.analytic(cfg, mesh=mesh, rung=r, microbatches=1, batch=64, seq=8192, argument_bytes=0,
+                                 param_count=8_000_000_000, target=tgt, fused=True) for r in search.REMAT_LADDER}
+  names = [r.name for r in search.REMAT_LADDER]
+  mems, times = [est[n][0] for n in names], [est[n][1] for n in names]
+  assert mems == sorted(mems, reverse=True) and times == sorted(times)  # none to full: less memory, more time
+
+
+def test_dominance():
+  c = dict(mesh="fsdp=4", attention="splash", argument_bytes=0, estimated_required_bytes=0, estimated_step_time_s=0.0)
+  failed = [search.Candidate(remat="minimal", microbatches=2, level=1, **c)]
+  assert search.dominated(search.Candidate(remat="none", microbatches=1, level=0, **c), failed)
+  assert not search.dominated(search.Candidate(remat="full", microbatches=1, level=4, **c), failed)
+  assert not search.dominated(search.Candidate(remat="none", microbatches=4, level=0, **c), failed)
+  other = {**c, "mesh": "data=4"}
+  assert not search.dominated(search.Candidate(remat="none", microbatches=1, level=0, **other), failed)
+
+
+def test_bad_budget_is_one_line_before_compiling():
+  with pytest.raises(jaxmem.JaxmemError, match="budget"):
+    jaxmem.plan(model="tiny", target="tpu:v5e-4", budget=0)
