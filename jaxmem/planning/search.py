@@ -51,7 +51,10 @@ from jaxmem.workload import Workload
 # The mesh axes a plan factorizes the devices over, in the order a mesh names them. The axes
 # other branches add (context, stage, sequence) go here; one the sharding rules of this
 # version do not know (not in shd.MESH_AXES) is skipped.
-SEARCH_AXES = ("data", "fsdp", "tensor", "expert", "context", "stage")
+# `stage` (pipeline parallelism) is not searched yet: its schedule (pipeline microbatches,
+# repeats) multiplies the candidates and the closed-form order below has no bubble term; name a
+# stage mesh to compare instead. `sequence` (activations only) is dominated by `context`.
+SEARCH_AXES = ("data", "fsdp", "tensor", "expert", "context")
 MODEL_AXES = {"expert": "is_moe"}  # an axis only some models use: the config flag that says so
 ATTENTIONS = ("auto", "dot")
 MAX_MICROBATCHES = 8
