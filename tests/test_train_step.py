@@ -99,6 +99,9 @@ def test_gpu_default_is_cudnn_and_kernels_under_half_of_dot(gpu_rows):
   assert CUDNN_WORKSPACE_NOTE not in gpu_rows["triton"].notes
 
 
+# Slow (two GPU compiles of about 17 s each on 2 cores): the cuDNN kernel's shard_map specs over
+# every batch and head axis are traced in the fast suite (test_mesh_axes.py).
+@pytest.mark.slow
 @needs_gpu
 @needs_cudnn
 def test_cudnn_under_shard_map_over_data_fsdp_and_tensor():
