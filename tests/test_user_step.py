@@ -185,6 +185,9 @@ def test_examples_compare_through_the_cli(example, capsys):
   assert row["argument_size_in_bytes"] >= row["param_bytes"] + row["optimizer_state_bytes"]
 
 
+# Slow (five GPU compiles, the fast suite's heaviest test at 31-54 s on 2 cores): fit's boundary
+# search is in the fast suite through tests/test_fit_search.py and tests/test_boundary.py.
+@pytest.mark.slow
 @pytest.mark.needs_gpu_compiler
 def test_fit_finds_a_batch_that_compare_confirms(capsys, monkeypatch):
   # Done-when (issue 10): `fit --step examples/...:make_step --target gpu:h100` finds a batch
