@@ -21,6 +21,7 @@ from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan
 from jaxmem.planning.sweep import Row, run_rows, with_overheads
 from jaxmem.records import Record
+from jaxmem.render.figures import save_figure
 from jaxmem.render.units import GiB
 from jaxmem.workload import Workload
 
@@ -193,9 +194,7 @@ def plot(rows: Sequence[Row], over: dict[str, list[int]] | Sequence[str], path: 
   ax.legend(fontsize=7)
   fig.tight_layout()
   try:
-    fig.savefig(path)
-  except (OSError, ValueError) as e:
-    raise JaxmemError(f"cannot write `plot` {path}: {e}") from None
+    save_figure(fig, path)
   finally:
     plt.close(fig)
 

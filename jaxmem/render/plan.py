@@ -9,7 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from jaxmem.compiler.margin import AT_RISK
-from jaxmem.errors import JaxmemError
+from jaxmem.render.figures import save_figure
 from jaxmem.render.tables import check_format, envelope, markup, render_csv, verdict_cell
 from jaxmem.render.units import percent, seconds, unit_for
 
@@ -87,10 +87,7 @@ def plot_plan(result: Any, path: str) -> None:
   ax.set_title(f"{result.model} on {result.target}, batch {result.batch}, seq {result.seq}")
   ax.legend(fontsize=7)
   fig.tight_layout()
-  try:
-    fig.savefig(path)
-  except (OSError, ValueError) as e:
-    raise JaxmemError(f"cannot write `plot` {path}: {e}") from None
+  save_figure(fig, path)
 
 
 def _micro(n: int) -> str:
