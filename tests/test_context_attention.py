@@ -65,6 +65,24 @@ def test_forward_and_gradients_equal_dot(strategy, kernel, mesh):
     np.testing.assert_allclose(g, r, atol=2e-5)
 
 
+@pytest.mark.parametrize("mesh", [{"context": 8}, {"tensor": 2, "context": 4}])
+def test_cudnn_under_all_gather_merges_parts_to_equal_dot(mesh):
+  # The cuDNN path's parts (keys before each chunk by a padding length, the chunk's own causal
+  # diagonal) through XLA's reference implementation of the same call: the merge and the custom
+  # VJP (the log-sum-exp's cotangent cuDNN's VJP drops) are what is checked; device 0's front
+  # chunk has no keys before it (an empty part).
+  jmesh = _mesh(mesh)
+  attend = ctx.ContextAttend("all_gather", "cudnn", jmesh, shd.mesh_axes(jmesh), fused_implementation="xla")
+  ref = _reference(attend.ways)
+  q, k, v, w = _inputs()
+  np.testing.assert_allclose(jax.jit(attend)(q, k, v), ref(q, k, v), atol=2e-5)
+  loss = lambda f: lambda *a: (f(*a) * w).sum()  # noqa: E731
+  got = jax.jit(jax.grad(loss(attend), argnums=(0, 1, 2)))(q, k, v)
+  want = jax.grad(loss(ref), argnums=(0, 1, 2))(q, k, v)
+  for g, r in zip(got, want, strict=True):
+    np.testing.assert_allclose(g, r, atol=2e-5)
+
+
 @pytest.mark.slow  # Pallas' interpreter: ~20 s on 2 cores
 def test_splash_under_all_gather_equals_dot():
   t = 512  # two chunks of 128 (splash's lanes) on each of 2 devices
