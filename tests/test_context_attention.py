@@ -165,6 +165,20 @@ def test_auto_picks_splash_on_tpu_for_all_gather_and_chunked_for_ring():
   assert any("ring cannot run splash" in note for note in ring.notes)
 
 
+def test_auto_picks_cudnn_on_gpu_for_all_gather_and_chunked_for_ring():
+  shapes = AttentionShapes.of(get_config("tiny"), batch=1, seq=4096)
+  axes = shd.mesh_axes({"context": 8})
+  from jaxmem.models import attention_kernels as kernels
+  from jaxmem.models.attention_registry import CUDNN_ALL_GATHER_NOTE
+
+  if kernels.cudnn_version() is None:
+    pytest.skip("cuDNN not installed (the cuda extra's nvidia-cudnn-cu12)")
+  fused = choose_attention("auto", platform="gpu", shapes=shapes, axes=axes)
+  assert fused.name == "cudnn" and fused.strategy == "all_gather" and CUDNN_ALL_GATHER_NOTE in fused.notes
+  ring = choose_attention("auto", platform="gpu", shapes=shapes, axes=axes, strategy="ring")
+  assert ring.name == "chunked" and any("ring cannot run cudnn" in note for note in ring.notes)
+
+
 def test_ring_with_a_kernel_that_cannot_take_it_names_chunked():
   shapes = AttentionShapes.of(get_config("tiny"), batch=1, seq=4096)
   with pytest.raises(JaxmemError) as err:
