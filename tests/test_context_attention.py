@@ -65,7 +65,11 @@ def test_forward_and_gradients_equal_dot(strategy, kernel, mesh):
     np.testing.assert_allclose(g, r, atol=2e-5)
 
 
-@pytest.mark.parametrize("mesh", [{"context": 8}, {"tensor": 2, "context": 4}])
+@pytest.mark.parametrize("mesh", [
+    {"context": 8},
+    pytest.param({"tensor": 2, "context": 4}, marks=pytest.mark.slow),  # heads split too
+    pytest.param({"sequence": 2, "context": 4}, marks=pytest.mark.slow),  # the sequence over two axes
+])
 def test_cudnn_under_all_gather_merges_parts_to_equal_dot(mesh):
   # The cuDNN path's parts (keys before each chunk by a padding length, the chunk's own causal
   # diagonal) through XLA's reference implementation of the same call: the merge and the custom
