@@ -246,3 +246,22 @@ def test_the_model_in_load_balanced_order_computes_the_natural_loss():
 def test_an_unknown_strategy_is_one_line_naming_the_valid_ones():
   with pytest.raises(JaxmemError, match=r"unknown `context_strategy` 'zigzag'; valid: all_gather, ring$"):
     plan(model="tiny", target="cpu:8", batch=1, seq=256, mesh="context=8", context_strategy="zigzag", remat="none")
+
+
+@pytest.mark.slow  # a deviceless GPU compile of the forward and backward, ~30 s on 2 shared cores
+@pytest.mark.needs_gpu_compiler("a800")
+def test_cudnn_under_all_gather_compiles_to_cudnn_calls_for_gpu():
+  from jax.sharding import NamedSharding, PartitionSpec
+
+  from jaxmem.compiler.targets import target
+
+  jmesh = target("gpu:a800x8").mesh({"context": 8})
+  attend = ctx.ContextAttend("all_gather", "cudnn", jmesh, shd.mesh_axes(jmesh))
+  seq_sharded = NamedSharding(jmesh, PartitionSpec(None, "context"))
+  args = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=seq_sharded) for s in [(1, 2048, 4, 64), (1, 2048, 2, 64), (1, 2048, 2, 64)]]
+  step = jax.jit(jax.grad(lambda q, k, v: attend(q, k, v).astype(jnp.float32).sum(), argnums=(0, 1, 2)))
+  text = step.lower(*args).compile().as_text()
+  # Front chunk: 2 parts, back chunk: 3; each forward once, and backward per part: a recomputed
+  # forward and its backward, a forward with the keys as values and its backward.
+  assert text.count('custom_call_target="__cudnn$fmhaSoftmax"') >= 5
+  assert "__cudnn$fmhaSoftmaxBackward" in text
