@@ -3,8 +3,8 @@
 Two strategies, as MaxText's ``context_parallel_strategy`` names them:
 
 * ``all_gather`` (MaxText's default): each device all-gathers the keys and values over the
-  sequence axes and runs its own queries through the local kernel (splash on TPU; the
-  pure-JAX blockwise kernel elsewhere, see :data:`ALL_GATHER_KERNELS`). The backward pass is
+  sequence axes and runs its own queries through the local kernel (splash on TPU, cuDNN on GPU,
+  the pure-JAX blockwise kernel on CPU, see :data:`ALL_GATHER_KERNELS`). The backward pass is
   the all-gather's transpose: the key/value gradients are reduce-scattered.
 * ``ring`` (Liu, Zaharia & Abbeel 2023, "Ring Attention with Blockwise Transformers"): each
   device keeps its own queries and key/value block; the key/value blocks travel round the ring
