@@ -365,6 +365,16 @@ def _context_problem(name: str, platform: str, shapes: AttentionShapes, axes: Me
   return problem
 
 
+# How all_gather runs cuDNN (context_attention._cudnn_all_gather), and what its FLOPs count.
+CUDNN_ALL_GATHER_NOTE = (
+  "attention cudnn under context strategy all_gather: each query chunk is cuDNN calls over the keys before it "
+  "(mask-free, by a padding length into the gathered keys) and over its own chunk (causal), merged by their "
+  "log-sum-exps; the backward pass adds two calls a part for the log-sum-exp's cotangent, which jax's cuDNN VJP "
+  "drops. FLOPs count each padded call whole (the padding length is known only at run time): attention's "
+  "forward FLOPs are overstated, about 3n/(2n-1) x over n context shards"
+)
+
+
 def _choose_context(requested, *, platform, shapes, mesh, axes, strategy, deviceless, interpret) -> AttentionChoice:
   """:func:`choose_attention` on a context-sharded mesh: the kernel each shard runs under
   ``strategy``; ``auto`` falls back to ``chunked`` (with a note) where the platform's kernel
@@ -387,6 +397,8 @@ def _choose_context(requested, *, platform, shapes, mesh, axes, strategy, device
   ctx.check_seq(shapes.seq, axes.ways("seq"), strategy, name)
   if name == "dot":
     notes.append(f"attention dot under context strategy {strategy}: scores in float32 (qk_dtype applies without a context axis)")
+  if name == "cudnn":
+    notes.append(CUDNN_ALL_GATHER_NOTE)
   if deviceless:
     notes.extend(IMPLEMENTATIONS[name].deviceless_notes(shapes))
   attend = ctx.ContextAttend(strategy, name, mesh, axes, interpret=interpret) if mesh is not None else dot_attend

@@ -3,8 +3,8 @@
 Two strategies, as MaxText's ``context_parallel_strategy`` names them:
 
 * ``all_gather`` (MaxText's default): each device all-gathers the keys and values over the
-  sequence axes and runs its own queries through the local kernel (splash on TPU; the
-  pure-JAX blockwise kernel elsewhere, see :data:`ALL_GATHER_KERNELS`). The backward pass is
+  sequence axes and runs its own queries through the local kernel (splash on TPU, cuDNN on GPU,
+  the pure-JAX blockwise kernel on CPU, see :data:`ALL_GATHER_KERNELS`). The backward pass is
   the all-gather's transpose: the key/value gradients are reduce-scattered.
 * ``ring`` (Liu, Zaharia & Abbeel 2023, "Ring Attention with Blockwise Transformers"): each
   device keeps its own queries and key/value block; the key/value blocks travel round the ring
@@ -51,9 +51,11 @@ DEFAULT_STRATEGY = "all_gather"
 # differentiable, cuDNN's VJP drops the log-sum-exp's cotangent).
 RING_KERNELS = ("chunked",)
 # all_gather: splash takes a shard's queries against all keys with a static mask plus segment
-# ids (below). jax's cuDNN and Triton kernels align their causal mask at the first key and take
-# no mask offset or segment ids that could express where a shard's queries sit.
-ALL_GATHER_KERNELS = ("chunked", "dot", "splash")
+# ids (below). cuDNN aligns its causal mask at the first key and takes no offset, so each query
+# chunk runs as a merge of mask-free parts (keys before the chunk, by a padding length) and the
+# chunk's own causal diagonal (:func:`_merged_attend`). jax's Triton kernel takes neither an
+# offset nor a key length.
+ALL_GATHER_KERNELS = ("chunked", "dot", "splash", "cudnn")
 BLOCK = 512  # block length of the pure-JAX kernel along queries and keys (as attention_ops)
 
 
@@ -69,8 +71,8 @@ def strategy_problem(strategy: str, kernel: str, available: tuple[str, ...] | No
   why = (
     "its blocks merge partial softmaxes, which needs a kernel that returns and takes back the "
     "log-sum-exp (the pure-JAX one)" if strategy == "ring"
-    else "jax's kernel aligns its causal mask at the first key and takes no offset or segment ids "
-    "for a shard's queries"
+    else "jax's kernel aligns its causal mask at the first key and takes no offset, key lengths or "
+    "segment ids for a shard's queries"
   )
   return f"context strategy {strategy} cannot run {kernel}: {why}; use attention {' or '.join(able)}"
 
@@ -316,6 +318,127 @@ def _splash_local(interpret: bool):
   return run
 
 
+# --- all_gather with cuDNN: a query chunk as a merge of parts aligned at their first key ----
+
+
+def _fused_part(implementation: str):
+  """``part(q, k, v, kv_len, causal) -> (out [B,T,N,H], lse [B,T,N] float32)``: the fused kernel
+  over one key set, its causal mask aligned at the first key (query i sees key i) and, with
+  ``kv_len`` [B], the keys from ``kv_len`` on masked. ``cudnn``: jax's cuDNN flash attention
+  through ``fused_attention_stablehlo.dot_product_attention`` (the public
+  ``jax.nn.dot_product_attention`` casts the log-sum-exp to the inputs' dtype, too coarse in
+  bfloat16 to merge parts with); ``xla``: the same call through XLA's reference path, how the
+  CPU tests check the merge without a GPU."""
+
+  def part(q, k, v, kv_len, causal):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if implementation != "cudnn":
+      out, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, key_value_seq_lengths=kv_len,
+                                              implementation=implementation, return_residual=True)
+      return out, lse.astype(jnp.float32)
+    from jax._src.cudnn import fused_attention_stablehlo as fa
+
+    if kv_len is None:
+      mask = fa.MaskType.CAUSAL if causal else fa.MaskType.NO_MASK
+      out, lse = fa.dot_product_attention(q, k, v, scale=scale, mask_type=mask, qkv_layout="BTNH", return_residual=True)
+    else:
+      mask = fa.MaskType.PADDING_CAUSAL if causal else fa.MaskType.PADDING
+      q_len = jnp.full((q.shape[0],), q.shape[1], jnp.int32)
+      out, lse = fa.dot_product_attention(q, k, v, q_seqlen=q_len, kv_seqlen=kv_len, scale=scale, mask_type=mask,
+                                          qkv_layout="BTNH", return_residual=True)
+    return out, jnp.swapaxes(lse, 1, 2).astype(jnp.float32)  # cuDNN's statistics are [B, N, T]
+
+  return part
+
+
+def _valid(kv_len):
+  """[B, 1, 1] whether a part has any key (None: every part without a length has)."""
+  return None if kv_len is None else (kv_len > 0)[:, None, None]
+
+
+def _weights(lses, lens, total):
+  """Each part's share exp(lse_k - lse) of the merged softmax [B, T, N] (0 for an empty part)."""
+  return [jnp.exp(l - total) if n is None else jnp.where(_valid(n), jnp.exp(l - total), 0.0) for l, n in zip(lses, lens)]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _merged_attend(implementation, causals, q, ks, vs, lens):
+  """Attention of queries ``q`` over the union of key sets ``ks``/``vs`` (each with its
+  ``causals`` flag and ``lens`` padding length or None), merged by their log-sum-exps
+  (Milakov & Gimelshein 2018): out = sum_k exp(lse_k - lse) out_k, lse = logsumexp_k lse_k."""
+  return _merged_fwd(implementation, causals, q, ks, vs, lens)[0]
+
+
+def _merged_fwd(implementation, causals, q, ks, vs, lens):
+  part = _fused_part(implementation)
+  outs, lses = zip(*(part(q, k, v, n, c) for k, v, n, c in zip(ks, vs, lens, causals)))
+  lses = [l if n is None else jnp.where(_valid(n), l, -jnp.inf) for l, n in zip(lses, lens)]
+  total = jax.nn.logsumexp(jnp.stack(lses), axis=0)
+  out = sum(w[..., None] * (o if n is None else jnp.where(_valid(n)[..., None], o, 0)).astype(jnp.float32)
+            for w, o, n in zip(_weights(lses, lens, total), outs, lens))
+  out, total = checkpoint_name(out.astype(q.dtype), CONTEXT), checkpoint_name(total, CONTEXT)
+  return out, (q, ks, vs, lens, out, total)
+
+
+def _merged_bwd(implementation, causals, res, dout):
+  """Each part's kernel backward with the cotangent scaled by its share, plus what its
+  log-sum-exp's cotangent g_k = w_k (D_k - D) adds (D = rowsum(dO * O), D_k the part's; jax's
+  cuDNN VJP drops that cotangent, fused_attention_stablehlo's _dot_product_attention_bwd_rule):
+  dS += g P, i.e. dq += scale g (P K) and dK += scale P^T (g q), both from the same kernel with
+  the keys as its values (its output, and its value gradient)."""
+  q, ks, vs, lens, out, total = res
+  part = _fused_part(implementation)
+  scale = 1.0 / math.sqrt(q.shape[-1])
+  do = dout.astype(jnp.float32)
+  d_all = jnp.sum(do * out.astype(jnp.float32), axis=-1)
+  dq = jnp.zeros(q.shape, jnp.float32)
+  dks, dvs = [], []
+  for k, v, n, c in zip(ks, vs, lens, causals):
+    (o, l), pull = jax.vjp(lambda q_, k_, v_: part(q_, k_, v_, n, c), q, k, v)  # noqa: B023
+    w = _weights([l], [n], total)[0]
+    g = w * (jnp.sum(do * o.astype(jnp.float32), axis=-1) - d_all)
+    dq_k, dk, dv = pull(((w[..., None] * do).astype(o.dtype), jnp.zeros_like(l)))
+    (pk, _), pull_v = jax.vjp(lambda v_: part(q, k, v_, n, c), k)  # noqa: B023
+    (dk_g,) = pull_v(((g[..., None] * q.astype(jnp.float32)).astype(pk.dtype), jnp.zeros_like(l)))
+    dq_k = dq_k.astype(jnp.float32) + scale * g[..., None] * pk.astype(jnp.float32)
+    dk = dk.astype(jnp.float32) + scale * dk_g.astype(jnp.float32)
+    if n is not None:  # an empty part's kernel output is undefined: it contributes nothing
+      keep = _valid(n)[..., None]
+      dq_k, dk, dv = jnp.where(keep, dq_k, 0), jnp.where(keep, dk, 0), jnp.where(keep, dv, 0)
+    dq = dq + dq_k
+    dks.append(dk.astype(k.dtype))
+    dvs.append(dv.astype(v.dtype))
+  return dq.astype(q.dtype), tuple(dks), tuple(dvs), jax.tree_util.tree_map(lambda _: None, lens)
+
+
+_merged_attend.defvjp(_merged_fwd, _merged_bwd)
+
+
+def _cudnn_all_gather(q, k, v, axis, ways, causal, implementation):
+  """all_gather with a fused kernel aligned at the first key (cuDNN). The keys are gathered as
+  two halves in natural order, without a reordered copy: the first halves of every shard are
+  natural chunks 0..n-1, and the second halves, each sent first to the mirror device (d to
+  n-1-d), chunks n..2n-1. Query chunk j (natural positions [jc, (j+1)c)) sees the keys before it
+  with no mask (a padding length into the halves) and its own chunk, the shard's local keys,
+  under the causal mask aligned at its first key: the union is exactly j's causal window."""
+  c = q.shape[1] // 2
+  d = jax.lax.axis_index(axis)
+  mirror = [(i, ways - 1 - i) for i in range(ways)]
+  gather = lambda x: jax.lax.all_gather(x, axis, axis=1, tiled=True)  # noqa: E731
+  k1, v1 = gather(k[:, :c]), gather(v[:, :c])
+  k2, v2 = gather(jax.lax.ppermute(k[:, c:], axis, mirror)), gather(jax.lax.ppermute(v[:, c:], axis, mirror))
+  q, d = _tied(q, d)
+  b, half = q.shape[0], ways * c
+  length = lambda n: jnp.full((b,), n, jnp.int32)  # noqa: E731
+  if not causal:
+    return _merged_attend(implementation, (False, False), q, (k1, k2), (v1, v2), (None, None))
+  first = _merged_attend(implementation, (False, True), q[:, :c], (k1, k[:, :c]), (v1, v[:, :c]), (length(d * c), None))
+  # The back chunk 2n-1-d: every front key, the back keys before it, its own.
+  second = _merged_attend(implementation, (False, False, True), q[:, c:], (k1, k2, k[:, c:]), (v1, v2, v[:, c:]),
+                          (None, length(half - (d + 1) * c), None))
+  return jnp.concatenate([first, second], axis=1)
+
+
 # --- ring -----------------------------------------------------------------------------------
 
 
@@ -399,7 +522,8 @@ class ContextAttend:
   local ``kernel``, under shard_map over the batch, sequence and head axes of ``axes``.
   ``positions(t)`` is the natural position of each storage index (the load-balanced order)."""
 
-  def __init__(self, strategy: str, kernel: str, mesh: Mesh, axes: MeshAxes, *, interpret: bool = False):
+  def __init__(self, strategy: str, kernel: str, mesh: Mesh, axes: MeshAxes, *, interpret: bool = False,
+               fused_implementation: str = "cudnn"):
     problem = strategy_problem(strategy, kernel)
     if problem:
       raise JaxmemError(problem)
@@ -407,6 +531,8 @@ class ContextAttend:
     self.mesh, self.axes = mesh, require(axes, mesh, f"context strategy {strategy}")
     self.ways = axes.ways("seq")
     self.interpret = interpret
+    # cudnn's part kernel; "xla" runs the same call through XLA's reference path (CPU tests).
+    self.fused_implementation = fused_implementation
 
   def positions(self, t: int) -> np.ndarray:
     return load_balanced_positions(t, self.ways)
@@ -418,6 +544,9 @@ class ContextAttend:
     spec = axes.spec("batch", "seq", "heads", None)
     if self.strategy == "ring":
       body = lambda q, k, v: ring_attend_local(q, k, v, seq_axis, ways, causal)  # noqa: E731
+    elif self.kernel == "cudnn":
+      impl = self.fused_implementation
+      body = lambda q, k, v: _cudnn_all_gather(q, k, v, seq_axis, ways, causal, impl)  # noqa: E731
     else:
       local = {"chunked": local_attend, "dot": _dot_local, "splash": _splash_local(self.interpret)}[self.kernel]
       kpos_all = jnp.asarray(load_balanced_positions(t, ways))

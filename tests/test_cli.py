@@ -110,6 +110,10 @@ def test_targets_listing(capsys):
   rows = {r["target"]: r for r in _json.loads(capsys.readouterr().out)["rows"]}
   assert rows["tpu:v5p-8"]["devices"] == 4 and rows["tpu:v5e-8"]["devices"] == 8
   assert rows["gpu:h100x8"]["devices"] == 8 and rows["gpu:h100"]["hbm_gib"] > 70
+  # Host RAM per host and per device (a3-highgpu-8g: 1872 GB over 8 GPUs); null with the reason for the A800.
+  h100 = rows["gpu:h100x8"]
+  assert h100["host"] == "a3-highgpu-8g" and h100["host_gib_per_device"] * 8 == pytest.approx(h100["host_ram_gib"], rel=1e-3)
+  assert rows["gpu:a800x8"]["host_ram_gib"] is None and rows["gpu:a800x8"]["host_note"].startswith("unknown: ")
 
 
 def test_totals_show_sharding_moves_ownership(capsys):

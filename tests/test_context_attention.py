@@ -65,6 +65,28 @@ def test_forward_and_gradients_equal_dot(strategy, kernel, mesh):
     np.testing.assert_allclose(g, r, atol=2e-5)
 
 
+@pytest.mark.parametrize("mesh", [
+    {"context": 8},
+    pytest.param({"tensor": 2, "context": 4}, marks=pytest.mark.slow),  # heads split too
+    pytest.param({"sequence": 2, "context": 4}, marks=pytest.mark.slow),  # the sequence over two axes
+])
+def test_cudnn_under_all_gather_merges_parts_to_equal_dot(mesh):
+  # The cuDNN path's parts (keys before each chunk by a padding length, the chunk's own causal
+  # diagonal) through XLA's reference implementation of the same call: the merge and the custom
+  # VJP (the log-sum-exp's cotangent cuDNN's VJP drops) are what is checked; device 0's front
+  # chunk has no keys before it (an empty part).
+  jmesh = _mesh(mesh)
+  attend = ctx.ContextAttend("all_gather", "cudnn", jmesh, shd.mesh_axes(jmesh), fused_implementation="xla")
+  ref = _reference(attend.ways)
+  q, k, v, w = _inputs()
+  np.testing.assert_allclose(jax.jit(attend)(q, k, v), ref(q, k, v), atol=2e-5)
+  loss = lambda f: lambda *a: (f(*a) * w).sum()  # noqa: E731
+  got = jax.jit(jax.grad(loss(attend), argnums=(0, 1, 2)))(q, k, v)
+  want = jax.grad(loss(ref), argnums=(0, 1, 2))(q, k, v)
+  for g, r in zip(got, want, strict=True):
+    np.testing.assert_allclose(g, r, atol=2e-5)
+
+
 @pytest.mark.slow  # Pallas' interpreter: ~20 s on 2 cores
 def test_splash_under_all_gather_equals_dot():
   t = 512  # two chunks of 128 (splash's lanes) on each of 2 devices
@@ -147,6 +169,20 @@ def test_auto_picks_splash_on_tpu_for_all_gather_and_chunked_for_ring():
   assert any("ring cannot run splash" in note for note in ring.notes)
 
 
+def test_auto_picks_cudnn_on_gpu_for_all_gather_and_chunked_for_ring():
+  shapes = AttentionShapes.of(get_config("tiny"), batch=1, seq=4096)
+  axes = shd.mesh_axes({"context": 8})
+  from jaxmem.models import attention_kernels as kernels
+  from jaxmem.models.attention_registry import CUDNN_ALL_GATHER_NOTE
+
+  if kernels.cudnn_version() is None:
+    pytest.skip("cuDNN not installed (the cuda extra's nvidia-cudnn-cu12)")
+  fused = choose_attention("auto", platform="gpu", shapes=shapes, axes=axes)
+  assert fused.name == "cudnn" and fused.strategy == "all_gather" and CUDNN_ALL_GATHER_NOTE in fused.notes
+  ring = choose_attention("auto", platform="gpu", shapes=shapes, axes=axes, strategy="ring")
+  assert ring.name == "chunked" and any("ring cannot run cudnn" in note for note in ring.notes)
+
+
 def test_ring_with_a_kernel_that_cannot_take_it_names_chunked():
   shapes = AttentionShapes.of(get_config("tiny"), batch=1, seq=4096)
   with pytest.raises(JaxmemError) as err:
@@ -210,3 +246,22 @@ def test_the_model_in_load_balanced_order_computes_the_natural_loss():
 def test_an_unknown_strategy_is_one_line_naming_the_valid_ones():
   with pytest.raises(JaxmemError, match=r"unknown `context_strategy` 'zigzag'; valid: all_gather, ring$"):
     plan(model="tiny", target="cpu:8", batch=1, seq=256, mesh="context=8", context_strategy="zigzag", remat="none")
+
+
+@pytest.mark.slow  # a deviceless GPU compile of the forward and backward, ~30 s on 2 shared cores
+@pytest.mark.needs_gpu_compiler("a800")
+def test_cudnn_under_all_gather_compiles_to_cudnn_calls_for_gpu():
+  from jax.sharding import NamedSharding, PartitionSpec
+
+  from jaxmem.compiler.targets import target
+
+  jmesh = target("gpu:a800x8").mesh({"context": 8})
+  attend = ctx.ContextAttend("all_gather", "cudnn", jmesh, shd.mesh_axes(jmesh))
+  seq_sharded = NamedSharding(jmesh, PartitionSpec(None, "context"))
+  args = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=seq_sharded) for s in [(1, 2048, 4, 64), (1, 2048, 2, 64), (1, 2048, 2, 64)]]
+  step = jax.jit(jax.grad(lambda q, k, v: attend(q, k, v).astype(jnp.float32).sum(), argnums=(0, 1, 2)))
+  text = step.lower(*args).compile().as_text()
+  # Front chunk: 2 parts, back chunk: 3; each forward once, and backward per part: a recomputed
+  # forward and its backward, a forward with the keys as values and its backward.
+  assert text.count('custom_call_target="__cudnn$fmhaSoftmax"') >= 5
+  assert "__cudnn$fmhaSoftmaxBackward" in text

@@ -77,10 +77,23 @@ def test_a_row_whose_device_bytes_fit_and_device_plus_host_would_not(offload_row
   # A v5e shrunk so that the device's bytes fit with half the host's bytes to spare, and half
   # the runtime's risk terms: it fits, at risk, and would not if host memory counted.
   r = offload_row
+  # Its host shrunk too, to one byte under the host bytes: the device verdict stands, the host's
+  # is NO, judged on the host's share alone.
   spare = min(r.host_total_bytes, r.risk_bytes) // 2
-  small = dataclasses.replace(target("tpu:v5e-1"), capacity_bytes=r.required_bytes + spare)
+  small = dataclasses.replace(target("tpu:v5e-1"), capacity_bytes=r.required_bytes + spare,
+                              host_capacity_bytes=r.host_total_bytes - 1)
   edge = compile_one(**OFFLOAD, target=small)
   assert edge.required_bytes == r.required_bytes
   assert edge.required_bytes + edge.host_total_bytes > edge.capacity_bytes
   assert (edge.fits, edge.verdict, edge.margin_bytes) == (True, "at risk", spare)
   assert edge.risk_bytes == edge.generated_code_size_in_bytes > spare
+  assert (edge.host_capacity_bytes, edge.host_fits, edge.host_verdict) == (r.host_total_bytes - 1, False, "NO")
+
+
+@pytest.mark.needs_tpu_compiler
+def test_offloaded_host_bytes_are_held_against_the_hosts_share_per_device(offload_row):
+  # v5e's 4-chip VM: 192 GB over 4 chips, far above tiny's few MiB of residuals.
+  r, t = offload_row, target("tpu:v5e-1")
+  assert r.host_capacity_bytes == t.host_capacity_bytes == 192 * 10**9 // 4
+  assert (r.host_fits, r.host_verdict) == (True, "yes")
+  assert t.host_capacity_note in r.notes and "cloud.google.com/tpu/docs/v5e" in t.host_capacity_note

@@ -136,6 +136,16 @@ def test_host_temp_column_only_when_something_is_offloaded():
   assert [r["host temp"] for r in table] == ["0.00", "0.00", "0.25"]
 
 
+def test_host_capacity_and_verdict_columns_only_on_rows_that_offload():
+  assert "host fits" not in tables.render_compare(_sweep(), "markdown")
+  over = _row("full_offloaded", temp=3 * GiB, host_temp_size_in_bytes=2 * GiB, host_total_bytes=2 * GiB,
+              host_capacity_bytes=GiB, host_fits=False, host_verdict="NO")
+  unknown = _row("full_offloaded", temp=3 * GiB, host_temp_size_in_bytes=2 * GiB, host_total_bytes=2 * GiB)
+  table = _markdown_table(tables.render_compare([*_sweep()[:1], over, unknown], "markdown"))
+  assert [(r["fits"], r["host capacity"], r["host fits"]) for r in table] == [
+      ("yes", "-", "-"), ("yes", "1.00", "NO"), ("yes", "-", "?")]
+
+
 def test_totals_multiply_per_device_figures_by_the_device_count():
   rows = [_row("none", mesh="data=4", num_devices=4, target="gpu:h100x4"),
           _row("none", mesh="fsdp=4", num_devices=4, target="gpu:h100x4", param_bytes=GiB // 8, optimizer_state_bytes=GiB // 4)]

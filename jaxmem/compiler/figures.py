@@ -35,6 +35,7 @@ from typing import Any
 import jax
 
 from jaxmem.compiler.flops import jaxpr_flops
+from jaxmem.compiler.hostmem import HostVerdict, judge_host
 from jaxmem.compiler.margin import NO, Verdict
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
 from jaxmem.compiler.steptime import Work, estimate
@@ -61,6 +62,7 @@ class Figures(Record):
   verdict: Verdict
   step_time: StepTime = dataclasses.field(default_factory=StepTime)  # the roofline estimate
   notes: tuple[str, ...] = ()
+  host: HostVerdict = dataclasses.field(default_factory=HostVerdict)  # host bytes against the host's RAM
 
   @property
   def fits(self) -> bool | None:
@@ -72,8 +74,8 @@ class Figures(Record):
 
   def row_fields(self) -> dict[str, Any]:
     """The fields every row type takes from a compile (splat into its constructor)."""
-    return {**self.report.figures(), **self.step_time.as_dict(), **self.verdict.as_dict(), "capacity_bytes": self.capacity_bytes,
-            "required_bytes": self.required_bytes, "error": None, "notes": self.notes}
+    return {**self.report.figures(), **self.step_time.as_dict(), **self.verdict.as_dict(), **self.host.as_dict(),
+            "capacity_bytes": self.capacity_bytes, "required_bytes": self.required_bytes, "error": None, "notes": self.notes}
 
 
 def compile_figures(
@@ -129,9 +131,11 @@ def compile_figures(
       flops=report.flops, bytes_accessed=None if report.traffic is None else report.traffic.bytes_accessed,
       comm_bytes=report.comm_bytes, num_devices=report.num_devices, target=target, work=work,
   )
+  host = judge_host(report.host_total_bytes, None if target is None else target.host_capacity_bytes)
+  host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
   return Figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=report.judge(capacity),
-      step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes),
+      step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes) + tuple(host_notes), host=host,
   )
 
 

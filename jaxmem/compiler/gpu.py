@@ -38,6 +38,7 @@ from jax.experimental import topologies
 
 from jaxmem.compiler import cuda_plugin
 from jaxmem.compiler.availability import AVAILABLE, CompilerAvailability, compile_probe, first_line, quietly
+from jaxmem.compiler.hostmem import GB, HostSpec
 from jaxmem.compiler.startup import start_jax
 from jaxmem.errors import JaxmemError
 
@@ -66,7 +67,14 @@ class GpuSpec:
   # part has it (Hopper, Blackwell), else int8 (Ampere). None: not published.
   peak_bf16_flops: float | None = None
   peak_8bit_ops: float | None = None
+  # The machine that carries 8 of the part: its GPUs and RAM, with the page that publishes them
+  # (jaxmem.compiler.hostmem: what offloaded bytes are held against).
+  host: HostSpec | None = None
 
+
+# Google Cloud's accelerator-optimized machine types, the VMs that carry 8 of each part, with
+# their memory: https://cloud.google.com/compute/docs/accelerator-optimized-machines
+_GCE_GPU_VMS = "https://cloud.google.com/compute/docs/accelerator-optimized-machines"
 
 # Figures: NVIDIA datasheets for memory size, bandwidth, SM count and L2; the exact byte counts
 # (what cudaGetDeviceProperties reports, a little below the marketed GB) and shared-memory limits
@@ -85,7 +93,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=1_555_200_000_000,
         nvlink_bandwidth=600_000_000_000,
         # The A100 datasheet: BF16 Tensor Core 312 TFLOPS, INT8 624 TOPS (dense; twice with sparsity).
-        peak_bf16_flops=312e12, peak_8bit_ops=624e12),
+        peak_bf16_flops=312e12, peak_8bit_ops=624e12,
+        # A2 Standard a2-highgpu-8g: 8 A100 40GB, 96 vCPUs, 680 GB.
+        host=HostSpec(machine="a2-highgpu-8g", accelerators=8, ram_bytes=680 * GB, source=_GCE_GPU_VMS)),
     # A100 SXM4 80GB: same datasheet (80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s). Bytes: XLA
     # specs/a100_sxm_80.txtpb.
     GpuSpec(
@@ -93,7 +103,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(8, 0), core_count=108, fpus_per_core=64,
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
         l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000,
-        nvlink_bandwidth=600_000_000_000, peak_bf16_flops=312e12, peak_8bit_ops=624e12),
+        nvlink_bandwidth=600_000_000_000, peak_bf16_flops=312e12, peak_8bit_ops=624e12,
+        # A2 Ultra a2-ultragpu-8g: 8 A100 80GB, 96 vCPUs, 1,360 GB.
+        host=HostSpec(machine="a2-ultragpu-8g", accelerators=8, ram_bytes=1360 * GB, source=_GCE_GPU_VMS)),
     # A800 SXM4 80GB, the A100 80GB NVIDIA sells in China under the US export rules of October
     # 2022: the same GA100 part (108 SMs, 40 MB L2, 80 GB HBM2e at 2,039 GB/s, 1410 MHz, the same
     # quoted performance), its NVLink cut to 400 GB/s against the A100's 600 GB/s (8 links of
@@ -109,7 +121,11 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         compute_capability=(8, 0), core_count=108, fpus_per_core=64,
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
         l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000,
-        nvlink_bandwidth=400_000_000_000, peak_bf16_flops=312e12, peak_8bit_ops=624e12),
+        nvlink_bandwidth=400_000_000_000, peak_bf16_flops=312e12, peak_8bit_ops=624e12,
+        # No cloud machine type carries A800s, and no reference server's RAM is published: the
+        # part is sold in China to OEM servers whose RAM varies by order.
+        host=HostSpec(machine=None, accelerators=8, ram_bytes=None, source=None,
+                      why="no machine type or reference server with 8 A800s publishes its RAM (OEM servers vary)")),
     # H100 SXM5 80GB: nvidia.com/en-us/data-center/h100/ (80 GB HBM3, 3.35 TB/s); 132 SMs, 50 MB
     # L2, 228 KB shared memory per SM (227 KB per block), 1.98 GHz boost: NVIDIA H100 Tensor Core
     # GPU Architecture whitepaper. Bytes: XLA specs/h100_sxm.txtpb. NVLink 900 GB/s (18
@@ -122,7 +138,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         nvlink_bandwidth=900_000_000_000, accelerated_features=True,
         # The same page (H100 SXM): BF16 Tensor Core 1,979 TFLOPS and FP8 3,958 TFLOPS "with
         # sparsity"; dense is half.
-        peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12),
+        peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12,
+        # A3 High a3-highgpu-8g: 8 H100 80GB, 208 vCPUs, 1,872 GB.
+        host=HostSpec(machine="a3-highgpu-8g", accelerators=8, ram_bytes=1872 * GB, source=_GCE_GPU_VMS)),
     # H200 SXM 141GB: nvidia.com/en-us/data-center/h200/ (141 GB HBM3e, 4.8 TB/s); the same GH100
     # die as H100 (132 SMs, 50 MB L2); NVLink 900 GB/s, the same page. Bytes: XLA specs/h200.txtpb.
     GpuSpec(
@@ -132,7 +150,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         l2_cache_bytes=52_428_800, clock_rate_ghz=1.98, memory_bandwidth=4_800_000_000_000,
         nvlink_bandwidth=900_000_000_000, accelerated_features=True,
         # The same page: BF16 1,979 and FP8 3,958 TFLOPS with sparsity, as H100 SXM; dense is half.
-        peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12),
+        peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12,
+        # A3 Ultra a3-ultragpu-8g: 8 H200 141GB, 224 vCPUs, 2,944 GB.
+        host=HostSpec(machine="a3-ultragpu-8g", accelerators=8, ram_bytes=2944 * GB, source=_GCE_GPU_VMS)),
     # B200: nvidia.com/en-us/data-center/dgx-b200/ (1,440 GB HBM3e over 8 GPUs = 180 GB each;
     # HGX B200 lists 8 TB/s per GPU). 148 SMs, 126.5 MiB L2, 7.67 TB/s and the byte count are
     # XLA's specs/b200.txtpb, recorded from a real B200. NVLink 1.8 TB/s per GPU (fifth
@@ -145,7 +165,10 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         nvlink_bandwidth=1_800_000_000_000, accelerated_features=True,
         # nvidia.com/en-us/data-center/hgx/ (HGX B200, per GPU): FP8 9 PFLOPS and BF16 4.5 PFLOPS
         # with sparsity; dense is half.
-        peak_bf16_flops=2.25e15, peak_8bit_ops=4.5e15),
+        peak_bf16_flops=2.25e15, peak_8bit_ops=4.5e15,
+        # DGX B200: 8 B200, "System Memory 2 TB, configurable to 4 TB" (the base figure).
+        host=HostSpec(machine="DGX B200", accelerators=8, ram_bytes=2000 * GB,
+                      source="https://www.nvidia.com/en-us/data-center/dgx-b200/")),
 )}
 
 

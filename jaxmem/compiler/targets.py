@@ -36,6 +36,7 @@ from jax.experimental import mesh_utils
 from jaxmem.compiler.availability import CompilerAvailability
 from jaxmem.compiler.capacity import usable_hbm_bytes
 from jaxmem.compiler.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices
+from jaxmem.compiler.hostmem import host_share
 from jaxmem.compiler.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.compiler.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
@@ -62,6 +63,10 @@ class Target:
   capacity_note: str | None = None  # where capacity_bytes comes from, or why it is None
   hbm_bytes: int | None = None  # memory per device by the public specification
   has_host_memory: bool = True  # a host memory space for remat offload
+  # Host RAM per device (the host's RAM over the devices it carries: jaxmem.compiler.hostmem),
+  # what offloaded bytes are held against; None where unknown, and the note says why.
+  host_capacity_bytes: int | None = None
+  host_capacity_note: str | None = None
   source: str = "cpu"  # "cpu", "attached", "tpu", "gpu": how devices are obtained
   key: str = ""  # generation or GPU name
   size: int = 1  # slice size (TPU) or devices per host (GPU)
@@ -189,6 +194,7 @@ def _cpu_target(n: int, name: str) -> Target:
       device_kind="cpu",
       capacity_bytes=None,
       capacity_note="the CPU backend has no device memory limit; its temporaries overstate an accelerator's",
+      host_capacity_note="host_capacity_bytes: unknown: the CPU target's host memory is this machine's, not read",
   )
 
 
@@ -213,6 +219,7 @@ def _attached_target() -> Target:
           if limit
           else f"the attached {d0.platform} device reports no memory limit"
       ),
+      host_capacity_note="host_capacity_bytes: unknown: the attached machine's RAM is not read",
       source="attached",
   )
 
@@ -231,6 +238,8 @@ def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
   if slices < 1:
     raise JaxmemError(f"`slices` must be at least 1 (got {slices})")
   devices = gen.chips(size) * gen.devices_per_chip * slices
+  host_bytes, host_note = (None, "host_capacity_bytes: unknown: no host recorded") if gen.host is None else host_share(
+      gen.host, gen.devices_per_chip)
   return Target(
       name=f"tpu:{gen.name}-{size}" + (f"x{slices}slices" if slices > 1 else ""),
       platform="tpu",
@@ -238,6 +247,8 @@ def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
       device_kind=gen.device_kind,
       capacity_bytes=None,  # filled lazily by with_capacity(): it costs a probe compile
       hbm_bytes=gen.hbm_bytes_per_device,
+      host_capacity_bytes=host_bytes,
+      host_capacity_note=host_note,
       source="tpu",
       key=gen.name,
       size=size,
@@ -255,6 +266,7 @@ def _gpu_target(gpu: str, n: int) -> Target:
     raise JaxmemError(f"target gpu:{gpu}x{n}: more than 8 GPUs must be a multiple of 8 (hosts of 8)")
   spec = GPU_SPECS[gpu]
   fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", _DEFAULT_GPU_MEM_FRACTION))
+  host_bytes, host_note = (None, "host_capacity_bytes: unknown: no host recorded") if spec.host is None else host_share(spec.host)
   return Target(
       name=f"gpu:{gpu}" + (f"x{n}" if n > 1 else ""),
       platform="gpu",
@@ -266,6 +278,8 @@ def _gpu_target(gpu: str, n: int) -> Target:
           "takes (XLA_PYTHON_CLIENT_MEM_FRACTION)"
       ),
       hbm_bytes=spec.hbm_bytes,
+      host_capacity_bytes=host_bytes,
+      host_capacity_note=host_note,
       source="gpu",
       key=gpu,
       size=per_host,
@@ -327,7 +341,10 @@ def default_target_name() -> tuple[str, str]:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TargetListing(Record):
   """One line of `jaxmem targets`: a named target, its devices and memory (GiB per device),
-  and whether its compiler works here (``note`` says why not)."""
+  and whether its compiler works here (``note`` says why not). ``host``: the machine that
+  carries the devices, ``host_ram_gib`` its RAM per host and ``host_gib_per_device`` that RAM
+  over the devices it carries (what offloaded bytes are held against; ``None`` where unknown,
+  ``host_note`` says why or where the figure is published)."""
 
   target: str
   platform: str
@@ -338,10 +355,21 @@ class TargetListing(Record):
   nvlink_gb_s: float | None  # a GPU's NVLink GB/s, both directions (GpuSpec.nvlink_bandwidth)
   compiler: str  # "yes" or "no"
   note: str = ""
+  host: str | None = None
+  host_ram_gib: float | None = None
+  host_gib_per_device: float | None = None
+  host_note: str | None = None
 
 
 def _listing(t: Target, capacity: int | None, available: CompilerAvailability) -> TargetListing:
+  host = TPU_GENERATIONS[t.key].host if t.source == "tpu" else GPU_SPECS[t.key].host
+  ram = None if host is None or host.ram_bytes is None else round(host.ram_bytes / GiB, 1)
+  share = None if t.host_capacity_bytes is None else round(t.host_capacity_bytes / GiB, 2)
   return TargetListing(
+      host=None if host is None else host.machine,
+      host_ram_gib=ram,
+      host_gib_per_device=share,
+      host_note=(t.host_capacity_note or "").removeprefix("host_capacity_bytes: ") or None,
       target=t.name,
       platform=t.platform,
       devices=t.num_devices,

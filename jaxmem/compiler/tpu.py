@@ -43,6 +43,7 @@ import jax
 from jax.experimental import topologies
 
 from jaxmem.compiler.availability import AVAILABLE, CompilerAvailability, first_line, quietly
+from jaxmem.compiler.hostmem import GB, HostSpec
 from jaxmem.compiler.startup import start_jax
 from jaxmem.errors import JaxmemError
 
@@ -70,6 +71,9 @@ class TpuGeneration:
   hbm_bandwidth_per_chip: float | None = None  # bytes per second
   ici_bandwidth_per_chip: float | None = None  # bytes per second, both directions together
   dcn_bandwidth_per_chip: float | None = None  # bytes per second
+  # The TPU VM that carries the slice's chips: chips per host and its RAM, with the page that
+  # publishes them (jaxmem.compiler.hostmem: what offloaded bytes are held against).
+  host: HostSpec | None = None
 
   def __post_init__(self):
     if len(self.sizes) != len(self.shapes):
@@ -103,6 +107,9 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # bandwidth 32 GiB, 1200 GBps"; it gives no per-chip ICI figure (only the pod's all-reduce
         # and bisection bandwidth), so none is assumed.
         peak_bf16_flops_per_chip=275e12, peak_8bit_ops_per_chip=275e12, hbm_bandwidth_per_chip=1200e9,
+        # v4-8 (2x2x1, 4 chips) is one host, the same page; it publishes no RAM figure per host.
+        host=HostSpec(machine="TPU v4 VM", accelerators=4, ram_bytes=None, source="https://cloud.google.com/tpu/docs/v4",
+                      why="Cloud's TPU v4 page publishes no RAM per host (https://cloud.google.com/tpu/docs/v4)"),
         sizes=(8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 4096),
         shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "8x8x8",
                 "8x8x12", "8x8x16", "8x16x16")),
@@ -116,6 +123,11 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # 8-chip host (25 Gbps of DCN a chip).
         peak_bf16_flops_per_chip=197e12, peak_8bit_ops_per_chip=393e12, hbm_bandwidth_per_chip=819e9,
         ici_bandwidth_per_chip=400e9, dcn_bandwidth_per_chip=25e9 / 8,
+        # The same page's VM types: ct5lp-hightpu-1t 24 vCPUs and 48 GB RAM, ct5lp-hightpu-4t 112
+        # vCPUs and 192 GB (48 GB a chip either way); its spec table's "DRAM per host 512 GiB,
+        # chips per host 8" is the physical host, not what a TPU VM sees.
+        host=HostSpec(machine="ct5lp-hightpu-4t", accelerators=4, ram_bytes=192 * GB,
+                      source="https://cloud.google.com/tpu/docs/v5e (VM types)"),
         sizes=(1, 4, 8, 16, 32, 64, 128, 256),
         shapes=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")),
     # https://cloud.google.com/tpu/docs/v5p : 95 GiB HBM2e per chip (the compiler reports 95.74 GiB
@@ -128,6 +140,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # bidirectional ICI 1200 GBps per chip, DCN 50 Gbps per chip.
         peak_bf16_flops_per_chip=459e12, peak_8bit_ops_per_chip=459e12, hbm_bandwidth_per_chip=2765e9,
         ici_bandwidth_per_chip=1200e9, dcn_bandwidth_per_chip=50e9 / 8,
+        # https://cloud.google.com/tpu/docs/v5p-training (VM, host and slice attributes): 4 chips,
+        # 208 vCPUs and 448 GB RAM per VM; the TPU7x page's comparison table gives the same.
+        host=HostSpec(machine="TPU v5p VM", accelerators=4, ram_bytes=448 * GB,
+                      source="https://cloud.google.com/tpu/docs/v5p-training (VM, host and slice attributes)"),
         sizes=(8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 2560,
                3072, 4096, 5120, 6144, 8192, 10240, 12288, 17920),
         shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "4x4x20",
@@ -143,6 +159,11 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # GBps, bidirectional ICI 800 GBps per chip.
         peak_bf16_flops_per_chip=918e12, peak_8bit_ops_per_chip=1836e12, hbm_bandwidth_per_chip=1638e9,
         ici_bandwidth_per_chip=800e9,
+        # https://cloud.google.com/tpu/docs/tpu7x (its table of v5p, v6e, TPU7x): the 4-chip VM
+        # (ct6e-standard-4t) has 180 vCPUs and 720 GB RAM. The v6e page's "DRAM per host 1536 GiB,
+        # chips per host 8" is the physical 8-chip host.
+        host=HostSpec(machine="ct6e-standard-4t", accelerators=4, ram_bytes=720 * GB,
+                      source="https://cloud.google.com/tpu/docs/tpu7x (RAM of the 4-chip VM)"),
         sizes=(1, 4, 8, 16, 32, 64, 128, 256),
         shapes=("1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16")),
     # https://cloud.google.com/tpu/docs/tpu7x : 192 GiB HBM per chip, two TensorCores that JAX sees
@@ -156,6 +177,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # two devices gets half (TpuGeneration.per_device).
         peak_bf16_flops_per_chip=2307e12, peak_8bit_ops_per_chip=4614e12, hbm_bandwidth_per_chip=7380e9,
         ici_bandwidth_per_chip=1200e9,
+        # The same table: the 4-chip VM (tpu7x-standard-4t) has 224 vCPUs and 960 GB RAM, shared
+        # by its 8 devices (two a chip).
+        host=HostSpec(machine="tpu7x-standard-4t", accelerators=4, ram_bytes=960 * GB,
+                      source="https://cloud.google.com/tpu/docs/tpu7x (RAM of the 4-chip VM)"),
         sizes=(2, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         shapes=("1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8",
                 "8x8x16", "8x16x16", "16x16x16")),

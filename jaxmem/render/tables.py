@@ -160,6 +160,7 @@ class _Layout:
   comm: bool
   host: bool
   host_total: bool  # host memory beyond host temp (host arguments or outputs)
+  host_fit: bool  # some row keeps bytes on the host: the host's capacity per device and its verdict
   fit: bool
   steptime: bool  # the step-time estimate's columns: some row has one
   totals: bool
@@ -182,6 +183,7 @@ class _Layout:
         comm=any((r.num_devices or 1) > 1 for r in rows),
         host=any(r.host_temp_size_in_bytes for r in rows),
         host_total=any(_get(r, "host_total_bytes", 0) != (r.host_temp_size_in_bytes or 0) for r in rows),
+        host_fit=any(_get(r, "host_total_bytes", None) for r in rows),
         fit=any(r.capacity_bytes is not None for r in rows),
         steptime=any(_get(r, "step_time_s", None) is not None for r in rows),
         totals=totals,
@@ -198,6 +200,7 @@ class _Layout:
     h += ["comm"] * self.comm + ["host temp"] * self.host + ["host total"] * self.host_total
     h += list(STEP_TIME_HEADERS) if self.steptime else []
     h += ["capacity", "required", "fits"] if self.fit else []
+    h += ["host capacity", "host fits"] * self.host_fit
     h += ["stage act", "1F1B required (est.)"] * self.pipeline
     return h + (_TOTALS_HEADERS if self.totals else [])
 
@@ -229,6 +232,8 @@ class _Layout:
       line += step_time_cells(r)
     if self.fit:
       line += [_size(r.capacity_bytes, u), _size(r.required_bytes, u), verdict_cell(r, self.unit)]
+    if self.host_fit:
+      line += [_size(_get(r, "host_capacity_bytes", None), u), host_verdict_cell(r)]
     if self.pipeline:
       line += [_size(_get(r, "stage_activation_bytes", None), u), _size(_get(r, "required_1f1b_bytes", None), u)]
     if self.totals:
@@ -333,6 +338,15 @@ def verdict_cell(r: Any, unit: Unit) -> str:
     return "-" if r.fits is None else ("yes" if r.fits else "NO")
   margin = _get(r, "margin_bytes", None)
   return f"{verdict} ({_size(margin, unit.size)} left)" if verdict == AT_RISK and margin is not None else verdict
+
+
+def host_verdict_cell(r: Any) -> str:
+  """The host fits column: ``yes`` or ``NO`` for a row with host bytes against a known host
+  capacity, ``?`` where the host's capacity is unknown (a note says why), ``-`` without host bytes."""
+  if not _get(r, "host_total_bytes", None):
+    return "-"
+  verdict = _get(r, "host_verdict", None)
+  return "?" if verdict is None else verdict
 
 
 # An HLO instruction named at the head of a note ("comm: while.12: while loop ..."): the same
@@ -448,6 +462,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   rows = [r.row for r in results if r.row is not None]
   micro = any(_get(r, "microbatches", 1) > 1 for r in results)
   strategy = any(_get(r, "context_strategy", None) for r in results)
+  host = any(_get(row, "host_total_bytes", None) for row in rows)
   u = unit_for([getattr(row, f) for row in rows for f in ("required_bytes", "capacity_bytes", "temp_size_in_bytes")])
   records = []
   for r in results:
@@ -467,6 +482,9 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
             f"capacity {u.name}": None if row is None else _size(row.capacity_bytes, u.size),
             f"temp {u.name}": None if row is None else _size(row.temp_size_in_bytes, u.size),
             "fits": None if row is None else verdict_cell(row, u),
+            **({f"host {u.name}": None if row is None else _size(_get(row, "host_total_bytes", None), u.size),
+                f"host capacity {u.name}": None if row is None else _size(_get(row, "host_capacity_bytes", None), u.size),
+                "host fits": None if row is None else host_verdict_cell(row)} if host else {}),
             "recompute": None if row is None or row.recompute_overhead_pct is None else f"{row.recompute_overhead_pct:+.1f}%",
             **dict(zip(STEP_TIME_HEADERS, ["-"] * 3 if row is None else step_time_cells(row), strict=True)),
             "compiles": r.compiles,
