@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 
 import pytest
 
@@ -138,6 +139,25 @@ def test_dominance():
   assert not search.dominated(search.Candidate(remat="none", microbatches=4, level=0, **c), failed)
   other = {**c, "mesh": "data=4"}
   assert not search.dominated(search.Candidate(remat="none", microbatches=1, level=0, **other), failed)
+
+
+def test_calibration_moves_a_rung_the_closed_form_underestimates_behind_those_that_fit():
+  """No compile: one `none` candidate compiled at twice its estimate beyond its arguments; the
+  other `none` candidates, estimated to fit, are then expected not to, and go behind `minimal`."""
+  gib = 2**30
+  c = dict(attention="splash", argument_bytes=10 * gib, estimated_step_time_s=1.0, microbatches=1)
+  none_a = search.Candidate(mesh="fsdp=8", remat="none", level=0, estimated_required_bytes=60 * gib, **c)
+  none_b = search.Candidate(mesh="data=2,fsdp=4", remat="none", level=0, estimated_required_bytes=70 * gib, **c)
+  minimal = search.Candidate(mesh="fsdp=8", remat="minimal", level=1, estimated_required_bytes=50 * gib,
+                             **{**c, "estimated_step_time_s": 1.1})
+  capacity = 95 * gib
+  assert search.order([minimal, none_b], capacity) == [none_b, minimal]  # the closed form alone
+  refused = types.SimpleNamespace(required_bytes=110 * gib)  # the compiled row: only its figure is read
+  scales = search.calibration([(none_a, refused)])
+  assert scales == {"none": 2.0}
+  assert search.calibrated_required(none_b, scales) == 130 * gib
+  assert search.order([minimal, none_b], capacity, scales) == [minimal, none_b]
+  assert search.calibrated_required(minimal, scales) == minimal.estimated_required_bytes  # other rungs untouched
 
 
 def test_bad_budget_is_one_line_before_compiling():

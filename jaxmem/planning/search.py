@@ -16,7 +16,9 @@ The search a performance engineer does by hand, in four steps:
    group fastest first; compiled in that order (through the sweep's row path, the row cache,
    ``jobs``) until ``budget`` compiles. A candidate that needs at least as much memory as one
    compiled and found not to fit (same mesh and kernel, no fewer saved residuals, no more
-   microbatches) is skipped.
+   microbatches) is skipped. After each compile the rest are reordered with each rung's memory
+   estimate scaled by what the compiler gave for that rung (:func:`calibration`), so a rung the
+   closed form underestimates stops taking the budget with candidates that will not fit.
 4. Ranked by the compiled row's ``step_time_s`` (the roofline estimate,
    :mod:`jaxmem.compiler.steptime`): fitting candidates first (those at risk at the edge after
    those that are not), fastest first; the first is the recommendation.
@@ -271,15 +273,42 @@ def _kernels(p: Plan, mesh: shd.MeshSpec, pruned: Counter, per_kernel: int) -> l
   return list(names.values())
 
 
-def order(cands: list[Candidate], capacity: int | None) -> list[Candidate]:
-  """Estimated to fit first, then fastest (closed form); ties: less memory first."""
+def order(cands: list[Candidate], capacity: int | None, scales: dict[str, float] | None = None) -> list[Candidate]:
+  """Estimated to fit first, then fastest (closed form); ties: less memory first. ``scales``
+  (rung name -> factor, from :func:`calibration`) corrects a rung's activation estimate by what
+  the compiler said of that rung so far."""
 
   def key(c: Candidate) -> tuple:
-    over = capacity is not None and c.estimated_required_bytes > capacity
+    req = calibrated_required(c, scales or {})
+    over = capacity is not None and req > capacity
     secs = c.estimated_step_time_s if c.estimated_step_time_s is not None else float("inf")
-    return (over, secs, c.estimated_required_bytes)
+    return (over, secs, req)
 
   return sorted(cands, key=key)
+
+
+def calibrated_required(c: Candidate, scales: dict[str, float]) -> int:
+  """``c``'s closed-form required bytes with the part beyond its (exact) arguments scaled by its
+  rung's factor: the closed form's activation figure is rough (Korthikanti's tensors, not XLA's
+  buffers), while its error on one rung is much the same across meshes and microbatches."""
+  scale = scales.get(c.remat)
+  if scale is None:
+    return c.estimated_required_bytes
+  return int(c.argument_bytes + scale * max(0, c.estimated_required_bytes - c.argument_bytes))
+
+
+def calibration(compiled: list[tuple[Candidate, Row]]) -> dict[str, float]:
+  """Per rung, the largest ratio of the compiler's bytes beyond the arguments to the closed
+  form's (the most pessimistic seen: it pushes back candidates that would not fit, it prunes
+  nothing). A secant on the compiler's own figures, as fit's boundary search uses them."""
+  scales: dict[str, float] = {}
+  for c, r in compiled:
+    est = c.estimated_required_bytes - c.argument_bytes
+    if r.required_bytes is None or est <= 0:
+      continue
+    ratio = (r.required_bytes - c.argument_bytes) / est
+    scales[c.remat] = max(ratio, scales.get(c.remat, ratio))
+  return scales
 
 
 def dominated(c: Candidate, failed: list[Candidate]) -> bool:
@@ -372,7 +401,8 @@ def _compile_in_order(
     on_row: Callable[[Row], None] | None,
 ) -> tuple[list[Row], list[Candidate], Counter]:
   """Compiles ``cands`` in order, ``jobs`` at a time, until ``budget``; skips those dominated by
-  a compiled candidate that did not fit. Returns the rows, the candidates compiled and the
+  a compiled candidate that did not fit, and reorders the rest after each batch by the rungs'
+  calibrated estimates (:func:`calibration`). Returns the rows, the candidates compiled and the
   skipped counts."""
   base = p.tasks()[0]
   rows: list[Row] = []
@@ -397,6 +427,9 @@ def _compile_in_order(
       done.append(c)
       if r.fits is False:
         failed.append(c)
+    # What the compiler said of each rung reorders what is left: a rung whose estimate was low
+    # moves its candidates that would not fit behind those that would.
+    queue = order(queue, p.target.capacity_bytes, calibration(list(zip(done, rows, strict=True))))
   return rows, done, skipped
 
 
