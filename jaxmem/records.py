@@ -194,6 +194,7 @@ class CompilerFigures(Communication):
   flops: float | None = None
   program_flops: float | None = None
   compiler_flops: float | None = None
+  hlo_flops: float | None = None
   compile_seconds: float | None = None
   versions: dict[str, str] = dataclasses.field(default_factory=dict)
 
