@@ -42,7 +42,9 @@ class Work(Record):
   tokens: int | None = None
   model_flops: float | None = None
   # The FLOPs any program of the model must run (its weight matmuls, all devices): a per-device
-  # count below them is an undercount, and the compute term times these instead.
+  # count below them is an undercount, and the compute term times these instead. Only where the
+  # per-device share came from XLA's cost analysis (compile_figures drops it where the optimized
+  # HLO's matrix FLOPs gave the share: those count the compiler's loops with their trips).
   floor_flops: float | None = None
   note: str | None = None
 
@@ -92,7 +94,9 @@ def _compute_flops(flops: float | None, floor: float | None, notes: list[str]) -
   """The FLOPs the compute term times: the program's, but never fewer than the model's weight
   matmuls (``floor``, per device). A per-device figure below them is an undercount (the share the
   compiler's cost analysis gives misses loops the compiler adds itself, such as TPU's collective
-  matmuls under a tensor axis, whose bodies it counts once), so the floor stands in."""
+  matmuls under a tensor axis, whose bodies it counts once), so the floor stands in. Compiled
+  rows take their share from the optimized HLO's matrix FLOPs instead and pass no floor; it
+  stays for a program whose HLO has no matrix ops to count (jaxmem.compiler.flops)."""
   if flops is None or floor is None or flops >= floor:
     return flops
   notes.append(
