@@ -100,6 +100,18 @@ def test_rows_carry_the_sum_over_ops_and_comm_sums_per_op(meshes):
   assert sum(o.comm_bytes for o in costs.ops) == costs.comm_bytes
 
 
+@pytest.mark.slow
+@pytest.mark.needs_tpu_compiler
+@pytest.mark.needs_gpu_compiler
+def test_a_gpu_compile_without_a_device_counts_the_same_matrix_flops(meshes):
+  # cost_analysis() gives nothing there; the HLO count does (about 25 s of compile).
+  cfg = get_config("tiny", num_kv_heads=4)
+  (gpu,) = [r for r in sweep.compare(model=cfg, target="gpu:h100x4", mesh="tensor=4", remat="none", batch=8, seq=128,
+                                     attention="dot", cache=False) if r.remat == "none"]
+  assert gpu.hlo_flops == pytest.approx(meshes["tensor=4"].hlo_flops, rel=0.02)
+  assert gpu.flops == pytest.approx(meshes["tensor=4"].flops, rel=0.02)
+
+
 # --- hand-written HLO: what the TPU and GPU compilers write a matmul as ---------------------------
 
 _CONV = """HloModule m, entry_computation_layout={()->()}
