@@ -168,15 +168,14 @@ def _valid_positions(input_size: int, kernel: int, output: int, *, stride: int =
   padding, not a hole of the base dilation): XLA's ``valid_position_count``."""
   count = 0
   for k in range(kernel):
-    start = k * window_dilation - pad_low  # the undilated input index at output 0
-    # Output positions o with start + o*stride in [0, (input_size - 1) * base_dilation] and on the dilation grid.
-    for o in range(output) if base_dilation > 1 else ():
-      u = start + o * stride
-      count += u >= 0 and u % base_dilation == 0 and u // base_dilation < input_size
-    if base_dilation == 1:
-      lo = max(0, -(-(-start) // stride)) if start < 0 else 0
-      hi = min(output - 1, (input_size - 1 - start) // stride) if input_size - 1 >= start else -1
-      count += max(0, hi - lo + 1)
+    start = k * window_dilation - pad_low  # the (base-dilated) input index kernel position k reads at output 0
+    if base_dilation == 1:  # the outputs o with 0 <= start + o * stride < input_size, in closed form
+      first = -(start // stride) if start < 0 else 0  # ceil(-start / stride)
+      last = min(output - 1, (input_size - 1 - start) // stride) if start <= input_size - 1 else -1
+      count += max(0, last - first + 1)
+    else:  # only indices on the dilation grid read an input element
+      count += sum(1 for o in range(output)
+                   if (u := start + o * stride) >= 0 and u % base_dilation == 0 and u // base_dilation < input_size)
   return count
 
 
