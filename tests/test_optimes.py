@@ -159,3 +159,22 @@ def test_explain_lists_the_slowest_ops_when_asked():
   assert '"op_times"' in render_explain(explained, "json", op_times=times)
   assert '"op_times"' not in render_explain(explained, "json")
   assert jaxmem.op_times(explained, "cpu").op_time_s is None  # no published peaks: no times
+
+
+def test_valid_window_positions_are_xlas_double_loop():
+  # XLA's valid_position_count (HloCostAnalysis), written out, on a grid of windows.
+  from itertools import product
+
+  from jaxmem.hlo.ops import _valid_positions
+
+  def xla(size, kernel, output, stride, pad, base, dilation):
+    n = 0
+    for k, o in product(range(kernel), range(output)):
+      u = o * stride - pad + k * dilation
+      i = u // base if base > 1 else u
+      n += u == i * base and 0 <= i < size
+    return n
+
+  for args in product([1, 3, 8], [1, 2, 8], [1, 8], [1, 7], [0, 7], [1, 8], [1, 3]):
+    assert _valid_positions(*args[:3], stride=args[3], pad_low=args[4], base_dilation=args[5],
+                            window_dilation=args[6]) == xla(*args), args
