@@ -66,6 +66,29 @@ def test_ops_sum_to_the_steps_traffic_and_the_sum_over_ops_is_at_least_the_max_o
   assert all(h in text for h in OP_HEADERS) and "sum over ops" in text and "max of the step's sums" in text
 
 
+def _mlp(axes):
+  """A two-matmul MLP over 4 devices: ``axes`` ("tensor": Megatron's column then row split of the
+  weights, the batch whole; "fsdp": the batch and the weights' rows split)."""
+  t = get_target("tpu:v5e-4")
+  mesh = t.make_mesh([(axes, 4)])
+  P = jax.sharding.PartitionSpec
+  shard = lambda *spec: jax.sharding.NamedSharding(mesh, P(*spec))  # noqa: E731
+  w1, w2 = (P(None, "tensor"), P("tensor", None)) if axes == "tensor" else (P("fsdp", None), P("fsdp", None))
+  x = P(None, None) if axes == "tensor" else P("fsdp", None)
+  args = [jax.ShapeDtypeStruct((M, K), jnp.bfloat16, sharding=shard(*x)),
+          jax.ShapeDtypeStruct((K, 4 * K), jnp.bfloat16, sharding=jax.sharding.NamedSharding(mesh, w1)),
+          jax.ShapeDtypeStruct((4 * K, K), jnp.bfloat16, sharding=jax.sharding.NamedSharding(mesh, w2))]
+  return jaxmem.analyze(lambda x, a, b: jnp.tanh(x @ a) @ b, *args, target=t)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_per_device_flops_of_a_tensor_split_mlp_are_a_quarter():
+  tensor, fsdp = _mlp("tensor"), _mlp("fsdp")
+  quarter = 2 * 2 * M * K * 4 * K / 4
+  assert tensor.hlo_flops == pytest.approx(quarter) and fsdp.hlo_flops == pytest.approx(quarter)
+  assert tensor.flops == pytest.approx(fsdp.flops, rel=0.02) and tensor.flops >= quarter
+
+
 @pytest.fixture(scope="module")
 def meshes():
   """tiny (4 kv heads, so tensor=4 divides them) on tpu:v5e-4 under tensor=4 and fsdp=4, dot attention."""
@@ -74,8 +97,10 @@ def meshes():
                            cache=False)[0] for m in ("tensor=4", "fsdp=4")}
 
 
+@pytest.mark.slow
 @pytest.mark.needs_tpu_compiler
 def test_per_device_flops_agree_between_tensor_and_fsdp(meshes):
+  # Two compiles of the train step (about 7-10 s on the loaded 2-core machine); the MLP above is the cheap cover.
   t, f = meshes["tensor=4"], meshes["fsdp=4"]
   assert t.hlo_flops == pytest.approx(f.hlo_flops, rel=0.02)
   assert t.flops == pytest.approx(f.flops, rel=0.02)
@@ -85,10 +110,7 @@ def test_per_device_flops_agree_between_tensor_and_fsdp(meshes):
 
 
 @pytest.mark.needs_tpu_compiler
-def test_rows_carry_the_sum_over_ops_and_comm_sums_per_op(meshes):
-  for r in meshes.values():
-    assert r.op_time_s >= max(r.memory_time_s, r.comm_time_s) > 0
-  # Cheap: the same per-op walk on a sharded matmul's HLO sums to the step's comm bytes.
+def test_comm_bytes_sum_over_the_ops_that_send_them():
   t = get_target("tpu:v5e-4")
   mesh = t.make_mesh([("fsdp", 4)])
   spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("fsdp"))
