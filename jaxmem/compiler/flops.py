@@ -178,8 +178,12 @@ def per_device_flops(
   - ``hlo_flops`` given (the optimized HLO's matrix FLOPs per device with loop trip counts,
     :mod:`jaxmem.hlo.ops`): share = hlo_flops / the jaxpr's matrix FLOPs (kernels left out of
     both: the HLO sees a custom call). Right under a ``tensor`` axis too, where the TPU compiler
-    runs matmuls as collective-matmul loops that XLA's cost analysis counts once (llama3-8b-like
-    layers on tpu:v5p-8: tensor=4 and fsdp=4 agree within 1%; see docs/fields.md).
+    runs matmuls as collective-matmul loops that XLA's cost analysis counts once (MaxText's 32B on
+    tpu:v5p-128, fsdp=16,tensor=4, remat full: 0.79x the model FLOPs by cost analysis, 1.24x
+    by this share, as the same remat gives under fsdp alone; llama3-8b's layers on tpu:v5p-8:
+    tensor=4 and fsdp=4 give the same figure; docs/examples.md). Elementwise work is taken to
+    split as the matrix work does (an optimizer update over replicated parameters runs whole on
+    every device, so there it is undercounted: small beside the matmuls of any real model).
   - else XLA's cost analysis of the per-device program, which counts a loop body once: share =
     compiled flops / the jaxpr's flops with loops counted once. Checked on jax 0.10.2 and 0.12.0.1
     with a scanned, rematerialised step over 4 devices: share 1.005-1.019 replicated and

@@ -11,6 +11,8 @@ Terms (per device; peaks: :mod:`jaxmem.compiler.peaks`):
   tokens_per_s_per_device = tokens / devices / step_time_s
   mfu            = model_flops / (step_time_s * peak_flops)   (model FLOPs: jaxmem.models.model_flops)
   arithmetic_intensity = flops / bytes_accessed;  ridge_point = peak_flops / hbm_bandwidth
+  op_time_s      = the sum over the program's ops of each op's largest term (jaxmem.compiler.optimes,
+                   set by compile_figures): the tighter estimate, ops one after another
 
 Why the maximum and not the sum: XLA overlaps collectives with compute (async collectives,
 collective matmuls) and a fusion's memory traffic with its arithmetic, so the sum of the terms
