@@ -63,7 +63,7 @@ def run(name: str, remat_override: str | None = None) -> dict:
   }
 
 
-FIELDS = ("flops", "model_flops", "bytes_accessed", "comm_bytes", "compute_time_s", "memory_time_s", "comm_time_s",
+FIELDS = ("flops", "hlo_flops", "compiler_flops", "model_flops", "op_time_s", "bytes_accessed", "comm_bytes", "compute_time_s", "memory_time_s", "comm_time_s",
           "step_time_s", "bound", "mfu", "peak_memory_in_bytes", "capacity_bytes", "fits", "compile_seconds")
 
 

@@ -20,6 +20,7 @@ with _quiet():
 # Nothing here configures JAX or the environment: the functions below start JAX on first use
 # (jaxmem/compiler/startup.py), so importing jaxmem leaves the user's process as it was.
 from jaxmem.compiler.analysis import analyze  # noqa: E402
+from jaxmem.compiler.optimes import OpTime, OpTimes, op_times  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.compiler.targets import Target, target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
@@ -92,6 +93,8 @@ __all__ = [
     "InferRow",
     "JaxmemError",
     "MemoryReport",
+    "OpTime",
+    "OpTimes",
     "PlanResult",
     "Row",
     "RowCache",
@@ -108,6 +111,7 @@ __all__ = [
     "fit_serving",
     "fsdp_shardings",
     "infer",
+    "op_times",
     "optimizers",
     "plan",
     "plot_timeline",

@@ -141,7 +141,11 @@ class StepTime(Record):
   for inference), against which ``mfu`` is formed. ``bound``: ``compute``, ``memory`` or
   ``comm``, the term that sets ``step_time_s``. ``arithmetic_intensity`` (FLOPs per HBM byte)
   against ``ridge_point`` (peak FLOP/s over HBM bandwidth) says the same of compute and memory:
-  above the ridge, compute-bound.
+  above the ridge, compute-bound. ``op_time_s``: the roofline per op summed over the step's ops
+  (each op at its own slowest term, ops one after another: :mod:`jaxmem.compiler.optimes`), the
+  tighter estimate beside ``step_time_s``'s max of the step's sums; its compute terms time the
+  optimized HLO's matrix FLOPs only (``hlo_flops``), so a compute-bound step's can fall below
+  ``step_time_s`` by the elementwise share.
 
   The fields are flat on the rows that carry them (as :class:`Communication`'s), so JSON and CSV
   have ``step_time_s`` beside ``comm_bytes``; :meth:`step_time` gives them as their own record.
@@ -158,6 +162,7 @@ class StepTime(Record):
   mfu: float | None = None
   arithmetic_intensity: float | None = None
   ridge_point: float | None = None
+  op_time_s: float | None = None
 
   def step_time(self) -> StepTime:
     """These fields alone, as their own record (of a row that carries them)."""
@@ -194,6 +199,7 @@ class CompilerFigures(Communication):
   flops: float | None = None
   program_flops: float | None = None
   compiler_flops: float | None = None
+  hlo_flops: float | None = None
   compile_seconds: float | None = None
   versions: dict[str, str] = dataclasses.field(default_factory=dict)
 

@@ -184,6 +184,8 @@ def test_every_compiled_row_carries_the_estimate(batch_rows):
   assert small.compute_time_s == pytest.approx(small.flops / peaks.peak_flops)
   assert small.memory_time_s == pytest.approx(small.bytes_accessed / peaks.hbm_bandwidth)
   assert small.step_time_s == max(small.compute_time_s, small.memory_time_s, small.comm_time_s)
+  # The sum over ops (each op at its own bound) is at least the step's memory term: the ops' bytes sum to it.
+  assert small.op_time_s >= small.memory_time_s and small.hlo_flops <= small.flops
   assert small.bound in ("compute", "memory") and small.comm_time_s == 0.0
   assert small.model_flops == pytest.approx(training_flops(get_config("tiny"), batch=2, seq=128))
   assert 0 < small.mfu < 1

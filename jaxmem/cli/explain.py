@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--kind", default=None, metavar="KINDS",
                  help="list only buffers of these kinds, a comma list of parameter, output, saved residual (or "
                       "residual), gradient, temporary (default every kind)")
+  p.add_argument("--top-ops", type=int, default=0, metavar="N",
+                 help="also list the N slowest ops of the step by their roofline time (estimates: each op's compute, "
+                      "memory and communication terms at the target's peaks, its bound, and the step's sum over ops)")
   p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
@@ -34,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     raise JaxmemError("explain takes one --mesh; run it once per mesh")
   if args.plot and not args.plot.lower().endswith((".png", ".svg")):
     raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
+  if args.top_ops < 0 or (args.top_ops and args.format == "csv"):
+    raise JaxmemError("--top-ops takes a positive count, and --format table, markdown or json (csv holds one table)"
+                      if args.top_ops else f"--top-ops takes a positive count (got {args.top_ops})")
   c.check_outputs(args)
   c.say(c.resolve_target(args))
   result = jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind)
@@ -42,5 +48,6 @@ def run(args: argparse.Namespace) -> int:
   if args.xprof:
     path = result.to_xprof(args.xprof)
     c.say(f"jaxmem: wrote {path}; open it with: xprof --logdir {args.xprof}")
-  c.emit(render_explain(result, args.format), args.output)
+  ops = jaxmem.op_times(result, top=args.top_ops) if args.top_ops else None
+  c.emit(render_explain(result, args.format, op_times=ops), args.output)
   return 0

@@ -20,7 +20,8 @@ them, and a refusal reads the same everywhere:
 4. The step's time is estimated from those figures and the target's published peaks
    (:mod:`jaxmem.compiler.steptime`: compute, memory and communication terms, the bound, MFU
    against the caller's ``work``), once, here, so every compiled row carries the same
-   :class:`jaxmem.records.StepTime` fields.
+   :class:`jaxmem.records.StepTime` fields; ``op_time_s`` is the per-op roofline's sum
+   (:mod:`jaxmem.compiler.optimes`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import jax
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.hostmem import HostVerdict, judge_host
 from jaxmem.compiler.margin import NO, Verdict
+from jaxmem.compiler.optimes import per_op
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
 from jaxmem.compiler.steptime import Work, estimate
 from jaxmem.compiler.targets import Target
@@ -127,10 +129,16 @@ def compile_figures(
   report = read_compiled(
       compiled, compile_seconds=seconds, jaxpr=jaxpr, program_flops=program_flops, argument_names=argument_names
   )
+  if work is not None and report.hlo_flops:
+    # The per-device share came from the HLO's matrix FLOPs with trip counts, which the
+    # compiler's own loops (collective matmuls) do not undercount: no floor is needed.
+    work = dataclasses.replace(work, floor_flops=None)
   step, step_notes = estimate(
       flops=report.flops, bytes_accessed=None if report.traffic is None else report.traffic.bytes_accessed,
       comm_bytes=report.comm_bytes, num_devices=report.num_devices, target=target, work=work,
   )
+  if report.hlo_costs is not None and step.step_time_s is not None:
+    step = dataclasses.replace(step, op_time_s=per_op(report.hlo_costs, target, report.num_devices).op_time_s)
   host = judge_host(report.host_total_bytes, None if target is None else target.host_capacity_bytes)
   host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
   return Figures(

@@ -90,10 +90,12 @@ def _grid_size(eqn) -> int:
   return math.prod(g for g in grid if isinstance(g, int))
 
 
-def jaxpr_flops(jaxpr: jcore.Jaxpr, *, loop_trips: bool = True, kernels: bool = True) -> float:
+def jaxpr_flops(jaxpr: jcore.Jaxpr, *, loop_trips: bool = True, kernels: bool = True, matmuls_only: bool = False) -> float:
   """FLOPs of ``jaxpr``; with ``loop_trips=False`` a scan body counts once, as XLA's cost
   analysis counts a loop body; with ``kernels=False`` fused attention and other Pallas kernels
-  count nothing, as XLA's cost analysis counts their custom calls."""
+  count nothing, as XLA's cost analysis counts their custom calls; with ``matmuls_only`` only
+  ``dot_general`` counts, as :mod:`jaxmem.hlo.ops` counts the optimized HLO."""
+  kw = dict(loop_trips=loop_trips, kernels=kernels, matmuls_only=matmuls_only)
   total = 0.0
   for eqn in jaxpr.eqns:
     name = eqn.primitive.name
@@ -104,26 +106,28 @@ def jaxpr_flops(jaxpr: jcore.Jaxpr, *, loop_trips: bool = True, kernels: bool = 
       if not kernels:
         continue
       # An unknown kernel: its body is one grid step.
-      total += _grid_size(eqn) * sum(jaxpr_flops(sub, loop_trips=loop_trips, kernels=kernels) for sub in _sub_jaxprs(eqn))
+      total += _grid_size(eqn) * sum(jaxpr_flops(sub, **kw) for sub in _sub_jaxprs(eqn))
     elif name == "shard_map":
-      total += _manual_devices(eqn) * sum(jaxpr_flops(sub, loop_trips=loop_trips, kernels=kernels) for sub in _sub_jaxprs(eqn))
+      total += _manual_devices(eqn) * sum(jaxpr_flops(sub, **kw) for sub in _sub_jaxprs(eqn))
     elif name == "dot_general":
       total += _dot_flops(eqn)
+    elif matmuls_only and name in _ELEMENTWISE | _REDUCTIONS:
+      continue
     elif name in _ELEMENTWISE:
       total += sum(_size(v.aval) for v in eqn.outvars)
     elif name in _REDUCTIONS:
       total += sum(_size(v.aval) for v in eqn.invars)
     elif name == "scan":
       trips = eqn.params["length"] if loop_trips else 1
-      total += trips * jaxpr_flops(eqn.params["jaxpr"].jaxpr, loop_trips=loop_trips, kernels=kernels)
+      total += trips * jaxpr_flops(eqn.params["jaxpr"].jaxpr, **kw)
     elif name == "cond":
-      total += max((jaxpr_flops(b.jaxpr, loop_trips=loop_trips, kernels=kernels) for b in eqn.params["branches"]), default=0.0)
+      total += max((jaxpr_flops(b.jaxpr, **kw) for b in eqn.params["branches"]), default=0.0)
     elif name == "while":
       # Unknown trip count: the body is counted once, as XLA does.
-      total += sum(jaxpr_flops(eqn.params[k].jaxpr, loop_trips=loop_trips, kernels=kernels) for k in ("body_jaxpr", "cond_jaxpr"))
+      total += sum(jaxpr_flops(eqn.params[k].jaxpr, **kw) for k in ("body_jaxpr", "cond_jaxpr"))
     else:
       for sub in _sub_jaxprs(eqn):  # pjit, remat/checkpoint, custom_jvp/vjp, shard_map, ...
-        total += jaxpr_flops(sub, loop_trips=loop_trips, kernels=kernels)
+        total += jaxpr_flops(sub, **kw)
   return total
 
 
@@ -160,24 +164,40 @@ def _module_flops(compiled) -> float | None:
   return float(cost["flops"]) if cost and "flops" in cost else None
 
 
-def per_device_flops(jaxpr: jcore.Jaxpr, compiled, num_devices: int) -> tuple[float, str | None]:
+def per_device_flops(
+    jaxpr: jcore.Jaxpr, compiled, num_devices: int, *, hlo_flops: float | None = None
+) -> tuple[float, str | None]:
   """FLOPs one device runs per step, and a note where the figure is an even split.
 
   Under SPMD a device runs the share of the program its shardings give it: all of a replicated
   step, about 1/N of one whose batch is split N ways, something between for partly replicated
-  work (an optimizer update over replicated parameters). XLA's cost analysis of the partitioned,
-  per-device program knows that share but counts a loop body once; the jaxpr counts every layer
-  but is the whole program. So: share = compiled flops / jaxpr flops with loops counted once (the
-  same counting on both sides), and flops = jaxpr flops x share.
+  work (an optimizer update over replicated parameters). The jaxpr counts every op and every
+  layer but is the whole program; the optimized, partitioned HLO knows one device's share. So:
+  flops = jaxpr flops x share, with the share taken with the same counting on both sides:
 
-  Checked on jax 0.10.2 and 0.12.0.1 with a scanned, rematerialised step over 4 devices: share
-  1.005-1.019 replicated and 0.253-0.261 with the batch split (the excess: reductions and
-  collectives the partitioner adds), on CPU, H100 and TPU v5e alike. One device: the jaxpr's
-  count as it is. Without a cost analysis: an even split over the devices, with a note.
+  - ``hlo_flops`` given (the optimized HLO's matrix FLOPs per device with loop trip counts,
+    :mod:`jaxmem.hlo.ops`): share = hlo_flops / the jaxpr's matrix FLOPs (kernels left out of
+    both: the HLO sees a custom call). Right under a ``tensor`` axis too, where the TPU compiler
+    runs matmuls as collective-matmul loops that XLA's cost analysis counts once (MaxText's 32B on
+    tpu:v5p-128, fsdp=16,tensor=4, remat full: 0.79x the model FLOPs by cost analysis, 1.24x
+    by this share, as the same remat gives under fsdp alone; llama3-8b's layers on tpu:v5p-8:
+    tensor=4 and fsdp=4 give the same figure; docs/examples.md). Elementwise work is taken to
+    split as the matrix work does (an optimizer update over replicated parameters runs whole on
+    every device, so there it is undercounted: small beside the matmuls of any real model).
+  - else XLA's cost analysis of the per-device program, which counts a loop body once: share =
+    compiled flops / the jaxpr's flops with loops counted once. Checked on jax 0.10.2 and 0.12.0.1
+    with a scanned, rematerialised step over 4 devices: share 1.005-1.019 replicated and
+    0.253-0.261 with the batch split, on CPU, H100 and TPU v5e alike.
+
+  One device: the jaxpr's count as it is. Without either: an even split over the devices, with a note.
   """
   full = jaxpr_flops(jaxpr)
   if num_devices <= 1:
     return full, None
+  if hlo_flops:
+    matmuls = jaxpr_flops(jaxpr, kernels=False, matmuls_only=True)
+    if matmuls:
+      return full * hlo_flops / matmuls, None
   # Kernels (custom calls) are left out of both sides of the share: XLA's cost analysis counts
   # them as nothing (splash on tpu:v5p-8 over 4 devices: counted on the jaxpr's side only, the
   # step came out at a seventh of dot's instead of just under it).

@@ -38,7 +38,11 @@ and XLA reports the sizes of that one program):
   lowered, with scanned layers multiplied by their count (XLA's cost analysis counts a loop body
   once), times the share of the program one device runs (see
   :func:`jaxmem.compiler.flops.per_device_flops`): 1 for a replicated step, about 1/N for one
-  whose batch is split N ways.
+  whose batch is split N ways; the share is taken from the optimized HLO's matrix FLOPs with loop
+  trip counts (``hlo_flops``), which stay right under a ``tensor`` axis.
+- ``hlo_flops``: the matrix FLOPs (``dot``, ``convolution``, cuBLAS GEMMs) one device runs per
+  step, counted in the optimized HLO with loop trip counts (:mod:`jaxmem.hlo.ops`); elementwise
+  work and the insides of custom calls (fused attention kernels) are not in it.
 - ``compiler_flops``: ``cost_analysis()["flops"]`` as XLA gives it, per device, for reference;
   it undercounts programs with loops, such as scanned layers.
 
@@ -69,9 +73,9 @@ import jax
 from jaxmem.compiler.oom import parse_oom
 from jaxmem.compiler.flops import compiled_flops, jaxpr_flops, per_device_flops
 from jaxmem.compiler.margin import NO, Verdict, judge, risk_bytes
-from jaxmem.hlo.comms import collectives_of_module
+from jaxmem.hlo.ops import HloCosts, hlo_costs_of_module
 from jaxmem.hlo.text import parse_module
-from jaxmem.hlo.traffic import Traffic, traffic_of_module
+from jaxmem.hlo.traffic import Traffic
 from jaxmem.program.sharding import path_keys
 from jaxmem.records import CompilerFigures, Record
 from jaxmem.versions import compiler_versions
@@ -108,6 +112,8 @@ class MemoryReport(CompilerFigures):
   # HBM bytes per step read from the same optimized module as the communication (one parse for
   # both), for the step-time estimate (jaxmem.compiler.steptime); rows carry it as bytes_accessed.
   traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+  # Each top-level op's FLOPs, bytes and communication (jaxmem.hlo.ops), for the per-op times.
+  hlo_costs: HloCosts | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
 
   @property
   def required_bytes(self) -> int | None:
@@ -272,8 +278,11 @@ def read_compiled(
     # Checked on jaxlib 0.10: the CPU client reports the argument size as the "peak".
     values["peak_memory_in_bytes"] = None
     notes.append("peak_memory_in_bytes: the CPU backend reports no peak (it echoes the argument size)")
+  module = parse_module(compiled.as_text())
+  costs = hlo_costs_of_module(module)
+  comm, hbm = costs.collectives, costs.traffic
   if jaxpr is not None:
-    flops, flops_note = per_device_flops(jaxpr, compiled, len(devices))
+    flops, flops_note = per_device_flops(jaxpr, compiled, len(devices), hlo_flops=costs.flops)
     notes += [flops_note] if flops_note else []
     program_flops = jaxpr_flops(jaxpr) if program_flops is None else program_flops
   else:
@@ -283,9 +292,6 @@ def read_compiled(
   if values["peak_memory_in_bytes"] is not None and total is not None and values["peak_memory_in_bytes"] > total:
     notes.append(PEAK_OVER_TOTAL_NOTE)
   by_arg, by_leaf = argument_bytes(compiled, argument_names)
-  module = parse_module(compiled.as_text())
-  comm = collectives_of_module(module)
-  hbm = traffic_of_module(module)
   return MemoryReport(
       platform=platform,
       num_devices=len(devices),
@@ -300,6 +306,7 @@ def read_compiled(
       flops=flops,
       program_flops=program_flops,
       compiler_flops=compiled_flops(compiled),
+      hlo_flops=costs.flops,
       compile_seconds=compile_seconds,
       versions=compiler_versions(platform),
       argument_bytes=by_arg,
@@ -310,6 +317,7 @@ def read_compiled(
       notes=tuple(notes) + tuple(f"comm: {n}" for n in comm.notes) + tuple(f"bytes_accessed: {n}" for n in hbm.notes),
       compiled=compiled,
       traffic=hbm,
+      hlo_costs=costs,
   )
 
 

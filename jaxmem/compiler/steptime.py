@@ -11,6 +11,8 @@ Terms (per device; peaks: :mod:`jaxmem.compiler.peaks`):
   tokens_per_s_per_device = tokens / devices / step_time_s
   mfu            = model_flops / (step_time_s * peak_flops)   (model FLOPs: jaxmem.models.model_flops)
   arithmetic_intensity = flops / bytes_accessed;  ridge_point = peak_flops / hbm_bandwidth
+  op_time_s      = the sum over the program's ops of each op's largest term (jaxmem.compiler.optimes,
+                   set by compile_figures): the tighter estimate, ops one after another
 
 Why the maximum and not the sum: XLA overlaps collectives with compute (async collectives,
 collective matmuls) and a fusion's memory traffic with its arithmetic, so the sum of the terms
@@ -42,7 +44,9 @@ class Work(Record):
   tokens: int | None = None
   model_flops: float | None = None
   # The FLOPs any program of the model must run (its weight matmuls, all devices): a per-device
-  # count below them is an undercount, and the compute term times these instead.
+  # count below them is an undercount, and the compute term times these instead. Only where the
+  # per-device share came from XLA's cost analysis (compile_figures drops it where the optimized
+  # HLO's matrix FLOPs gave the share: those count the compiler's loops with their trips).
   floor_flops: float | None = None
   note: str | None = None
 
@@ -92,7 +96,9 @@ def _compute_flops(flops: float | None, floor: float | None, notes: list[str]) -
   """The FLOPs the compute term times: the program's, but never fewer than the model's weight
   matmuls (``floor``, per device). A per-device figure below them is an undercount (the share the
   compiler's cost analysis gives misses loops the compiler adds itself, such as TPU's collective
-  matmuls under a tensor axis, whose bodies it counts once), so the floor stands in."""
+  matmuls under a tensor axis, whose bodies it counts once), so the floor stands in. Compiled
+  rows take their share from the optimized HLO's matrix FLOPs instead and pass no floor; it
+  stays for a program whose HLO has no matrix ops to count (jaxmem.compiler.flops)."""
   if flops is None or floor is None or flops >= floor:
     return flops
   notes.append(

@@ -280,6 +280,9 @@ class _Walker:
     self.lower_bound = False
     self._memo: dict[str, _Tally] = {}
     self._active: set[str] = set()
+    # Bytes one execution of each top-level collective (or fusion holding one) sends, by
+    # (computation, instruction): the per-op breakdown (jaxmem.hlo.ops) reads it.
+    self.per_instruction: dict[tuple[str, str], int] = {}
     # TPU async collectives: a fusion holding custom-call AsyncCollectiveStart starts the
     # collective; the same channel id reappears in overlap fusions (possibly inside a loop the
     # collective spans) and in the AsyncCollectiveDone fusion. Only the start counts.
@@ -321,44 +324,52 @@ class _Walker:
     XLA:CPU gives every collective of a cloned loop body the same channel id, so two
     instructions of one computation (a forward and a backward all-to-all) are two collectives."""
     for iname, inst in comp.instructions.items():
-      op = inst.opcode
-      kind = _OPCODE_KIND.get(op)
-      if kind is not None:
-        channel = _channel(inst)
-        if channel:
-          if (nested and channel in seen_channels) or self._async_starts.get(channel, comp.name) != comp.name:
-            continue
-          seen_channels.add(channel)
-        from_input = False
-        if kind == "all_reduce" and in_reduce_scatter_fusion:
-          kind, from_input = "reduce_scatter", True
-        tally.bytes[kind] += _collective_bytes(inst, kind, self.module, self.notes, from_input=from_input, comp=comp)
-        tally.counts[kind] += 1
-      elif op in _UNCOUNTED or op.removesuffix("-start") in _UNCOUNTED:
-        self.note(f"{op} present; not counted")
-      elif op == "fusion" or op == "async-start":
-        for callee in computation_refs(inst.attrs, "calls"):
-          sub = self.module.computations.get(callee)
-          if sub is None or callee in self._active:
-            continue
-          self._active.add(callee)
-          self._collect(sub, tally, seen_channels, in_reduce_scatter_fusion=in_reduce_scatter_fusion
-                        or callee.startswith("all-reduce-scatter"), nested=True)
-          self._active.discard(callee)
-      elif op == "while":
-        self._loop(iname, inst, comp, tally)
-      elif op == "call":
-        for callee in computation_refs(inst.attrs, "to_apply"):
-          tally.add(self.visit(callee))
-      elif op == "conditional":
-        branches = [c for key in ("true_computation", "false_computation", "branch_computations")
-                    for c in computation_refs(inst.attrs, key)]
-        tallies = [self.visit(b) for b in branches]
-        if tallies:
-          best = max(tallies, key=lambda t: t.total)
-          if len({t.total for t in tallies}) > 1:
-            self.note(f"{iname}: conditional branches communicate differently; the largest is counted")
-          tally.add(best)
+      before = tally.total
+      self._collect_one(comp, iname, inst, tally, seen_channels, in_reduce_scatter_fusion=in_reduce_scatter_fusion,
+                        nested=nested)
+      if not nested and tally.total != before and inst.opcode not in ("while", "call", "conditional"):
+        self.per_instruction[(comp.name, iname)] = tally.total - before
+
+  def _collect_one(self, comp: Computation, iname: str, inst: Instruction, tally: _Tally, seen_channels: set[str], *,
+                   in_reduce_scatter_fusion: bool, nested: bool) -> None:
+    op = inst.opcode
+    kind = _OPCODE_KIND.get(op)
+    if kind is not None:
+      channel = _channel(inst)
+      if channel:
+        if (nested and channel in seen_channels) or self._async_starts.get(channel, comp.name) != comp.name:
+          return
+        seen_channels.add(channel)
+      from_input = False
+      if kind == "all_reduce" and in_reduce_scatter_fusion:
+        kind, from_input = "reduce_scatter", True
+      tally.bytes[kind] += _collective_bytes(inst, kind, self.module, self.notes, from_input=from_input, comp=comp)
+      tally.counts[kind] += 1
+    elif op in _UNCOUNTED or op.removesuffix("-start") in _UNCOUNTED:
+      self.note(f"{op} present; not counted")
+    elif op == "fusion" or op == "async-start":
+      for callee in computation_refs(inst.attrs, "calls"):
+        sub = self.module.computations.get(callee)
+        if sub is None or callee in self._active:
+          continue
+        self._active.add(callee)
+        self._collect(sub, tally, seen_channels, in_reduce_scatter_fusion=in_reduce_scatter_fusion
+                      or callee.startswith("all-reduce-scatter"), nested=True)
+        self._active.discard(callee)
+    elif op == "while":
+      self._loop(iname, inst, comp, tally)
+    elif op == "call":
+      for callee in computation_refs(inst.attrs, "to_apply"):
+        tally.add(self.visit(callee))
+    elif op == "conditional":
+      branches = [c for key in ("true_computation", "false_computation", "branch_computations")
+                  for c in computation_refs(inst.attrs, key)]
+      tallies = [self.visit(b) for b in branches]
+      if tallies:
+        best = max(tallies, key=lambda t: t.total)
+        if len({t.total for t in tallies}) > 1:
+          self.note(f"{iname}: conditional branches communicate differently; the largest is counted")
+        tally.add(best)
 
   def _loop(self, name: str, inst: Instruction, comp: Computation, tally: _Tally) -> None:
     """A ``while``: its body times the trip count, its condition once more. Without a count, a
@@ -388,6 +399,13 @@ def collectives_from_hlo(hlo_text: str) -> Collectives:
 
 def collectives_of_module(module: Module) -> Collectives:
   """:func:`collectives_from_hlo` of a module already parsed."""
+  return collectives_by_instruction(module)[0]
+
+
+def collectives_by_instruction(module: Module) -> tuple[Collectives, dict[tuple[str, str], int]]:
+  """:func:`collectives_of_module`, and the bytes one execution of each top-level instruction
+  that communicates sends, by (computation, instruction name): a collective, or a fusion or
+  ``async-start`` holding one; loops and calls are not entered (their bodies' instructions are)."""
   walker = _Walker(module)
   entry = module.entry
   if entry is None and module.computations:
@@ -395,7 +413,7 @@ def collectives_of_module(module: Module) -> Collectives:
     walker.note(f"no ENTRY computation marked; {entry} (the last one) is used")
   tally = walker.visit(entry) if entry else _Tally()
   return Collectives(bytes_by_kind=dict(tally.bytes), count_by_kind=dict(tally.counts),
-                     total_bytes=tally.total, lower_bound=walker.lower_bound, notes=tuple(walker.notes))
+                     total_bytes=tally.total, lower_bound=walker.lower_bound, notes=tuple(walker.notes)), walker.per_instruction
 
 
 def collectives(compiled) -> Collectives:

@@ -78,18 +78,30 @@ def _operand_bytes(module: Module, name: str, comp: str) -> int:
   return 0 if ins is None else shape_bytes(ins.shape)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OpTraffic:
+  """One top-level instruction's HBM bytes: ``bytes_once`` per execution, ``count`` executions
+  per step (the trip counts of the loops around it)."""
+
+  instruction: Instruction
+  count: int
+  bytes_once: int
+
+
 class _Walker:
 
   def __init__(self, module: Module):
     self.module = module
     self.notes: list[str] = []
     self.lower_bound = False
+    self.ops: dict[tuple[str, str], list] = {}  # (computation, instruction) -> [instruction, count, bytes once]
     self._memo: dict[str, int] = {}
     self._active: set[str] = set()
 
-  def visit(self, name: str) -> int:
-    """Bytes of one execution of computation ``name``, callees included."""
-    if name in self._memo:
+  def visit(self, name: str, times: int = 1, record: bool = True) -> int:
+    """Bytes of one execution of computation ``name``, callees included; with ``record``, each
+    top-level instruction is entered in :attr:`ops` at ``times`` executions (its loops' trips)."""
+    if not record and name in self._memo:
       return self._memo[name]
     comp = self.module.computations.get(name)
     if comp is None or name in self._active:
@@ -98,41 +110,53 @@ class _Walker:
         self._note(f"computation {name} not found in the HLO text; not counted")
       return 0
     self._active.add(name)
-    total = sum(self._instruction(comp, ins) for ins in comp.instructions.values())
+    total = sum(self._instruction(comp, ins, times, record) for ins in comp.instructions.values())
     self._active.discard(name)
-    self._memo[name] = total
+    if not record:
+      self._memo[name] = total
     return total
 
   def _note(self, text: str) -> None:
     if text not in self.notes:
       self.notes.append(text)
 
-  def _instruction(self, comp: Computation, ins: Instruction) -> int:
+  def _instruction(self, comp: Computation, ins: Instruction, times: int, record: bool) -> int:
     op = ins.opcode
     if op in _FREE or op.endswith("-done") or op == "async-update":
       return 0
     if op == "while":
-      body = self.visit(ins.body) if ins.body else 0
-      cond = self.visit(ins.condition) if ins.condition else 0
       trips = self.module.trip_count(ins.name, comp.name)
       if trips is None:
-        if body:
+        if ins.body and self.visit(ins.body, record=False):
           self.lower_bound = True
           self._note(f"{ins.name}: while loop without a known trip count; its traffic is counted once")
         trips = 1
+      body = self.visit(ins.body, times * trips, record) if ins.body else 0
+      cond = self.visit(ins.condition, times * (trips + 1), record) if ins.condition else 0
       return body * trips + cond * (trips + 1)
     if op == "call":
-      return sum(self.visit(c) for c in computation_refs(ins.attrs, "to_apply"))
+      return sum(self.visit(c, times, record) for c in computation_refs(ins.attrs, "to_apply"))
     if op == "conditional":
       branches = [c for key in ("true_computation", "false_computation", "branch_computations")
                   for c in computation_refs(ins.attrs, key)]
-      return max((self.visit(b) for b in branches), default=0)
-    if op in ("fusion", "fusion-start"):  # GPU runs some fusions asynchronously (fusion-start/-done)
+      if not branches:
+        return 0
+      heaviest = max(branches, key=lambda b: self.visit(b, record=False))  # the costliest branch, as for comms
+      return self.visit(heaviest, times, record)
+    once = self._leaf(comp, ins)
+    if record:
+      entry = self.ops.setdefault((comp.name, ins.name), [ins, 0, once])
+      entry[1] += times
+    return once
+
+  def _leaf(self, comp: Computation, ins: Instruction) -> int:
+    """Bytes of one execution of a top-level instruction that is not control flow."""
+    if ins.opcode == "async-start":  # the wrapped op (a collective, a custom call) as if it stood here
+      return sum(self.visit(c, record=False) for c in computation_refs(ins.attrs, "calls"))
+    if ins.opcode in ("fusion", "fusion-start"):  # GPU runs some fusions asynchronously (fusion-start/-done)
       fused = self.module.computations.get(next(iter(computation_refs(ins.attrs, "calls")), ""))
       if fused is not None:
         return self._fusion(comp, ins, fused)
-    if op == "async-start":  # the wrapped op (a collective, a custom call) as if it stood here
-      return sum(self.visit(c) for c in computation_refs(ins.attrs, "calls"))
     return self._plain(comp, ins)
 
   def _plain(self, comp: Computation, ins: Instruction) -> int:
@@ -208,12 +232,28 @@ class _Walker:
     return total
 
 
-def traffic_of_module(module: Module) -> Traffic:
-  """Per-device HBM bytes per step of a parsed optimized module."""
+def _walked(module: Module) -> _Walker:
   walker = _Walker(module)
   entry = module.entry or (list(module.computations)[-1] if module.computations else None)
-  total = walker.visit(entry) if entry else 0
+  if entry:
+    walker.visit(entry)
+  return walker
+
+
+def traffic_of_module(module: Module) -> Traffic:
+  """Per-device HBM bytes per step of a parsed optimized module: the sum of :func:`op_traffic`'s."""
+  walker = _walked(module)
+  total = sum(count * once for _, count, once in walker.ops.values())
   return Traffic(bytes_accessed=total, lower_bound=walker.lower_bound, notes=tuple(walker.notes))
+
+
+def op_traffic(module: Module) -> tuple[list[OpTraffic], Traffic]:
+  """Each top-level instruction's bytes (in the entry computation and in the loop bodies, calls
+  and branch counted, with its executions per step), in program order; and their total."""
+  walker = _walked(module)
+  ops = [OpTraffic(instruction=ins, count=count, bytes_once=once) for ins, count, once in walker.ops.values()]
+  total = sum(o.count * o.bytes_once for o in ops)
+  return ops, Traffic(bytes_accessed=total, lower_bound=walker.lower_bound, notes=tuple(walker.notes))
 
 
 def traffic(hlo_text: str) -> Traffic:

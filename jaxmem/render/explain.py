@@ -9,6 +9,8 @@ from typing import Any
 from jaxmem.buffers.analyse import Explanation
 from jaxmem.buffers.residuals import PolicyResiduals
 from jaxmem.buffers.timeline import timeline_text, title
+from jaxmem.compiler.optimes import OpTimes
+from jaxmem.render.ops import op_times_json, render_op_times
 from jaxmem.render.tables import check_format, envelope, render_csv, render_records
 from jaxmem.render.units import unit_for
 from jaxmem.versions import describe
@@ -59,11 +61,15 @@ def explain_json(result: Explanation) -> dict[str, Any]:
   return doc
 
 
-def render_explain(result: Explanation, fmt_name: str) -> str:
-  """Consumers, the peak, the buffers live at it, by module and kind, the timeline, notes."""
+def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | None = None) -> str:
+  """Consumers, the peak, the buffers live at it, by module and kind, the timeline, notes; and
+  with ``op_times`` (``explain --top-ops``) the slowest ops by their roofline time, last."""
   check_format(fmt_name)
   if fmt_name == "json":
-    return json.dumps(explain_json(result), indent=2)
+    doc = explain_json(result)
+    if op_times is not None:
+      doc["op_times"] = op_times_json(op_times)
+    return json.dumps(doc, indent=2)
   if fmt_name == "csv":
     return render_csv([{**{k: b.as_dict()[k] for k in JSON_BUFFER_KEYS}, "module": b.module, "phase": b.phase} for b in result.peak_buffers])
   size = unit_for([result.peak_bytes, result.compiler_bytes], smallest="KiB")
@@ -102,6 +108,9 @@ def render_explain(result: Explanation, fmt_name: str) -> str:
         "and op_name are those of P, the instruction in W's body that computes it"
     )
   out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in notes]
+  if op_times is not None:
+    out += ["", f"the {len(op_times.ops)} slowest ops by roofline time (estimates, per device per step):",
+            render_op_times(op_times, fmt_name)]
   return "\n".join(out).rstrip()
 
 

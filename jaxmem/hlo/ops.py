@@ -1,0 +1,207 @@
+"""Each top-level op's work per step, read from the optimized HLO: matrix FLOPs, HBM bytes and
+bytes sent in collectives, with loop trip counts.
+
+Why: the step-time terms of :mod:`jaxmem.compiler.steptime` are per step; which ops set them, and
+whether each is compute-, memory- or communication-bound, is only in the per-op figures. And
+``cost_analysis()`` counts a while loop's body once, which misses more than the layer scan: under
+a ``tensor`` axis the TPU compiler turns matmuls into collective matmuls (``windowed_dot_general``
+loops, one slice of the matmul per trip), so the per-device FLOPs it reports fall short. Counted
+here with trip counts, the matrix FLOPs are right under every mesh.
+
+An op is what :mod:`jaxmem.hlo.traffic` charges bytes to: a top-level instruction of the entry
+computation or of a loop body, call or branch (a fusion, a custom call, a collective, an unfused
+op), with ``count`` its executions per step (the trip counts of the loops around it multiplied).
+Its figures are per step (all executions):
+
+- ``flops``: matrix FLOPs only, of every ``dot`` and ``convolution`` it holds (nested fusions
+  included) and of cuBLAS GEMM custom calls. Elementwise ops, reductions and the insides of other
+  custom calls (Pallas and cuDNN attention kernels) count nothing: the matrix units' peak is what
+  the compute term times, and the vector work beside it is not at that rate. A ``dot``: 2 x the
+  result's elements x the contracted size; a ``convolution`` (the TPU compiler writes batched
+  matmuls as convolutions with dilated or padded windows): 2 x the input features / feature
+  groups x the output features x the batch / batch groups x the valid (output, kernel) position
+  pairs of each spatial dimension, as XLA's ``HloCostAnalysis::GetConvolutionFlops`` counts them.
+- ``bytes_accessed``: :mod:`jaxmem.hlo.traffic`'s, so the ops' bytes sum to the step's.
+- ``comm_bytes``: :mod:`jaxmem.hlo.comms`'s bytes sent by a collective (or by the fusion or
+  ``async-start`` holding one), so the ops' sum to the step's ``comm_bytes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+from jaxmem.hlo.comms import Collectives, collectives_by_instruction
+from jaxmem.hlo.text import Instruction, Module, braced, parse_module
+from jaxmem.hlo.traffic import Traffic, op_traffic
+from jaxmem.records import Record
+
+_DIMS = re.compile(r"^\(?\s*[a-z][a-z0-9]*\[([^\]]*)\]")
+_GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cudnn$matmul")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OpCost(Record):
+  """One top-level op's work per step (see the module docstring). ``name`` is the HLO
+  instruction's, ``op_name`` jax's (from the metadata: the jaxpr equation it came from, e.g.
+  ``jit(train_step)/jvp()/while/body/.../dot_general``), ``kind`` the fusion kind or custom-call
+  target (``""`` for other ops), ``computation`` the HLO computation it sits in."""
+
+  name: str
+  opcode: str
+  kind: str = ""
+  op_name: str = ""
+  computation: str = ""
+  count: int = 1
+  flops: float = 0.0
+  bytes_accessed: int = 0
+  comm_bytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HloCosts(Record):
+  """Every op's :class:`OpCost` in program order, and their totals per device per step.
+  ``lower_bound``: a loop without a known trip count was counted once (the notes say which)."""
+
+  ops: tuple[OpCost, ...] = ()
+  flops: float = 0.0
+  bytes_accessed: int = 0
+  comm_bytes: int = 0
+  lower_bound: bool = False
+  notes: tuple[str, ...] = ()
+  # The step's totals as their walkers give them (the report's bytes_accessed and comm fields).
+  traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+  collectives: Collectives | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+
+
+def dims(shape: str) -> tuple[int, ...]:
+  """The dimensions of an array shape (the first element of a tuple shape)."""
+  m = _DIMS.match(shape.strip())
+  if m is None or not m.group(1).strip():
+    return ()
+  return tuple(int(d.lstrip("<=")) for d in m.group(1).split(","))
+
+
+def _listed(attrs: str, key: str) -> tuple[int, ...]:
+  text = braced(attrs, key)
+  return tuple(int(x) for x in text.split(",") if x.strip()) if text else ()
+
+
+class _Flops:
+  """Matrix FLOPs of one execution of an instruction, fused computations looked into."""
+
+  def __init__(self, module: Module):
+    self.module = module
+    self._memo: dict[str, float] = {}
+
+  def of(self, ins: Instruction) -> float:
+    op = ins.opcode
+    if op == "dot":
+      return self._dot(ins)
+    if op == "convolution":
+      return self._convolution(ins)
+    if op == "custom-call" and any(f'custom_call_target="{t}"' in ins.attrs for t in _GEMM_TARGETS):
+      return self._gemm(ins)
+    if op in ("fusion", "fusion-start", "async-start", "call"):
+      return sum(self._computation(c) for c in ins.calls)
+    return 0.0
+
+  def _computation(self, name: str) -> float:
+    if name not in self._memo:
+      self._memo[name] = 0.0  # a cycle counts nothing
+      comp = self.module.computations.get(name)
+      self._memo[name] = 0.0 if comp is None else sum(self.of(i) for i in comp.instructions.values())
+    return self._memo[name]
+
+  def _operand_dims(self, ins: Instruction, i: int) -> tuple[int, ...]:
+    src = self.module.get(ins.operands[i], ins.computation) if len(ins.operands) > i else None
+    return () if src is None else dims(src.shape)
+
+  def _dot(self, ins: Instruction) -> float:
+    lhs = self._operand_dims(ins, 0)
+    contracted = math.prod(lhs[d] for d in _listed(ins.attrs, "lhs_contracting_dims") if d < len(lhs))
+    return 2.0 * math.prod(dims(ins.shape)) * contracted
+
+  def _gemm(self, ins: Instruction) -> float:
+    # cuBLAS calls carry the dot's dimension numbers in their backend config.
+    m = re.search(r'"lhs_contracting_dimensions"\s*:\s*\[([^\]]*)\]', ins.attrs)
+    lhs = self._operand_dims(ins, 0)
+    contracting = [int(x.strip().strip('"')) for x in m.group(1).split(",") if x.strip()] if m else []
+    return 2.0 * math.prod(dims(ins.shape)) * math.prod(lhs[d] for d in contracting if d < len(lhs))
+
+  def _convolution(self, ins: Instruction) -> float:
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
+    lhs, rhs, out = self._operand_dims(ins, 0), self._operand_dims(ins, 1), dims(ins.shape)
+    if labels is None or not lhs or not rhs or not out:
+      return 0.0
+    ll, rl, ol = labels.groups()
+    groups = re.search(r"feature_group_count=(\d+)", ins.attrs)
+    batch_groups = re.search(r"batch_group_count=(\d+)", ins.attrs)
+    fma = (lhs[ll.index("f")] // (int(groups.group(1)) if groups else 1)) * out[ol.index("f")]
+    fma *= lhs[ll.index("b")] // (int(batch_groups.group(1)) if batch_groups else 1)
+    window = _window(ins.attrs)
+    spatial = sorted(c for c in ll if c.isdigit())
+    for k, d in enumerate(spatial):
+      w = window[k] if k < len(window) else {}
+      fma *= _valid_positions(lhs[ll.index(d)], rhs[rl.index(d)], out[ol.index(d)], **w)
+    return 2.0 * fma
+
+
+def _window(attrs: str) -> list[dict[str, int]]:
+  """``window={size=8x3 stride=7 pad=7_7x0_0 lhs_dilate=8 rhs_dilate=1}`` per spatial dimension."""
+  text = braced(attrs, "window") or ""
+  fields = dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
+  n = len(fields.get("size", "").split("x")) if fields.get("size") else 0
+  out: list[dict[str, int]] = [{} for _ in range(n)]
+  for key, name in (("stride", "stride"), ("lhs_dilate", "base_dilation"), ("rhs_dilate", "window_dilation")):
+    for i, v in enumerate(fields.get(key, "").split("x") if key in fields else []):
+      out[i][name] = int(v)
+  for i, v in enumerate(fields.get("pad", "").split("x") if "pad" in fields else []):
+    out[i]["pad_low"] = int(v.split("_")[0])
+  return out
+
+
+def _valid_positions(input_size: int, kernel: int, output: int, *, stride: int = 1, pad_low: int = 0,
+                     base_dilation: int = 1, window_dilation: int = 1) -> int:
+  """The (output, kernel) position pairs of one spatial dimension that read an input element (not
+  padding, not a hole of the base dilation): XLA's ``valid_position_count``."""
+  count = 0
+  for k in range(kernel):
+    start = k * window_dilation - pad_low  # the (base-dilated) input index kernel position k reads at output 0
+    if base_dilation == 1:  # the outputs o with 0 <= start + o * stride < input_size, in closed form
+      first = -(start // stride) if start < 0 else 0  # ceil(-start / stride)
+      last = min(output - 1, (input_size - 1 - start) // stride) if start <= input_size - 1 else -1
+      count += max(0, last - first + 1)
+    else:  # only indices on the dilation grid read an input element
+      count += sum(1 for o in range(output)
+                   if (u := start + o * stride) >= 0 and u % base_dilation == 0 and u // base_dilation < input_size)
+  return count
+
+
+def hlo_costs_of_module(module: Module) -> HloCosts:
+  """Every top-level op's figures per step (see the module docstring) and their totals."""
+  traffic_ops, traffic = op_traffic(module)
+  comm, sent = collectives_by_instruction(module)
+  counter = _Flops(module)
+  ops = []
+  for t in traffic_ops:
+    ins = t.instruction
+    target = re.search(r'custom_call_target="([^"]*)"', ins.attrs) if ins.opcode == "custom-call" else None
+    kind = re.search(r"\bkind=(k\w+)", ins.attrs) if ins.opcode.startswith("fusion") else None
+    ops.append(OpCost(
+        name=ins.name, opcode=ins.opcode, kind=(target or kind).group(1) if (target or kind) else "",
+        op_name=ins.op_name, computation=ins.computation, count=t.count, flops=t.count * counter.of(ins),
+        bytes_accessed=t.count * t.bytes_once, comm_bytes=t.count * sent.get((ins.computation, ins.name), 0),
+    ))
+  notes = traffic.notes + tuple(n for n in comm.notes if n not in traffic.notes)
+  return HloCosts(
+      ops=tuple(ops), flops=sum(o.flops for o in ops), bytes_accessed=traffic.bytes_accessed,
+      comm_bytes=sum(o.comm_bytes for o in ops), lower_bound=traffic.lower_bound or comm.lower_bound, notes=notes,
+      traffic=traffic, collectives=comm,
+  )
+
+
+def hlo_costs(hlo_text: str) -> HloCosts:
+  """:func:`hlo_costs_of_module` of optimized HLO text (``compiled.as_text()``)."""
+  return hlo_costs_of_module(parse_module(hlo_text))
