@@ -56,6 +56,11 @@ class Placement(Record):
   num_devices: int
 
 
+# The dtypes a sweep may vary (each a sweep axis of the workload), as a Configuration records
+# them: rows differing only in one are different programs, each compared with its own baseline.
+DTYPE_AXES = ("qk_dtype", "master_dtype", "moments_dtype", "grad_reduce_dtype")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Configuration(Placement):
   """A train step's configuration: the placement, the remat policy and optimizer, the sequence

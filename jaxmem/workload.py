@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved confi
   from jaxmem.models import ModelConfig
 
 DEFAULT_REMAT = ("none", "dots_saveable", "full")
+# The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
+PRECISION_AXES = ("master_dtype", "moments_dtype", "grad_reduce_dtype")
 
 
 def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -50,6 +52,23 @@ def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
   for n in names([str(p) for p in parts]):
     out.append(int(n) if n.lstrip("-").isdigit() else n)
   return tuple(out)
+
+
+# How an optional dtype axis (``master_dtype``, ``moments_dtype``, ``grad_reduce_dtype``) writes
+# its default (no master copy; the dtype the optimizer updates in; the parameters' dtype) in a list.
+DEFAULT_DTYPE_NAMES = ("none", "default")
+
+
+def optional_names(v: str | Sequence[str | None] | None) -> tuple[str | None, ...]:
+  """An optional dtype's sweep axis: :func:`names`, with ``None`` (and ``none`` or ``default``
+  in a list, as in ``"none,float32"``) for the field's default; ``None`` alone is ``(None,)``."""
+  if v is None:
+    return (None,)
+  parts = [v] if isinstance(v, str) else list(v)
+  out: list[str | None] = []
+  for p in parts:
+    out += [None] if p is None else [None if n.lower() in DEFAULT_DTYPE_NAMES else n for n in names(p)]
+  return tuple(dict.fromkeys(out))
 
 
 def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[float, ...]:
@@ -89,12 +108,12 @@ class BaseWorkload(Record):
   a mixture of experts' variant. Only fields both kinds fill live here; :class:`Workload` (a
   train step) and :class:`jaxmem.inference.workload.InferWorkload` add their own.
 
-  ``mesh``, ``attention``, ``moe_impl`` and ``capacity_factor`` are sweep axes: tuples (a
+  ``mesh``, ``attention``, ``qk_dtype``, ``moe_impl`` and ``capacity_factor`` are sweep axes: tuples (a
   comma-separated string or a list is accepted and normalised). ``mesh`` empty means FSDP over
   every device of the target. ``attention`` names how attention is computed
   (:data:`jaxmem.models.ATTENTION_NAMES`; ``auto`` is the target's production kernel);
-  ``qk_dtype`` is the dtype of ``dot`` attention's scores: ``bfloat16`` (MaxText's default
-  ``float32_qk_product=False``: scores in the compute dtype) or ``float32``. ``dtype`` ``None``
+  ``qk_dtype`` names the dtypes of ``dot`` attention's scores: ``bfloat16`` (MaxText's default
+  ``float32_qk_product=False``: scores in the compute dtype) and/or ``float32``. ``dtype`` ``None``
   keeps the model's (bfloat16). ``model`` may be a preset name or a
   :class:`~jaxmem.models.ModelConfig`; ``target`` a name or a
   :class:`~jaxmem.compiler.targets.Target`.
@@ -107,7 +126,7 @@ class BaseWorkload(Record):
   mesh: tuple[str, ...] = ()
   dtype: str | None = None
   attention: tuple[str, ...] = ("auto",)
-  qk_dtype: str = "bfloat16"
+  qk_dtype: tuple[str, ...] = ("bfloat16",)
   # --- mixture of experts (issue 11): sweep axes, for MoE models only (an error otherwise) ---
   # moe_impl: dropless and/or capacity; empty means the model's own (dropless), except on GPU
   # targets, where capacity (jaxmem.planning.plan.moe_config says why), and except when only
@@ -120,6 +139,7 @@ class BaseWorkload(Record):
     # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
     object.__setattr__(self, "mesh", meshes(self.mesh))
     object.__setattr__(self, "attention", names(self.attention))
+    object.__setattr__(self, "qk_dtype", names(self.qk_dtype))
     object.__setattr__(self, "moe_impl", names(self.moe_impl))
     object.__setattr__(self, "capacity_factor", numbers(self.capacity_factor, "capacity_factor"))
 
@@ -152,7 +172,8 @@ class Workload(BaseWorkload):
   """A train step to compile, or a sweep of them: the shared fields (:class:`BaseWorkload`)
   and a train step's own.
 
-  ``remat``, ``optimizer``, ``microbatches`` and ``vocab_tiles`` are sweep axes too. ``remat`` names may include
+  ``remat``, ``optimizer``, ``microbatches``, ``vocab_tiles``, ``context_strategy`` and the three
+  precision dtypes are sweep axes too. ``remat`` names may include
   ``all``, and ``none`` (no remat, the baseline) is always compiled too.
 
   The step itself (issue 9): ``microbatches`` splits the global batch for gradient
@@ -165,7 +186,9 @@ class Workload(BaseWorkload):
   ``bfloat16``: ZeRO's 2 + 2 + 12 bytes per parameter; it must be wider than the parameters);
   ``moments_dtype`` stores the optimizer's moments in that dtype (adam, adamw, momentum,
   nesterov, lion); ``grad_reduce_dtype`` is the dtype the gradients are formed and reduced in
-  over the data axes. ``None``: the dtype of the parameters the optimizer updates.
+  over the data axes. ``None`` (``none`` or ``default`` in a list): the dtype of the parameters the
+  optimizer updates. Each is a tuple of such values (``"none,float32"``), and the sweep takes every
+  combination.
 
   Pipeline parallelism (issue 20; :mod:`jaxmem.program.pipelining`), on meshes with a ``stage``
   axis: ``pipeline_microbatches`` (MaxText's ``num_pipeline_microbatches``; ``None``: as many as
@@ -182,9 +205,9 @@ class Workload(BaseWorkload):
   remat: tuple[str, ...] = DEFAULT_REMAT
   optimizer: tuple[str, ...] = ("adamw",)
   param_dtype: str | None = None
-  master_dtype: str | None = None
-  moments_dtype: str | None = None
-  grad_reduce_dtype: str | None = None
+  master_dtype: tuple[str | None, ...] = (None,)
+  moments_dtype: tuple[str | None, ...] = (None,)
+  grad_reduce_dtype: tuple[str | None, ...] = (None,)
   sequence_parallel: bool = False
   dropout: float = 0.0
   # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
@@ -207,6 +230,8 @@ class Workload(BaseWorkload):
     object.__setattr__(self, "context_strategy", names(self.context_strategy))
     object.__setattr__(self, "remat", names(self.remat))
     object.__setattr__(self, "optimizer", names(self.optimizer))
+    for name in PRECISION_AXES:
+      object.__setattr__(self, name, optional_names(getattr(self, name)))
     if self.step is not None:
       object.__setattr__(self, "step", step_spec(self.step))
     object.__setattr__(self, "microbatches", ints(self.microbatches))

@@ -171,6 +171,8 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   attentions, microbatches = resolve_step_axes(w)
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
+  if len(w.qk_dtype) > 1:
+    raise JaxmemError(f"`residuals` takes one `qk_dtype` (got {', '.join(w.qk_dtype)}); run it once per dtype")
   if len(moe_variants(w)) > 1:
     raise JaxmemError("`residuals` takes one `moe_impl` and `capacity_factor`; run it once per choice")
   (impl, factor), = moe_variants(w)
@@ -180,6 +182,6 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   policies = parse_remat(w.remat, host_memory=True)
   out = []
   for name in attentions:
-    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, qk_dtype=w.qk_dtype)
+    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, qk_dtype=w.qk_dtype[0])
     out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice) for rp in policies]
   return out

@@ -34,6 +34,16 @@ class Parser(argparse.ArgumentParser):
     raise JaxmemError(f"{message} (see {self.prog} --help)")
 
 
+def add_axis(p: argparse.ArgumentParser, flag: str, *, default: str | None, help: str, shown: str | None = None) -> None:
+  """An option that shapes the compiled program, given as a comma list the same way everywhere:
+  each value is a sweep axis's entry (a row, or a row group, each), as ``--microbatches 1,4``.
+  The string goes to the :class:`Workload` field of the flag's name, which splits it and checks
+  every item (a bad one is named with the valid ones, in one line). ``shown``: the default as
+  the help says it, where ``default`` is None (the library's choice)."""
+  said = shown if shown is not None else default
+  p.add_argument(flag, default=default, help=f"{help}; comma separated to sweep" + (f"; default {said}" if said else ""))
+
+
 def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024) -> None:
   """The flags every compiling command shares. Each flag named after a :class:`Workload`
   field sets that field (:func:`workload`); a new field needs only its flag here."""
@@ -75,6 +85,10 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       default="auto",
       help=attention_help(),
   )
+  add_axis(
+      p, "--qk-dtype", default="bfloat16",
+      help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
+  )
   add_output(p)
   p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
   p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
@@ -110,25 +124,18 @@ def add_output(p: argparse.ArgumentParser) -> None:
 
 def add_train_step(p: argparse.ArgumentParser) -> None:
   """How the train step is computed: gradient accumulation, vocabulary tiling, score dtype."""
-  p.add_argument(
-      "--microbatches", default="1",
-      help="gradient accumulation: split the global batch into N microbatches run in sequence "
-      "(comma separated to sweep); default 1",
+  add_axis(
+      p, "--microbatches", default="1",
+      help="gradient accumulation: split the global batch into N microbatches run in sequence",
   )
-  p.add_argument(
-      "--vocab-tiles", default="1",
-      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling; "
-      "comma separated to sweep); default 1",
+  add_axis(
+      p, "--vocab-tiles", default="1",
+      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling)",
   )
-  p.add_argument(
-      "--context-strategy", default="all_gather",
+  add_axis(
+      p, "--context-strategy", default="all_gather",
       help="how attention crosses a sequence split over a context mesh axis: all_gather (MaxText's default: "
-      "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax); "
-      "comma separated to sweep; default all_gather",
-  )
-  p.add_argument(
-      "--qk-dtype", default="bfloat16",
-      help="dot attention's scores: bfloat16 (MaxText's default: the compute dtype) or float32; default bfloat16",
+      "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax)",
   )
   p.add_argument(
       "--pipeline-microbatches", type=int, default=None,
@@ -159,19 +166,18 @@ def add_parallelism(p: argparse.ArgumentParser) -> None:
 
 def add_precision(p: argparse.ArgumentParser) -> None:
   """The optimizer's and the gradients' dtypes beside --param-dtype (jaxmem.program.precision)."""
-  p.add_argument(
-      "--master-dtype", default=None,
+  add_axis(
+      p, "--master-dtype", default=None, shown="none",
       help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
-      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter); default none",
+      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter); none for no copy (none,float32 compiles both)",
   )
-  p.add_argument(
-      "--moments-dtype", default=None,
-      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion); "
-      "default the dtype the optimizer updates in (the master copy's, else the parameters')",
+  add_axis(
+      p, "--moments-dtype", default=None, shown="the dtype the optimizer updates in (the master copy's, else the parameters')",
+      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion); `default` in a list for the default",
   )
-  p.add_argument(
-      "--grad-reduce-dtype", default=None,
-      help="form and reduce the gradients over the data axes in this dtype; default the parameters' dtype",
+  add_axis(
+      p, "--grad-reduce-dtype", default=None, shown="the parameters' dtype",
+      help="form and reduce the gradients over the data axes in this dtype; `default` in a list for the default",
   )
 
 

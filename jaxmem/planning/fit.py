@@ -36,6 +36,7 @@ from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_targe
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
 from jaxmem.program.pipelining import PipelineOptions
+from jaxmem.records import DTYPE_AXES
 from jaxmem.workload import Workload
 
 SEQ_QUANTUM = 128  # sequence steps: a multiple of TPU lane width keeps layouts unpadded
@@ -67,6 +68,11 @@ class FitResult:
   predicted_from_depths: tuple[int, int] | None = None
   confirmed_full_depth: bool | None = None
   depth_prediction_error_pct: float | None = None
+  # The configuration's dtypes (jaxmem.records.DTYPE_AXES): its largest fitting row's, else as asked.
+  qk_dtype: str | None = None
+  master_dtype: str | None = None
+  moments_dtype: str | None = None
+  grad_reduce_dtype: str | None = None
 
   def as_dict(self) -> dict[str, Any]:
     d = {} if self.row is None else self.row.as_dict()
@@ -83,6 +89,7 @@ class FitResult:
         fit_note=self.note,
         moe=self.moe,
         context_strategy=self.context_strategy,
+        **{k: getattr(self, k) for k in DTYPE_AXES},
         predicted_from_depths=None if self.predicted_from_depths is None else list(self.predicted_from_depths),
         confirmed_full_depth=self.confirmed_full_depth,
         depth_prediction_error_pct=self.depth_prediction_error_pct,
@@ -297,6 +304,7 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
       predicted_from_depths=s.depths,
       confirmed_full_depth=s.confirmed,
       depth_prediction_error_pct=s.depth_error_pct,
+      **{k: getattr(s.best, k) if s.best is not None else getattr(s.task.workload, k)[0] for k in DTYPE_AXES},
   )
 
 

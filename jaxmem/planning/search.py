@@ -235,7 +235,7 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
     for kernel in _kernels(p, mesh, pruned, len(rungs) * len(micro)):
       program = build_train_program(
           cfg, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
-          mesh=mesh, attention=kernel, qk_dtype=p.workload.qk_dtype, precision=p.precision,
+          mesh=mesh, attention=kernel, qk_dtype=p.qk_dtype, precision=p.precision,
       )
       args = shape_argument_bytes(program.args, n)
       fused = program.attention.name != "dot"
@@ -263,7 +263,7 @@ def _kernels(p: Plan, mesh: shd.MeshSpec, pruned: Counter, per_kernel: int) -> l
   for name in ATTENTIONS:
     try:
       choice = pick_attention(name, p.cfg, batch=p.batch, seq=p.seq, target=p.target, mesh=dict(mesh),
-                              qk_dtype=p.workload.qk_dtype)
+                              qk_dtype=p.qk_dtype)
     except JaxmemError:
       pruned["attention kernel not available on this target or mesh"] += per_kernel
       continue

@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
+from jaxmem.records import DTYPE_AXES
 from jaxmem.render.units import Unit, percent, seconds, unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
 
@@ -176,7 +177,8 @@ class _Layout:
         # Rows from a user's step (or an older cache) record no attention: no column for it then.
         step=("attention",) * any(_get(r, "attention", None) for r in rows)
         + ("context_strategy",) * any(_get(r, "context_strategy", None) for r in rows)
-        + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows)),
+        + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows))
+        + varying_dtypes(rows),
         moe=any(_get(r, "moe_impl", None) for r in rows),
         factor=any(_get(r, "capacity_factor", None) is not None for r in rows),
         comm=any((r.num_devices or 1) > 1 for r in rows),
@@ -239,7 +241,7 @@ class _Layout:
     r0 = rows[0]
     parts = [f"{k} {getattr(r0, k)}" for k in ("model", "target", "batch", "seq") if k not in self.varying]
     devices = f"{r0.num_devices} devices" if r0.num_devices > 1 else "1 device"
-    heading = " · ".join(parts) + f" ({devices}){_dtypes(r0)} · {self.unit.name} per device"
+    heading = " · ".join(parts) + f" ({devices}){_dtypes(r0, skip=self.step)} · {self.unit.name} per device"
     heading += heading_versions(rows)
     if self.totals:
       heading += f"; Σ = summed over all {r0.num_devices} devices"
@@ -269,13 +271,19 @@ def _comm(r: Any, unit: int) -> str:
   return f"{LOWER_BOUND_MARK}{cell}" if _get(r, "comm_lower_bound", False) and r.comm_bytes is not None else cell
 
 
-def _dtypes(r: Any) -> str:
+def varying_dtypes(rows: Sequence[Any]) -> tuple[str, ...]:
+  """The swept dtypes (:data:`jaxmem.records.DTYPE_AXES`) whose value differs between ``rows``:
+  a column each (a dtype every row shares stays in the heading)."""
+  return tuple(k for k in DTYPE_AXES if len({_get(r, k, None) for r in rows}) > 1)
+
+
+def _dtypes(r: Any, skip: Sequence[str] = ()) -> str:
   # A user's step has no compute dtype of jaxmem's choosing ("-"), and parameters only if named.
   known = [f"{v} {what}" for v, what in ((r.param_dtype, "params"), (r.dtype, "compute")) if v != "-"]
   # The precision options (issue 20), where a row has them: one per sweep, so in the heading.
   known += [f"{v} {what}" for key, what in (("master_dtype", "master copy"), ("moments_dtype", "moments"),
                                              ("grad_reduce_dtype", "gradient reduction"))
-            if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype)]
+            if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype) and key not in skip]
   out = f" · {', '.join(known)}" if known else ""
   # Korthikanti et al.'s options (issue 20): one per sweep, so in the heading too.
   if _get(r, "sequence_parallel", False):
@@ -295,7 +303,7 @@ def _base_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with (see sweep.baseline_key)."""
   return (r.target, r.mesh, r.optimizer, r.batch, r.seq, _get(r, "attention", None), _get(r, "microbatches", 1),
           _get(r, "vocab_tiles", 1), _get(r, "moe_impl", None), _get(r, "capacity_factor", None),
-          _get(r, "context_strategy", None))
+          _get(r, "context_strategy", None), *(_get(r, k, None) for k in DTYPE_AXES))
 
 
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
@@ -341,7 +349,7 @@ def verdict_cell(r: Any, unit: Unit) -> str:
 _SUBJECT = re.compile(r"^((?:[a-z_]+: )?)([A-Za-z_][\w-]*\.\d+): ")
 _LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "context_strategy",
                  "microbatches", "vocab_tiles", "pipeline_microbatches", "pipeline_repeats", "moe_impl", "capacity_factor",
-                 "remat")
+                 *DTYPE_AXES, "remat")
 
 
 def _labels(rows: Sequence[Any]) -> tuple[tuple[str, ...], list[str]]:
@@ -448,6 +456,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   rows = [r.row for r in results if r.row is not None]
   micro = any(_get(r, "microbatches", 1) > 1 for r in results)
   strategy = any(_get(r, "context_strategy", None) for r in results)
+  dtypes = varying_dtypes(results)
   u = unit_for([getattr(row, f) for row in rows for f in ("required_bytes", "capacity_bytes", "temp_size_in_bytes")])
   records = []
   for r in results:
@@ -460,6 +469,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
             "attention": _get(r, "attention", "-"),
             **({"context strategy": _get(r, "context_strategy", "-")} if strategy else {}),
             **({"microbatches": _get(r, "microbatches", 1)} if micro else {}),
+            **{k.replace("_", " "): _get(r, k, "-") for k in dtypes},
             **moe,
             "remat": r.remat,
             f"max {over}": r.max_batch if over == "batch" else r.max_seq,
@@ -491,6 +501,7 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
     return render_csv(rows)
   moe = any(g.moe for g in growth)
   strategy = any(_get(g, "context_strategy", None) for g in growth)
+  dtypes = varying_dtypes(growth)
   records = [
       {
           "mesh": g.mesh,
@@ -498,6 +509,7 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
           "attention": _get(g, "attention", "-"),
           **({"context strategy": _get(g, "context_strategy", "-")} if strategy else {}),
           **({"moe": g.moe} if moe else {}),
+          **{k.replace("_", " "): _get(g, k, "-") for k in dtypes},
           "remat": g.remat,
           "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
           "batch exponent": _exponent(g.batch_exponent),

@@ -1,0 +1,116 @@
+"""The dtypes as sweep axes (issue 18 item 8): ``qk_dtype`` and the precision dtypes take a comma
+list like ``--microbatches 1,4``, one row per value, in the rows, the cache key and the table.
+
+The parser and planner tests compile nothing; one sweep compiles the tiny model twice for
+tpu:v5e-1 (a fast compile) and holds the two rows against each other."""
+
+from __future__ import annotations
+
+import pytest
+
+from jaxmem import InferWorkload, Workload
+from jaxmem.cli import build_parser
+from jaxmem.cli import _common as c
+from jaxmem.errors import JaxmemError
+from jaxmem.inference.workload import plan_infer
+from jaxmem.planning import sweep
+from jaxmem.planning.plan import plan
+from jaxmem.render import tables
+
+TINY = dict(model="tiny", target="cpu", batch=2, seq=16, remat="none")
+
+
+def test_workload_takes_dtype_lists():
+  w = Workload(qk_dtype="bfloat16, float32", master_dtype="none,float32", moments_dtype=["default", "bfloat16"])
+  assert w.qk_dtype == ("bfloat16", "float32")
+  assert w.master_dtype == (None, "float32")
+  assert w.moments_dtype == (None, "bfloat16")
+  assert w.grad_reduce_dtype == (None,)
+  # A single value, as the fields took before, is a one-entry axis.
+  assert Workload(master_dtype="float32").master_dtype == ("float32",)
+  assert Workload(qk_dtype="float32") == Workload(qk_dtype=("float32",))
+
+
+@pytest.mark.parametrize("cmd", ["compare", "fit", "scale", "explain", "infer"])
+def test_every_command_passes_the_qk_dtype_list(cmd):
+  args = build_parser().parse_args([cmd, "--model", "tiny", "--qk-dtype", "bfloat16,float32"])
+  kind = InferWorkload if cmd == "infer" else Workload
+  assert c.workload(args, kind).qk_dtype == ("bfloat16", "float32")
+
+
+def test_the_precision_flags_are_lists():
+  args = build_parser().parse_args(
+      ["compare", "--master-dtype", "none,float32", "--moments-dtype", "bfloat16,float32", "--grad-reduce-dtype", "bfloat16"]
+  )
+  w = c.workload(args)
+  assert (w.master_dtype, w.moments_dtype, w.grad_reduce_dtype) == ((None, "float32"), ("bfloat16", "float32"), ("bfloat16",))
+
+
+def test_the_sweep_takes_every_combination_each_its_own_cache_key():
+  p = plan(**TINY, qk_dtype="bfloat16,float32", moments_dtype="float32,bfloat16")
+  tasks = p.tasks()
+  got = {(t.qk_dtype, t.workload.moments_dtype) for t in tasks}
+  assert got == {(q, (m,)) for q in ("bfloat16", "float32") for m in ("float32", "bfloat16")}
+  assert len({t.cache_key() for t in tasks}) == len(tasks) == 4
+
+
+@pytest.mark.parametrize(
+    "fields, bad, valid",
+    [
+        (dict(qk_dtype="bfloat16,fp32"), "'fp32'", "valid: bfloat16, float32"),
+        (dict(moments_dtype="float32,bf16"), "'bf16'", "valid: float32, bfloat16"),
+        (dict(master_dtype="none,f32", param_dtype="bfloat16"), "'f32'", "none for the default"),
+        (dict(grad_reduce_dtype="none,int8"), "'int8'", "valid:"),
+    ],
+)
+def test_a_bad_item_is_named_with_the_valid_ones(fields, bad, valid):
+  with pytest.raises(JaxmemError) as e:
+    plan(**{**TINY, **fields})
+  msg = str(e.value)
+  assert bad in msg and valid in msg and "\n" not in msg
+
+
+def test_an_empty_list_is_refused():
+  with pytest.raises(JaxmemError, match="`qk_dtype` is empty"):
+    plan(**TINY, qk_dtype=",")
+
+
+@pytest.mark.parametrize("field", ["qk_dtype", "moments_dtype"])
+def test_explain_takes_one_of_each(field):
+  from jaxmem.buffers.explain import explain_workload
+
+  with pytest.raises(JaxmemError, match=f"explain takes one {field}"):
+    explain_workload(**TINY, **{field: "bfloat16,float32"})
+
+
+def test_infer_sweeps_qk_dtype_over_prefill_only():
+  p = plan_infer(model="tiny", target="cpu", qk_dtype="bfloat16,float32", prompt=16, context="32")
+  got = [(cfg[2], cfg[6]) for cfg in p.configs()]
+  assert got == [("prefill", "bfloat16"), ("prefill", "float32"), ("decode", "bfloat16")]
+
+
+def test_the_table_shows_a_column_for_a_dtype_that_varies():
+  base = dict(model="tiny", target="cpu", mesh="fsdp=1", remat="none", optimizer="adamw", batch=2, seq=16,
+              param_dtype="float32", dtype="bfloat16", num_devices=1)
+  rows = [sweep.Row(**base, moments_dtype=m) for m in ("float32", "bfloat16")]
+  text = tables.render_compare(rows, "table")
+  heading, _, header = text.splitlines()[:3]
+  assert "moments dtype" in header and "moments" not in heading
+  one = tables.render_compare(rows[1:], "table")
+  assert "moments dtype" not in one and "bfloat16 moments" in one.splitlines()[0]
+
+
+@pytest.mark.needs_tpu_compiler
+def test_a_moments_sweep_compiles_a_row_per_dtype():
+  """Two rows from one sweep, told apart by their moments' dtype: Adam's float32 moments hold
+  twice the bytes of bfloat16 ones, so that row's arguments are larger by about the moments'
+  half (tiny on tpu:v5e-1: its layouts pad, so only the order is held)."""
+  rows = sweep.compare(model="tiny", target="tpu:v5e-1", batch=1, seq=16, remat="none", moments_dtype="float32,bfloat16")
+  assert [r.moments_dtype for r in rows] == ["float32", "bfloat16"]
+  f32, bf16 = rows
+  assert f32.error is None and bf16.error is None
+  assert f32.optimizer_state_bytes > bf16.optimizer_state_bytes
+  assert f32.argument_size_in_bytes > bf16.argument_size_in_bytes
+  assert f32.param_bytes == bf16.param_bytes
+  # Each row is its own baseline (its own program), not the other's.
+  assert f32.recompute_overhead_pct == bf16.recompute_overhead_pct == 0
