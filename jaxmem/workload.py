@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved confi
 DEFAULT_REMAT = ("none", "dots_saveable", "full")
 # The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
 PRECISION_AXES = ("master_dtype", "moments_dtype", "grad_reduce_dtype")
+# The options that change the model's config or the whole step's layout: each is one value, or a
+# tuple of values, which jaxmem.planning.plan.plan sweeps as a plan per combination.
+OUTER_AXES = ("param_dtype", "dtype", "dropout", "sequence_parallel", "pipeline_microbatches", "pipeline_repeats")
 
 
 def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -69,6 +72,35 @@ def optional_names(v: str | Sequence[str | None] | None) -> tuple[str | None, ..
   for p in parts:
     out += [None] if p is None else [None if n.lower() in DEFAULT_DTYPE_NAMES else n for n in names(p)]
   return tuple(dict.fromkeys(out))
+
+
+def several(values: tuple[Any, ...], what: str) -> Any:
+  """An axis of the sweep's outer product (:data:`OUTER_AXES`): one value as itself (so a
+  workload of one configuration reads as before), several as a tuple."""
+  if not values:
+    raise JaxmemError(f"`{what}` is empty; give values separated by commas")
+  return values[0] if len(values) == 1 else values
+
+
+def _listed(v: Any) -> bool:
+  return isinstance(v, (str, list, tuple))
+
+
+def switches(v: Any, what: str) -> tuple[bool, ...]:
+  """A sweep axis of on/off values: ``True``, ``"off,on"``, ``[False, True]``."""
+  out = []
+  for p in ([v] if not isinstance(v, (list, tuple)) else list(v)):
+    if isinstance(p, bool):
+      out.append(p)
+      continue
+    for n in names(str(p)):
+      if n.lower() not in _SWITCH:
+        raise JaxmemError(f"`{what}` takes on or off, comma separated, got {n!r}")
+      out.append(_SWITCH[n.lower()])
+  return tuple(dict.fromkeys(out))
+
+
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
 def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[float, ...]:
@@ -124,7 +156,7 @@ class BaseWorkload(Record):
   target: str | Target = "cpu"
   slices: int = 1  # TPU slices (multi-slice over DCN)
   mesh: tuple[str, ...] = ()
-  dtype: str | None = None
+  dtype: str | None | tuple[str | None, ...] = None  # one, or several: an outer axis of a train step's sweep
   attention: tuple[str, ...] = ("auto",)
   qk_dtype: tuple[str, ...] = ("bfloat16",)
   # --- mixture of experts (issue 11): sweep axes, for MoE models only (an error otherwise) ---
@@ -140,6 +172,8 @@ class BaseWorkload(Record):
     object.__setattr__(self, "mesh", meshes(self.mesh))
     object.__setattr__(self, "attention", names(self.attention))
     object.__setattr__(self, "qk_dtype", names(self.qk_dtype))
+    if _listed(self.dtype):
+      object.__setattr__(self, "dtype", several(optional_names(self.dtype), "dtype"))
     object.__setattr__(self, "moe_impl", names(self.moe_impl))
     object.__setattr__(self, "capacity_factor", numbers(self.capacity_factor, "capacity_factor"))
 
@@ -199,17 +233,22 @@ class Workload(BaseWorkload):
   dropouts along the sequence over the ``tensor`` axis (Megatron's sequence parallelism; the mesh
   needs a tensor axis that divides ``seq``); ``dropout`` is the model's dropout probability
   (0: none, the program unchanged). Remat ``selective`` is their selective recomputation.
+
+  ``param_dtype``, ``dtype``, ``dropout``, ``sequence_parallel``, ``pipeline_microbatches`` and
+  ``pipeline_repeats`` (:data:`OUTER_AXES`) are each one value, or several (a tuple, or
+  ``"bfloat16,float32"``): the sweep is then planned once per combination of them
+  (:func:`jaxmem.planning.plan.plan`), each its own rows.
   """
 
   seq: int = 1024
   remat: tuple[str, ...] = DEFAULT_REMAT
   optimizer: tuple[str, ...] = ("adamw",)
-  param_dtype: str | None = None
+  param_dtype: str | None | tuple[str | None, ...] = None  # an outer axis (OUTER_AXES), as the four below
   master_dtype: tuple[str | None, ...] = (None,)
   moments_dtype: tuple[str | None, ...] = (None,)
   grad_reduce_dtype: tuple[str | None, ...] = (None,)
-  sequence_parallel: bool = False
-  dropout: float = 0.0
+  sequence_parallel: bool | tuple[bool, ...] = False
+  dropout: float | tuple[float, ...] = 0.0
   # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
   # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,
@@ -219,8 +258,8 @@ class Workload(BaseWorkload):
   microbatches: tuple[int, ...] = (1,)
   vocab_tiles: tuple[int, ...] = (1,)
   # --- pipeline parallelism over a `stage` mesh axis (issue 20; jaxmem.program.pipelining) ---
-  pipeline_microbatches: int | None = None  # None: as many as the stages
-  pipeline_repeats: int = 1  # MaxText's circular schedule: R non-adjacent layer groups per stage
+  pipeline_microbatches: int | None | tuple[int | None, ...] = None  # None: as many as the stages
+  pipeline_repeats: int | tuple[int, ...] = 1  # MaxText's circular schedule: R non-adjacent layer groups per stage
   # --- long context (issue 19): how attention crosses a context-sharded sequence, a sweep axis
   # (jaxmem.models.context_attention.STRATEGIES); it applies to meshes with a context axis.
   context_strategy: tuple[str, ...] = ("all_gather",)
@@ -236,11 +275,18 @@ class Workload(BaseWorkload):
       object.__setattr__(self, "step", step_spec(self.step))
     object.__setattr__(self, "microbatches", ints(self.microbatches))
     object.__setattr__(self, "vocab_tiles", ints(self.vocab_tiles))
-    if isinstance(self.dropout, str):  # as the flag gives it
-      try:
-        object.__setattr__(self, "dropout", float(self.dropout))
-      except ValueError:
-        raise JaxmemError(f"`dropout` takes a probability in [0, 1), got {self.dropout!r}") from None
+    # The outer axes: one value, or several as a tuple (the flags give "a,b").
+    if _listed(self.param_dtype):
+      object.__setattr__(self, "param_dtype", several(optional_names(self.param_dtype), "param_dtype"))
+    if _listed(self.dropout):
+      object.__setattr__(self, "dropout", several(numbers(self.dropout, "dropout"), "dropout"))
+    if _listed(self.sequence_parallel):
+      object.__setattr__(self, "sequence_parallel", several(switches(self.sequence_parallel, "sequence_parallel"), "sequence_parallel"))
+    if _listed(self.pipeline_microbatches):
+      values = tuple(None if n is None else ints(n)[0] for n in optional_names(self.pipeline_microbatches))
+      object.__setattr__(self, "pipeline_microbatches", several(values, "pipeline_microbatches"))
+    if _listed(self.pipeline_repeats):
+      object.__setattr__(self, "pipeline_repeats", several(tuple(dict.fromkeys(ints(self.pipeline_repeats))), "pipeline_repeats"))
 
 
 def _field_names(cls: type) -> set[str]:

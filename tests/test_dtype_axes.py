@@ -100,6 +100,7 @@ def test_the_table_shows_a_column_for_a_dtype_that_varies():
   assert "moments dtype" not in one and "bfloat16 moments" in one.splitlines()[0]
 
 
+@pytest.mark.slow  # two TPU compiles, 11 s; tests/test_precision.py's rows fixture sweeps moments on the CPU
 @pytest.mark.needs_tpu_compiler
 def test_a_moments_sweep_compiles_a_row_per_dtype():
   """Two rows from one sweep, told apart by their moments' dtype: Adam's float32 moments hold

@@ -31,7 +31,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
-from jaxmem.planning.plan import plan
+from jaxmem.planning.plan import one_of_each, plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.step import call_step
 from jaxmem.program.train import build_train_program
@@ -132,6 +132,7 @@ def explain_workload(
                   *((name, getattr(w, name)) for name in PRECISION_AXES)):
     if len(v) > 1:
       raise JaxmemError(f"explain takes one {what} (got {', '.join(map(str, v))}); run it once per {what}")
+  one_of_each(w, "explain")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   prog = build_train_program(

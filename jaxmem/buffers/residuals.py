@@ -30,7 +30,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
 from jaxmem.models.dropout import Dropout
 from jaxmem.models.transformer import Block
-from jaxmem.planning.plan import moe_config, moe_variants, resolve_dropout, resolve_model, resolve_step_axes
+from jaxmem.planning.plan import moe_config, moe_variants, one_of_each, resolve_dropout, resolve_model, resolve_step_axes
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.train import pick_attention
 from jaxmem.records import Record
@@ -171,6 +171,7 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   attentions, microbatches = resolve_step_axes(w)
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
+  one_of_each(w, "`residuals`")
   if len(w.qk_dtype) > 1:
     raise JaxmemError(f"`residuals` takes one `qk_dtype` (got {', '.join(w.qk_dtype)}); run it once per dtype")
   if len(moe_variants(w)) > 1:

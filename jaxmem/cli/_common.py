@@ -78,8 +78,8 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       default=None,
       help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); default 1.25",
   )
-  p.add_argument("--param-dtype", default=None, help="parameter dtype (default float32)")
-  p.add_argument("--dtype", default=None, help="compute dtype (default bfloat16)")
+  add_axis(p, "--param-dtype", default=None, shown="float32", help="parameter dtype")
+  add_axis(p, "--dtype", default=None, shown="bfloat16", help="compute dtype (infer: one)")
   p.add_argument(
       "--attention",
       default="auto",
@@ -137,14 +137,15 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
       help="how attention crosses a sequence split over a context mesh axis: all_gather (MaxText's default: "
       "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax)",
   )
-  p.add_argument(
-      "--pipeline-microbatches", type=int, default=None,
+  add_axis(
+      p, "--pipeline-microbatches", default=None, shown="the stage count",
       help="meshes with a stage axis: cut each batch (or --microbatches microbatch) into N pipeline "
-      "microbatches (MaxText's num_pipeline_microbatches; at least the stages); default the stage count",
+      "microbatches (MaxText's num_pipeline_microbatches; at least the stages; none for the stage count)",
   )
-  p.add_argument(
-      "--pipeline-repeats", type=int, default=1,
-      help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; default 1",
+  p.add_argument(  # an int default, as fit --phase tells a given flag by it
+      "--pipeline-repeats", default=1,
+      help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; "
+      "comma separated to sweep; default 1",
   )
   add_precision(p)
   add_parallelism(p)
@@ -153,14 +154,15 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
 def add_parallelism(p: argparse.ArgumentParser) -> None:
   """Korthikanti et al. 2022's options: Megatron sequence parallelism and the models' dropout."""
   p.add_argument(
-      "--sequence-parallel", action="store_true", default=None,
+      "--sequence-parallel", nargs="?", const="on", default=None, metavar="off,on",
       help="Megatron sequence parallelism: split the residual stream, norms and dropouts along the sequence over "
-      "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh tensor=N",
+      "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh tensor=N; "
+      "the flag alone is on, off,on compiles both",
   )
-  p.add_argument(
-      "--dropout", default=None, metavar="P",
+  add_axis(
+      p, "--dropout", default=None, shown="0",
       help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
-      "sub-blocks' outputs; masks are one byte each); default 0",
+      "sub-blocks' outputs; masks are one byte each)",
   )
 
 

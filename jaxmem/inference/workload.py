@@ -18,7 +18,7 @@ from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig
-from jaxmem.planning.plan import moe_config, moe_variants, resolve_attention, resolve_meshes, resolve_model, resolve_qk_dtypes, resolve_target
+from jaxmem.planning.plan import moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_qk_dtypes, resolve_target
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
 from jaxmem.workload import BaseWorkload, names
@@ -104,6 +104,7 @@ def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
 def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> InferPlan:
   """Resolves and checks everything before a compile; :class:`JaxmemError` on bad input."""
   w = InferWorkload.of(workload, **fields)
+  one_of_each(w, "infer")  # the compute dtype: one per run (a train step's sweep takes several)
   start_jax()
   # Stored weights are bf16 before any quantization: the checkpoint's precision.
   cfg = resolve_model(w.model, param_dtype="bfloat16", dtype=w.dtype)

@@ -27,7 +27,7 @@ from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
 from jaxmem.program.train import QK_DTYPES, check_batch, check_qk_dtype, check_step_options, pick_attention
-from jaxmem.workload import PRECISION_AXES, BaseWorkload, Workload
+from jaxmem.workload import OUTER_AXES, PRECISION_AXES, BaseWorkload, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -122,6 +122,10 @@ class Plan:
   # How attention crosses a context-sharded sequence (issue 19), swept on meshes with a context axis.
   context_strategies: tuple[str, ...] = ("all_gather",)
   qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores, swept
+  # A sweep over the outer axes (jaxmem.workload.OUTER_AXES: the model's dtypes, dropout, the
+  # step's layout): one plan per combination, each of one value per axis; this plan is then the
+  # first's, with the workload as asked. Empty for one combination.
+  variants: tuple[Plan, ...] = ()
 
   @property
   def precision(self) -> Precision:
@@ -148,6 +152,8 @@ class Plan:
   def tasks(self) -> list[Task]:
     """The configurations as picklable, cacheable tasks, in ``grid()`` order for each MoE
     variant, precision, qk dtype and vocabulary tiling (:func:`for_task` specialises the plan to one)."""
+    if self.variants:
+      return [t for v in self.variants for t in v.tasks()]
     cpu = cpu_devices_needed([self.workload.target_name])
     # The model before the MoE choice, so a task's cache key does not depend on the sweep's first variant.
     one = self.workload.replace(model=self.model or self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
@@ -174,6 +180,7 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   sequence, which a search or a scale grid replaces, its vocabulary tiling and MoE variant, with
   that variant's config and notes), and the task's mesh, optimizer and remat policy as ``p``
   resolved them. What differs from ``p`` (the batch) is checked again where the program is built."""
+  p = variant_of(p, task)
   w = task.workload
   cfg, notes = p.cfg, p.moe_notes
   if cfg is not None and (w.moe_impl, w.capacity_factor) != p.moe[0]:
@@ -186,6 +193,31 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   opt = next(o for o in p.optimizers if o.name == task.optimizer)
   rp = next(r for r in p.remats if r.name == task.remat)
   return one, task.mesh, opt, rp
+
+
+def variant_of(p: Plan, task: Task) -> Plan:
+  """The plan of ``p``'s sweep over the outer axes that ``task`` belongs to (``p`` without one)."""
+  if not p.variants:
+    return p
+  for v in p.variants:
+    if all(getattr(v.workload, k) == getattr(task.workload, k) for k in OUTER_AXES):
+      return v
+  raise ValueError("task is not one of the plan's")  # a programming error, not bad input
+
+
+def one_of_each(w: Workload, what: str) -> None:
+  """A one-line error where ``w`` gives several values of an outer axis to ``what``, which
+  takes one configuration."""
+  for k in OUTER_AXES:
+    v = getattr(w, k, None)
+    if isinstance(v, tuple):
+      raise JaxmemError(f"{what} takes one `{k}` (got {', '.join(map(str, v))}); run it once per value")
+
+
+def outer_variants(w: Workload) -> list[Workload]:
+  """``w`` once per combination of its outer axes' values (itself where each has one)."""
+  axes = [getattr(w, k) if isinstance(getattr(w, k), tuple) else (getattr(w, k),) for k in OUTER_AXES]
+  return [w.replace(**dict(zip(OUTER_AXES, values, strict=True))) for values in itertools.product(*axes)]
 
 
 def precision_axes(prec: Precision) -> dict[str, tuple[str | None]]:
@@ -293,6 +325,10 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   w = Workload.of(workload, **fields)
   if w.step:
     return plan_step(w)
+  combos = outer_variants(w)
+  if len(combos) > 1:  # every combination planned (and so checked) before anything compiles
+    subs = tuple(plan(v) for v in combos)
+    return dataclasses.replace(subs[0], workload=w.replace(target=w.target_name), variants=subs)
   cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype, dropout=resolve_dropout(w))
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)

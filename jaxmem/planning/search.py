@@ -40,7 +40,7 @@ from jaxmem.inference.estimate import activation_bytes_per_layer
 from jaxmem.models import count_params
 from jaxmem.models.model_flops import training_flops
 from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Plan, Task, plan as plan_sweep, resolve_model, resolve_target
+from jaxmem.planning.plan import Plan, Task, one_of_each, plan as plan_sweep, resolve_model, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS
@@ -324,6 +324,7 @@ def plan(
       raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
   if w.step:
     raise JaxmemError("plan searches jaxmem's own models (`model`); a user's `step` has no mesh or kernel to choose")
+  one_of_each(w, "plan")
   tgt = resolve_target(w)
   if tgt.capacity_bytes is None:
     raise JaxmemError(f"plan needs a target with a memory capacity; {tgt.name} has none (use a TPU or GPU target)")

@@ -26,7 +26,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.startup import start_distributed, start_jax
 from jaxmem.compiler.targets import get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import Plan, moe_config, plan
+from jaxmem.planning.plan import Plan, moe_config, one_of_each, plan
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
@@ -144,6 +144,7 @@ def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
     raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
+  one_of_each(workload, "validate")
   for name in ("qk_dtype", *PRECISION_AXES):  # its configurations are measured from the plan's first of each
     if len(getattr(workload, name)) > 1:
       raise JaxmemError(f"validate takes one `{name}` (got {', '.join(map(str, getattr(workload, name)))}); run it once per value")

@@ -23,7 +23,7 @@ from tabulate import tabulate
 
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
-from jaxmem.records import DTYPE_AXES
+from jaxmem.records import SWEPT_FIELDS
 from jaxmem.render.units import Unit, percent, seconds, unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
 
@@ -271,24 +271,30 @@ def _comm(r: Any, unit: int) -> str:
   return f"{LOWER_BOUND_MARK}{cell}" if _get(r, "comm_lower_bound", False) and r.comm_bytes is not None else cell
 
 
+# The swept fields with a column where they vary (the pipeline's have their own columns).
+_SWEPT_COLUMNS = tuple(k for k in SWEPT_FIELDS if not k.startswith("pipeline_"))
+
+
 def varying_dtypes(rows: Sequence[Any]) -> tuple[str, ...]:
-  """The swept dtypes (:data:`jaxmem.records.DTYPE_AXES`) whose value differs between ``rows``:
-  a column each (a dtype every row shares stays in the heading)."""
-  return tuple(k for k in DTYPE_AXES if len({_get(r, k, None) for r in rows}) > 1)
+  """The swept fields (:data:`jaxmem.records.SWEPT_FIELDS`: dtypes, dropout, sequence
+  parallelism) whose value differs between ``rows``: a column each (one every row shares stays
+  in the heading)."""
+  return tuple(k for k in _SWEPT_COLUMNS if len({_get(r, k, None) for r in rows}) > 1)
 
 
 def _dtypes(r: Any, skip: Sequence[str] = ()) -> str:
   # A user's step has no compute dtype of jaxmem's choosing ("-"), and parameters only if named.
-  known = [f"{v} {what}" for v, what in ((r.param_dtype, "params"), (r.dtype, "compute")) if v != "-"]
+  known = [f"{getattr(r, key)} {what}" for key, what in (("param_dtype", "params"), ("dtype", "compute"))
+           if getattr(r, key) != "-" and key not in skip]
   # The precision options (issue 20), where a row has them: one per sweep, so in the heading.
   known += [f"{v} {what}" for key, what in (("master_dtype", "master copy"), ("moments_dtype", "moments"),
                                              ("grad_reduce_dtype", "gradient reduction"))
             if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype) and key not in skip]
   out = f" · {', '.join(known)}" if known else ""
   # Korthikanti et al.'s options (issue 20): one per sweep, so in the heading too.
-  if _get(r, "sequence_parallel", False):
+  if _get(r, "sequence_parallel", False) and "sequence_parallel" not in skip:
     out += " · sequence parallel"
-  if _get(r, "dropout", 0.0):
+  if _get(r, "dropout", 0.0) and "dropout" not in skip:
     out += f" · dropout {_get(r, 'dropout', 0.0):g}"
   return out
 
@@ -303,7 +309,7 @@ def _base_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with (see sweep.baseline_key)."""
   return (r.target, r.mesh, r.optimizer, r.batch, r.seq, _get(r, "attention", None), _get(r, "microbatches", 1),
           _get(r, "vocab_tiles", 1), _get(r, "moe_impl", None), _get(r, "capacity_factor", None),
-          _get(r, "context_strategy", None), *(_get(r, k, None) for k in DTYPE_AXES))
+          _get(r, "context_strategy", None), *(_get(r, k, None) for k in SWEPT_FIELDS))
 
 
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
@@ -349,7 +355,7 @@ def verdict_cell(r: Any, unit: Unit) -> str:
 _SUBJECT = re.compile(r"^((?:[a-z_]+: )?)([A-Za-z_][\w-]*\.\d+): ")
 _LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "context_strategy",
                  "microbatches", "vocab_tiles", "pipeline_microbatches", "pipeline_repeats", "moe_impl", "capacity_factor",
-                 *DTYPE_AXES, "remat")
+                 *_SWEPT_COLUMNS, "remat")
 
 
 def _labels(rows: Sequence[Any]) -> tuple[tuple[str, ...], list[str]]:
