@@ -115,3 +115,77 @@ def test_a_moments_sweep_compiles_a_row_per_dtype():
   assert f32.param_bytes == bf16.param_bytes
   # Each row is its own baseline (its own program), not the other's.
   assert f32.recompute_overhead_pct == bf16.recompute_overhead_pct == 0
+
+
+# --- the outer axes (jaxmem.workload.OUTER_AXES): the model's dtypes, dropout, the step's layout ---
+
+
+def test_an_outer_axis_is_one_value_or_a_tuple():
+  w = Workload(param_dtype="bfloat16,float32", dropout="0,0.1", sequence_parallel="off,on",
+               pipeline_microbatches="none,8", pipeline_repeats="1,2")
+  assert (w.param_dtype, w.dropout, w.sequence_parallel) == (("bfloat16", "float32"), (0.0, 0.1), (False, True))
+  assert (w.pipeline_microbatches, w.pipeline_repeats) == ((None, 8), (1, 2))
+  one = Workload(param_dtype="bfloat16", dropout="0.1", sequence_parallel=True, pipeline_repeats="2")
+  assert (one.param_dtype, one.dropout, one.sequence_parallel, one.pipeline_repeats) == ("bfloat16", 0.1, True, 2)
+
+
+def test_sequence_parallel_flag_alone_is_on_and_takes_a_list():
+  parse = build_parser().parse_args
+  assert c.workload(parse(["compare", "--sequence-parallel"])).sequence_parallel is True
+  assert c.workload(parse(["compare", "--sequence-parallel", "off,on"])).sequence_parallel == (False, True)
+  assert c.workload(parse(["compare"])).sequence_parallel is False
+  w = c.workload(parse(["compare", "--param-dtype", "bfloat16,float32", "--dropout", "0,0.1", "--pipeline-repeats", "1,2"]))
+  assert (w.param_dtype, w.dropout, w.pipeline_repeats) == (("bfloat16", "float32"), (0.0, 0.1), (1, 2))
+
+
+def test_an_outer_sweep_plans_every_combination():
+  p = plan(**TINY, param_dtype="bfloat16,float32", dropout="0,0.1")
+  assert len(p.variants) == 4
+  tasks = p.tasks()
+  assert {(t.workload.param_dtype, t.workload.dropout) for t in tasks} == {
+      (d, r) for d in ("bfloat16", "float32") for r in (0.0, 0.1)}
+  assert len({t.cache_key() for t in tasks}) == len(tasks) == 4
+  # Each task's plan is its own combination's: the model it builds has that dtype and dropout.
+  from jaxmem.planning.plan import for_task
+
+  for t in tasks:
+    one = for_task(p, t)[0]
+    assert (one.cfg.param_dtype, one.cfg.dropout or 0.0) == (t.workload.param_dtype, t.workload.dropout)
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(dropout="0,2"), "`dropout` must be a probability in [0, 1), got 2.0"),
+        (dict(dropout="0,x"), "got 'x'"),
+        (dict(sequence_parallel="off,maybe"), "takes on or off, comma separated, got 'maybe'"),
+        (dict(param_dtype="bfloat16,int8"), "must name a float dtype (e.g. float32, bfloat16), got 'int8'"),
+        (dict(pipeline_repeats="1,0"), "`pipeline_repeats` must be a whole number of at least 1 (got 0)"),
+        (dict(param_dtype="bfloat16,float32", master_dtype="float32"), "not wider than the parameters' float32"),
+    ],
+)
+def test_a_bad_outer_item_is_one_line(fields, words):
+  with pytest.raises(JaxmemError) as e:
+    plan(**{**TINY, **fields})
+  assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_one_configuration_commands_refuse_an_outer_list():
+  from jaxmem.buffers.explain import explain_workload
+
+  with pytest.raises(JaxmemError, match="explain takes one `param_dtype`"):
+    explain_workload(**TINY, param_dtype="bfloat16,float32")
+  with pytest.raises(JaxmemError, match="infer takes one `dtype`"):
+    plan_infer(model="tiny", target="cpu", dtype="bfloat16,float32")
+
+
+def test_the_table_shows_param_dtype_and_dropout_columns_where_they_vary():
+  base = dict(model="tiny", target="cpu", mesh="fsdp=1", remat="none", optimizer="adamw", batch=2, seq=16,
+              dtype="bfloat16", num_devices=1)
+  rows = [sweep.Row(**base, param_dtype=d, dropout=r) for d in ("float32", "bfloat16") for r in (0.0, 0.1)]
+  heading, _, header = tables.render_compare(rows, "table").splitlines()[:3]
+  assert "param dtype" in header and "dropout" in header
+  assert "params" not in heading and "dropout" not in heading and "bfloat16 compute" in heading
+  # Each row is compared with the baseline of its own combination, not another's.
+  keys = {sweep.baseline_key(r) for r in rows}
+  assert len(keys) == 4
