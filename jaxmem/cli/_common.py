@@ -34,14 +34,17 @@ class Parser(argparse.ArgumentParser):
     raise JaxmemError(f"{message} (see {self.prog} --help)")
 
 
-def add_axis(p: argparse.ArgumentParser, flag: str, *, default: str | None, help: str, shown: str | None = None) -> None:
+def add_axis(
+    p: argparse.ArgumentParser, flag: str, *, default: str | None, help: str, shown: str | None = None, sweep: bool = True
+) -> None:
   """An option that shapes the compiled program, given as a comma list the same way everywhere:
   each value is a sweep axis's entry (a row, or a row group, each), as ``--microbatches 1,4``.
   The string goes to the :class:`Workload` field of the flag's name, which splits it and checks
   every item (a bad one is named with the valid ones, in one line). ``shown``: the default as
-  the help says it, where ``default`` is None (the library's choice)."""
+  the help says it, where ``default`` is None (the library's choice). ``sweep`` False: one value
+  (a closed form, ``estimate``, compiles nothing to sweep)."""
   said = shown if shown is not None else default
-  p.add_argument(flag, default=default, help=f"{help}; comma separated to sweep" + (f"; default {said}" if said else ""))
+  p.add_argument(flag, default=default, help=help + "; comma separated to sweep" * sweep + (f"; default {said}" if said else ""))
 
 
 def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024) -> None:
@@ -166,20 +169,22 @@ def add_parallelism(p: argparse.ArgumentParser) -> None:
   )
 
 
-def add_precision(p: argparse.ArgumentParser) -> None:
-  """The optimizer's and the gradients' dtypes beside --param-dtype (jaxmem.program.precision)."""
+def add_precision(p: argparse.ArgumentParser, *, sweep: bool = True) -> None:
+  """The optimizer's and the gradients' dtypes beside --param-dtype (jaxmem.program.precision);
+  ``sweep`` False for estimate's closed form (one value each)."""
+  default = "; `none` or `default` in a list for the default" if sweep else ""
   add_axis(
-      p, "--master-dtype", default=None, shown="none",
+      p, "--master-dtype", default=None, shown="none", sweep=sweep,
       help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
-      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter); none for no copy (none,float32 compiles both)",
+      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter)" + default,
   )
   add_axis(
       p, "--moments-dtype", default=None, shown="the dtype the optimizer updates in (the master copy's, else the parameters')",
-      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion); `default` in a list for the default",
+      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion)" + default, sweep=sweep,
   )
   add_axis(
-      p, "--grad-reduce-dtype", default=None, shown="the parameters' dtype",
-      help="form and reduce the gradients over the data axes in this dtype; `default` in a list for the default",
+      p, "--grad-reduce-dtype", default=None, shown="the parameters' dtype", sweep=sweep,
+      help="form and reduce the gradients over the data axes in this dtype" + default,
   )
 
 
