@@ -103,8 +103,9 @@ def switches(v: Any, what: str) -> tuple[bool, ...]:
 _SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
-def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[float, ...]:
-  """A sweep axis of numbers: ``"1,1.25"``, ``1.25``, ``[1, "1.25,2"]`` and ``None`` (empty)."""
+def numbers(v: float | str | Sequence[float | str] | None, what: str, takes: str = "numbers separated by commas") -> tuple[float, ...]:
+  """A sweep axis of numbers: ``"1,1.25"``, ``1.25``, ``[1, "1.25,2"]`` and ``None`` (empty);
+  ``takes`` says what an item that is not a number should have been."""
   if v is None:
     return ()
   parts = [v] if isinstance(v, (str, int, float)) else list(v)
@@ -116,7 +117,7 @@ def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[f
       try:
         out.append(float(n))
       except ValueError:
-        raise JaxmemError(f"`{what}` takes numbers separated by commas, got {n.strip()!r}") from None
+        raise JaxmemError(f"`{what}` takes {takes}, got {n.strip()!r}") from None
   return tuple(dict.fromkeys(out))
 
 
@@ -279,7 +280,7 @@ class Workload(BaseWorkload):
     if _listed(self.param_dtype):
       object.__setattr__(self, "param_dtype", several(optional_names(self.param_dtype), "param_dtype"))
     if _listed(self.dropout):
-      object.__setattr__(self, "dropout", several(numbers(self.dropout, "dropout"), "dropout"))
+      object.__setattr__(self, "dropout", several(numbers(self.dropout, "dropout", "a probability in [0, 1) (several: separated by commas)"), "dropout"))
     if _listed(self.sequence_parallel):
       object.__setattr__(self, "sequence_parallel", several(switches(self.sequence_parallel, "sequence_parallel"), "sequence_parallel"))
     if _listed(self.pipeline_microbatches):

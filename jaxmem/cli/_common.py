@@ -356,7 +356,17 @@ def _label(r: Any) -> str:
   words = [str(v) for k in ("mesh", "optimizer", "remat", "attention", "weights", "phase") if (v := getattr(r, k, None))]
   words += [f"{k.replace('_', ' ')} {v}" for k in ("batch", "seq", "context", "microbatches", "vocab_tiles")
             if (v := getattr(r, k, None)) is not None and not (k in ("microbatches", "vocab_tiles") and v == 1)]
+  # The dtypes and options a sweep may vary, where not their defaults (so two rows' lines differ).
+  words += [f"{what} {v}" for k, what, default in _SWEPT_WORDS if (v := getattr(r, k, None)) not in (None, default, False)]
+  if getattr(r, "moments_dtype", None) not in (None, getattr(r, "param_dtype", None)):
+    words.append(f"moments {r.moments_dtype}")
   return " ".join(words)
+
+
+# (field, word, default) of the swept fields a progress line names when not at their default.
+_SWEPT_WORDS = (("param_dtype", "params", "float32"), ("dtype", "compute", "bfloat16"), ("qk_dtype", "qk", "bfloat16"),
+                ("master_dtype", "master", None), ("grad_reduce_dtype", "grad reduce", None), ("dropout", "dropout", 0.0),
+                ("sequence_parallel", "sequence parallel", False))
 
 
 def _verdict(r: Any) -> str:
