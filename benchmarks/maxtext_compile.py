@@ -27,6 +27,11 @@ def _args() -> tuple[argparse.Namespace, list[str]]:
   p.add_argument("--top", type=int, default=15, help="buffers live at the peak to list")
   p.add_argument("--json", help="write the figures and the top buffers here")
   p.add_argument("--dump-to", help="keep XLA's dump (HLO text, buffer assignment) in this folder")
+  p.add_argument(
+      "--no-segment-ids", action="store_true",
+      help="build attention's mask without the batch's segment ids (the causal triangle only, as jaxmem's dot "
+      "does): AttentionOp.generate_attention_mask called with decoder_segment_ids None",
+  )
   p.add_argument("overrides", nargs="*", help="MaxText overrides, key=value")
   return p.parse_args()
 
@@ -72,12 +77,29 @@ def main() -> int:
     return compiled
 
   train_compile.jit_and_compile = jit_and_compile
+  if args.no_segment_ids:
+    _without_segment_ids()
   train_compile.main(["train_compile", base, *args.overrides])
   if "report" not in seen:
     print("maxtext_compile: compile_xla_flags set; no dump taken", file=sys.stderr)
     return 1
   _print(seen["report"], seen["explanation"], args)
   return 0
+
+
+def _without_segment_ids() -> None:
+  """MaxText's attention mask from the causal triangle alone: its packing mask (segment ids
+  compared, MaxText 0.2.5 ``layers/attention_op.py`` ``generate_attention_mask``) left out, to
+  tell what it costs at the peak."""
+  from maxtext.layers.attention_op import AttentionOp
+
+  original = AttentionOp.generate_attention_mask
+
+  def generate_attention_mask(self, query, key, decoder_segment_ids=None, *rest, **kwargs):
+    kwargs.pop("decoder_segment_ids_kv", None)
+    return original(self, query, key, None, *rest, **kwargs)
+
+  AttentionOp.generate_attention_mask = generate_attention_mask
 
 
 def _print(report, ex, args) -> None:

@@ -189,3 +189,10 @@ def test_the_table_shows_param_dtype_and_dropout_columns_where_they_vary():
   # Each row is compared with the baseline of its own combination, not another's.
   keys = {sweep.baseline_key(r) for r in rows}
   assert len(keys) == 4
+
+
+def test_the_recommendation_names_a_swept_dtype():
+  base = dict(model="tiny", target="cpu", mesh="fsdp=1", remat="none", optimizer="adamw", batch=2, seq=16,
+              param_dtype="float32", dtype="bfloat16", num_devices=1, capacity_bytes=100, fits=True, required_bytes=10)
+  rows = [sweep.Row(**base, moments_dtype="bfloat16"), sweep.Row(**base, moments_dtype="float32")]
+  assert "moments dtype bfloat16, remat none" in tables.render_ranked(rows, "table").splitlines()[0]

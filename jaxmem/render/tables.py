@@ -441,6 +441,7 @@ def render_ranked(rows: Sequence[Any], fmt: str) -> str:
         f"recommendation: mesh {best.mesh}, {best.optimizer}, "
         + (f"attention {best.attention}, " if _get(best, "attention", None) else "")
         + (f"{mb} microbatches, " if mb > 1 else "")
+        + "".join(f"{k.replace('_', ' ')} {_get(best, k, '-')}, " for k in varying_dtypes(rows))
         + f"remat {best.remat} "
         f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct}{risk})"
     )
