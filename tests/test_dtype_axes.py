@@ -196,3 +196,18 @@ def test_the_recommendation_names_a_swept_dtype():
               param_dtype="float32", dtype="bfloat16", num_devices=1, capacity_bytes=100, fits=True, required_bytes=10)
   rows = [sweep.Row(**base, moments_dtype="bfloat16"), sweep.Row(**base, moments_dtype="float32")]
   assert "moments dtype bfloat16, remat none" in tables.render_ranked(rows, "table").splitlines()[0]
+
+
+def test_scale_fits_each_dtype_apart():
+  from jaxmem.planning.scale import growth_exponents
+
+  base = dict(model="tiny", target="cpu", mesh="fsdp=1", remat="none", optimizer="adamw", batch=2,
+              param_dtype="float32", dtype="bfloat16", num_devices=1)
+  # Temp linear in seq for float32 moments, quadratic for bfloat16: fitted together they would mix.
+  rows = [sweep.Row(**base, seq=s, moments_dtype=m, temp_size_in_bytes=s ** p)
+          for m, p in (("float32", 1), ("bfloat16", 2)) for s in (128, 256)]
+  got = {g.moments_dtype: g.seq_exponent for g in growth_exponents(rows, {"seq": [128, 256]})
+         if g.component == "temp_size_in_bytes"}
+  assert got == {"float32": 1.0, "bfloat16": 2.0}
+  text = tables.render_scale(rows, growth_exponents(rows, {"seq": [128, 256]}), "table")
+  assert text.count("moments dtype") == 2  # the rows' table and the exponents'
