@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 
 def _args() -> tuple[argparse.Namespace, list[str]]:
@@ -42,7 +44,6 @@ def main() -> int:
   from maxtext.trainers.pre_train import train_compile
 
   from jaxmem.buffers.analyse import analyse
-  from jaxmem.buffers.explain import compile_with_dump
   from jaxmem.compiler.report import read_compiled
   from jaxmem.hlo.dump import read_dump
 
@@ -67,11 +68,12 @@ def main() -> int:
     if max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags):
       return original(func, func_input_args, func_input_kwargs, mesh, in_shardings, out_shardings,
                       static_argnums, donate_argnums, config, logical_axis_rules)
-    if args.dump_to:  # the same options compile_with_dump sets, into a folder that stays
-      compiled = lowered.compile({"xla_dump_to": args.dump_to, "xla_dump_hlo_as_text": True})
-      dump = read_dump(args.dump_to)
-    else:
-      compiled, dump, _ = compile_with_dump(lowered)
+    # XLA's text dump (what read_dump parses), into --dump-to or a folder removed after reading.
+    folder = args.dump_to or tempfile.mkdtemp(prefix="maxtext-compile-")
+    compiled = lowered.compile({"xla_dump_to": folder, "xla_dump_hlo_as_text": True})
+    dump = read_dump(folder)
+    if not args.dump_to:
+      shutil.rmtree(folder, ignore_errors=True)
     seen["report"] = read_compiled(compiled)
     seen["explanation"] = analyse(dump, seen["report"], top=args.top, function="train_step")
     return compiled
