@@ -96,9 +96,13 @@ def _without_segment_ids() -> None:
   from maxtext.layers.attention_op import AttentionOp
 
   original = AttentionOp.generate_attention_mask
+  calls = [0]
 
   def generate_attention_mask(self, query, key, decoder_segment_ids=None, *rest, **kwargs):
     kwargs.pop("decoder_segment_ids_kv", None)
+    calls[0] += 1  # traced once per attention layer call: it took effect
+    print(f"maxtext_compile: attention mask {calls[0]} without segment ids "
+          f"(were {None if decoder_segment_ids is None else decoder_segment_ids.shape})", file=sys.stderr)
     return original(self, query, key, None, *rest, **kwargs)
 
   AttentionOp.generate_attention_mask = generate_attention_mask
