@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 
 def _args() -> tuple[argparse.Namespace, list[str]]:
@@ -27,6 +29,11 @@ def _args() -> tuple[argparse.Namespace, list[str]]:
   p.add_argument("--top", type=int, default=15, help="buffers live at the peak to list")
   p.add_argument("--json", help="write the figures and the top buffers here")
   p.add_argument("--dump-to", help="keep XLA's dump (HLO text, buffer assignment) in this folder")
+  p.add_argument(
+      "--no-segment-ids", action="store_true",
+      help="build attention's mask without the batch's segment ids (the causal triangle only, as jaxmem's dot "
+      "does): AttentionOp.generate_attention_mask called with decoder_segment_ids None",
+  )
   p.add_argument("overrides", nargs="*", help="MaxText overrides, key=value")
   return p.parse_args()
 
@@ -37,7 +44,6 @@ def main() -> int:
   from maxtext.trainers.pre_train import train_compile
 
   from jaxmem.buffers.analyse import analyse
-  from jaxmem.buffers.explain import compile_with_dump
   from jaxmem.compiler.report import read_compiled
   from jaxmem.hlo.dump import read_dump
 
@@ -62,22 +68,44 @@ def main() -> int:
     if max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags):
       return original(func, func_input_args, func_input_kwargs, mesh, in_shardings, out_shardings,
                       static_argnums, donate_argnums, config, logical_axis_rules)
-    if args.dump_to:  # the same options compile_with_dump sets, into a folder that stays
-      compiled = lowered.compile({"xla_dump_to": args.dump_to, "xla_dump_hlo_as_text": True})
-      dump = read_dump(args.dump_to)
-    else:
-      compiled, dump, _ = compile_with_dump(lowered)
+    # XLA's text dump (what read_dump parses), into --dump-to or a folder removed after reading.
+    folder = args.dump_to or tempfile.mkdtemp(prefix="maxtext-compile-")
+    compiled = lowered.compile({"xla_dump_to": folder, "xla_dump_hlo_as_text": True})
+    dump = read_dump(folder)
+    if not args.dump_to:
+      shutil.rmtree(folder, ignore_errors=True)
     seen["report"] = read_compiled(compiled)
     seen["explanation"] = analyse(dump, seen["report"], top=args.top, function="train_step")
     return compiled
 
   train_compile.jit_and_compile = jit_and_compile
+  if args.no_segment_ids:
+    _without_segment_ids()
   train_compile.main(["train_compile", base, *args.overrides])
   if "report" not in seen:
     print("maxtext_compile: compile_xla_flags set; no dump taken", file=sys.stderr)
     return 1
   _print(seen["report"], seen["explanation"], args)
   return 0
+
+
+def _without_segment_ids() -> None:
+  """MaxText's attention mask from the causal triangle alone: its packing mask (segment ids
+  compared, MaxText 0.2.5 ``layers/attention_op.py`` ``generate_attention_mask``) left out, to
+  tell what it costs at the peak."""
+  from maxtext.layers.attention_op import AttentionOp
+
+  original = AttentionOp.generate_attention_mask
+  calls = [0]
+
+  def generate_attention_mask(self, query, key, decoder_segment_ids=None, *rest, **kwargs):
+    kwargs.pop("decoder_segment_ids_kv", None)
+    calls[0] += 1  # traced once per attention layer call: it took effect
+    print(f"maxtext_compile: attention mask {calls[0]} without segment ids "
+          f"(were {None if decoder_segment_ids is None else decoder_segment_ids.shape})", file=sys.stderr)
+    return original(self, query, key, None, *rest, **kwargs)
+
+  AttentionOp.generate_attention_mask = generate_attention_mask
 
 
 def _print(report, ex, args) -> None:

@@ -56,6 +56,15 @@ class Placement(Record):
   num_devices: int
 
 
+# The dtypes a sweep may vary (each a sweep axis of the workload), as a Configuration records
+# them: rows differing only in one are different programs, each compared with its own baseline.
+DTYPE_AXES = ("qk_dtype", "master_dtype", "moments_dtype", "grad_reduce_dtype")
+# Every such field a sweep may vary beside the mesh, optimizer, remat and the step's own axes: the
+# model's dtypes, dropout and layout (jaxmem.workload.OUTER_AXES, as a row records them) and DTYPE_AXES.
+SWEPT_FIELDS = ("param_dtype", "dtype", "dropout", "sequence_parallel", "pipeline_microbatches", "pipeline_repeats",
+                *DTYPE_AXES)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Configuration(Placement):
   """A train step's configuration: the placement, the remat policy and optimizer, the sequence

@@ -30,6 +30,11 @@ if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved confi
   from jaxmem.models import ModelConfig
 
 DEFAULT_REMAT = ("none", "dots_saveable", "full")
+# The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
+PRECISION_AXES = ("master_dtype", "moments_dtype", "grad_reduce_dtype")
+# The options that change the model's config or the whole step's layout: each is one value, or a
+# tuple of values, which jaxmem.planning.plan.plan sweeps as a plan per combination.
+OUTER_AXES = ("param_dtype", "dtype", "dropout", "sequence_parallel", "pipeline_microbatches", "pipeline_repeats")
 
 
 def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -52,8 +57,55 @@ def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
   return tuple(out)
 
 
-def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[float, ...]:
-  """A sweep axis of numbers: ``"1,1.25"``, ``1.25``, ``[1, "1.25,2"]`` and ``None`` (empty)."""
+# How an optional dtype axis (``master_dtype``, ``moments_dtype``, ``grad_reduce_dtype``) writes
+# its default (no master copy; the dtype the optimizer updates in; the parameters' dtype) in a list.
+DEFAULT_DTYPE_NAMES = ("none", "default")
+
+
+def optional_names(v: str | Sequence[str | None] | None) -> tuple[str | None, ...]:
+  """An optional dtype's sweep axis: :func:`names`, with ``None`` (and ``none`` or ``default``
+  in a list, as in ``"none,float32"``) for the field's default; ``None`` alone is ``(None,)``."""
+  if v is None:
+    return (None,)
+  parts = [v] if isinstance(v, str) else list(v)
+  out: list[str | None] = []
+  for p in parts:
+    out += [None] if p is None else [None if n.lower() in DEFAULT_DTYPE_NAMES else n for n in names(p)]
+  return tuple(dict.fromkeys(out))
+
+
+def several(values: tuple[Any, ...], what: str) -> Any:
+  """An axis of the sweep's outer product (:data:`OUTER_AXES`): one value as itself (so a
+  workload of one configuration reads as before), several as a tuple."""
+  if not values:
+    raise JaxmemError(f"`{what}` is empty; give values separated by commas")
+  return values[0] if len(values) == 1 else values
+
+
+def _listed(v: Any) -> bool:
+  return isinstance(v, (str, list, tuple))
+
+
+def switches(v: Any, what: str) -> tuple[bool, ...]:
+  """A sweep axis of on/off values: ``True``, ``"off,on"``, ``[False, True]``."""
+  out = []
+  for p in ([v] if not isinstance(v, (list, tuple)) else list(v)):
+    if isinstance(p, bool):
+      out.append(p)
+      continue
+    for n in names(str(p)):
+      if n.lower() not in _SWITCH:
+        raise JaxmemError(f"`{what}` takes on or off, comma separated, got {n!r}")
+      out.append(_SWITCH[n.lower()])
+  return tuple(dict.fromkeys(out))
+
+
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
+def numbers(v: float | str | Sequence[float | str] | None, what: str, takes: str = "numbers separated by commas") -> tuple[float, ...]:
+  """A sweep axis of numbers: ``"1,1.25"``, ``1.25``, ``[1, "1.25,2"]`` and ``None`` (empty);
+  ``takes`` says what an item that is not a number should have been."""
   if v is None:
     return ()
   parts = [v] if isinstance(v, (str, int, float)) else list(v)
@@ -65,7 +117,7 @@ def numbers(v: float | str | Sequence[float | str] | None, what: str) -> tuple[f
       try:
         out.append(float(n))
       except ValueError:
-        raise JaxmemError(f"`{what}` takes numbers separated by commas, got {n.strip()!r}") from None
+        raise JaxmemError(f"`{what}` takes {takes}, got {n.strip()!r}") from None
   return tuple(dict.fromkeys(out))
 
 
@@ -89,12 +141,12 @@ class BaseWorkload(Record):
   a mixture of experts' variant. Only fields both kinds fill live here; :class:`Workload` (a
   train step) and :class:`jaxmem.inference.workload.InferWorkload` add their own.
 
-  ``mesh``, ``attention``, ``moe_impl`` and ``capacity_factor`` are sweep axes: tuples (a
+  ``mesh``, ``attention``, ``qk_dtype``, ``moe_impl`` and ``capacity_factor`` are sweep axes: tuples (a
   comma-separated string or a list is accepted and normalised). ``mesh`` empty means FSDP over
   every device of the target. ``attention`` names how attention is computed
   (:data:`jaxmem.models.ATTENTION_NAMES`; ``auto`` is the target's production kernel);
-  ``qk_dtype`` is the dtype of ``dot`` attention's scores: ``bfloat16`` (MaxText's default
-  ``float32_qk_product=False``: scores in the compute dtype) or ``float32``. ``dtype`` ``None``
+  ``qk_dtype`` names the dtypes of ``dot`` attention's scores: ``bfloat16`` (MaxText's default
+  ``float32_qk_product=False``: scores in the compute dtype) and/or ``float32``. ``dtype`` ``None``
   keeps the model's (bfloat16). ``model`` may be a preset name or a
   :class:`~jaxmem.models.ModelConfig`; ``target`` a name or a
   :class:`~jaxmem.compiler.targets.Target`.
@@ -105,9 +157,9 @@ class BaseWorkload(Record):
   target: str | Target = "cpu"
   slices: int = 1  # TPU slices (multi-slice over DCN)
   mesh: tuple[str, ...] = ()
-  dtype: str | None = None
+  dtype: str | None | tuple[str | None, ...] = None  # one, or several: an outer axis of a train step's sweep
   attention: tuple[str, ...] = ("auto",)
-  qk_dtype: str = "bfloat16"
+  qk_dtype: tuple[str, ...] = ("bfloat16",)
   # --- mixture of experts (issue 11): sweep axes, for MoE models only (an error otherwise) ---
   # moe_impl: dropless and/or capacity; empty means the model's own (dropless), except on GPU
   # targets, where capacity (jaxmem.planning.plan.moe_config says why), and except when only
@@ -120,6 +172,9 @@ class BaseWorkload(Record):
     # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
     object.__setattr__(self, "mesh", meshes(self.mesh))
     object.__setattr__(self, "attention", names(self.attention))
+    object.__setattr__(self, "qk_dtype", names(self.qk_dtype))
+    if _listed(self.dtype):
+      object.__setattr__(self, "dtype", several(optional_names(self.dtype), "dtype"))
     object.__setattr__(self, "moe_impl", names(self.moe_impl))
     object.__setattr__(self, "capacity_factor", numbers(self.capacity_factor, "capacity_factor"))
 
@@ -152,7 +207,8 @@ class Workload(BaseWorkload):
   """A train step to compile, or a sweep of them: the shared fields (:class:`BaseWorkload`)
   and a train step's own.
 
-  ``remat``, ``optimizer``, ``microbatches`` and ``vocab_tiles`` are sweep axes too. ``remat`` names may include
+  ``remat``, ``optimizer``, ``microbatches``, ``vocab_tiles``, ``context_strategy`` and the three
+  precision dtypes are sweep axes too. ``remat`` names may include
   ``all``, and ``none`` (no remat, the baseline) is always compiled too.
 
   The step itself (issue 9): ``microbatches`` splits the global batch for gradient
@@ -165,7 +221,9 @@ class Workload(BaseWorkload):
   ``bfloat16``: ZeRO's 2 + 2 + 12 bytes per parameter; it must be wider than the parameters);
   ``moments_dtype`` stores the optimizer's moments in that dtype (adam, adamw, momentum,
   nesterov, lion); ``grad_reduce_dtype`` is the dtype the gradients are formed and reduced in
-  over the data axes. ``None``: the dtype of the parameters the optimizer updates.
+  over the data axes. ``None`` (``none`` or ``default`` in a list): the dtype of the parameters the
+  optimizer updates. Each is a tuple of such values (``"none,float32"``), and the sweep takes every
+  combination.
 
   Pipeline parallelism (issue 20; :mod:`jaxmem.program.pipelining`), on meshes with a ``stage``
   axis: ``pipeline_microbatches`` (MaxText's ``num_pipeline_microbatches``; ``None``: as many as
@@ -176,17 +234,22 @@ class Workload(BaseWorkload):
   dropouts along the sequence over the ``tensor`` axis (Megatron's sequence parallelism; the mesh
   needs a tensor axis that divides ``seq``); ``dropout`` is the model's dropout probability
   (0: none, the program unchanged). Remat ``selective`` is their selective recomputation.
+
+  ``param_dtype``, ``dtype``, ``dropout``, ``sequence_parallel``, ``pipeline_microbatches`` and
+  ``pipeline_repeats`` (:data:`OUTER_AXES`) are each one value, or several (a tuple, or
+  ``"bfloat16,float32"``): the sweep is then planned once per combination of them
+  (:func:`jaxmem.planning.plan.plan`), each its own rows.
   """
 
   seq: int = 1024
   remat: tuple[str, ...] = DEFAULT_REMAT
   optimizer: tuple[str, ...] = ("adamw",)
-  param_dtype: str | None = None
-  master_dtype: str | None = None
-  moments_dtype: str | None = None
-  grad_reduce_dtype: str | None = None
-  sequence_parallel: bool = False
-  dropout: float = 0.0
+  param_dtype: str | None | tuple[str | None, ...] = None  # an outer axis (OUTER_AXES), as the four below
+  master_dtype: tuple[str | None, ...] = (None,)
+  moments_dtype: tuple[str | None, ...] = (None,)
+  grad_reduce_dtype: tuple[str | None, ...] = (None,)
+  sequence_parallel: bool | tuple[bool, ...] = False
+  dropout: float | tuple[float, ...] = 0.0
   # Your own step instead of the model's (issue 10): a factory make_step(*, batch, seq, remat)
   # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,
@@ -196,8 +259,8 @@ class Workload(BaseWorkload):
   microbatches: tuple[int, ...] = (1,)
   vocab_tiles: tuple[int, ...] = (1,)
   # --- pipeline parallelism over a `stage` mesh axis (issue 20; jaxmem.program.pipelining) ---
-  pipeline_microbatches: int | None = None  # None: as many as the stages
-  pipeline_repeats: int = 1  # MaxText's circular schedule: R non-adjacent layer groups per stage
+  pipeline_microbatches: int | None | tuple[int | None, ...] = None  # None: as many as the stages
+  pipeline_repeats: int | tuple[int, ...] = 1  # MaxText's circular schedule: R non-adjacent layer groups per stage
   # --- long context (issue 19): how attention crosses a context-sharded sequence, a sweep axis
   # (jaxmem.models.context_attention.STRATEGIES); it applies to meshes with a context axis.
   context_strategy: tuple[str, ...] = ("all_gather",)
@@ -207,15 +270,24 @@ class Workload(BaseWorkload):
     object.__setattr__(self, "context_strategy", names(self.context_strategy))
     object.__setattr__(self, "remat", names(self.remat))
     object.__setattr__(self, "optimizer", names(self.optimizer))
+    for name in PRECISION_AXES:
+      object.__setattr__(self, name, optional_names(getattr(self, name)))
     if self.step is not None:
       object.__setattr__(self, "step", step_spec(self.step))
     object.__setattr__(self, "microbatches", ints(self.microbatches))
     object.__setattr__(self, "vocab_tiles", ints(self.vocab_tiles))
-    if isinstance(self.dropout, str):  # as the flag gives it
-      try:
-        object.__setattr__(self, "dropout", float(self.dropout))
-      except ValueError:
-        raise JaxmemError(f"`dropout` takes a probability in [0, 1), got {self.dropout!r}") from None
+    # The outer axes: one value, or several as a tuple (the flags give "a,b").
+    if _listed(self.param_dtype):
+      object.__setattr__(self, "param_dtype", several(optional_names(self.param_dtype), "param_dtype"))
+    if _listed(self.dropout):
+      object.__setattr__(self, "dropout", several(numbers(self.dropout, "dropout", "a probability in [0, 1) (several: separated by commas)"), "dropout"))
+    if _listed(self.sequence_parallel):
+      object.__setattr__(self, "sequence_parallel", several(switches(self.sequence_parallel, "sequence_parallel"), "sequence_parallel"))
+    if _listed(self.pipeline_microbatches):
+      values = tuple(None if n is None else ints(n)[0] for n in optional_names(self.pipeline_microbatches))
+      object.__setattr__(self, "pipeline_microbatches", several(values, "pipeline_microbatches"))
+    if _listed(self.pipeline_repeats):
+      object.__setattr__(self, "pipeline_repeats", several(tuple(dict.fromkeys(ints(self.pipeline_repeats))), "pipeline_repeats"))
 
 
 def _field_names(cls: type) -> set[str]:

@@ -28,7 +28,11 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def rows():
-  return {name: sweep.compare(**TINY, **kw)[0] for name, kw in LAYOUTS.items()}
+  # Two sweeps of two moments dtypes each (issue 18 item 8: a dtype list is a sweep axis), the
+  # four layouts in four compiles as one compare each would take.
+  fp32 = sweep.compare(**TINY, moments_dtype="default,bfloat16")
+  zero = sweep.compare(**TINY, **LAYOUTS["zero"], moments_dtype="default,bfloat16")
+  return {"fp32": fp32[0], "fp32_bf16_moments": fp32[1], "zero": zero[0], "zero_bf16_moments": zero[1]}
 
 
 def per_param(b: int | None) -> float:
@@ -48,6 +52,12 @@ def test_zero_layout_keeps_2_bytes_of_params_and_12_of_state(rows):
   # Against float32 parameters and moments (4 + 8): the master layout keeps 2 bytes more.
   assert per_param(r.argument_size_in_bytes - rows["fp32"].argument_size_in_bytes) == pytest.approx(2, rel=0.02)
   assert any("master copy" in n for n in r.notes)
+
+
+def test_a_moments_list_is_a_row_per_dtype(rows):
+  # "default" is the dtype the optimizer updates in: the parameters' float32 here.
+  assert (rows["fp32"].moments_dtype, rows["fp32_bf16_moments"].moments_dtype) == ("float32", "bfloat16")
+  assert rows["fp32"].recompute_overhead_pct == rows["fp32_bf16_moments"].recompute_overhead_pct == 0  # own baselines
 
 
 def test_moments_dtype_halves_the_moments(rows):

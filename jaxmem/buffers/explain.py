@@ -31,12 +31,12 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
-from jaxmem.planning.plan import plan
+from jaxmem.planning.plan import one_of_each, plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.step import call_step
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
-from jaxmem.workload import Workload
+from jaxmem.workload import PRECISION_AXES, Workload
 
 # A preset's consumers, in the order they are shown.
 CONSUMERS = ("params", "gradients", "optimizer_state", "activations", "workspace", "generated_code")
@@ -128,14 +128,16 @@ def explain_workload(
     return explain_step(w, top=top, kinds=kinds)
   for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
                   ("microbatches", w.microbatches), ("vocab_tiles", w.vocab_tiles),
-                  ("context_strategy", w.context_strategy)):
+                  ("context_strategy", w.context_strategy), ("qk_dtype", w.qk_dtype),
+                  *((name, getattr(w, name)) for name in PRECISION_AXES)):
     if len(v) > 1:
       raise JaxmemError(f"explain takes one {what} (got {', '.join(map(str, v))}); run it once per {what}")
+  one_of_each(w, "explain")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   prog = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
-      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], qk_dtype=w.qk_dtype, precision=p.precision,
+      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision,
       pipeline=p.pipeline,
       sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
   )
@@ -145,7 +147,7 @@ def explain_workload(
   configuration = Configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
       batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, num_devices=p.target.num_devices,
-      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles, qk_dtype=w.qk_dtype,
+      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles, qk_dtype=p.qk_dtype,
       master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=p.precision.grad_reduce_dtype,
       **p.pipeline.fields(m),
       sequence_parallel=prog.sequence_parallel, dropout=p.cfg.dropout, context_strategy=prog.attention.strategy,

@@ -34,6 +34,19 @@ class Parser(argparse.ArgumentParser):
     raise JaxmemError(f"{message} (see {self.prog} --help)")
 
 
+def add_axis(
+    p: argparse.ArgumentParser, flag: str, *, default: str | None, help: str, shown: str | None = None, sweep: bool = True
+) -> None:
+  """An option that shapes the compiled program, given as a comma list the same way everywhere:
+  each value is a sweep axis's entry (a row, or a row group, each), as ``--microbatches 1,4``.
+  The string goes to the :class:`Workload` field of the flag's name, which splits it and checks
+  every item (a bad one is named with the valid ones, in one line). ``shown``: the default as
+  the help says it, where ``default`` is None (the library's choice). ``sweep`` False: one value
+  (a closed form, ``estimate``, compiles nothing to sweep)."""
+  said = shown if shown is not None else default
+  p.add_argument(flag, default=default, help=help + "; comma separated to sweep" * sweep + (f"; default {said}" if said else ""))
+
+
 def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024) -> None:
   """The flags every compiling command shares. Each flag named after a :class:`Workload`
   field sets that field (:func:`workload`); a new field needs only its flag here."""
@@ -68,12 +81,16 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       default=None,
       help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); default 1.25",
   )
-  p.add_argument("--param-dtype", default=None, help="parameter dtype (default float32)")
-  p.add_argument("--dtype", default=None, help="compute dtype (default bfloat16)")
+  add_axis(p, "--param-dtype", default=None, shown="float32", help="parameter dtype")
+  add_axis(p, "--dtype", default=None, shown="bfloat16", help="compute dtype (infer: one)")
   p.add_argument(
       "--attention",
       default="auto",
       help=attention_help(),
+  )
+  add_axis(
+      p, "--qk-dtype", default="bfloat16",
+      help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
   )
   add_output(p)
   p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
@@ -110,34 +127,28 @@ def add_output(p: argparse.ArgumentParser) -> None:
 
 def add_train_step(p: argparse.ArgumentParser) -> None:
   """How the train step is computed: gradient accumulation, vocabulary tiling, score dtype."""
-  p.add_argument(
-      "--microbatches", default="1",
-      help="gradient accumulation: split the global batch into N microbatches run in sequence "
-      "(comma separated to sweep); default 1",
+  add_axis(
+      p, "--microbatches", default="1",
+      help="gradient accumulation: split the global batch into N microbatches run in sequence",
   )
-  p.add_argument(
-      "--vocab-tiles", default="1",
-      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling; "
-      "comma separated to sweep); default 1",
+  add_axis(
+      p, "--vocab-tiles", default="1",
+      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling)",
   )
-  p.add_argument(
-      "--context-strategy", default="all_gather",
+  add_axis(
+      p, "--context-strategy", default="all_gather",
       help="how attention crosses a sequence split over a context mesh axis: all_gather (MaxText's default: "
-      "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax); "
-      "comma separated to sweep; default all_gather",
+      "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax)",
   )
-  p.add_argument(
-      "--qk-dtype", default="bfloat16",
-      help="dot attention's scores: bfloat16 (MaxText's default: the compute dtype) or float32; default bfloat16",
-  )
-  p.add_argument(
-      "--pipeline-microbatches", type=int, default=None,
+  add_axis(
+      p, "--pipeline-microbatches", default=None, shown="the stage count",
       help="meshes with a stage axis: cut each batch (or --microbatches microbatch) into N pipeline "
-      "microbatches (MaxText's num_pipeline_microbatches; at least the stages); default the stage count",
+      "microbatches (MaxText's num_pipeline_microbatches; at least the stages; none for the stage count)",
   )
-  p.add_argument(
-      "--pipeline-repeats", type=int, default=1,
-      help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; default 1",
+  p.add_argument(  # an int default, as fit --phase tells a given flag by it
+      "--pipeline-repeats", default=1,
+      help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; "
+      "comma separated to sweep; default 1",
   )
   add_precision(p)
   add_parallelism(p)
@@ -146,32 +157,34 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
 def add_parallelism(p: argparse.ArgumentParser) -> None:
   """Korthikanti et al. 2022's options: Megatron sequence parallelism and the models' dropout."""
   p.add_argument(
-      "--sequence-parallel", action="store_true", default=None,
+      "--sequence-parallel", nargs="?", const="on", default=None, metavar="off,on",
       help="Megatron sequence parallelism: split the residual stream, norms and dropouts along the sequence over "
-      "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh tensor=N",
+      "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh tensor=N; "
+      "the flag alone is on, off,on compiles both",
   )
-  p.add_argument(
-      "--dropout", default=None, metavar="P",
+  add_axis(
+      p, "--dropout", default=None, shown="0",
       help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
-      "sub-blocks' outputs; masks are one byte each); default 0",
+      "sub-blocks' outputs; masks are one byte each)",
   )
 
 
-def add_precision(p: argparse.ArgumentParser) -> None:
-  """The optimizer's and the gradients' dtypes beside --param-dtype (jaxmem.program.precision)."""
-  p.add_argument(
-      "--master-dtype", default=None,
+def add_precision(p: argparse.ArgumentParser, *, sweep: bool = True) -> None:
+  """The optimizer's and the gradients' dtypes beside --param-dtype (jaxmem.program.precision);
+  ``sweep`` False for estimate's closed form (one value each)."""
+  default = "; `none` or `default` in a list for the default" if sweep else ""
+  add_axis(
+      p, "--master-dtype", default=None, shown="none", sweep=sweep,
       help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
-      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter); default none",
+      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter)" + default,
   )
-  p.add_argument(
-      "--moments-dtype", default=None,
-      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion); "
-      "default the dtype the optimizer updates in (the master copy's, else the parameters')",
+  add_axis(
+      p, "--moments-dtype", default=None, shown="the dtype the optimizer updates in (the master copy's, else the parameters')",
+      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion)" + default, sweep=sweep,
   )
-  p.add_argument(
-      "--grad-reduce-dtype", default=None,
-      help="form and reduce the gradients over the data axes in this dtype; default the parameters' dtype",
+  add_axis(
+      p, "--grad-reduce-dtype", default=None, shown="the parameters' dtype", sweep=sweep,
+      help="form and reduce the gradients over the data axes in this dtype" + default,
   )
 
 
@@ -343,7 +356,17 @@ def _label(r: Any) -> str:
   words = [str(v) for k in ("mesh", "optimizer", "remat", "attention", "weights", "phase") if (v := getattr(r, k, None))]
   words += [f"{k.replace('_', ' ')} {v}" for k in ("batch", "seq", "context", "microbatches", "vocab_tiles")
             if (v := getattr(r, k, None)) is not None and not (k in ("microbatches", "vocab_tiles") and v == 1)]
+  # The dtypes and options a sweep may vary, where not their defaults (so two rows' lines differ).
+  words += [f"{what} {v}" for k, what, default in _SWEPT_WORDS if (v := getattr(r, k, None)) not in (None, default, False)]
+  if getattr(r, "moments_dtype", None) not in (None, getattr(r, "param_dtype", None)):
+    words.append(f"moments {r.moments_dtype}")
   return " ".join(words)
+
+
+# (field, word, default) of the swept fields a progress line names when not at their default.
+_SWEPT_WORDS = (("param_dtype", "params", "float32"), ("dtype", "compute", "bfloat16"), ("qk_dtype", "qk", "bfloat16"),
+                ("master_dtype", "master", None), ("grad_reduce_dtype", "grad reduce", None), ("dropout", "dropout", 0.0),
+                ("sequence_parallel", "sequence parallel", False))
 
 
 def _verdict(r: Any) -> str:

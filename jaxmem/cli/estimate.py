@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
       help="mixed (ZeRO's 16 B/param for Adam), fp32 or bf16; default mixed, or the layout the dtype flags give",
   )
   p.add_argument("--param-dtype", default=None, help="the train step's parameter dtype (instead of --precision); default float32")
-  c.add_precision(p)
+  c.add_precision(p, sweep=False)
   p.add_argument(
       "--data", type=int, default=1,
       help="data-parallel ranks d for Megatron's distributed optimizer (p + g + o/d bytes per parameter); default 1",

@@ -49,6 +49,7 @@ class InferRow(Judgement, StepTime, CompilerFigures, Placement):
   prompt: int | None
   attention: str | None = None  # the implementation used: prefill's kernel; "dot" for decode
   attention_kind: str = "GQA"  # MLA, MHA or GQA: what the KV cache holds per token
+  qk_dtype: str | None = None  # prefill: dot attention's scores as asked; None for decode (no scores)
   moe_impl: str | None = None
   capacity_factor: float | None = None
   weight_bytes: int | None = None
@@ -74,11 +75,12 @@ def run_infer_config(
     context: int,
     attention: str | None = None,
     variant: tuple[ModelConfig, tuple[str, ...]] | None = None,
+    qk_dtype: str | None = None,
 ) -> InferRow:
   """Compiles one configuration (:func:`jaxmem.compiler.figures.compile_figures`); a compile
   the backend refuses, or arguments alone over the device's capacity, become a row with ``error``.
   ``attention`` (prefill; the plan's first unless given) names the implementation, ``variant``
-  the MoE choice's config and notes (else the plan's)."""
+  the MoE choice's config and notes (else the plan's), ``qk_dtype`` prefill's scores (the plan's first unless given)."""
   cfg, moe_notes = variant or (p.cfg, ())
   attention = p.attentions[0] if attention is None else attention
   choice = None
@@ -86,7 +88,7 @@ def run_infer_config(
   if phase == "prefill":
     choice = pick_attention(
         attention, cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh),
-        qk_dtype=p.qk_dtype,
+        qk_dtype=p.qk_dtype if qk_dtype is None else qk_dtype,
     )
     notes += choice.notes
     if get_attention(choice.name).fused:  # its FLOPs are counted from its shapes
@@ -105,6 +107,7 @@ def run_infer_config(
       context=context,
       prompt=p.prompt if phase == "prefill" else None,
       attention=choice.name if choice is not None else "dot",
+      qk_dtype=(p.qk_dtype if qk_dtype is None else qk_dtype) if phase == "prefill" else None,
       batch=p.batch,
       num_devices=p.target.num_devices,
       attention_kind=attention_kind(cfg),

@@ -225,6 +225,8 @@ def fit_serving(
   check_serving(phase, over, fields)
   w = InferWorkload.of(workload, **fields).replace(phase=(phase,))
   p = _template_plan(w, over)
+  if len(p.qk_dtypes) > 1:  # one search per configuration: it is not a sweep axis here
+    raise JaxmemError(f"a serving fit takes one `qk_dtype` (got {', '.join(p.qk_dtypes)}); run it once per dtype")
   for mesh in p.meshes:
     check_kv_heads(p.cfg, mesh)
   if p.target.capacity_bytes is None:

@@ -18,7 +18,7 @@ from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig
-from jaxmem.planning.plan import moe_config, moe_variants, resolve_attention, resolve_meshes, resolve_model, resolve_target
+from jaxmem.planning.plan import moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_qk_dtypes, resolve_target
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
 from jaxmem.workload import BaseWorkload, names
@@ -63,19 +63,26 @@ class InferPlan:
   contexts: tuple[int, ...]
   batch: int
   attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
-  qk_dtype: str = "bfloat16"  # dot attention's scores in prefill
+  qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores in prefill, swept
   # MoE variants as in jaxmem.planning.plan.Plan, each a (config, notes) to compile with.
   moe: tuple[tuple[ModelConfig, tuple[str, ...]], ...] = ()
 
-  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[ModelConfig, tuple[str, ...]]]]:
-    """(mesh, weights, phase, context, attention, MoE variant): prefill once per attention name,
-    decode once (it attends with einsums, so its attention is the first name, recorded as dot)."""
+  @property
+  def qk_dtype(self) -> str:
+    return self.qk_dtypes[0]
+
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[ModelConfig, tuple[str, ...]], str]]:
+    """(mesh, weights, phase, context, attention, MoE variant, qk dtype): prefill once per
+    attention name and qk dtype, decode once (it attends with einsums, so its attention is the
+    first name, recorded as dot, and it forms no scores to take a qk dtype)."""
     out = []
     for variant in self.moe or ((self.cfg, ()),):
       for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
-        for ctx in (self.prompt,) if phase == "prefill" else self.contexts:
-          for attention in self.attentions if phase == "prefill" else self.attentions[:1]:
-            out.append((mesh, fmt, phase, ctx, attention, variant))
+        prefill = phase == "prefill"
+        for ctx in (self.prompt,) if prefill else self.contexts:
+          for attention, qk in itertools.product(*((self.attentions, self.qk_dtypes) if prefill else
+                                                   (self.attentions[:1], self.qk_dtypes[:1]))):
+            out.append((mesh, fmt, phase, ctx, attention, variant, qk))
     return out
 
 
@@ -97,6 +104,7 @@ def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
 def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> InferPlan:
   """Resolves and checks everything before a compile; :class:`JaxmemError` on bad input."""
   w = InferWorkload.of(workload, **fields)
+  one_of_each(w, "infer")  # the compute dtype: one per run (a train step's sweep takes several)
   start_jax()
   # Stored weights are bf16 before any quantization: the checkpoint's precision.
   cfg = resolve_model(w.model, param_dtype="bfloat16", dtype=w.dtype)
@@ -113,6 +121,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   (batch,) = _ints([w.batch], "batch")
   meshes = resolve_meshes(w, tgt)
   attentions = resolve_attention(w)
+  qk_dtypes = resolve_qk_dtypes(w)
   variants = tuple(moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), tgt.platform) for i, f in moe_variants(w))
   cfg = variants[0][0]
   for m in meshes:
@@ -124,7 +133,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
       )
     if "prefill" in phases:
       for name in attentions:  # refused here, before a compile, if the target cannot take it
-        pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype)
+        pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m), qk_dtype=qk_dtypes[0])
     ways = shd.data_parallel_size(m)
     if batch % ways:
       raise JaxmemError(
@@ -135,6 +144,6 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
-  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, w.qk_dtype, moe=variants)
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, qk_dtypes, moe=variants)
 
 

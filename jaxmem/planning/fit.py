@@ -32,10 +32,11 @@ from jaxmem.planning.boundary import Boundary, row_probe
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.depth import depth_plan, depth_task, probe_depths
 from jaxmem.planning.depth import predict as predict_at_depth
-from jaxmem.planning.plan import Plan, Task, plan, resolve_meshes, resolve_target
+from jaxmem.planning.plan import Plan, Task, outer_variants, plan, resolve_meshes, resolve_target, variant_of
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
 from jaxmem.program.pipelining import PipelineOptions
+from jaxmem.records import DTYPE_AXES, SWEPT_FIELDS
 from jaxmem.workload import Workload
 
 SEQ_QUANTUM = 128  # sequence steps: a multiple of TPU lane width keeps layouts unpadded
@@ -67,6 +68,18 @@ class FitResult:
   predicted_from_depths: tuple[int, int] | None = None
   confirmed_full_depth: bool | None = None
   depth_prediction_error_pct: float | None = None
+  # The configuration's swept fields (jaxmem.records.SWEPT_FIELDS): its largest fitting row's, else
+  # the dtypes as asked (None where a row would resolve them).
+  param_dtype: str | None = None
+  dtype: str | None = None
+  dropout: float | None = None
+  sequence_parallel: bool | None = None
+  pipeline_microbatches: int | None = None
+  pipeline_repeats: int | None = None
+  qk_dtype: str | None = None
+  master_dtype: str | None = None
+  moments_dtype: str | None = None
+  grad_reduce_dtype: str | None = None
 
   def as_dict(self) -> dict[str, Any]:
     d = {} if self.row is None else self.row.as_dict()
@@ -83,6 +96,7 @@ class FitResult:
         fit_note=self.note,
         moe=self.moe,
         context_strategy=self.context_strategy,
+        **{k: getattr(self, k) for k in SWEPT_FIELDS},
         predicted_from_depths=None if self.predicted_from_depths is None else list(self.predicted_from_depths),
         confirmed_full_depth=self.confirmed_full_depth,
         depth_prediction_error_pct=self.depth_prediction_error_pct,
@@ -252,6 +266,7 @@ def search(
 
 def _new_search(p: Plan, t: Task, over: str, strategy: str, depths: tuple[int, int] | None) -> _Search:
   """A configuration's search in steps that keep the workload valid on its mesh."""
+  p = variant_of(p, t)  # its pipeline, sequence parallelism and model, where the sweep has several
   if over == "batch":
     step, cap = shd.data_parallel_size(t.mesh) * t.microbatches * p.pipeline.ways(t.mesh), MAX_STEPS
   else:
@@ -297,7 +312,14 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
       predicted_from_depths=s.depths,
       confirmed_full_depth=s.confirmed,
       depth_prediction_error_pct=s.depth_error_pct,
+      **{k: getattr(s.best, k) if s.best is not None else _asked(s.task.workload, k) for k in SWEPT_FIELDS},
   )
+
+
+def _asked(w: Workload, k: str) -> Any:
+  """A swept field as the task's workload asks it, where no row records it."""
+  v = getattr(w, k)
+  return v[0] if k in DTYPE_AXES else v
 
 
 def _depth_note(s: _Search, over: str) -> str:
@@ -355,8 +377,9 @@ def template(workload: Workload, over: str) -> Workload:
   if over == "batch":
     meshes = resolve_meshes(workload, resolve_target(workload))
     micro = [m for m in workload.microbatches if isinstance(m, int) and m > 0] or [1]
-    piped = PipelineOptions(microbatches=workload.pipeline_microbatches, repeats=workload.pipeline_repeats)
-    return workload.replace(batch=math.lcm(*[shd.data_parallel_size(m) * n * piped.ways(m) for m in meshes for n in micro]))
+    pipes = [PipelineOptions(microbatches=v.pipeline_microbatches, repeats=v.pipeline_repeats) for v in outer_variants(workload)]
+    ways = [shd.data_parallel_size(m) * n * piped.ways(m) for m in meshes for n in micro for piped in pipes]
+    return workload.replace(batch=math.lcm(*ways))
   tiles = [t for t in workload.vocab_tiles if isinstance(t, int) and t > 0] or [1]
   tgt = resolve_target(workload)
   steps = [seq_step(m, a, s, tgt.platform) for m in resolve_meshes(workload, tgt) for a in workload.attention

@@ -26,8 +26,8 @@ from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
-from jaxmem.program.train import check_batch, check_qk_dtype, check_step_options, pick_attention
-from jaxmem.workload import BaseWorkload, Workload
+from jaxmem.program.train import QK_DTYPES, check_batch, check_qk_dtype, check_step_options, pick_attention
+from jaxmem.workload import OUTER_AXES, PRECISION_AXES, BaseWorkload, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,6 +69,10 @@ class Task:
   @property
   def context_strategy(self) -> str:
     return self.workload.context_strategy[0]
+
+  @property
+  def qk_dtype(self) -> str:
+    return self.workload.qk_dtype[0]
 
   def replace(self, **fields: Any) -> Task:
     """The same task with workload fields replaced (``batch=``, ``seq=``...)."""
@@ -112,10 +116,25 @@ class Plan:
   moe: tuple[MoeVariant, ...] = (((), ()),)
   moe_notes: tuple[str, ...] = ()
   model: ModelConfig | None = None  # the model before the MoE choice, which tasks carry
-  precision: Precision = Precision()  # master copy, moments and gradient-reduction dtypes (one per sweep)
+  # Master copy, moments and gradient-reduction dtypes: every combination the workload sweeps.
+  precisions: tuple[Precision, ...] = (Precision(),)
   pipeline: PipelineOptions = PipelineOptions()  # on the meshes with a stage axis (one per sweep)
   # How attention crosses a context-sharded sequence (issue 19), swept on meshes with a context axis.
   context_strategies: tuple[str, ...] = ("all_gather",)
+  qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores, swept
+  # A sweep over the outer axes (jaxmem.workload.OUTER_AXES: the model's dtypes, dropout, the
+  # step's layout): one plan per combination, each of one value per axis; this plan is then the
+  # first's, with the workload as asked. Empty for one combination.
+  variants: tuple[Plan, ...] = ()
+
+  @property
+  def precision(self) -> Precision:
+    """The first precision of the sweep (a task's plan, :func:`for_task`, has only its own)."""
+    return self.precisions[0]
+
+  @property
+  def qk_dtype(self) -> str:
+    return self.qk_dtypes[0]
 
   def strategies(self, mesh: shd.MeshSpec) -> tuple[str, ...]:
     """The context strategies a mesh sweeps: all of them over a context axis, else the first
@@ -132,7 +151,9 @@ class Plan:
 
   def tasks(self) -> list[Task]:
     """The configurations as picklable, cacheable tasks, in ``grid()`` order for each MoE
-    variant and vocabulary tiling (:func:`for_task` specialises the plan to one)."""
+    variant, precision, qk dtype and vocabulary tiling (:func:`for_task` specialises the plan to one)."""
+    if self.variants:
+      return [t for v in self.variants for t in v.tasks()]
     cpu = cpu_devices_needed([self.workload.target_name])
     # The model before the MoE choice, so a task's cache key does not depend on the sweep's first variant.
     one = self.workload.replace(model=self.model or self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
@@ -140,11 +161,14 @@ class Plan:
         Task(
             workload=one.replace(
                 mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb,
-                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor, context_strategy=strategy,
+                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor, context_strategy=strategy, qk_dtype=qk,
+                **precision_axes(prec),
             ),
             cpu_devices=cpu,
         )
         for impl, factor in self.moe
+        for prec in self.precisions
+        for qk in self.qk_dtypes
         for tiles in self.vocab_tiles
         for mesh, opt, attention, mb, rp in self.grid()
         for strategy in self.strategies(mesh)
@@ -156,6 +180,7 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   sequence, which a search or a scale grid replaces, its vocabulary tiling and MoE variant, with
   that variant's config and notes), and the task's mesh, optimizer and remat policy as ``p``
   resolved them. What differs from ``p`` (the batch) is checked again where the program is built."""
+  p = variant_of(p, task)
   w = task.workload
   cfg, notes = p.cfg, p.moe_notes
   if cfg is not None and (w.moe_impl, w.capacity_factor) != p.moe[0]:
@@ -163,10 +188,46 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   one = dataclasses.replace(
       p, workload=w, cfg=cfg, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
       microbatches=w.microbatches, vocab_tiles=w.vocab_tiles, context_strategies=w.context_strategy,
+      qk_dtypes=w.qk_dtype, precisions=(task_precision(w),),
   )
   opt = next(o for o in p.optimizers if o.name == task.optimizer)
   rp = next(r for r in p.remats if r.name == task.remat)
   return one, task.mesh, opt, rp
+
+
+def variant_of(p: Plan, task: Task) -> Plan:
+  """The plan of ``p``'s sweep over the outer axes that ``task`` belongs to (``p`` without one)."""
+  if not p.variants:
+    return p
+  for v in p.variants:
+    if all(getattr(v.workload, k) == getattr(task.workload, k) for k in OUTER_AXES):
+      return v
+  raise ValueError("task is not one of the plan's")  # a programming error, not bad input
+
+
+def one_of_each(w: Workload, what: str) -> None:
+  """A one-line error where ``w`` gives several values of an outer axis to ``what``, which
+  takes one configuration."""
+  for k in OUTER_AXES:
+    v = getattr(w, k, None)
+    if isinstance(v, tuple):
+      raise JaxmemError(f"{what} takes one `{k}` (got {', '.join(map(str, v))}); run it once per value")
+
+
+def outer_variants(w: Workload) -> list[Workload]:
+  """``w`` once per combination of its outer axes' values (itself where each has one)."""
+  axes = [getattr(w, k) if isinstance(getattr(w, k), tuple) else (getattr(w, k),) for k in OUTER_AXES]
+  return [w.replace(**dict(zip(OUTER_AXES, values, strict=True))) for values in itertools.product(*axes)]
+
+
+def precision_axes(prec: Precision) -> dict[str, tuple[str | None]]:
+  """A task's workload fields for one precision (each axis one value)."""
+  return {name: (getattr(prec, name),) for name in PRECISION_AXES}
+
+
+def task_precision(w: Workload) -> Precision:
+  """The precision of a task's workload (one value per axis)."""
+  return Precision(**{name: getattr(w, name)[0] for name in PRECISION_AXES})
 
 
 def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelConfig:
@@ -264,6 +325,10 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   w = Workload.of(workload, **fields)
   if w.step:
     return plan_step(w)
+  combos = outer_variants(w)
+  if len(combos) > 1:  # every combination planned (and so checked) before anything compiles
+    subs = tuple(plan(v) for v in combos)
+    return dataclasses.replace(subs[0], workload=w.replace(target=w.target_name), variants=subs)
   cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype, dropout=resolve_dropout(w))
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
@@ -272,7 +337,8 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   attentions, microbatches = resolve_step_axes(w)
   vocab_tiles = resolve_vocab_tiles(w)
   strategies = resolve_context_strategies(w)
-  precision = resolve_precision(w, cfg, optimizers)
+  precisions = resolve_precisions(w, cfg, optimizers)
+  qk_dtypes = resolve_qk_dtypes(w)
   pipeline = resolve_pipeline(w, meshes)
   variants = moe_variants(w)
   impl, factor = variants[0]
@@ -289,13 +355,14 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
       )
     for name, strategy in itertools.product(attentions, strategies if "context" in shd.mesh_axes(m).seq else (None,)):
       # A name the target or mesh cannot take is refused here, before the first compile.
-      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=w.qk_dtype,
+      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=qk_dtypes[0],
                      context_strategy=strategy)
   w = w.replace(target=w.target_name)
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
-      moe_notes=moe_notes, model=model, precision=precision, pipeline=pipeline, context_strategies=strategies,
+      moe_notes=moe_notes, model=model, precisions=precisions, pipeline=pipeline, context_strategies=strategies,
+      qk_dtypes=qk_dtypes,
   )
 
 
@@ -322,15 +389,31 @@ def resolve_dropout(w: Workload) -> float | None:
   return float(d) or None
 
 
-def resolve_precision(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimizer, ...]) -> Precision:
-  """The workload's precision, checked against the model's parameter dtype and every optimizer
-  of the sweep (``moments_dtype`` on an optimizer that cannot take one is refused here)."""
-  precision = Precision(master_dtype=w.master_dtype, moments_dtype=w.moments_dtype, grad_reduce_dtype=w.grad_reduce_dtype)
-  precision.check(cfg.param_dtype)
-  if precision.moments_dtype is not None:
-    for opt in optimizers:
-      opt.transformation(1e-3, moments_dtype=precision.moments_dtype)  # builds nothing; refuses in one line
-  return precision
+def resolve_precisions(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimizer, ...]) -> tuple[Precision, ...]:
+  """Every combination of the workload's precision axes (master copy outermost), each checked
+  against the model's parameter dtype and every optimizer of the sweep (``moments_dtype`` on an
+  optimizer that cannot take one is refused here)."""
+  for name in PRECISION_AXES:
+    if not getattr(w, name):
+      raise JaxmemError(f"`{name}` is empty; give dtypes separated by commas (none for the default)")
+  out = []
+  for values in itertools.product(*(getattr(w, name) for name in PRECISION_AXES)):
+    precision = Precision(**dict(zip(PRECISION_AXES, values, strict=True)))
+    precision.check(cfg.param_dtype)
+    if precision.moments_dtype is not None:
+      for opt in optimizers:
+        opt.transformation(1e-3, moments_dtype=precision.moments_dtype)  # builds nothing; refuses in one line
+    out.append(precision)
+  return tuple(out)
+
+
+def resolve_qk_dtypes(w: BaseWorkload) -> tuple[str, ...]:
+  """The workload's qk dtypes, each once, checked."""
+  if not w.qk_dtype:
+    raise JaxmemError(f"`qk_dtype` is empty; give dtypes separated by commas from {', '.join(QK_DTYPES)}")
+  for qk in w.qk_dtype:
+    check_qk_dtype(qk)
+  return tuple(dict.fromkeys(w.qk_dtype))
 
 
 # The optimizer column of a step's rows: the step brings its own.
@@ -342,11 +425,11 @@ def plan_step(w: Workload) -> Plan:
   model's, the factory imported and checked before anything compiles."""
   load_step(w.step)
   for field, v, default in (("attention", w.attention, ("auto",)), ("microbatches", w.microbatches, (1,)),
-                            ("vocab_tiles", w.vocab_tiles, (1,)), ("qk_dtype", w.qk_dtype, "bfloat16"),
+                            ("vocab_tiles", w.vocab_tiles, (1,)), ("qk_dtype", w.qk_dtype, ("bfloat16",)),
                             ("context_strategy", w.context_strategy, ("all_gather",)),
                             ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ()),
-                            ("master_dtype", w.master_dtype, None), ("moments_dtype", w.moments_dtype, None),
-                            ("grad_reduce_dtype", w.grad_reduce_dtype, None),
+                            ("master_dtype", w.master_dtype, (None,)), ("moments_dtype", w.moments_dtype, (None,)),
+                            ("grad_reduce_dtype", w.grad_reduce_dtype, (None,)),
                             ("pipeline_microbatches", w.pipeline_microbatches, None), ("pipeline_repeats", w.pipeline_repeats, 1),
                             ("sequence_parallel", w.sequence_parallel, False), ("dropout", w.dropout, 0.0)):
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
@@ -381,7 +464,7 @@ def resolve_attention(w: BaseWorkload) -> tuple[str, ...]:
   for name in w.attention:
     if name not in ATTENTION_NAMES:
       raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
-  check_qk_dtype(w.qk_dtype)
+  resolve_qk_dtypes(w)
   return tuple(dict.fromkeys(w.attention))
 
 

@@ -20,7 +20,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan
 from jaxmem.planning.sweep import Row, run_rows, with_overheads
-from jaxmem.records import Record
+from jaxmem.records import SWEPT_FIELDS, Record
 from jaxmem.render.figures import save_figure
 from jaxmem.render.units import GiB
 from jaxmem.workload import Workload
@@ -79,6 +79,17 @@ class Growth(Record):
   moe: str | None = None  # an MoE model's experts ("dropless", "capacity 1.25"); None when dense
   vocab_tiles: int = 1
   context_strategy: str | None = None
+  # The group's swept fields (jaxmem.records.SWEPT_FIELDS), as its rows record them.
+  param_dtype: str | None = None
+  dtype: str | None = None
+  dropout: float | None = None
+  sequence_parallel: bool | None = None
+  pipeline_microbatches: int | None = None
+  pipeline_repeats: int | None = None
+  qk_dtype: str | None = None
+  master_dtype: str | None = None
+  moments_dtype: str | None = None
+  grad_reduce_dtype: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -136,10 +147,11 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
   groups: dict[tuple, list[Row]] = {}
   for r in rows:
     moe = r.moe_impl and r.moe_impl + ("" if r.capacity_factor is None else f" {r.capacity_factor:g}")
-    key = (r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, r.vocab_tiles, moe, r.context_strategy)
+    dtypes = tuple(getattr(r, k) for k in SWEPT_FIELDS)
+    key = (r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, r.vocab_tiles, moe, r.context_strategy, dtypes)
     groups.setdefault(key, []).append(r)
   varying = [v for v in VARIABLES if v in over]
-  for (mesh, opt, remat, attention, mb, tiles, moe, strategy), rs in groups.items():
+  for (mesh, opt, remat, attention, mb, tiles, moe, strategy, dtypes), rs in groups.items():
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
@@ -153,7 +165,7 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
           Growth(
               mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"],
               seq_exponent=exps["seq"], attention=attention, microbatches=mb, moe=moe, vocab_tiles=tiles,
-              context_strategy=strategy,
+              context_strategy=strategy, **dict(zip(SWEPT_FIELDS, dtypes, strict=True)),
           )
       )
   return out

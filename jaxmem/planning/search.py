@@ -42,7 +42,7 @@ from jaxmem.inference.estimate import activation_bytes_per_layer
 from jaxmem.models import count_params
 from jaxmem.models.model_flops import training_flops
 from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Plan, Task, plan as plan_sweep, resolve_model, resolve_target
+from jaxmem.planning.plan import Plan, Task, one_of_each, plan as plan_sweep, resolve_model, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS
@@ -237,7 +237,7 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
     for kernel in _kernels(p, mesh, pruned, len(rungs) * len(micro)):
       program = build_train_program(
           cfg, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
-          mesh=mesh, attention=kernel, qk_dtype=p.workload.qk_dtype, precision=p.precision,
+          mesh=mesh, attention=kernel, qk_dtype=p.qk_dtype, precision=p.precision,
       )
       args = shape_argument_bytes(program.args, n)
       fused = program.attention.name != "dot"
@@ -265,7 +265,7 @@ def _kernels(p: Plan, mesh: shd.MeshSpec, pruned: Counter, per_kernel: int) -> l
   for name in ATTENTIONS:
     try:
       choice = pick_attention(name, p.cfg, batch=p.batch, seq=p.seq, target=p.target, mesh=dict(mesh),
-                              qk_dtype=p.workload.qk_dtype)
+                              qk_dtype=p.qk_dtype)
     except JaxmemError:
       pruned["attention kernel not available on this target or mesh"] += per_kernel
       continue
@@ -353,6 +353,7 @@ def plan(
       raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
   if w.step:
     raise JaxmemError("plan searches jaxmem's own models (`model`); a user's `step` has no mesh or kernel to choose")
+  one_of_each(w, "plan")
   tgt = resolve_target(w)
   if tgt.capacity_bytes is None:
     raise JaxmemError(f"plan needs a target with a memory capacity; {tgt.name} has none (use a TPU or GPU target)")

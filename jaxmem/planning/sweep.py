@@ -28,7 +28,7 @@ from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy
 from jaxmem.program.train import build_train_program
-from jaxmem.records import CompilerFigures, Configuration, Judgement, StepTime
+from jaxmem.records import SWEPT_FIELDS, CompilerFigures, Configuration, Judgement, StepTime
 from jaxmem.workload import Workload
 
 
@@ -94,7 +94,7 @@ def run_config(
   )
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
-      microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.workload.qk_dtype, precision=p.precision,
+      microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.qk_dtype, precision=p.precision,
       pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel, context_strategy=context_strategy,
   )
   base.update(
@@ -105,7 +105,7 @@ def run_config(
       microbatches=microbatches,
       vocab_tiles=vocab_tiles,
       context_strategy=program.attention.strategy,
-      qk_dtype=p.workload.qk_dtype,
+      qk_dtype=p.qk_dtype,
       **precision_fields(program),
       **p.pipeline.fields(mesh),
   )
@@ -218,7 +218,7 @@ def with_overheads(rows: list[Row]) -> list[Row]:
 def baseline_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with: everything but the policy."""
   return (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.attention, r.microbatches, r.vocab_tiles, r.moe_impl,
-          r.capacity_factor, r.context_strategy)
+          r.capacity_factor, r.context_strategy, *(getattr(r, k) for k in SWEPT_FIELDS))
 
 
 def compare(
@@ -284,12 +284,36 @@ def baseline_flops(p: Plan, row: Row) -> float | None:
   return None if not own else row.flops * base / own
 
 
+def row_variant(p: Plan, row: Row) -> Plan:
+  """The plan of ``p``'s sweep over the outer axes that ``row`` came from (as the row records
+  its model's dtypes, dropout, sequence parallelism and pipeline)."""
+  for v in p.variants:
+    w = v.workload
+    pipe = v.pipeline.fields(shd.parse_mesh(row.mesh))
+    if ((v.cfg.param_dtype, v.cfg.dtype, v.cfg.dropout, w.sequence_parallel) ==
+        (row.param_dtype, row.dtype, row.dropout, row.sequence_parallel) and
+        (pipe["pipeline_microbatches"], pipe["pipeline_repeats"]) == (row.pipeline_microbatches, row.pipeline_repeats)):
+      return v
+  return p
+
+
+def row_precision(p: Plan, row: Row) -> Any:
+  """The precision of ``p``'s sweep that ``row`` was compiled with (a row records the moments'
+  dtype as resolved, so an asked ``None`` matches any)."""
+  for prec in p.precisions:
+    if (prec.master_dtype, prec.grad_reduce_dtype) == (row.master_dtype, row.grad_reduce_dtype) and (
+        prec.moments_dtype in (None, row.moments_dtype)):
+      return prec
+  return p.precision
+
+
 def program_flops(p: Plan, row: Row, remat: str) -> float:
   """The whole program's FLOPs at ``row``'s mesh, optimizer and workload, under ``remat``."""
   mesh = shd.parse_mesh(row.mesh)
   rp = REMAT_POLICIES[remat]
   if p.workload.step:
     return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
+  p = row_variant(p, row)
   opt = next(o for o in p.optimizers if o.name == row.optimizer)
   cfg = p.cfg
   if row.moe_impl is not None:  # the row's own MoE variant, which a sweep's plan.cfg may not be
@@ -297,7 +321,7 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
   program = build_train_program(
       cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
       attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
-      qk_dtype=row.qk_dtype, precision=p.precision, pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel,
+      qk_dtype=row.qk_dtype, precision=row_precision(p, row), pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel,
       context_strategy=row.context_strategy,
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

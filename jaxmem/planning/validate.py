@@ -26,14 +26,14 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.startup import start_distributed, start_jax
 from jaxmem.compiler.targets import get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import Plan, moe_config, plan
+from jaxmem.planning.plan import Plan, moe_config, one_of_each, plan
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
-from jaxmem.workload import Workload
+from jaxmem.workload import PRECISION_AXES, Workload
 
 NEEDS_ACCELERATOR = (
     "validate runs real train steps and needs an attached TPU or GPU (this machine has none); "
@@ -69,7 +69,7 @@ def _configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(mesh), batch=p.batch,
       num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
       param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
-      vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, qk_dtype=p.workload.qk_dtype,
+      vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, qk_dtype=p.qk_dtype,
       **dataclasses.asdict(p.precision), **moe_fields(p.cfg), **p.pipeline.fields(mesh),
       sequence_parallel=p.workload.sequence_parallel, dropout=p.cfg.dropout,
   )
@@ -85,7 +85,7 @@ def measure(
   program = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh,
       attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
-      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.workload.qk_dtype, precision=p.precision, pipeline=p.pipeline,
+      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision, pipeline=p.pipeline,
       sequence_parallel=p.workload.sequence_parallel,
   )
   outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
@@ -144,6 +144,10 @@ def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
     raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
+  one_of_each(workload, "validate")
+  for name in ("qk_dtype", *PRECISION_AXES):  # its configurations are measured from the plan's first of each
+    if len(getattr(workload, name)) > 1:
+      raise JaxmemError(f"validate takes one `{name}` (got {', '.join(map(str, getattr(workload, name)))}); run it once per value")
   if distributed:
     start_distributed()
   start_jax()
@@ -164,7 +168,7 @@ def argv(workload: Workload) -> list[str]:
   out: list[str] = []
   for f in dataclasses.fields(workload):
     v = getattr(workload, f.name)
-    if f.name in ("target", "slices") or v is None or v == ():
+    if f.name in ("target", "slices") or v is None or v in ((), (None,)):
       continue
     if isinstance(v, bool):  # a switch (--sequence-parallel): given when on
       if v:

@@ -38,7 +38,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 def check_dtype(field: str, value: str | None) -> None:
   """``value`` is None (the default) or one of :data:`DTYPES`, else a one-line error naming ``field``."""
   if value is not None and value not in DTYPES:
-    raise JaxmemError(f"unknown `{field}` {value!r}; valid: {', '.join(DTYPES)}")
+    raise JaxmemError(f"unknown `{field}` {value!r}; valid: {', '.join(DTYPES)}, or none for the default")
 
 
 def itemsize(dtype: str) -> int:

@@ -94,6 +94,8 @@ def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[d
       per_token = d.get("kv_cache_bytes_per_token")
       rec["attention kind"] = d.get("attention_kind")
       rec["kv/token KiB"] = None if per_token is None else f"{per_token / 1024:,.1f}"
+      if len({r.qk_dtype for r in rows if r.qk_dtype}) > 1:  # a swept qk dtype (prefill rows)
+        rec["qk dtype"] = d.get("qk_dtype") or "-"
       if any(r.moe_impl for r in rows):
         rec["moe"] = (d["moe_impl"] or "") + ("" if d.get("capacity_factor") is None else f" {d['capacity_factor']:g}")
       if comm:

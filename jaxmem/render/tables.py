@@ -23,6 +23,7 @@ from tabulate import tabulate
 
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
+from jaxmem.records import SWEPT_FIELDS
 from jaxmem.render.units import Unit, percent, seconds, unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
 
@@ -177,7 +178,8 @@ class _Layout:
         # Rows from a user's step (or an older cache) record no attention: no column for it then.
         step=("attention",) * any(_get(r, "attention", None) for r in rows)
         + ("context_strategy",) * any(_get(r, "context_strategy", None) for r in rows)
-        + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows)),
+        + tuple(k for k in ("microbatches", "vocab_tiles") if any(_get(r, k, 1) > 1 for r in rows))
+        + varying_dtypes(rows),
         moe=any(_get(r, "moe_impl", None) for r in rows),
         factor=any(_get(r, "capacity_factor", None) is not None for r in rows),
         comm=any((r.num_devices or 1) > 1 for r in rows),
@@ -244,7 +246,7 @@ class _Layout:
     r0 = rows[0]
     parts = [f"{k} {getattr(r0, k)}" for k in ("model", "target", "batch", "seq") if k not in self.varying]
     devices = f"{r0.num_devices} devices" if r0.num_devices > 1 else "1 device"
-    heading = " · ".join(parts) + f" ({devices}){_dtypes(r0)} · {self.unit.name} per device"
+    heading = " · ".join(parts) + f" ({devices}){_dtypes(r0, skip=self.step)} · {self.unit.name} per device"
     heading += heading_versions(rows)
     if self.totals:
       heading += f"; Σ = summed over all {r0.num_devices} devices"
@@ -274,18 +276,30 @@ def _comm(r: Any, unit: int) -> str:
   return f"{LOWER_BOUND_MARK}{cell}" if _get(r, "comm_lower_bound", False) and r.comm_bytes is not None else cell
 
 
-def _dtypes(r: Any) -> str:
+# The swept fields with a column where they vary (the pipeline's have their own columns).
+_SWEPT_COLUMNS = tuple(k for k in SWEPT_FIELDS if not k.startswith("pipeline_"))
+
+
+def varying_dtypes(rows: Sequence[Any]) -> tuple[str, ...]:
+  """The swept fields (:data:`jaxmem.records.SWEPT_FIELDS`: dtypes, dropout, sequence
+  parallelism) whose value differs between ``rows``: a column each (one every row shares stays
+  in the heading)."""
+  return tuple(k for k in _SWEPT_COLUMNS if len({_get(r, k, None) for r in rows}) > 1)
+
+
+def _dtypes(r: Any, skip: Sequence[str] = ()) -> str:
   # A user's step has no compute dtype of jaxmem's choosing ("-"), and parameters only if named.
-  known = [f"{v} {what}" for v, what in ((r.param_dtype, "params"), (r.dtype, "compute")) if v != "-"]
+  known = [f"{getattr(r, key)} {what}" for key, what in (("param_dtype", "params"), ("dtype", "compute"))
+           if getattr(r, key) != "-" and key not in skip]
   # The precision options (issue 20), where a row has them: one per sweep, so in the heading.
   known += [f"{v} {what}" for key, what in (("master_dtype", "master copy"), ("moments_dtype", "moments"),
                                              ("grad_reduce_dtype", "gradient reduction"))
-            if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype)]
+            if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype) and key not in skip]
   out = f" · {', '.join(known)}" if known else ""
   # Korthikanti et al.'s options (issue 20): one per sweep, so in the heading too.
-  if _get(r, "sequence_parallel", False):
+  if _get(r, "sequence_parallel", False) and "sequence_parallel" not in skip:
     out += " · sequence parallel"
-  if _get(r, "dropout", 0.0):
+  if _get(r, "dropout", 0.0) and "dropout" not in skip:
     out += f" · dropout {_get(r, 'dropout', 0.0):g}"
   return out
 
@@ -300,7 +314,7 @@ def _base_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with (see sweep.baseline_key)."""
   return (r.target, r.mesh, r.optimizer, r.batch, r.seq, _get(r, "attention", None), _get(r, "microbatches", 1),
           _get(r, "vocab_tiles", 1), _get(r, "moe_impl", None), _get(r, "capacity_factor", None),
-          _get(r, "context_strategy", None))
+          _get(r, "context_strategy", None), *(_get(r, k, None) for k in SWEPT_FIELDS))
 
 
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
@@ -355,7 +369,7 @@ def host_verdict_cell(r: Any) -> str:
 _SUBJECT = re.compile(r"^((?:[a-z_]+: )?)([A-Za-z_][\w-]*\.\d+): ")
 _LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "context_strategy",
                  "microbatches", "vocab_tiles", "pipeline_microbatches", "pipeline_repeats", "moe_impl", "capacity_factor",
-                 "remat")
+                 *_SWEPT_COLUMNS, "remat")
 
 
 def _labels(rows: Sequence[Any]) -> tuple[tuple[str, ...], list[str]]:
@@ -441,6 +455,7 @@ def render_ranked(rows: Sequence[Any], fmt: str) -> str:
         f"recommendation: mesh {best.mesh}, {best.optimizer}, "
         + (f"attention {best.attention}, " if _get(best, "attention", None) else "")
         + (f"{mb} microbatches, " if mb > 1 else "")
+        + "".join(f"{k.replace('_', ' ')} {_get(best, k, '-')}, " for k in varying_dtypes(rows))
         + f"remat {best.remat} "
         f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct}{risk})"
     )
@@ -463,6 +478,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   micro = any(_get(r, "microbatches", 1) > 1 for r in results)
   strategy = any(_get(r, "context_strategy", None) for r in results)
   host = any(_get(row, "host_total_bytes", None) for row in rows)
+  dtypes = varying_dtypes(results)
   u = unit_for([getattr(row, f) for row in rows for f in ("required_bytes", "capacity_bytes", "temp_size_in_bytes")])
   records = []
   for r in results:
@@ -475,6 +491,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
             "attention": _get(r, "attention", "-"),
             **({"context strategy": _get(r, "context_strategy", "-")} if strategy else {}),
             **({"microbatches": _get(r, "microbatches", 1)} if micro else {}),
+            **{k.replace("_", " "): _get(r, k, "-") for k in dtypes},
             **moe,
             "remat": r.remat,
             f"max {over}": r.max_batch if over == "batch" else r.max_seq,
@@ -509,6 +526,7 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
     return render_csv(rows)
   moe = any(g.moe for g in growth)
   strategy = any(_get(g, "context_strategy", None) for g in growth)
+  dtypes = varying_dtypes(growth)
   records = [
       {
           "mesh": g.mesh,
@@ -516,6 +534,7 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
           "attention": _get(g, "attention", "-"),
           **({"context strategy": _get(g, "context_strategy", "-")} if strategy else {}),
           **({"moe": g.moe} if moe else {}),
+          **{k.replace("_", " "): _get(g, k, "-") for k in dtypes},
           "remat": g.remat,
           "component": g.component.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", ""),
           "batch exponent": _exponent(g.batch_exponent),
