@@ -160,6 +160,30 @@ def test_calibration_moves_a_rung_the_closed_form_underestimates_behind_those_th
   assert search.calibrated_required(minimal, scales) == minimal.estimated_required_bytes  # other rungs untouched
 
 
+def test_stage_meshes_are_candidates_charged_their_bubble():
+  """No compile: tiny on 4 devices (batch 8) gets stage=2,fsdp=2 at 2 and 4 pipeline
+  microbatches (8 would leave half a sequence per pipeline microbatch: pruned), and the closed
+  form's time falls as M grows (the bubble (M + S - 1) / M)."""
+  p = search._base_plan(jaxmem.Workload(**WORKLOAD, target="tpu:v5e-4"), get_config("tiny"), get_target("tpu:v5e-4"))
+  cands = search.candidates(p, search.Counter())
+  staged = [c for c in cands
+            if c.mesh == "stage=2,fsdp=2" and c.remat == "none" and c.microbatches == 1 and c.attention == "dot"]
+  assert sorted(c.pipeline_microbatches for c in staged) == [2, 4]
+  times = [c.estimated_step_time_s for c in sorted(staged, key=lambda c: c.pipeline_microbatches)]
+  assert times == sorted(times, reverse=True) and times[0] > times[-1]
+  assert all(c.pipeline_microbatches is None for c in cands if "stage" not in c.mesh)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_a_stage_candidate_compiles_with_its_own_schedule():
+  p = search._base_plan(jaxmem.Workload(**WORKLOAD, target="tpu:v5e-4"), get_config("tiny"), get_target("tpu:v5e-4"))
+  c = next(c for c in search.candidates(p, search.Counter())
+           if c.mesh == "stage=2,fsdp=2" and c.pipeline_microbatches == 4 and c.remat == "full" and c.microbatches == 1)
+  (row,) = search._run_candidates(p, p.tasks()[0], [c], jobs=1, cache=None, on_row=None)
+  assert (row.stages, row.pipeline_microbatches) == (2, 4) and row.bubble_fraction == pytest.approx(1 / 5)
+  assert row.error is None and row.fits
+
+
 def test_bad_budget_is_one_line_before_compiling():
   with pytest.raises(jaxmem.JaxmemError, match="budget"):
     jaxmem.plan(model="tiny", target="tpu:v5e-4", budget=0)

@@ -3,7 +3,8 @@
 The search a performance engineer does by hand, in four steps:
 
 1. Candidates: every factorization of the device count over the mesh axes the model can use
-   (:data:`SEARCH_AXES`, those the sharding rules know), the remat ladder from ``none`` to
+   (:data:`SEARCH_AXES`, those the sharding rules know; a ``stage`` axis of S stages at
+   :data:`PIPELINE_FACTORS` x S pipeline microbatches), the remat ladder from ``none`` to
    ``full`` (:data:`REMAT_LADDER`, policies of :data:`jaxmem.program.remat.REMAT_POLICIES`),
    microbatch counts that divide the batch (powers of two up to :data:`MAX_MICROBATCHES`) and the
    target's attention kernels (``auto`` and ``dot``, each once as the target resolves it).
@@ -46,17 +47,18 @@ from jaxmem.planning.plan import Plan, Task, one_of_each, plan as plan_sweep, re
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS
+from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.remat import REMAT_POLICIES
 from jaxmem.program.train import build_train_program, check_batch, pick_attention
 from jaxmem.workload import Workload
 
-# The mesh axes a plan factorizes the devices over, in the order a mesh names them. The axes
-# other branches add (context, stage, sequence) go here; one the sharding rules of this
-# version do not know (not in shd.MESH_AXES) is skipped.
-# `stage` (pipeline parallelism) is not searched yet: its schedule (pipeline microbatches,
-# repeats) multiplies the candidates and the closed-form order below has no bubble term; name a
-# stage mesh to compare instead. `sequence` (activations only) is dominated by `context`.
-SEARCH_AXES = ("data", "fsdp", "tensor", "expert", "context")
+# The mesh axes a plan factorizes the devices over, in the order a mesh names them; one the
+# sharding rules of this version do not know (not in shd.MESH_AXES) is skipped. A mesh with a
+# `stage` axis is tried at PIPELINE_FACTORS x its stages pipeline microbatches (GPipe's bubble,
+# (S-1)/(M+S-1), shrinks as M grows; the closed form below charges it). `sequence` (activations
+# only) is dominated by `context`.
+SEARCH_AXES = ("data", "stage", "fsdp", "tensor", "expert", "context")
+PIPELINE_FACTORS = (1, 2, 4)
 MODEL_AXES = {"expert": "is_moe"}  # an axis only some models use: the config flag that says so
 ATTENTIONS = ("auto", "dot")
 MAX_MICROBATCHES = 8
@@ -99,9 +101,11 @@ class Candidate:
   argument_bytes: int  # per device, exact from shapes and shardings
   estimated_required_bytes: int
   estimated_step_time_s: float | None
+  pipeline_microbatches: int | None = None  # on a mesh with a stage axis; None without
 
   def same_program_family(self, other: Candidate) -> bool:
-    return (self.mesh, self.attention) == (other.mesh, other.attention)
+    return (self.mesh, self.attention, self.pipeline_microbatches) == (
+        other.mesh, other.attention, other.pipeline_microbatches)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -138,8 +142,8 @@ class PlanResult:
     )
 
 
-def candidate_key(mesh: str, remat: str, microbatches: int, attention: str) -> str:
-  return f"{mesh} {remat} mb{microbatches} {attention}"
+def candidate_key(mesh: str, remat: str, microbatches: int, attention: str, pipeline: int | None = None) -> str:
+  return f"{mesh} {remat} mb{microbatches} {attention}" + ("" if pipeline is None else f" pmb{pipeline}")
 
 
 def factorizations(n: int, axes: tuple[str, ...]) -> list[shd.MeshSpec]:
@@ -163,26 +167,34 @@ def search_axes(cfg: Any) -> tuple[str, ...]:
   return tuple(a for a in SEARCH_AXES if a in shd.MESH_AXES and getattr(cfg, MODEL_AXES.get(a, "name"), True))
 
 
-def mesh_reason(mesh: shd.MeshSpec, cfg: Any, batch: int, seq: int, microbatches: int) -> str | None:
+def mesh_reason(
+    mesh: shd.MeshSpec, cfg: Any, batch: int, seq: int, microbatches: int, pipeline: int | None = None,
+) -> str | None:
   """Why the workload cannot run on ``mesh`` (a short reason, counted), or None."""
   t = dict(mesh).get("tensor", 1)
   if cfg.num_heads % t or cfg.num_kv_heads % t:
     return "tensor does not divide the heads"
+  stages = dict(mesh).get("stage", 1)
+  if stages > 1:
+    if cfg.dropout:
+      return "dropout with a stage axis is not built"
   try:
-    check_batch(batch, seq, mesh, cfg, microbatches=microbatches)
+    check_batch(batch, seq, mesh, cfg, microbatches=microbatches, pipeline=PipelineOptions(microbatches=pipeline))
   except JaxmemError as e:
     msg = str(e)
     if "batch" in msg and "divisible" in msg:
-      return "batch not divisible by the data axes x microbatches"
+      return "batch not divisible by the data axes x microbatches" + (" x pipeline microbatches" if stages > 1 else "")
     if "expert" in msg:
       return "expert does not divide the experts"
+    if "stage" in msg:
+      return "the stage axis cannot pipeline this model's layers"
     return "sequence not divisible by its mesh axes"
   return None
 
 
 def analytic(
     cfg: Any, *, mesh: shd.MeshSpec, rung: Rung, microbatches: int, batch: int, seq: int, argument_bytes: int,
-    param_count: int, target: Any, fused: bool,
+    param_count: int, target: Any, fused: bool, pipeline_microbatches: int | None = None,
 ) -> tuple[int, float | None]:
   """The closed-form (required bytes, step seconds) a candidate is ordered by.
 
@@ -193,67 +205,84 @@ def analytic(
   gathers the 16-bit parameters twice per microbatch and reduce-scatters the gradients once,
   data all-reduces the gradients (2(d-1)/d), tensor all-reduces a layer's activations four
   times (Megatron-LM, Shoeybi et al. 2019, sec. 3), context gathers a layer's keys and values
-  forward and backward, expert exchanges the tokens four times."""
+  forward and backward, expert exchanges the tokens four times. A ``stage`` axis of S stages
+  holds L/S layers per device, all of a microbatch's activations in flight (GPipe, Huang et
+  al. 2019), runs (M + S - 1) / M of the work for M pipeline microbatches (the bubble) and
+  passes each microbatch's stage output on, forward and backward."""
   m = dict(mesh)
   n = shd.mesh_size(mesh)
-  d, f, t, e = m.get("data", 1), m.get("fsdp", 1), m.get("tensor", 1), m.get("expert", 1)
+  d, f, t, e, st = (m.get(a, 1) for a in ("data", "fsdp", "tensor", "expert", "stage"))
   micro = batch / shd.data_parallel_size(mesh) / microbatches
   per_layer = activation_bytes_per_layer(cfg, batch=1, seq=seq, tensor=t, recompute="selective" if fused else "none")
   floor = activation_bytes_per_layer(cfg, batch=1, seq=seq, tensor=t, recompute="full")
-  acts = cfg.num_layers * micro * (floor + rung.keep * (per_layer - floor))
-  grads = 2 * param_count / (f * t * (e if cfg.is_moe else 1))
+  acts = cfg.num_layers / st * micro * (floor + rung.keep * (per_layer - floor))
+  grads = 2 * param_count / (f * t * st * (e if cfg.is_moe else 1))
   required = int(argument_bytes + grads + acts)
   peaks, _ = target_peaks(target)
   if peaks is None:
     return required, None
-  compute = training_flops(cfg, batch=batch, seq=seq) / n * (1 + rung.recompute / 3) / peaks.peak_flops
-  p16 = 2 * param_count / t
+  bubble = 1.0 if st == 1 else (pipeline_microbatches + st - 1) / pipeline_microbatches
+  compute = training_flops(cfg, batch=batch, seq=seq) / n * (1 + rung.recompute / 3) * bubble / peaks.peak_flops
+  p16 = 2 * param_count / t / st
   comm = p16 * (2 * microbatches + 1) * (f - 1) / f + (2 * p16 / f * (d - 1) / d)
   tokens = batch * seq / shd.data_parallel_size(mesh)
-  comm += 4 * cfg.num_layers * 2 * tokens * cfg.d_model * 2 * (t - 1) / t
+  comm += 4 * cfg.num_layers / st * 2 * tokens * cfg.d_model * 2 * (t - 1) / t
+  if st > 1:  # each iteration's stage output, one microbatch of [B, T, D] in bf16, both passes
+    comm += 2 * bubble * tokens * cfg.d_model * 2 / t
   c = m.get("context", 1)
   if c > 1:  # each layer gathers the other shards' keys and values, forward and backward
-    comm += 2 * cfg.num_layers * 2 * tokens * cfg.num_kv_heads * cfg.head_dim * 2 * (c - 1) / c
+    comm += 2 * cfg.num_layers / st * 2 * tokens * cfg.num_kv_heads * cfg.head_dim * 2 * (c - 1) / c
   if cfg.is_moe and e > 1:
-    comm += 4 * cfg.num_layers * tokens * cfg.d_model * 2 * (e - 1) / e
+    comm += 4 * cfg.num_layers / st * tokens * cfg.d_model * 2 * (e - 1) / e
   link = 0.0 if peaks.link_bandwidth is None else comm / peaks.link_bandwidth
   return required, max(compute, link)
 
 
 def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
   """Every valid candidate of ``p``'s model, target and workload, with its estimate; what was
-  dropped counted in ``pruned`` by reason. Arguments are sized once per mesh and kernel (remat
-  and microbatches do not change them)."""
-  cfg, tgt, n = p.cfg, p.target, p.target.num_devices
-  params = count_params(cfg)
+  dropped counted in ``pruned`` by reason. Arguments are sized once per mesh, schedule and
+  kernel (remat and microbatches do not change them)."""
   rungs = [r for r in REMAT_LADDER if r.name in REMAT_POLICIES]
   micro = [m for m in (2**i for i in range(MAX_MICROBATCHES.bit_length())) if m <= MAX_MICROBATCHES]
   out: list[Candidate] = []
-  for mesh in factorizations(n, search_axes(cfg)):
-    why = mesh_reason(mesh, cfg, p.batch, p.seq, 1)
-    if why is not None:  # more microbatches only make it worse
-      pruned[why] += len(ATTENTIONS) * len(micro) * len(rungs)
+  for mesh in factorizations(p.target.num_devices, search_axes(p.cfg)):
+    stages = dict(mesh).get("stage", 1)
+    for pm in [None] if stages == 1 else [k * stages for k in PIPELINE_FACTORS]:
+      why = mesh_reason(mesh, p.cfg, p.batch, p.seq, 1, pm)
+      if why is not None:  # more microbatches only make it worse
+        pruned[why] += len(ATTENTIONS) * len(micro) * len(rungs)
+        continue
+      for kernel in _kernels(p, mesh, pruned, len(rungs) * len(micro)):
+        out += _schedule_candidates(p, mesh, kernel, pm, rungs, micro, pruned)
+  return out
+
+
+def _schedule_candidates(
+    p: Plan, mesh: shd.MeshSpec, kernel: str, pm: int | None, rungs: list[Rung], micro: list[int], pruned: Counter,
+) -> list[Candidate]:
+  """One mesh, kernel and pipeline schedule's candidates over the microbatches and the ladder."""
+  cfg, tgt, n = p.cfg, p.target, p.target.num_devices
+  program = build_train_program(
+      cfg, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
+      mesh=mesh, attention=kernel, qk_dtype=p.qk_dtype, precision=p.precision,
+      pipeline=PipelineOptions(microbatches=pm),
+  )
+  args = shape_argument_bytes(program.args, n)
+  fused = program.attention.name != "dot"
+  out: list[Candidate] = []
+  for mb, rung in itertools.product(micro, rungs):
+    why = mesh_reason(mesh, cfg, p.batch, p.seq, mb, pm)
+    if why is None and tgt.capacity_bytes is not None and not fits_in(args, tgt.capacity_bytes):
+      why = "arguments alone over capacity (not compiled)"
+    if why is not None:
+      pruned[why] += 1
       continue
-    for kernel in _kernels(p, mesh, pruned, len(rungs) * len(micro)):
-      program = build_train_program(
-          cfg, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
-          mesh=mesh, attention=kernel, qk_dtype=p.qk_dtype, precision=p.precision,
-      )
-      args = shape_argument_bytes(program.args, n)
-      fused = program.attention.name != "dot"
-      for mb, rung in itertools.product(micro, rungs):
-        why = mesh_reason(mesh, cfg, p.batch, p.seq, mb)
-        if why is None and tgt.capacity_bytes is not None and not fits_in(args, tgt.capacity_bytes):
-          why = "arguments alone over capacity (not compiled)"
-        if why is not None:
-          pruned[why] += 1
-          continue
-        req, secs = analytic(cfg, mesh=mesh, rung=rung, microbatches=mb, batch=p.batch, seq=p.seq,
-                             argument_bytes=args, param_count=params, target=tgt, fused=fused)
-        out.append(Candidate(
-            mesh=shd.format_mesh(mesh), remat=rung.name, microbatches=mb, attention=kernel,
-            level=rungs.index(rung), argument_bytes=args, estimated_required_bytes=req, estimated_step_time_s=secs,
-        ))
+    req, secs = analytic(cfg, mesh=mesh, rung=rung, microbatches=mb, batch=p.batch, seq=p.seq, argument_bytes=args,
+                         param_count=count_params(cfg), target=tgt, fused=fused, pipeline_microbatches=pm)
+    out.append(Candidate(
+        mesh=shd.format_mesh(mesh), remat=rung.name, microbatches=mb, attention=kernel, level=rungs.index(rung),
+        argument_bytes=args, estimated_required_bytes=req, estimated_step_time_s=secs, pipeline_microbatches=pm,
+    ))
   return out
 
 
@@ -366,7 +395,8 @@ def plan(
   rows, compiled, skipped = _compile_in_order(p, cands, budget=budget, jobs=jobs, cache=cache, on_row=on_row)
   pruned.update(skipped)
   rows = [_with_recompute(p, r) for r in rows]
-  est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention): c.estimated_step_time_s for c in compiled}
+  est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches): c.estimated_step_time_s
+         for c in compiled}
   return PlanResult(
       model=cfg.name, target=tgt.name, batch=w.batch, seq=w.seq, budget=budget,
       candidates=len(cands) + sum(v for k, v in pruned.items() if k not in skipped), compiles=len(rows),
@@ -387,6 +417,7 @@ def _base_plan(w: Workload, cfg: Any, tgt: Any) -> Plan:
   """The validated sweep every candidate's task specialises: the ladder's policies, the first
   optimizer, on the first mesh the workload can take (each task names its own)."""
   meshes = [m for m in factorizations(tgt.num_devices, search_axes(cfg)) if mesh_reason(m, cfg, w.batch, w.seq, 1) is None]
+  meshes.sort(key=lambda m: dict(m).get("stage", 1) > 1)  # the base needs no pipeline schedule
   if not meshes:
     raise JaxmemError(
         f"no mesh of {tgt.num_devices} devices can take batch {w.batch} at seq {w.seq} for {cfg.name}; "
@@ -421,8 +452,7 @@ def _compile_in_order(
       batch.append(c)
     if not batch:
       break
-    tasks = [_task(base, c) for c in batch]
-    got = run_rows(p, tasks, jobs=jobs, cache=cache, on_row=on_row)
+    got = _run_candidates(p, base, batch, jobs=jobs, cache=cache, on_row=on_row)
     for c, r in zip(batch, got, strict=True):
       rows.append(r)
       done.append(c)
@@ -434,8 +464,24 @@ def _compile_in_order(
   return rows, done, skipped
 
 
+def _run_candidates(
+    p: Plan, base: Task, batch: list[Candidate], *, jobs: int, cache: RowCache | None,
+    on_row: Callable[[Row], None] | None,
+) -> list[Row]:
+  """Rows for ``batch`` in its order: the candidates of one pipeline schedule run together, each
+  schedule under ``p`` with its own pipeline options (the plan's are a sweep's, one per plan)."""
+  rows: dict[int, Row] = {}
+  for pm in dict.fromkeys(c.pipeline_microbatches for c in batch):
+    idx = [i for i, c in enumerate(batch) if c.pipeline_microbatches == pm]
+    sched = dataclasses.replace(p, pipeline=PipelineOptions(microbatches=pm))
+    got = run_rows(sched, [_task(base, batch[i]) for i in idx], jobs=jobs, cache=cache, on_row=on_row)
+    rows.update(zip(idx, got, strict=True))
+  return [rows[i] for i in range(len(batch))]
+
+
 def _task(base: Task, c: Candidate) -> Task:
-  return base.replace(mesh=(c.mesh,), remat=(c.remat,), attention=(c.attention,), microbatches=(c.microbatches,))
+  return base.replace(mesh=(c.mesh,), remat=(c.remat,), attention=(c.attention,), microbatches=(c.microbatches,),
+                      pipeline_microbatches=c.pipeline_microbatches)
 
 
 def _with_recompute(p: Plan, r: Row) -> Row:

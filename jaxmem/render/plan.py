@@ -38,9 +38,15 @@ def _cells(i: int, r: Any, u: Any) -> list[str]:
   req = "-" if r.required_bytes is None else u(r.required_bytes)
   cap = _bytes(r.capacity_bytes)
   rec = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
-  return [str(i), r.mesh, r.remat, str(r.microbatches), r.attention or "-", f"{req} {u.name} / {cap}",
+  return [str(i), r.mesh, r.remat, _micro_cell(r), r.attention or "-", f"{req} {u.name} / {cap}",
           verdict_cell(r, u) if r.error is None else "NO (refused)", rec, seconds(r.comm_time_s),
           seconds(r.step_time_s), r.bound or "-", percent(r.mfu)]
+
+
+def _micro_cell(r: Any) -> str:
+  """The accumulation microbatches, and a pipelined row's pipeline microbatches per each."""
+  pipe = getattr(r, "pipeline_microbatches", None) if getattr(r, "stages", 1) > 1 else None
+  return str(r.microbatches) + ("" if pipe is None else f" x {pipe} pipelined")
 
 
 def recommendation(result: Any) -> str:
@@ -52,7 +58,7 @@ def recommendation(result: Any) -> str:
   risk = ""
   if best.verdict == AT_RISK:
     risk = f", at risk: {u(best.margin_bytes)} {u.name} left"
-  return (f"recommendation: mesh {best.mesh}, remat {best.remat}, {_micro(best.microbatches)}, attention "
+  return (f"recommendation: mesh {best.mesh}, remat {best.remat}, {_micro(best)}, attention "
           f"{best.attention}: estimated {seconds(best.step_time_s)} per step ({best.bound}-bound, MFU "
           f"{percent(best.mfu)}), {u(best.required_bytes)} {u.name} of {_bytes(best.capacity_bytes)} per device{risk}")
 
@@ -90,8 +96,10 @@ def plot_plan(result: Any, path: str) -> None:
   save_figure(fig, path)
 
 
-def _micro(n: int) -> str:
-  return f"{n} microbatch" + ("es" if n != 1 else "")
+def _micro(r: Any) -> str:
+  n = r.microbatches
+  pipe = getattr(r, "pipeline_microbatches", None) if getattr(r, "stages", 1) > 1 else None
+  return f"{n} microbatch" + ("es" if n != 1 else "") + ("" if pipe is None else f", {pipe} pipeline microbatches each")
 
 
 def _bytes(v: int | None) -> str:
