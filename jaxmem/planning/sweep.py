@@ -26,7 +26,7 @@ from jaxmem.program import sharding as shd
 from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
-from jaxmem.program.remat import REMAT_POLICIES, RematPolicy
+from jaxmem.program.remat import RematPolicy, get_remat
 from jaxmem.program.train import build_train_program
 from jaxmem.records import CompilerFigures, Configuration, Judgement, StepTime
 from jaxmem.workload import Workload
@@ -285,7 +285,7 @@ def baseline_flops(p: Plan, row: Row) -> float | None:
 def program_flops(p: Plan, row: Row, remat: str) -> float:
   """The whole program's FLOPs at ``row``'s mesh, optimizer and workload, under ``remat``."""
   mesh = shd.parse_mesh(row.mesh)
-  rp = REMAT_POLICIES[remat]
+  rp = get_remat(remat)
   if p.workload.step:
     return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
   opt = next(o for o in p.optimizers if o.name == row.optimizer)
