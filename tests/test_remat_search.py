@@ -75,7 +75,8 @@ def searched(tmp_path_factory):
   target = dataclasses.replace(p.target, capacity_bytes=capacity, capacity_note="a test's", has_host_memory=False)
   p = dataclasses.replace(p, target=target)
   result = tensors.search_plan(p, cache=cache)
-  return SimpleNamespace(plan=p, result=result, full=full, every=every, cache=cache)
+  sizes, flops = tensors.layer_names(p)
+  return SimpleNamespace(plan=p, result=result, full=full, every=every, cache=cache, sizes=sizes, flops=flops)
 
 
 def test_the_chosen_assignment_fits_and_its_compile_is_within_5_percent_of_the_prediction(searched):
@@ -90,7 +91,7 @@ def test_the_search_saves_some_names_and_recomputes_less_than_full(searched):
   r = searched.result
   choice = dict(r.assignment)
   assert "save" in choice.values() and "recompute" in choice.values()
-  _, flops = tensors.layer_names(searched.plan)
+  flops = searched.flops
   assert 0 < r.recompute_flops < flops(get_remat("full")) - flops(REMAT_POLICIES["none"])
 
 
@@ -104,7 +105,7 @@ def test_no_registry_name_preset_predicted_to_fit_recomputes_less(searched):
   # The presets are kept sets of the enumeration: one predicted to fit with less recompute than
   # the answer would mean the search missed it.
   p, r = searched.plan, searched.result
-  sizes, flops = tensors.layer_names(p)
+  sizes, flops = searched.sizes, searched.flops
   share = r.per_device_share
   none = flops(REMAT_POLICIES["none"])
   for rp in REMAT_POLICIES.values():
@@ -126,6 +127,20 @@ def test_the_answer_recomputes_no_more_than_the_cheapest_fitting_registry_policy
   assert fitting
   cheapest = min(x.recompute_overhead_pct for x in fitting)
   assert r.row.recompute_overhead_pct <= cheapest + 1e-6
+
+
+@pytest.mark.slow
+def test_below_full_on_a_tpu_only_offloading_fits_and_the_answer_offloads(tmp_path):
+  # TPU compiles of the tiny model (tens of seconds each on a loaded machine): slow. The
+  # placement test above holds the offload choice without a compiler.
+  p = plan(model="tiny", remat="full", batch=8, seq=1024, target="tpu:v5e-1")
+  cache = RowCache(tmp_path)
+  full, _ = _endpoints(p, cache)
+  target = dataclasses.replace(p.target, capacity_bytes=full.required_bytes - 1, capacity_note="a test's")
+  r = tensors.search_plan(dataclasses.replace(p, target=target), cache=cache)
+  assert r.offload and r.row is not None and r.row.fits
+  assert "offload" in dict(r.assignment).values() and r.host_bytes > 0 and r.host_transfer_bytes == 2 * r.host_bytes
+  assert abs(r.prediction_error_pct) <= 5
 
 
 @pytest.mark.parametrize("argv, words", [
