@@ -47,12 +47,25 @@ def _costs(**device):
 def test_placement_offloads_the_smallest_name_that_closes_the_gap_and_the_layer_input_too():
   costs = _costs(a=50, b=20, c=10, **{DECODER_LAYER_INPUT: 30})
   kept = frozenset({"a", "b", "c"})
-  assert tensors._place(kept, costs, base=100, limit=200, offload=True) == (frozenset(), 180)
-  off, predicted = tensors._place(kept, costs, base=100, limit=165, offload=True)
+  assert tensors._place(kept, costs, tensors._Line(base=100), limit=200, offload=True) == (frozenset(), 180)
+  off, predicted = tensors._place(kept, costs, tensors._Line(base=100), limit=165, offload=True)
   assert off == {"b"} and predicted == 160  # b (20) closes the gap of 15 with the fewest host bytes
-  off, predicted = tensors._place(frozenset(), costs, base=100, limit=90, offload=True)
+  off, predicted = tensors._place(frozenset(), costs, tensors._Line(base=100), limit=90, offload=True)
   assert off == {DECODER_LAYER_INPUT} and predicted == 70  # full_offloaded's move
-  assert tensors._place(kept, costs, base=100, limit=165, offload=False) is None
+  assert tensors._place(kept, costs, tensors._Line(base=100), limit=165, offload=False) is None
+
+
+def test_a_missed_compile_that_offloaded_moves_the_offload_residue_and_one_that_did_not_the_base():
+  costs = _costs(a=50, b=20, **{DECODER_LAYER_INPUT: 30})
+  line = tensors._Line(base=100)
+  offloading = tensors._Option(kept=frozenset({"a", "b"}), offloads=frozenset({"a"}), recompute=0.0, predicted=120, host=50)
+  moved = line.missed(offloading, SimpleNamespace(required_bytes=145), costs)
+  assert moved.base == 100 and moved.offload_residue == pytest.approx(0.5)  # 25 of a's 50 stayed
+  # Offloading a now frees 25 of 170, the layer input 15, b 10.
+  assert tensors._place(frozenset({"a", "b"}), costs, moved, limit=145, offload=True) == ({"a"}, 145)
+  assert tensors._place(frozenset({"a", "b"}), costs, moved, limit=130, offload=True) == ({"a", DECODER_LAYER_INPUT}, 130)
+  saving = tensors._Option(kept=frozenset({"b"}), offloads=frozenset(), recompute=0.0, predicted=120, host=0)
+  assert line.missed(saving, SimpleNamespace(required_bytes=130), costs) == tensors._Line(base=110)
 
 
 def _endpoints(p, cache):

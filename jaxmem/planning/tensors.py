@@ -149,6 +149,27 @@ def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]
   return sizes, flops
 
 
+@dataclasses.dataclass(frozen=True)
+class _Line:
+  """The prediction: ``base`` (``full``'s required bytes, moved by a missed compile of saved
+  names only) + the saved names' device bytes + ``offload_residue`` x the offloaded ones' (what
+  an offloaded value still keeps on the device: 0 until a compile that offloads says otherwise)."""
+
+  base: int
+  offload_residue: float = 0.0
+
+  def missed(self, o: _Option, row: Row, costs: dict[str, NameCost]) -> _Line:
+    """The line moved by a compile that did not fit: the miss laid on the offloaded bytes where
+    it offloaded any (the TPU compiler keeps some of them on the device), else on the base."""
+    if row.required_bytes is None or row.required_bytes <= o.predicted:
+      return self  # nothing to learn from: the search goes on to the next option
+    miss = row.required_bytes - o.predicted
+    moved = sum(costs[n].device_bytes for n in o.offloads)
+    if moved:
+      return dataclasses.replace(self, offload_residue=min(1.0, self.offload_residue + miss / moved))
+    return dataclasses.replace(self, base=self.base + miss)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Option:
   """An assignment before compiling: kept names (saved or offloaded), offloaded ones, its figures."""
@@ -164,34 +185,35 @@ class _Option:
     return assignment_name(sorted(self.kept - self.offloads), sorted(self.offloads))
 
 
-def _place(kept: frozenset[str], costs: dict[str, NameCost], base: int, limit: int, offload: bool) -> tuple[frozenset[str], int] | None:
+def _place(kept: frozenset[str], costs: dict[str, NameCost], line: _Line, limit: int, offload: bool) -> tuple[frozenset[str], int] | None:
   """The offloaded names that bring ``kept`` under ``limit`` with the fewest host bytes (greedy:
   the smallest single name that closes the gap, else the largest, again), and the prediction;
   None where nothing does. The layer input is kept by every assignment (the layer's argument)
   and can only be offloaded."""
-  predicted = base + sum(costs[n].device_bytes for n in kept)
+  predicted = line.base + sum(costs[n].device_bytes for n in kept)
+  freed = {n: round(costs[n].device_bytes * (1 - line.offload_residue)) for n in kept | {DECODER_LAYER_INPUT}}
   off: set[str] = set()
-  movable = sorted((kept | {DECODER_LAYER_INPUT}) if offload else (), key=lambda n: -costs[n].device_bytes)
+  movable = sorted(freed if offload else (), key=lambda n: -freed[n])
   while predicted > limit:
-    left = [n for n in movable if n not in off and costs[n].device_bytes > 0]
+    left = [n for n in movable if n not in off and freed[n] > 0]
     if not left:
       return None
     gap = predicted - limit
-    closing = [n for n in left if costs[n].device_bytes >= gap]
+    closing = [n for n in left if freed[n] >= gap]
     n = closing[-1] if closing else left[0]
     off.add(n)
-    predicted -= costs[n].device_bytes
+    predicted -= freed[n]
   return frozenset(off), predicted
 
 
-def _options(costs: dict[str, NameCost], base: int, limit: int, offload: bool, floor: float) -> list[_Option]:
+def _options(costs: dict[str, NameCost], line: _Line, limit: int, offload: bool, floor: float) -> list[_Option]:
   """Every kept set with its estimated recompute (``floor``, the all-saved step's, plus each
   dropped name's marginal) and placement, those that fit, least recompute first."""
   names = sorted(n for n in costs if n != DECODER_LAYER_INPUT)
   out = []
   for bits in itertools.product((False, True), repeat=len(names)):
     kept = frozenset(n for n, b in zip(names, bits, strict=True) if b)
-    placed = _place(kept, costs, base, limit, offload)
+    placed = _place(kept, costs, line, limit, offload)
     if placed is None:
       continue
     off, predicted = placed
@@ -254,25 +276,39 @@ def search_plan(
       drop = assignment_name(m for m in sizes if m not in (n, DECODER_LAYER_INPUT))
       costs[n] = dataclasses.replace(costs[n], recompute_flops=max(0.0, flops(get_remat(drop)) - all_flops))
   limit = int(p.target.capacity_bytes * (1 - margin))
-  options = _options(costs, full_row.required_bytes, limit, offload, all_flops - none_flops)
-  exact = [dataclasses.replace(o, recompute=flops(get_remat(assignment_name(o.kept))) - none_flops) for o in options[:EXACT]]
-  exact.sort(key=lambda o: (round(o.recompute), o.host, o.predicted))
-  tried, rows, chosen, offset = [], {full_row.remat: full_row, all_row.remat: all_row}, None, 0
-  for o in exact:
-    if len(rows) >= max_compiles:
-      notes.append(f"stopped at {max_compiles} compiles")
+  rows = {full_row.remat: full_row, all_row.remat: all_row}
+  line = _Line(base=full_row.required_bytes)
+  exact: dict[frozenset[str], float] = {}  # kept set -> its recompute, counted
+
+  def counted(o: _Option) -> _Option:
+    if o.kept not in exact:
+      exact[o.kept] = flops(get_remat(assignment_name(o.kept))) - none_flops
+    return dataclasses.replace(o, recompute=exact[o.kept])
+
+  tried, chosen, compiles = [], None, len(rows)
+  while compiles < max_compiles:
+    options = _options(costs, line, limit, offload, all_flops - none_flops)
+    best = sorted(map(counted, options[:EXACT]), key=lambda o: (round(o.recompute), o.host, o.predicted))
+    # Nothing kept is `full` under another name; an end point that fits is an answer already compiled.
+    known = lambda o: rows.get("full" if o.remat == assignment_name(()) else o.remat)  # noqa: E731
+    o = next((o for o in best if known(o) is None or known(o).fits), None)
+    if o is None:
       break
-    if o.predicted + offset > limit:
-      continue  # a compile that missed moved the line: this one is predicted over too
-    row = rows.get(o.remat) or compile_([o.remat])[0]
+    row = known(o)
+    if row is None:
+      row, compiles = compile_([o.remat])[0], compiles + 1
     rows[o.remat] = row
     tried.append(_tried(o, row))
     if row.fits:
       chosen = (o, row)
       break
-    if row.required_bytes is not None:
-      offset = max(offset, row.required_bytes - o.predicted)
-  return _result(p, chosen, costs, share, offload, tried, (full_row, all_row), len(rows), notes, none_flops)
+    line = line.missed(o, row, costs)
+  else:
+    notes.append(f"stopped at {max_compiles} compiles")
+  if line.offload_residue:
+    notes.append(f"an offloaded byte kept {line.offload_residue:.2f} bytes on the device in the compile that missed "
+                 "(the later predictions count it)")
+  return _result(p, chosen, costs, share, offload, tried, (full_row, all_row), compiles, notes, none_flops)
 
 
 def _share(full_row: Row, all_row: Row, sizes: dict[str, int], p: Plan, notes: list[str]) -> float:
