@@ -165,3 +165,16 @@ def test_the_cli_refuses_what_the_search_cannot_take_in_one_line(argv, words, ca
   assert main(["fit", "--model", "tiny", "--target", "cpu", *argv]) == 2
   err = capsys.readouterr().err
   assert words in err and "Traceback" not in err
+
+
+def test_the_table_and_json_say_the_assignment_its_prediction_and_each_compile(searched):
+  import json
+
+  from jaxmem.render.tensors import render_tensor_search
+
+  r = searched.result
+  text = render_tensor_search(r, "table")
+  assert f"recommendation: remat {r.remat}" in text and "end point" in text and f"{r.prediction_error_pct:+.2f}%" in text
+  (row,) = json.loads(render_tensor_search(r, "json"))["rows"]
+  assert row["remat"] == r.remat and row["compiles"] == r.compiles and row["required_bytes"] == r.row.required_bytes
+  assert set(row["assignment"]) == set(searched.sizes) and row["offload_searched"] is False

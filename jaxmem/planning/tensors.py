@@ -220,7 +220,7 @@ def _options(costs: dict[str, NameCost], line: _Line, limit: int, offload: bool,
     recompute = floor + sum(costs[n].recompute_flops for n in names if n not in kept)
     host = sum(costs[n].device_bytes for n in off)
     out.append(_Option(kept=kept, offloads=off, recompute=recompute, predicted=predicted, host=host))
-  return sorted(out, key=lambda o: (o.recompute, o.host, o.predicted))
+  return sorted(out, key=lambda o: (o.recompute, o.host, o.predicted, o.remat))  # the name: ties broken the same every run
 
 
 def search(
@@ -288,7 +288,7 @@ def search_plan(
   tried, chosen, compiles = [], None, len(rows)
   while compiles < max_compiles:
     options = _options(costs, line, limit, offload, all_flops - none_flops)
-    best = sorted(map(counted, options[:EXACT]), key=lambda o: (round(o.recompute), o.host, o.predicted))
+    best = sorted(map(counted, options[:EXACT]), key=lambda o: (round(o.recompute), o.host, o.predicted, o.remat))
     # Nothing kept is `full` under another name; an end point that fits is an answer already compiled.
     known = lambda o: rows.get("full" if o.remat == assignment_name(()) else o.remat)  # noqa: E731
     o = next((o for o in best if known(o) is None or known(o).fits), None)
