@@ -46,7 +46,7 @@ def render_tensor_search(r: Any, fmt: str) -> str:
   compiled = {row.remat: row for row in rows}
   tried = [[t.remat, _size(t.predicted_required_bytes, u.size), _size(t.required_bytes, u.size),
             "-" if t.prediction_error_pct is None else f"{t.prediction_error_pct:+.2f}%",
-            verdict_cell(compiled[t.remat], u) if t.remat in compiled else t.fits, _tflop(t.recompute_flops)]
+            verdict_cell(compiled[t.remat], u) if t.remat in compiled else {True: "yes", False: "NO"}.get(t.fits, "-"), _tflop(t.recompute_flops)]
            for t in r.tried]
   tried = [[row.remat, "end point", _size(row.required_bytes, u.size), "-", verdict_cell(row, u), "-"] for row in r.end_points] + tried
   table = tabulate(tried, headers=["remat", f"predicted {u.name}", f"compiled {u.name}", "error", "fits", "recompute TFLOP"],
