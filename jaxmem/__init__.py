@@ -56,6 +56,8 @@ from jaxmem.inference.infer import plot as plot_inference  # noqa: E402
 from jaxmem.models import PRESETS, ModelConfig, count_active_params, count_params  # noqa: E402
 from jaxmem.planning.fit import rank_configurations  # noqa: E402
 from jaxmem.planning.plan import Plan  # noqa: E402
+from jaxmem.planning.tensors import TensorSearchResult  # noqa: E402
+from jaxmem.planning.tensors import search as remat_search  # noqa: E402
 from jaxmem.planning.scale import plot as plot_scaling  # noqa: E402
 from jaxmem.planning.validate import measure_one, validate  # noqa: E402
 from jaxmem.versions import compiler_versions  # noqa: E402
@@ -78,6 +80,7 @@ __all__ = [
     "plot_inference",
     "plot_scaling",
     "rank_configurations",
+    "remat_search",
     "saved_residuals_by_policy",
     "start_distributed",
     "start_jax",
@@ -101,6 +104,7 @@ __all__ = [
     "Scaling",
     "ServingFit",
     "Target",
+    "TensorSearchResult",
     "Workload",
     "__version__",
     "analyze",

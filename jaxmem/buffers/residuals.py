@@ -186,3 +186,25 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
     choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, qk_dtype=w.qk_dtype[0])
     out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice) for rp in policies]
   return out
+
+
+def layer_step_flops(
+    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attention: AttentionChoice | None = None, moe: bool = False
+) -> float:
+  """FLOPs of one layer's forward and backward pass under ``rp`` (its recomputation included),
+  for a [batch, seq] input, counted from the jaxpr of the block's VJP
+  (:func:`jaxmem.compiler.flops.jaxpr_flops`): the step as written, before XLA. A policy's
+  recompute per layer is this minus the same under ``none``."""
+  from jaxmem.compiler.flops import jaxpr_flops  # the FLOP counter, needed here only
+
+  fn, state = _block_fn(cfg, rp, None if attention is None else attention.attend, moe=moe)
+  x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
+  k = (cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim) // 2
+  rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
+  key = (jax.eval_shape(lambda: jax.random.key(0)),) if cfg.dropout else ()
+
+  def step(layer_state, x_btd, sin, cos, *key):
+    out, vjp = jax.vjp(lambda s, x: fn(s, x, sin, cos, *key), layer_state, x_btd)
+    return vjp(out)
+
+  return jaxpr_flops(jax.make_jaxpr(step)(state, x, rope, rope, *key).jaxpr)

@@ -9,6 +9,7 @@ import jaxmem
 from jaxmem.cli import _common as c
 from jaxmem.render import tables
 from jaxmem.render.inference import render_serving
+from jaxmem.render.tensors import render_tensor_search
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
   # Searched: the dimension --over names when it is not given (an --over fit refuses is searched, so refused).
   searching = {"batch": args.batch, "seq": args.seq}.get(args.over) is None
   w = c.workload(args, seq=args.seq or 1024)
+  if jaxmem.remat.SEARCH in [n.strip() for n in str(args.remat).split(",")]:
+    return run_tensor_search(args, chosen, w, searching)
   if not searching:  # the workload fixed: every configuration compiled once, ranked
     sweep = c.Sweep(args, chosen, lambda rows: tables.render_ranked(rows, args.format))
     rows = sweep.run(lambda **callbacks: jaxmem.rank_configurations(
@@ -62,6 +65,30 @@ def run(args: argparse.Namespace) -> int:
     progress.close()
   c.emit(tables.render_fit(results, args.format), args.output)
   c.say(compiles_line(results))
+  return 0
+
+
+def run_tensor_search(args: argparse.Namespace, chosen: str | None, w: jaxmem.Workload, searching: bool) -> int:
+  """``fit --remat search``: the per-tensor assignment with the least recompute that fits, at
+  the given batch and sequence (jaxmem.planning.tensors)."""
+  if searching or args.seq is None:
+    raise jaxmem.JaxmemError("`remat search` searches the assignment at one workload: give --batch and --seq")
+  if [n.strip() for n in str(args.remat).split(",") if n.strip()] != [jaxmem.remat.SEARCH]:
+    raise jaxmem.JaxmemError("`remat search` runs alone (it compiles `full` itself); compare policies with fit --remat a,b")
+  if args.depth_probe:
+    raise jaxmem.JaxmemError("`depth_probe` is the batch search's; `remat search` compiles at full depth")
+  cache = c.cache(args)
+  progress = c.Progress(args, chosen, cache)
+  try:
+    result = jaxmem.remat_search(w, jobs=args.jobs, scheduler=args.scheduler, cache=cache,
+                           on_plan=lambda p: progress.start(None), on_row=progress.row)
+  except KeyboardInterrupt:
+    c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
+    return 130
+  finally:
+    progress.close()
+  c.emit(render_tensor_search(result, args.format), args.output)
+  c.say(f"jaxmem: {result.compiles} compiles for the per-tensor search")
   return 0
 
 

@@ -26,7 +26,7 @@ from jaxmem.program import sharding as shd
 from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
-from jaxmem.program.remat import REMAT_POLICIES, RematPolicy
+from jaxmem.program.remat import RematPolicy, get_remat
 from jaxmem.program.train import build_train_program
 from jaxmem.records import SWEPT_FIELDS, CompilerFigures, Configuration, Judgement, StepTime
 from jaxmem.workload import Workload
@@ -310,7 +310,7 @@ def row_precision(p: Plan, row: Row) -> Any:
 def program_flops(p: Plan, row: Row, remat: str) -> float:
   """The whole program's FLOPs at ``row``'s mesh, optimizer and workload, under ``remat``."""
   mesh = shd.parse_mesh(row.mesh)
-  rp = REMAT_POLICIES[remat]
+  rp = get_remat(remat)
   if p.workload.step:
     return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
   p = row_variant(p, row)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 import jax
 
 from jaxmem.errors import JaxmemError
-from jaxmem.models import AttendFn, dot_attend
+from jaxmem.models import CHECKPOINT_NAMES, AttendFn, dot_attend
 from jaxmem.models.dropout import Dropout
 from jaxmem.registry import Registry
 
@@ -212,15 +212,77 @@ REMAT_POLICIES: Registry[RematPolicy] = Registry(
 )
 
 
+# A per-tensor assignment's name (fit's per-tensor search, jaxmem.planning.tensors): the checkpoint
+# names saved on the device and those moved to host memory; every other name is recomputed.
+# "+" joins names and ":" parts (no commas: a remat list is comma separated), sorted, so one
+# assignment has one name in rows and in the row cache's key.
+ASSIGNMENT_PREFIX = "names:"
+SEARCH = "search"  # `remat search`: fit's per-tensor search, not a policy
+
+
+def assignment_name(saves: Sequence[str], offloads: Sequence[str] = ()) -> str:
+  """``names:save=a+b:offload=c`` (a part left out when empty; ``names:`` saves nothing)."""
+  parts = [f"{kind}={'+'.join(sorted(set(ns)))}" for kind, ns in (("save", saves), ("offload", offloads)) if ns]
+  return ASSIGNMENT_PREFIX + ":".join(parts)
+
+
+def assignment_policy(name: str) -> RematPolicy:
+  """The policy a ``names:save=...:offload=...`` name describes:
+  ``save_and_offload_only_these_names`` (what the ``*_offloaded`` presets use), offloaded values
+  from the device to pinned host memory. Unknown names or parts are one-line errors."""
+  chosen: dict[str, tuple[str, ...]] = {"save": (), "offload": ()}
+  for part in filter(None, name.removeprefix(ASSIGNMENT_PREFIX).split(":")):
+    kind, eq, names = part.partition("=")
+    if not eq or kind not in chosen or chosen[kind]:
+      raise JaxmemError(f"remat {name!r}: parts are save=NAME+NAME and offload=NAME+NAME, each once (got {part!r})")
+    chosen[kind] = tuple(n for n in names.split("+") if n)
+    unknown = [n for n in chosen[kind] if n not in CHECKPOINT_NAMES]
+    if unknown:
+      raise JaxmemError(f"remat {name!r}: unknown checkpoint name {unknown[0]!r}; valid: {', '.join(CHECKPOINT_NAMES)}")
+  saves, offloads = chosen["save"], chosen["offload"]
+  if set(saves) & set(offloads):
+    raise JaxmemError(f"remat {name!r}: {sorted(set(saves) & set(offloads))[0]} is both saved and offloaded")
+  canonical = assignment_name(saves, offloads)
+  if offloads:
+    policy = cp.save_and_offload_only_these_names(
+        names_which_can_be_saved=list(saves), names_which_can_be_offloaded=list(offloads),
+        offload_src="device", offload_dst="pinned_host",
+    )
+  else:
+    policy = cp.save_only_these_names(*saves)
+  return RematPolicy(
+      name=canonical, policy=policy, saves=tuple(sorted(set(saves))), offloads=tuple(sorted(set(offloads))),
+      description="a per-tensor assignment: the names saved" + (", those offloaded to host memory" if offloads else "")
+      + ", the rest recomputed",
+      needs_host_memory=bool(offloads),
+  )
+
+
+def get_remat(name: str) -> RematPolicy:
+  """A registry policy, or a per-tensor assignment by its ``names:`` name."""
+  if name.startswith(ASSIGNMENT_PREFIX):
+    return assignment_policy(name)
+  if name == SEARCH:
+    raise JaxmemError("remat search is fit's per-tensor search: `fit --remat search --batch B` (a fixed workload)")
+  return REMAT_POLICIES.get(name)
+
+
 def parse_remat(spec: str | Sequence[str], *, host_memory: bool = True) -> list[RematPolicy]:
   """``"a,b"`` or ``"all"`` to policies; ``none`` is always first (the baseline). ``all`` leaves
-  out the host-offload policies when the target has no host memory space."""
-  chosen = list(REMAT_POLICIES.parse(spec, all_filter=lambda p: host_memory or not p.needs_host_memory))
+  out the host-offload policies when the target has no host memory space. A ``names:`` part is a
+  per-tensor assignment (:func:`assignment_policy`)."""
+  parts = [spec] if isinstance(spec, str) else list(spec)
+  names = [n.strip() for p in parts for n in p.split(",") if n.strip()]
+  if any(n.startswith(ASSIGNMENT_PREFIX) or n == SEARCH for n in names):
+    chosen = list({rp.name: rp for rp in map(get_remat, names)}.values())
+  else:
+    chosen = list(REMAT_POLICIES.parse(spec, all_filter=lambda p: host_memory or not p.needs_host_memory))
   for p in chosen:
     if p.needs_host_memory and not host_memory:
+      instead = assignment_name(p.saves + p.offloads) if p.name.startswith(ASSIGNMENT_PREFIX) else on_device(p.name)
       raise JaxmemError(
           f"remat {p.name} offloads to host memory, and the target has no host memory space; "
-          f"use {on_device(p.name)}, the same policy kept on the device"
+          f"use {instead}, the same policy kept on the device"
       )
   if chosen[0].name != "none":
     chosen = [REMAT_POLICIES["none"], *[p for p in chosen if p.name != "none"]]
