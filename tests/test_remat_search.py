@@ -60,10 +60,11 @@ def test_a_missed_compile_that_offloaded_moves_the_offload_residue_and_one_that_
   line = tensors._Line(base=100)
   offloading = tensors._Option(kept=frozenset({"a", "b"}), offloads=frozenset({"a"}), recompute=0.0, predicted=120, host=50)
   moved = line.missed(offloading, SimpleNamespace(required_bytes=145), costs)
-  assert moved.base == 100 and moved.offload_residue == pytest.approx(0.5)  # 25 of a's 50 stayed
-  # Offloading a now frees 25 of 170, the layer input 15, b 10.
+  assert moved.base == 100 and moved.residue("a") == pytest.approx(0.5)  # 25 of a's 50 stayed
+  assert moved.residue("b") == 0.0 and moved.residue(DECODER_LAYER_INPUT) == 0.0  # not offloaded: not learned
+  # Offloading a now frees 25 of 170; the layer input and b, never offloaded in a miss, all of theirs.
   assert tensors._place(frozenset({"a", "b"}), costs, moved, limit=145, offload=True) == ({"a"}, 145)
-  assert tensors._place(frozenset({"a", "b"}), costs, moved, limit=130, offload=True) == ({"a", DECODER_LAYER_INPUT}, 130)
+  assert tensors._place(frozenset({"a", "b"}), costs, moved, limit=130, offload=True) == ({DECODER_LAYER_INPUT, "b"}, 120)
   saving = tensors._Option(kept=frozenset({"b"}), offloads=frozenset(), recompute=0.0, predicted=120, host=0)
   assert line.missed(saving, SimpleNamespace(required_bytes=130), costs) == tensors._Line(base=110)
 
@@ -178,3 +179,10 @@ def test_the_table_and_json_say_the_assignment_its_prediction_and_each_compile(s
   (row,) = json.loads(render_tensor_search(r, "json"))["rows"]
   assert row["remat"] == r.remat and row["compiles"] == r.compiles and row["required_bytes"] == r.row.required_bytes
   assert set(row["assignment"]) == set(searched.sizes) and row["offload_searched"] is False
+
+
+def test_a_dtype_list_is_refused_in_one_line():
+  with pytest.raises(jaxmem.JaxmemError, match="one `qk_dtype`"):
+    jaxmem.remat_search(model="tiny", target="tpu:v5e-1", batch=2, seq=128, qk_dtype="bfloat16,float32")
+  with pytest.raises(jaxmem.JaxmemError, match="outer axis"):
+    jaxmem.remat_search(model="tiny", target="tpu:v5e-1", batch=2, seq=128, dropout="0,0.1")

@@ -115,7 +115,8 @@ def check_searchable(p: Plan) -> None:
     raise JaxmemError("remat search needs jaxmem's own models (`model`): a user's step names its own checkpoints")
   for field, values in (("mesh", p.meshes), ("optimizer", p.optimizers), ("attention", p.attentions),
                         ("microbatches", p.microbatches), ("vocab_tiles", p.vocab_tiles), ("moe_impl", p.moe),
-                        ("context_strategy", p.context_strategies)):
+                        ("context_strategy", p.context_strategies), ("qk_dtype", p.qk_dtypes),
+                        ("precision", p.precisions), ("param_dtype or another outer axis", p.variants)):
     if len(values) > 1:
       raise JaxmemError(f"remat search takes one `{field}` (got {len(values)}); run it once per choice")
   if p.target.capacity_bytes is None:
@@ -130,7 +131,7 @@ def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]
   cfg, micro = p.cfg, p.microbatches[0]
   batch = max(1, p.batch // micro)
   attention = pick_attention(p.attentions[0], cfg, batch=batch, seq=p.seq, target=p.target, mesh=None,
-                             qk_dtype=p.workload.qk_dtype)
+                             qk_dtype=p.qk_dtype)
   every = get_remat(assignment_name([n for n in CHECKPOINT_NAMES if n != DECODER_LAYER_INPUT]))
   kinds = [(True, cfg.num_moe_layers), (False, cfg.num_dense_layers)] if cfg.is_moe else [(False, cfg.num_layers)]
   kinds = [(moe, n) for moe, n in kinds if n]
@@ -152,21 +153,35 @@ def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]
 @dataclasses.dataclass(frozen=True)
 class _Line:
   """The prediction: ``base`` (``full``'s required bytes, moved by a missed compile of saved
-  names only) + the saved names' device bytes + ``offload_residue`` x the offloaded ones' (what
-  an offloaded value still keeps on the device: 0 until a compile that offloads says otherwise)."""
+  names only) + the saved names' device bytes + each offloaded name's ``residue`` x its bytes
+  (what an offloaded value still keeps on the device: 0 until a compile that offloaded that name
+  says otherwise). Per name, because the compiler's residue is: on TPU, q/k/v offload cleanly
+  while the MLP's wide values and `context` (whose name splash's own residuals carry too) keep
+  about a quarter of their bytes on the device, so one figure for all mispredicts the next try."""
 
   base: int
-  offload_residue: float = 0.0
+  residues: tuple[tuple[str, float], ...] = ()  # (name, residue), for the names a miss taught
+
+  def residue(self, name: str) -> float:
+    return dict(self.residues).get(name, 0.0)
+
+  @property
+  def offload_residue(self) -> float:
+    """The largest residue learned (0: none yet), for the search's note."""
+    return max((r for _, r in self.residues), default=0.0)
 
   def missed(self, o: _Option, row: Row, costs: dict[str, NameCost]) -> _Line:
-    """The line moved by a compile that did not fit: the miss laid on the offloaded bytes where
-    it offloaded any (the TPU compiler keeps some of them on the device), else on the base."""
+    """The line moved by a compile that did not fit: the miss laid on the bytes it offloaded
+    (each of those names' residue grows by the miss over them), else on the base."""
     if row.required_bytes is None or row.required_bytes <= o.predicted:
       return self  # nothing to learn from: the search goes on to the next option
     miss = row.required_bytes - o.predicted
-    moved = sum(costs[n].device_bytes for n in o.offloads)
+    moved = sum(costs[n].device_bytes * (1 - self.residue(n)) for n in o.offloads)
     if moved:
-      return dataclasses.replace(self, offload_residue=min(1.0, self.offload_residue + miss / moved))
+      learned = dict(self.residues)
+      for n in o.offloads:
+        learned[n] = min(1.0, self.residue(n) + (1 - self.residue(n)) * miss / moved)
+      return dataclasses.replace(self, residues=tuple(sorted(learned.items())))
     return dataclasses.replace(self, base=self.base + miss)
 
 
@@ -191,7 +206,7 @@ def _place(kept: frozenset[str], costs: dict[str, NameCost], line: _Line, limit:
   None where nothing does. The layer input is kept by every assignment (the layer's argument)
   and can only be offloaded."""
   predicted = line.base + sum(costs[n].device_bytes for n in kept)
-  freed = {n: round(costs[n].device_bytes * (1 - line.offload_residue)) for n in kept | {DECODER_LAYER_INPUT}}
+  freed = {n: round(costs[n].device_bytes * (1 - line.residue(n))) for n in kept | {DECODER_LAYER_INPUT}}
   off: set[str] = set()
   movable = sorted(freed if offload else (), key=lambda n: -freed[n])
   while predicted > limit:
@@ -305,9 +320,10 @@ def search_plan(
     line = line.missed(o, row, costs)
   else:
     notes.append(f"stopped at {max_compiles} compiles")
-  if line.offload_residue:
-    notes.append(f"an offloaded byte kept {line.offload_residue:.2f} bytes on the device in the compile that missed "
-                 "(the later predictions count it)")
+  if line.residues:
+    kept = ", ".join(f"{n} {r:.2f}" for n, r in line.residues)
+    notes.append(f"bytes an offloaded byte kept on the device in the compiles that missed, per name: {kept} "
+                 "(the later predictions count them)")
   return _result(p, chosen, costs, share, offload, tried, (full_row, all_row), compiles, notes, none_flops)
 
 
