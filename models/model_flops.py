@@ -5,18 +5,23 @@ Training (PaLM, Chowdhery et al. 2022, appendix B: 6N + 12LHQT FLOPs per token; 
 2020, section 2.1, has the same 6N with the backward pass at twice the forward, and counts the
 attention scores QK^T alone):
 
-  model FLOPs = 6 * N * T + 6 * L * T * S * H * (dqk + dv)
+  model FLOPs = 6 * N * T + c * 6 * L * T * S * H * (dqk + dv)
 
 with T tokens in the step (batch x seq), N the parameters a token's matrix products use (see
 :func:`matmul_params`), L layers, S the sequence length, H query heads and dqk, dv their query/key
 and value widths. With dqk = dv = Q the attention term is PaLM's 12 * L * H * Q * T per token of
 an S-token sequence: QK^T and AV are 2 * S * H * Q FLOPs each per token forward, times 3 for
-forward and backward. The causal mask is not halved out (PaLM's and Kaplan's convention, and
-MaxText's ``calculate_tflops_training_per_device`` until its July 2025 change, which halved it):
-the MFU published with MaxText's v5p/v5e configurations was formed so.
+forward and backward. ``c`` is 1/2 for a causal model (``causal=True``, what rows use): a token
+attends to the positions before it, half the scores on average, and the fused kernels skip the
+masked blocks, so a step can run fewer FLOPs than the unhalved count and an MFU formed with it
+would read above 100% (MaxText halved it in ``calculate_tflops_training_per_device`` in July
+2025 for that reason). ``causal=False`` is PaLM's and Kaplan's convention and MaxText's before
+that change: the MFU published with MaxText's v5p/v5e configurations was formed so, and the
+calibration against it uses it.
 
-Inference runs the forward pass only: 2 * N * T + 2 * L * T * S * H * (dqk + dv), T the tokens the
-step produces (prefill: batch x prompt, S the prompt; decode: batch, S the cache length).
+Inference runs the forward pass only: 2 * N * T + c * 2 * L * T * S * H * (dqk + dv), T the
+tokens the step produces (prefill: batch x prompt, S the prompt, c = 1/2 as above; decode:
+batch, S the cache length, each new token attending to all of it: c = 1).
 
 Recomputation (remat) is not model work: it is in the program's FLOPs (the rows' ``flops``) and
 not here, so MFU falls as remat recomputes more, as it should.
@@ -56,15 +61,19 @@ def weight_flops(cfg: ModelConfig, *, tokens: int, training: bool) -> float:
   return (6.0 if training else 2.0) * matmul_params(cfg) * tokens
 
 
-def training_flops(cfg: ModelConfig, *, batch: int, seq: int) -> float:
-  """Model FLOPs of one training step of ``batch`` sequences of ``seq`` tokens (module docstring)."""
+def training_flops(cfg: ModelConfig, *, batch: int, seq: int, causal: bool = True) -> float:
+  """Model FLOPs of one training step of ``batch`` sequences of ``seq`` tokens (module
+  docstring; ``causal=False``: the attention term not halved, PaLM's convention)."""
   tokens = batch * seq
   dqk, dv = _head_widths(cfg)
-  return 6.0 * matmul_params(cfg) * tokens + 6.0 * cfg.num_layers * tokens * seq * cfg.num_heads * (dqk + dv)
+  c = 0.5 if causal else 1.0
+  return 6.0 * matmul_params(cfg) * tokens + c * 6.0 * cfg.num_layers * tokens * seq * cfg.num_heads * (dqk + dv)
 
 
-def inference_flops(cfg: ModelConfig, *, tokens: int, context: int) -> float:
+def inference_flops(cfg: ModelConfig, *, tokens: int, context: int, causal: bool = False) -> float:
   """Model FLOPs of one forward step producing ``tokens`` tokens, each attending to ``context``
-  positions (module docstring)."""
+  positions (module docstring): ``causal`` for a prefill, whose tokens attend to the prompt
+  before them; a decode step's token attends to the whole cache."""
   dqk, dv = _head_widths(cfg)
-  return 2.0 * matmul_params(cfg) * tokens + 2.0 * cfg.num_layers * tokens * context * cfg.num_heads * (dqk + dv)
+  c = 0.5 if causal else 1.0
+  return 2.0 * matmul_params(cfg) * tokens + c * 2.0 * cfg.num_layers * tokens * context * cfg.num_heads * (dqk + dv)

@@ -88,8 +88,10 @@ def test_model_flops_are_6nt_plus_attention():
   assert n == count_active_params(cfg) - cfg.vocab_size * cfg.d_model  # the lookup table is no matmul
   t, s = 8 * 2048, 2048
   attn = 12 * cfg.num_layers * t * s * cfg.num_heads * cfg.head_dim  # PaLM appendix B
-  assert training_flops(cfg, batch=8, seq=s) == pytest.approx(6 * n * t + attn)
-  assert inference_flops(cfg, tokens=t, context=s) == pytest.approx((6 * n * t + attn) / 3)
+  assert training_flops(cfg, batch=8, seq=s, causal=False) == pytest.approx(6 * n * t + attn)
+  assert training_flops(cfg, batch=8, seq=s) == pytest.approx(6 * n * t + attn / 2)  # the causal half
+  assert inference_flops(cfg, tokens=t, context=s) == pytest.approx((6 * n * t + attn) / 3)  # decode: all of it
+  assert inference_flops(cfg, tokens=t, context=s, causal=True) == pytest.approx((6 * n * t + attn / 2) / 3)
   moe = get_config("mixtral-8x7b")
   assert matmul_params(moe) < count_params(moe) / 3  # the k routed experts a token uses, not all
 
@@ -230,3 +232,13 @@ def test_prefill_is_compute_bound_and_decode_memory_bound():
   assert pre.arithmetic_intensity > pre.ridge_point > dec.arithmetic_intensity
   assert pre.bound == "compute" and dec.bound == "memory"
   assert dec.time_per_output_token_s == dec.step_time_s and pre.time_per_output_token_s is None
+
+
+@pytest.mark.needs_tpu_compiler
+def test_model_flops_never_exceed_what_a_causal_kernel_runs():
+  """tiny at seq 1024 with splash, no remat: the kernel skips the masked blocks, so the program
+  runs fewer FLOPs than the unhalved attention count; the rows' causal count stays under it (an
+  MFU formed with the unhalved one could read above 100% on a compute-bound step)."""
+  (row,) = sweep.compare(model="tiny", target="tpu:v5e-1", remat="none", batch=2, seq=1024, cache=False)
+  assert row.attention == "splash" and row.flops is not None
+  assert row.model_flops <= row.flops < training_flops(get_config("tiny"), batch=2, seq=1024, causal=False)

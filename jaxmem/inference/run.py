@@ -130,7 +130,7 @@ def run_infer_config(
   outcome = compile_figures(
       program.step.trace(*program.args), p.target, args=program.args, notes=notes,
       lowering_context=None if choice is None else choice.lowering(),
-      work=Work(tokens=tokens, model_flops=inference_flops(cfg, tokens=tokens, context=context),
+      work=Work(tokens=tokens, model_flops=inference_flops(cfg, tokens=tokens, context=context, causal=phase == "prefill"),
                 floor_flops=weight_flops(cfg, tokens=tokens, training=False)),
   )
   fields = outcome.row_fields()
