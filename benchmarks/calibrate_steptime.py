@@ -61,6 +61,8 @@ def run(name: str, remat_override: str | None = None) -> dict:
       "name": name, "target": target, "mesh": row.mesh, "remat": remat, "attention": row.attention, "batch": batch,
       "layers": layers, "params": count_params(cfg), **{k: getattr(row, k) for k in FIELDS},
       "measured_step_s": measured, "ratio": row.step_time_s / measured, "published_mfu": mfu,
+      # The row's MFU with the unhalved count the published figures used (the row's own halves it).
+      "mfu_unhalved": None if row.mfu is None else row.mfu * model_flops / row.model_flops,
       "published_tflops": tflops, "wall_s": wall, "versions": row.versions,
   }
 
