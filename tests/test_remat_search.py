@@ -186,3 +186,14 @@ def test_a_dtype_list_is_refused_in_one_line():
     jaxmem.remat_search(model="tiny", target="tpu:v5e-1", batch=2, seq=128, qk_dtype="bfloat16,float32")
   with pytest.raises(jaxmem.JaxmemError, match="outer axis"):
     jaxmem.remat_search(model="tiny", target="tpu:v5e-1", batch=2, seq=128, dropout="0,0.1")
+
+
+def test_an_assignment_whose_offloaded_bytes_exceed_the_hosts_share_is_not_an_option():
+  costs = _costs(a=50, b=20, **{DECODER_LAYER_INPUT: 30})
+  line = tensors._Line(base=100)
+  free = tensors._options(costs, line, limit=110, offload=True, floor=0.0)
+  assert any(o.host > 40 for o in free)  # with the host unbounded some option offloads over 40
+  capped = tensors._options(costs, line, limit=110, offload=True, floor=0.0, host_limit=40)
+  assert capped and all(o.host <= 40 for o in capped)
+  assert tensors._runs(SimpleNamespace(fits=True, host_fits=None))
+  assert not tensors._runs(SimpleNamespace(fits=True, host_fits=False))

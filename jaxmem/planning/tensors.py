@@ -221,9 +221,12 @@ def _place(kept: frozenset[str], costs: dict[str, NameCost], line: _Line, limit:
   return frozenset(off), predicted
 
 
-def _options(costs: dict[str, NameCost], line: _Line, limit: int, offload: bool, floor: float) -> list[_Option]:
+def _options(
+    costs: dict[str, NameCost], line: _Line, limit: int, offload: bool, floor: float, host_limit: float | None = None,
+) -> list[_Option]:
   """Every kept set with its estimated recompute (``floor``, the all-saved step's, plus each
-  dropped name's marginal) and placement, those that fit, least recompute first."""
+  dropped name's marginal) and placement, those that fit (on the device, and their offloaded
+  bytes under ``host_limit`` where the host's memory is known), least recompute first."""
   names = sorted(n for n in costs if n != DECODER_LAYER_INPUT)
   out = []
   for bits in itertools.product((False, True), repeat=len(names)):
@@ -234,6 +237,8 @@ def _options(costs: dict[str, NameCost], line: _Line, limit: int, offload: bool,
     off, predicted = placed
     recompute = floor + sum(costs[n].recompute_flops for n in names if n not in kept)
     host = sum(costs[n].device_bytes for n in off)
+    if host_limit is not None and host > host_limit:
+      continue
     out.append(_Option(kept=kept, offloads=off, recompute=recompute, predicted=predicted, host=host))
   return sorted(out, key=lambda o: (o.recompute, o.host, o.predicted, o.remat))  # the name: ties broken the same every run
 
@@ -291,6 +296,11 @@ def search_plan(
       drop = assignment_name(m for m in sizes if m not in (n, DECODER_LAYER_INPUT))
       costs[n] = dataclasses.replace(costs[n], recompute_flops=max(0.0, flops(get_remat(drop)) - all_flops))
   limit = int(p.target.capacity_bytes * (1 - margin))
+  # The host's share of RAM per device (jaxmem.compiler.hostmem), where published: an assignment
+  # whose offloaded bytes exceed it cannot run either. `host_scale` is what a compile said of the
+  # host bytes against their listing (the compiler's host temporaries carry more than the names).
+  host_cap = p.target.host_capacity_bytes if offload else None
+  host_scale = 1.0
   rows = {full_row.remat: full_row, all_row.remat: all_row}
   line = _Line(base=full_row.required_bytes)
   exact: dict[frozenset[str], float] = {}  # kept set -> its recompute, counted
@@ -302,11 +312,12 @@ def search_plan(
 
   tried, chosen, compiles = [], None, len(rows)
   while compiles < max_compiles:
-    options = _options(costs, line, limit, offload, all_flops - none_flops)
+    host_limit = None if host_cap is None else host_cap * (1 - margin) / host_scale
+    options = _options(costs, line, limit, offload, all_flops - none_flops, host_limit)
     best = sorted(map(counted, options[:EXACT]), key=lambda o: (round(o.recompute), o.host, o.predicted, o.remat))
     # Nothing kept is `full` under another name; an end point that fits is an answer already compiled.
     known = lambda o: rows.get("full" if o.remat == assignment_name(()) else o.remat)  # noqa: E731
-    o = next((o for o in best if known(o) is None or known(o).fits), None)
+    o = next((o for o in best if known(o) is None or _runs(known(o))), None)
     if o is None:
       break
     row = known(o)
@@ -314,9 +325,12 @@ def search_plan(
       row, compiles = compile_([o.remat])[0], compiles + 1
     rows[o.remat] = row
     tried.append(_tried(o, row))
-    if row.fits:
+    if _runs(row):
       chosen = (o, row)
       break
+    if row.fits and o.host:  # fits the device, not the host: the host bytes were under-listed
+      host_scale = max(host_scale, (row.host_total_bytes or 0) / o.host)
+      continue
     line = line.missed(o, row, costs)
   else:
     notes.append(f"stopped at {max_compiles} compiles")
@@ -325,6 +339,11 @@ def search_plan(
     notes.append(f"bytes an offloaded byte kept on the device in the compiles that missed, per name: {kept} "
                  "(the later predictions count them)")
   return _result(p, chosen, costs, share, offload, tried, (full_row, all_row), compiles, notes, none_flops)
+
+
+def _runs(row: Row) -> bool:
+  """Fits the device, and the host where its memory is known (``host_fits`` None: unknown or nothing offloaded)."""
+  return bool(row.fits) and row.host_fits is not False
 
 
 def _share(full_row: Row, all_row: Row, sizes: dict[str, int], p: Plan, notes: list[str]) -> float:
