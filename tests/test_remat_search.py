@@ -28,7 +28,7 @@ def test_an_assignment_has_one_name_and_its_policy_saves_and_offloads_those_name
     ("names:save=mlpwii", "unknown checkpoint name 'mlpwii'"),
     ("names:keep=context", "parts are save="),
     ("names:save=context:offload=context", "both saved and offloaded"),
-    ("search", "fit --remat search"),
+    ("search", "fit.s per-tensor search"),
 ])
 def test_a_bad_assignment_is_one_line(spec, words):
   with pytest.raises(JaxmemError, match=words):

@@ -263,7 +263,8 @@ def get_remat(name: str) -> RematPolicy:
   if name.startswith(ASSIGNMENT_PREFIX):
     return assignment_policy(name)
   if name == SEARCH:
-    raise JaxmemError("remat search is fit's per-tensor search: `fit --remat search --batch B` (a fixed workload)")
+    raise JaxmemError("`remat` search is fit's per-tensor search (`jaxmem.remat_search`, or fit with `remat` search "
+                      "and a fixed `batch` and `seq`), not a policy")
   return REMAT_POLICIES.get(name)
 
 
