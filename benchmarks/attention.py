@@ -24,7 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
-from jaxmem.compiler.targets import get_target  # noqa: E402
+from jaxmem.hardware.targets import get_target  # noqa: E402
 from jaxmem.program.sharding import mesh_axes  # noqa: E402
 
 from jaxmem.models.attention_registry import IMPLEMENTATIONS, AttentionShapes, choose_attention  # noqa: E402

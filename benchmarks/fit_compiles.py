@@ -30,7 +30,7 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxmem.compiler.targets import get_target  # noqa: E402
+from jaxmem.hardware.targets import get_target  # noqa: E402
 from jaxmem.planning import fit  # noqa: E402
 from jaxmem.planning.boundary import Probe, row_probe  # noqa: E402
 from jaxmem.planning.cache import RowCache  # noqa: E402

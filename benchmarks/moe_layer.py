@@ -37,7 +37,7 @@ from flax import nnx  # noqa: E402
 from jaxmem.models import get_config  # noqa: E402
 from jaxmem.models.layers import DEFAULT_INIT, no_constraint  # noqa: E402
 from jaxmem.models.moe import MoE  # noqa: E402
-from jaxmem.compiler.targets import get_target  # noqa: E402
+from jaxmem.hardware.targets import get_target  # noqa: E402
 
 GIB = 2**30
 

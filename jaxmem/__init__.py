@@ -18,11 +18,11 @@ with _quiet():
   import jax as _jax  # noqa: F401
 
 # Nothing here configures JAX or the environment: the functions below start JAX on first use
-# (jaxmem/compiler/startup.py), so importing jaxmem leaves the user's process as it was.
+# (jaxmem/hardware/startup.py), so importing jaxmem leaves the user's process as it was.
 from jaxmem.compiler.analysis import analyze  # noqa: E402
 from jaxmem.compiler.optimes import OpTime, OpTimes, op_times  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
-from jaxmem.compiler.targets import Target, target  # noqa: E402
+from jaxmem.hardware.targets import Target, target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
 from jaxmem.buffers.analyse import Explanation  # noqa: E402
 from jaxmem.buffers.explain import explain  # noqa: E402
@@ -48,8 +48,8 @@ from jaxmem.workload import Workload  # noqa: E402
 # calls besides the functions above: sweep callbacks' plan, the row cache, process start-up, the
 # extra sections and plots of compare, infer and scale, listings and versions.
 from jaxmem.buffers.residuals import saved_residuals_by_policy  # noqa: E402
-from jaxmem.compiler.startup import start_distributed, start_jax, started  # noqa: E402
-from jaxmem.compiler.targets import cpu_devices_needed, default_target_name, list_targets  # noqa: E402
+from jaxmem.hardware.startup import start_distributed, start_jax, started  # noqa: E402
+from jaxmem.hardware.targets import cpu_devices_needed, default_target_name, list_targets  # noqa: E402
 from jaxmem.inference.estimate import estimate_vs_compiler, estimates  # noqa: E402
 from jaxmem.inference.infer import InferWorkload, kv_cache_table, training_vs_inference  # noqa: E402
 from jaxmem.inference.infer import plot as plot_inference  # noqa: E402

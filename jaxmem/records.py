@@ -220,12 +220,12 @@ class Judgement(Record):
   ``capacity_bytes`` (:attr:`jaxmem.compiler.report.MemoryReport.required_bytes`; for a refusal,
   the figure it gives); ``fits`` compares the two, and ``verdict`` (``yes``, ``at risk``, ``NO``),
   ``margin_bytes`` (capacity - required) and ``risk_bytes`` (what the runtime may hold beside
-  the program) say how closely (:mod:`jaxmem.compiler.margin`). ``error``: the compiler's refusal,
+  the program) say how closely (:mod:`jaxmem.hardware.margin`). ``error``: the compiler's refusal,
   or ``None``; ``notes``: why a figure is ``None``, what the figures leave out.
 
   The host's side, for a program that keeps bytes in host memory (remat offload:
   ``host_total_bytes``): ``host_capacity_bytes`` the host RAM per device
-  (:mod:`jaxmem.compiler.hostmem`), ``host_fits`` whether ``host_total_bytes`` fits it and
+  (:mod:`jaxmem.hardware.hostmem`), ``host_fits`` whether ``host_total_bytes`` fits it and
   ``host_verdict`` (``yes``, ``NO``); all ``None`` for a program with no host bytes, or where
   the host's RAM is unknown (a note says why). They never enter ``fits``."""
 

@@ -26,7 +26,7 @@ from jaxmem.program.step import step_spec
 from jaxmem.records import Record
 
 if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved config or target
-  from jaxmem.compiler.targets import Target
+  from jaxmem.hardware.targets import Target
   from jaxmem.models import ModelConfig
 
 DEFAULT_REMAT = ("none", "dots_saveable", "full")
@@ -149,7 +149,7 @@ class BaseWorkload(Record):
   ``float32_qk_product=False``: scores in the compute dtype) and/or ``float32``. ``dtype`` ``None``
   keeps the model's (bfloat16). ``model`` may be a preset name or a
   :class:`~jaxmem.models.ModelConfig`; ``target`` a name or a
-  :class:`~jaxmem.compiler.targets.Target`.
+  :class:`~jaxmem.hardware.targets.Target`.
   """
 
   model: str | ModelConfig = "gpt2-small"

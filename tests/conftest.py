@@ -61,8 +61,8 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
   # Before fixtures are set up, so a skipped test never starts its module's compile.
-  from jaxmem.compiler.gpu import gpu_compiler_available
-  from jaxmem.compiler.tpu import tpu_compiler_available
+  from jaxmem.hardware.gpu import gpu_compiler_available
+  from jaxmem.hardware.tpu import tpu_compiler_available
 
   if item.get_closest_marker("needs_tpu_compiler") is not None:
     ok, why = tpu_compiler_available()

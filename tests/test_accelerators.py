@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxmem.compiler.availability import CompilerAvailability
-from jaxmem.compiler.capacity import usable_hbm_bytes
-from jaxmem.compiler.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices, gpu_target_config
-from jaxmem.compiler.oom import OutOfMemory, parse_oom
-from jaxmem.compiler.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
+from jaxmem.hardware.availability import CompilerAvailability
+from jaxmem.hardware.capacity import usable_hbm_bytes
+from jaxmem.hardware.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices, gpu_target_config
+from jaxmem.hardware.oom import OutOfMemory, parse_oom
+from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.compiler.report import Refusal
 from jaxmem.errors import JaxmemError
 
@@ -275,9 +275,9 @@ def test_nothing_reaches_stderr(tmp_path):
       os.environ["JAX_PLATFORMS"] = "cpu"
       import jax  # its own import noise is the caller's business
       print("MARK", file=sys.stderr, flush=True)
-      from jaxmem.compiler.capacity import usable_hbm_bytes
-      from jaxmem.compiler.gpu import gpu_compiler_available, gpu_devices
-      from jaxmem.compiler.tpu import tpu_compiler_available, tpu_devices
+      from jaxmem.hardware.capacity import usable_hbm_bytes
+      from jaxmem.hardware.gpu import gpu_compiler_available, gpu_devices
+      from jaxmem.hardware.tpu import tpu_compiler_available, tpu_devices
       from jaxmem.errors import JaxmemError
       tpu_compiler_available(); gpu_compiler_available()
       tpu_devices("v5e", 4); tpu_devices("v4", 8); usable_hbm_bytes("v5e")

@@ -39,9 +39,9 @@ from jaxmem.models import (
 from jaxmem.models import attention_kernels as kernels
 from jaxmem.program.sharding import mesh_axes
 
-from jaxmem.compiler.gpu import gpu_compiler_available
-from jaxmem.compiler.tpu import tpu_compiler_available
-from jaxmem.compiler import targets as tg
+from jaxmem.hardware.gpu import gpu_compiler_available
+from jaxmem.hardware.tpu import tpu_compiler_available
+from jaxmem.hardware import targets as tg
 
 TPU_OK, TPU_WHY = tpu_compiler_available()
 GPU_OK, GPU_WHY = gpu_compiler_available("h100")

@@ -70,7 +70,7 @@ def test_bad_input_one_line_no_traceback(argv, match, capsys):
 
 
 def test_validate_without_accelerator_says_so(capsys):
-  from jaxmem.compiler.startup import attached_accelerator_present
+  from jaxmem.hardware.startup import attached_accelerator_present
 
   if attached_accelerator_present():
     pytest.skip("an accelerator is attached")

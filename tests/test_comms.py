@@ -141,7 +141,7 @@ def _accelerator_scans(devices_fn):
 
 @pytest.mark.needs_tpu_compiler
 def test_tpu_v5e_scan():
-  from jaxmem.compiler.tpu import tpu_devices
+  from jaxmem.hardware.tpu import tpu_devices
 
   two, six = _accelerator_scans(lambda: tpu_devices("v5e", 8))
   # TPU leaves known_trip_count out: the count is derived from the loop's condition and body.
@@ -166,7 +166,7 @@ def test_tpu_expert_mesh_all_to_all_with_splash_attention(compile_one):
 
 @pytest.mark.needs_gpu_compiler("h100")
 def test_gpu_h100_scan():
-  from jaxmem.compiler.gpu import gpu_devices
+  from jaxmem.hardware.gpu import gpu_devices
 
   two, six = _accelerator_scans(lambda: gpu_devices("h100", 8))
   assert two.notes == six.notes == ()

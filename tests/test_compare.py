@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from jaxmem.compiler.tpu import tpu_compiler_available
+from jaxmem.hardware.tpu import tpu_compiler_available
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 from jaxmem.planning import sweep as cmp

@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import choose_attention, get_config
 from jaxmem.models.attention_registry import AttentionShapes

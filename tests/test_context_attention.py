@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.comms import collectives
 from jaxmem.models import choose_attention, get_config
@@ -253,7 +253,7 @@ def test_an_unknown_strategy_is_one_line_naming_the_valid_ones():
 def test_cudnn_under_all_gather_compiles_to_cudnn_calls_for_gpu():
   from jax.sharding import NamedSharding, PartitionSpec
 
-  from jaxmem.compiler.targets import target
+  from jaxmem.hardware.targets import target
 
   jmesh = target("gpu:a800x8").mesh({"context": 8})
   attend = ctx.ContextAttend("all_gather", "cudnn", jmesh, shd.mesh_axes(jmesh))

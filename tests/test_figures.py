@@ -41,7 +41,7 @@ def _compile_calls(path: pathlib.Path) -> list[int]:
 def test_the_compiler_is_called_from_one_module():
   calls = {str(p.relative_to(ROOT.parent)): _compile_calls(p) for p in ROOT.rglob("*.py")}
   calls = {p: lines for p, lines in calls.items() if lines}
-  assert list(calls) == ["jaxmem/compiler/xla.py"], calls
+  assert list(calls) == ["jaxmem/xla.py"], calls
 
 
 def _no_compile(monkeypatch):

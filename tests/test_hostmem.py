@@ -1,13 +1,13 @@
-"""The host's memory per target (jaxmem.compiler.hostmem): every TPU generation and GPU part names
+"""The host's memory per target (jaxmem.hardware.hostmem): every TPU generation and GPU part names
 the machine that carries it and where its RAM is published, or why none is; a device's share is
 the host's RAM over the devices it carries; host bytes are judged against that share alone."""
 
 import pytest
 
-from jaxmem.compiler import hostmem
-from jaxmem.compiler.gpu import GPU_SPECS
-from jaxmem.compiler.targets import get_target
-from jaxmem.compiler.tpu import TPU_GENERATIONS
+from jaxmem.hardware import hostmem
+from jaxmem.hardware.gpu import GPU_SPECS
+from jaxmem.hardware.targets import get_target
+from jaxmem.hardware.tpu import TPU_GENERATIONS
 
 
 @pytest.mark.parametrize("spec", [*TPU_GENERATIONS.values(), *GPU_SPECS.values()], ids=lambda s: s.name)

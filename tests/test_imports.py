@@ -89,7 +89,7 @@ def test_the_graph_sees_the_library():
   # one nested in a block among them.
   assert "jaxmem.planning.sweep" in graph["jaxmem.planning.fit"]
   assert "jaxmem.models.config" in graph["jaxmem.models"]  # from .config import ...
-  assert "jaxmem.compiler.targets" in graph["jaxmem.workload"]  # under `if TYPE_CHECKING:`
+  assert "jaxmem.hardware.targets" in graph["jaxmem.workload"]  # under `if TYPE_CHECKING:`
   assert len(graph) > 40
 
 

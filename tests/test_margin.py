@@ -1,5 +1,5 @@
 """Whether a program fits, judged on the device's memory alone and against what the runtime holds
-beside it (jaxmem.compiler.margin): host-offloaded bytes stay out of ``required_bytes``, and a
+beside it (jaxmem.hardware.margin): host-offloaded bytes stay out of ``required_bytes``, and a
 row whose margin is under the runtime's terms is "at risk"."""
 
 import dataclasses
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from jaxmem.compiler import margin
+from jaxmem.hardware import margin
 from jaxmem.compiler.report import device_required
-from jaxmem.compiler.targets import target
+from jaxmem.hardware.targets import target
 
 
 def test_verdict_is_no_past_capacity_at_risk_inside_the_runtime_terms_else_yes():

@@ -13,7 +13,7 @@ import jax
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.targets import get_target
 from jaxmem.models import get_config
 from jaxmem.models.attention_kernels import cudnn_version
 from jaxmem.models.mesh_axes import MeshAxes

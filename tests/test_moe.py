@@ -453,8 +453,8 @@ def test_experts_hook_runs_dropless_per_shard():
 
 @functools.cache
 def _compiler(target: str) -> tuple[bool, str]:
-  from jaxmem.compiler.gpu import gpu_compiler_available
-  from jaxmem.compiler.tpu import tpu_compiler_available
+  from jaxmem.hardware.gpu import gpu_compiler_available
+  from jaxmem.hardware.tpu import tpu_compiler_available
 
   return tpu_compiler_available() if target.startswith("tpu") else gpu_compiler_available("h100")
 
@@ -466,7 +466,7 @@ def test_both_implementations_compile_for_accelerator_targets(target):
   ok, why = _compiler(target)
   if not ok:
     pytest.skip(f"{target} compiler unavailable: {why}")
-  from jaxmem.compiler.targets import get_target
+  from jaxmem.hardware.targets import get_target
 
   device = jax.sharding.SingleDeviceSharding(get_target(target).devices()[0])
   cfgs = [get_config("tiny-moe", moe_impl=impl) for impl in IMPLS]

@@ -7,8 +7,8 @@ import pytest
 
 import jaxmem
 from jaxmem.cli import main
-from jaxmem.compiler.peaks import target_peaks
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.peaks import target_peaks
+from jaxmem.hardware.targets import get_target
 from jaxmem.hlo.comms import collectives_from_hlo
 from jaxmem.hlo.ops import hlo_costs
 from jaxmem.hlo.traffic import traffic

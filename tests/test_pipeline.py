@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import Transformer, get_config
 from jaxmem.models.pipeline import Pipeline, bubble_fraction, in_flight_1f1b, storage_order

@@ -13,7 +13,7 @@ import pytest
 import jaxmem
 from jaxmem.cli import main
 from jaxmem.compiler.figures import shape_argument_bytes
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.targets import get_target
 from jaxmem.models import get_config
 from jaxmem.planning import search, sweep
 from jaxmem.program import sharding as shd

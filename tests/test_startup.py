@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from jaxmem.compiler import cuda_plugin, gpu
+from jaxmem.hardware import cuda_plugin, gpu
 from jaxmem.errors import JaxmemError
 
 ANALYZE = """
@@ -87,7 +87,7 @@ SLOW = ("compare", "explain", "infer", "scale")  # below them, Target.devices an
 )
 def test_every_entry_point_starts_jax_on_the_cpu_quietly(entry):
   if entry == "target":
-    from jaxmem.compiler.tpu import tpu_compiler_available
+    from jaxmem.hardware.tpu import tpu_compiler_available
 
     if not tpu_compiler_available():
       pytest.skip("needs libtpu")
@@ -153,7 +153,7 @@ def test_a_bad_xla_flag_is_one_line_before_anything_compiles(flags, said):
 
 
 def test_good_xla_flags_pass_the_check(monkeypatch):
-  from jaxmem.compiler import startup
+  from jaxmem.hardware import startup
 
   monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_autotune_level=2")
   startup.check_xla_flags()  # no error; and a library caller gets the error as an exception:

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from jaxmem.compiler.peaks import target_peaks
+from jaxmem.hardware.peaks import target_peaks
 from jaxmem.compiler.steptime import Work, estimate
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.targets import get_target
 from jaxmem.hlo.traffic import traffic
 from jaxmem.inference import infer
 from jaxmem.models import count_active_params, count_params, get_config

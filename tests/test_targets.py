@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 
 from jaxmem.cli import main
-from jaxmem.compiler.availability import CompilerAvailability
-from jaxmem.compiler.gpu import GPU_SPECS, gpu_compiler_available
-from jaxmem.compiler.tpu import tpu_compiler_available
-from jaxmem.compiler import targets as tg
+from jaxmem.hardware.availability import CompilerAvailability
+from jaxmem.hardware.gpu import GPU_SPECS, gpu_compiler_available
+from jaxmem.hardware.tpu import tpu_compiler_available
+from jaxmem.hardware import targets as tg
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 from jaxmem.planning import sweep

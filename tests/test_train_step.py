@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from jaxmem.cli import main
-from jaxmem.compiler.gpu import gpu_compiler_available
-from jaxmem.compiler.tpu import tpu_compiler_available
+from jaxmem.hardware.gpu import gpu_compiler_available
+from jaxmem.hardware.tpu import tpu_compiler_available
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
 from jaxmem.buffers.residuals import saved_residuals_by_policy
 from jaxmem.inference.infer import infer

@@ -9,12 +9,12 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.compiler.gpu import gpu_compiler_available
-from jaxmem.compiler.tpu import tpu_compiler_available
+from jaxmem.hardware.gpu import gpu_compiler_available
+from jaxmem.hardware.tpu import tpu_compiler_available
 from jaxmem.buffers import xprof
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import DumpFormatError, read_dump
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.targets import get_target
 from xprof_server import XprofServer  # tests/xprof_server.py
 
 GPU_OK, GPU_WHY = gpu_compiler_available("h100")

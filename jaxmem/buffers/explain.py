@@ -28,7 +28,7 @@ from jaxmem.buffers.xprof import DUMP_AS_PROTO, OptimizedHlo, read_optimized_hlo
 from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import Refusal
-from jaxmem.compiler.targets import Target
+from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.planning.plan import one_of_each, plan

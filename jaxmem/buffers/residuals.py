@@ -24,8 +24,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
 
-from jaxmem.compiler.startup import start_jax
-from jaxmem.compiler.targets import cpu_devices_needed, get_target
+from jaxmem.hardware.startup import start_jax
+from jaxmem.hardware.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
 from jaxmem.models.dropout import Dropout

@@ -222,7 +222,7 @@ def workload(args: argparse.Namespace, cls: type[Workload] = Workload, **overrid
 
 def start(target: str | None, *, distributed: bool = False) -> None:
   """Starts JAX for the CLI before anything else touches it (simulated CPU devices for a
-  ``cpu:N`` target; see :func:`jaxmem.compiler.startup.start_jax`)."""
+  ``cpu:N`` target; see :func:`jaxmem.hardware.startup.start_jax`)."""
   if distributed:
     jaxmem.start_distributed()
   jaxmem.start_jax(jaxmem.cpu_devices_needed([target or ""]))

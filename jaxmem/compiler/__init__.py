@@ -1,8 +1,7 @@
 """Compiling for a target and reading what the compiler says.
 
-``startup`` (starting JAX for what jaxmem does), ``tpu`` and ``gpu`` (compile-only TPU and GPU
-devices), ``cuda_plugin`` (registering the CUDA plugin late), ``availability`` (whether a
-target's compiler works here), ``capacity`` (usable memory per device), ``oom`` (reading
-out-of-memory messages), ``targets`` (named device sets and their capacity), ``analysis`` (:func:`analyze`),
-``report`` (reading ``memory_analysis()``; a refused compile), ``flops`` (counting from the jaxpr).
+``analysis`` (:func:`analyze`), ``figures`` (one compile and its figures), ``report`` (reading
+``memory_analysis()``; a refused compile), ``flops`` (counting from the jaxpr), ``steptime`` and
+``optimes`` (step time from the compiler's figures and the target's peaks). What a target is lives
+in :mod:`jaxmem.hardware`; the one call of XLA's compiler in :mod:`jaxmem.xla`.
 """

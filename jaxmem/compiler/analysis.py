@@ -18,8 +18,8 @@ from jax.sharding import NamedSharding, PartitionSpec, Sharding
 from jaxmem.compiler.figures import Figures, compile_figures
 from jaxmem.compiler.steptime import Work
 from jaxmem.compiler.report import MemoryReport, Refusal
-from jaxmem.compiler.startup import start_jax
-from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target
+from jaxmem.hardware.startup import start_jax
+from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
 
 

@@ -14,7 +14,7 @@ them, and a refusal reads the same everywhere:
    program cannot fit, and it is refused without compiling (a compile of a program many times
    the device's memory can take minutes and the host's memory).
 3. The program is lowered (in ``lowering_context``: an attention kernel's, say) and compiled
-   (:func:`jaxmem.compiler.xla.compile_timed`, with ``compiler_options`` for a dump), and the
+   (:func:`jaxmem.xla.compile_timed`, with ``compiler_options`` for a dump), and the
    executable read (:func:`jaxmem.compiler.report.read_compiled`). A compile the backend refuses
    is a :class:`~jaxmem.compiler.report.Refusal`, not an exception, so a sweep goes on.
 4. The step's time is estimated from those figures and the target's published peaks
@@ -36,13 +36,13 @@ from typing import Any
 import jax
 
 from jaxmem.compiler.flops import jaxpr_flops
-from jaxmem.compiler.hostmem import HostVerdict, judge_host
-from jaxmem.compiler.margin import NO, Verdict
+from jaxmem.hardware.hostmem import HostVerdict, judge_host
+from jaxmem.hardware.margin import NO, Verdict
 from jaxmem.compiler.optimes import per_op
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
 from jaxmem.compiler.steptime import Work, estimate
-from jaxmem.compiler.targets import Target
-from jaxmem.compiler.xla import compile_timed
+from jaxmem.hardware.targets import Target
+from jaxmem.xla import compile_timed
 from jaxmem.records import Record, StepTime
 from jaxmem.versions import compiler_versions
 
@@ -55,7 +55,7 @@ HOST_MEMORY_KINDS = ("pinned_host",)  # on a CPU device "unpinned_host" is its o
 class Figures(Record):
   """A compiled program's figures as a row takes them: the report (compiler, communication and
   FLOPs fields), the target's capacity, what must fit in it and the verdict (whether it does,
-  with its margin and the runtime's risk terms: :mod:`jaxmem.compiler.margin`), the step-time
+  with its margin and the runtime's risk terms: :mod:`jaxmem.hardware.margin`), the step-time
   estimate, and the notes (the caller's, the capacity's, the report's, the estimate's)."""
 
   report: MemoryReport

@@ -33,7 +33,7 @@ and XLA reports the sizes of that one program):
 - ``required_bytes``: what must fit in the device's memory: the peak, at most ``total_bytes``
   (:func:`device_required`; a row whose peak is above says so in a note), else ``total_bytes``.
   :meth:`MemoryReport.judge` sets it against a capacity: ``fits``, the ``verdict`` (``yes``,
-  ``at risk``, ``NO``), ``margin_bytes`` and ``risk_bytes`` (:mod:`jaxmem.compiler.margin`).
+  ``at risk``, ``NO``), ``margin_bytes`` and ``risk_bytes`` (:mod:`jaxmem.hardware.margin`).
 - ``flops``: the step's floating-point operations per device: counted from the jaxpr that is
   lowered, with scanned layers multiplied by their count (XLA's cost analysis counts a loop body
   once), times the share of the program one device runs (see
@@ -70,9 +70,9 @@ from typing import Any
 
 import jax
 
-from jaxmem.compiler.oom import parse_oom
+from jaxmem.hardware.oom import parse_oom
 from jaxmem.compiler.flops import compiled_flops, jaxpr_flops, per_device_flops
-from jaxmem.compiler.margin import NO, Verdict, judge, risk_bytes
+from jaxmem.hardware.margin import NO, Verdict, judge, risk_bytes
 from jaxmem.hlo.ops import HloCosts, hlo_costs_of_module
 from jaxmem.hlo.text import parse_module
 from jaxmem.hlo.traffic import Traffic
@@ -123,7 +123,7 @@ class MemoryReport(CompilerFigures):
 
   def judge(self, capacity: int | None) -> Verdict:
     """Whether the program fits ``capacity`` bytes per device, with its margin and the runtime's
-    risk terms (:mod:`jaxmem.compiler.margin`)."""
+    risk terms (:mod:`jaxmem.hardware.margin`)."""
     risk = risk_bytes(
         self.platform, capacity=capacity, argument=self.argument_size_in_bytes, output=self.output_size_in_bytes,
         alias=self.alias_size_in_bytes, generated_code=self.generated_code_size_in_bytes,

@@ -1,6 +1,6 @@
 """The roofline estimate of a compiled step's time per device (:class:`jaxmem.records.StepTime`).
 
-Terms (per device; peaks: :mod:`jaxmem.compiler.peaks`):
+Terms (per device; peaks: :mod:`jaxmem.hardware.peaks`):
 
   compute_time_s = flops / peak_flops          (the row's flops: the program's, remat included)
   memory_time_s  = bytes_accessed / hbm_bandwidth   (HBM traffic: :mod:`jaxmem.hlo.traffic`)
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmem.compiler.peaks import target_peaks
-from jaxmem.compiler.targets import Target
+from jaxmem.hardware.peaks import target_peaks
+from jaxmem.hardware.targets import Target
 from jaxmem.records import Record, StepTime
 
 TERMS = ("compute", "memory", "comm")

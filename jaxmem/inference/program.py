@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.compiler.targets import Target
+from jaxmem.hardware.targets import Target
 from jaxmem.inference import quant
 from jaxmem.models import CACHE_AXES, MLA_CACHE_AXES, AttentionChoice, ModelConfig, cache_bytes, cache_class
 from jaxmem.program import sharding as shd

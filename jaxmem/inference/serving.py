@@ -35,8 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxmem.compiler.figures import shape_argument_bytes
-from jaxmem.compiler.startup import start_jax
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.startup import start_jax
+from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.inference.program import build_infer_program

@@ -13,8 +13,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem.compiler.startup import start_jax
-from jaxmem.compiler.targets import Target
+from jaxmem.hardware.startup import start_jax
+from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig

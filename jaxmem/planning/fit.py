@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem.compiler.margin import AT_RISK
+from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.models import context_attention as ctx
 from jaxmem.models.attention_registry import AUTO, AUTO_PREFERENCE, FALLBACK

@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, with_capacity
+from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with_capacity
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
 from jaxmem.models.config import MOE_IMPLS

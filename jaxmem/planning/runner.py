@@ -5,7 +5,7 @@ a Dask cluster.
 and hashable for the cache) and the function that runs one (``run(task) -> row dict``, a
 module-level function so that worker processes can import it: the sweep's
 :func:`jaxmem.planning.sweep.run_task`). Workers start JAX the way the CLI does
-(:func:`jaxmem.compiler.startup.start_jax`). Every finished row goes to the cache at once, so an
+(:func:`jaxmem.hardware.startup.start_jax`). Every finished row goes to the cache at once, so an
 interrupted sweep resumes where it stopped.
 """
 
@@ -17,7 +17,7 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from jaxmem.compiler.startup import chosen_platforms, start_jax
+from jaxmem.hardware.startup import chosen_platforms, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Task

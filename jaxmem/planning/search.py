@@ -35,8 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxmem.compiler.figures import shape_argument_bytes
-from jaxmem.compiler.margin import AT_RISK
-from jaxmem.compiler.peaks import target_peaks
+from jaxmem.hardware.margin import AT_RISK
+from jaxmem.hardware.peaks import target_peaks
 from jaxmem.compiler.report import fits as fits_in
 from jaxmem.errors import JaxmemError
 from jaxmem.inference.estimate import activation_bytes_per_layer

@@ -14,7 +14,7 @@ from typing import Any
 
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
-from jaxmem.compiler.startup import start_jax
+from jaxmem.hardware.startup import start_jax
 from jaxmem.compiler.steptime import Work
 from jaxmem.models import get_attention
 from jaxmem.models.model_flops import training_flops, weight_flops

@@ -296,7 +296,7 @@ def search_plan(
       drop = assignment_name(m for m in sizes if m not in (n, DECODER_LAYER_INPUT))
       costs[n] = dataclasses.replace(costs[n], recompute_flops=max(0.0, flops(get_remat(drop)) - all_flops))
   limit = int(p.target.capacity_bytes * (1 - margin))
-  # The host's share of RAM per device (jaxmem.compiler.hostmem), where published: an assignment
+  # The host's share of RAM per device (jaxmem.hardware.hostmem), where published: an assignment
   # whose offloaded bytes exceed it cannot run either. `host_scale` is what a compile said of the
   # host bytes against their listing (the compiler's host temporaries carry more than the names).
   host_cap = p.target.host_capacity_bytes if offload else None

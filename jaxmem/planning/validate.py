@@ -23,8 +23,8 @@ import jax
 
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.report import Refusal
-from jaxmem.compiler.startup import start_distributed, start_jax
-from jaxmem.compiler.targets import get_target
+from jaxmem.hardware.startup import start_distributed, start_jax
+from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.plan import Plan, moe_config, one_of_each, plan
 from jaxmem.planning.sweep import moe_fields

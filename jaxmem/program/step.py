@@ -10,7 +10,7 @@ It is called with the global ``batch``, the sequence length ``seq`` and ``remat`
 ``jax.checkpoint`` policy the sweep is at (``None`` for no remat, the baseline), and, where its
 signature takes them, ``mesh`` (a ``jax.sharding.Mesh`` over the target's devices, with the
 sweep's axes: ``fsdp`` over every device unless ``--mesh`` says otherwise) and ``target`` (the
-:class:`~jaxmem.compiler.targets.Target`). It returns ``(fn, args, jit_kwargs)``: what
+:class:`~jaxmem.hardware.targets.Target`). It returns ``(fn, args, jit_kwargs)``: what
 :func:`jaxmem.analyze` compiles. ``args`` are usually ``jax.ShapeDtypeStruct``\\ s, sharded with
 ``NamedSharding`` over ``mesh`` (:func:`jaxmem.fsdp_shardings` shards any tree FSDP-style).
 

@@ -51,7 +51,7 @@ from jaxmem.program import precision as prec
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
-from jaxmem.compiler.targets import Target
+from jaxmem.hardware.targets import Target
 
 
 @functools.lru_cache(maxsize=16)

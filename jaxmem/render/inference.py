@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem.compiler.margin import AT_RISK, NO, YES
+from jaxmem.hardware.margin import AT_RISK, NO, YES
 from jaxmem.inference.estimate import Estimate
 from jaxmem.inference.infer import InferRow
 from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, render_csv, render_records, verdict_cell
@@ -58,7 +58,7 @@ def _table_records(dicts: Sequence[dict[str, Any]], keys: Sequence[str], u: Unit
         label = k.replace("_size_in_bytes", "").replace("_in_bytes", "").replace("_bytes", "")
         r[f"{label} {u.name}"] = u(v)
       elif k == "fits":
-        # infer's rows carry the verdict (yes, at risk, NO: jaxmem.compiler.margin); others only fits.
+        # infer's rows carry the verdict (yes, at risk, NO: jaxmem.hardware.margin); others only fits.
         verdict = d.get("verdict") if d.get("verdict") in (YES, AT_RISK, NO) else None
         r[k] = verdict or ("-" if v is None else ("yes" if v else "NO"))
       elif isinstance(v, float):

@@ -8,7 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from jaxmem.compiler.margin import AT_RISK
+from jaxmem.hardware.margin import AT_RISK
 from jaxmem.render.figures import save_figure
 from jaxmem.render.tables import check_format, envelope, markup, render_csv, verdict_cell
 from jaxmem.render.units import percent, seconds, unit_for

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 from tabulate import tabulate
 
-from jaxmem.compiler.margin import AT_RISK
+from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.records import SWEPT_FIELDS
 from jaxmem.render.units import Unit, percent, seconds, unit_for

@@ -1,8 +1,8 @@
 """A target's published peak figures per device: what the step-time estimate divides by.
 
 The figures themselves live with each part's specification, each with its datasheet cited:
-TPU generations in :data:`jaxmem.compiler.tpu.TPU_GENERATIONS` (per chip, from the Cloud TPU
-pages), NVIDIA parts in :data:`jaxmem.compiler.gpu.GPU_SPECS` (dense tensor-core peaks). This
+TPU generations in :data:`jaxmem.hardware.tpu.TPU_GENERATIONS` (per chip, from the Cloud TPU
+pages), NVIDIA parts in :data:`jaxmem.hardware.gpu.GPU_SPECS` (dense tensor-core peaks). This
 module turns them into one device's share (a TPU7x chip is two JAX devices, each with half the
 chip) and says which link a collective crosses:
 
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmem.compiler.gpu import GPU_SPECS
-from jaxmem.compiler.targets import Target
-from jaxmem.compiler.tpu import TPU_GENERATIONS
+from jaxmem.hardware.gpu import GPU_SPECS
+from jaxmem.hardware.targets import Target
+from jaxmem.hardware.tpu import TPU_GENERATIONS
 from jaxmem.records import Record
 
 

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 import jax
 from jax.experimental import topologies
 
-from jaxmem.compiler.availability import AVAILABLE, CompilerAvailability, first_line, quietly
-from jaxmem.compiler.hostmem import GB, HostSpec
-from jaxmem.compiler.startup import start_jax
+from jaxmem.hardware.availability import AVAILABLE, CompilerAvailability, first_line, quietly
+from jaxmem.hardware.hostmem import GB, HostSpec
+from jaxmem.hardware.startup import start_jax
 from jaxmem.errors import JaxmemError
 
 _GiB = 1 << 30
@@ -65,14 +65,14 @@ class TpuGeneration:
   chip_config_name: str | None = None  # passed to libtpu when not None ("megacore" for v4)
   aliases: tuple[str, ...] = field(default=())  # other names users type: "v5litepod"
   # Peak figures per chip, as the generation's Cloud TPU page publishes them (cited in the table
-  # below); what the step-time estimate divides by (jaxmem.compiler.peaks). None: not published.
+  # below); what the step-time estimate divides by (jaxmem.hardware.peaks). None: not published.
   peak_bf16_flops_per_chip: float | None = None
   peak_8bit_ops_per_chip: float | None = None  # int8 TOPS (v5e, v6e) or fp8 TFLOPS (v5p, v7x)
   hbm_bandwidth_per_chip: float | None = None  # bytes per second
   ici_bandwidth_per_chip: float | None = None  # bytes per second, both directions together
   dcn_bandwidth_per_chip: float | None = None  # bytes per second
   # The TPU VM that carries the slice's chips: chips per host and its RAM, with the page that
-  # publishes them (jaxmem.compiler.hostmem: what offloaded bytes are held against).
+  # publishes them (jaxmem.hardware.hostmem: what offloaded bytes are held against).
   host: HostSpec | None = None
 
   def __post_init__(self):

@@ -12,7 +12,7 @@ Names:
   count TensorCores (v5p-8 is 4 chips, 4 JAX devices), v5e and v6e names count chips. Several
   slices (multi-slice over DCN) with ``slices=N``.
 - ``gpu:NAME`` or ``gpu:NAMExN``: N GPUs (``gpu:h100x8``), compiled by XLA's CUDA compiler
-  without a GPU from a target description of the part (:mod:`jaxmem.compiler.gpu`); more than
+  without a GPU from a target description of the part (:mod:`jaxmem.hardware.gpu`); more than
   8 devices are laid out as hosts of 8 (``gpu:h100x16`` is two 8-GPU hosts).
 
 ``capacity_bytes`` is the memory per device a program may use: TPU, what the compiler itself
@@ -33,12 +33,12 @@ import jax
 import numpy as np
 from jax.experimental import mesh_utils
 
-from jaxmem.compiler.availability import CompilerAvailability
-from jaxmem.compiler.capacity import usable_hbm_bytes
-from jaxmem.compiler.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices
-from jaxmem.compiler.hostmem import host_share
-from jaxmem.compiler.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
-from jaxmem.compiler.startup import attached_accelerator_present, start_jax
+from jaxmem.hardware.availability import CompilerAvailability
+from jaxmem.hardware.capacity import usable_hbm_bytes
+from jaxmem.hardware.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices
+from jaxmem.hardware.hostmem import host_share
+from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
+from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.records import Record
 from jaxmem.render.units import GiB
@@ -63,7 +63,7 @@ class Target:
   capacity_note: str | None = None  # where capacity_bytes comes from, or why it is None
   hbm_bytes: int | None = None  # memory per device by the public specification
   has_host_memory: bool = True  # a host memory space for remat offload
-  # Host RAM per device (the host's RAM over the devices it carries: jaxmem.compiler.hostmem),
+  # Host RAM per device (the host's RAM over the devices it carries: jaxmem.hardware.hostmem),
   # what offloaded bytes are held against; None where unknown, and the note says why.
   host_capacity_bytes: int | None = None
   host_capacity_note: str | None = None

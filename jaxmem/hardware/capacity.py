@@ -17,10 +17,10 @@ import functools
 
 import jax.numpy as jnp
 
-from jaxmem.compiler import tpu
-from jaxmem.compiler.availability import compile_probe, quietly
-from jaxmem.compiler.gpu import GPU_SPECS
-from jaxmem.compiler.oom import parse_oom
+from jaxmem.hardware import tpu
+from jaxmem.hardware.availability import compile_probe, quietly
+from jaxmem.hardware.gpu import GPU_SPECS
+from jaxmem.hardware.oom import parse_oom
 from jaxmem.errors import JaxmemError
 
 

@@ -17,7 +17,7 @@ topologies, the capacity probe). What the user did first decides the rest (check
 - A JAX array first (a model's constructor calls ``PRNGKey``): JAX's plugin discovery ran with
   every platform allowed, the CUDA plugin failed its CUDA runtime check and never registered
   (JAX prints that, as it does without jaxmem). GPU targets still work:
-  :mod:`jaxmem.compiler.cuda_plugin` registers the plugin late, for its compile-only topology.
+  :mod:`jaxmem.hardware.cuda_plugin` registers the plugin late, for its compile-only topology.
   TPU targets never depended on the order (libtpu is loaded on demand).
 
 Worker processes (``--jobs``) are started with the parent's platform list explicitly

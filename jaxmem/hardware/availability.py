@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmem._quiet import quiet
-from jaxmem.compiler.xla import compile_timed
+from jaxmem.xla import compile_timed
 
 
 class CompilerAvailability(NamedTuple):

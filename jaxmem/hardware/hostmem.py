@@ -4,7 +4,7 @@ on the bytes a step keeps there (remat offload's pinned host memory).
 A remat policy that offloads moves residuals from the device's memory to the host's; the
 compiler reports them in the ``host_*`` fields (``host_total_bytes``), never part of what must
 fit on the device. They must fit on the host instead. Each target spec (a TPU generation in
-:mod:`jaxmem.compiler.tpu`, a GPU part in :mod:`jaxmem.compiler.gpu`) carries a
+:mod:`jaxmem.hardware.tpu`, a GPU part in :mod:`jaxmem.hardware.gpu`) carries a
 :class:`HostSpec`: the machine type that carries it, how many accelerators one such host has,
 its RAM, and the page that publishes the figure (``None`` with the reason where none is
 published).

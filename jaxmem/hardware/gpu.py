@@ -5,7 +5,7 @@ What was established (jax/jaxlib 0.10.2 and 0.12.0.1, jax-cuda12-plugin, 2-core 
 
   * ``get_topology_desc(platform="cuda", target_config=TEXT, topology="SxHxD")`` (slices x hosts x
     devices per host) gives compile-only devices; hosts show up as ``process_index``. It needs the
-    CUDA plugin registered, which :mod:`jaxmem.compiler.cuda_plugin` sees to.
+    CUDA plugin registered, which :mod:`jaxmem.hardware.cuda_plugin` sees to.
   * Compiling needs a CUDA toolkit on the machine even without a GPU: without ptxas/nvlink the
     compile fails "UNAVAILABLE: No PTX compilation provider is available", and without libdevice any
     transcendental fails "INTERNAL: libdevice not found". The machine this was checked on has
@@ -18,7 +18,7 @@ What was established (jax/jaxlib 0.10.2 and 0.12.0.1, jax-cuda12-plugin, 2-core 
   * A GPU ``compile()`` prints nothing, except that a program whose arguments and outputs exceed
     80% of ``device_memory_size`` makes ``gpu_hlo_schedule.cc`` log ``The byte size of
     input/output arguments (N) exceeds the base limit (M)`` at ERROR level on fd 2 and the compile
-    still succeeds: callers compile under ``quiet()`` (:func:`jaxmem.compiler.oom.parse_oom` reads
+    still succeeds: callers compile under ``quiet()`` (:func:`jaxmem.hardware.oom.parse_oom` reads
     that line if they keep it).
   * Timings (2 cores): first topology 0.02 s, later ones under 1 ms; 1024x4096 @ 4096x4096 bf16
     over H100x2 compiled in 0.18 s the first time and 0.07 s after; the availability probe takes
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 from jax.experimental import topologies
 
-from jaxmem.compiler import cuda_plugin
-from jaxmem.compiler.availability import AVAILABLE, CompilerAvailability, compile_probe, first_line, quietly
-from jaxmem.compiler.hostmem import GB, HostSpec
-from jaxmem.compiler.startup import start_jax
+from jaxmem.hardware import cuda_plugin
+from jaxmem.hardware.availability import AVAILABLE, CompilerAvailability, compile_probe, first_line, quietly
+from jaxmem.hardware.hostmem import GB, HostSpec
+from jaxmem.hardware.startup import start_jax
 from jaxmem.errors import JaxmemError
 
 
@@ -63,12 +63,12 @@ class GpuSpec:
   nvlink_bandwidth: int
   accelerated_features: bool = False # sm_90a / sm_100a: arch-specific instructions (wgmma, tcgen05)
   # Dense (no structured sparsity) tensor-core peaks, FLOP/s, from the datasheets cited per part:
-  # what the step-time estimate divides by (jaxmem.compiler.peaks). peak_8bit_ops: fp8 where the
+  # what the step-time estimate divides by (jaxmem.hardware.peaks). peak_8bit_ops: fp8 where the
   # part has it (Hopper, Blackwell), else int8 (Ampere). None: not published.
   peak_bf16_flops: float | None = None
   peak_8bit_ops: float | None = None
   # The machine that carries 8 of the part: its GPUs and RAM, with the page that publishes them
-  # (jaxmem.compiler.hostmem: what offloaded bytes are held against).
+  # (jaxmem.hardware.hostmem: what offloaded bytes are held against).
   host: HostSpec | None = None
 
 

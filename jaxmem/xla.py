@@ -1,7 +1,7 @@
 """The one call of XLA's compiler in jaxmem: a lowered program compiled, timed, its log kept quiet.
 
 Every command reaches it through :func:`jaxmem.compiler.figures.compile_figures`; the capacity
-probes of :mod:`jaxmem.compiler.availability` call it directly (they want the refusal itself,
+probes of :mod:`jaxmem.hardware.availability` call it directly (they want the refusal itself,
 not figures). Nothing here imports the rest of jaxmem but the quieting of fd 2, so any module
 can use it without an import cycle.
 """
