@@ -20,7 +20,7 @@ import time
 from jaxmem.models import count_params, get_config
 from jaxmem.models.model_flops import training_flops
 from jaxmem.planning import sweep
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 
 SEQ = 2048
 # name: (target, mesh, remat, layers, emb, heads, mlp, per-device batch, chips,

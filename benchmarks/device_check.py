@@ -61,7 +61,7 @@ def cases(models: Sequence[tuple[str, int, int]] = CASES, remats: Sequence[str] 
 def planned(cs: Sequence[Case], target: str) -> list[dict[str, Any]]:
   """The configurations the check runs, planned for ``target`` (a target name: on the device
   validate plans for ``attached``), without compiling anything."""
-  from jaxmem.planning.plan import plan
+  from jaxmem.resolve import plan
   from jaxmem.program.sharding import format_mesh
   from jaxmem.program.train import pick_attention
   from jaxmem.workload import Workload

@@ -33,8 +33,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from jaxmem.hardware.targets import get_target  # noqa: E402
 from jaxmem.planning import fit  # noqa: E402
 from jaxmem.planning.boundary import Probe, row_probe  # noqa: E402
-from jaxmem.planning.cache import RowCache  # noqa: E402
-from jaxmem.planning.plan import plan  # noqa: E402
+from jaxmem.cache import RowCache  # noqa: E402
+from jaxmem.resolve import plan  # noqa: E402
 from jaxmem.planning.sweep import run_rows  # noqa: E402
 from jaxmem.program import sharding as shd  # noqa: E402
 from jaxmem.versions import compiler_versions, describe  # noqa: E402

@@ -25,7 +25,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from jaxmem.models import get_config  # noqa: E402
 from jaxmem.planning import fit, sweep  # noqa: E402
-from jaxmem.planning.plan import plan  # noqa: E402
+from jaxmem.resolve import plan  # noqa: E402
 from jaxmem.render.units import unit_for  # noqa: E402
 from jaxmem.versions import compiler_versions, describe  # noqa: E402
 

@@ -28,8 +28,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import dataclasses  # noqa: E402
 
 from jaxmem.planning import fit as fitting  # noqa: E402
-from jaxmem.planning.cache import RowCache  # noqa: E402
-from jaxmem.planning.plan import plan  # noqa: E402
+from jaxmem.cache import RowCache  # noqa: E402
+from jaxmem.resolve import plan  # noqa: E402
 from jaxmem.planning.runner import run_tasks  # noqa: E402
 from jaxmem.planning.sweep import row_from_dict, run_task  # noqa: E402
 

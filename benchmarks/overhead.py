@@ -31,8 +31,8 @@ import jax  # noqa: E402
 
 from jaxmem.models import get_config  # noqa: E402
 from jaxmem.planning import sweep  # noqa: E402
-from jaxmem.planning.cache import RowCache  # noqa: E402
-from jaxmem.planning.plan import plan  # noqa: E402
+from jaxmem.cache import RowCache  # noqa: E402
+from jaxmem.resolve import plan  # noqa: E402
 from jaxmem.program import train  # noqa: E402
 
 

@@ -26,11 +26,11 @@ from jaxmem.hardware.targets import Target, target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
 from jaxmem.buffers.analyse import Explanation  # noqa: E402
 from jaxmem.buffers.explain import explain  # noqa: E402
-from jaxmem.buffers.timeline import plot_timeline, timeline_text  # noqa: E402
-from jaxmem.inference.estimate import Estimate, estimate  # noqa: E402
+from jaxmem.render.timeline import plot_timeline, timeline_text  # noqa: E402
+from jaxmem.planning.estimate import Estimate, estimate  # noqa: E402
 from jaxmem.inference.infer import InferRow, infer  # noqa: E402
 from jaxmem.inference.serving import ServingFit, fit_serving  # noqa: E402
-from jaxmem.planning.cache import RowCache  # noqa: E402
+from jaxmem.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
 from jaxmem.planning.search import PlanResult, plan  # noqa: E402
@@ -50,15 +50,15 @@ from jaxmem.workload import Workload  # noqa: E402
 from jaxmem.buffers.residuals import saved_residuals_by_policy  # noqa: E402
 from jaxmem.hardware.startup import start_distributed, start_jax, started  # noqa: E402
 from jaxmem.hardware.targets import cpu_devices_needed, default_target_name, list_targets  # noqa: E402
-from jaxmem.inference.estimate import estimate_vs_compiler, estimates  # noqa: E402
+from jaxmem.planning.estimate import estimate_vs_compiler, estimates  # noqa: E402
 from jaxmem.inference.infer import InferWorkload, kv_cache_table, training_vs_inference  # noqa: E402
-from jaxmem.inference.infer import plot as plot_inference  # noqa: E402
+from jaxmem.render.infer_plot import plot as plot_inference  # noqa: E402
 from jaxmem.models import PRESETS, ModelConfig, count_active_params, count_params  # noqa: E402
 from jaxmem.planning.fit import rank_configurations  # noqa: E402
-from jaxmem.planning.plan import Plan  # noqa: E402
+from jaxmem.resolve import Plan  # noqa: E402
 from jaxmem.planning.tensors import TensorSearchResult  # noqa: E402
 from jaxmem.planning.tensors import search as remat_search  # noqa: E402
-from jaxmem.planning.scale import plot as plot_scaling  # noqa: E402
+from jaxmem.render.scale_plot import plot as plot_scaling  # noqa: E402
 from jaxmem.planning.validate import measure_one, validate  # noqa: E402
 from jaxmem.versions import compiler_versions  # noqa: E402
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from jaxmem.errors import JaxmemError
-from jaxmem.program.sharding import format_mesh
+from jaxmem.mesh import format_mesh
 from jaxmem.program.step import step_spec
 from jaxmem.records import Record
 
@@ -33,7 +33,7 @@ DEFAULT_REMAT = ("none", "dots_saveable", "full")
 # The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
 PRECISION_AXES = ("master_dtype", "moments_dtype", "grad_reduce_dtype")
 # The options that change the model's config or the whole step's layout: each is one value, or a
-# tuple of values, which jaxmem.planning.plan.plan sweeps as a plan per combination.
+# tuple of values, which jaxmem.resolve.plan sweeps as a plan per combination.
 OUTER_AXES = ("param_dtype", "dtype", "dropout", "sequence_parallel", "pipeline_microbatches", "pipeline_repeats")
 
 
@@ -47,7 +47,7 @@ def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
 
 def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
   """A sweep axis of whole numbers (``"1,4"``, ``4``, ``[1, "4"]``) as a tuple; entries that are
-  not whole numbers stay as written, for :func:`jaxmem.planning.plan.plan` to refuse in one line."""
+  not whole numbers stay as written, for :func:`jaxmem.resolve.plan` to refuse in one line."""
   if v is None:
     return ()
   parts = [v] if isinstance(v, (int, str)) else list(v)
@@ -162,7 +162,7 @@ class BaseWorkload(Record):
   qk_dtype: tuple[str, ...] = ("bfloat16",)
   # --- mixture of experts (issue 11): sweep axes, for MoE models only (an error otherwise) ---
   # moe_impl: dropless and/or capacity; empty means the model's own (dropless), except on GPU
-  # targets, where capacity (jaxmem.planning.plan.moe_config says why), and except when only
+  # targets, where capacity (jaxmem.resolve.moe_config says why), and except when only
   # capacity factors are given, which imply capacity. capacity_factor: the capacity path's slots
   # per expert over its fair share; empty means the model's (1.25).
   moe_impl: tuple[str, ...] = ()
@@ -238,7 +238,7 @@ class Workload(BaseWorkload):
   ``param_dtype``, ``dtype``, ``dropout``, ``sequence_parallel``, ``pipeline_microbatches`` and
   ``pipeline_repeats`` (:data:`OUTER_AXES`) are each one value, or several (a tuple, or
   ``"bfloat16,float32"``): the sweep is then planned once per combination of them
-  (:func:`jaxmem.planning.plan.plan`), each its own rows.
+  (:func:`jaxmem.resolve.plan`), each its own rows.
   """
 
   seq: int = 1024

@@ -84,7 +84,7 @@ def compile_one():
   """``compile_one(remat=..., **fields)``: the one configuration of ``plan(**fields)`` under that
   remat policy, compiled without the no-remat baseline ``compare`` adds beside it."""
   from jaxmem.planning import sweep
-  from jaxmem.planning.plan import plan
+  from jaxmem.resolve import plan
 
   def run(*, remat: str, **fields):
     p = plan(**fields, remat=remat)

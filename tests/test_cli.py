@@ -83,7 +83,7 @@ def test_validate_measure_runs_real_steps_on_cpu():
   # The measuring half of validate, on the CPU: the step really runs, and the CPU's missing
   # peak counter is reported as such rather than as a number.
   from jaxmem.planning import validate
-  from jaxmem.planning.plan import plan
+  from jaxmem.resolve import plan
 
   p = plan(model="tiny", batch=2, seq=16, remat="full", optimizer="adamw", target="cpu")
   m = validate.measure(p, p.meshes[0], p.optimizers[0], p.remats[-1], steps=2)

@@ -8,8 +8,8 @@ from jaxmem.hardware.tpu import tpu_compiler_available
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 from jaxmem.planning import sweep as cmp
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import plan
+from jaxmem.cache import RowCache
+from jaxmem.resolve import plan
 from jaxmem.program import optimizers, remat
 
 # Tiny but with enough sequence that activations, not workspace, dominate the temporaries.

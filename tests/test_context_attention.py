@@ -19,7 +19,7 @@ from jaxmem.models import context_attention as ctx
 from jaxmem.models.attention_ops import dot_attend
 from jaxmem.models.attention_registry import AttentionShapes
 from jaxmem.planning.fit import MAX_STEPS, seq_step
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import parse_remat
 

@@ -6,7 +6,7 @@ import pytest
 
 from jaxmem.models import get_config
 from jaxmem.planning import depth, sweep
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 
 # Three architectures, each with a full stack twice the deeper probe: a Llama-style dense model,
 # GPT-2 (learned positions, LayerNorm, GELU MLP) and DeepSeek-style MLA with a dense first layer

@@ -14,7 +14,7 @@ from jaxmem.cli import _common as c
 from jaxmem.errors import JaxmemError
 from jaxmem.inference.workload import plan_infer
 from jaxmem.planning import sweep
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.render import tables
 
 TINY = dict(model="tiny", target="cpu", batch=2, seq=16, remat="none")
@@ -146,7 +146,7 @@ def test_an_outer_sweep_plans_every_combination():
       (d, r) for d in ("bfloat16", "float32") for r in (0.0, 0.1)}
   assert len({t.cache_key() for t in tasks}) == len(tasks) == 4
   # Each task's plan is its own combination's: the model it builds has that dtype and dropout.
-  from jaxmem.planning.plan import for_task
+  from jaxmem.resolve import for_task
 
   for t in tasks:
     one = for_task(p, t)[0]

@@ -1,10 +1,10 @@
-"""jaxmem.inference.estimate: the closed forms, the seeds' figures from the presets, and the compiler side by side."""
+"""jaxmem.planning.estimate: the closed forms, the seeds' figures from the presets, and the compiler side by side."""
 
 from __future__ import annotations
 
 import pytest
 
-from jaxmem.inference import estimate as est
+from jaxmem.planning import estimate as est
 from jaxmem.errors import JaxmemError
 from jaxmem.models import count_params, get_config
 

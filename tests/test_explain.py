@@ -12,7 +12,7 @@ from jaxmem.render.explain import (
   residuals_table,
 )
 from jaxmem.buffers.residuals import saved_residuals_by_policy
-from jaxmem.buffers.timeline import plot_timeline, timeline_text
+from jaxmem.render.timeline import plot_timeline, timeline_text
 
 
 # Each configuration compiles once per module; its tests share the Explanation.

@@ -18,7 +18,7 @@ from jaxmem.compiler.figures import NOT_COMPILED, SPLIT_EVENLY, shape_argument_b
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import infer as inf
 from jaxmem.planning import sweep
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Communication
 from jaxmem.render.inference import render_infer

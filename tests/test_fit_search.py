@@ -10,8 +10,8 @@ import pytest
 from jaxmem.models import get_config
 from jaxmem.planning import fit, sweep
 from jaxmem.planning.boundary import Boundary
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import plan
+from jaxmem.cache import RowCache
+from jaxmem.resolve import plan
 
 def _plan(cfg=None):
   # The host CPU's compiler (the fastest here), with a capacity set to three times what batch 1

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+import jaxmem
 from jaxmem.inference import infer, quant
 from jaxmem.program import sharding as shd
 from jaxmem.errors import JaxmemError
@@ -106,7 +107,7 @@ def test_training_vs_inference_and_plot(tmp_path):
   rows = infer.infer(model="tiny", phase="decode", context=[32, 64], batch=1, target="cpu")
   kv = infer.kv_cache_table("tiny", contexts=[32, 64], batches=[1, 2])
   assert kv[-1]["kv_cache_bytes"] == kv_cache_bytes(get_config("tiny"), batch=2, context=64)
-  path = infer.plot(rows, str(tmp_path / "kv.png"), kv_rows=kv)
+  path = jaxmem.plot_inference(rows, str(tmp_path / "kv.png"), kv_rows=kv)
   assert (tmp_path / "kv.png").stat().st_size > 0 and path.endswith("kv.png")
 
 

@@ -19,13 +19,13 @@ from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
 from jaxmem.buffers.residuals import saved_residuals_by_policy
 from jaxmem.hlo.comms import collectives_from_hlo
-from jaxmem.inference import estimate as est
+from jaxmem.planning import estimate as est
 from jaxmem.inference import infer, quant
 from jaxmem.models import Transformer, count_active_params, count_params, get_config, sharded_dropless
 from jaxmem.models import moe_parallel
 from jaxmem.models.layers import DEFAULT_INIT, no_constraint
 from jaxmem.models.moe import MoE
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.planning.sweep import compare
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import REMAT_POLICIES

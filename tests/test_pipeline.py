@@ -18,7 +18,7 @@ from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import Transformer, get_config
 from jaxmem.models.pipeline import Pipeline, bubble_fraction, in_flight_1f1b, storage_order
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.planning.sweep import run_config
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS

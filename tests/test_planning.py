@@ -19,8 +19,8 @@ from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 from jaxmem.planning import fit, scale, sweep
-from jaxmem.planning.cache import KEYED_ENVIRONMENT, RowCache, cache_dir
-from jaxmem.planning.plan import plan
+from jaxmem.cache import KEYED_ENVIRONMENT, RowCache, cache_dir
+from jaxmem.resolve import plan
 from jaxmem.planning.runner import run_tasks
 
 TINY = dict(model="tiny", batch=2, seq=16, target="cpu")
@@ -59,7 +59,7 @@ def test_cache_returns_identical_rows(tmp_path):
 # Run in a subprocess over a copy of the package: which jaxmem it imported, and the sweep's cache hits.
 _COPY_RUN = """
 import jaxmem, jaxmem.models
-from jaxmem.planning.cache import RowCache
+from jaxmem.cache import RowCache
 from jaxmem.planning.sweep import compare
 cache = RowCache()
 hits = []

@@ -11,10 +11,10 @@ import json
 import pytest
 
 from jaxmem.errors import JaxmemError
-from jaxmem.inference import estimate as est
+from jaxmem.planning import estimate as est
 from jaxmem.models import count_params, get_config
 from jaxmem.planning import sweep
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 
 N = count_params(get_config("tiny"))
 TINY = dict(model="tiny", target="cpu", batch=2, seq=16, remat="none")

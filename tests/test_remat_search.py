@@ -11,8 +11,8 @@ from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
 from jaxmem.models.names import DECODER_LAYER_INPUT
 from jaxmem.planning import sweep, tensors
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import plan
+from jaxmem.cache import RowCache
+from jaxmem.resolve import plan
 from jaxmem.program.remat import REMAT_POLICIES, assignment_name, get_remat, parse_remat
 
 

@@ -16,7 +16,7 @@ from jaxmem.buffers.residuals import saved_residuals_for
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.errors import JaxmemError
 from jaxmem.models import count_params, get_config
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import REMAT_POLICIES
 

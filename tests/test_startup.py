@@ -102,7 +102,7 @@ def test_validation_starts_no_backend():
       """
       import jaxmem
       from jax._src import xla_bridge
-      from jaxmem.planning.plan import plan
+      from jaxmem.resolve import plan
       plan(model="tiny", target="cpu:2", batch=4, seq=16)
       plan(model="tiny", target="gpu:h100x2", batch=4, seq=16)
       assert not xla_bridge.backends_are_initialized()
@@ -124,7 +124,7 @@ def test_workers_start_with_the_parents_platforms(tmp_path):
       import jax, jaxmem
       import platform_probe
       from jaxmem.planning import runner
-      from jaxmem.planning.plan import plan
+      from jaxmem.resolve import plan
       jax.config.update("jax_platforms", "cpu")  # the user's choice, in config only
       tasks = plan(model="tiny", batch=2, seq=16, target="cpu", remat="none,full").tasks()
       print("OK", [r["platforms"] for r in runner.run_tasks(tasks, platform_probe.run, jobs=2)])

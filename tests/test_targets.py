@@ -12,7 +12,7 @@ from jaxmem.hardware import targets as tg
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 from jaxmem.planning import sweep
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 
 needs_tpu = pytest.mark.needs_tpu_compiler
 needs_gpu = pytest.mark.needs_gpu_compiler("h100")

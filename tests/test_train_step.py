@@ -23,7 +23,7 @@ from jaxmem.inference.infer import infer
 from jaxmem.models import get_config
 from jaxmem.models.attention_kernels import CUDNN_WORKSPACE_NOTE, cudnn_version
 from jaxmem.planning import sweep
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.program.remat import REMAT_POLICIES
 from jaxmem.program.train import build_train_program
 

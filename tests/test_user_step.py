@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 import jaxmem
 from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.program.remat import REMAT_POLICIES
 from jaxmem.program.step import step_fingerprint, step_spec
 

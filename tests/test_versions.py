@@ -10,7 +10,7 @@ import jax
 import pytest
 
 from jaxmem import versions
-from jaxmem.planning.cache import key
+from jaxmem.cache import key
 from jaxmem.render.units import GiB, KiB, MiB, unit_for
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from jaxmem.cli import _common
 from jaxmem.inference.infer import InferWorkload
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.workload import Workload
 
 TINY = dict(model="tiny", batch=2, seq=16, target="cpu")

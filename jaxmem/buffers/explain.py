@@ -31,7 +31,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
-from jaxmem.planning.plan import one_of_each, plan
+from jaxmem.resolve import one_of_each, plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.step import call_step
 from jaxmem.program.train import build_train_program

@@ -30,7 +30,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
 from jaxmem.models.dropout import Dropout
 from jaxmem.models.transformer import Block
-from jaxmem.planning.plan import moe_config, moe_variants, one_of_each, resolve_dropout, resolve_model, resolve_step_axes
+from jaxmem.resolve import moe_config, moe_variants, one_of_each, resolve_dropout, resolve_model, resolve_step_axes
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.train import pick_attention
 from jaxmem.records import Record

@@ -76,7 +76,7 @@ from jaxmem.hardware.margin import NO, Verdict, judge, risk_bytes
 from jaxmem.hlo.ops import HloCosts, hlo_costs_of_module
 from jaxmem.hlo.text import parse_module
 from jaxmem.hlo.traffic import Traffic
-from jaxmem.program.sharding import path_keys
+from jaxmem.mesh import path_keys
 from jaxmem.records import CompilerFigures, Record
 from jaxmem.versions import compiler_versions
 

@@ -41,8 +41,8 @@ from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_dev
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.records import Record
-from jaxmem.render.units import GiB
-from jaxmem.program.sharding import MeshSpec, format_mesh
+from jaxmem.units import GiB
+from jaxmem.mesh import MeshSpec, format_mesh
 
 # JAX's GPU allocator takes this fraction of device memory unless told otherwise
 # (https://docs.jax.dev/en/latest/gpu_memory_allocation.html).

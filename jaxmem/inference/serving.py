@@ -43,8 +43,8 @@ from jaxmem.inference.program import build_infer_program
 from jaxmem.inference.run import InferRow, run_infer_config
 from jaxmem.inference.workload import PHASES, InferPlan, InferWorkload, _ints, plan_infer
 from jaxmem.models import ModelConfig
-from jaxmem.planning.cache import RowCache, key
-from jaxmem.planning.plan import resolve_meshes
+from jaxmem.cache import RowCache, key
+from jaxmem.resolve import resolve_meshes
 from jaxmem.program import sharding as shd
 from jaxmem.records import Record
 

@@ -8,7 +8,7 @@ from typing import Any
 from jaxmem.inference.run import run_infer_config
 from jaxmem.inference.workload import plan_infer
 from jaxmem.models import ModelConfig
-from jaxmem.planning.plan import plan
+from jaxmem.resolve import plan
 from jaxmem.planning.sweep import run_config
 from jaxmem.records import Placement
 from jaxmem.workload import Workload

@@ -18,7 +18,7 @@ from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig
-from jaxmem.planning.plan import moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_qk_dtypes, resolve_target
+from jaxmem.resolve import moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_qk_dtypes, resolve_target
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
 from jaxmem.workload import BaseWorkload, names
@@ -64,7 +64,7 @@ class InferPlan:
   batch: int
   attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
   qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores in prefill, swept
-  # MoE variants as in jaxmem.planning.plan.Plan, each a (config, notes) to compile with.
+  # MoE variants as in jaxmem.resolve.Plan, each a (config, notes) to compile with.
   moe: tuple[tuple[ModelConfig, tuple[str, ...]], ...] = ()
 
   @property

@@ -18,7 +18,7 @@ import dataclasses
 from jaxmem.compiler.report import fits
 from jaxmem.models import ModelConfig
 from jaxmem.planning.boundary import Probe, fixed_bytes
-from jaxmem.planning.plan import Plan, Task
+from jaxmem.resolve import Plan, Task
 from jaxmem.planning.sweep import Row
 
 PROBE_LAYERS = (2, 4)  # layers of the varied stack at the two probes

@@ -29,10 +29,10 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import context_attention as ctx
 from jaxmem.models.attention_registry import AUTO, AUTO_PREFERENCE, FALLBACK
 from jaxmem.planning.boundary import Boundary, row_probe
-from jaxmem.planning.cache import RowCache
+from jaxmem.cache import RowCache
 from jaxmem.planning.depth import depth_plan, depth_task, probe_depths
 from jaxmem.planning.depth import predict as predict_at_depth
-from jaxmem.planning.plan import Plan, Task, outer_variants, plan, resolve_meshes, resolve_target, variant_of
+from jaxmem.resolve import Plan, Task, outer_variants, plan, resolve_meshes, resolve_target, variant_of
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
 from jaxmem.program.pipelining import PipelineOptions

@@ -1,7 +1,7 @@
 """Running many configurations: from the cache, in this process, in parallel processes, or on
 a Dask cluster.
 
-:func:`run_tasks` takes the tasks (:class:`jaxmem.planning.plan.Task`: plain values, picklable
+:func:`run_tasks` takes the tasks (:class:`jaxmem.resolve.Task`: plain values, picklable
 and hashable for the cache) and the function that runs one (``run(task) -> row dict``, a
 module-level function so that worker processes can import it: the sweep's
 :func:`jaxmem.planning.sweep.run_task`). Workers start JAX the way the CLI does
@@ -19,8 +19,8 @@ from typing import Any
 
 from jaxmem.hardware.startup import chosen_platforms, start_jax
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Task
+from jaxmem.cache import RowCache
+from jaxmem.resolve import Task
 from jaxmem.program.step import is_local
 
 Run = Callable[[Task], dict[str, Any]]

@@ -39,11 +39,11 @@ from jaxmem.hardware.margin import AT_RISK
 from jaxmem.hardware.peaks import target_peaks
 from jaxmem.compiler.report import fits as fits_in
 from jaxmem.errors import JaxmemError
-from jaxmem.inference.estimate import activation_bytes_per_layer
+from jaxmem.planning.estimate import activation_bytes_per_layer
 from jaxmem.models import count_params
 from jaxmem.models.model_flops import training_flops
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Plan, Task, one_of_each, plan as plan_sweep, resolve_model, resolve_target
+from jaxmem.cache import RowCache
+from jaxmem.resolve import Plan, Task, one_of_each, plan as plan_sweep, resolve_model, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS

@@ -19,7 +19,7 @@ from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.steptime import Work
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import Plan
+from jaxmem.resolve import Plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
 from jaxmem.program.step import OWN, call_step

@@ -19,8 +19,8 @@ from jaxmem.compiler.steptime import Work
 from jaxmem.models import get_attention
 from jaxmem.models.model_flops import training_flops, weight_flops
 from jaxmem.planning import steps
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Plan, Task, for_task, plan
+from jaxmem.cache import RowCache
+from jaxmem.resolve import Plan, Task, for_task, plan
 from jaxmem.planning.runner import run_tasks
 from jaxmem.program import sharding as shd
 from jaxmem.hlo.stash import per_iteration_bytes
@@ -241,7 +241,7 @@ def compare(
   then called with the validated plan (``len(plan.tasks())`` configurations follow). ``on_row``
   is called after each configuration, in completion order (for progress and for saving partial
   results). ``jobs`` compiles in that many processes, ``scheduler`` on a Dask cluster at that
-  address, and ``cache`` (a :class:`jaxmem.planning.cache.RowCache`) answers configurations
+  address, and ``cache`` (a :class:`jaxmem.cache.RowCache`) answers configurations
   compiled before. The sweep is planned once: in this process no configuration is planned again.
   """
   p = plan(workload, **fields)

@@ -38,8 +38,8 @@ from jaxmem.buffers.residuals import _listing, layer_step_flops
 from jaxmem.errors import JaxmemError
 from jaxmem.models import CHECKPOINT_NAMES
 from jaxmem.models.names import DECODER_LAYER_INPUT
-from jaxmem.planning.cache import RowCache
-from jaxmem.planning.plan import Plan, plan
+from jaxmem.cache import RowCache
+from jaxmem.resolve import Plan, plan
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy, assignment_name, get_remat

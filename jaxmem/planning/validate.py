@@ -26,7 +26,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.startup import start_distributed, start_jax
 from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import Plan, moe_config, one_of_each, plan
+from jaxmem.resolve import Plan, moe_config, one_of_each, plan
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer

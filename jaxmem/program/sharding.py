@@ -41,7 +41,7 @@ Model code names dimensions logically (``jaxmem.models.LOGICAL_AXES``); the rule
 names to mesh axes, separately for weights and for activations, as MaxText's
 ``logical_axis_rules`` do. A mesh axis that does not divide the dimension it shards is an error.
 The model code's ``shard_map``\\ s read the same rules, through :func:`mesh_axes` (a
-:class:`jaxmem.models.MeshAxes` for one mesh): a new mesh axis is its entry in ``MESH_AXES``,
+:class:`jaxmem.models.MeshAxes` for one mesh): a new mesh axis is its entry in ``MESH_AXES`` (:mod:`jaxmem.mesh`),
 its rules here, and the model code that uses it.
 """
 
@@ -55,10 +55,10 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxmem.errors import JaxmemError
+# The mesh description is the leaf jaxmem.mesh; its names stay reachable here, beside the rules.
+from jaxmem.mesh import MESH_AXES, MeshSpec, default_mesh, format_mesh, mesh_size, parse_mesh, path_keys  # noqa: F401
 from jaxmem.models.mesh_axes import MeshAxes
 
-MESH_AXES = ("data", "stage", "fsdp", "tensor", "sequence", "context", "expert")
-MeshSpec = tuple[tuple[str, int], ...]
 
 # Logical dimension -> mesh axes, for parameters (and so gradients and optimizer state).
 PARAM_RULES: dict[str, tuple[str, ...]] = {
@@ -88,43 +88,6 @@ ACTIVATION_RULES: dict[str, tuple[str, ...]] = {
     "mlp": ("tensor",),
     "vocab": ("tensor",),
 }
-
-
-def parse_mesh(spec: str) -> MeshSpec:
-  """``"data=2,fsdp=4"`` to ``(("data", 2), ("fsdp", 4))``."""
-  axes: list[tuple[str, int]] = []
-  for part in spec.split(","):
-    part = part.strip()
-    if not part:
-      continue
-    name, eq, size = part.partition("=")
-    name = name.strip()
-    if not eq or not size.strip().isdigit():
-      raise JaxmemError(f"bad mesh {spec!r}: write axis=size pairs separated by commas, e.g. data=2,fsdp=4")
-    if name not in MESH_AXES:
-      raise JaxmemError(f"bad mesh {spec!r}: unknown axis {name!r}; valid axes: {', '.join(MESH_AXES)}")
-    if any(name == a for a, _ in axes):
-      raise JaxmemError(f"bad mesh {spec!r}: axis {name!r} given twice")
-    n = int(size)
-    if n < 1:
-      raise JaxmemError(f"bad mesh {spec!r}: axis {name} has size 0; sizes must be at least 1")
-    axes.append((name, n))
-  if not axes:
-    raise JaxmemError(f"bad mesh {spec!r}: give at least one axis, e.g. data=4")
-  return tuple(axes)
-
-
-def format_mesh(mesh: MeshSpec) -> str:
-  return ",".join(f"{a}={s}" for a, s in mesh)
-
-
-def default_mesh(num_devices: int) -> MeshSpec:
-  """FSDP over every device, MaxText's default (``ici_fsdp_parallelism=-1``)."""
-  return (("fsdp", num_devices),)
-
-
-def mesh_size(mesh: MeshSpec) -> int:
-  return math.prod(s for _, s in mesh)
 
 
 def data_parallel_size(mesh: MeshSpec) -> int:
@@ -297,19 +260,6 @@ def activation_constrainer(
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, lenient_spec(logical, x.shape, mesh, rules)[0]))
 
   return constrain
-
-
-def path_keys(path) -> tuple[str, ...]:
-  """A pytree key path as plain strings: dict keys, attribute names and sequence indices."""
-  out = []
-  for k in path:
-    for attr in ("key", "name", "idx"):
-      if hasattr(k, attr):
-        out.append(str(getattr(k, attr)))
-        break
-    else:
-      out.append(str(k))
-  return tuple(out)
 
 
 def _keystr(path) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from jaxmem.buffers.analyse import Explanation
 from jaxmem.buffers.residuals import PolicyResiduals
-from jaxmem.buffers.timeline import timeline_text, title
+from jaxmem.render.timeline import timeline_text, title
 from jaxmem.compiler.optimes import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
 from jaxmem.render.tables import check_format, envelope, render_csv, render_records

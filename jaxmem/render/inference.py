@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.hardware.margin import AT_RISK, NO, YES
-from jaxmem.inference.estimate import Estimate
+from jaxmem.planning.estimate import Estimate
 from jaxmem.inference.infer import InferRow
 from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, render_csv, render_records, verdict_cell
 from jaxmem.render.units import Unit, seconds, unit, unit_for

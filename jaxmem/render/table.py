@@ -20,7 +20,7 @@ def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
   """
   # Imported here: each renderer imports the result type it renders, and those import jax.
   from jaxmem.buffers.analyse import Explanation
-  from jaxmem.inference.estimate import Estimate
+  from jaxmem.planning.estimate import Estimate
   from jaxmem.inference.infer import InferRow
   from jaxmem.planning.fit import FitResult
   from jaxmem.planning.scale import Scaling

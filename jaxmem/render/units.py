@@ -4,7 +4,7 @@ A table is shown in one unit, the largest in which its biggest figure is at leas
 unit (so 0.46 GiB of parameters reads as 0.46 GiB, not 471 MiB, while a tiny model's tables
 read in MiB or KiB rather than as a column of 0.00). Units are binary (GiB = 2**30 bytes) as XLA
 and JAX's allocator count them; ``GB`` (1e9) is there for the closed forms that quote decimal
-figures (ZeRO, NVIDIA's "80 GB").
+figures (ZeRO, NVIDIA's "80 GB"). The sizes themselves are the leaf :mod:`jaxmem.units`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-GiB = 1 << 30
-MiB = 1 << 20
-KiB = 1 << 10
-GB = 1e9
+from jaxmem.units import GB, GiB, KiB, MiB
 
 BINARY = (("GiB", GiB), ("MiB", MiB), ("KiB", KiB), ("B", 1))
 UNITS: dict[str, float] = {**dict(BINARY), "GB": GB}

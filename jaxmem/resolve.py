@@ -19,7 +19,7 @@ from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
 from jaxmem.models.config import MOE_IMPLS
-from jaxmem.planning.cache import key
+from jaxmem.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
 from jaxmem.program.pipelining import PipelineOptions
@@ -80,7 +80,7 @@ class Task:
 
   def cache_key(self) -> str | None:
     """Everything that changes the compiled program: the whole workload (the model's full
-    config included) and, in :func:`jaxmem.planning.cache.key`, jaxmem's code fingerprint and the
+    config included) and, in :func:`jaxmem.cache.key`, jaxmem's code fingerprint and the
     installed versions. A
     step's adds a hash of its source; ``None`` (not cached) where it has none to hash."""
     parts = self.workload.as_dict()
