@@ -21,8 +21,9 @@ An implementation named explicitly that cannot run is a :class:`JaxmemError` nam
 can; it is never replaced silently.
 
 Each implementation is one :class:`AttentionImpl` entry in :data:`IMPLEMENTATIONS`: its
-platforms, whether it is a fused kernel, its FLOPs accounting (:mod:`.attention_flops`, read by
-``jaxmem.compiler.flops`` through :func:`kernel_flops`), its constraints and its notes. What
+platforms, whether it is a fused kernel, its FLOPs accounting (:mod:`.attention_flops`;
+:func:`kernel_flops`, registered in :mod:`jaxmem.kernels`, is what ``jaxmem.compiler.flops``
+reads), its constraints and its notes. What
 the library and the CLI say about implementations (``--attention``'s help,
 :func:`attention_help`; the errors of :func:`get_attention` and :func:`choose_attention`; which
 rows carry the kernel FLOPs note) is read from there, so adding one is adding its entry.
@@ -40,6 +41,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxmem.errors import JaxmemError
+from jaxmem.kernels import register_kernel_flops
 
 from . import attention_flops as kflops
 from . import attention_kernels as kernels
@@ -266,9 +268,11 @@ def get_attention(name: str) -> AttentionImpl:
   return IMPLEMENTATIONS[name]
 
 
+@register_kernel_flops
 def kernel_flops(eqn: Any) -> float | None:
   """The FLOPs of jaxpr equation ``eqn`` if it is a fused kernel's call (by that entry's
-  ``kernel_flops``), else None."""
+  ``kernel_flops``), else None. Registered with :mod:`jaxmem.kernels`, where the compiler's FLOP
+  counter finds it."""
   for impl in IMPLEMENTATIONS.values():
     flops = None if impl.kernel_flops is None else impl.kernel_flops(eqn)
     if flops is not None:

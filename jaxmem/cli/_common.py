@@ -21,7 +21,6 @@ from tqdm import tqdm
 
 import jaxmem
 from jaxmem import JaxmemError, Workload
-from jaxmem.models import attention_help
 from jaxmem.render.units import unit_for
 
 DEFAULT_REMAT = ",".join(Workload().remat)
@@ -86,7 +85,7 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   p.add_argument(
       "--attention",
       default="auto",
-      help=attention_help(),
+      help=jaxmem.attention_help(),
   )
   add_axis(
       p, "--qk-dtype", default="bfloat16",

@@ -19,8 +19,8 @@ Two kinds of equation the jaxpr cannot see into are counted otherwise:
 - Fused attention kernels (Pallas splash and Triton ``pallas_call`` kernels, cuDNN's fused
   attention custom calls): a cuDNN call has no jaxpr at all, and a Pallas kernel's body is one
   grid step whose loops run a data-dependent number of times. Each call is counted from its
-  operand shapes instead, by its attention registry entry's accounting
-  (:func:`jaxmem.models.attention_registry.kernel_flops`; FlashAttention-2's, Dao 2023, in
+  operand shapes instead, by the counter its defining code registered in :mod:`jaxmem.kernels`
+  (the attention registry's entries: FlashAttention-2's accounting, Dao 2023, in
   ``jaxmem.models.attention_flops``). Any other Pallas kernel is counted as its body times its grid.
 """
 
@@ -30,7 +30,7 @@ import math
 
 from jax.extend import core as jcore
 
-from jaxmem.models.attention_registry import kernel_flops
+from jaxmem.kernels import kernel_flops
 
 # What a row using a fused attention kernel says about its FLOPs.
 KERNEL_FLOPS_NOTE = (

@@ -1,0 +1,80 @@
+"""The library in layers: a module imports only from its own layer or the layers below it
+(function-local imports and ``if TYPE_CHECKING:`` blocks counted, since they only hide an edge).
+
+tests/test_imports.py checks that no module imports itself back through others; this checks the
+direction between packages, so that a lower package never learns of a higher one and each layer
+can be read, tested and changed knowing only what is below it.
+"""
+
+from __future__ import annotations
+
+from test_imports import _graph, _modules
+
+# Bottom to top. A layer is a list of packages or modules (a package takes its submodules).
+# - leaf: modules that import nothing of jaxmem but other leaves: errors, records, the registry
+#   class, versions, byte units, the mesh description, the one compile call, the kernel FLOP
+#   counters' registry and the row cache.
+# - models: the Flax models; they import the leaves errors, registry and kernels (a model's
+#   kernel registers its FLOP counter there), nothing else of jaxmem.
+# - hardware: the catalogue of targets (kinds, parts, capacity, peaks, host memory, runtime terms)
+#   and what this machine can compile for.
+# - hlo: reading HLO text. compiler: compiling for a target and reading what the compiler says.
+# - program: building the train step. resolve: a workload's names resolved into a plan.
+# - buffers (what fills the memory), planning (sweeps, fit, scale, search, the closed forms),
+#   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("jaxmem._quiet", "jaxmem.errors", "jaxmem.records", "jaxmem.registry", "jaxmem.versions", "jaxmem.units",
+     "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache"),
+    ("jaxmem.models",),
+    ("jaxmem.hardware",),
+    ("jaxmem.hlo",),
+    ("jaxmem.compiler",),
+    ("jaxmem.program",),
+    ("jaxmem.workload", "jaxmem.resolve"),
+    ("jaxmem.buffers",),
+    ("jaxmem.planning",),
+    ("jaxmem.inference",),
+    ("jaxmem.render",),
+    ("jaxmem",),  # the package itself: the public API
+    ("jaxmem.cli", "jaxmem.__main__"),
+)
+
+
+def layer_of(module: str, layers=LAYERS) -> int | None:
+  """The index of the layer that declares ``module`` (the longest declared prefix wins), or None."""
+  best = None
+  for i, names in enumerate(layers):
+    for name in names:
+      if module == name or module.startswith(name + ".") and name != "jaxmem":
+        if best is None or len(name) > len(best[1]):
+          best = (i, name)
+  return None if best is None else best[0]
+
+
+def back_edges(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+  """Every import from a lower layer to a higher one, as ``a -> b``."""
+  out = []
+  for a, targets in sorted(graph.items()):
+    for b in sorted(targets):
+      la, lb = layer_of(a, layers), layer_of(b, layers)
+      if la is not None and lb is not None and lb > la:
+        out.append(f"{a} -> {b}")
+  return out
+
+
+def test_every_module_has_a_layer():
+  assert [m for m in sorted(_modules()) if layer_of(m) is None] == []
+
+
+def test_the_checker_finds_a_back_edge():
+  layers = (("p.low",), ("p.high",))
+  graph = {"p.low.a": {"p.high.b"}, "p.high.b": {"p.low.c"}, "p.low.c": set()}
+  assert back_edges(graph, layers) == ["p.low.a -> p.high.b"]
+  assert layer_of("p.high.b.c", layers) == 1
+  # The package itself is one layer and its submodules another: "jaxmem" is not their prefix.
+  assert layer_of("jaxmem.planning.fit") == layer_of("jaxmem.planning")
+  assert layer_of("jaxmem") != layer_of("jaxmem.errors")
+
+
+def test_no_back_edges():
+  assert back_edges(_graph()) == []
