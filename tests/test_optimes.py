@@ -7,7 +7,7 @@ import pytest
 
 import jaxmem
 from jaxmem.cli import main
-from jaxmem.hardware.peaks import target_peaks
+from jaxmem.hardware.targets import target_peaks
 from jaxmem.hardware.targets import get_target
 from jaxmem.hlo.comms import collectives_from_hlo
 from jaxmem.hlo.ops import hlo_costs

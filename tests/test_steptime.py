@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from jaxmem.hardware.peaks import target_peaks
+from jaxmem.hardware.targets import target_peaks
 from jaxmem.compiler.steptime import Work, estimate
 from jaxmem.hardware.targets import get_target
 from jaxmem.hlo.traffic import traffic

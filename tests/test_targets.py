@@ -66,7 +66,7 @@ def test_a800_compiles_deviceless_as_sm_80():
 
 def test_gpu_hosts_of_eight():
   t = tg.get_target("gpu:h100x16")
-  assert (t.hosts, t.size) == (2, 8)
+  assert (t.hosts, t.kind.per_host) == (2, 8)
 
 
 @pytest.mark.parametrize(

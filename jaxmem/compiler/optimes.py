@@ -28,8 +28,7 @@ import dataclasses
 
 from typing import Any
 
-from jaxmem.hardware.peaks import target_peaks
-from jaxmem.hardware.targets import Target, get_target
+from jaxmem.hardware.targets import Target, get_target, target_peaks
 from jaxmem.errors import JaxmemError
 from jaxmem.compiler.report import MemoryReport, read_compiled
 from jaxmem.hlo.ops import HloCosts, OpCost

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmem.hardware.peaks import target_peaks
-from jaxmem.hardware.targets import Target
+from jaxmem.hardware.targets import Target, target_peaks
 from jaxmem.records import Record, StepTime
 
 TERMS = ("compute", "memory", "comm")

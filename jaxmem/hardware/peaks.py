@@ -14,16 +14,16 @@ chip) and says which link a collective crosses:
   bound, and a note says so (``link_note``).
 
 A target without figures (``cpu``, ``attached`` devices of an unknown kind) has ``None``, and
-the reason (:func:`target_peaks`).
+the reason. Which figures a target has is its kind's to say
+(:func:`jaxmem.hardware.targets.target_peaks`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from jaxmem.hardware.gpu import GPU_SPECS
-from jaxmem.hardware.targets import Target
-from jaxmem.hardware.tpu import TPU_GENERATIONS
+from jaxmem.hardware.gpu import GPU_SPECS, GpuSpec
+from jaxmem.hardware.tpu import TPU_GENERATIONS, TpuGeneration
 from jaxmem.records import Record
 
 
@@ -46,28 +46,15 @@ class Peaks(Record):
     return self.peak_flops / self.hbm_bandwidth
 
 
-def target_peaks(target: Target | None) -> tuple[Peaks | None, str | None]:
-  """``target``'s per-device peaks, or ``None`` and why not."""
-  if target is None:
-    return None, "no target: no peak figures"
-  if target.source == "tpu":
-    return _tpu_peaks(target)
-  if target.source == "gpu":
-    return _gpu_peaks(target)
-  if target.source == "attached":
-    return _attached_peaks(target)
-  return None, f"target {target.name}: no published peak figures for this machine's CPU"
-
-
-def _tpu_peaks(target: Target) -> tuple[Peaks | None, str | None]:
-  gen = TPU_GENERATIONS[target.key]
+def tpu_peaks(gen: TpuGeneration, *, slices: int = 1) -> tuple[Peaks | None, str | None]:
+  """One device's share of TPU generation ``gen``'s chip, or ``None`` and why not."""
   if gen.peak_bf16_flops_per_chip is None or gen.hbm_bandwidth_per_chip is None:
     return None, f"TPU {gen.name}: no published peak FLOP/s or HBM bandwidth"
   share = gen.devices_per_chip
   ici = gen.ici_bandwidth_per_chip
   note = None
-  if target.slices > 1:
-    note = (f"{target.slices} slices: collectives across slices cross DCN, slower than ICI; all are timed at "
+  if slices > 1:
+    note = (f"{slices} slices: collectives across slices cross DCN, slower than ICI; all are timed at "
             "ICI bandwidth, so comm_time_s is a lower bound")
   return Peaks(
       part=f"TPU {gen.name}", peak_flops=gen.peak_bf16_flops_per_chip / share,
@@ -77,13 +64,13 @@ def _tpu_peaks(target: Target) -> tuple[Peaks | None, str | None]:
   ), None
 
 
-def _gpu_peaks(target: Target) -> tuple[Peaks | None, str | None]:
-  spec = GPU_SPECS[target.key]
+def gpu_peaks(spec: GpuSpec, *, hosts: int = 1) -> tuple[Peaks | None, str | None]:
+  """One GPU's peaks, or ``None`` and why not."""
   if spec.peak_bf16_flops is None:
     return None, f"GPU {spec.name}: no published peak FLOP/s"
   note = None
-  if target.hosts > 1:
-    note = (f"{target.hosts} hosts: collectives across hosts cross the hosts' network, slower than NVLink; "
+  if hosts > 1:
+    note = (f"{hosts} hosts: collectives across hosts cross the hosts' network, slower than NVLink; "
             "all are timed at NVLink bandwidth, so comm_time_s is a lower bound")
   return Peaks(
       part=spec.description, peak_flops=spec.peak_bf16_flops, peak_8bit_ops=spec.peak_8bit_ops,
@@ -92,12 +79,13 @@ def _gpu_peaks(target: Target) -> tuple[Peaks | None, str | None]:
   ), None
 
 
-def _attached_peaks(target: Target) -> tuple[Peaks | None, str | None]:
-  kind = target.device_kind
+def device_kind_peaks(kind: str) -> tuple[Peaks | None, str | None]:
+  """The peaks of a device by its ``device_kind`` (an attached device): the TPU generation or GPU
+  part of that name, one slice or host."""
   for gen in TPU_GENERATIONS.values():
     if kind == gen.device_kind:
-      return _tpu_peaks(dataclasses.replace(target, source="tpu", key=gen.name))
+      return tpu_peaks(gen)
   for spec in GPU_SPECS.values():
     if kind == spec.description:
-      return _gpu_peaks(dataclasses.replace(target, source="gpu", key=spec.name))
+      return gpu_peaks(spec)
   return None, f"attached devices {kind!r}: no published peak figures known to jaxmem"

@@ -15,6 +15,10 @@ Names:
   without a GPU from a target description of the part (:mod:`jaxmem.hardware.gpu`); more than
   8 devices are laid out as hosts of 8 (``gpu:h100x16`` is two 8-GPU hosts).
 
+Each name makes a :class:`Target` of one kind (:class:`Cpu`, :class:`Attached`, :class:`Tpu`,
+:class:`Gpu`), and what differs by kind (its devices, filling its capacity, its peaks, its host,
+its runtime terms) is a method of the kind, not a test of a name.
+
 ``capacity_bytes`` is the memory per device a program may use: TPU, what the compiler itself
 says is available (read from its out-of-memory message); GPU, the device memory times the
 fraction JAX's allocator takes (``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.75 by default); attached,
@@ -28,6 +32,7 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import jax
 import numpy as np
@@ -36,7 +41,9 @@ from jax.experimental import mesh_utils
 from jaxmem.hardware.availability import CompilerAvailability
 from jaxmem.hardware.capacity import usable_hbm_bytes
 from jaxmem.hardware.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices
-from jaxmem.hardware.hostmem import host_share
+from jaxmem.hardware.hostmem import HostSpec, host_share
+from jaxmem.hardware.margin import RuntimeTerm, terms
+from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
 from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
@@ -51,9 +58,123 @@ _DEFAULT_GPU_MEM_FRACTION = 0.75
 DEFAULT_ACCELERATORS = ("gpu:h100", "tpu:v6e-1", "tpu:v5p-8")
 
 
+class TargetKind:
+  """What kind of devices a target names, and what is known of them: how its devices are
+  obtained, its capacity, its published peaks, the host that carries them and what the runtime
+  holds beside a program. One subclass per kind; code that differs by kind asks the kind."""
+
+  name: ClassVar[str]  # the kind's word, as ``Target.source`` shows it
+  attached: ClassVar[bool] = False  # real devices of this machine, not compile-only ones
+  slices = 1  # TPU slices over DCN (a field of Tpu)
+  hosts = 1  # GPU hosts of up to 8 devices (a field of Gpu)
+
+  def devices(self, target: Target) -> list:
+    raise NotImplementedError
+
+  def with_capacity(self, target: Target) -> Target:
+    """``target`` with its capacity filled where that costs work (a probe compile); as it is elsewhere."""
+    return target
+
+  def peaks(self, target: Target) -> tuple[Peaks | None, str | None]:
+    """One device's published peaks, or ``None`` and why not."""
+    return None, f"target {target.name}: no published peak figures for this machine's CPU"
+
+  def host(self) -> HostSpec | None:
+    """The machine that carries the devices, where it is recorded."""
+    return None
+
+  def nvlink_bandwidth(self) -> float | None:
+    """A GPU's NVLink bytes per second, both directions; ``None`` for other kinds."""
+    return None
+
+  def runtime_terms(self, target: Target) -> tuple[RuntimeTerm, ...]:
+    """What the runtime of ``target``'s platform holds on a device beside the program."""
+    return terms(target.platform)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cpu(TargetKind):
+  """This machine's CPU, as one device or N simulated ones."""
+
+  name: ClassVar[str] = "cpu"
+
+  def devices(self, target: Target) -> list:
+    return cpu_devices(target.num_devices)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attached(TargetKind):
+  """The devices of the machine jaxmem runs on, with their real memory limits."""
+
+  name: ClassVar[str] = "attached"
+  attached: ClassVar[bool] = True
+
+  def devices(self, target: Target) -> list:
+    return attached_devices()
+
+  def peaks(self, target: Target) -> tuple[Peaks | None, str | None]:
+    return device_kind_peaks(target.device_kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tpu(TargetKind):
+  """A Cloud TPU slice (or ``slices`` of them) of one generation, compiled by libtpu without a TPU."""
+
+  name: ClassVar[str] = "tpu"
+  generation: str
+  size: int  # the accelerator-type name's size: TensorCores (v4, v5p, v7x) or chips (v5e, v6e)
+  slices: int = 1
+
+  def devices(self, target: Target) -> list:
+    start_jax()
+    return tpu_devices(self.generation, self.size, num_slices=self.slices)
+
+  def with_capacity(self, target: Target) -> Target:
+    if target.capacity_bytes is not None:
+      return target
+    cap = _tpu_capacity(self.generation)
+    spec = target.hbm_bytes or 0
+    note = (
+        "the HBM the TPU compiler reports available"
+        if cap != spec
+        else "the public HBM figure (the compiler's own could not be read)"
+    )
+    return dataclasses.replace(target, capacity_bytes=cap, capacity_note=note)
+
+  def peaks(self, target: Target) -> tuple[Peaks | None, str | None]:
+    return tpu_peaks(TPU_GENERATIONS[self.generation], slices=self.slices)
+
+  def host(self) -> HostSpec | None:
+    return TPU_GENERATIONS[self.generation].host
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu(TargetKind):
+  """NVIDIA GPUs of one part, in hosts of up to 8, compiled by XLA's CUDA compiler without a GPU."""
+
+  name: ClassVar[str] = "gpu"
+  part: str  # a key of GPU_SPECS
+  per_host: int
+  hosts: int = 1
+
+  def devices(self, target: Target) -> list:
+    start_jax()
+    return gpu_devices(self.part, self.per_host, hosts=self.hosts)
+
+  def peaks(self, target: Target) -> tuple[Peaks | None, str | None]:
+    return gpu_peaks(GPU_SPECS[self.part], hosts=self.hosts)
+
+  def host(self) -> HostSpec | None:
+    return GPU_SPECS[self.part].host
+
+  def nvlink_bandwidth(self) -> float | None:
+    return GPU_SPECS[self.part].nvlink_bandwidth
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Target:
-  """A named set of devices to compile for."""
+  """A named set of devices to compile for. ``kind`` says what they are (:class:`Cpu`,
+  :class:`Attached`, :class:`Tpu`, :class:`Gpu`) and answers what differs by kind."""
 
   name: str
   platform: str  # "cpu", "tpu" or "gpu": the compiler used
@@ -67,23 +188,27 @@ class Target:
   # what offloaded bytes are held against; None where unknown, and the note says why.
   host_capacity_bytes: int | None = None
   host_capacity_note: str | None = None
-  source: str = "cpu"  # "cpu", "attached", "tpu", "gpu": how devices are obtained
-  key: str = ""  # generation or GPU name
-  size: int = 1  # slice size (TPU) or devices per host (GPU)
-  slices: int = 1
-  hosts: int = 1
+  kind: TargetKind = Cpu()
+
+  @property
+  def source(self) -> str:
+    """The kind's word: "cpu", "attached", "tpu" or "gpu" (for display; code asks ``kind``)."""
+    return self.kind.name
+
+  @property
+  def slices(self) -> int:
+    """TPU slices (multi-slice over DCN); 1 for every other kind."""
+    return self.kind.slices
+
+  @property
+  def hosts(self) -> int:
+    """GPU hosts of up to 8 devices; 1 for every other kind."""
+    return self.kind.hosts
 
   @property
   def devices(self) -> Devices:
     """The devices, real or compile-only, in a stable order (the same objects on every call)."""
-    if self.source == "cpu":
-      return Devices(cpu_devices(self.num_devices))
-    if self.source == "attached":
-      return Devices(attached_devices())
-    start_jax()
-    if self.source == "tpu":
-      return Devices(tpu_devices(self.key, self.size, num_slices=self.slices))
-    return Devices(gpu_devices(self.key, self.size, hosts=self.hosts))
+    return Devices(self.kind.devices(self))
 
   def mesh(self, axes: Mapping[str, int] | Sequence[tuple[str, int]]) -> jax.sharding.Mesh:
     """A ``jax.sharding.Mesh`` over this target's devices, for ``NamedSharding`` and
@@ -195,6 +320,7 @@ def _cpu_target(n: int, name: str) -> Target:
       capacity_bytes=None,
       capacity_note="the CPU backend has no device memory limit; its temporaries overstate an accelerator's",
       host_capacity_note="host_capacity_bytes: unknown: the CPU target's host memory is this machine's, not read",
+      kind=Cpu(),
   )
 
 
@@ -220,7 +346,7 @@ def _attached_target() -> Target:
           else f"the attached {d0.platform} device reports no memory limit"
       ),
       host_capacity_note="host_capacity_bytes: unknown: the attached machine's RAM is not read",
-      source="attached",
+      kind=Attached(),
   )
 
 
@@ -249,10 +375,7 @@ def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
       hbm_bytes=gen.hbm_bytes_per_device,
       host_capacity_bytes=host_bytes,
       host_capacity_note=host_note,
-      source="tpu",
-      key=gen.name,
-      size=size,
-      slices=slices,
+      kind=Tpu(generation=gen.name, size=size, slices=slices),
   )
 
 
@@ -280,10 +403,7 @@ def _gpu_target(gpu: str, n: int) -> Target:
       hbm_bytes=spec.hbm_bytes,
       host_capacity_bytes=host_bytes,
       host_capacity_note=host_note,
-      source="gpu",
-      key=gpu,
-      size=per_host,
-      hosts=n // per_host,
+      kind=Gpu(part=gpu, per_host=per_host, hosts=n // per_host),
   )
 
 
@@ -303,17 +423,15 @@ def target(name: str, *, slices: int = 1) -> Target:
 
 
 def with_capacity(target: Target) -> Target:
-  """Fills a TPU target's capacity from the compiler (a quick probe compile, cached)."""
-  if target.source != "tpu" or target.capacity_bytes is not None:
-    return target
-  cap = _tpu_capacity(target.key)
-  spec = target.hbm_bytes or 0
-  note = (
-      "the HBM the TPU compiler reports available"
-      if cap != spec
-      else "the public HBM figure (the compiler's own could not be read)"
-  )
-  return dataclasses.replace(target, capacity_bytes=cap, capacity_note=note)
+  """``target`` with its capacity, where its kind fills it lazily (a TPU's: a quick probe compile, cached)."""
+  return target.kind.with_capacity(target)
+
+
+def target_peaks(target: Target | None) -> tuple[Peaks | None, str | None]:
+  """``target``'s per-device peaks (:mod:`jaxmem.hardware.peaks`), or ``None`` and why not."""
+  if target is None:
+    return None, "no target: no peak figures"
+  return target.kind.peaks(target)
 
 
 def cpu_devices_needed(names: list[str]) -> int:
@@ -362,7 +480,7 @@ class TargetListing(Record):
 
 
 def _listing(t: Target, capacity: int | None, available: CompilerAvailability) -> TargetListing:
-  host = TPU_GENERATIONS[t.key].host if t.source == "tpu" else GPU_SPECS[t.key].host
+  host = t.kind.host()
   ram = None if host is None or host.ram_bytes is None else round(host.ram_bytes / GiB, 1)
   share = None if t.host_capacity_bytes is None else round(t.host_capacity_bytes / GiB, 2)
   return TargetListing(
@@ -376,7 +494,7 @@ def _listing(t: Target, capacity: int | None, available: CompilerAvailability) -
       device_kind=t.device_kind,
       hbm_gib=round(t.hbm_bytes / GiB, 2),
       capacity_gib=None if capacity is None else round(capacity / GiB, 2),
-      nvlink_gb_s=GPU_SPECS[t.key].nvlink_bandwidth / 1e9 if t.source == "gpu" else None,
+      nvlink_gb_s=None if (nvlink := t.kind.nvlink_bandwidth()) is None else nvlink / 1e9,
       compiler="yes" if available else "no",
       note=available.why,
   )

@@ -36,7 +36,7 @@ from typing import Any
 
 from jaxmem.compiler.figures import shape_argument_bytes
 from jaxmem.hardware.margin import AT_RISK
-from jaxmem.hardware.peaks import target_peaks
+from jaxmem.hardware.targets import target_peaks
 from jaxmem.compiler.report import fits as fits_in
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.estimate import activation_bytes_per_layer

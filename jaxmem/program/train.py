@@ -230,7 +230,7 @@ def pick_attention(
       mesh=mesh if isinstance(mesh, jax.sharding.Mesh) else None,
       axes=None if mesh is None else shd.mesh_axes(mesh),
       qk_dtype=None if qk_dtype == "bfloat16" else qk_dtype,
-      deviceless=target.source != "attached",
+      deviceless=not target.kind.attached,
       strategy=context_strategy,
   )
 
