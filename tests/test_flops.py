@@ -115,3 +115,18 @@ def test_dot_counts_every_product_of_the_full_scores():
   dot, one_product = _attention_grad_flops("dot")
   # q k^T and p v forward; dp, dv, dq and dk backward: six full products, plus the softmax.
   assert 6 * one_product < dot < 7 * one_product
+
+
+def test_a_registered_kernel_counter_is_what_the_counter_asks(monkeypatch):
+  from jaxmem import kernels
+  from jaxmem.models import attention_registry
+
+  # The models register their attention kernels' counter; the compiler's counter imports neither.
+  assert attention_registry.kernel_flops in kernels._COUNTERS
+  x = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+  jaxpr = jax.make_jaxpr(jnp.sin)(x).jaxpr
+  assert jaxpr_flops(jaxpr) == 64  # elementwise: one per output element
+  monkeypatch.setattr(kernels, "_COUNTERS", [])
+  kernels.register_kernel_flops(lambda eqn: 1000.0 if eqn.primitive.name == "sin" else None)
+  assert jaxpr_flops(jaxpr) == 1000.0
+  assert jaxpr_flops(jaxpr, kernels=False) == 0.0  # a kernel's count, left out as XLA's analysis does

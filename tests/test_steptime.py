@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from jaxmem.hardware.targets import target_peaks
 from jaxmem.compiler.steptime import Work, estimate
-from jaxmem.hardware.targets import get_target
+from jaxmem.hardware import targets as tg
+from jaxmem.hardware.targets import get_target, target_peaks
 from jaxmem.hlo.traffic import traffic
 from jaxmem.inference import infer
 from jaxmem.models import count_active_params, count_params, get_config
@@ -18,6 +18,33 @@ from jaxmem.render import tables
 from jaxmem.render.inference import render_infer
 
 GB = 10**9
+
+
+# --- the peaks, from the target's kind (no compile) ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tpu:v5e-1", "tpu:v7x-2", "gpu:h100"])
+def test_an_attached_device_has_the_peaks_of_its_part(name):
+  # The attached kind finds the part by the device's kind: the same figures as the named target.
+  named = get_target(name)
+  attached = dataclasses.replace(named, name="attached", kind=tg.Attached())
+  assert target_peaks(attached) == target_peaks(named) and target_peaks(named)[0] is not None
+  assert attached.source == "attached" and not named.kind.attached
+
+
+def test_a_target_without_published_peaks_says_why():
+  unknown = dataclasses.replace(get_target("gpu:h100"), name="attached", device_kind="Some GPU", kind=tg.Attached())
+  peaks, why = target_peaks(unknown)
+  assert peaks is None and "Some GPU" in why
+  peaks, why = target_peaks(get_target("cpu"))
+  assert peaks is None and "cpu" in why
+
+
+def test_each_kind_gives_its_platforms_runtime_terms():
+  for name in ("tpu:v5e-1", "gpu:h100", "cpu"):
+    t = get_target(name)
+    assert all(t.platform in term.platforms for term in t.kind.runtime_terms(t))
+  assert get_target("cpu").kind.runtime_terms(get_target("cpu")) == ()
 
 
 # --- the terms, from given figures (no compile) -------------------------------------------------
