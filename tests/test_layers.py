@@ -38,6 +38,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem",),  # the package itself: the public API
     ("jaxmem.cli", "jaxmem.__main__"),
 )
+# The only modules of jaxmem outside models/ that the models import (the dependency is one-way).
+MODELS_IMPORT = {"jaxmem.errors", "jaxmem.registry", "jaxmem.kernels"}
 
 
 def layer_of(module: str, layers=LAYERS) -> int | None:
@@ -78,3 +80,9 @@ def test_the_checker_finds_a_back_edge():
 
 def test_no_back_edges():
   assert back_edges(_graph()) == []
+
+
+def test_the_models_import_only_their_declared_leaves():
+  graph = _graph()
+  used = {b for a, targets in graph.items() if a.startswith("jaxmem.models") for b in targets}
+  assert {b for b in used if not b.startswith("jaxmem.models")} <= MODELS_IMPORT
