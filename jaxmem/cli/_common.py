@@ -64,6 +64,11 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   )
   p.add_argument("--slices", type=int, default=1, help="TPU slices (multi-slice over DCN); default 1")
   p.add_argument(
+      "--resident", default=None, metavar="BYTES",
+      help="bytes per device another program holds beside the step (14.5GiB, 512MiB, or bytes): out of the "
+      "capacity; a TPU compile is capped to match with --xla_tpu_max_hbm_size_mib (the row's note gives the flag)",
+  )
+  p.add_argument(
       "--mesh",
       action="append",
       default=None,
