@@ -54,6 +54,7 @@ def explain_json(result: Explanation) -> dict[str, Any]:
       by_module=d["by_module"],
       by_kind=d["by_kind"],
       peak_buffer_details=d["peak_buffers"],
+      live_set=d["live_set"],  # the whole live set at the peak, like buffers grouped (what `jaxmem diff` matches)
       timeline=d["timeline"],
       notes=d["notes"],
   )
