@@ -113,12 +113,14 @@ class ResultDiff(Record):
 def document_kind(doc: Mapping[str, Any], name: str) -> str:
   """``explain`` or ``rows``; anything else is a one-line error naming the document."""
   if not isinstance(doc, Mapping):
-    raise JaxmemError(f"{name} is not a jaxmem JSON document (a JSON object); write one with --format json")
+    raise JaxmemError(f"{name} is not a jaxmem JSON document (a JSON object); save one with `format` json")
   if "consumers" in doc and "peak_bytes" in doc:
     return EXPLAIN
   if isinstance(doc.get("rows"), list):
     return ROWS
-  raise JaxmemError(f"{name} is neither explain's nor a sweep's JSON (no consumers, no rows); write one with --format json")
+  raise JaxmemError(
+      f"{name} is neither explain's nor a sweep's JSON (no consumers, no rows); save one with `format` json"
+  )
 
 
 def diff_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, a_name: str = "A", b_name: str = "B") -> ResultDiff:

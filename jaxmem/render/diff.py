@@ -43,7 +43,7 @@ def _document(x: Any, which: str) -> tuple[Mapping[str, Any], str]:
     except OSError as e:
       raise JaxmemError(f"cannot read {x}: {e.strerror}") from None
     except ValueError as e:
-      raise JaxmemError(f"{x} is not JSON ({e}); write it with --format json") from None
+      raise JaxmemError(f"{x} is not JSON ({e}); save it with `format` json") from None
   if isinstance(x, Explanation):
     return explain_json(x), which
   if isinstance(x, Mapping):
