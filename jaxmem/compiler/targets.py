@@ -335,7 +335,7 @@ def with_capacity(target: Target) -> Target:
 
 
 # libtpu's cap on the HBM a program may use, in MiB: the compiler then reports "available HBM"
-# of exactly that (checked with libtpu 0.0.42.1 and 0.0.52: 10000 gives 9.77G; a cap above the
+# of exactly that (checked with libtpu 0.0.42.1 and 0.0.50.1: 10000 gives 9.77G; a cap above the
 # device's usable HBM leaves it at the usable figure). It is taken per compile as a compiler
 # option, and in LIBTPU_INIT_ARGS at start-up (the Tunix recipes' way).
 TPU_HBM_CAP_OPTION = "xla_tpu_max_hbm_size_mib"
