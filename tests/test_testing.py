@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import jaxmem
 from jaxmem.testing import assert_fits, assert_memory_below
 
 
@@ -28,8 +29,6 @@ def test_memory_below_passes_under_the_limit_and_fails_past_it():
 def test_fits_a_tpu_with_a_margin_and_fails_when_a_resident_program_leaves_too_little():
   report = assert_fits(step, W, X, target="tpu:v5e-1", margin=0.5)
   need = min(report.peak_memory_in_bytes, report.total_bytes)
-  import jaxmem
-
   capacity = jaxmem.target("tpu:v5e-1").capacity_bytes
   # Another program holding all but half of what the step needs: refused, by jaxmem or by libtpu.
   with pytest.raises(AssertionError):
