@@ -40,6 +40,7 @@ from jaxmem.program import optimizers, remat  # noqa: E402
 from jaxmem.program.sharding import fsdp_shardings  # noqa: E402
 from jaxmem.program.optimizers import OPTIMIZERS  # noqa: E402
 from jaxmem.program.remat import REMAT_POLICIES  # noqa: E402
+from jaxmem.render.diff import diff  # noqa: E402
 from jaxmem.render.table import table  # noqa: E402
 from jaxmem.versions import __version__  # noqa: E402
 from jaxmem.workload import Workload  # noqa: E402
@@ -110,6 +111,7 @@ __all__ = [
     "__version__",
     "analyze",
     "compare",
+    "diff",
     "estimate",
     "explain",
     "fit",

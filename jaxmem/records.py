@@ -240,3 +240,8 @@ class Judgement(Record):
   host_capacity_bytes: int | None = None
   host_fits: bool | None = None
   host_verdict: str | None = None
+  # What the verdict judged (jaxmem.hardware.margin.Verdict): which figure required_bytes is, the
+  # naive argument + output - alias + temp beside it, and the compiler's own capacity check.
+  judged_figure: str | None = None
+  naive_sum_bytes: int | None = None
+  compiler_check: str | None = None

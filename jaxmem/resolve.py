@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with_capacity
+from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with_capacity, with_resident
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
 from jaxmem.models.config import MOE_IMPLS
@@ -239,9 +239,12 @@ def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelCon
 
 
 def resolve_target(w: BaseWorkload) -> Target:
-  """The workload's target with its capacity (a TPU target's costs a quick probe compile)."""
+  """The workload's target with its capacity (a TPU target's costs a quick probe compile), less
+  the bytes ``w.resident`` another program holds on each device."""
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
-  return with_capacity(tgt)
+  if w.resident and tgt.resident_bytes and tgt.resident_bytes != w.resident:
+    raise JaxmemError(f"`resident` is {w.resident:,} bytes but the target given already holds {tgt.resident_bytes:,}")
+  return with_resident(with_capacity(tgt), 0 if tgt.resident_bytes else w.resident)
 
 
 def resolve_meshes(w: BaseWorkload, tgt: Target) -> tuple[shd.MeshSpec, ...]:

@@ -24,6 +24,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.mesh import format_mesh
 from jaxmem.program.step import step_spec
 from jaxmem.records import Record
+from jaxmem.sizes import byte_count
 
 if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved config or target
   from jaxmem.hardware.targets import Target
@@ -137,7 +138,8 @@ def meshes(v: Any) -> tuple[str, ...]:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BaseWorkload(Record):
   """What every workload names, training or inference: the model, the global batch, where it
-  runs (``target``, TPU ``slices``, ``mesh``), the compute dtype, how attention is computed, and
+  runs (``target``, TPU ``slices``, ``mesh``, the bytes ``resident`` on each device beside it:
+  a size such as ``"14.5GiB"``), the compute dtype, how attention is computed, and
   a mixture of experts' variant. Only fields both kinds fill live here; :class:`Workload` (a
   train step) and :class:`jaxmem.inference.workload.InferWorkload` add their own.
 
@@ -156,6 +158,10 @@ class BaseWorkload(Record):
   batch: int = 8  # global
   target: str | Target = "cpu"
   slices: int = 1  # TPU slices (multi-slice over DCN)
+  # Bytes per device another program holds on the device beside this one (an RL sampler's weights
+  # and KV cache): the capacity the program is judged against drops by it, and a TPU compile is
+  # capped to match (jaxmem.hardware.targets.with_resident). One value, not a sweep axis.
+  resident: int = 0
   mesh: tuple[str, ...] = ()
   dtype: str | None | tuple[str | None, ...] = None  # one, or several: an outer axis of a train step's sweep
   attention: tuple[str, ...] = ("auto",)
@@ -171,6 +177,7 @@ class BaseWorkload(Record):
   def __post_init__(self):
     # Normalised in place (frozen): axes to tuples of names, so equal workloads compare equal.
     object.__setattr__(self, "mesh", meshes(self.mesh))
+    object.__setattr__(self, "resident", byte_count(self.resident, "resident"))
     object.__setattr__(self, "attention", names(self.attention))
     object.__setattr__(self, "qk_dtype", names(self.qk_dtype))
     if _listed(self.dtype):

@@ -120,6 +120,35 @@ class PeakBuffer(Record):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class BufferGroup(Record):
+  """Buffers live at the peak that look alike: the same kind, dtype, shape, source line, op and
+  module (every layer's copy of one activation, say), with how many there are and the bytes
+  they occupy together. The whole live set as such groups is what a diff of two compiled steps
+  matches buffers by (:mod:`jaxmem.buffers.diff`): HLO names change between compiles, these do
+  not unless the program does."""
+
+  kind: str
+  dtype: str
+  shape: str
+  source: str | None
+  op: str  # the primitive of jax's op name, after its einsum equation where there is one (short_op)
+  module: str
+  count: int
+  size_bytes: int
+
+
+def short_op(op_name: str) -> str:
+  """The primitive of jax's op name, after the einsum equation it came from where there is one
+  (``.../btd,df->btf/dot_general`` -> ``btd,df->btf/dot_general``, ``.../jvp(...)/eval_jaxpr/mul``
+  -> ``mul``): the op without the call path and the transformations' wrappers, which differ
+  between jax versions and between remat policies (a recomputed op is ``rematted_computation/...``)."""
+  parts = op_name.split("/") if op_name else []
+  if len(parts) > 1 and "->" in parts[-2]:
+    return "/".join(parts[-2:])
+  return parts[-1] if parts else ""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Timeline(Record):
   """Live bytes per kind at every position of the schedule, and the phases' spans."""
 
@@ -166,6 +195,8 @@ class Explanation(Record):
   live_bytes_at_peak: int | None
   peak_position: int | None
   peak_buffers: tuple[PeakBuffer, ...]  # largest first, the top N (of ``kinds`` when given)
+  # The whole live set at the peak as groups of like buffers, largest first (every kind, whatever ``top``).
+  live_set: tuple[BufferGroup, ...] = ()
   live_buffer_count: int
   by_module: dict[str, int]
   by_kind: dict[str, int]
@@ -251,7 +282,7 @@ def analyse(
   peak_t = int(totals.argmax()) if len(totals) else 0
   live_at_peak = int(totals[peak_t]) if len(totals) else None
   live = live_at(tables, peak_t)
-  buffers, by_module, by_kind = peak_buffers(live, names, groups, phases.regions, top=top, kinds=wanted)
+  buffers, by_module, by_kind, live_set = peak_buffers(live, names, groups, phases.regions, top=top, kinds=wanted)
   peak, peak_source, pnotes = peak_figure(report, dump, live_at_peak)
   arguments = argument_bytes(dump, groups)
   consumers, cnotes = split_consumers(report, arguments, temp_live_by_kind(tables, peak_t))
@@ -260,7 +291,7 @@ def analyse(
       compiler_bytes=None if report.total_bytes is None else report.total_bytes + (report.generated_code_size_in_bytes or 0),
       consumers=consumers, estimated=ESTIMATED, arguments=arguments, peak_bytes=peak, peak_source=peak_source,
       live_bytes_at_peak=live_at_peak, peak_position=peak_t if len(totals) else None,
-      peak_buffers=tuple(buffers), live_buffer_count=len(live), by_module=by_module, by_kind=by_kind,
+      peak_buffers=tuple(buffers), live_set=live_set, live_buffer_count=len(live), by_module=by_module, by_kind=by_kind,
       timeline=Timeline(
           bytes_by_kind={k: tuple(int(x) for x in curves[i]) for i, k in enumerate(KINDS)},
           regions=phases.regions, peak_position=peak_t,
@@ -567,11 +598,13 @@ def live_at(tables: list[LiveTable], position: int) -> list[LiveBuffer]:
 def peak_buffers(
     live: list[LiveBuffer], names: _Names, groups: dict[int, str], regions: tuple[tuple[str, int, int], ...], *, top: int,
     kinds: tuple[str, ...] = (),
-) -> tuple[list[PeakBuffer], dict[str, int], dict[str, int]]:
-  """The ``top`` largest of the live set (of ``kinds`` when given) as :class:`PeakBuffer`, and
-  the whole set's bytes by module and by kind. An input's module is its argument group."""
+) -> tuple[list[PeakBuffer], dict[str, int], dict[str, int], tuple[BufferGroup, ...]]:
+  """The ``top`` largest of the live set (of ``kinds`` when given) as :class:`PeakBuffer`, the
+  whole set's bytes by module and by kind, and the whole set as :class:`BufferGroup`. An
+  input's module is its argument group."""
   by_module: dict[str, int] = defaultdict(int)
   by_kind: dict[str, int] = dict.fromkeys(KINDS, 0)
+  alike: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
   out = []
   for b in live:
     v = b.value
@@ -584,15 +617,23 @@ def peak_buffers(
       module = "constants" if b.alloc.kind == "constant" else "outputs"
     by_module[module] += b.own_bytes
     by_kind[b.kind] += b.own_bytes
+    dt, dims = _dtype_dims(v.shape)
+    group = alike[(b.kind, dt or "tuple", f"[{dims}]" if dt else v.shape, nfo.source, short_op(nfo.op_name), module)]
+    group[0] += 1
+    group[1] += b.own_bytes
     if len(out) < top and (not kinds or b.kind in kinds):
-      dt, dims = _dtype_dims(v.shape)
       out.append(PeakBuffer(
           size_bytes=b.own_bytes, shape=f"[{dims}]" if dt else v.shape, dtype=dt or "tuple", kind=b.kind,
           hlo=v.key.removesuffix("{}"), op_name=nfo.op_name, source=nfo.source, module=module,
           phase=_region(regions, b.start), live=(b.start, b.end),
           via_loop=o.loop if o else None, producer=o.instruction.name if o else None,
       ))
-  return out, dict(sorted(by_module.items(), key=lambda kv: -kv[1])), by_kind
+  live_set = tuple(sorted(
+      (BufferGroup(kind=k, dtype=dt, shape=shape, source=src, op=op, module=m, count=n, size_bytes=size)
+       for (k, dt, shape, src, op, m), (n, size) in alike.items()),
+      key=lambda g: (-g.size_bytes, g.kind, g.source or "", g.op),
+  ))
+  return out, dict(sorted(by_module.items(), key=lambda kv: -kv[1])), by_kind, live_set
 
 
 def peak_figure(report: MemoryReport, dump: Dump, live_at_peak: int | None) -> tuple[int | None, str, list[str]]:

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 import jaxmem
 from jaxmem import JaxmemError
-from jaxmem.cli import _common, compare, estimate, explain, fit, infer, models, plan, scale, targets, validate
+from jaxmem.cli import _common, compare, diff, estimate, explain, fit, infer, models, plan, scale, targets, validate
 
 # In the order `jaxmem --help` lists them.
-COMMANDS = (compare, infer, estimate, explain, fit, plan, scale, validate, targets, models)
+COMMANDS = (compare, infer, estimate, explain, diff, fit, plan, scale, validate, targets, models)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 import jaxmem
 from jaxmem import JaxmemError, Workload
-from jaxmem.render.units import unit_for
+from jaxmem.units import unit_for
 
 DEFAULT_REMAT = ",".join(Workload().remat)
 
@@ -62,6 +62,11 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       "default: the attached accelerator, else a representative one whose compiler is installed",
   )
   p.add_argument("--slices", type=int, default=1, help="TPU slices (multi-slice over DCN); default 1")
+  p.add_argument(
+      "--resident", default=None, metavar="BYTES",
+      help="bytes per device another program holds beside the step (14.5GiB, 512MiB, or bytes): out of the "
+      "capacity; a TPU compile is capped to match with --xla_tpu_max_hbm_size_mib (the row's note gives the flag)",
+  )
   p.add_argument(
       "--mesh",
       action="append",

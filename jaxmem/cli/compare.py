@@ -75,7 +75,8 @@ def compare_extras(
     for mesh in dict.fromkeys(r.mesh for r in rows):
       r = [x for x in rows if x.mesh == mesh][-1]
       sides = jaxmem.training_vs_inference(
-          model=cfg, target=args.target, slices=args.slices, weights=args.weights, train_row=r
+          model=cfg, target=args.target, slices=args.slices, resident=args.resident, weights=args.weights,
+          train_row=r,
       )
       pairs += [s.as_dict() for s in sides]
     out["inference"] = pairs

@@ -37,7 +37,7 @@ import jax
 
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.hardware.hostmem import HostVerdict, judge_host
-from jaxmem.hardware.margin import NO, Verdict
+from jaxmem.hardware.margin import JUDGED_ARGUMENTS, NO, Verdict, judged_note
 from jaxmem.compiler.optimes import per_op
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
 from jaxmem.compiler.steptime import Work, estimate
@@ -115,7 +115,7 @@ def compile_figures(
   known = None if args is None else shape_argument_bytes(args, n)
   if known is not None and capacity is not None and not fits(known, capacity):
     return Refusal(
-        required_bytes=known, fits=False, verdict=NO, margin_bytes=capacity - known, **refused, notes=tuple(notes + [NOT_COMPILED] * (n > 1)),
+        required_bytes=known, fits=False, verdict=NO, margin_bytes=capacity - known, judged_figure=JUDGED_ARGUMENTS, **refused, notes=tuple(notes + [NOT_COMPILED] * (n > 1)),
         error=(f"not compiled: the arguments alone need {known:,} bytes per device (from their shapes and "
                f"shardings), over the capacity of {capacity:,}"),
     )
@@ -123,7 +123,9 @@ def compile_figures(
     if lowered is None:
       with lowering_context if lowering_context is not None else contextlib.nullcontext():
         lowered = traced.lower()
-    compiled, seconds = compile_timed(lowered, compiler_options)
+    # The target's own options (a TPU's HBM cap beside a resident program) under the caller's.
+    options = {**(target.compiler_options if target is not None else {}), **(compiler_options or {})}
+    compiled, seconds = compile_timed(lowered, options)
   except jax.errors.JaxRuntimeError as e:  # out of memory, or a feature the backend lacks
     return Refusal.of(e, **refused, notes=tuple(notes + [SPLIT_EVENLY] * (n > 1)))
   report = read_compiled(
@@ -141,9 +143,11 @@ def compile_figures(
     step = dataclasses.replace(step, op_time_s=per_op(report.hlo_costs, target, report.num_devices).op_time_s)
   host = judge_host(report.host_total_bytes, None if target is None else target.host_capacity_bytes)
   host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
+  verdict = report.judge(capacity)
+  judged = [n for n in [judged_note(verdict, capacity, report.required_bytes)] if n]
   return Figures(
-      report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=report.judge(capacity),
-      step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes) + tuple(host_notes), host=host,
+      report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=verdict,
+      step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes) + tuple(host_notes) + tuple(judged), host=host,
   )
 
 

@@ -72,7 +72,7 @@ import jax
 
 from jaxmem.hardware.oom import parse_oom
 from jaxmem.compiler.flops import compiled_flops, jaxpr_flops, per_device_flops
-from jaxmem.hardware.margin import NO, Verdict, judge, risk_bytes
+from jaxmem.hardware.margin import ACCEPTED, JUDGED_PEAK, JUDGED_REFUSAL, JUDGED_TOTAL, NO, REFUSED, Verdict, judge, risk_bytes
 from jaxmem.hlo.ops import HloCosts, hlo_costs_of_module
 from jaxmem.hlo.text import parse_module
 from jaxmem.hlo.traffic import Traffic
@@ -128,7 +128,15 @@ class MemoryReport(CompilerFigures):
         self.platform, capacity=capacity, argument=self.argument_size_in_bytes, output=self.output_size_in_bytes,
         alias=self.alias_size_in_bytes, generated_code=self.generated_code_size_in_bytes,
     )
-    return judge(self.required_bytes, capacity, risk)
+    peak, total = self.peak_memory_in_bytes, self.total_bytes
+    return dataclasses.replace(
+        judge(self.required_bytes, capacity, risk),
+        judged_figure=None if self.required_bytes is None
+        else JUDGED_PEAK if peak is not None and (total is None or peak <= total) else JUDGED_TOTAL,
+        naive_sum_bytes=total,
+        # A TPU program that compiled passed libtpu's own check of its HBM against what is available.
+        compiler_check=ACCEPTED if self.platform == "tpu" else None,
+    )
 
   def figures(self) -> dict:
     """The :class:`CompilerFigures` fields (communication included), to build a row from."""
@@ -180,6 +188,8 @@ class Refusal(Record):
   error: str
   verdict: str | None = None  # NO for an out-of-memory refusal
   margin_bytes: int | None = None
+  judged_figure: str | None = None  # what required_bytes is (jaxmem.hardware.margin)
+  compiler_check: str | None = None  # "refused" for the compiler's own out-of-memory refusal
   flops: float | None = None
   program_flops: float | None = None
   versions: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -205,6 +215,9 @@ class Refusal(Record):
         verdict=None if oom is None else NO,
         margin_bytes=None if oom is None or None in (oom.required_bytes, oom.available_bytes)
         else oom.available_bytes - oom.required_bytes,
+        # Only the TPU compiler refuses a program for size (the GPU compiler never does).
+        judged_figure=None if oom is None or oom.required_bytes is None else JUDGED_REFUSAL,
+        compiler_check=None if oom is None else REFUSED,
         **fields,
     )
 

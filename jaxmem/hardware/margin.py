@@ -125,16 +125,37 @@ def risk_bytes(
   return 0  # the CPU and an unknown platform: no runtime terms documented here
 
 
+# Which figure a verdict judges (a row's ``judged_figure``): the compiler's peak, the total of
+# every buffer (where the backend gives no peak, or its peak counts other memory spaces), the
+# figure in the compiler's out-of-memory message, or the arguments' bytes from their shapes
+# (refused before compiling).
+JUDGED_PEAK, JUDGED_TOTAL = "peak_memory_in_bytes", "total_bytes"
+JUDGED_REFUSAL, JUDGED_ARGUMENTS = "compiler refusal", "argument bytes from shapes"
+# The compiler's own capacity check (a row's ``compiler_check``): the TPU compiler checks the
+# program's HBM against what is available and refuses it if over (error E1000); the GPU and CPU
+# compilers check no capacity, so their rows carry None.
+ACCEPTED, REFUSED = "accepted", "refused"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Verdict(Record):
   """Whether a program fits a device: ``fits`` (required <= capacity), ``verdict`` (``yes``,
   ``at risk`` or ``NO``), ``margin_bytes`` (capacity - required) and the ``risk_bytes`` the
-  margin is judged against. All ``None`` where required or capacity is unknown."""
+  margin is judged against. All ``None`` where required or capacity is unknown.
+
+  What was judged: ``judged_figure`` names the figure ``required_bytes`` is (:data:`JUDGED_PEAK`
+  and the others above); ``naive_sum_bytes`` is argument + output - alias + temp, every buffer
+  counted as if live at once (MaxText's printed "Total memory size"), beside it; and
+  ``compiler_check`` whether the compiler's own capacity check accepted or refused the program
+  (TPU only; ``None`` where the backend makes none)."""
 
   fits: bool | None = None
   verdict: str | None = None
   margin_bytes: int | None = None
   risk_bytes: int | None = None
+  judged_figure: str | None = None
+  naive_sum_bytes: int | None = None
+  compiler_check: str | None = None
 
 
 def judge(required: int | None, capacity: int | None, risk: int | None) -> Verdict:
@@ -145,6 +166,20 @@ def judge(required: int | None, capacity: int | None, risk: int | None) -> Verdi
   margin = capacity - required
   verdict = NO if margin < 0 else (AT_RISK if margin < (risk or 0) else YES)
   return Verdict(fits=margin >= 0, verdict=verdict, margin_bytes=margin, risk_bytes=risk)
+
+
+def judged_note(v: Verdict, capacity: int | None, required: int | None) -> str | None:
+  """Why a program whose naive sum exceeds the capacity still fits: the buffers never live at
+  once share memory, and (TPU) the compiler's own check accepted it. ``None`` otherwise."""
+  naive = v.naive_sum_bytes
+  if not v.fits or capacity is None or naive is None or required is None or naive <= capacity:
+    return None
+  check = " and the TPU compiler's own capacity check accepted the program" if v.compiler_check == ACCEPTED else ""
+  return (
+      f"verdict: judged on {v.judged_figure} ({required:,} bytes): naive_sum_bytes (argument + output - alias + temp, "
+      f"MaxText's printed total: {naive:,}) exceeds the capacity of {capacity:,}, but buffers that are never live "
+      f"together share memory, so the peak fits{check}"
+  )
 
 
 def terms(platform: str) -> tuple[RuntimeTerm, ...]:

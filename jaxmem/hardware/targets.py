@@ -32,7 +32,7 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -48,6 +48,7 @@ from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_dev
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.records import Record
+from jaxmem.sizes import byte_count
 from jaxmem.units import GiB
 from jaxmem.mesh import MeshSpec, format_mesh
 
@@ -204,6 +205,20 @@ class Target:
   def hosts(self) -> int:
     """GPU hosts of up to 8 devices; 1 for every other kind."""
     return self.kind.hosts
+  # Bytes per device held by another program beside this one (with_resident): already out of
+  # capacity_bytes; on TPU the compile is capped to match (compiler_options).
+  resident_bytes: int = 0
+  # The capacity before the resident bytes were taken out, where any were (for the flag to use).
+  alone_capacity_bytes: int | None = None
+
+  @property
+  def compiler_options(self) -> dict[str, Any]:
+    """Options every compile for this target takes: on TPU with resident bytes, the cap on the
+    HBM the compiler may plan for (:func:`hbm_cap_mib`), so its own capacity check and its
+    memory-aware scheduling see the device as the program will find it."""
+    if self.resident_bytes and self.platform == "tpu" and self.capacity_bytes is not None:
+      return {TPU_HBM_CAP_OPTION: hbm_cap_mib(self.capacity_bytes)}
+    return {}
 
   @property
   def devices(self) -> Devices:
@@ -407,19 +422,21 @@ def _gpu_target(gpu: str, n: int) -> Target:
   )
 
 
-def target(name: str, *, slices: int = 1) -> Target:
+def target(name: str, *, slices: int = 1, resident: int | str = 0) -> Target:
   """A compilation target by name, with its capacity: ``jaxmem.target("gpu:h100x8")``.
 
   ``.devices`` are its devices (compile-only for TPU and GPU targets), ``.capacity_bytes`` the
   memory per device a program may use (a TPU's is read from its compiler with a quick probe
   compile, the first time), ``.mesh({"data": 2, "fsdp": 4})`` a ``jax.sharding.Mesh`` over them.
   Inputs sharded over such a mesh are what :func:`jaxmem.analyze` compiles for that target.
+  ``resident``: bytes per device another program holds beside it (``"14.5GiB"``): out of the
+  capacity, and on TPU the compile is capped to match (:func:`with_resident`).
 
   >>> t = target("cpu:4")
   >>> t.mesh({"data": 2, "fsdp": -1}).shape
   OrderedDict([('data', 2), ('fsdp', 2)])
   """
-  return with_capacity(get_target(name, slices=slices))
+  return with_resident(with_capacity(get_target(name, slices=slices)), byte_count(resident, "resident"))
 
 
 def with_capacity(target: Target) -> Target:
@@ -432,6 +449,49 @@ def target_peaks(target: Target | None) -> tuple[Peaks | None, str | None]:
   if target is None:
     return None, "no target: no peak figures"
   return target.kind.peaks(target)
+
+
+# libtpu's cap on the HBM a program may use, in MiB: the compiler then reports "available HBM"
+# of exactly that (checked with libtpu 0.0.42.1 and 0.0.50.1: 10000 gives 9.77G; a cap above the
+# device's usable HBM leaves it at the usable figure). It is taken per compile as a compiler
+# option, and in LIBTPU_INIT_ARGS at start-up (the Tunix recipes' way).
+TPU_HBM_CAP_OPTION = "xla_tpu_max_hbm_size_mib"
+
+
+def hbm_cap_mib(capacity: int) -> int:
+  """The ``--xla_tpu_max_hbm_size_mib`` value for ``capacity`` bytes (rounded down to a MiB)."""
+  return capacity // (1 << 20)
+
+
+def with_resident(target: Target, resident: int) -> Target:
+  """``target`` with ``resident`` bytes per device held by another program: its capacity drops
+  by them (a GPU's from the allocator's share), the capacity note says the setting to run with,
+  and a TPU compile is capped with ``--xla_tpu_max_hbm_size_mib`` (:attr:`Target.compiler_options`).
+  A target without a capacity (the CPU), or resident bytes that leave nothing, are an error."""
+  if not resident:
+    return target
+  target = with_capacity(target)
+  capacity = target.capacity_bytes
+  if capacity is None:
+    raise JaxmemError(f"`resident` needs a target with a device memory capacity (tpu:..., gpu:..., attached); "
+                      f"{target.name} has none")
+  left = capacity - resident
+  if left <= 0:
+    raise JaxmemError(f"`resident` of {resident:,} bytes leaves nothing of {target.name}'s capacity of {capacity:,} "
+                      "bytes per device")
+  if target.platform == "tpu":
+    flag = hbm_cap_mib(left)
+    how = (f"compiled with --{TPU_HBM_CAP_OPTION}={flag}; run the step with it (LIBTPU_INIT_ARGS, or the "
+           f"compiler option {TPU_HBM_CAP_OPTION}) so the compiler plans for what the resident program leaves")
+  elif target.platform == "gpu" and target.hbm_bytes:
+    how = (f"run the step with XLA_PYTHON_CLIENT_MEM_FRACTION={left / target.hbm_bytes:.2f} (its allocator's share "
+           f"less the resident bytes) and the resident program outside that pool")
+  else:
+    how = "the resident program must hold its bytes before this one allocates"
+  note = (f"{capacity:,} bytes ({target.capacity_note}) less {resident:,} resident bytes held by another program "
+          f"on each device; {how}")
+  return dataclasses.replace(target, capacity_bytes=left, capacity_note=note, resident_bytes=resident,
+                             alone_capacity_bytes=capacity)
 
 
 def cpu_devices_needed(names: list[str]) -> int:

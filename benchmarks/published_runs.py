@@ -1,0 +1,250 @@
+"""Published training runs as a suite: does jaxmem agree with what happened on the hardware?
+
+Each case is a run whose outcome someone published (it ran, it ran out of memory, the AOT compile
+was refused), with its source, its configuration written as jaxmem arguments, and the versions
+it ran on where the source gives them. Running a case compiles that one configuration for its
+compile-only target (no accelerator needed) and prints whether jaxmem's verdict agrees; where it
+does not, the line says what jaxmem knows of why (the versions differ, a runtime term, a flag).
+Cases whose model jaxmem cannot build yet say so ("skipped: needs ...") rather than fail.
+
+  python benchmarks/published_runs.py --list           # one case a line
+  python benchmarks/published_runs.py --case NAME      # run one case
+  python benchmarks/published_runs.py                  # every light case (--all: the heavy ones too)
+
+The heavy cases compile real models on large slices: minutes each and several GiB of host
+memory (run them one at a time, under ``nice`` on a shared machine). ``tiny-v5e-1`` is the
+suite's smoke case (not a published run), the one the test suite runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HF = Path("tests") / "data" / "hf"  # config.json files, relative to the repository (the cases run from its root)
+GiB = 1 << 30
+
+RAN, COMPILED, OOM, REFUSED = "ran", "compiled", "out of memory", "compile refused"
+FITS = {RAN: True, COMPILED: True, OOM: False, REFUSED: False}
+MAXTEXT_STEP = "MaxText's own train step (its models and decoder, through --step; not yet written)"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Case:
+  """One published run: ``args`` its configuration as jaxmem arguments (``None`` where jaxmem
+  cannot express it yet, with ``needs`` saying what it lacks), ``outcome`` as published with
+  ``measured`` (what the source reports in figures), ``versions`` the stack it ran on."""
+
+  name: str
+  platform: str  # tpu or gpu
+  source: str
+  configuration: str  # as published
+  outcome: str  # RAN, COMPILED, OOM or REFUSED
+  measured: str = ""
+  versions: str = "not published"
+  args: str | None = None
+  needs: str | None = None  # why it is skipped, where it is
+  needs_file: Path | None = None  # a config.json the case needs, skipped while absent
+  heavy: bool = True
+  why_it_may_differ: str = ""  # what jaxmem knows of a cause, shown where it disagrees
+
+  def skipped(self) -> str | None:
+    if self.needs:
+      return self.needs
+    if self.needs_file is not None and not (ROOT / self.needs_file).exists():
+      return f"{self.needs_file} (DeepSeek-V2-Lite's config.json, with the architecture jaxmem is being taught)"
+    return None
+
+
+CASES = (
+    Case(
+        name="tiny-v5e-1", platform="tpu", heavy=False,
+        source="jaxmem's smoke case (not a published run): the suite's machinery on the tiny preset",
+        configuration="tiny, batch 8, seq 512, remat none, one v5e chip", outcome=COMPILED,
+        args="--model tiny --target tpu:v5e-1 --batch 8 --seq 512 --remat none",
+    ),
+    Case(
+        name="deepseek2-16b-v5p-8", platform="tpu",
+        source="MaxText docs, guides/monitoring_and_debugging/understand_logs_and_metrics.md",
+        configuration="MaxText deepseek2-16b, v5p-8 (FSDP 4), per-device batch 24, seq 2048, remat full, AdamW, "
+        "f32 weights, bf16 compute, megablox",
+        outcome=RAN, versions="jax 0.7.2 (dev)",
+        measured="5.667 s/step; 44.63 GiB in use after initialisation; MaxText's printed total (argument 44.5 + "
+        "output 44.5 - alias + temp 55.9) 100.4 GiB of 95.74",
+        args=f"--model {HF / 'deepseek-v2-lite.json'} --target tpu:v5p-8 --mesh fsdp=4 --batch 96 --seq 2048 --remat full",
+        needs_file=HF / "deepseek-v2-lite.json",
+        why_it_may_differ="MaxText's naive total (argument + output - alias + temp) is over the capacity while the "
+        "compiler's peak is under it: compare naive_sum_bytes with required_bytes",
+    ),
+    Case(
+        name="maxtext-22b-v4-default", platform="tpu", source="MaxText PR #4081 (June 2026); configs/tpu/v4/22b.sh",
+        configuration="2 x v4-128, ici_fsdp 64, per-device batch 13, remat full, emb 6144, 24 heads x 128, mlp 24576, "
+        "48 layers, default attention, no vocab tiling",
+        outcome=OOM, versions="the June 2026 MaxText stack (its AOT compile OOM); MaxText 0.2.5 with jax 0.12.0.1 "
+        "and libtpu 0.0.52 compiles it (peak 28.88 GiB of 30.75)",
+        measured="AOT compile out of memory", needs=MAXTEXT_STEP,
+    ),
+    Case(
+        name="maxtext-22b-v4-flash", platform="tpu", source="MaxText PR #4081 (June 2026)",
+        configuration="as maxtext-22b-v4-default with attention=flash num_vocab_tiling=8", outcome=COMPILED,
+        versions="the June 2026 MaxText stack", needs=MAXTEXT_STEP,
+    ),
+    Case(
+        name="maxtext-52b-v4-default", platform="tpu", source="MaxText PR #4117; configs/tpu/v4/52b.sh",
+        configuration="2 x v4-384, ici_fsdp 192, per-device batch 7, remat full, emb 12288, 32 heads, mlp 49152, "
+        "32 layers, default attention",
+        outcome=OOM, measured='AOT compile: "Used 33.27G of 30.75G"', versions="the June 2026 MaxText stack",
+        needs=MAXTEXT_STEP,
+    ),
+    Case(
+        name="maxtext-52b-v4-flash", platform="tpu", source="MaxText PR #4117",
+        configuration="as maxtext-52b-v4-default with attention=flash num_vocab_tiling=8", outcome=COMPILED,
+        versions="the June 2026 MaxText stack", needs=MAXTEXT_STEP,
+    ),
+    Case(
+        name="llama3.1-70b-v6e-256-offload", platform="tpu",
+        source="tpu-recipes, training/trillium/Llama3.1-70B-MaxText/README.md",
+        configuration="MaxText llama3.1-70b, v6e-256 (FSDP 256), per-device batch 5, seq 8192, remat custom: decoder "
+        "layer input and q/k/v offloaded to host, the rest recomputed, splash attention",
+        outcome=RAN, measured="34.56 s/step, 456 TFLOP/s/device",
+        args="--model llama3-70b --target tpu:v6e-256 --mesh fsdp=256 --batch 1280 --seq 8192 "
+        "--remat names:offload=decoder_layer_input+key_proj+query_proj+value_proj",
+        why_it_may_differ="the recipe's LIBTPU_INIT_ARGS (collective and offload flags) are not passed here",
+    ),
+    *(Case(
+        name=f"maxtext-v5e-{size}", platform="tpu", source=f"MaxText README (performance); configs/v5e/{size}.sh",
+        configuration=f"MaxText's {size.upper()} default-decoder model on one v5e-256, seq 2048, as the script sets",
+        outcome=RAN, measured="published MFU (2024 stack)", versions="the 2024 MaxText stack", needs=MAXTEXT_STEP,
+    ) for size in ("16b", "32b", "64b", "128b")),
+    *(Case(
+        name=f"maxtext-v5p-{size}", platform="tpu", source=f"MaxText performance results; configs/v5p/{size}.sh",
+        configuration=f"MaxText's {size.upper()} model on v5p-128, as the script sets", outcome=RAN,
+        measured=mfu, needs=MAXTEXT_STEP,
+    ) for size, mfu in (("32b", "71.47% MFU"), ("64b", "70.31% MFU"))),
+    Case(
+        name="llama2-7b-h100x8", platform="gpu",
+        source="NVIDIA JAX-Toolbox, docs/frameworks/maxtext/README.md (Configs: LLaMA)",
+        configuration="MaxText llama2-7b on one DGX H100 (8 x H100 80G SXM), BF16, seq 4096, 2 per GPU (global 16), "
+        "FSDP 8, flash attention (Transformer Engine's cuDNN), remat minimal_flash, no scan",
+        outcome=RAN, measured="0.721 s/step, 22.19 sequences/s",
+        versions="nvcr.io/nvidia/jax:25.10-maxtext-py3 (the README's container)",
+        args=f"--model {HF / 'llama2-7b.json'} --target gpu:h100x8 --mesh fsdp=8 --batch 16 --seq 4096 "
+        "--attention cudnn --remat minimal_with_context",
+        why_it_may_differ="jaxmem judges against the allocator's default share (XLA_PYTHON_CLIENT_MEM_FRACTION 0.75); "
+        "NVIDIA's recipes raise it to 0.9 and more; jaxmem scans the layers where the run did not",
+    ),
+    Case(
+        name="llama3-8b-v5p-8-maxtext-compile", platform="tpu",
+        source="jaxmem's MaxText parity check (docs; MaxText train_compile measured 2026-11-30)",
+        configuration="MaxText llama3-8b, compile_topology v5p-8 (FSDP 4), per-device batch 4, seq 2048, remat "
+        "full, dot_product attention, AdamW, f32 weights",
+        outcome=COMPILED, measured="peak 38.60 GiB of 95.74 (argument 22.44, temp 16.75)",
+        versions="MaxText 0.2.5, jax 0.12.0.1, libtpu 0.0.52",
+        args="--model llama3-8b --target tpu:v5p-8 --mesh fsdp=4 --batch 16 --seq 2048 --remat full --attention dot",
+        why_it_may_differ="temp_size_in_bytes depends on the libtpu release (0.0.42.1 reports 5-12 GiB more)",
+    ),
+)
+BY_NAME = {c.name: c for c in CASES}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Result:
+  case: Case
+  status: str  # "agrees", "disagrees", "skipped", "error"
+  line: str
+
+
+def run_case(case: Case) -> Result:
+  """Compiles the case's configuration (its named remat policy only) and judges agreement."""
+  why = case.skipped()
+  if why is not None:
+    return Result(case=case, status="skipped", line=f"skipped: needs {why}")
+  import jaxmem
+  from jaxmem.cli import _common, build_parser
+  from jaxmem.planning import sweep
+  from jaxmem.resolve import plan
+
+  os.chdir(ROOT)  # the cases' config.json paths are the repository's
+  ns = build_parser().parse_args(["compare", *shlex.split(case.args)])
+  _common.start(ns.target)
+  w = _common.workload(ns)
+  start = time.perf_counter()
+  try:
+    p = plan(w)
+    ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == w.remat[-1]]
+    row = sweep.run_config(p, mesh, opt, rp)
+  except jaxmem.JaxmemError as e:
+    return Result(case=case, status="error", line=f"error: {e}")
+  seconds = time.perf_counter() - start
+  return judge(case, row, seconds)
+
+
+def judge(case: Case, row, seconds: float) -> Result:
+  """Whether the row's verdict is the published outcome, and the figures behind it."""
+  import jaxmem
+
+  said = {True: "fits", False: "does not fit", None: "no verdict"}[row.fits]
+  figures = (f"required {_gib(row.required_bytes)} of {_gib(row.capacity_bytes)} GiB "
+             f"({row.judged_figure or '-'}), naive sum {_gib(row.naive_sum_bytes)} GiB, "
+             f"compiler check {row.compiler_check or '-'}")
+  versions = ", ".join(f"{k} {v}" for k, v in (row.versions or jaxmem.compiler_versions()).items())
+  head = f"jaxmem: {said}; {figures}; {seconds:.0f} s on {versions}"
+  if row.fits is None:
+    return Result(case=case, status="disagrees", line=f"{head}; no verdict: {row.error or 'no capacity'}")
+  if row.fits == FITS[case.outcome]:
+    return Result(case=case, status="agrees", line=f"agrees ({case.outcome}); {head}")
+  causes = [case.why_it_may_differ] if case.why_it_may_differ else []
+  causes.append(f"the case ran on {case.versions}; these figures come from {versions}")
+  if case.outcome in (RAN, COMPILED) and row.naive_sum_bytes and row.capacity_bytes and row.error is None:
+    causes.append("a runtime term jaxmem holds against the capacity (docs/backends.md) or a flag the run set")
+  return Result(case=case, status="disagrees", line=f"DISAGREES (published: {case.outcome}); {head}; suspected: "
+                + "; ".join(causes))
+
+
+def _gib(v: int | None) -> str:
+  return "-" if v is None else f"{v / GiB:.2f}"
+
+
+def list_line(case: Case) -> str:
+  weight = "heavy" if case.heavy else "light"
+  run = case.args if case.args is not None else "-"
+  skip = case.skipped()
+  return (f"{case.name} [{case.platform}, {weight}]: {case.outcome}" + (f" ({case.measured})" if case.measured else "")
+          + f"; source: {case.source}; versions: {case.versions}; jaxmem arguments: {run}"
+          + (f"; skipped: needs {skip}" if skip else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--list", action="store_true", help="print one case a line and exit")
+  ap.add_argument("--case", action="append", default=None, metavar="NAME", help="run this case (repeatable)")
+  ap.add_argument("--all", action="store_true", help="run every case, the heavy ones too")
+  args = ap.parse_args(argv)
+  if args.list:
+    for c in CASES:
+      print(list_line(c))
+    return 0
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  unknown = [n for n in args.case or () if n not in BY_NAME]
+  if unknown:
+    print(f"published_runs: unknown case {unknown[0]!r}; --list names them", file=sys.stderr)
+    return 2
+  cases = [BY_NAME[n] for n in args.case] if args.case else [c for c in CASES if args.all or not c.heavy or c.skipped()]
+  results = []
+  for case in cases:
+    r = run_case(case)
+    results.append(r)
+    print(f"{case.name}: {r.line}", flush=True)
+  counts = {s: sum(r.status == s for r in results) for s in ("agrees", "disagrees", "skipped", "error")}
+  print("; ".join(f"{n} {s}" for s, n in counts.items()))
+  return 1 if counts["disagrees"] or counts["error"] else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

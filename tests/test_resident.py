@@ -1,0 +1,84 @@
+"""Programs sharing a device (``resident``): the capacity a step is judged against drops by the
+bytes another program holds, a TPU compile is capped to match and the row says the flag to run
+with; and what a verdict judges (``judged_figure``, ``naive_sum_bytes``, ``compiler_check``)."""
+
+import pytest
+
+import jaxmem
+from jaxmem import JaxmemError
+from jaxmem.hardware.margin import ACCEPTED, JUDGED_PEAK, JUDGED_TOTAL
+from jaxmem.hardware.targets import TPU_HBM_CAP_OPTION, get_target, with_resident
+from jaxmem.sizes import byte_count
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+def test_sizes_read_as_people_write_them():
+  assert byte_count("14.5GiB", "resident") == int(14.5 * GiB)
+  assert byte_count("512MiB", "resident") == 512 * MiB
+  assert byte_count("2GB", "resident") == 2 * 10**9
+  assert byte_count("1000", "resident") == byte_count(1000, "resident") == 1000
+  assert byte_count(None, "resident") == 0
+  for bad in ("12 parsecs", "GiB", "-3", True, 1.5):
+    with pytest.raises(JaxmemError, match="`resident` takes a size"):
+      byte_count(bad, "resident")
+
+
+def test_resident_bytes_come_out_of_a_gpus_allocator_share_and_say_the_fraction_to_run_with():
+  alone = get_target("gpu:h100")
+  shared = with_resident(alone, 8 * GiB)
+  assert shared.capacity_bytes == alone.capacity_bytes - 8 * GiB
+  assert shared.compiler_options == {}  # the GPU compiler checks no capacity: nothing to cap
+  assert "XLA_PYTHON_CLIENT_MEM_FRACTION=" in shared.capacity_note
+  assert jaxmem.Workload(resident="8GiB").resident == 8 * GiB
+
+
+def test_resident_needs_a_capacity_and_must_leave_some():
+  with pytest.raises(JaxmemError, match="needs a target with a device memory capacity"):
+    with_resident(get_target("cpu"), MiB)
+  gpu = get_target("gpu:h100")
+  with pytest.raises(JaxmemError, match="leaves nothing"):
+    with_resident(gpu, gpu.capacity_bytes)
+
+
+def test_cpu_rows_judge_the_total_and_make_no_capacity_check(compile_one):
+  r = compile_one(model="tiny", batch=2, seq=64, remat="full", target="cpu")
+  assert r.peak_memory_in_bytes is None and r.judged_figure == JUDGED_TOTAL
+  assert r.naive_sum_bytes == r.total_bytes and r.compiler_check is None
+
+
+# tiny at 8 x 512 keeps its temporaries in HBM on v5e (smaller programs keep them in VMEM).
+TINY = dict(model="tiny", batch=8, seq=512, remat="none")
+
+
+@pytest.fixture(scope="module")
+def alone(compile_one):
+  return compile_one(**TINY, target="tpu:v5e-1")
+
+
+@pytest.mark.needs_tpu_compiler
+def test_a_tpu_row_says_the_compiler_accepted_it_and_which_figure_was_judged(alone):
+  assert alone.fits and alone.compiler_check == ACCEPTED
+  assert alone.naive_sum_bytes == alone.total_bytes
+  assert alone.judged_figure == (JUDGED_PEAK if alone.peak_memory_in_bytes <= alone.total_bytes else JUDGED_TOTAL)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_resident_lowers_a_tpu_capacity_and_caps_the_compile_with_the_matching_flag():
+  alone = jaxmem.target("tpu:v5e-1")
+  shared = jaxmem.target("tpu:v5e-1", resident="1GiB")
+  assert shared.capacity_bytes == alone.capacity_bytes - GiB
+  assert shared.compiler_options == {TPU_HBM_CAP_OPTION: shared.capacity_bytes // MiB}
+  assert f"--{TPU_HBM_CAP_OPTION}={shared.capacity_bytes // MiB}" in shared.capacity_note
+
+
+@pytest.mark.needs_tpu_compiler
+def test_a_step_that_fitted_alone_is_refused_once_the_resident_bytes_exceed_its_margin(alone, compile_one):
+  # Within its margin it still fits, against the lowered capacity, with the flag on the row.
+  within = compile_one(**TINY, target="tpu:v5e-1", resident=alone.margin_bytes // 2)
+  assert within.fits and within.capacity_bytes == alone.capacity_bytes - alone.margin_bytes // 2
+  assert any(f"--{TPU_HBM_CAP_OPTION}=" in n for n in within.notes)
+  # Past it (by a MiB): refused, whether by jaxmem's verdict or by the capped compiler itself.
+  past = compile_one(**TINY, target="tpu:v5e-1", resident=alone.margin_bytes + MiB)
+  assert past.fits is False and past.verdict == "NO"
+  assert past.capacity_bytes == alone.capacity_bytes - alone.margin_bytes - MiB
