@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 import jaxmem
 from jaxmem import JaxmemError, Workload
-from jaxmem.units import unit_for
+from jaxmem.render.units import unit_for
 
 DEFAULT_REMAT = ",".join(Workload().remat)
 

@@ -18,7 +18,7 @@ from jaxmem.buffers.diff import ResultDiff, diff_documents
 from jaxmem.errors import JaxmemError
 from jaxmem.render.explain import explain_json
 from jaxmem.render.tables import check_format, envelope, render_records
-from jaxmem.units import unit_for
+from jaxmem.render.units import unit_for
 from jaxmem.versions import __version__
 
 

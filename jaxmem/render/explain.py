@@ -12,7 +12,7 @@ from jaxmem.render.timeline import timeline_text, title
 from jaxmem.compiler.optimes import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
 from jaxmem.render.tables import check_format, envelope, render_csv, render_records
-from jaxmem.units import unit_for
+from jaxmem.render.units import unit_for
 from jaxmem.versions import describe
 
 # via_loop: the while the value came out of when op_name/source are those of the op in its body.
