@@ -13,6 +13,7 @@ import jax
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from jaxmem import mesh as mesh_description
 from jaxmem.hardware.targets import get_target
 from jaxmem.models import get_config
 from jaxmem.models.attention_kernels import cudnn_version
@@ -50,7 +51,7 @@ def test_mesh_axes_refuse_axes_the_mesh_does_not_split():
 def pod_rules(monkeypatch):
   """The rules with one more mesh axis, ``pod``, that splits the batch (first, as a slower
   outer data-parallel axis would); nothing else changed."""
-  monkeypatch.setattr(shd, "MESH_AXES", ("pod", *shd.MESH_AXES))
+  monkeypatch.setattr(mesh_description, "MESH_AXES", ("pod", *mesh_description.MESH_AXES))
   monkeypatch.setitem(shd.ACTIVATION_RULES, "batch", ("pod", *shd.ACTIVATION_RULES["batch"]))
 
 
