@@ -24,6 +24,8 @@ import dataclasses
 from jaxmem.compiler.gpu import GPU_SPECS
 from jaxmem.compiler.targets import Target
 from jaxmem.compiler.tpu import TPU_GENERATIONS
+from jaxmem.hlo.ops import MatrixTile
+from jaxmem.hlo.schedule import Link, Machine
 from jaxmem.records import Record
 
 
@@ -101,3 +103,67 @@ def _attached_peaks(target: Target) -> tuple[Peaks | None, str | None]:
     if kind == spec.description:
       return _gpu_peaks(dataclasses.replace(target, source="gpu", key=spec.name))
   return None, f"attached devices {kind!r}: no published peak figures known to jaxmem"
+
+
+# Collective latencies (jaxmem.hlo.schedule's Link), each from its source:
+# - ICI: "Each hop over an ICI link has some intrinsic overhead regardless of the data volume. This
+#   is typically around 1us" (J. Austin et al., "How to Scale Your Model", Part 3 "Sharding", a note
+#   on ICI latency: jax-ml.github.io/scaling-book/sharding); a ring step is one hop.
+# - NVLink and the hosts' network: NCCL's own cost model (NVIDIA/nccl src/graph/tuning.cc, ring
+#   algorithm, Simple protocol): a base latency of 8.4 us per collective, 3.4 us a step over NVLink
+#   and 9.6 us a step over the network.
+# - DCN between TPU slices: no latency is published; it is left at 0 (a note says so).
+ICI_STEP_LATENCY_S = 1e-6
+NCCL_BASE_LATENCY_S = 8.4e-6
+NVLINK_STEP_LATENCY_S = 3.4e-6
+NET_STEP_LATENCY_S = 9.6e-6
+# The rows a TPU matmul's left-hand side streams through the MXU at once: it "performs one
+# bfloat16[8,128] @ bf16[128,128] -> f32[8,128] matrix multiply every 8 cycles" (How to Scale Your
+# Model, Part 2 "TPUs"), so a matmul's rows are rounded up to 8.
+MXU_ROWS = 8
+
+
+def machine(target: Target | None) -> tuple[Machine | None, str | None]:
+  """``target``'s rates as the schedule walk (:func:`jaxmem.hlo.schedule.simulate`) times ops, or
+  ``None`` and why not."""
+  peaks, why = target_peaks(target)
+  if peaks is None:
+    return None, why
+  if target.source == "attached":
+    target = _attached_as_catalogued(target)
+  notes = []
+  if target.source == "tpu":
+    gen = TPU_GENERATIONS[target.key]
+    tile = None if gen.mxu_size is None else MatrixTile(rows=MXU_ROWS, contracted=gen.mxu_size, columns=gen.mxu_size)
+    if tile is None:
+      notes.append(f"step_time_s: TPU {gen.name}'s matrix unit size is not published; matmuls are not rounded up to it")
+    fast = Link(name="ICI", bandwidth=peaks.link_bandwidth, step_latency_s=ICI_STEP_LATENCY_S)
+    slow = None
+    if target.slices > 1:
+      dcn = None if gen.dcn_bandwidth_per_chip is None else gen.dcn_bandwidth_per_chip / gen.devices_per_chip
+      slow = Link(name="DCN", bandwidth=dcn)
+      notes.append("step_time_s: no latency is published for DCN; collectives across slices are timed by bandwidth alone")
+    per_unit = target.num_devices // max(1, target.slices)
+  else:
+    spec = GPU_SPECS[target.key]
+    tile = None
+    notes.append("step_time_s: matmuls on GPU are not rounded up to a tile (no single tile is published for its tensor cores)")
+    fast = Link(name="NVLink", bandwidth=peaks.link_bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
+                step_latency_s=NVLINK_STEP_LATENCY_S)
+    slow = None
+    if target.hosts > 1:
+      slow = Link(name="network", bandwidth=spec.network_bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
+                  step_latency_s=NET_STEP_LATENCY_S)
+    per_unit = target.num_devices // max(1, target.hosts)
+  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile, fast=fast,
+                 slow=slow, devices_per_unit=per_unit, notes=tuple(notes)), None
+
+
+def _attached_as_catalogued(target: Target) -> Target:
+  for gen in TPU_GENERATIONS.values():
+    if target.device_kind == gen.device_kind:
+      return dataclasses.replace(target, source="tpu", key=gen.name)
+  for spec in GPU_SPECS.values():
+    if target.device_kind == spec.description:
+      return dataclasses.replace(target, source="gpu", key=spec.name)
+  return target
