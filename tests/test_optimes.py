@@ -58,7 +58,9 @@ def test_ops_sum_to_the_steps_traffic_and_the_sum_over_ops_is_at_least_the_max_o
   peaks, _ = target_peaks(get_target("tpu:v5e-1"))
   slowest = times.ops[0]
   assert slowest.compute_time_s == pytest.approx(slowest.cost.flops / peaks.peak_flops)
-  assert slowest.time_s == max(slowest.compute_time_s, slowest.memory_time_s, slowest.comm_time_s)
+  assert slowest.time_s == pytest.approx(max(slowest.compute_time_s, slowest.memory_time_s, slowest.comm_time_s))
+  # The per-op times are the schedule walk's: they add up to its step.
+  assert sum(o.time_s for o in times.ops) == pytest.approx(times.simulated_step_time_s)
   # The loop body's ops run once per layer.
   assert {o.cost.count for o in times.ops if o.cost.flops} == {6}
   assert len(times.top(2).ops) == 2 and times.top(2).op_time_s == times.op_time_s

@@ -118,9 +118,7 @@ def estimate(
 
 def _simulated(roofline: float | None, walk: Timeline | None, n: int, notes: list[str]) -> tuple[float | None, dict]:
   """The step time and the walk's fields: the walk's step, never below the roofline bound."""
-  if walk is None or not walk.step_time_s:
-    if roofline is not None:
-      notes.append("step_time_s: no compiled schedule to simulate; the roofline bound stands in")
+  if walk is None or not walk.step_time_s:  # no schedule to walk: the roofline bound stands in
     return roofline, {}
   notes += [n_ for n_ in walk.notes if n_ not in notes]
   step = walk.step_time_s
