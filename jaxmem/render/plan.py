@@ -31,7 +31,8 @@ def render_plan(result: Any, fmt: str) -> str:
   table = tabulate(body, headers=HEADERS, tablefmt=markup(fmt), disable_numparse=True)
   bullet = "- " if fmt == "markdown" else ""
   tail = [f"{bullet}{line}" for line in cost_lines(result) + list(result.notes)]
-  return "\n".join([recommendation(result), "", table, "", *tail])
+  head = [recommendation(result)] + ([f"why: {result.why}"] if getattr(result, "why", None) else [])
+  return "\n".join([*head, "", table, "", *tail])
 
 
 def _cells(i: int, r: Any, u: Any) -> list[str]:
