@@ -179,7 +179,7 @@ def test_explain_lists_the_slowest_ops_when_asked():
   times = jaxmem.op_times(explained, top=2)  # the explanation's target's peaks
   assert len(times.ops) == 2 and times.op_time_s >= times.step_time_s > 0
   text = render_explain(explained, "table", op_times=times)
-  assert "the 2 slowest ops by roofline time" in text and "sum over ops" in text
+  assert "the 2 slowest ops in the simulated schedule" in text and "sum over ops" in text
   assert '"op_times"' in render_explain(explained, "json", op_times=times)
   assert '"op_times"' not in render_explain(explained, "json")
   assert jaxmem.op_times(explained, "cpu").op_time_s is None  # no published peaks: no times

@@ -120,3 +120,26 @@ def test_a_group_across_slices_crosses_the_slow_link():
   # Hierarchical: the slow link carries 1/4 of what a flat ring over it would.
   flat = 10**8 / slow.bandwidth
   assert across < flat
+
+
+@pytest.fixture(scope="module")
+def fsdp_rows():
+  """tiny on tpu:v5e-4 over fsdp=4, full remat, at 1 and 2 microbatches (the TPU compiler's own
+  asynchronous collectives: start and done fusions around the layers' matmuls)."""
+  from jaxmem.planning import sweep
+
+  rows = sweep.compare(model="tiny", target="tpu:v5e-4", mesh=["fsdp=4"], remat=["full"], microbatches=[1, 2],
+                       batch=8, seq=128, cache=False)
+  return {r.microbatches: r for r in rows if r.remat == "full"}
+
+
+@pytest.mark.needs_tpu_compiler
+def test_more_microbatches_under_fsdp_gather_more_and_take_longer(fsdp_rows):
+  one, two = fsdp_rows[1], fsdp_rows[2]
+  for r in (one, two):
+    assert r.step_time_s >= r.roofline_step_time_s > 0
+    assert 0 < r.exposed_comm_time_s <= r.step_time_s
+    assert sum((r.compute_bound_share, r.memory_bound_share, r.comm_bound_share)) == pytest.approx(1.0)
+  # Each microbatch gathers every layer's weights again: more bytes sent, a longer simulated step.
+  assert two.comm_all_gather_bytes > one.comm_all_gather_bytes
+  assert two.step_time_s > one.step_time_s
