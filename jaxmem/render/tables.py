@@ -505,7 +505,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
                 f"host capacity {u.name}": None if row is None else _size(_get(row, "host_capacity_bytes", None), u.size),
                 "host fits": None if row is None else host_verdict_cell(row)} if host else {}),
             "recompute": None if row is None or row.recompute_overhead_pct is None else f"{row.recompute_overhead_pct:+.1f}%",
-            **dict(zip(STEP_TIME_HEADERS, ["-"] * 3 if row is None else step_time_cells(row), strict=True)),
+            **dict(zip(STEP_TIME_HEADERS, ["-"] * len(STEP_TIME_HEADERS) if row is None else step_time_cells(row), strict=True)),
             "compiles": r.compiles,
             "note": r.note,
         }
