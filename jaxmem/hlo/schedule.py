@@ -38,10 +38,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from jaxmem.hlo.comms import collective_groups, collective_kind, collectives_by_instruction, group_size
+from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
 from jaxmem.hlo.ops import HloCosts, MatrixTile, matrix_flops
 from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
-from jaxmem.hlo.traffic import op_traffic
 from jaxmem.records import Record
 
 TERMS = ("compute", "memory", "comm")
