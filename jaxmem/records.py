@@ -140,15 +140,21 @@ class StepTime(Record):
   """A step's time per device, ESTIMATED from the compiled program and the target's published
   peaks (:mod:`jaxmem.compiler.steptime`; formulas in docs/fields.md). Each term is the time the
   step would take if that resource alone limited it at its peak rate, so each is a lower bound;
-  ``step_time_s`` is the largest (perfect overlap of the others): a lower bound on the step,
-  not a prediction of it. ``None``: the term cannot be had (no published figure for the target,
-  no compiled program); the row's notes say why.
+  ``roofline_step_time_s`` is the largest (perfect overlap of the others): a lower bound on the
+  step. ``step_time_s`` is the compiled schedule simulated (:mod:`jaxmem.hlo.schedule`: each op
+  at its own roofline in the device's order, collectives on their links, asynchronous ones
+  overlapping the work scheduled between their start and done), never below the roofline bound;
+  where there is no schedule to walk it is the roofline bound (a note says so). Of the simulated
+  step, ``exposed_comm_time_s`` is the communication nothing overlapped, and the
+  ``*_bound_share`` fields the fractions bound by compute, memory and communication (they sum
+  to 1). ``None``: the term cannot be had (no published figure for the target, no compiled
+  program); the row's notes say why.
 
   ``bytes_accessed``: HBM bytes one device reads and writes per step, from the optimized HLO with
   loop trip counts (:mod:`jaxmem.hlo.traffic`). ``model_flops``: the step's model FLOPs per
   device by the 6·N·T + attention accounting (:mod:`jaxmem.models.model_flops`; 2·N·T + attention
   for inference), against which ``mfu`` is formed. ``bound``: ``compute``, ``memory`` or
-  ``comm``, the term that sets ``step_time_s``. ``arithmetic_intensity`` (FLOPs per HBM byte)
+  ``comm``, the term that bounds most of ``step_time_s``. ``arithmetic_intensity`` (FLOPs per HBM byte)
   against ``ridge_point`` (peak FLOP/s over HBM bandwidth) says the same of compute and memory:
   above the ridge, compute-bound. ``op_time_s``: the roofline per op summed over the step's ops
   (each op at its own slowest term, ops one after another: :mod:`jaxmem.compiler.optimes`), the
@@ -172,6 +178,11 @@ class StepTime(Record):
   arithmetic_intensity: float | None = None
   ridge_point: float | None = None
   op_time_s: float | None = None
+  roofline_step_time_s: float | None = None
+  exposed_comm_time_s: float | None = None
+  compute_bound_share: float | None = None
+  memory_bound_share: float | None = None
+  comm_bound_share: float | None = None
 
   def step_time(self) -> StepTime:
     """These fields alone, as their own record (of a row that carries them)."""

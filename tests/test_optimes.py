@@ -58,7 +58,9 @@ def test_ops_sum_to_the_steps_traffic_and_the_sum_over_ops_is_at_least_the_max_o
   peaks, _ = target_peaks(get_target("tpu:v5e-1"))
   slowest = times.ops[0]
   assert slowest.compute_time_s == pytest.approx(slowest.cost.flops / peaks.peak_flops)
-  assert slowest.time_s == max(slowest.compute_time_s, slowest.memory_time_s, slowest.comm_time_s)
+  assert slowest.time_s == pytest.approx(max(slowest.compute_time_s, slowest.memory_time_s, slowest.comm_time_s))
+  # The per-op times are the schedule walk's: they add up to its step.
+  assert sum(o.time_s for o in times.ops) == pytest.approx(times.simulated_step_time_s)
   # The loop body's ops run once per layer.
   assert {o.cost.count for o in times.ops if o.cost.flops} == {6}
   assert len(times.top(2).ops) == 2 and times.top(2).op_time_s == times.op_time_s
@@ -177,7 +179,7 @@ def test_explain_lists_the_slowest_ops_when_asked():
   times = jaxmem.op_times(explained, top=2)  # the explanation's target's peaks
   assert len(times.ops) == 2 and times.op_time_s >= times.step_time_s > 0
   text = render_explain(explained, "table", op_times=times)
-  assert "the 2 slowest ops by roofline time" in text and "sum over ops" in text
+  assert "the 2 slowest ops in the simulated schedule" in text and "sum over ops" in text
   assert '"op_times"' in render_explain(explained, "json", op_times=times)
   assert '"op_times"' not in render_explain(explained, "json")
   assert jaxmem.op_times(explained, "cpu").op_time_s is None  # no published peaks: no times

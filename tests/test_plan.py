@@ -64,6 +64,23 @@ def test_recommendation_is_the_fastest_fitting_compiled(planned):
   assert result.recommended.step_time_s == min(r.step_time_s for r in fitting)
   assert all(r.fits for r in result.rows[: len(fitting)])  # fitting ones first
   assert "recommendation: mesh " + result.recommended.mesh in jaxmem.table(result)
+  # Ranked by the simulated schedule, never below its roofline bound; the choice explained in one line.
+  assert all(r.step_time_s >= r.roofline_step_time_s for r in fitting)
+  assert result.why and "\n" not in result.why and search.label(result.recommended) in result.why
+  assert json.loads(jaxmem.table(result, "json"))["why"] == result.why and f"why: {result.why}" in jaxmem.table(result)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_why_names_the_term_that_differs(planned):
+  best = dataclasses.replace(planned[0].rows[0], step_time_s=1.0, compute_bound_share=1.0, memory_bound_share=0.0,
+                             comm_bound_share=0.0, comm_all_gather_bytes=0, comm_bytes=0)
+  gathers = dataclasses.replace(best, mesh="data=4", step_time_s=1.5, compute_bound_share=2 / 3, comm_bound_share=1 / 3,
+                                comm_all_gather_bytes=2**30, comm_bytes=2**30)
+  line = search.why([best, gathers])
+  assert "500.0 ms" in line and "exposed communication" in line and "all-gathers" in line and "compute" not in line
+  recomputes = dataclasses.replace(best, remat="full", step_time_s=1.2, flops=1.2 * best.flops)
+  assert "more FLOPs" in search.why([best, recomputes]) and "remat full" in search.why([best, recomputes])
+  assert "tie" in search.why([best, dataclasses.replace(best, mesh="data=4")])
 
 
 @pytest.mark.needs_tpu_compiler

@@ -212,7 +212,11 @@ def test_every_compiled_row_carries_the_estimate(batch_rows):
   peaks, _ = target_peaks(get_target("tpu:v5e-1"))
   assert small.compute_time_s == pytest.approx(small.flops / peaks.peak_flops)
   assert small.memory_time_s == pytest.approx(small.bytes_accessed / peaks.hbm_bandwidth)
-  assert small.step_time_s == max(small.compute_time_s, small.memory_time_s, small.comm_time_s)
+  assert small.roofline_step_time_s == max(small.compute_time_s, small.memory_time_s, small.comm_time_s)
+  # The simulated schedule: never below the bound, its shares of the step summing to one.
+  assert small.step_time_s >= small.roofline_step_time_s
+  shares = (small.compute_bound_share, small.memory_bound_share, small.comm_bound_share)
+  assert sum(shares) == pytest.approx(1.0) and small.exposed_comm_time_s == 0.0
   # The sum over ops (each op at its own bound) is at least the step's memory term: the ops' bytes sum to it.
   assert small.op_time_s >= small.memory_time_s and small.hlo_flops <= small.flops
   assert small.bound in ("compute", "memory") and small.comm_time_s == 0.0

@@ -40,7 +40,7 @@ from jaxmem.hardware.hostmem import HostVerdict, judge_host
 from jaxmem.hardware.margin import JUDGED_ARGUMENTS, NO, Verdict, judged_note
 from jaxmem.compiler.optimes import per_op
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
-from jaxmem.compiler.steptime import Work, estimate
+from jaxmem.compiler.steptime import Work, estimate, timeline
 from jaxmem.hardware.targets import Target
 from jaxmem.xla import compile_timed
 from jaxmem.records import Record, StepTime
@@ -135,12 +135,14 @@ def compile_figures(
     # The per-device share came from the HLO's matrix FLOPs with trip counts, which the
     # compiler's own loops (collective matmuls) do not undercount: no floor is needed.
     work = dataclasses.replace(work, floor_flops=None)
+  walk = timeline(report.hlo_costs, target)
   step, step_notes = estimate(
       flops=report.flops, bytes_accessed=None if report.traffic is None else report.traffic.bytes_accessed,
-      comm_bytes=report.comm_bytes, num_devices=report.num_devices, target=target, work=work,
+      comm_bytes=report.comm_bytes, num_devices=report.num_devices, target=target, work=work, walk=walk,
   )
   if report.hlo_costs is not None and step.step_time_s is not None:
-    step = dataclasses.replace(step, op_time_s=per_op(report.hlo_costs, target, report.num_devices).op_time_s)
+    times = per_op(report.hlo_costs, target, report.num_devices, walk=walk)
+    step = dataclasses.replace(step, op_time_s=times.op_time_s)
   host = judge_host(report.host_total_bytes, None if target is None else target.host_capacity_bytes)
   host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
   verdict = report.judge(capacity)

@@ -5,16 +5,23 @@ Terms (per device; peaks: :mod:`jaxmem.hardware.peaks`):
   compute_time_s = flops / peak_flops          (the row's flops: the program's, remat included)
   memory_time_s  = bytes_accessed / hbm_bandwidth   (HBM traffic: :mod:`jaxmem.hlo.traffic`)
   comm_time_s    = comm_bytes / link_bandwidth      (bytes sent: :mod:`jaxmem.hlo.comms`)
-  step_time_s    = max(compute, memory, comm)       (a lower bound: every term at its peak rate,
+  roofline_step_time_s = max(compute, memory, comm) (a lower bound: every term at its peak rate,
                                                      and the others hidden under the largest)
-  bound          = the term that sets step_time_s
+  step_time_s    = the compiled schedule simulated (jaxmem.hlo.schedule: each op at its own
+                   roofline in the device's order, matmuls rounded up to the matrix unit's tile,
+                   collectives on their links with their latency, an asynchronous collective
+                   overlapping the work scheduled between its start and done), never below the
+                   roofline bound; the roofline bound where there is no schedule to walk
+  exposed_comm_time_s, *_bound_share = the simulated step's communication nothing overlapped,
+                   and the fractions of it bound by compute, memory and communication
+  bound          = the term with the largest share (the roofline's largest term without a walk)
   tokens_per_s_per_device = tokens / devices / step_time_s
   mfu            = model_flops / (step_time_s * peak_flops)   (model FLOPs: jaxmem.models.model_flops)
   arithmetic_intensity = flops / bytes_accessed;  ridge_point = peak_flops / hbm_bandwidth
   op_time_s      = the sum over the program's ops of each op's largest term (jaxmem.compiler.optimes,
                    set by compile_figures): the tighter estimate, ops one after another
 
-Why the maximum and not the sum: XLA overlaps collectives with compute (async collectives,
+Why the roofline maximum stays beside the simulation: XLA overlaps collectives with compute (async collectives,
 collective matmuls) and a fusion's memory traffic with its arithmetic, so the sum of the terms
 is an upper bound only for a program that overlaps nothing; the maximum is what no schedule can
 beat. Real steps land between, nearer the maximum for a well-overlapped program (the calibration
@@ -28,10 +35,84 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmem.hardware.targets import Target, target_peaks
+from jaxmem.hardware.gpu import GPU_SPECS
+from jaxmem.hardware.targets import Attached, Gpu, Target, Tpu, target_peaks
+from jaxmem.hardware.tpu import TPU_GENERATIONS
+from jaxmem.hlo.ops import HloCosts, MatrixTile
+from jaxmem.hlo.schedule import Link, Machine, Timeline, simulate
 from jaxmem.records import Record, StepTime
 
 TERMS = ("compute", "memory", "comm")
+
+
+# Collective latencies (jaxmem.hlo.schedule's Link), each from its source:
+# - ICI: "Each hop over an ICI link has some intrinsic overhead regardless of the data volume. This
+#   is typically around 1us" (J. Austin et al., "How to Scale Your Model", Part 3 "Sharding", a note
+#   on ICI latency: jax-ml.github.io/scaling-book/sharding); a ring step is one hop.
+# - NVLink and the hosts' network: NCCL's own cost model (NVIDIA/nccl src/graph/tuning.cc, ring
+#   algorithm, Simple protocol): a base latency of 8.4 us per collective, 3.4 us a step over NVLink
+#   and 9.6 us a step over the network.
+# - DCN between TPU slices: no latency is published; it is left at 0 (a note says so).
+ICI_STEP_LATENCY_S = 1e-6
+NCCL_BASE_LATENCY_S = 8.4e-6
+NVLINK_STEP_LATENCY_S = 3.4e-6
+NET_STEP_LATENCY_S = 9.6e-6
+# The rows a TPU matmul's left-hand side streams through the MXU at once: it "performs one
+# bfloat16[8,128] @ bf16[128,128] -> f32[8,128] matrix multiply every 8 cycles" (How to Scale Your
+# Model, Part 2 "TPUs"), so a matmul's rows are rounded up to 8.
+MXU_ROWS = 8
+
+
+
+def machine(target: Target | None) -> tuple[Machine | None, str | None]:
+  """``target``'s rates as the schedule walk (:func:`jaxmem.hlo.schedule.simulate`) times ops, or
+  ``None`` and why not. Attached devices are timed as the catalogued part of their ``device_kind``."""
+  peaks, why = target_peaks(target)
+  if peaks is None:
+    return None, why
+  kind = target.kind
+  if isinstance(kind, Attached):
+    kind = _catalogued(target.device_kind)
+  notes = []
+  if isinstance(kind, Tpu):
+    gen = TPU_GENERATIONS[kind.generation]
+    tile = None if gen.mxu_size is None else MatrixTile(rows=MXU_ROWS, contracted=gen.mxu_size, columns=gen.mxu_size)
+    if tile is None:
+      notes.append(f"step_time_s: TPU {gen.name}'s matrix unit size is not published; matmuls are not rounded up to it")
+    fast = Link(name="ICI", bandwidth=peaks.link_bandwidth, step_latency_s=ICI_STEP_LATENCY_S)
+    slow = None
+    if kind.slices > 1:
+      dcn = None if gen.dcn_bandwidth_per_chip is None else gen.dcn_bandwidth_per_chip / gen.devices_per_chip
+      slow = Link(name="DCN", bandwidth=dcn)
+      notes.append("step_time_s: no latency is published for DCN; collectives across slices are timed by bandwidth alone")
+    per_unit = target.num_devices // max(1, kind.slices)
+  elif isinstance(kind, Gpu):
+    spec = GPU_SPECS[kind.part]
+    tile = None
+    notes.append("step_time_s: matmuls on GPU are not rounded up to a tile (no single tile is published for its tensor cores)")
+    fast = Link(name="NVLink", bandwidth=peaks.link_bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
+                step_latency_s=NVLINK_STEP_LATENCY_S)
+    slow = None
+    if kind.hosts > 1:
+      slow = Link(name="network", bandwidth=spec.network_bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
+                  step_latency_s=NET_STEP_LATENCY_S)
+    per_unit = target.num_devices // max(1, kind.hosts)
+  else:
+    return None, f"target {target.name}: no catalogued part to time its ops on"
+  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile, fast=fast,
+                 slow=slow, devices_per_unit=per_unit, notes=tuple(notes)), None
+
+
+def _catalogued(device_kind: str) -> Tpu | Gpu | None:
+  """The catalogued kind of an attached device, one slice or host, by its ``device_kind``."""
+  for gen in TPU_GENERATIONS.values():
+    if device_kind == gen.device_kind:
+      return Tpu(generation=gen.name, size=1)
+  for spec in GPU_SPECS.values():
+    if device_kind == spec.description:
+      return Gpu(part=spec.name, per_host=1)
+  return None
+
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,11 +131,21 @@ class Work(Record):
   note: str | None = None
 
 
+def timeline(costs: HloCosts | None, target: Target | None) -> Timeline | None:
+  """The compiled schedule of ``costs`` walked on ``target`` (:func:`jaxmem.hlo.schedule.simulate`);
+  ``None`` without a parsed module or the target's figures."""
+  rates, _ = machine(target)
+  if costs is None or costs.module is None or rates is None:
+    return None
+  return simulate(costs, rates)
+
+
 def estimate(
     *, flops: float | None, bytes_accessed: int | None, comm_bytes: int | None, num_devices: int,
-    target: Target | None, work: Work | None,
+    target: Target | None, work: Work | None, walk: Timeline | None = None,
 ) -> tuple[StepTime, list[str]]:
-  """The step-time terms of one compiled program, and notes for the terms that are ``None``."""
+  """The step-time terms of one compiled program, and notes for the terms that are ``None``;
+  ``walk``: its schedule simulated (:func:`timeline`), which sets ``step_time_s``."""
   work = work or Work(note="mfu: the caller gave no model FLOPs or tokens")
   n = max(1, num_devices)
   model_flops = None if work.model_flops is None else work.model_flops / n
@@ -72,10 +163,13 @@ def estimate(
       "comm": _comm_time(comm_bytes, n, peaks.link_bandwidth, peaks.part, notes),
   }
   known = {k: v for k, v in terms.items() if v is not None}
-  step = max(known.values()) if known else None
-  bound = max(known, key=known.__getitem__) if step else None
-  if step is not None and "compute" not in known:
+  roofline = max(known.values()) if known else None
+  bound = max(known, key=known.__getitem__) if roofline else None
+  if roofline is not None and "compute" not in known:
     notes.append("step_time_s: the program's FLOPs are unknown, so the compute term is left out")
+  step, simulated = _simulated(roofline, walk, n, notes)
+  if simulated:
+    bound = max(TERMS, key=lambda t: simulated[f"{t}_bound_share"] or 0.0)
   return StepTime(
       bytes_accessed=bytes_accessed,
       model_flops=model_flops,
@@ -83,12 +177,34 @@ def estimate(
       memory_time_s=terms["memory"],
       comm_time_s=terms["comm"],
       step_time_s=step,
+      roofline_step_time_s=roofline,
+      **simulated,
       bound=bound,
       tokens_per_s_per_device=None if not step or work.tokens is None else work.tokens / n / step,
       mfu=None if not step or model_flops is None else model_flops / (step * peaks.peak_flops),
       arithmetic_intensity=None if flops is None or not bytes_accessed else flops / bytes_accessed,
       ridge_point=peaks.ridge_point,
   ), notes
+
+
+def _simulated(roofline: float | None, walk: Timeline | None, n: int, notes: list[str]) -> tuple[float | None, dict]:
+  """The step time and the walk's fields: the walk's step, never below the roofline bound."""
+  if walk is None or not walk.step_time_s:  # no schedule to walk: the roofline bound stands in
+    return roofline, {}
+  notes += [n_ for n_ in walk.notes if n_ not in notes]
+  step = walk.step_time_s
+  if roofline is not None and roofline > step:
+    notes.append(
+        f"step_time_s: the simulated schedule ({step:.4g} s) is below the roofline bound ({roofline:.4g} s), whose "
+        "compute term counts FLOPs the walk does not time (XLA's cost analysis or the model's weight matmuls); "
+        "the bound stands in"
+    )
+    step = roofline
+  exposed = 0.0 if n == 1 else walk.exposed_comm_time_s
+  return step, {
+      "exposed_comm_time_s": exposed,
+      **{f"{t}_bound_share": getattr(walk, f"{t}_bound_time_s") / walk.step_time_s for t in TERMS},
+  }
 
 
 def _compute_flops(flops: float | None, floor: float | None, notes: list[str]) -> float | None:

@@ -67,6 +67,9 @@ class GpuSpec:
   # part has it (Hopper, Blackwell), else int8 (Ampere). None: not published.
   peak_bf16_flops: float | None = None
   peak_8bit_ops: float | None = None
+  # The network one GPU reaches other hosts by: its own NIC's line rate, bytes per second each way
+  # (what a collective across hosts crosses: jaxmem.hlo.schedule). None: not published.
+  network_bandwidth: float | None = None
   # The machine that carries 8 of the part: its GPUs and RAM, with the page that publishes them
   # (jaxmem.hardware.hostmem: what offloaded bytes are held against).
   host: HostSpec | None = None
@@ -94,6 +97,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         nvlink_bandwidth=600_000_000_000,
         # The A100 datasheet: BF16 Tensor Core 312 TFLOPS, INT8 624 TOPS (dense; twice with sparsity).
         peak_bf16_flops=312e12, peak_8bit_ops=624e12,
+        # DGX A100 datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf):
+        # "8x Single-Port Mellanox ConnectX-6 VPI 200Gb/s HDR InfiniBand", one a GPU.
+        network_bandwidth=200e9 / 8,
         # A2 Standard a2-highgpu-8g: 8 A100 40GB, 96 vCPUs, 680 GB.
         host=HostSpec(machine="a2-highgpu-8g", accelerators=8, ram_bytes=680 * GB, source=_GCE_GPU_VMS)),
     # A100 SXM4 80GB: same datasheet (80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s). Bytes: XLA
@@ -104,6 +110,7 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         shared_memory_per_core=167_936, shared_memory_per_block_optin=166_912,
         l2_cache_bytes=41_943_040, clock_rate_ghz=1.41, memory_bandwidth=2_039_040_000_000,
         nvlink_bandwidth=600_000_000_000, peak_bf16_flops=312e12, peak_8bit_ops=624e12,
+        network_bandwidth=200e9 / 8,  # DGX A100 (80GB) has the same eight 200 Gb/s HDR ports
         # A2 Ultra a2-ultragpu-8g: 8 A100 80GB, 96 vCPUs, 1,360 GB.
         host=HostSpec(machine="a2-ultragpu-8g", accelerators=8, ram_bytes=1360 * GB, source=_GCE_GPU_VMS)),
     # A800 SXM4 80GB, the A100 80GB NVIDIA sells in China under the US export rules of October
@@ -139,6 +146,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         # The same page (H100 SXM): BF16 Tensor Core 1,979 TFLOPS and FP8 3,958 TFLOPS "with
         # sparsity"; dense is half.
         peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12,
+        # docs.nvidia.com/dgx-basepod (Core Components): DGX H100, H200 and B200 carry eight
+        # single-port ConnectX-7 VPI, "up to 400 Gb/s InfiniBand/Ethernet", one a GPU.
+        network_bandwidth=400e9 / 8,
         # A3 High a3-highgpu-8g: 8 H100 80GB, 208 vCPUs, 1,872 GB.
         host=HostSpec(machine="a3-highgpu-8g", accelerators=8, ram_bytes=1872 * GB, source=_GCE_GPU_VMS)),
     # H200 SXM 141GB: nvidia.com/en-us/data-center/h200/ (141 GB HBM3e, 4.8 TB/s); the same GH100
@@ -151,6 +161,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         nvlink_bandwidth=900_000_000_000, accelerated_features=True,
         # The same page: BF16 1,979 and FP8 3,958 TFLOPS with sparsity, as H100 SXM; dense is half.
         peak_bf16_flops=989.5e12, peak_8bit_ops=1979e12,
+        # docs.nvidia.com/dgx-basepod (Core Components): DGX H100, H200 and B200 carry eight
+        # single-port ConnectX-7 VPI, "up to 400 Gb/s InfiniBand/Ethernet", one a GPU.
+        network_bandwidth=400e9 / 8,
         # A3 Ultra a3-ultragpu-8g: 8 H200 141GB, 224 vCPUs, 2,944 GB.
         host=HostSpec(machine="a3-ultragpu-8g", accelerators=8, ram_bytes=2944 * GB, source=_GCE_GPU_VMS)),
     # B200: nvidia.com/en-us/data-center/dgx-b200/ (1,440 GB HBM3e over 8 GPUs = 180 GB each;
@@ -166,6 +179,9 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         # nvidia.com/en-us/data-center/hgx/ (HGX B200, per GPU): FP8 9 PFLOPS and BF16 4.5 PFLOPS
         # with sparsity; dense is half.
         peak_bf16_flops=2.25e15, peak_8bit_ops=4.5e15,
+        # docs.nvidia.com/dgx-basepod (Core Components): DGX H100, H200 and B200 carry eight
+        # single-port ConnectX-7 VPI, "up to 400 Gb/s InfiniBand/Ethernet", one a GPU.
+        network_bandwidth=400e9 / 8,
         # DGX B200: 8 B200, "System Memory 2 TB, configurable to 4 TB" (the base figure).
         host=HostSpec(machine="DGX B200", accelerators=8, ram_bytes=2000 * GB,
                       source="https://www.nvidia.com/en-us/data-center/dgx-b200/")),

@@ -89,3 +89,4 @@ def device_kind_peaks(kind: str) -> tuple[Peaks | None, str | None]:
     if kind == spec.description:
       return gpu_peaks(spec)
   return None, f"attached devices {kind!r}: no published peak figures known to jaxmem"
+

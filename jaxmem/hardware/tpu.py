@@ -71,6 +71,11 @@ class TpuGeneration:
   hbm_bandwidth_per_chip: float | None = None  # bytes per second
   ici_bandwidth_per_chip: float | None = None  # bytes per second, both directions together
   dcn_bandwidth_per_chip: float | None = None  # bytes per second
+  # The side of the matrix unit's systolic array (MXU), what a matmul's contracted size and columns
+  # are rounded up to (jaxmem.hlo.schedule). https://cloud.google.com/tpu/docs/system-architecture-tpu-vm
+  # ("An MXU is composed of either 256 x 256 (TPU v6e) or 128 x 128 (TPU versions prior to v6e)
+  # multiply-accumulators"); the v6e page: "two 256x256 matrix-multiply units". None: not published.
+  mxu_size: int | None = None
   # The TPU VM that carries the slice's chips: chips per host and its RAM, with the page that
   # publishes them (jaxmem.hardware.hostmem: what offloaded bytes are held against).
   host: HostSpec | None = None
@@ -101,7 +106,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     # https://cloud.google.com/tpu/docs/v4 : 32 GiB HBM2 per chip, two TensorCores run as one
     # megacore device; accelerator types v4-8 (2x2x1) ... v4-4096 (8x16x16) count TensorCores.
     TpuGeneration(
-        name="v4", libtpu_name="v4", device_kind="TPU v4", hbm_bytes_per_chip=32 * _GiB,
+        name="v4", libtpu_name="v4", mxu_size=128, device_kind="TPU v4", hbm_bytes_per_chip=32 * _GiB,
         cores_per_chip=2, devices_per_chip=1, slice_counts_cores=True, chip_config_name="megacore",
         # The same page: "Peak compute per chip 275 teraflops (bf16 or int8)", "HBM2 capacity and
         # bandwidth 32 GiB, 1200 GBps"; it gives no per-chip ICI figure (only the pod's all-reduce
@@ -116,7 +121,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     # https://cloud.google.com/tpu/docs/v5e : 16 GiB HBM2 per chip, one TensorCore; v5litepod-1
     # ... v5litepod-256 (16x16) count chips.
     TpuGeneration(
-        name="v5e", libtpu_name="v5e", device_kind="TPU v5 lite", hbm_bytes_per_chip=16 * _GiB,
+        name="v5e", libtpu_name="v5e", mxu_size=128, device_kind="TPU v5 lite", hbm_bytes_per_chip=16 * _GiB,
         cores_per_chip=1, devices_per_chip=1, slice_counts_cores=False, aliases=("v5litepod",),
         # The same page: peak 197 TFLOPs bf16 and 393 TOPs int8 per chip, "HBM2 capacity and
         # bandwidth 16 GB, 819 GBps", bidirectional ICI 400 GBps per chip; 2 x 100 Gbps NICs per
@@ -134,7 +139,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     # available), two TensorCores as one megacore device; v5p-8 (2x2x1) ... v5p-17920 (16x20x28)
     # count TensorCores.
     TpuGeneration(
-        name="v5p", libtpu_name="v5p", device_kind="TPU v5", hbm_bytes_per_chip=95 * _GiB,
+        name="v5p", libtpu_name="v5p", mxu_size=128, device_kind="TPU v5", hbm_bytes_per_chip=95 * _GiB,
         cores_per_chip=2, devices_per_chip=1, slice_counts_cores=True,
         # The same page: peak 459 TFLOPs per chip in bf16 and in fp8, HBM bandwidth 2765 GBps,
         # bidirectional ICI 1200 GBps per chip, DCN 50 Gbps per chip.
@@ -153,7 +158,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     # https://cloud.google.com/tpu/docs/v6e : 32 GiB HBM per chip, one TensorCore; v6e-1 ...
     # v6e-256 (16x16) count chips.
     TpuGeneration(
-        name="v6e", libtpu_name="v6e", device_kind="TPU v6 lite", hbm_bytes_per_chip=32 * _GiB,
+        name="v6e", libtpu_name="v6e", mxu_size=256, device_kind="TPU v6 lite", hbm_bytes_per_chip=32 * _GiB,
         cores_per_chip=1, devices_per_chip=1, slice_counts_cores=False,
         # The same page: peak 918 TFLOPs bf16 and 1836 TOPs int8 per chip, HBM bandwidth 1638
         # GBps, bidirectional ICI 800 GBps per chip.

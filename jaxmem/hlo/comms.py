@@ -85,6 +85,8 @@ import dataclasses
 import math
 import re
 
+import numpy as np
+
 from jaxmem.hlo.text import Computation, Instruction, Module, braced, computation_refs, matching, parse_module, split_top
 from jaxmem.records import Record
 
@@ -198,6 +200,46 @@ def _group_size(inst: Instruction, module: Module, notes: list[str]) -> int:
     return everyone
   # Cross-replica-and-partition: the groups list replicas, each taking all its partitions.
   return size * module.num_partitions if mode == "replica_and_partition" else size
+
+
+def collective_groups(inst: Instruction, module: Module) -> list[list[int]] | None:
+  """The device groups a collective runs over, as lists of ids, where the HLO spells them:
+  explicit lists ``{{0,1},{2,3}}``, the iota form ``[G,g]<=[dims]T(perm)`` (ids ``0..n-1``
+  laid out as ``dims``, transposed by ``perm``, cut into G rows of g) and the named-mesh form
+  ``mesh['axis_0'=4,'axis_1'=2] {'axis_0'}`` (ids laid out as the mesh, a group for each
+  position of the other axes). ``None``: empty groups (everyone), a sub-axis, or another
+  spelling. The ids are partitions (devices) in a program of one replica."""
+  attrs = inst.attrs
+  if m := re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", attrs):
+    g, shape = int(m.group(2)), [int(d) for d in m.group(3).split(",")]
+    ids = np.arange(math.prod(shape)).reshape(shape)
+    if m.group(4):
+      ids = ids.transpose([int(d) for d in m.group(4).split(",")])
+    return ids.reshape(-1, g).tolist()
+  if m := re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs):
+    axes = [(a, int(s)) for a, s in re.findall(r"'([^']*)'\s*=\s*(\d+)", m.group(1))]
+    named = [ref.strip().strip("'") for ref in split_top(m.group(2))]
+    names = [a for a, _ in axes]
+    if not axes or any(n not in names for n in named):
+      return None  # a sub-axis ('axis_0':(2)4) or a spelling not read here
+    ids = np.arange(math.prod(s for _, s in axes)).reshape([s for _, s in axes])
+    order = [i for i, a in enumerate(names) if a not in named] + [names.index(n) for n in named]
+    g = math.prod(s for a, s in axes if a in named)
+    return ids.transpose(order).reshape(-1, g).tolist()
+  groups = braced(attrs, "replica_groups")
+  if groups is None or not groups.strip():
+    return None
+  return [[int(x) for x in split_top(grp.strip()[1:-1])] for grp in split_top(groups)]
+
+
+def group_size(inst: Instruction, module: Module) -> int:
+  """The number of devices in each of the collective's groups (the largest where they differ)."""
+  return _group_size(inst, module, [])
+
+
+def collective_kind(inst: Instruction) -> str | None:
+  """The :data:`KINDS` entry of a collective instruction (its ``-start`` form too), else None."""
+  return _OPCODE_KIND.get(inst.opcode)
 
 
 def _channel(inst: Instruction) -> str | None:

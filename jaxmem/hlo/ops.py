@@ -73,6 +73,8 @@ class HloCosts(Record):
   # The step's totals as their walkers give them (the report's bytes_accessed and comm fields).
   traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   collectives: Collectives | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+  # The parsed module the figures were read from: its schedule (jaxmem.hlo.schedule) is walked in it.
+  module: Module | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
 
 
 def dims(shape: str) -> tuple[int, ...]:
@@ -83,16 +85,41 @@ def dims(shape: str) -> tuple[int, ...]:
   return tuple(int(d.lstrip("<=")) for d in m.group(1).split(","))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MatrixTile:
+  """The granule a matrix unit works in: a matmul's rows, contracted size and columns are each
+  rounded up to a multiple of theirs (a TPU MXU holds a ``contracted x columns`` block of the
+  right-hand side and streams the left-hand side through in blocks of ``rows``)."""
+
+  rows: int
+  contracted: int
+  columns: int
+
+  def padded(self, rows: int, contracted: int, columns: int) -> int:
+    """``rows x contracted x columns`` once each is rounded up to the tile."""
+    up = lambda n, t: -(-n // t) * t  # noqa: E731
+    return up(rows, self.rows) * up(contracted, self.contracted) * up(columns, self.columns)
+
+
+def matrix_flops(module: Module, tile: MatrixTile | None = None):
+  """A counter of the matrix FLOPs of one execution of a top-level instruction (its ``of``; see
+  the module docstring), each matmul rounded up to ``tile`` where one is given."""
+  return _Flops(module, tile)
+
+
 def _listed(attrs: str, key: str) -> tuple[int, ...]:
   text = braced(attrs, key)
   return tuple(int(x) for x in text.split(",") if x.strip()) if text else ()
 
 
 class _Flops:
-  """Matrix FLOPs of one execution of an instruction, fused computations looked into."""
+  """Matrix FLOPs of one execution of an instruction, fused computations looked into. With
+  ``tile`` (the matrix unit's (rows, contracted, columns) granule, :class:`MatrixTile`), each
+  matmul's dimensions are first rounded up to it: the FLOPs the matrix unit spends on them."""
 
-  def __init__(self, module: Module):
+  def __init__(self, module: Module, tile: MatrixTile | None = None):
     self.module = module
+    self.tile = tile
     self._memo: dict[str, float] = {}
 
   def of(self, ins: Instruction) -> float:
@@ -120,8 +147,17 @@ class _Flops:
 
   def _dot(self, ins: Instruction) -> float:
     lhs = self._operand_dims(ins, 0)
-    contracted = math.prod(lhs[d] for d in _listed(ins.attrs, "lhs_contracting_dims") if d < len(lhs))
-    return 2.0 * math.prod(dims(ins.shape)) * contracted
+    contracting = _listed(ins.attrs, "lhs_contracting_dims")
+    contracted = math.prod(lhs[d] for d in contracting if d < len(lhs))
+    if self.tile is None:
+      return 2.0 * math.prod(dims(ins.shape)) * contracted
+    rhs = self._operand_dims(ins, 1)
+    lhs_batch, rhs_batch = _listed(ins.attrs, "lhs_batch_dims"), _listed(ins.attrs, "rhs_batch_dims")
+    rhs_contracting = _listed(ins.attrs, "rhs_contracting_dims")
+    batch = math.prod(lhs[d] for d in lhs_batch if d < len(lhs))
+    rows = math.prod(n for d, n in enumerate(lhs) if d not in lhs_batch and d not in contracting)
+    cols = math.prod(n for d, n in enumerate(rhs) if d not in rhs_batch and d not in rhs_contracting)
+    return 2.0 * batch * self.tile.padded(rows, contracted, cols)
 
   def _gemm(self, ins: Instruction) -> float:
     # cuBLAS calls carry the dot's dimension numbers in their backend config.
@@ -145,6 +181,10 @@ class _Flops:
     for k, d in enumerate(spatial):
       w = window[k] if k < len(window) else {}
       fma *= _valid_positions(lhs[ll.index(d)], rhs[rl.index(d)], out[ol.index(d)], **w)
+    if self.tile is not None:  # the matmul a convolution stands for: batch x input features x output features
+      rows = lhs[ll.index("b")] // (int(batch_groups.group(1)) if batch_groups else 1)
+      contracted = lhs[ll.index("f")] // (int(groups.group(1)) if groups else 1)
+      fma *= self.tile.padded(rows, contracted, out[ol.index("f")]) / max(1, rows * contracted * out[ol.index("f")])
     return 2.0 * fma
 
 
@@ -198,7 +238,7 @@ def hlo_costs_of_module(module: Module) -> HloCosts:
   return HloCosts(
       ops=tuple(ops), flops=sum(o.flops for o in ops), bytes_accessed=traffic.bytes_accessed,
       comm_bytes=sum(o.comm_bytes for o in ops), lower_bound=traffic.lower_bound or comm.lower_bound, notes=notes,
-      traffic=traffic, collectives=comm,
+      traffic=traffic, collectives=comm, module=module,
   )
 
 

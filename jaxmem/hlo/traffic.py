@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from jaxmem.hlo.comms import shape_bytes as _all_bytes
+from jaxmem.hlo.comms import collective_kind, shape_bytes as _all_bytes
 from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs, parse_module
 from jaxmem.records import Record
 
@@ -97,6 +97,7 @@ class _Walker:
     self.ops: dict[tuple[str, str], list] = {}  # (computation, instruction) -> [instruction, count, bytes once]
     self._memo: dict[str, int] = {}
     self._active: set[str] = set()
+    self._async = _async_collectives(module)
 
   def visit(self, name: str, times: int = 1, record: bool = True) -> int:
     """Bytes of one execution of computation ``name``, callees included; with ``record``, each
@@ -171,17 +172,39 @@ class _Walker:
     params = {p.index: p for p in fused.instructions.values() if p.opcode == "parameter"}
     in_place: set[str] = set()
     written = self._written(fused, in_place)
+    idle = self._carried(ins, fused)
     read = 0
     for i, operand in enumerate(ins.operands):
       p = params.get(i)
       uses = users.get(p.name, []) if p is not None else []
-      if p is not None and p.name in in_place:
-        continue  # the buffer a dynamic-update-slice writes into: not read
+      if p is not None and (p.name in in_place or (uses and all(u.name in idle for u in uses))):
+        continue  # the buffer a dynamic-update-slice writes into, or one only carried through: not read
       sliced = self._sliced_read(fused, p) if p is not None else None
       read += _operand_bytes(self.module, operand, comp.name) if sliced is None else sliced
     root = fused.instructions.get(fused.root or "")
-    result = shape_bytes(ins.shape if root is None else root.shape)  # fusion-start's shape holds its operands too
+    if root is not None and root.opcode == "tuple" and idle:
+      result = sum(shape_bytes(e.shape) for o in root.operands if o not in idle and (e := fused.instructions.get(o)))
+    else:
+      result = shape_bytes(ins.shape if root is None else root.shape)  # fusion-start's shape holds its operands too
     return read + (result if written is None else written)
+
+  def _carried(self, ins: Instruction, fused: Computation) -> set[str]:
+    """What a fusion only carries through, moving nothing: root tuple elements that are its
+    parameters, returned in place (``output_to_operand_aliasing``), and, in TPU's overlap fusions,
+    the asynchronous collective they progress (its start fusion moves its bytes; the overlap
+    fusion around it passes the collective's buffers along, which once charged every layer for
+    every buffer in flight, an embedding table's gather included). The root tuple is in the set
+    when anything is, so parameters used only by it and by idle collectives count as unread."""
+    root = fused.instructions.get(fused.root or "")
+    if root is None or root.opcode != "tuple":
+      return set()
+    aliased = {int(k) for k in re.findall(r"\{(\d+)\}:\s*\(", ins.attrs)} if "output_to_operand_aliasing" in ins.attrs else set()
+    idle = {i.name for i in fused.instructions.values() if _progresses(i, self._async, fused.name)}
+    for k, name in enumerate(root.operands):
+      e = fused.instructions.get(name)
+      if e is not None and e.opcode == "parameter" and k in aliased:
+        idle.add(name)
+    return idle | {root.name} if idle else set()
 
   def _sliced_read(self, fused: Computation, param: Instruction, depth: int = 0) -> int | None:
     """The bytes a fusion reads of ``param`` when it reads it only through slices (directly, or
@@ -230,6 +253,25 @@ class _Walker:
       else:
         total += shape_bytes(o.shape)
     return total
+
+
+def _async_collectives(module: Module) -> dict[str, str]:
+  """TPU's asynchronous collectives: channel id -> the start fusion's computation (one holding a
+  custom call ``AsyncCollectiveStart``), as :mod:`jaxmem.hlo.comms` finds them."""
+  out: dict[str, str] = {}
+  for comp in module.computations.values():
+    insts = comp.instructions.values()
+    if any(i.opcode == "custom-call" and '"AsyncCollectiveStart"' in i.attrs for i in insts):
+      for i in insts:
+        if (m := re.search(r"(?:^|[\s,])channel_id=(\d+)", i.attrs)) and collective_kind(i):
+          out[m.group(1)] = comp.name
+  return out
+
+
+def _progresses(ins: Instruction, starts: dict[str, str], computation: str) -> bool:
+  """Whether ``ins`` is an asynchronous collective's copy inside a fusion other than its start."""
+  m = re.search(r"(?:^|[\s,])channel_id=(\d+)", ins.attrs) if collective_kind(ins) else None
+  return m is not None and starts.get(m.group(1), computation) != computation
 
 
 def _walked(module: Module) -> _Walker:

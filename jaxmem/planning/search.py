@@ -20,9 +20,11 @@ The search a performance engineer does by hand, in four steps:
    microbatches) is skipped. After each compile the rest are reordered with each rung's memory
    estimate scaled by what the compiler gave for that rung (:func:`calibration`), so a rung the
    closed form underestimates stops taking the budget with candidates that will not fit.
-4. Ranked by the compiled row's ``step_time_s`` (the roofline estimate,
+4. Ranked by the compiled row's ``step_time_s`` (its compiled schedule simulated,
    :mod:`jaxmem.compiler.steptime`): fitting candidates first (those at risk at the edge after
-   those that are not), fastest first; the first is the recommendation.
+   those that are not), fastest first; the first is the recommendation, and :func:`why` says in
+   one line what makes it faster than the runner-up (rows tie only where their simulated times
+   are equal, and then keep the order they were compiled in).
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class PlanResult:
   rows: tuple[Row, ...]
   estimates: tuple[tuple[str, float | None], ...] = ()  # row label -> closed-form step time (ordering)
   notes: tuple[str, ...] = ()
+  why: str | None = None  # the recommendation against the runner-up, in one line (:func:`why`)
 
   @property
   def recommended(self) -> Row | None:
@@ -136,7 +139,7 @@ class PlanResult:
     return dict(
         model=self.model, target=self.target, batch=self.batch, seq=self.seq, budget=self.budget,
         candidates=self.candidates, compiles=self.compiles, cache_hits=self.cache_hits, pruned=dict(self.pruned),
-        not_compiled=self.not_compiled, notes=list(self.notes),
+        not_compiled=self.not_compiled, notes=list(self.notes), why=self.why,
         recommended=None if self.recommended is None else self.recommended.as_dict(),
         estimated_step_time_s=dict(self.estimates), rows=[r.as_dict() for r in self.rows],
     )
@@ -397,18 +400,80 @@ def plan(
   rows = [_with_recompute(p, r) for r in rows]
   est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches): c.estimated_step_time_s
          for c in compiled}
+  ranked = rank_rows(rows)
   return PlanResult(
       model=cfg.name, target=tgt.name, batch=w.batch, seq=w.seq, budget=budget,
       candidates=len(cands) + sum(v for k, v in pruned.items() if k not in skipped), compiles=len(rows),
       cache_hits=0 if cache is None else cache.hits, pruned=tuple(sorted(pruned.items())),
-      not_compiled=len(cands) - len(compiled) - sum(skipped.values()), rows=tuple(rank_rows(rows)),
-      estimates=tuple(est.items()), notes=_notes(),
+      not_compiled=len(cands) - len(compiled) - sum(skipped.values()), rows=tuple(ranked),
+      estimates=tuple(est.items()), notes=_notes(), why=why(ranked),
   )
+
+
+def label(r: Row) -> str:
+  """A row's configuration in a few words: mesh, remat, microbatches, attention."""
+  return f"{r.mesh} {r.remat} mb{r.microbatches} {r.attention or ''}".strip()
+
+
+# What a row's simulated step is made of (jaxmem.records.StepTime): the seconds each term bounds.
+_PARTS = (("compute", "compute-bound time"), ("memory", "memory-bound time"), ("comm", "exposed communication"))
+
+
+def why(ranked: list[Row]) -> str | None:
+  """The first fitting row against the next fitting one in one line: how much faster, and the
+  terms of the simulated step that make the difference, largest first, each with what drives
+  it (recomputation's FLOPs, HBM traffic, the collectives' bytes, a pipeline's bubble)."""
+  fitting = [r for r in ranked if r.fits and r.step_time_s is not None]
+  if not fitting:
+    return None
+  best = fitting[0]
+  if len(fitting) == 1:
+    return f"{label(best)} is the only compiled configuration that fits"
+  second = fitting[1]
+  gap = second.step_time_s - best.step_time_s
+  if gap <= 0:
+    return f"{label(best)} and {label(second)} tie at the simulated step time; the first compiled is listed first"
+  parts = sorted(((_part(second, t) - _part(best, t), t, what) for t, what in _PARTS), reverse=True)
+  said = [f"{_ms(d)} less {what}{_driver(best, second, t)}" for d, t, what in parts if d > 0.05 * gap]
+  head = f"{label(best)} is {_ms(gap)} ({gap / second.step_time_s:.1%}) faster per step than {label(second)}"
+  return head + (": " + "; ".join(said) if said else "")
+
+
+def _part(r: Row, term: str) -> float:
+  share = getattr(r, f"{term}_bound_share", None)
+  if share is None:  # no simulated shares: the roofline's term where it bounds the step
+    return r.step_time_s if r.bound == term else 0.0
+  return share * r.step_time_s
+
+
+def _driver(best: Row, second: Row, term: str) -> str:
+  """What in the programs makes ``term`` differ: FLOPs (recomputation), bytes, a bubble."""
+  out = []
+  if term == "compute" and best.flops and second.flops and second.flops > best.flops:
+    out.append(f"{second.flops / best.flops - 1:.0%} more FLOPs a device (remat {second.remat} vs {best.remat})")
+  if term == "memory" and best.bytes_accessed and second.bytes_accessed and second.bytes_accessed > best.bytes_accessed:
+    out.append(f"{second.bytes_accessed / best.bytes_accessed - 1:.0%} more HBM traffic")
+  if term == "comm":
+    kinds = [(getattr(second, f"comm_{k}_bytes", 0) or 0) - (getattr(best, f"comm_{k}_bytes", 0) or 0)
+             for k in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute")]
+    names = ("all-gathers", "reduce-scatters", "all-reduces", "all-to-alls", "collective-permutes")
+    if max(kinds) > 0:
+      out.append(f"exposed {names[kinds.index(max(kinds))]}: {(second.comm_bytes or 0) / 2**20:,.0f} MiB sent vs "
+                 f"{(best.comm_bytes or 0) / 2**20:,.0f} MiB")
+  bubbles = (getattr(best, "bubble_fraction", None) or 0.0, getattr(second, "bubble_fraction", None) or 0.0)
+  if bubbles[1] > bubbles[0]:
+    out.append(f"pipeline bubble {bubbles[1]:.0%} vs {bubbles[0]:.0%}")
+  return f" ({', '.join(out)})" if out else ""
+
+
+def _ms(seconds: float) -> str:
+  return f"{seconds * 1e3:,.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:,.0f} us"
 
 
 def _notes() -> tuple[str, ...]:
   return (
-      "step_time_s: the roofline estimate of each compiled row (jaxmem.compiler.steptime), not a measurement",
+      "step_time_s: each compiled row's schedule simulated (jaxmem.compiler.steptime), not a measurement; "
+      "roofline_step_time_s is its lower bound",
       "order of compiles: a closed-form estimate (Korthikanti et al. 2022 activations, 6NT + attention FLOPs)",
   )
 

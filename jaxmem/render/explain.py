@@ -110,7 +110,7 @@ def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | No
     )
   out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in notes]
   if op_times is not None:
-    out += ["", f"the {len(op_times.ops)} slowest ops by roofline time (estimates, per device per step):",
+    out += ["", f"the {len(op_times.ops)} slowest ops in the simulated schedule (estimates, per device per step):",
             render_op_times(op_times, fmt_name)]
   return "\n".join(out).rstrip()
 

@@ -30,13 +30,17 @@ def summary_lines(times: OpTimes) -> list[str]:
   if times.op_time_s is None:
     return [f"op times: {n}" for n in times.notes if n.startswith("op times")]
   split = ", ".join(f"{t}-bound ops {seconds(times.time_by_bound.get(t))}" for t in TERMS if times.time_by_bound.get(t))
-  return [
-      f"step (est): sum over ops {seconds(times.op_time_s)} ({split}); max of the step's sums "
+  simulated = [] if times.simulated_step_time_s is None else [
+      f"step (est): the compiled schedule simulated {seconds(times.simulated_step_time_s)}, "
+      f"{seconds(times.exposed_comm_time_s)} of it communication nothing overlapped"]
+  return simulated + [
+      f"sum over ops {seconds(times.op_time_s)} ({split}); max of the step's sums (the roofline bound) "
       f"{seconds(times.step_time_s)} (compute {seconds(times.compute_time_s)}, memory {seconds(times.memory_time_s)}, "
       f"comm {seconds(times.comm_time_s)})",
       "each op is timed at the target's peak rates, its compute term from its matrix FLOPs (dot, convolution; "
-      "elementwise work and custom-call kernels count none); the sum over ops runs them one after another, the max "
-      "of sums overlaps everything: the first is the tighter estimate, both are lower bounds for synchronous ops",
+      "rounded up to the matrix unit's tile where it has one; elementwise work and custom-call kernels count none), "
+      "a collective by its transfer on its link; time is what the op adds to the simulated step (for an asynchronous "
+      "collective, the wait its done causes); the sum over ops runs them one after another without overlap",
   ]
 
 

@@ -14,7 +14,7 @@ from jaxmem.render.tables import check_format, envelope, markup, render_csv, ver
 from jaxmem.render.units import percent, seconds, unit_for
 
 HEADERS = ("#", "mesh", "remat", "microbatches", "attention", "required / capacity", "fits", "recompute",
-           "comm (est)", "step (est)", "bound", "MFU (est)")
+           "exposed comm", "step (est)", "bound", "MFU (est)")
 
 
 def render_plan(result: Any, fmt: str) -> str:
@@ -31,7 +31,8 @@ def render_plan(result: Any, fmt: str) -> str:
   table = tabulate(body, headers=HEADERS, tablefmt=markup(fmt), disable_numparse=True)
   bullet = "- " if fmt == "markdown" else ""
   tail = [f"{bullet}{line}" for line in cost_lines(result) + list(result.notes)]
-  return "\n".join([recommendation(result), "", table, "", *tail])
+  head = [recommendation(result)] + ([f"why: {result.why}"] if getattr(result, "why", None) else [])
+  return "\n".join([*head, "", table, "", *tail])
 
 
 def _cells(i: int, r: Any, u: Any) -> list[str]:
@@ -39,7 +40,7 @@ def _cells(i: int, r: Any, u: Any) -> list[str]:
   cap = _bytes(r.capacity_bytes)
   rec = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
   return [str(i), r.mesh, r.remat, _micro_cell(r), r.attention or "-", f"{req} {u.name} / {cap}",
-          verdict_cell(r, u) if r.error is None else "NO (refused)", rec, seconds(r.comm_time_s),
+          verdict_cell(r, u) if r.error is None else "NO (refused)", rec, seconds(getattr(r, "exposed_comm_time_s", None)),
           seconds(r.step_time_s), r.bound or "-", percent(r.mfu)]
 
 

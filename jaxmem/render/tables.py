@@ -257,14 +257,16 @@ class _Layout:
     return heading
 
 
-# The step-time estimate's columns (jaxmem.records.StepTime), labelled as estimates: the largest
-# of the compute, memory and communication terms at the target's peaks, the term it is, and MFU.
-STEP_TIME_HEADERS = ("step (est)", "bound", "MFU (est)")
+# The step-time estimate's columns (jaxmem.records.StepTime), labelled as estimates: the compiled
+# schedule simulated, its roofline lower bound, the communication it leaves exposed, the term that
+# bounds most of it, and MFU.
+STEP_TIME_HEADERS = ("step (est)", "roofline", "exposed comm", "bound", "MFU (est)")
 
 
 def step_time_cells(r: Any) -> list[str]:
   """A row's step-time cells (``-`` where it has none: refused, or no peak figures)."""
-  return [seconds(_get(r, "step_time_s", None)), _get(r, "bound", "-"), percent(_get(r, "mfu", None))]
+  return [seconds(_get(r, "step_time_s", None)), seconds(_get(r, "roofline_step_time_s", None)),
+          seconds(_get(r, "exposed_comm_time_s", None)), _get(r, "bound", "-"), percent(_get(r, "mfu", None))]
 
 
 # Marks a comm figure that is a lower bound, not a total (Row.comm_lower_bound).
@@ -503,7 +505,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
                 f"host capacity {u.name}": None if row is None else _size(_get(row, "host_capacity_bytes", None), u.size),
                 "host fits": None if row is None else host_verdict_cell(row)} if host else {}),
             "recompute": None if row is None or row.recompute_overhead_pct is None else f"{row.recompute_overhead_pct:+.1f}%",
-            **dict(zip(STEP_TIME_HEADERS, ["-"] * 3 if row is None else step_time_cells(row), strict=True)),
+            **dict(zip(STEP_TIME_HEADERS, ["-"] * len(STEP_TIME_HEADERS) if row is None else step_time_cells(row), strict=True)),
             "compiles": r.compiles,
             "note": r.note,
         }

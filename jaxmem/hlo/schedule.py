@@ -1,0 +1,426 @@
+"""The compiled schedule walked: a step's simulated time per device, op by op, with the overlap
+of asynchronous collectives the compiler scheduled (:func:`simulate`).
+
+A compiled module is scheduled: each computation's instructions are printed in the order the
+device runs them, and an asynchronous collective is a start and a done with the work the
+scheduler placed between them. The walk keeps two clocks, the device's compute stream and its
+links:
+
+- every other top-level op (a fusion, a custom call, an unfused op) occupies the stream for its
+  own roofline, ``max(compute, memory)``: its matrix FLOPs (:mod:`jaxmem.hlo.ops`, each matmul's
+  rows, contracted size and columns rounded up to the matrix unit's tile where the machine has
+  one) over the peak, and its HBM bytes (:mod:`jaxmem.hlo.traffic`) over the bandwidth. Vector
+  work (elementwise ops, reductions, the insides of kernels) is timed by its HBM traffic only:
+  no datasheet of the parts jaxmem knows gives a vector unit's rate, so it is not modelled;
+- a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
+  sends: :mod:`jaxmem.hlo.comms`), and the link carries one transfer at a time (a second waits
+  for the first); the latency is ``base + steps x step`` with the ring's steps (all-reduce
+  2(g-1), all-gather, reduce-scatter and all-to-all g-1, collective-permute 1: the step counts
+  of NCCL's tuning model, ``src/graph/tuning.cc``);
+- a synchronous collective blocks the stream until its transfer ends; a start lets the stream
+  go on and its done waits only for what is left of the transfer: the exposed communication;
+- a collective whose group spans several slices (TPU, over DCN) or hosts (GPU, over the hosts'
+  network) runs hierarchically (Jia et al. 2018, "Highly Scalable Deep Learning Training System
+  with Mixed-Precision", hierarchical all-reduce): a ring inside each slice or host over the fast
+  link, then one across them over the slow link carrying 1/a of the buffer (a devices per slice
+  or host in the group); an all-to-all or a collective-permute that spans them sends all its
+  bytes over the slow link;
+- a ``while`` runs its body trip-count times: the first two trips are walked (an asynchronous
+  collective may start in one trip and finish in the next) and the second's time stands for
+  the trips after it; a ``conditional`` runs its slowest branch; a ``call`` runs its callee.
+
+The walk's time is never below the roofline's bound (:mod:`jaxmem.compiler.steptime`): each
+op takes at least its own terms, and the stream and the links each do all their work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
+from jaxmem.hlo.ops import HloCosts, MatrixTile, matrix_flops
+from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
+from jaxmem.records import Record
+
+TERMS = ("compute", "memory", "comm")
+_ASYNC_DONE = ("all-gather-done", "all-reduce-done", "collective-permute-done", "async-done")
+_FREE = frozenset({
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id", "replica-id",
+    "opt-barrier", "add-dependency", "domain", "async-update",
+})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Link(Record):
+  """A path collectives cross: the bytes per second one device sends over it, and its latency
+  per collective (``base_latency_s``) and per ring step (``step_latency_s``)."""
+
+  name: str  # "ICI", "NVLink", "DCN", "InfiniBand"
+  bandwidth: float | None
+  base_latency_s: float = 0.0
+  step_latency_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Machine(Record):
+  """One device's rates, as the walk times ops: the matrix peak and its tile (``None``: matmuls
+  are not rounded up), the HBM bandwidth, the fast link inside a slice or host, the slow link
+  across (``None`` where the target is one slice or host), and how many devices a slice or host
+  holds (device ids ``0..n-1`` in the mesh's order, a slice or host after another)."""
+
+  part: str
+  peak_flops: float
+  hbm_bandwidth: float
+  tile: MatrixTile | None = None
+  fast: Link
+  slow: Link | None = None
+  devices_per_unit: int = 1 << 30
+  notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OpRun(Record):
+  """One top-level op's simulated figures per step (all its executions). ``compute_time_s``
+  times its matrix FLOPs rounded up to the tile (``padded_flops``); ``comm_time_s`` its
+  transfers on their link; ``time_s`` what it adds to the step: its time on the stream, plus,
+  for a collective, the wait it causes (``exposed_comm_time_s``). ``bound``: the term that sets
+  its time on the stream (``comm`` for a collective)."""
+
+  name: str
+  opcode: str
+  kind: str = ""
+  op_name: str = ""
+  computation: str = ""
+  count: int = 0
+  flops: float = 0.0
+  padded_flops: float = 0.0
+  bytes_accessed: int = 0
+  comm_bytes: int = 0
+  link: str | None = None
+  compute_time_s: float = 0.0
+  memory_time_s: float = 0.0
+  comm_time_s: float = 0.0
+  exposed_comm_time_s: float = 0.0
+  time_s: float = 0.0
+  bound: str = "memory"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timeline(Record):
+  """The walk's result: ``step_time_s`` (the simulated step), how much of it each term bounds
+  (``*_bound_time_s``: the stream's time in ops each term bounds, and the communication the
+  stream waited for; they sum to the step), the links' busy time (``comm_time_s``) and the part
+  of it nothing overlapped (``exposed_comm_time_s``), and every op, slowest first."""
+
+  step_time_s: float
+  compute_bound_time_s: float
+  memory_bound_time_s: float
+  comm_bound_time_s: float
+  comm_time_s: float
+  exposed_comm_time_s: float
+  ops: tuple[OpRun, ...] = ()
+  notes: tuple[str, ...] = ()
+
+  def share(self, term: str) -> float | None:
+    """The fraction of the step that ``term`` bounds."""
+    return None if not self.step_time_s else getattr(self, f"{term}_bound_time_s") / self.step_time_s
+
+
+@dataclasses.dataclass
+class _Cost:
+  """One execution of an op: its stream time and terms, and its transfer (if a collective)."""
+
+  compute: float
+  memory: float
+  flops: float
+  padded: float
+  bytes: int
+  comm_bytes: int = 0
+  transfer: float = 0.0  # seconds on its link
+  link: str | None = None
+  start: bool = False  # a start of an asynchronous collective
+  sync: bool = False  # a synchronous collective
+  channels: tuple[str, ...] = ()  # TPU's async collective fusions: the channels a start or done carries
+  done_of: str | None = None  # a done: the start it finishes
+
+
+class _State:
+  def __init__(self):
+    self.clock = 0.0
+    self.link_free = 0.0
+    self.pending: dict[str, tuple[float, tuple[str, str]]] = {}  # start key -> (transfer end, start op)
+
+  def copy(self) -> _State:
+    other = _State()
+    other.clock, other.link_free, other.pending = self.clock, self.link_free, dict(self.pending)
+    return other
+
+  def shift(self, dt: float) -> None:
+    self.clock += dt
+    self.link_free += dt
+    self.pending = {k: (end + dt, op) for k, (end, op) in self.pending.items()}
+
+
+def _async_role(module: Module, ins: Instruction) -> str | None:
+  """``start`` or ``done`` for TPU's asynchronous collective fusions (a fusion around a custom
+  call ``AsyncCollectiveStart`` or ``AsyncCollectiveDone``), else None."""
+  if ins.opcode != "fusion":
+    return None
+  for callee in ins.calls:
+    comp = module.computations.get(callee)
+    for inner in comp.instructions.values() if comp is not None else ():
+      if inner.opcode == "custom-call" and '"AsyncCollectiveStart"' in inner.attrs:
+        return "start"
+      if inner.opcode == "custom-call" and '"AsyncCollectiveDone"' in inner.attrs:
+        return "done"
+  return None
+
+
+def _inner_collectives(module: Module, ins: Instruction, depth: int = 0) -> list[Instruction]:
+  """The collectives ``ins`` is or holds (fusions and async-wrapped computations looked into)."""
+  if collective_kind(ins):
+    return [ins]
+  if depth > 4 or ins.opcode not in ("fusion", "async-start"):
+    return []
+  out: list[Instruction] = []
+  for callee in ins.calls:
+    comp = module.computations.get(callee)
+    for inner in comp.instructions.values() if comp is not None else ():
+      out += _inner_collectives(module, inner, depth + 1)
+  return out
+
+
+def _channels(insts: list[Instruction]) -> tuple[str, ...]:
+  return tuple(m.group(1) for i in insts if (m := re.search(r"(?:^|[\s,])channel_id=(\d+)", i.attrs)))
+
+
+_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "collective_permute": lambda n: 1}
+
+
+def _steps(kind: str, n: int) -> int:
+  """Ring steps of a collective over ``n`` devices (NCCL's tuning model, src/graph/tuning.cc)."""
+  return 0 if n <= 1 else _STEPS.get(kind, lambda n: n - 1)(n)
+
+
+def transfer_time(machine: Machine, kind: str, sent: int, g: int, units: int) -> tuple[float | None, str]:
+  """Seconds a collective of ``kind`` takes on its link(s) to send ``sent`` bytes from one
+  device over a group of ``g`` devices that spans ``units`` slices or hosts, and the link's name
+  (the slow one where it spans several). ``None``: the link has no published bandwidth."""
+  fast, slow = machine.fast, machine.slow
+  if units <= 1 or slow is None or g <= 1:
+    if fast.bandwidth is None:
+      return None, fast.name
+    return fast.base_latency_s + _steps(kind, g) * fast.step_latency_s + sent / fast.bandwidth, fast.name
+  if slow.bandwidth is None:
+    return None, slow.name
+  a = max(1, g // units)  # devices of the group in each slice or host
+  if kind in ("all_to_all", "collective_permute") or fast.bandwidth is None:
+    return slow.base_latency_s + _steps(kind, units) * slow.step_latency_s + sent / slow.bandwidth, slow.name
+  ring = lambda n: (n - 1) / n  # noqa: E731  (the ring's share of the buffer each device sends)
+  whole = sent / ring(g)  # the buffer the ring factor was taken of (2x for an all-reduce: both halves)
+  fast_bytes, slow_bytes = whole * ring(a), whole * ring(units) / a
+  latency = fast.base_latency_s + _steps(kind, a) * fast.step_latency_s + _steps(kind, units) * slow.step_latency_s
+  return latency + fast_bytes / fast.bandwidth + slow_bytes / slow.bandwidth, slow.name
+
+
+class _Walker:
+  """Walks computations in schedule order, advancing a :class:`_State` (see the module docstring)."""
+
+  def __init__(self, costs: HloCosts, machine: Machine):
+    self.module: Module = costs.module
+    self.machine = machine
+    self.per_op = {(o.computation, o.name): o for o in costs.ops}
+    self.flops, self.padded = matrix_flops(self.module), matrix_flops(self.module, machine.tile)
+    self.runs: dict[tuple[str, str], dict] = {}  # (computation, op) -> accumulated figures
+    self.bound_time = dict.fromkeys(TERMS, 0.0)
+    self.notes: list[str] = []
+    self._costs: dict[tuple[str, str], _Cost] = {}
+
+  def note(self, text: str) -> None:
+    if text not in self.notes:
+      self.notes.append(text)
+
+  def run(self, name: str, state: _State, weight: float, record: bool) -> None:
+    comp = self.module.computations.get(name)
+    if comp is None:
+      self.note(f"computation {name} not found in the HLO text; not timed")
+      return
+    for ins in comp.instructions.values():
+      self.step(comp, ins, state, weight, record)
+
+  def step(self, comp: Computation, ins: Instruction, state: _State, weight: float, record: bool) -> None:
+    op = ins.opcode
+    if op in _FREE or op.endswith("-done") and op not in _ASYNC_DONE:
+      return
+    if op == "while":
+      return self._loop(comp, ins, state, weight, record)
+    if op == "call":
+      for callee in computation_refs(ins.attrs, "to_apply"):
+        self.run(callee, state, weight, record)
+      return
+    if op == "conditional":
+      return self._branch(ins, state, weight, record)
+    cost = self.cost(comp, ins)
+    if cost.done_of is not None or (cost.channels and not cost.start):
+      self._wait(cost, state, weight, record)
+    before = state.clock
+    if cost.sync:
+      begin = max(state.clock, state.link_free)
+      state.link_free = begin + cost.transfer
+      state.clock = max(state.clock + cost.memory, state.link_free)
+    else:
+      state.clock += max(cost.compute, cost.memory)
+    if cost.start:
+      begin = max(state.clock, state.link_free)
+      state.link_free = begin + cost.transfer
+      for key in cost.channels or (ins.name,):
+        state.pending[key] = (state.link_free, (comp.name, ins.name))
+    if record:
+      self._record(comp, ins, cost, state.clock - before, weight)
+
+  def _wait(self, cost: _Cost, state: _State, weight: float, record: bool) -> None:
+    """A done: the stream waits for what is left of its start's transfer."""
+    found = [state.pending.pop(k) for k in (cost.channels or (cost.done_of,)) if k in state.pending]
+    if not found:
+      return  # started before a loop trip this walk did not simulate: nothing left to wait for
+    end = max(e for e, _ in found)
+    wait = max(0.0, end - state.clock)
+    state.clock += wait
+    if record and wait:
+      start = found[0][1]
+      self._run(start)["exposed"] += wait * weight
+      self.bound_time["comm"] += wait * weight
+
+  def _record(self, comp: Computation, ins: Instruction, cost: _Cost, took: float, weight: float) -> None:
+    r = self._run((comp.name, ins.name))
+    r["count"] += weight
+    r["stream"] += took * weight
+    r["transfer"] += cost.transfer * weight
+    if cost.sync:
+      blocked = max(0.0, took - cost.memory)
+      r["exposed"] += blocked * weight
+      self.bound_time["comm"] += blocked * weight
+      self.bound_time["memory"] += (took - blocked) * weight
+    else:
+      self.bound_time["compute" if cost.compute > cost.memory else "memory"] += took * weight
+
+  def _run(self, key: tuple[str, str]) -> dict:
+    return self.runs.setdefault(key, dict(count=0.0, stream=0.0, transfer=0.0, exposed=0.0))
+
+  def _loop(self, comp: Computation, ins: Instruction, state: _State, weight: float, record: bool) -> None:
+    trips = self.module.trip_count(ins.name, comp.name)
+    if trips is None:
+      self.note(f"{ins.name}: while loop without a known trip count; its body is timed once (the step time is "
+                "then a lower bound)")
+      trips = 1
+    if trips == 0 or ins.body is None:
+      return
+    self.run(ins.body, state, weight, record)
+    if trips == 1:
+      return
+    second = state.clock
+    self.run(ins.body, state, weight * (trips - 1), record)
+    state.shift((state.clock - second) * (trips - 2))
+
+  def _branch(self, ins: Instruction, state: _State, weight: float, record: bool) -> None:
+    branches = [c for key in ("true_computation", "false_computation", "branch_computations")
+                for c in computation_refs(ins.attrs, key)]
+    if not branches:
+      return
+    def took(b: str) -> float:
+      trial = state.copy()
+      self.run(b, trial, weight, record=False)
+      return trial.clock
+    slowest = max(branches, key=took) if len(branches) > 1 else branches[0]
+    self.run(slowest, state, weight, record)
+
+  def cost(self, comp: Computation, ins: Instruction) -> _Cost:
+    """One execution of ``ins``: its terms, and what kind of collective step it is, if any."""
+    key = (comp.name, ins.name)
+    if key in self._costs:
+      return self._costs[key]
+    o = self.per_op.get(key)
+    runs = max(1, o.count) if o is not None else 1
+    moved, sent = (o.bytes_accessed // runs, o.comm_bytes // runs) if o is not None else (0, 0)
+    flops, padded = self.flops.of(ins), self.padded.of(ins)
+    m = self.machine
+    c = _Cost(compute=padded / m.peak_flops, memory=moved / m.hbm_bandwidth, flops=flops, padded=padded, bytes=moved,
+              comm_bytes=sent)
+    role = _async_role(self.module, ins)
+    if ins.opcode in _ASYNC_DONE:
+      c.done_of = ins.operands[0].partition("#")[0] if ins.operands else None
+    elif role == "done":
+      c.channels = _channels(_inner_collectives(self.module, ins))
+    elif sent or collective_kind(ins):
+      inner = _inner_collectives(self.module, ins)
+      if inner:
+        c.transfer, c.link = self._transfer(inner[0], sent)
+        c.start = role == "start" or ins.opcode.endswith("-start") or ins.opcode == "async-start"
+        c.sync = not c.start
+        c.channels = _channels(inner) if role == "start" else ()
+    self._costs[key] = c
+    return c
+
+  def _transfer(self, inner: Instruction, sent: int) -> tuple[float, str | None]:
+    kind = collective_kind(inner) or "all_gather"
+    g = group_size(inner, self.module)
+    if g <= 1 and not sent:
+      return 0.0, None
+    seconds, link = transfer_time(self.machine, kind, sent, g, self._units(inner))
+    if seconds is None:
+      self.note(f"comm: no published bandwidth for {link} on {self.machine.part}; its collectives are not timed")
+      return 0.0, link
+    return seconds, link
+
+  def _units(self, inner: Instruction) -> int:
+    """How many slices or hosts the collective's largest group spans (1 where it cannot be told)."""
+    per = self.machine.devices_per_unit
+    if self.machine.slow is None or self.module.replica_count != 1:
+      return 1
+    if collective_kind(inner) == "collective_permute":
+      pairs = re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", inner.attrs)
+      return 2 if any(int(s) // per != int(t) // per for s, t in pairs) else 1
+    groups = collective_groups(inner, self.module)
+    if groups is None:  # every device, or a spelling not read: as many as its size fills
+      return max(1, -(-group_size(inner, self.module) // per))
+    return max((len({i // per for i in grp}) for grp in groups), default=1)
+
+
+def simulate(costs: HloCosts, machine: Machine) -> Timeline:
+  """The step of ``costs``'s module (:func:`jaxmem.hlo.ops.hlo_costs_of_module`, which keeps the
+  parsed module) walked on ``machine`` (see the module docstring)."""
+  module = costs.module
+  if module is None:
+    raise ValueError("simulate needs the HloCosts of a parsed module (hlo_costs_of_module keeps it)")
+  walker = _Walker(costs, machine)
+  state = _State()
+  entry = module.entry or (list(module.computations)[-1] if module.computations else None)
+  if entry:
+    walker.run(entry, state, 1.0, record=True)
+  tail = max(0.0, state.link_free - state.clock)  # transfers no done waited for: the step ends after them
+  walker.bound_time["comm"] += tail
+  return Timeline(
+      step_time_s=state.clock + tail, compute_bound_time_s=walker.bound_time["compute"],
+      memory_bound_time_s=walker.bound_time["memory"], comm_bound_time_s=walker.bound_time["comm"],
+      comm_time_s=sum(r["transfer"] for r in walker.runs.values()), exposed_comm_time_s=walker.bound_time["comm"],
+      ops=tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s)), notes=tuple(machine.notes) + tuple(walker.notes),
+  )
+
+
+def _op_runs(walker: _Walker) -> list[OpRun]:
+  out = []
+  for key, r in walker.runs.items():
+    ins = walker.module.get(key[1], key[0])
+    cost, o, n = walker._costs[key], walker.per_op.get(key), r["count"]
+    own = max(cost.compute, cost.memory) * n
+    collective = cost.sync or cost.start
+    bound = "comm" if collective and r["transfer"] >= own else ("compute" if cost.compute > cost.memory else "memory")
+    out.append(OpRun(
+        name=key[1], opcode=ins.opcode if ins else "", kind=o.kind if o else "", op_name=ins.op_name if ins else "",
+        computation=key[0], count=round(n), flops=cost.flops * n, padded_flops=cost.padded * n,
+        bytes_accessed=round(cost.bytes * n), comm_bytes=round(cost.comm_bytes * n), link=cost.link,
+        compute_time_s=cost.compute * n, memory_time_s=cost.memory * n, comm_time_s=r["transfer"],
+        exposed_comm_time_s=r["exposed"], time_s=r["stream"] + (0.0 if cost.sync else r["exposed"]), bound=bound,
+    ))
+  return out

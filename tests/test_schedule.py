@@ -1,0 +1,145 @@
+"""The compiled schedule walked (jaxmem.hlo.schedule): overlap of asynchronous collectives, links,
+tiles, loops; and the simulated step time every compiled row carries beside the roofline bound."""
+
+import pytest
+
+from jaxmem.hlo.ops import MatrixTile, hlo_costs
+from jaxmem.hlo.schedule import Link, Machine, simulate, transfer_time
+
+N = 1024
+
+# One device's share of a weight is all-gathered (4 devices) while a matmul of N x N runs: as an
+# asynchronous pair with the matmul scheduled between start and done, and as one synchronous op.
+_HEAD = f"""HloModule m, num_partitions=4
+
+ENTRY %main (p0: bf16[{N},{N}], p1: bf16[{N // 4},{N}]) -> (bf16[{N},{N}], bf16[{N},{N}]) {{
+  %p0 = bf16[{N},{N}]{{1,0}} parameter(0)
+  %p1 = bf16[{N // 4},{N}]{{1,0}} parameter(1)
+"""
+_GROUPS = "channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}, use_global_device_ids=true"
+_DOT = f"  %dot = bf16[{N},{N}]{{1,0}} dot(%p0, %p0), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n"
+ASYNC = _HEAD + (
+    f"  %ags = (bf16[{N // 4},{N}]{{1,0}}, bf16[{N},{N}]{{1,0}}) all-gather-start(%p1), {_GROUPS}\n" + _DOT
+    + f"  %agd = bf16[{N},{N}]{{1,0}} all-gather-done(%ags)\n"
+    f"  ROOT %t = (bf16[{N},{N}]{{1,0}}, bf16[{N},{N}]{{1,0}}) tuple(%dot, %agd)\n}}\n"
+)
+SYNC = _HEAD + (
+    f"  %ag = bf16[{N},{N}]{{1,0}} all-gather(%p1), {_GROUPS}\n" + _DOT
+    + f"  ROOT %t = (bf16[{N},{N}]{{1,0}}, bf16[{N},{N}]{{1,0}}) tuple(%dot, %ag)\n}}\n"
+)
+
+
+def _machine(**kw):
+  """Rates under which the matmul (2 N^3 FLOPs) takes longer than the all-gather's transfer."""
+  base = dict(part="test", peak_flops=1e12, hbm_bandwidth=1e12, fast=Link(name="ICI", bandwidth=1e9, step_latency_s=1e-6))
+  return Machine(**{**base, **kw})
+
+
+def test_a_start_done_pair_with_compute_between_exposes_less_than_the_same_collective_synchronous():
+  m = _machine()
+  a, s = simulate(hlo_costs(ASYNC), m), simulate(hlo_costs(SYNC), m)
+  assert a.comm_time_s == pytest.approx(s.comm_time_s) and a.comm_time_s > 0
+  assert a.exposed_comm_time_s < s.exposed_comm_time_s
+  # Synchronous, it blocks the stream for its transfer (its own HBM traffic runs meanwhile).
+  ag = next(o for o in s.ops if o.name == "ag")
+  assert s.exposed_comm_time_s == pytest.approx(s.comm_time_s - ag.memory_time_s) and ag.bound == "comm"
+  assert a.step_time_s < s.step_time_s
+  for t in (a, s):  # the bound shares add up to the step
+    assert sum(t.share(k) for k in ("compute", "memory", "comm")) == pytest.approx(1.0)
+
+
+def test_a_pair_exposes_what_the_compute_between_does_not_cover():
+  slow = _machine(fast=Link(name="ICI", bandwidth=1e7))  # the transfer now outlasts the matmul
+  t = simulate(hlo_costs(ASYNC), slow)
+  dot = next(o for o in t.ops if o.name == "dot")
+  assert t.exposed_comm_time_s == pytest.approx(t.comm_time_s - dot.time_s, rel=1e-6)
+
+
+def test_the_walk_is_never_below_the_roofline_bound():
+  for text in (ASYNC, SYNC):
+    costs, m = hlo_costs(text), _machine()
+    t = simulate(costs, m)
+    roofline = max(costs.flops / m.peak_flops, costs.bytes_accessed / m.hbm_bandwidth, costs.comm_bytes / m.fast.bandwidth)
+    assert t.step_time_s >= roofline
+
+
+def test_matmuls_are_rounded_up_to_the_matrix_units_tile():
+  small = f"""HloModule m
+
+ENTRY %main (a: bf16[100,64], b: bf16[64,200]) -> bf16[100,200] {{
+  %a = bf16[100,64]{{1,0}} parameter(0)
+  %b = bf16[64,200]{{1,0}} parameter(1)
+  ROOT %d = bf16[100,200]{{1,0}} dot(%a, %b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+  t = simulate(hlo_costs(small), _machine(tile=MatrixTile(rows=8, contracted=128, columns=128)))
+  (d,) = [o for o in t.ops if o.name == "d"]
+  assert d.flops == 2 * 100 * 64 * 200
+  assert d.padded_flops == 2 * 104 * 128 * 256
+  assert simulate(hlo_costs(small), _machine()).ops[0].padded_flops == d.flops  # no tile: no rounding
+
+
+def test_a_loop_body_runs_its_trip_count():
+  body = f"""HloModule m, num_partitions=4
+
+%body (p: (s32[], bf16[{N},{N}])) -> (s32[], bf16[{N},{N}]) {{
+  %p = (s32[], bf16[{N},{N}]{{1,0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = bf16[{N},{N}]{{1,0}} get-tuple-element(%p), index=1
+  %one = s32[] constant(1)
+  %j = s32[] add(%i, %one)
+  %y = bf16[{N},{N}]{{1,0}} dot(%x, %x), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT %r = (s32[], bf16[{N},{N}]{{1,0}}) tuple(%j, %y)
+}}
+
+%cond (p: (s32[], bf16[{N},{N}])) -> pred[] {{
+  %p = (s32[], bf16[{N},{N}]{{1,0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(TRIPS)
+  ROOT %c = pred[] compare(%i, %n), direction=LT
+}}
+
+ENTRY %main (x: bf16[{N},{N}]) -> (s32[], bf16[{N},{N}]) {{
+  %x = bf16[{N},{N}]{{1,0}} parameter(0)
+  %zero = s32[] constant(0)
+  %t = (s32[], bf16[{N},{N}]{{1,0}}) tuple(%zero, %x)
+  ROOT %w = (s32[], bf16[{N},{N}]{{1,0}}) while(%t), condition=%cond, body=%body
+}}
+"""
+  one, five = (simulate(hlo_costs(body.replace("TRIPS", str(n))), _machine()) for n in (1, 5))
+  assert five.step_time_s == pytest.approx(5 * one.step_time_s, rel=1e-3)
+  assert next(o for o in five.ops if o.name == "y").count == 5
+
+
+def test_a_group_across_slices_crosses_the_slow_link():
+  fast, slow = Link(name="ICI", bandwidth=1e11), Link(name="DCN", bandwidth=1e9)
+  m = _machine(fast=fast, slow=slow, devices_per_unit=4)
+  inside, link_in = transfer_time(m, "all_reduce", 10**8, 4, 1)
+  across, link_out = transfer_time(m, "all_reduce", 10**8, 8, 2)
+  assert (link_in, link_out) == ("ICI", "DCN") and across > inside
+  # Hierarchical: the slow link carries 1/4 of what a flat ring over it would.
+  flat = 10**8 / slow.bandwidth
+  assert across < flat
+
+
+@pytest.fixture(scope="module")
+def fsdp_rows():
+  """tiny on tpu:v5e-4 over fsdp=4, full remat, at 1 and 2 microbatches (the TPU compiler's own
+  asynchronous collectives: start and done fusions around the layers' matmuls)."""
+  from jaxmem.planning import sweep
+
+  rows = sweep.compare(model="tiny", target="tpu:v5e-4", mesh=["fsdp=4"], remat=["full"], microbatches=[1, 2],
+                       batch=8, seq=128, cache=False)
+  return {r.microbatches: r for r in rows if r.remat == "full"}
+
+
+@pytest.mark.needs_tpu_compiler
+def test_more_microbatches_under_fsdp_gather_more_and_take_longer(fsdp_rows):
+  one, two = fsdp_rows[1], fsdp_rows[2]
+  for r in (one, two):
+    assert r.step_time_s >= r.roofline_step_time_s > 0
+    assert 0 < r.exposed_comm_time_s <= r.step_time_s
+    assert sum((r.compute_bound_share, r.memory_bound_share, r.comm_bound_share)) == pytest.approx(1.0)
+  # Each microbatch gathers every layer's weights again: more bytes sent, a longer simulated step.
+  assert two.comm_all_gather_bytes > one.comm_all_gather_bytes
+  assert two.step_time_s > one.step_time_s
