@@ -24,7 +24,7 @@ from test_imports import _graph, _modules
 #   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem._quiet", "jaxmem.errors", "jaxmem.records", "jaxmem.registry", "jaxmem.versions", "jaxmem.units",
-     "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache"),
+     "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache", "jaxmem.sizes"),
     ("jaxmem.models",),
     ("jaxmem.hardware",),
     ("jaxmem.hlo",),
@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem.planning",),
     ("jaxmem.inference",),
     ("jaxmem.render",),
-    ("jaxmem",),  # the package itself: the public API
+    ("jaxmem", "jaxmem.testing"),  # the package itself (the public API) and its pytest helpers
     ("jaxmem.cli", "jaxmem.__main__"),
 )
 # The only modules of jaxmem outside models/ that the models import (the dependency is one-way).
