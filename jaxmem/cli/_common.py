@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -272,8 +273,9 @@ OUTPUT_FLAGS = (("output", False), ("plot", False), ("xprof", True))
 def check_outputs(args: argparse.Namespace) -> None:
   """Every output path given (``--output``, ``--plot``, ``--xprof``) can be written, checked
   before anything compiles, so a bad path costs no compile and loses no table. Nothing is
-  created: the nearest existing folder above the path must be a writable folder, and the path,
-  if it exists, a file (a folder for ``--xprof``)."""
+  left behind: the nearest existing folder above the path must be a folder a file can be made in
+  (tried with a temporary file, removed at once), and the path, if it exists, a file (a folder
+  for ``--xprof``)."""
   for name, is_dir in OUTPUT_FLAGS:
     path = getattr(args, name, None)
     if path:
@@ -297,6 +299,11 @@ def _check_output(flag: str, path: str, *, is_dir: bool) -> None:
     raise JaxmemError(f"cannot write {flag} {path}: {parent} is not a folder")
   if not os.access(parent, os.W_OK):
     raise JaxmemError(f"cannot write {flag} {path}: {parent} is not writable")
+  try:  # os.access trusts the mode bits, which root passes and /proc or a read-only mount refuse
+    with tempfile.TemporaryFile(dir=parent):
+      pass
+  except OSError as e:
+    raise JaxmemError(f"cannot write {flag} {path}: {parent} is not writable ({e.strerror})") from None
 
 
 class Progress:

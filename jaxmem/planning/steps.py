@@ -31,8 +31,8 @@ from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import key
 from jaxmem.planning.plan import Plan, Task, for_task
 from jaxmem.program import sharding as shd
-from jaxmem.program.remat import RematPolicy, checkpoint_names_in, jaxpr_eqns, names_note
-from jaxmem.program.step import OWN, call_step, is_local
+from jaxmem.program.remat import RematPolicy
+from jaxmem.program.step import OWN, call_step, is_local, step_notes
 
 # A user's step is a function, not a model jaxmem knows: its step time is estimated from the
 # compiled program as any row's, but there is no 6·N·T to form MFU against.
@@ -105,47 +105,13 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
       optimizer=OWN, batch=p.batch, seq=p.seq, param_dtype=OWN, dtype=OWN, num_devices=p.target.num_devices,
   )
   lowering = _TRACED.pop(_traced_as(p, mesh, rp), None) or lower_step(p, mesh, rp)
-  notes: list[str] = step_notes(lowering, rp, seq=p.seq, platform=p.target.platform)
+  notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform)
   named = _named_arguments(lowering, notes)  # from the shapes: a refused step has them too
   outcome = lowering.figures(notes=notes, work=Work(tokens=p.batch * p.seq, note=USER_STEP_MFU_NOTE))
   if not isinstance(outcome, Refusal):
     by_name = outcome.report.argument_bytes
     named.update(param_bytes=by_name.get(PARAMS), optimizer_state_bytes=by_name.get(OPT_STATE))
   return {**base, **named, **outcome.row_fields()}
-
-
-def step_notes(lowering: Lowering, rp: RematPolicy, *, seq: int, platform: str) -> list[str]:
-  """What a step's row (or explanation) should say about its traced program: a name-based remat
-  policy whose names it never uses, and attention scores materialised on an accelerator."""
-  jaxpr = lowering.traced.jaxpr.jaxpr
-  notes = [n for n in (names_note(rp, checkpoint_names_in(jaxpr)),) if n]
-  if platform in ("tpu", "gpu") and (shape := scores_shape(jaxpr, seq)) is not None:
-    notes.append(host_kernel_note(shape, platform))
-  return notes
-
-
-def scores_shape(jaxpr: object, seq: int) -> tuple[int, ...] | None:
-  """The largest value of shape ``[..., seq, seq]`` (attention scores, at least three dims) the
-  program makes, or None; a sequence of 1 makes none worth the name."""
-  best: tuple[int, ...] | None = None
-  if seq < 2:
-    return None
-  for eqn in jaxpr_eqns(jaxpr):
-    for v in eqn.outvars:
-      shape = tuple(getattr(getattr(v, "aval", None), "shape", ()) or ())
-      if len(shape) >= 3 and shape[-2:] == (seq, seq) and (best is None or math.prod(shape) > math.prod(best)):
-        best = shape
-  return best
-
-
-def host_kernel_note(shape: tuple[int, ...], platform: str) -> str:
-  kernel = "splash (Pallas) attention" if platform == "tpu" else "cuDNN's fused attention"
-  return (
-      f"attention: the step materialises [{','.join(map(str, shape))}] scores ([..., seq, seq]); a framework that "
-      f"picks its attention kernel from jax.devices() (Keras, jax.nn.dot_product_attention with implementation=None) "
-      f"chose it from this compile host, not the {platform.upper()} target, whose run would use {kernel}; force the "
-      "target's kernel in the step (docs/examples.md, 'A third-party model')"
-  )
 
 
 def _named_arguments(lowering: Lowering, notes: list[str]) -> dict[str, Any]:
