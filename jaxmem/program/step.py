@@ -284,10 +284,11 @@ def scores_shape(jaxpr: object, seq: int) -> tuple[int, ...] | None:
 
 
 def host_kernel_note(shape: tuple[int, ...], platform: str) -> str:
-  kernel = "splash (Pallas) attention" if platform == "tpu" else "cuDNN's fused attention"
+  """Why a step's materialised attention scores may not be what the target would run."""
+  kernel = "splash attention (Pallas)" if platform == "tpu" else "cuDNN's fused attention"
   return (
-      f"attention: the step materialises [{','.join(map(str, shape))}] scores ([..., seq, seq]); a framework that "
-      f"picks its attention kernel from jax.devices() (Keras, jax.nn.dot_product_attention with implementation=None) "
-      f"chose it from this compile host, not the {platform.upper()} target, whose run would use {kernel}; force the "
-      "target's kernel in the step (docs/examples.md, 'A third-party model')"
+      f"attention: the step materialises [{','.join(map(str, shape))}] scores ([..., seq, seq]): plain attention "
+      "(jax.nn.dot_product_attention without implementation='cudnn' always is), or a kernel its framework chose "
+      f"from this compile host's jax.devices() (Keras does), not for the {platform.upper()} target, where {kernel} "
+      "keeps no such scores; force the target's kernel in the step (docs/examples.md, 'A third-party model')"
   )
