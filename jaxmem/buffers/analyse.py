@@ -39,7 +39,7 @@ and alive in the backward pass; a residual the forward layer scan stacks is one 
 allocation on, with every value that holds its buffer over the loop, as is the loop's output a
 copy of which the backward pass reads, and that copy, even where the schedule makes it after the
 backward pass has begun), ``gradient`` (made after the forward pass, by an op of the backward
-pass or of the optimizer, with a parameter leaf's shape in any floating dtype: a user's step with
+pass or of the optimizer, with a parameter leaf's shape (of the `params` argument where the step has one) in any floating dtype: a user's step with
 f32 master weights and bf16 compute holds bf16 and f32 gradients and the clipped ones; or made by
 the backward pass and alive into the optimizer update) and ``temporary`` (everything else). Phases
 come from the jax op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward
@@ -255,7 +255,7 @@ def analyse(
   names = _Names(dump.hlo, fallback=function or "(step)", packages=tuple(framework_packages))
   phases = phase_regions(dump, names)
   groups = argument_groups(dump.hlo)
-  kinds = kind_classifier(dump, names, phases)
+  kinds = kind_classifier(dump, names, phases, groups)
   tables, missing = live_values(dump, kinds)
   if missing:
     notes.append(f"{missing} values in the buffer assignment have no live range in XLA's dump; left out")
@@ -389,8 +389,9 @@ class KindClassifier:
   hlo: Module
   names: _Names
   phases: Phases
-  param_dims: frozenset[str]  # dims of the step's floating-point inputs (any dtype: bf16 compute of f32 leaves)
-  param_shapes: frozenset[tuple[str, str]] = frozenset()  # (dtype, dims) of the step's floating-point inputs
+  # Dims of the gradients (of the `params` argument's floating-point leaves where the step has one,
+  # else of every floating-point input), in any dtype: bf16 compute of f32 leaves.
+  grad_dims: frozenset[str]
   carried: frozenset[str]  # values holding a stacked residual's buffer over the forward loop
   relaid: frozenset[str]  # copies of a forward loop's stacked residual made for the backward pass
 
@@ -413,10 +414,10 @@ class KindClassifier:
     return "temporary"
 
   def is_cotangent(self, v: Value) -> bool:
-    """A value the backward pass makes in a floating-point dtype with an input's shape: a
-    parameter's gradient (see :func:`cotangent_bytes`)."""
+    """A value the backward pass makes in a floating-point dtype with a parameter leaf's shape
+    (the ``params`` argument's, where the step has one): its gradient (:func:`cotangent_bytes`)."""
     dt, dims = _dtype_dims(v.shape)
-    return dt in _FLOAT_DTYPES and dims in self.param_dims and self.names.value(v)[0].phase == "backward"
+    return dt in _FLOAT_DTYPES and dims in self.grad_dims and self.names.value(v)[0].phase == "backward"
 
   def is_gradient(self, v: Value, end: int) -> bool:
     """A value made after the forward pass by the backward pass (its op's own name says
@@ -427,17 +428,20 @@ class KindClassifier:
     backward pass and alive into the optimizer (gradients XLA concatenated, such as fused q/k/v)."""
     phase = self.names.value(v)[0].phase  # a loop's output: the op in its body that made it
     dt, dims = _dtype_dims(v.shape)
-    if phase in ("backward", "optimizer") and dt in _FLOAT_DTYPES and dims in self.param_dims:
+    if phase in ("backward", "optimizer") and dt in _FLOAT_DTYPES and dims in self.grad_dims:
       return True
     return phase == "backward" and end > self.phases.last_bwd
 
 
-def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier:
-  param_shapes = frozenset(
-      (dt, dims) for a in dump.allocations if a.kind == "parameter" and a.color == 0 for v in a.values
-      for dt, dims in [_dtype_dims(v.shape)] if dt in _FLOAT_DTYPES
-  )
-  param_dims = frozenset(dims for _, dims in param_shapes)
+def kind_classifier(dump: Dump, names: _Names, phases: Phases, groups: dict[int, str] | None = None) -> KindClassifier:
+  inputs = [a for a in dump.allocations if a.kind == "parameter" and a.color == 0]
+  param_dims = frozenset(dims for a in inputs for v in a.values for dt, dims in [_dtype_dims(v.shape)] if dt in _FLOAT_DTYPES)
+  # The gradients' shapes: the `params` argument's where the step has one (not the data's, whose
+  # cotangents the backward pass makes too), else every floating-point input's.
+  named = [a for a in inputs if (groups or {}).get(a.parameter) == "params"]
+  grad_dims = frozenset(
+      dims for a in named for v in a.values for dt, dims in [_dtype_dims(v.shape)] if dt in _FLOAT_DTYPES
+  ) if named else param_dims
   chains, relaid = carried_residuals(dump, names, phases) if phases.backward else (set(), set())
   held: set[str] = set()
   for loop, index in chains:
@@ -445,7 +449,7 @@ def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier
     names.hold(keys, loop, index)
     held |= keys
   return KindClassifier(
-      hlo=dump.hlo, names=names, phases=phases, param_dims=param_dims, param_shapes=param_shapes,
+      hlo=dump.hlo, names=names, phases=phases, grad_dims=grad_dims,
       carried=frozenset(held), relaid=frozenset(relaid),
   )
 
