@@ -39,9 +39,9 @@ and alive in the backward pass; a residual the forward layer scan stacks is one 
 allocation on, with every value that holds its buffer over the loop, as is the loop's output a
 copy of which the backward pass reads, and that copy, even where the schedule makes it after the
 backward pass has begun), ``gradient`` (made after the forward pass, by an op of the backward
-pass or of the optimizer, with a parameter leaf's shape (of the `params` argument where the step has one) in any floating dtype: a user's step with
-f32 master weights and bf16 compute holds bf16 and f32 gradients and the clipped ones; or made by
-the backward pass and alive into the optimizer update) and ``temporary`` (everything else). Phases
+pass or of the optimizer, with a parameter leaf's shape, of the ``params`` argument where the
+step has one, in any floating dtype: a user's step with f32 master weights and bf16 compute
+holds bf16 and f32 gradients and the clipped ones; or made by the backward pass and alive into the optimizer update) and ``temporary`` (everything else). Phases
 come from the jax op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward
 pass, optax's code the optimizer. A value's phase is its own op's, wherever the schedule puts it
 (XLA schedules an unrolled model's weight-gradient dots among the optimizer's ops, libtpu the
