@@ -24,6 +24,7 @@ from jaxmem.compiler.optimes import OpTime, OpTimes, op_times  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.hardware.targets import Target, target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402
+from jaxmem.events import Compiling, JaxmemWarning, Notice, listen  # noqa: E402
 from jaxmem.buffers.analyse import Explanation  # noqa: E402
 from jaxmem.buffers.explain import explain  # noqa: E402
 from jaxmem.render.timeline import plot_timeline, timeline_text  # noqa: E402
@@ -92,12 +93,15 @@ __all__ = [
     "with_overheads",
     "OPTIMIZERS",
     "REMAT_POLICIES",
+    "Compiling",
     "Estimate",
     "Explanation",
     "FitResult",
     "InferRow",
     "JaxmemError",
+    "JaxmemWarning",
     "MemoryReport",
+    "Notice",
     "OpTime",
     "OpTimes",
     "PlanResult",
@@ -118,6 +122,7 @@ __all__ = [
     "fit_serving",
     "fsdp_shardings",
     "infer",
+    "listen",
     "op_times",
     "optimizers",
     "plan",

@@ -18,9 +18,11 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jaxmem.events import notice
 from jaxmem.versions import cache_versions
 
 
@@ -53,13 +55,18 @@ class RowCache:
     self.enabled = enabled
     self.hits = 0
 
-  def get(self, k: str | None) -> dict[str, Any] | None:
+  def get(self, k: str | None, *, check: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any] | None:
+    """The row stored under ``k``, or None. ``check`` says whether a stored dict reads back as
+    a row; one that does not (nor a non-dict) is a miss, with a notice naming the file."""
     if not self.enabled or k is None:  # None: a configuration that is never cached
       return None
     path = self.directory / f"{k}.json"
     try:
       row = json.loads(path.read_text())
     except (OSError, ValueError):  # absent, or a torn file from a killed run: recompute
+      return None
+    if not isinstance(row, dict) or (check is not None and not check(row)):
+      notice(f"cache entry {path} does not read back as a row; recompiling it")
       return None
     self.hits += 1
     return row

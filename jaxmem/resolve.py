@@ -438,7 +438,7 @@ def plan_step(w: Workload) -> Plan:
     if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
       raise JaxmemError(f"`{field}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)
-  remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
+  remats = step_remats(w, parse_remat(w.remat, host_memory=tgt.has_host_memory))
   for name, v in (("batch", w.batch), ("seq", w.seq)):
     if v < 1:
       raise JaxmemError(f"{name} must be at least 1 (got {v})")
@@ -447,6 +447,23 @@ def plan_step(w: Workload) -> Plan:
       workload=w, cfg=None, target=tgt, meshes=resolve_meshes(w, tgt), optimizers=(STEP_OPTIMIZER,),
       remats=tuple(remats), batch=w.batch, seq=w.seq,
   )
+
+
+def step_remats(w: Workload, remats: list[RematPolicy]) -> list[RematPolicy]:
+  """The policies a step's factory can act on. A factory receives a ``jax.checkpoint`` policy;
+  one that changes how jaxmem's own models are built instead (``selective``: their attention core
+  under its own checkpoint) would reach it as no policy at all. Named, it is refused; under
+  ``all`` it is left out."""
+  named = {n.strip() for part in ((w.remat,) if isinstance(w.remat, str) else w.remat) for n in part.split(",")}
+  for rp in remats:
+    if rp.attention_core and rp.name in named:
+      raise JaxmemError(
+          f"`remat` {rp.name} rebuilds jaxmem's own models (their attention core under its own jax.checkpoint); "
+          "a step factory receives a jax.checkpoint policy and there is none for it: checkpoint your attention "
+          "core inside the step (jax.checkpoint(attend, policy=jax.checkpoint_policies.nothing_saveable)) and "
+          "compare it with `remat` none"
+      )
+  return [rp for rp in remats if not rp.attention_core]
 
 
 def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:

@@ -32,7 +32,7 @@ def test_consumers_sum_to_compiler_total(cpu_none):
   assert set(r.consumers) == set(CONSUMERS)
   rep = r.report
   total = rep.argument_size_in_bytes + rep.output_size_in_bytes - rep.alias_size_in_bytes + rep.temp_size_in_bytes
-  assert sum(r.consumers.values()) == total + rep.generated_code_size_in_bytes == r.compiler_bytes
+  assert sum(r.consumers.values()) == total + rep.generated_code_size_in_bytes == r.footprint_bytes
   assert r.consumers["activations"] > 0 and r.consumers["params"] > 0
 
 
@@ -199,7 +199,7 @@ def test_gpu_live_at_peak_matches(gpu_none):
   r = gpu_none
   _close(r)
   assert r.peak_source == "compiler"
-  assert sum(r.consumers.values()) == r.compiler_bytes
+  assert sum(r.consumers.values()) == r.footprint_bytes
 
 
 @pytest.mark.needs_gpu_compiler("h100")
@@ -217,7 +217,7 @@ def test_tpu_live_at_peak_matches(tpu_none):
   r = tpu_none
   _close(r)
   assert r.peak_source == "compiler"
-  assert sum(r.consumers.values()) == r.compiler_bytes
+  assert sum(r.consumers.values()) == r.footprint_bytes
 
 
 @pytest.mark.needs_tpu_compiler
@@ -356,7 +356,7 @@ def test_user_step_names_the_users_file_and_line(user_step):
   assert b.kind == "saved residual" and b.shape == "[8,512,512]", r.peak_buffers
   assert b.source in {f"usermodel/model.py:{_line(m)}" for m in ("scores", "softmax")}, b
   assert b.module == "SelfAttention", b
-  assert sum(r.consumers.values()) == r.compiler_bytes
+  assert sum(r.consumers.values()) == r.footprint_bytes
   assert r.function == "step" and not r.model
 
 

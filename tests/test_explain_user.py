@@ -72,7 +72,7 @@ def test_gradients_of_a_user_step_are_attributed(optax_step):
   assert r.consumers["gradient"] >= params, r.consumers  # every f32 gradient is live (and some bf16 ones)
   assert r.consumers["gradient"] <= 3 * params, r.consumers
   assert r.consumers["temporary"] < r.consumers["gradient"] / 4, r.consumers
-  assert sum(r.consumers.values()) == r.compiler_bytes
+  assert sum(r.consumers.values()) == r.footprint_bytes
   grads = [b for b in r.peak_buffers if b.kind == "gradient"]
   shapes = {b.shape for b in grads if b.dtype == "f32"}
   assert {f"[{D},{F}]", f"[{F},{D}]", f"[{VOCAB},{D}]"} <= shapes, r.peak_buffers
@@ -93,7 +93,7 @@ def test_phases_ignore_copies_and_follow_the_ops(optax_step):
 def test_the_three_peaks_are_said_apart(optax_step):
   text = render_explain(optax_step, "table")
   assert PEAKS_LINE in text.splitlines()
-  for name in ("compiler total", "peak_bytes", "live_bytes_at_peak"):
+  for name in ("sum = footprint", "peak_bytes", "live_bytes_at_peak"):
     assert name in PEAKS_LINE
 
 

@@ -24,7 +24,7 @@ How the figures are derived (all per device):
   TPU) once the step's temporaries are in HBM; for programs so small that libtpu keeps their
   temporaries in VMEM, libtpu's peak adds bytes that its dumped buffer assignment does not place
   in HBM, and the note gives the gap.
-- ``consumers`` sum to ``compiler_bytes`` = argument + output - alias + temp + generated code
+- ``consumers`` sum to ``footprint_bytes`` = argument + output - alias + temp + generated code
   (``memory_analysis()``). Exact: each argument group (``params``, ``opt_state.mu``, ``batch``:
   the step's argument names and the pytree paths jax gives its inputs, grouped by
   :func:`argument_group`), from the compiler's own allocation for each input; ``output`` (outputs
@@ -39,9 +39,9 @@ and alive in the backward pass; a residual the forward layer scan stacks is one 
 allocation on, with every value that holds its buffer over the loop, as is the loop's output a
 copy of which the backward pass reads, and that copy, even where the schedule makes it after the
 backward pass has begun), ``gradient`` (made after the forward pass, by an op of the backward
-pass or of the optimizer, with a parameter leaf's shape in any floating dtype: a user's step with
-f32 master weights and bf16 compute holds bf16 and f32 gradients and the clipped ones; or made by
-the backward pass and alive into the optimizer update) and ``temporary`` (everything else). Phases
+pass or of the optimizer, with a parameter leaf's shape, of the ``params`` argument where the
+step has one, in any floating dtype: a user's step with f32 master weights and bf16 compute
+holds bf16 and f32 gradients and the clipped ones; or made by the backward pass and alive into the optimizer update) and ``temporary`` (everything else). Phases
 come from the jax op names: ``transpose(jvp(...))`` is the backward pass, ``jvp(...)`` the forward
 pass, optax's code the optimizer. A value's phase is its own op's, wherever the schedule puts it
 (XLA schedules an unrolled model's weight-gradient dots among the optimizer's ops, libtpu the
@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,6 +117,9 @@ class PeakBuffer(Record):
   # ``via_loop`` is the while instruction (``hlo`` stays the loop's output as the dump names it).
   via_loop: str | None = None
   producer: str | None = None
+  # file:line of the framework's frame the source line called into (Keras's, Flax's, jax's own
+  # function), None where the line called none (see jaxmem.buffers.sources).
+  framework: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -186,7 +189,7 @@ class Explanation(Record):
   configuration: Configuration | None = None
   function: str = ""
   platform: str
-  compiler_bytes: int | None  # argument + output - alias + temp + generated code
+  footprint_bytes: int | None  # argument + output - alias + temp + generated code
   consumers: dict[str, int | None]
   estimated: tuple[str, ...]  # consumers that are estimates
   arguments: dict[str, int]  # bytes of each argument group, largest first (exact)
@@ -207,6 +210,14 @@ class Explanation(Record):
   notes: tuple[str, ...] = ()
   # The kinds ``peak_buffers`` is limited to (empty: every kind); by_module and by_kind are the whole live set's.
   kinds: tuple[str, ...] = ()
+  # The verdict against the target's capacity, as compare's rows have it (jaxmem.records.Judgement):
+  # None where the target has no capacity (the CPU) or the program gave no figure.
+  capacity_bytes: int | None = None
+  required_bytes: int | None = None
+  fits: bool | None = None
+  verdict: str | None = None
+  margin_bytes: int | None = None
+  risk_bytes: int | None = None
 
   @property
   def versions(self) -> dict[str, str]:
@@ -261,19 +272,21 @@ def analyse(
     target: str = "",
     mesh: str = "",
     kinds: str | Sequence[str] | None = None,
+    framework_packages: Sequence[str] = (),
 ) -> Explanation:
   """Rebuilds the live set over the schedule from ``dump`` and splits the compiler's figure.
 
   ``function`` names the step (code without a user frame or scope is attributed to it);
   ``target`` and ``mesh`` say where it was compiled; a preset's caller adds its
   ``configuration``; ``kinds`` (see :func:`parse_kinds`) limits the listed buffers to
-  those kinds."""
+  those kinds; ``framework_packages`` are packages whose frames are not the user's beside
+  :data:`jaxmem.buffers.sources.FRAMEWORK_PACKAGES`."""
   wanted = parse_kinds(kinds)
   notes: list[str] = []
-  names = _Names(dump.hlo, fallback=function or "(step)")
+  names = _Names(dump.hlo, fallback=function or "(step)", packages=tuple(framework_packages))
   phases = phase_regions(dump, names)
   groups = argument_groups(dump.hlo)
-  kinds = kind_classifier(dump, names, phases)
+  kinds = kind_classifier(dump, names, phases, groups)
   tables, missing = live_values(dump, kinds)
   if missing:
     notes.append(f"{missing} values in the buffer assignment have no live range in XLA's dump; left out")
@@ -285,10 +298,12 @@ def analyse(
   buffers, by_module, by_kind, live_set = peak_buffers(live, names, groups, phases.regions, top=top, kinds=wanted)
   peak, peak_source, pnotes = peak_figure(report, dump, live_at_peak)
   arguments = argument_bytes(dump, groups)
-  consumers, cnotes = split_consumers(report, arguments, temp_live_by_kind(tables, peak_t))
+  cotangents, grad_dtype = cotangent_bytes(tables, kinds, len(dump.live.sequence))
+  consumers, cnotes = split_consumers(report, arguments, temp_live_by_kind(tables, peak_t), cotangents=cotangents,
+                                      gradient_dtype=grad_dtype, param_dtypes=param_dtypes(dump, groups))
   return Explanation(
       target=target, mesh=mesh, num_devices=report.num_devices, function=function, platform=report.platform,
-      compiler_bytes=None if report.total_bytes is None else report.total_bytes + (report.generated_code_size_in_bytes or 0),
+      footprint_bytes=None if report.total_bytes is None else report.total_bytes + (report.generated_code_size_in_bytes or 0),
       consumers=consumers, estimated=ESTIMATED, arguments=arguments, peak_bytes=peak, peak_source=peak_source,
       live_bytes_at_peak=live_at_peak, peak_position=peak_t if len(totals) else None,
       peak_buffers=tuple(buffers), live_set=live_set, live_buffer_count=len(live), by_module=by_module, by_kind=by_kind,
@@ -304,12 +319,15 @@ def analyse(
 class _Names:
   """Attributions of instructions and values, each computed once (see jaxmem.buffers.sources)."""
 
-  def __init__(self, hlo: Module, *, fallback: str):
-    self.hlo, self.fallback = hlo, fallback
+  def __init__(self, hlo: Module, *, fallback: str, packages: tuple[str, ...] = ()):
+    self.hlo, self.fallback, self.packages = hlo, fallback, packages
     self._of: dict[str, Attribution] = {}
     self._own: dict[str, Attribution | None] = {}
     self._values: dict[str, tuple[Attribution, Origin | None]] = {}
     self._chains: dict[str, tuple[str, int]] = {}
+
+  def _attribute(self, ins: Any) -> Attribution:
+    return attribute(self.hlo, ins, fallback=self.fallback, packages=self.packages)
 
   def hold(self, keys: set[str], loop: str, index: int) -> None:
     """``keys`` hold element ``index`` of ``loop``'s carry (a stacked residual): inside the loop
@@ -328,12 +346,12 @@ class _Names:
       if ins is not None and not ins.op_name:
         roots = [self.hlo.computations[c].root for c in ins.calls if c in self.hlo.computations]
         ins = next((r for n in roots if n and (r := self.hlo.instructions.get(n)) is not None and r.op_name), None)
-      self._own[name] = None if ins is None or not ins.op_name else attribute(self.hlo, ins, fallback=self.fallback)
+      self._own[name] = None if ins is None or not ins.op_name else self._attribute(ins)
     return self._own[name]
 
   def of(self, name: str) -> Attribution:
     if name not in self._of:
-      self._of[name] = attribute(self.hlo, described(self.hlo, name), fallback=self.fallback)
+      self._of[name] = self._attribute(described(self.hlo, name))
     return self._of[name]
 
   def value(self, v: Value) -> tuple[Attribution, Origin | None]:
@@ -344,7 +362,7 @@ class _Names:
       o = origin(self.hlo, v.name, int(idx) if idx.isdigit() else None)
       if o is None and v.key in self._chains:
         o = origin(self.hlo, *self._chains[v.key])
-      nfo = self.of(v.name) if o is None else attribute(self.hlo, o.instruction, fallback=self.fallback)
+      nfo = self.of(v.name) if o is None else self._attribute(o.instruction)
       self._values[v.key] = (nfo, o)
     return self._values[v.key]
 
@@ -402,7 +420,9 @@ class KindClassifier:
   hlo: Module
   names: _Names
   phases: Phases
-  param_dims: frozenset[str]  # dims of the step's floating-point inputs (any dtype: bf16 compute of f32 leaves)
+  # Dims of the gradients (of the `params` argument's floating-point leaves where the step has one,
+  # else of every floating-point input), in any dtype: bf16 compute of f32 leaves.
+  grad_dims: frozenset[str]
   carried: frozenset[str]  # values holding a stacked residual's buffer over the forward loop
   relaid: frozenset[str]  # copies of a forward loop's stacked residual made for the backward pass
 
@@ -424,6 +444,12 @@ class KindClassifier:
       return "gradient"
     return "temporary"
 
+  def is_cotangent(self, v: Value) -> bool:
+    """A value the backward pass makes in a floating-point dtype with a parameter leaf's shape
+    (the ``params`` argument's, where the step has one): its gradient (:func:`cotangent_bytes`)."""
+    dt, dims = _dtype_dims(v.shape)
+    return dt in _FLOAT_DTYPES and dims in self.grad_dims and self.names.value(v)[0].phase == "backward"
+
   def is_gradient(self, v: Value, end: int) -> bool:
     """A value made after the forward pass by the backward pass (its op's own name says
     ``transpose(jvp(...))``, wherever the schedule puts it: XLA schedules the weight-gradient dots
@@ -433,16 +459,20 @@ class KindClassifier:
     backward pass and alive into the optimizer (gradients XLA concatenated, such as fused q/k/v)."""
     phase = self.names.value(v)[0].phase  # a loop's output: the op in its body that made it
     dt, dims = _dtype_dims(v.shape)
-    if phase in ("backward", "optimizer") and dt in _FLOAT_DTYPES and dims in self.param_dims:
+    if phase in ("backward", "optimizer") and dt in _FLOAT_DTYPES and dims in self.grad_dims:
       return True
     return phase == "backward" and end > self.phases.last_bwd
 
 
-def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier:
-  param_dims = frozenset(
-      dims for a in dump.allocations if a.kind == "parameter" and a.color == 0 for v in a.values
-      for dt, dims in [_dtype_dims(v.shape)] if dt in _FLOAT_DTYPES
-  )
+def kind_classifier(dump: Dump, names: _Names, phases: Phases, groups: dict[int, str] | None = None) -> KindClassifier:
+  inputs = [a for a in dump.allocations if a.kind == "parameter" and a.color == 0]
+  param_dims = frozenset(dims for a in inputs for v in a.values for dt, dims in [_dtype_dims(v.shape)] if dt in _FLOAT_DTYPES)
+  # The gradients' shapes: the `params` argument's where the step has one (not the data's, whose
+  # cotangents the backward pass makes too), else every floating-point input's.
+  named = [a for a in inputs if (groups or {}).get(a.parameter) == "params"]
+  grad_dims = frozenset(
+      dims for a in named for v in a.values for dt, dims in [_dtype_dims(v.shape)] if dt in _FLOAT_DTYPES
+  ) if named else param_dims
   chains, relaid = carried_residuals(dump, names, phases) if phases.backward else (set(), set())
   held: set[str] = set()
   for loop, index in chains:
@@ -450,7 +480,8 @@ def kind_classifier(dump: Dump, names: _Names, phases: Phases) -> KindClassifier
     names.hold(keys, loop, index)
     held |= keys
   return KindClassifier(
-      hlo=dump.hlo, names=names, phases=phases, param_dims=param_dims, carried=frozenset(held), relaid=frozenset(relaid)
+      hlo=dump.hlo, names=names, phases=phases, grad_dims=grad_dims,
+      carried=frozenset(held), relaid=frozenset(relaid),
   )
 
 
@@ -533,6 +564,27 @@ def live_curves(tables: list[LiveTable], length: int) -> np.ndarray:
       if len(sel):
         _occupy(sel, curves[:, pos])
   return curves
+
+
+def cotangent_bytes(tables: list[LiveTable], kinds: KindClassifier, length: int) -> tuple[int, str | None]:
+  """The most bytes the parameters' gradients occupy at once in the temp heap, and the dtype
+  most of them are in: values the backward pass makes with a floating-point parameter leaf's
+  shape (the cotangents of the parameter arguments; in the compute dtype where the step casts
+  its parameters, the conversion to theirs then fused into the optimizer's update), overlapping
+  bytes once. The peak's live set may hold none of them (a step whose peak is in the forward
+  pass), so the gradient consumer is read from these, not from the peak alone."""
+  picked, by_dtype = [], Counter()
+  for t in tables:
+    if t.alloc.kind != "temp":
+      continue
+    keep = [i for i, v in enumerate(t.values) if kinds.is_cotangent(v)]
+    if keep:
+      picked.append(LiveTable(alloc=t.alloc, values=tuple(t.values[i] for i in keep), rows=t.rows[keep]))
+      for i in keep:
+        by_dtype[_dtype_dims(t.values[i].shape)[0]] += t.values[i].size
+  if not picked:
+    return 0, None
+  return int(live_curves(picked, length).sum(axis=0).max()), by_dtype.most_common(1)[0][0]
 
 
 def temp_live_by_kind(tables: list[LiveTable], position: int) -> dict[str, int]:
@@ -626,7 +678,7 @@ def peak_buffers(
           size_bytes=b.own_bytes, shape=f"[{dims}]" if dt else v.shape, dtype=dt or "tuple", kind=b.kind,
           hlo=v.key.removesuffix("{}"), op_name=nfo.op_name, source=nfo.source, module=module,
           phase=_region(regions, b.start), live=(b.start, b.end),
-          via_loop=o.loop if o else None, producer=o.instruction.name if o else None,
+          via_loop=o.loop if o else None, producer=o.instruction.name if o else None, framework=nfo.framework,
       ))
   live_set = tuple(sorted(
       (BufferGroup(kind=k, dtype=dt, shape=shape, source=src, op=op, module=m, count=n, size_bytes=size)
@@ -714,9 +766,24 @@ def argument_bytes(dump: Dump, groups: dict[int, str]) -> dict[str, int]:
   return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def split_consumers(report: MemoryReport, arguments: dict[str, int], live_temp: dict[str, int]) -> tuple[dict[str, int | None], list[str]]:
-  """The compiler's total split into the argument groups and :data:`KIND_CONSUMERS` (see the
-  module docstring); sums to argument + output - alias + temp + generated code."""
+def param_dtypes(dump: Dump, groups: dict[int, str]) -> dict[str, int]:
+  """Bytes of the ``params`` argument group's allocations by dtype (empty without one)."""
+  out: dict[str, int] = Counter()
+  for a in dump.allocations:
+    if a.kind == "parameter" and a.color == 0 and groups.get(a.parameter) == "params":
+      for v in a.values:
+        out[_dtype_dims(v.shape)[0]] += v.size
+  return dict(out)
+
+
+def split_consumers(
+    report: MemoryReport, arguments: dict[str, int], live_temp: dict[str, int], *, cotangents: int = 0,
+    gradient_dtype: str | None = None, param_dtypes: dict[str, int] | None = None,
+) -> tuple[dict[str, int | None], list[str]]:
+  """The footprint split into the argument groups and :data:`KIND_CONSUMERS` (see the module
+  docstring); sums to argument + output - alias + temp + generated code. ``gradient`` is the
+  larger of the gradients' share of the peak's live set and ``cotangents`` (the parameters'
+  gradients at their most, :func:`cotangent_bytes`), within what the residuals leave of temp."""
   notes: list[str] = []
   r = report
   fields = (r.argument_size_in_bytes, r.output_size_in_bytes, r.alias_size_in_bytes, r.temp_size_in_bytes)
@@ -733,6 +800,8 @@ def split_consumers(report: MemoryReport, arguments: dict[str, int], live_temp: 
     if not temp:
       notes.append("consumers: the compiler reports no temp allocation in device memory (on TPU, small "
                    "programs keep their temporaries in VMEM), so saved residuals and gradients are 0 here")
+  gradient = min(max(gradient, cotangents), (temp or 0) - residual)
+  notes += gradient_notes(gradient, arguments.get("params"), gradient_dtype, param_dtypes or {}) if temp else []
   consumers: dict[str, int | None] = {(f"{k} (argument)" if k in KIND_CONSUMERS else k): v for k, v in arguments.items()}
   # What the parameter allocations do not cover (none was seen on CPU, GPU or TPU) stays in the total.
   unplaced = arg - sum(arguments.values())
@@ -745,7 +814,33 @@ def split_consumers(report: MemoryReport, arguments: dict[str, int], live_temp: 
   return consumers, notes
 
 
+def gradient_notes(gradient: int, params: int | None, dtype: str | None, param_dtypes: dict[str, int]) -> list[str]:
+  """Why the gradient consumer is not the ``params`` group's bytes in the gradients' dtype, where
+  it is more than 5% off it (nothing where the step has no ``params`` argument)."""
+  if not params or not param_dtypes:
+    return []
+  # Elements of params, from its bytes and the share of them each dtype holds.
+  elements = params * sum(b * 8 / _BITS.get(dt, 32) for dt, b in param_dtypes.items()) / sum(param_dtypes.values())
+  expected = round(elements * _BITS.get(dtype or "", 32) / 8) if dtype else params
+  said = [] if dtype is None or set(param_dtypes) == {dtype} else [
+      f"gradient: the backward pass makes the parameters' gradients in {dtype}, the step's compute dtype "
+      f"({expected:,} bytes for params), and converts them to {'/'.join(sorted(param_dtypes))} inside the "
+      "optimizer's update, where XLA fuses the conversion"
+  ]
+  if abs(gradient - expected) > 0.05 * expected:
+    said.append(
+        f"gradient: {gradient:,} bytes, {gradient / expected:.0%} of params' gradients ({expected:,}): "
+        + ("the compiler never holds them all at once (it frees each layer's after its update, or fuses parts "
+           "into the update)" if gradient < expected else
+           "more than one copy of some gradients is live at once (in another dtype, clipped or accumulated)")
+    )
+  return said
+
+
 # ----------------------------------------------------------------------------- helpers
+
+_BITS = {"f64": 64, "f32": 32, "bf16": 16, "f16": 16, "f8e4m3fn": 8, "f8e5m2": 8, "f8e4m3": 8, "f8e5m2fnuz": 8,
+         "f8e4m3fnuz": 8}
 
 
 _FLOAT_DTYPES = frozenset({"f64", "f32", "bf16", "f16", "f8e4m3fn", "f8e5m2", "f8e4m3", "f8e5m2fnuz", "f8e4m3fnuz"})

@@ -31,9 +31,9 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
+from jaxmem.program.step import call_step, step_notes
 from jaxmem.resolve import one_of_each, plan
 from jaxmem.program import sharding as shd
-from jaxmem.program.step import call_step
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
 from jaxmem.workload import PRECISION_AXES, Workload
@@ -45,7 +45,7 @@ ESTIMATED = ("gradients", "activations", "workspace")
 
 def explain(
     fn_or_workload: Any = None, /, *args: Any, target: str | Target | None = None, top: int = 10,
-    kinds: str | Sequence[str] | None = None, **kwargs: Any,
+    kinds: str | Sequence[str] | None = None, framework_packages: str | Sequence[str] = (), **kwargs: Any,
 ) -> Explanation:
   """What fills the memory of a compiled step, per device: the budget by consumer (summing to
   the compiler's total), the ``top`` buffers live at the peak with the line of your code that
@@ -55,6 +55,10 @@ def explain(
   ``["temporary", "residual"]``; the kinds are ``parameter``, ``output``, ``saved residual``,
   ``gradient``, ``temporary``): the ``top`` largest of those; the consumers, ``by_module`` and
   ``by_kind`` stay the whole live set's.
+
+  A buffer's ``source`` is the innermost line outside the framework packages (jax, flax, optax,
+  keras, haiku, equinox, and ``framework_packages``: a comma list or a sequence of package names
+  whose frames are library code to you), its ``framework`` the framework's line that one called.
 
   ``explain(fn, *args, target=None, top=10, **jit_kwargs)`` explains any jittable function:
   ``args`` may be ``jax.ShapeDtypeStruct`` (nothing is allocated) or arrays; ``target`` and the
@@ -77,47 +81,74 @@ def explain(
   >>> r = jaxmem.explain(step, w, x, target="cpu")
   >>> r.arguments
   {'w': 1048576, 'x': 262144}
-  >>> sum(r.consumers.values()) == r.compiler_bytes
+  >>> sum(r.consumers.values()) == r.footprint_bytes
   True
   >>> r = jaxmem.explain(model="tiny", batch=2, seq=16, target="cpu")
   >>> list(r.consumers)
   ['params', 'gradients', 'optimizer_state', 'activations', 'workspace', 'generated_code']
   """
+  packages = framework_names(framework_packages)
   if callable(fn_or_workload):
-    return explain_function(fn_or_workload, *args, target=target, top=top, kinds=kinds, **kwargs)
+    return explain_function(
+        fn_or_workload, *args, target=target, top=top, kinds=kinds, framework_packages=packages, **kwargs
+    )
   if args or not (fn_or_workload is None or isinstance(fn_or_workload, Workload)):
     raise JaxmemError(
         f"explain takes a function to explain and its arguments, or a Workload and keyword fields "
         f"(got {type(fn_or_workload).__name__} first); for a preset write explain(model='gpt2-small', ...)"
     )
-  return explain_workload(fn_or_workload, target=target, top=top, kinds=kinds, **kwargs)
+  return explain_workload(fn_or_workload, target=target, top=top, kinds=kinds, framework_packages=packages, **kwargs)
+
+
+def framework_names(packages: str | Sequence[str]) -> tuple[str, ...]:
+  """Package names from a comma list or a sequence, each a dotted Python name (else one line)."""
+  names = [n.strip() for n in (packages.split(",") if isinstance(packages, str) else packages) if n.strip()]
+  for n in names:
+    if not all(part.isidentifier() for part in n.split(".")):
+      raise JaxmemError(f"`framework_packages`: {n!r} is not a Python package name")
+  return tuple(names)
 
 
 def explain_function(
     fn: Callable, *args: Any, target: str | Target | None = None, top: int = 10, kinds: str | Sequence[str] | None = None,
-    **jit_kwargs: Any,
+    framework_packages: Sequence[str] = (), notes: Sequence[str] = (), **jit_kwargs: Any,
 ) -> Explanation:
   """:func:`explain` for a function: compiles ``jax.jit(fn, **jit_kwargs)`` for ``args`` on
   ``target`` with XLA's dump on and explains it."""
   _check_top(top)
   parse_kinds(kinds)  # a bad kind is an error before the compile
-  lowering = lower_for_target(fn, *args, target=target, **jit_kwargs)
-  figures, dump, optimized = compile_with_dump(lowering)
+  return explain_lowering(
+      lower_for_target(fn, *args, target=target, **jit_kwargs), function=_function_name(fn), top=top, kinds=kinds,
+      framework_packages=framework_packages, notes=notes,
+  )
+
+
+def explain_lowering(
+    lowering: Lowering, *, function: str, top: int = 10, kinds: str | Sequence[str] | None = None,
+    framework_packages: Sequence[str] = (), notes: Sequence[str] = (),
+) -> Explanation:
+  """:func:`explain_function` from a traced and lowered program (``notes`` added to its own)."""
+  figures, dump, optimized = compile_with_dump(lowering, notes=notes)
   # Everything is read from the executable here, and it is not kept (report.compiled is None):
   # the executable compiled with the dump options is released now, while the backend that made
   # it is alive, not among the interpreter's last objects at exit (issue 18 item 10).
   report = dataclasses.replace(figures.report, compiled=None)  # with the jaxpr: FLOPs per device, arguments by name
   mesh = _mesh_of(figures.compiled)
+  verdict = dict(capacity_bytes=figures.capacity_bytes, required_bytes=figures.required_bytes,
+                 **figures.verdict.as_dict())
+  extra = tuple(n for n in figures.notes if n not in report.notes)  # the capacity's, the caller's
   del figures
   target_name = lowering.target.name if lowering.target is not None else report.platform
-  return analyse(
-      dump, report, top=top, function=_function_name(fn), optimized_hlo=optimized,
-      target=target_name, mesh=mesh, kinds=kinds,
+  r = analyse(
+      dump, report, top=top, function=function, optimized_hlo=optimized,
+      target=target_name, mesh=mesh, kinds=kinds, framework_packages=framework_packages,
   )
+  return dataclasses.replace(r, **verdict, notes=r.notes + extra)
 
 
 def explain_workload(
-    workload: Workload | None = None, /, *, top: int = 10, kinds: str | Sequence[str] | None = None, **fields: Any
+    workload: Workload | None = None, /, *, top: int = 10, kinds: str | Sequence[str] | None = None,
+    framework_packages: Sequence[str] = (), **fields: Any,
 ) -> Explanation:
   """:func:`explain` for a preset train step: ``workload`` with ``fields`` replaced (a workload
   with a ``step`` factory: that step, :func:`explain_step`)."""
@@ -125,7 +156,7 @@ def explain_workload(
   _check_top(top)
   parse_kinds(kinds)
   if w.step:
-    return explain_step(w, top=top, kinds=kinds)
+    return explain_step(w, top=top, kinds=kinds, framework_packages=framework_packages)
   for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
                   ("microbatches", w.microbatches), ("vocab_tiles", w.vocab_tiles),
                   ("context_strategy", w.context_strategy), ("qk_dtype", w.qk_dtype),
@@ -142,7 +173,8 @@ def explain_workload(
       sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
-    r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds)
+    r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds,
+                         framework_packages=framework_packages)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
   configuration = Configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
@@ -159,7 +191,9 @@ def explain_workload(
   )
 
 
-def explain_step(w: Workload, *, top: int = 10, kinds: str | Sequence[str] | None = None) -> Explanation:
+def explain_step(
+    w: Workload, *, top: int = 10, kinds: str | Sequence[str] | None = None, framework_packages: Sequence[str] = ()
+) -> Explanation:
   """A user's step factory (``w.step``) at the workload and the one remat policy named, explained
   as the function it returns (``explain(fn, *args, target=..., **jit_kwargs)``)."""
   if len(w.remat) > 1:
@@ -171,7 +205,11 @@ def explain_step(w: Workload, *, top: int = 10, kinds: str | Sequence[str] | Non
   fn, fargs, jit_kwargs = call_step(
       p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target
   )
-  return explain_function(fn, *fargs, target=p.target, top=top, kinds=kinds, **jit_kwargs)
+  lowering = lower_for_target(fn, *fargs, target=p.target, **jit_kwargs)
+  return explain_lowering(
+      lowering, function=_function_name(fn), top=top, kinds=kinds, framework_packages=framework_packages,
+      notes=step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform),
+  )
 
 
 def preset_consumers(consumers: dict[str, int | None], *, params: str, optimizer_state: str) -> dict[str, int | None]:
@@ -192,13 +230,15 @@ def preset_consumers(consumers: dict[str, int | None], *, params: str, optimizer
   return {k: out[k] for k in CONSUMERS}
 
 
-def compile_with_dump(lowering: Lowering) -> tuple[Figures, Dump, OptimizedHlo]:
+def compile_with_dump(lowering: Lowering, *, notes: Sequence[str] = ()) -> tuple[Figures, Dump, OptimizedHlo]:
   """Compiles with XLA's text and HloProto dumps on and reads them; a refused compile (or
   arguments alone over the target's capacity, when nothing is compiled) is a
   :class:`JaxmemError` saying what the compiler needed."""
   with tempfile.TemporaryDirectory(prefix="jaxmem-explain-") as d:
     # The three backends honour these options alike (checked on jaxlib 0.10.2 and 0.12.0.1).
-    outcome = lowering.figures(compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO})
+    outcome = lowering.figures(
+        notes=notes, compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO}
+    )
     if isinstance(outcome, Refusal):
       need = "" if outcome.required_bytes is None else f" (needs {outcome.required_bytes:,} bytes)"
       who = "the compiler refused this configuration" if outcome.cause is not None else "this configuration cannot fit"

@@ -2,14 +2,18 @@
 
 Every instruction of the optimized module carries jax's ``op_name`` (the transformations and
 named scopes it was traced under, then the primitive) and a stack of Python frames
-(:meth:`jaxmem.hlo.text.Module.stack`). Library frames are jax's, jaxlib's, flax's and optax's
-(the installed packages' directories) and the standard library's; every other frame is the
+(:meth:`jaxmem.hlo.text.Module.stack`). Library frames are the framework packages' (jax,
+jaxlib, flax, optax, keras, haiku, equinox: :data:`FRAMEWORK_PACKAGES`, and any the caller adds,
+by the installed packages' directories) and the standard library's; every other frame is the
 user's model code, wherever it lives, ``site-packages`` included (a model library installed from
-PyPI is model code to its user). Frames of jaxmem's entry points (everything in the jaxmem package
+PyPI, such as keras_hub, is model code to its user). Frames of jaxmem's entry points (everything in the jaxmem package
 but the train step in ``jaxmem/program``) are where the program was traced *from*, not part of it:
 the stack is cut there.
 
 - ``source``: ``file:line`` of the innermost user frame.
+- ``framework``: ``file:line`` of the framework's frame the user's code called into (the
+  outermost framework frame inside the innermost user frame, e.g. Keras's
+  ``keras/src/backend/jax/nn.py:1805`` under a model's attention), None without one.
 - ``module``: the class of the innermost user frame that is a method (a plain function called
   from a method, such as ``dot_attend`` from ``Attention.__call__``, is the class's); else the
   named scopes in ``op_name`` (Flax Linen's ``transformer/h/3/attn``, ``jax.named_scope``), with
@@ -30,7 +34,7 @@ import sysconfig
 from jaxmem.hlo.text import Instruction, Module
 
 # Packages whose frames are library code: XLA's stack points past them to the user's line.
-LIBRARY_PACKAGES = ("jax", "jaxlib", "flax", "optax")
+FRAMEWORK_PACKAGES = ("jax", "jaxlib", "flax", "optax", "keras", "haiku", "equinox")
 
 # Scope names jax itself puts in op_name (transformations print with parentheses, einsum
 # specs with commas or arrows, and are recognised by those).
@@ -49,16 +53,22 @@ class Attribution:
   source: str | None  # file:line of the innermost user frame, None when the stack has none
   module: str
   phase: str  # forward, backward, optimizer or other, from op_name (and optax frames)
+  framework: str | None = None  # file:line of the framework frame the user's line called into
 
 
-def attribute(hlo: Module, ins: Instruction | None, *, fallback: str) -> Attribution:
+def attribute(hlo: Module, ins: Instruction | None, *, fallback: str, packages: tuple[str, ...] = ()) -> Attribution:
   """The attribution of ``ins`` (see the module docstring); ``fallback`` names code with no
-  user frame and no scope (the explained function)."""
+  user frame and no scope (the explained function); ``packages`` are framework packages beyond
+  :data:`FRAMEWORK_PACKAGES` whose frames are not the user's."""
   if ins is None:
     return Attribution(op_name="", source=None, module="(compiler)", phase="other")
   stack = traced_part(hlo.stack(ins.frame))
-  user = [(f, fn, line) for f, fn, line in stack if not is_library(f)]
+  user_at = [i for i, (f, _, _) in enumerate(stack) if not is_library(f, packages)]
+  user = [stack[i] for i in user_at]
   source = f"{display_path(user[0][0])}:{user[0][2]}" if user else None
+  inside = stack[:user_at[0]] if user_at else stack  # the frames the innermost user line called
+  called = [(f, line) for f, _, line in inside if not _is_stdlib(f)]
+  framework = f"{display_path(called[-1][0])}:{called[-1][1]}" if called else None
   module = (
       next((c for _, fn, _ in user if (c := class_of(fn))), None)
       or scope_of(ins.op_name)
@@ -66,7 +76,9 @@ def attribute(hlo: Module, ins: Instruction | None, *, fallback: str) -> Attribu
       or next((f"optax {fn.split('.')[0]}" for f, fn, _ in stack if _in_package(f, "optax")), None)
       or (fallback if stack else "(compiler)")
   )
-  return Attribution(op_name=ins.op_name, source=source, module=module, phase=phase_of(ins.op_name, stack))
+  return Attribution(
+      op_name=ins.op_name, source=source, module=module, phase=phase_of(ins.op_name, stack), framework=framework
+  )
 
 
 def phase_of(op_name: str, stack: list[tuple[str, str, int]]) -> str:
@@ -140,11 +152,16 @@ def _jax_scope(part: str) -> bool:
 # ----------------------------------------------------------------------------- paths
 
 
-def is_library(path: str) -> bool:
-  """A frame of jax, jaxlib, flax, optax or the standard library (see the module docstring)."""
-  if path.startswith("<frozen"):
+def is_library(path: str, packages: tuple[str, ...] = ()) -> bool:
+  """A frame of a framework package (:data:`FRAMEWORK_PACKAGES` and ``packages``) or of the
+  standard library (see the module docstring)."""
+  if any(_in_package(path, p) for p in (*FRAMEWORK_PACKAGES, *packages)):
     return True
-  if any(_in_package(path, p) for p in LIBRARY_PACKAGES):
+  return _is_stdlib(path)
+
+
+def _is_stdlib(path: str) -> bool:
+  if path.startswith("<frozen"):
     return True
   if any(m in path for m in ("site-packages", "dist-packages")):
     return False  # the standard library's directory holds site-packages; what is there is not it

@@ -53,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = build_parser()
   try:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    code = args.func(args)
+    with _common.listening():  # the library's notices and compiles, on stderr
+      code = args.func(args)
     sys.stdout.flush()  # here, so a closed pipe is caught below rather than at interpreter exit
     return code
   except JaxmemError as e:

@@ -11,9 +11,13 @@ Bad input is a :class:`JaxmemError`: the CLI prints it as one line and exits 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -273,8 +277,9 @@ OUTPUT_FLAGS = (("output", False), ("plot", False), ("xprof", True))
 def check_outputs(args: argparse.Namespace) -> None:
   """Every output path given (``--output``, ``--plot``, ``--xprof``) can be written, checked
   before anything compiles, so a bad path costs no compile and loses no table. Nothing is
-  created: the nearest existing folder above the path must be a writable folder, and the path,
-  if it exists, a file (a folder for ``--xprof``)."""
+  left behind: the nearest existing folder above the path must be a folder a file can be made in
+  (tried with a temporary file, removed at once), and the path, if it exists, a file (a folder
+  for ``--xprof``)."""
   for name, is_dir in OUTPUT_FLAGS:
     path = getattr(args, name, None)
     if path:
@@ -298,6 +303,11 @@ def _check_output(flag: str, path: str, *, is_dir: bool) -> None:
     raise JaxmemError(f"cannot write {flag} {path}: {parent} is not a folder")
   if not os.access(parent, os.W_OK):
     raise JaxmemError(f"cannot write {flag} {path}: {parent} is not writable")
+  try:  # os.access trusts the mode bits, which root passes and /proc or a read-only mount refuse
+    with tempfile.TemporaryFile(dir=parent):
+      pass
+  except OSError as e:
+    raise JaxmemError(f"cannot write {flag} {path}: {parent} is not writable ({e.strerror})") from None
 
 
 class Progress:
@@ -308,13 +318,35 @@ class Progress:
   ``total`` is None for a search, whose number of compiles is known only at its end."""
 
   def __init__(self, args: argparse.Namespace, chosen: str | None, cache: Any = None):
+    global _PROGRESS
     self.chosen, self.cache, self.fmt = chosen, cache, args.format
     self.total: int | None = None
     self.done = 0
     self.hits = 0
+    self.compiles = 0  # compiles started
+    self.first: float | None = None  # when the first compile started (time.monotonic)
     self.bar: tqdm | None = None
     self.quiet = bool(os.environ.get("JAXMEM_NO_PROGRESS"))
     self.lines = not self.quiet and not sys.stderr.isatty()
+    _PROGRESS = self  # the sweep's compiles (jaxmem.events.Compiling) are shown by this one
+
+  def compiling(self, e: Any) -> None:
+    """A compile is about to start (a :class:`jaxmem.events.Compiling`): a line saying which,
+    with, from the second on, an estimate of the time left (the mean so far times the rest)."""
+    if self.chosen is not None:
+      self.start(None)
+    now = time.monotonic()
+    self.compiles += 1
+    self.first = now if self.first is None else self.first
+    total = self.total or e.total
+    index = self.done + 1 if self.total else e.index
+    line = f"compiling {index} of {total}: {e.label}" if total else f"compiling {e.label}"
+    if self.compiles > 1 and total:
+      line += f" (about {_duration((now - self.first) / (self.compiles - 1) * (total - index + 1))} left)"
+    if self.bar is not None:
+      self.bar.set_postfix_str(line, refresh=True)
+    elif self.lines:
+      say(f"jaxmem: {line}")
 
   def planned(self, p: Any) -> None:
     """The ``on_plan`` callback of compare and fit: the sweep's configurations are ``p.tasks()``."""
@@ -335,6 +367,7 @@ class Progress:
     self.done += 1
     hits = getattr(self.cache, "hits", 0)
     cached, self.hits = hits > self.hits, hits  # the runner counts a hit just before its callback
+    cached = getattr(r, "cached", cached)  # a row that says whether it came from the cache
     label = _label(r) + (" (cached)" if cached else "")
     if self.bar is not None:
       self.bar.set_postfix_str(label, refresh=False)
@@ -352,6 +385,41 @@ class Progress:
     if self.bar is not None:
       self.bar.close()
       self.bar = None
+
+
+_PROGRESS: Progress | None = None  # the command's progress, which shows the compiles
+
+
+@contextlib.contextmanager
+def listening() -> Iterator[None]:
+  """A command's run, with the library's events shown on stderr (:func:`on_event`)."""
+  global _PROGRESS
+  _PROGRESS = None
+  try:
+    with jaxmem.listen(on_event):
+      yield
+  finally:
+    _PROGRESS = None
+
+
+def on_event(e: Any) -> None:
+  """The CLI's listener (:func:`jaxmem.listen`): notices as lines on stderr, compiles shown by
+  the command's progress (or as a line where it has none)."""
+  if isinstance(e, jaxmem.Notice):
+    if not (e.progress and os.environ.get("JAXMEM_NO_PROGRESS")):
+      say(f"jaxmem: {e.text}")
+  elif isinstance(e, jaxmem.Compiling):
+    if _PROGRESS is not None:
+      _PROGRESS.compiling(e)
+    elif not os.environ.get("JAXMEM_NO_PROGRESS"):
+      say(f"jaxmem: compiling {e.label}")
+
+
+def _duration(seconds: float) -> str:
+  """``45 s``, ``12 min``, ``2.5 h``."""
+  if seconds < 90:
+    return f"{seconds:.0f} s"
+  return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _label(r: Any) -> str:

@@ -26,6 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                  help="also list the N slowest ops of the step by their roofline time (estimates: each op's compute, "
                       "memory and communication terms at the target's peaks, its bound, and the step's sum over ops)")
   p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
+  p.add_argument("--framework-packages", default="", metavar="PACKAGES",
+                 help="packages whose lines are library code, not yours, beside jax, flax, optax, keras, haiku and "
+                      "equinox (comma separated): a buffer's source is the first line outside them")
+  p.add_argument("--framework-frames", action="store_true",
+                 help="add a column with the framework's line each buffer's source line called (JSON always has it)")
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
   p.set_defaults(func=run)
@@ -42,12 +47,12 @@ def run(args: argparse.Namespace) -> int:
                       if args.top_ops else f"--top-ops takes a positive count (got {args.top_ops})")
   c.check_outputs(args)
   c.say(c.resolve_target(args))
-  result = jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind)
+  result = jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind, framework_packages=args.framework_packages)
   if args.plot:
     jaxmem.plot_timeline(result, args.plot)
   if args.xprof:
     path = result.to_xprof(args.xprof)
     c.say(f"jaxmem: wrote {path}; open it with: xprof --logdir {args.xprof}")
   ops = jaxmem.op_times(result, top=args.top_ops) if args.top_ops else None
-  c.emit(render_explain(result, args.format, op_times=ops), args.output)
+  c.emit(render_explain(result, args.format, op_times=ops, framework=args.framework_frames), args.output)
   return 0

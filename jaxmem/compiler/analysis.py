@@ -94,7 +94,9 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
 
   The report has, besides ``memory_analysis()``'s fields, the bytes per argument and per
   argument leaf, the communication by collective kind, the FLOPs per device and the
-  ``Compiled`` itself (``report.compiled``).
+  ``Compiled`` itself (``report.compiled``). For a target with a capacity it is judged as
+  compare's rows are: ``capacity_bytes``, ``required_bytes``, ``fits``, ``verdict``,
+  ``margin_bytes`` and ``risk_bytes``, with a note where it does not fit.
 
   >>> import jax, jax.numpy as jnp
   >>> x = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
@@ -104,7 +106,15 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
   outcome = lower_for_target(fn, *args, target=target, **jit_kwargs).figures()
   if isinstance(outcome, Refusal):  # the compiler's own error, as jax.jit would raise it
     raise outcome.cause if outcome.cause is not None else JaxmemError(outcome.error)
-  return outcome.report
+  if outcome.capacity_bytes is None:
+    return outcome.report
+  notes = outcome.report.notes
+  if outcome.fits is False:
+    notes += (f"fits: NO: the program needs {outcome.required_bytes:,} bytes per device, over the capacity of "
+              f"{outcome.capacity_bytes:,}",)
+  return dataclasses.replace(
+      outcome.report, capacity_bytes=outcome.capacity_bytes, notes=notes, **outcome.verdict.as_dict()
+  )
 
 
 # -------------------------------------------------------------------- where the inputs live

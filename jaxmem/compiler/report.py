@@ -114,6 +114,13 @@ class MemoryReport(CompilerFigures):
   traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   # Each top-level op's FLOPs, bytes and communication (jaxmem.hlo.ops), for the per-op times.
   hlo_costs: HloCosts | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+  # The verdict against the target's capacity, as compare's rows have it (set by jaxmem.analyze
+  # for a target with a capacity; None otherwise): see jaxmem.records.Judgement.
+  capacity_bytes: int | None = None
+  fits: bool | None = None
+  verdict: str | None = None
+  margin_bytes: int | None = None
+  risk_bytes: int | None = None
 
   @property
   def required_bytes(self) -> int | None:

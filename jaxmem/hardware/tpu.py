@@ -115,8 +115,9 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # v4-8 (2x2x1, 4 chips) is one host, the same page; it publishes no RAM figure per host.
         host=HostSpec(machine="TPU v4 VM", accelerators=4, ram_bytes=None, source="https://cloud.google.com/tpu/docs/v4",
                       why="Cloud's TPU v4 page publishes no RAM per host (https://cloud.google.com/tpu/docs/v4)"),
-        sizes=(8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 4096),
-        shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "8x8x8",
+        # v4-2 is one chip (1x1x1), which libtpu compiles for; Cloud sells no such slice.
+        sizes=(2, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 1536, 2048, 4096),
+        shapes=("1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "8x8x8",
                 "8x8x12", "8x8x16", "8x16x16")),
     # https://cloud.google.com/tpu/docs/v5e : 16 GiB HBM2 per chip, one TensorCore; v5litepod-1
     # ... v5litepod-256 (16x16) count chips.
@@ -149,9 +150,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # 208 vCPUs and 448 GB RAM per VM; the TPU7x page's comparison table gives the same.
         host=HostSpec(machine="TPU v5p VM", accelerators=4, ram_bytes=448 * GB,
                       source="https://cloud.google.com/tpu/docs/v5p-training (VM, host and slice attributes)"),
-        sizes=(8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 2560,
+        # v5p-2 is one chip (1x1x1, two TensorCores as one device), which libtpu compiles for.
+        sizes=(2, 8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 2560,
                3072, 4096, 5120, 6144, 8192, 10240, 12288, 17920),
-        shapes=("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "4x4x20",
+        shapes=("1x1x1", "2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x4x12", "4x8x8", "4x4x20",
                 "4x8x12", "4x4x28", "8x8x8", "4x8x20", "8x8x12", "8x8x16", "8x8x20", "8x12x16",
                 "8x16x16", "8x16x20", "12x16x16", "16x16x16", "16x16x20", "16x16x24",
                 "16x20x28")),

@@ -26,6 +26,7 @@ from typing import Any
 
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
+from jaxmem.events import notice
 from jaxmem.models import context_attention as ctx
 from jaxmem.models.attention_registry import AUTO, AUTO_PREFERENCE, FALLBACK
 from jaxmem.planning.boundary import Boundary, row_probe
@@ -239,6 +240,7 @@ def search(
   depths = probe_depths(p.cfg) if depth_probe and not p.workload.step else None
   plans = {None: p} | ({} if depths is None else {d: depth_plan(p, d) for d in depths})
   searches = [_new_search(p, t, over, strategy, depths) for t in p.tasks()]
+  notice(expected_compiles_line(len(searches), strategy, depths is not None), progress=True)
   unused = depth_probe and depths is None
   why = "a user's step, whose depth jaxmem cannot change" if p.workload.step else "the stack is no deeper than the probes"
   rounds = 0
@@ -262,6 +264,17 @@ def search(
   if unused:  # asked for and not used: the rows say why
     results = [dataclasses.replace(r, note="; ".join(filter(None, [r.note, f"depth probe not used: {why}"]))) for r in results]
   return results
+
+
+def expected_compiles_line(configurations: int, strategy: str, depth_probe: bool) -> str:
+  """What a search expects to compile, for a line before it starts. The affine search usually
+  closes a bracket in about four compiles per configuration, bisection in about ten
+  (benchmarks/fit_compiles.py: 4.00 and 11.33 on its quick run); a depth probe compiles twice."""
+  each = (4 if strategy == "affine" else 10) * (2 if depth_probe else 1)
+  return (
+      f"fit: searching {configurations} configuration{'s' * (configurations != 1)}; expect about "
+      f"{each * configurations} compiles ({each} each, more where the compiler departs from a line near the capacity)"
+  )
 
 
 def _new_search(p: Plan, t: Task, over: str, strategy: str, depths: tuple[int, int] | None) -> _Search:

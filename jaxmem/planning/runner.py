@@ -20,6 +20,7 @@ from typing import Any
 from jaxmem.hardware.startup import chosen_platforms, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import RowCache
+from jaxmem.events import Compiling, emit
 from jaxmem.resolve import Task
 from jaxmem.program.step import is_local
 
@@ -40,10 +41,19 @@ def run_tasks(
     scheduler: str | None = None,
     cache: RowCache | None = None,
     on_row: Callable[[int, dict[str, Any], bool], None] | None = None,
+    key: Callable[[Task], str | None] | None = None,
+    check: Callable[[dict[str, Any]], bool] | None = None,
 ) -> list[dict[str, Any]]:
   """Rows for ``tasks`` (``run(task)`` for each that the cache does not answer), in task order.
-  ``on_row(index, row, from_cache)`` is called as each finishes (in completion order)."""
+  ``on_row(index, row, from_cache)`` is called as each finishes (in completion order).
+
+  ``key(task)`` is a task's cache key (``task.cache_key()`` unless given: a user's step is keyed
+  on what it traced, which needs the sweep's plan), and ``check`` says whether a cached dict
+  reads back as a row. In this process each key is taken just before its task would run, so a
+  key that traces the step hands its trace on to the run; before each run a
+  :class:`jaxmem.events.Compiling` event is sent (before the first compile starts)."""
   cache = cache or RowCache(enabled=False)
+  key = key or Task.cache_key
   if jobs < 1:
     raise JaxmemError(f"`jobs` must be at least 1 (got {jobs})")
   if (jobs > 1 or scheduler) and any(t.target == "attached" for t in tasks):
@@ -54,31 +64,56 @@ def run_tasks(
         "processes cannot import it; define make_step in a module and pass 'module:make_step', or drop jobs"
     )
   results: dict[int, dict[str, Any]] = {}
-  todo: list[int] = []
-  for i, t in enumerate(tasks):
-    row = cache.get(t.cache_key())
-    if row is not None:
-      results[i] = row
-      if on_row:
-        on_row(i, row, True)
-    else:
-      todo.append(i)
+  keys: dict[int, str | None] = {}
+
+  def lookup(i: int) -> bool:
+    keys[i] = key(tasks[i])
+    row = cache.get(keys[i], check=check)
+    if row is None:
+      return False
+    results[i] = row
+    if on_row:
+      on_row(i, row, True)
+    return True
 
   def done(i: int, row: dict[str, Any]) -> None:
-    cache.put(tasks[i].cache_key(), row)
+    cache.put(keys[i], row)
     results[i] = row
     if on_row:
       on_row(i, row, False)
 
+  if not scheduler and jobs == 1:
+    for i, t in enumerate(tasks):
+      if not lookup(i):
+        emit(Compiling(index=i + 1, total=len(tasks), label=task_label(t)))
+        done(i, run(t))
+    return [results[i] for i in range(len(tasks))]
+  todo = [i for i in range(len(tasks)) if not lookup(i)]
+  for i in todo:
+    emit(Compiling(index=i + 1, total=len(tasks), label=task_label(tasks[i])))
   if todo:
     if scheduler:
       _run_dask(tasks, run, todo, scheduler, done)
-    elif jobs > 1 and len(todo) > 1:
+    elif len(todo) > 1:
       _run_pool(tasks, run, todo, jobs, done)
     else:
       for i in todo:
         done(i, run(tasks[i]))
   return [results[i] for i in range(len(tasks))]
+
+
+def task_label(t: Task) -> str:
+  """A task's configuration in a few words (its mesh, remat policy, batch and sequence, and the
+  other single values its workload gives where they are not the defaults)."""
+  w = t.workload
+  words = [w.mesh[0] if w.mesh else "", f"remat {t.remat}"]
+  if t.optimizer not in ("-",):
+    words.append(t.optimizer)
+  if t.attention != "auto":
+    words.append(f"attention {t.attention}")
+  words += [f"{k.replace('_', ' ')} {v}" for k, v in (("microbatches", t.microbatches), ("vocab_tiles", t.vocab_tiles)) if v != 1]
+  words += [f"batch {w.batch}", f"seq {w.seq}"]
+  return " ".join(x for x in words if x)
 
 
 def _run_pool(tasks: Sequence[Task], run: Run, todo: Iterable[int], jobs: int, done) -> None:

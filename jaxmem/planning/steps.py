@@ -4,11 +4,20 @@ for the target, read into the fields of a :class:`jaxmem.planning.sweep.Row`.
 The step's own arguments fill the parameter columns by name, as optax code names them: the
 argument called ``params`` gives ``param_bytes`` (and ``param_bytes_global``), the one called
 ``opt_state`` gives ``optimizer_state_bytes``; without them those are ``None`` with a note.
+
+A step's row is cached under what it traced (:func:`step_key`): the workload, the abstract
+signature of its arguments (tree, shapes, dtypes, shardings), the jit options the factory
+returned, and a hash of the lowered program's StableHLO. A factory that reads its model's size
+from an environment variable or a file therefore gets new rows when that changes. Tracing and
+lowering take seconds; the compile the key saves takes minutes; the trace taken for the key is
+the one compiled (:func:`step_row`), not traced again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 from collections import Counter
 from typing import Any
 
@@ -19,10 +28,11 @@ from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.steptime import Work
 from jaxmem.errors import JaxmemError
-from jaxmem.resolve import Plan
+from jaxmem.cache import key
+from jaxmem.resolve import Plan, Task, for_task
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
-from jaxmem.program.step import OWN, call_step
+from jaxmem.program.step import OWN, call_step, is_local, step_notes
 
 # A user's step is a function, not a model jaxmem knows: its step time is estimated from the
 # compiled program as any row's, but there is no 6·N·T to form MFU against.
@@ -31,14 +41,22 @@ USER_STEP_MFU_NOTE = "mfu: a user's step has no model FLOPs formula (jaxmem does
 PARAMS, OPT_STATE = "params", "opt_state"
 
 
+# The trace :func:`step_key` took, for the run that follows it in this process (one entry: a
+# sweep in this process takes each key just before its run; jaxmem.planning.runner.run_tasks).
+_TRACED: dict[tuple, Lowering] = {}
+
+
 def lower_step(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int | None = None, seq: int | None = None) -> Lowering:
   """The plan's step at one mesh and remat policy (and the plan's workload unless given),
   traced and lowered for the target. A step that fails to trace is one line."""
-  batch, seq = batch or p.batch, seq or p.seq
+  return _trace(p, mesh, rp, batch=batch or p.batch, seq=seq or p.seq)[0]
+
+
+def _trace(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int, seq: int) -> tuple[Lowering, dict[str, Any]]:
   jmesh = p.target.make_mesh(mesh)
   fn, args, jit_kwargs = call_step(p.workload.step, batch=batch, seq=seq, remat=rp.policy, mesh=jmesh, target=p.target)
   try:
-    return lower_for_target(fn, *args, target=p.target, **jit_kwargs)
+    return lower_for_target(fn, *args, target=p.target, **jit_kwargs), jit_kwargs
   except JaxmemError:
     raise
   except Exception as e:  # the user's code failed while JAX traced it (not a compile): one line
@@ -49,6 +67,36 @@ def lower_step(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int | Non
     ) from e
 
 
+def _traced_as(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> tuple:
+  return (p.workload.step, p.batch, p.seq, rp.name, shd.format_mesh(mesh), p.target.name)
+
+
+def step_key(p: Plan, task: Task) -> str | None:
+  """The row cache's key of a step's task: the workload and what the factory traced at it
+  (see the module docstring); None (never cached) for a factory only this process can run."""
+  if is_local(task.workload.step):
+    return None
+  one, mesh, _, rp = for_task(p, task)
+  lowering, jit_kwargs = _trace(one, mesh, rp, batch=one.batch, seq=one.seq)
+  _TRACED.clear()
+  _TRACED[_traced_as(one, mesh, rp)] = lowering
+  return key({**task.workload.as_dict(), "step_trace": trace_fingerprint(lowering, jit_kwargs)})
+
+
+def trace_fingerprint(lowering: Lowering, jit_kwargs: dict[str, Any]) -> str:
+  """A hash of what a step traced: its arguments' tree, shapes, dtypes and shardings, the jit
+  options (object addresses left out of their text), and the lowered program's StableHLO."""
+  digest = hashlib.sha256()
+  leaves, tree = jax.tree_util.tree_flatten(lowering.args)
+  digest.update(str(tree).encode())
+  for leaf in leaves:
+    digest.update(f"{getattr(leaf, 'shape', '')}{getattr(leaf, 'dtype', '')}{getattr(leaf, 'sharding', '')}".encode())
+  options = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(sorted(jit_kwargs.items(), key=lambda kv: kv[0])))
+  digest.update(options.encode())
+  digest.update(lowering.lowered.as_text().encode())
+  return digest.hexdigest()[:32]
+
+
 def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   """One configuration of a step as a row's fields. A compile the backend refuses is a row with
   ``error`` set, as for the model's steps."""
@@ -56,8 +104,8 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
       model=p.workload.model_name, target=p.target.name, mesh=shd.format_mesh(mesh), remat=rp.name,
       optimizer=OWN, batch=p.batch, seq=p.seq, param_dtype=OWN, dtype=OWN, num_devices=p.target.num_devices,
   )
-  lowering = lower_step(p, mesh, rp)
-  notes: list[str] = []
+  lowering = _TRACED.pop(_traced_as(p, mesh, rp), None) or lower_step(p, mesh, rp)
+  notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform)
   named = _named_arguments(lowering, notes)  # from the shapes: a refused step has them too
   outcome = lowering.figures(notes=notes, work=Work(tokens=p.batch * p.seq, note=USER_STEP_MFU_NOTE))
   if not isinstance(outcome, Refusal):

@@ -59,6 +59,7 @@ class Row(Judgement, StepTime, CompilerFigures, Configuration):
   # (jaxmem.program.pipelining.one_f_one_b; an estimate, labelled so in the notes).
   stage_activation_bytes: int | None = None
   required_1f1b_bytes: int | None = None
+  cached: bool = False  # read from the row cache, not compiled in this run
   # (the comm_* fields: jaxmem.records.Communication, through CompilerFigures)
   # (step_time_s, bound, mfu, ...: the estimate, jaxmem.records.StepTime)
   # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
@@ -259,17 +260,28 @@ def run_rows(
   rows: dict[int, Row] = {}
 
   def done(i: int, d: dict[str, Any], cached: bool) -> None:
-    rows[i] = row_from_dict(d)
+    rows[i] = row_from_dict({**d, "cached": cached})
     if on_row is not None:
       on_row(rows[i])
 
-  run_tasks(tasks, runner(p, jobs=jobs, scheduler=scheduler), jobs=jobs, scheduler=scheduler, cache=cache, on_row=done)
+  key = functools.partial(steps.step_key, p) if p.workload.step else None
+  run_tasks(tasks, runner(p, jobs=jobs, scheduler=scheduler), jobs=jobs, scheduler=scheduler, cache=cache, on_row=done,
+            key=key, check=is_row)
   return [rows[i] for i in range(len(tasks))]
 
 
 def row_from_dict(d: dict[str, Any]) -> Row:
   """A row back from its ``as_dict()`` (from a worker process or the cache)."""
   return Row(**{**d, "notes": tuple(d.get("notes") or ())})
+
+
+def is_row(d: dict[str, Any]) -> bool:
+  """Whether ``d`` (a cache entry) reads back as a :class:`Row`."""
+  try:
+    row_from_dict(d)
+  except (TypeError, ValueError):  # a field the row does not have, or one missing
+    return False
+  return True
 
 
 def baseline_flops(p: Plan, row: Row) -> float | None:

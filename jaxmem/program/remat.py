@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 
@@ -296,3 +297,38 @@ def on_device(name: str) -> str:
   ``save_qkv_proj``), else ``full`` (``full_offloaded`` recomputes all but the layer input)."""
   base = name.removesuffix("_offloaded")
   return next((n for n in (base, f"save_{base}") if n in REMAT_POLICIES and n != name), "full")
+
+
+def jaxpr_eqns(jaxpr: object) -> Iterator[Any]:
+  """Every equation of ``jaxpr``, inner jaxprs (remat, scan, cond, pjit, custom rules) included."""
+  todo = [jaxpr]
+  while todo:
+    j = todo.pop()
+    for eqn in getattr(j, "eqns", ()):
+      yield eqn
+      for value in eqn.params.values():
+        for sub in value if isinstance(value, (list, tuple)) else (value,):
+          inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr, or a Jaxpr itself
+          if hasattr(inner, "eqns"):
+            todo.append(inner)
+
+
+def checkpoint_names_in(jaxpr: object) -> frozenset[str]:
+  """The names ``jax.ad_checkpoint.checkpoint_name`` gives values anywhere in ``jaxpr`` (the
+  ``name`` primitive's ``name`` parameter)."""
+  return frozenset(
+      e.params["name"] for e in jaxpr_eqns(jaxpr) if e.primitive.name == "name" and isinstance(e.params.get("name"), str)
+  )
+
+
+def names_note(rp: RematPolicy, found: frozenset[str]) -> str | None:
+  """A note where ``rp`` saves or offloads by checkpoint name and the program (whose names are
+  ``found``) has none of its names: then it saves nothing a name marks and acts as ``full``."""
+  wanted = set(rp.saves) | set(rp.offloads)
+  if not wanted or wanted & found:
+    return None
+  return (
+      f"checkpoint names: remat {rp.name} saves tensors by name and the step's program has none of its names "
+      f"(missing: {', '.join(sorted(wanted))}; found: {', '.join(sorted(found)) or 'none'}), so it saves nothing "
+      "and recomputes like full; tag your tensors with jax.ad_checkpoint.checkpoint_name to use it"
+  )

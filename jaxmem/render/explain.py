@@ -17,6 +17,8 @@ from jaxmem.versions import describe
 
 # via_loop: the while the value came out of when op_name/source are those of the op in its body.
 JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source", "via_loop")
+# The verdict against the target's capacity (None on a target without one), as compare's rows have it.
+VERDICT_KEYS = ("capacity_bytes", "required_bytes", "fits", "verdict", "margin_bytes", "risk_bytes")
 # The configuration as explain's JSON names it (function: the explained function; empty for a preset).
 _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
                   "platform", "num_devices", "attention", "microbatches", "vocab_tiles", "qk_dtype", "master_dtype",
@@ -26,8 +28,8 @@ _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "
 
 # What the three figures printed side by side are, and why they differ (issue 18 item 10).
 PEAKS_LINE = (
-    "three figures: 'sum = compiler total' is every allocation of the step counted at once (arguments + outputs "
-    "not aliased + the temp heap + code), which the consumers split; peak_bytes is the most the compiler says is "
+    "three figures: 'sum = footprint' is every allocation of the step counted at once (total, i.e. arguments + "
+    "outputs not aliased + the temp heap, plus generated code), which the consumers split; peak_bytes is the most the compiler says is "
     "live at one time (XLA:CPU gives none: there, its allocation without the code), less than the total where "
     "buffers never coexist or the heap's layout leaves gaps, more on TPU where it counts on-chip memory; "
     "live_bytes_at_peak is the whole live set (its largest buffers listed below) at the highest point of jaxmem's"
@@ -47,7 +49,8 @@ def explain_json(result: Explanation) -> dict[str, Any]:
       peak_buffers=[{k: b[k] for k in JSON_BUFFER_KEYS} for b in d["peak_buffers"]],
       peak_buffer_kinds=d["kinds"],  # the kinds peak_buffers is limited to; empty: every kind
       estimated=d["estimated"],
-      compiler_bytes=d["compiler_bytes"],
+      footprint_bytes=d["footprint_bytes"],
+      **{k: d[k] for k in VERDICT_KEYS},
       peak_source=d["peak_source"],
       configuration={k: d[k] for k in _CONFIGURATION},
       arguments=d["arguments"],
@@ -62,9 +65,10 @@ def explain_json(result: Explanation) -> dict[str, Any]:
   return doc
 
 
-def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | None = None) -> str:
+def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | None = None, framework: bool = False) -> str:
   """Consumers, the peak, the buffers live at it, by module and kind, the timeline, notes; and
-  with ``op_times`` (``explain --top-ops``) the slowest ops by their roofline time, last."""
+  with ``op_times`` (``explain --top-ops``) the slowest ops by their roofline time, last.
+  ``framework``: the buffers' table adds the framework line each source line called."""
   check_format(fmt_name)
   if fmt_name == "json":
     doc = explain_json(result)
@@ -73,7 +77,7 @@ def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | No
     return json.dumps(doc, indent=2)
   if fmt_name == "csv":
     return render_csv([{**{k: b.as_dict()[k] for k in JSON_BUFFER_KEYS}, "module": b.module, "phase": b.phase} for b in result.peak_buffers])
-  size = unit_for([result.peak_bytes, result.compiler_bytes], smallest="KiB")
+  size = unit_for([result.peak_bytes, result.footprint_bytes], smallest="KiB")
   uname = size.name
   r = result
   head = f"{title(r)} · {uname} per device" + (f" · {describe(r.versions)}" if r.versions else "")
@@ -81,19 +85,22 @@ def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | No
       {"consumer": k, uname: size(v), "how": "estimate" if k in r.estimated else "exact"}
       for k, v in r.consumers.items()
   ]
-  consumers.append({"consumer": "sum = compiler total", uname: size(r.compiler_bytes), "how": "argument+output-alias+temp+code"})
+  consumers.append({"consumer": "sum = footprint", uname: size(r.footprint_bytes), "how": "total (argument+output-alias+temp)+code"})
   peak_lines = [
       f"peak_bytes {size(r.peak_bytes)} {uname} ({r.peak_source}); live_bytes_at_peak {size(r.live_bytes_at_peak)} {uname} "
       f"at schedule position {r.peak_position}, {r.live_buffer_count} buffers",
       PEAKS_LINE,
   ]
+  if r.capacity_bytes is not None and r.required_bytes is not None:
+    peak_lines.insert(1, f"required {size(r.required_bytes)} of capacity {size(r.capacity_bytes)} {uname}: fits {r.verdict}")
   if r.kinds:
     peak_lines.append(f"buffers listed: the largest of kind {', '.join(r.kinds)} only (the tables below them count every kind)")
   bufs = [
       {uname: size(b.size_bytes), "kind": b.kind, "dtype": b.dtype, "shape": b.shape,
        # A loop's output says which op in the body made it: the op_name and source are that op's.
        "hlo": b.hlo if not b.via_loop else f"{b.hlo} <- {b.via_loop} body {b.producer}",
-       "module": b.module, "source": b.source or "-", "op_name": b.op_name or "-"}
+       "module": b.module, "source": b.source or "-", **({"framework": b.framework or "-"} if framework else {}),
+       "op_name": b.op_name or "-"}
       for b in r.peak_buffers
   ]
   groups = [{"module": m, uname: size(v)} for m, v in r.by_module.items()]

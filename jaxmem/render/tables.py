@@ -227,7 +227,7 @@ class _Layout:
       line += [r.remat] + [_size(getattr(r, f), u) for f in ("param_bytes", "optimizer_state_bytes", "argument_size_in_bytes", "temp_size_in_bytes")]
       line += [_delta(r.temp_size_in_bytes, b and b.temp_size_in_bytes, u), _size(r.peak_memory_in_bytes, u)]
       line += [_size(r.total_bytes, u), _delta(r.total_bytes, b and b.total_bytes, u), flops, recompute]
-      line += ["-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}"]
+      line += ["cached" if _get(r, "cached", False) else "-" if r.compile_seconds is None else f"{r.compile_seconds:.1f}"]
       line += [_comm(r, u)] * self.comm + [_size(r.host_temp_size_in_bytes, u)] * self.host
       line += [_size(_get(r, "host_total_bytes", None), u)] * self.host_total
     if self.steptime:
