@@ -28,7 +28,8 @@ from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
 from jaxmem.program.remat import RematPolicy, get_remat
 from jaxmem.program.train import build_train_program
-from jaxmem.records import SWEPT_FIELDS, CompilerFigures, Configuration, Judgement, StepTime
+from jaxmem.axes import baseline_fields, key, recorded
+from jaxmem.records import CompilerFigures, Configuration, Judgement, StepTime
 from jaxmem.workload import Workload
 
 
@@ -79,7 +80,7 @@ def run_config(
   context_strategy = p.context_strategies[0] if context_strategy is None else context_strategy
   if p.workload.step:  # a user's own step (jaxmem.planning.steps)
     return Row(**steps.step_row(p, mesh, rp))
-  base = dict(
+  base = asked(p.workload) | dict(
       model=p.cfg.name,
       target=p.target.name,
       mesh=shd.format_mesh(mesh),
@@ -124,6 +125,13 @@ def run_config(
   if program.pipeline is not None:
     fields.update(pipeline_figures(program.pipeline, outcome, fields))
   return Row(**base, **fields)
+
+
+def asked(w: Workload) -> dict[str, Any]:
+  """A row's sweep axes as its workload asks them (one value each), which the program's own
+  choices then replace (the attention ``auto`` became, the moments' dtype...): so an axis the
+  program only reads is recorded with nothing more said."""
+  return {a.name: a.first(w) for a in recorded()}
 
 
 def pipeline_figures(pipe: Any, outcome: Any, fields: dict[str, Any]) -> dict[str, Any]:
@@ -216,9 +224,9 @@ def with_overheads(rows: list[Row]) -> list[Row]:
 
 
 def baseline_key(r: Any) -> tuple:
-  """What a row shares with the no-remat row it is compared with: everything but the policy."""
-  return (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.attention, r.microbatches, r.vocab_tiles, r.moe_impl,
-          r.capacity_factor, r.context_strategy, *(getattr(r, k) for k in SWEPT_FIELDS))
+  """What a row shares with the no-remat row it is compared with: everything but the policy
+  (:func:`jaxmem.axes.baseline_fields`)."""
+  return key(r, baseline_fields())
 
 
 def compare(

@@ -21,19 +21,20 @@ from typing import Any
 
 import jax
 
+from jaxmem.axes import one_value_each
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.startup import start_distributed, start_jax
 from jaxmem.compiler.targets import get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import Plan, moe_config, one_of_each, plan
+from jaxmem.planning.plan import Plan, moe_config, plan
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
-from jaxmem.workload import PRECISION_AXES, Workload
+from jaxmem.workload import Workload
 
 NEEDS_ACCELERATOR = (
     "validate runs real train steps and needs an attached TPU or GPU (this machine has none); "
@@ -144,10 +145,9 @@ def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
     raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
-  one_of_each(workload, "validate")
-  for name in ("qk_dtype", *PRECISION_AXES):  # its configurations are measured from the plan's first of each
-    if len(getattr(workload, name)) > 1:
-      raise JaxmemError(f"validate takes one `{name}` (got {', '.join(map(str, getattr(workload, name)))}); run it once per value")
+  # Its configurations are measured from the plan's first of every axis but those it sweeps.
+  one_value_each(workload, "validate", skip=("mesh", "remat", "optimizer", "attention", "microbatches", "vocab_tiles",
+                                              "moe_impl", "capacity_factor"))
   if distributed:
     start_distributed()
   start_jax()
