@@ -5,7 +5,7 @@ extra fields) take a :class:`Workload` and keyword overrides of its fields, so
 ``jaxmem.compare(model="tiny", batch=2)`` and ``jaxmem.compare(Workload(model="tiny"), batch=2)``
 mean the same. The CLI builds one from its shared flags (a flag per field, named after it).
 
-Every sweep axis (``mesh``, ``remat``, ``dropout``, ``qk_dtype``...) is declared once, in
+Every sweep axis (``mesh``, ``remat``, the dtypes, the step's options...) is declared once, in
 :mod:`jaxmem.axes`: its field here (default and normalisation), its flag, its record field,
 label and column derive from that declaration. The fields here are the rest (the model, the
 batch, where it runs). The planner, the row cache's key and the worker processes carry the whole
@@ -19,11 +19,10 @@ workload, so an axis needs nothing in between.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxmem.axes import AXES, declared, with_fields
-from jaxmem.axes import meshes, names, ints, numbers, optional_names, several, switches  # noqa: F401  (as before)
 from jaxmem.program.step import step_spec
 from jaxmem.records import Record
 
@@ -33,7 +32,7 @@ if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved confi
 
 DEFAULT_REMAT = AXES["remat"].default
 # The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
-PRECISION_AXES = ("master_dtype", "moments_dtype", "grad_reduce_dtype")
+PRECISION_AXES = tuple(a.name for a in AXES.values() if a.group == "precision")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,8 +54,7 @@ class BaseWorkload(Record):
   batch: int = 8  # global
   target: str | Target = "cpu"
   slices: int = 1  # TPU slices (multi-slice over DCN)
-  # (the sweep axes every workload has: mesh, dtype, attention, qk_dtype, moe_impl,
-  # capacity_factor: jaxmem.axes)
+  # (and the sweep axes every workload has: jaxmem.axes, training False)
 
   def __post_init__(self):
     _normalise(self, training=False)
@@ -104,8 +102,7 @@ class Workload(BaseWorkload):
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,
   # optimizer and the dtypes are then the step's own.
   step: str | None = None
-  # (a train step's sweep axes: remat, optimizer, param_dtype, microbatches, vocab_tiles, the
-  # precision dtypes, the pipeline's, sequence_parallel, dropout, context_strategy: jaxmem.axes)
+  # (and a train step's sweep axes: jaxmem.axes, training True)
 
   def __post_init__(self):
     super().__post_init__()

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.axes import AXES, with_fields
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.models import context_attention as ctx
@@ -36,7 +37,6 @@ from jaxmem.planning.plan import Plan, Task, outer_variants, plan, resolve_meshe
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
 from jaxmem.program.pipelining import PipelineOptions
-from jaxmem.axes import AXES, with_fields
 from jaxmem.records import SWEPT_FIELDS
 from jaxmem.workload import Workload
 

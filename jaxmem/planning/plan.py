@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+from jaxmem.axes import AXES, declared, one_value_each, outer_axes
 from jaxmem.compiler.targets import Target, cpu_devices_needed, get_target, with_capacity
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
@@ -26,8 +27,9 @@ from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
-from jaxmem.program.train import QK_DTYPES, check_batch, check_qk_dtype, check_step_options, pick_attention
-from jaxmem.axes import AXES, declared, one_value_each, outer_axes
+from jaxmem.program.train import (
+    QK_DTYPES, TrainProgram, build_train_program, check_batch, check_qk_dtype, check_step_options, pick_attention,
+)
 from jaxmem.workload import PRECISION_AXES, BaseWorkload, Workload
 
 
@@ -178,6 +180,19 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   opt = next(o for o in p.optimizers if o.name == task.optimizer)
   rp = next(r for r in p.remats if r.name == task.remat)
   return one, task.mesh, opt, rp
+
+
+def build_program(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, **given: Any) -> TrainProgram:
+  """The train program of one of ``p``'s configurations: its mesh, optimizer and policy, the
+  plan's model, batch and sequence, and its first value of each of the step's options, each
+  unless ``given`` (``cfg``, ``batch``, ``seq`` or an option of
+  :func:`jaxmem.program.train.build_train_program`)."""
+  options = dict(
+      cfg=p.cfg, batch=p.batch, seq=p.seq, attention=p.attentions[0], microbatches=p.microbatches[0],
+      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision, pipeline=p.pipeline,
+      sequence_parallel=p.workload.sequence_parallel, context_strategy=p.context_strategies[0],
+  ) | given
+  return build_train_program(options.pop("cfg"), remat=rp, optimizer=opt, target=p.target, mesh=mesh, **options)
 
 
 def variant_of(p: Plan, task: Task) -> Plan:

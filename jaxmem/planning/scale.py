@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from jaxmem.axes import group_fields, key, with_fields
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.cache import RowCache
 from jaxmem.planning.plan import Plan, Task, plan
 from jaxmem.planning.sweep import Row, run_rows, with_overheads
-from jaxmem.axes import group_fields, key, with_fields
 from jaxmem.records import SWEPT_FIELDS, Record
 from jaxmem.render.figures import save_figure
 from jaxmem.render.units import GiB

@@ -27,12 +27,11 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.startup import start_distributed, start_jax
 from jaxmem.compiler.targets import get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.planning.plan import Plan, moe_config, plan
+from jaxmem.planning.plan import Plan, build_program, moe_config, plan
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
-from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
 from jaxmem.workload import Workload
 
@@ -83,11 +82,9 @@ def measure(
   """Runs one configuration in this process (``attention`` and ``microbatches``: the plan's
   first unless given). Call it in a fresh process for a clean peak."""
   microbatches = p.microbatches[0] if microbatches is None else microbatches
-  program = build_train_program(
-      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh,
-      attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
-      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision, pipeline=p.pipeline,
-      sequence_parallel=p.workload.sequence_parallel,
+  program = build_program(
+      p, mesh, opt, rp, attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
+      context_strategy=None,
   )
   outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
   if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit

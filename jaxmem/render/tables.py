@@ -21,9 +21,9 @@ from typing import Any
 import jax
 from tabulate import tabulate
 
+from jaxmem.axes import AXES, baseline_fields, key
 from jaxmem.compiler.margin import AT_RISK
 from jaxmem.errors import JaxmemError
-from jaxmem.axes import AXES, baseline_fields, key
 from jaxmem.render.units import Unit, percent, seconds, unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
 
