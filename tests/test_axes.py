@@ -63,7 +63,7 @@ def test_an_outer_axis_is_one_value_or_a_tuple():
 
 
 def test_one_value_each_names_the_field_in_one_line():
-  w = Workload(model="tiny", qk_dtype="bfloat16,float32")
+  w = Workload(model="tiny", remat="none", qk_dtype="bfloat16,float32")
   with pytest.raises(JaxmemError, match="explain takes one `qk_dtype` .*; run it once per value") as e:
     one_value_each(w, "explain")
   assert "\n" not in str(e.value)
