@@ -30,7 +30,7 @@ from jaxmem.buffers.explain import explain  # noqa: E402
 from jaxmem.render.timeline import plot_timeline, timeline_text  # noqa: E402
 from jaxmem.planning.estimate import Estimate, estimate  # noqa: E402
 from jaxmem.inference.infer import InferRow, infer  # noqa: E402
-from jaxmem.inference.serving import ServingFit, fit_serving  # noqa: E402
+from jaxmem.inference.serving import TRAINING_ONLY, ServingFit, fit_serving  # noqa: E402
 from jaxmem.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
@@ -45,6 +45,7 @@ from jaxmem.render.diff import diff  # noqa: E402
 from jaxmem.render.table import table  # noqa: E402
 from jaxmem.versions import __version__  # noqa: E402
 from jaxmem.workload import Workload  # noqa: E402
+from jaxmem.axes import AXES, Axis  # noqa: E402
 
 # What the command line (jaxmem/cli, which imports only this package's names and jaxmem.render)
 # calls besides the functions above: sweep callbacks' plan, the row cache, process start-up, the
@@ -65,7 +66,10 @@ from jaxmem.planning.validate import measure_one, validate  # noqa: E402
 from jaxmem.versions import compiler_versions  # noqa: E402
 
 __all__ = [
+    "AXES",
+    "Axis",
     "PRESETS",
+    "TRAINING_ONLY",
     "InferWorkload",
     "ModelConfig",
     "Plan",

@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxmem.axes import swept_fields, with_fields
+
 
 def _plain(v: Any) -> Any:
   if isinstance(v, Record):
@@ -56,57 +58,26 @@ class Placement(Record):
   num_devices: int
 
 
-# The dtypes a sweep may vary (each a sweep axis of the workload), as a Configuration records
-# them: rows differing only in one are different programs, each compared with its own baseline.
-DTYPE_AXES = ("qk_dtype", "master_dtype", "moments_dtype", "grad_reduce_dtype")
-# Every such field a sweep may vary beside the mesh, optimizer, remat and the step's own axes: the
-# model's dtypes, dropout and layout (jaxmem.workload.OUTER_AXES, as a row records them) and DTYPE_AXES.
-SWEPT_FIELDS = ("param_dtype", "dtype", "dropout", "sequence_parallel", "pipeline_microbatches", "pipeline_repeats",
-                *DTYPE_AXES)
+# The swept fields fit's and scale's summaries carry as a configuration records them (the model's
+# dtypes, the precision dtypes, the step's layout...; jaxmem.axes declares them): rows differing
+# only in one are different programs, each compared with its own baseline.
+SWEPT_FIELDS = swept_fields()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+@with_fields("record")
 class Configuration(Placement):
-  """A train step's configuration: the placement, the remat policy and optimizer, the sequence
-  length, the parameters' storage dtype and the compute dtype; and how the step is computed:
-  ``attention`` the implementation used (``splash`` where ``auto`` was asked on TPU; ``None``
-  where not recorded), ``microbatches`` (gradient accumulation), ``vocab_tiles`` and
-  ``qk_dtype`` (``dot`` attention's scores); for a mixture-of-experts model, how its routed
-  experts run (``moe_impl``) and, for ``capacity``, the capacity factor (both ``None`` for a
-  dense model). Precision (:mod:`jaxmem.program.precision`): ``master_dtype`` the optimizer
-  state's master copy of the parameters (``None``: none), ``moments_dtype`` the dtype the
-  optimizer's moments are stored in (``None``: no moments, or not recorded) and
-  ``grad_reduce_dtype`` the dtype gradients were asked to be formed and reduced in (``None``:
-  the parameters' dtype, and the compiler's choice of where to reduce). Pipeline parallelism
-  (:mod:`jaxmem.program.pipelining`): ``stages`` the mesh's ``stage`` axis (1: none),
-  ``pipeline_microbatches`` and ``pipeline_repeats`` the schedule's (``None`` without stages),
-  ``bubble_fraction`` its idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al. 2019; MaxText).
-  ``sequence_parallel``: Megatron's sequence parallelism over the tensor axis; ``dropout`` the
-  model's dropout rate. ``context_strategy``: how attention crosses a context-sharded sequence
-  (``all_gather`` or ``ring``; ``None`` on a mesh without a ``context`` axis over the sequence)."""
+  """A train step's configuration: the placement, the sequence length and every sweep axis as
+  the compiled program resolved it (:mod:`jaxmem.axes`; each declaration's ``record.doc`` says
+  what its field holds, ``attention`` the implementation ``auto`` became, say). Pipeline
+  parallelism (:mod:`jaxmem.program.pipelining`): ``stages`` the mesh's ``stage`` axis (1: none),
+  ``bubble_fraction`` the schedule's idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al.
+  2019; MaxText)."""
 
-  remat: str
-  optimizer: str
   seq: int
-  param_dtype: str
-  dtype: str
-  # --- how the step is computed (issue 9); defaults keep records made without them valid ---
-  attention: str | None = None
-  microbatches: int = 1
-  vocab_tiles: int = 1
-  qk_dtype: str = "bfloat16"
-  moe_impl: str | None = None
-  capacity_factor: float | None = None
-  master_dtype: str | None = None
-  moments_dtype: str | None = None
-  grad_reduce_dtype: str | None = None
   stages: int = 1
-  pipeline_microbatches: int | None = None
-  pipeline_repeats: int | None = None
   bubble_fraction: float | None = None
-  sequence_parallel: bool = False
-  dropout: float = 0.0
-  context_strategy: str | None = None
+  # (the sweep axes as recorded, in their order among these: jaxmem.axes)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+from jaxmem.axes import AXES, declared, one_value_each, outer_axes
 from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with_capacity, with_resident
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
@@ -26,8 +27,10 @@ from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
-from jaxmem.program.train import QK_DTYPES, check_batch, check_qk_dtype, check_step_options, pick_attention
-from jaxmem.workload import OUTER_AXES, PRECISION_AXES, BaseWorkload, Workload
+from jaxmem.program.train import (
+    QK_DTYPES, TrainProgram, build_train_program, check_batch, check_qk_dtype, check_step_options, pick_attention,
+)
+from jaxmem.workload import PRECISION_AXES, BaseWorkload, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,36 +46,14 @@ class Task:
     return shd.parse_mesh(self.workload.mesh[0])
 
   @property
-  def remat(self) -> str:
-    return self.workload.remat[0]
-
-  @property
-  def optimizer(self) -> str:
-    return self.workload.optimizer[0]
-
-  @property
   def target(self) -> str:
     return self.workload.target_name
 
-  @property
-  def attention(self) -> str:
-    return self.workload.attention[0]
-
-  @property
-  def microbatches(self) -> int:
-    return self.workload.microbatches[0]
-
-  @property
-  def vocab_tiles(self) -> int:
-    return self.workload.vocab_tiles[0]
-
-  @property
-  def context_strategy(self) -> str:
-    return self.workload.context_strategy[0]
-
-  @property
-  def qk_dtype(self) -> str:
-    return self.workload.qk_dtype[0]
+  def __getattr__(self, name: str) -> Any:
+    # A sweep axis's one value (task.remat, task.qk_dtype...): jaxmem.axes declares them.
+    if name in AXES and name != "mesh":
+      return AXES[name].first(self.__dict__["workload"])
+    raise AttributeError(name)
 
   def replace(self, **fields: Any) -> Task:
     """The same task with workload fields replaced (``batch=``, ``seq=``...)."""
@@ -122,7 +103,10 @@ class Plan:
   # How attention crosses a context-sharded sequence (issue 19), swept on meshes with a context axis.
   context_strategies: tuple[str, ...] = ("all_gather",)
   qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores, swept
-  # A sweep over the outer axes (jaxmem.workload.OUTER_AXES: the model's dtypes, dropout, the
+  # The sweep axes the planner takes as given (declared in jaxmem.axes, used by the program
+  # code, not resolved here): each (name, values), a task per value, outermost in the product.
+  others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+  # A sweep over the outer axes (jaxmem.axes: the model's config, the
   # step's layout): one plan per combination, each of one value per axis; this plan is then the
   # first's, with the workload as asked. Empty for one combination.
   variants: tuple[Plan, ...] = ()
@@ -157,15 +141,18 @@ class Plan:
     cpu = cpu_devices_needed([self.workload.target_name])
     # The model before the MoE choice, so a task's cache key does not depend on the sweep's first variant.
     one = self.workload.replace(model=self.model or self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
+    others = [dict(zip((n for n, _ in self.others), values, strict=True))
+              for values in itertools.product(*((tuple((v,) for v in vs)) for _, vs in self.others))]
     return [
         Task(
             workload=one.replace(
                 mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb,
                 vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor, context_strategy=strategy, qk_dtype=qk,
-                **precision_axes(prec),
+                **precision_axes(prec), **other,
             ),
             cpu_devices=cpu,
         )
+        for other in others
         for impl, factor in self.moe
         for prec in self.precisions
         for qk in self.qk_dtypes
@@ -188,11 +175,24 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   one = dataclasses.replace(
       p, workload=w, cfg=cfg, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
       microbatches=w.microbatches, vocab_tiles=w.vocab_tiles, context_strategies=w.context_strategy,
-      qk_dtypes=w.qk_dtype, precisions=(task_precision(w),),
+      qk_dtypes=w.qk_dtype, precisions=(task_precision(w),), others=tuple((n, getattr(w, n)) for n, _ in p.others),
   )
   opt = next(o for o in p.optimizers if o.name == task.optimizer)
   rp = next(r for r in p.remats if r.name == task.remat)
   return one, task.mesh, opt, rp
+
+
+def build_program(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, **given: Any) -> TrainProgram:
+  """The train program of one of ``p``'s configurations: its mesh, optimizer and policy, the
+  plan's model, batch and sequence, and its first value of each of the step's options, each
+  unless ``given`` (``cfg``, ``batch``, ``seq`` or an option of
+  :func:`jaxmem.program.train.build_train_program`)."""
+  options = dict(
+      cfg=p.cfg, batch=p.batch, seq=p.seq, attention=p.attentions[0], microbatches=p.microbatches[0],
+      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision, pipeline=p.pipeline,
+      sequence_parallel=p.workload.sequence_parallel, context_strategy=p.context_strategies[0],
+  ) | given
+  return build_train_program(options.pop("cfg"), remat=rp, optimizer=opt, target=p.target, mesh=mesh, **options)
 
 
 def variant_of(p: Plan, task: Task) -> Plan:
@@ -200,7 +200,7 @@ def variant_of(p: Plan, task: Task) -> Plan:
   if not p.variants:
     return p
   for v in p.variants:
-    if all(getattr(v.workload, k) == getattr(task.workload, k) for k in OUTER_AXES):
+    if all(getattr(v.workload, k) == getattr(task.workload, k) for k in outer_axes()):
       return v
   raise ValueError("task is not one of the plan's")  # a programming error, not bad input
 
@@ -208,16 +208,34 @@ def variant_of(p: Plan, task: Task) -> Plan:
 def one_of_each(w: Workload, what: str) -> None:
   """A one-line error where ``w`` gives several values of an outer axis to ``what``, which
   takes one configuration."""
-  for k in OUTER_AXES:
-    v = getattr(w, k, None)
-    if isinstance(v, tuple):
-      raise JaxmemError(f"{what} takes one `{k}` (got {', '.join(map(str, v))}); run it once per value")
+  one_value_each(w, what, only=outer_axes())
 
 
 def outer_variants(w: Workload) -> list[Workload]:
   """``w`` once per combination of its outer axes' values (itself where each has one)."""
-  axes = [getattr(w, k) if isinstance(getattr(w, k), tuple) else (getattr(w, k),) for k in OUTER_AXES]
-  return [w.replace(**dict(zip(OUTER_AXES, values, strict=True))) for values in itertools.product(*axes)]
+  names = outer_axes()
+  values = [AXES[k].values(w) for k in names]
+  return [w.replace(**dict(zip(names, combo, strict=True))) for combo in itertools.product(*values)]
+
+
+# The inner axes the planner resolves itself (the mesh against the target, remat and optimizer
+# names, the step's, MoE variants and precisions, each checked); every other is taken as given.
+RESOLVED = ("mesh", "remat", "optimizer", "attention", "microbatches", "vocab_tiles", "qk_dtype", "moe_impl",
+            "capacity_factor", *PRECISION_AXES, "context_strategy")
+
+
+def resolve_others(w: Workload) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+  """The values, each once, of the inner axes the planner takes as given (their declarations
+  check them as the workload is made); an empty one is an error."""
+  out = []
+  for axis in declared():
+    if axis.outer or axis.name in RESOLVED or not hasattr(w, axis.name):
+      continue
+    values = axis.values(w)
+    if not values:
+      raise JaxmemError(f"`{axis.name}` is empty; give values separated by commas")
+    out.append((axis.name, tuple(dict.fromkeys(values))))
+  return tuple(out)
 
 
 def precision_axes(prec: Precision) -> dict[str, tuple[str | None]]:
@@ -365,7 +383,7 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
       moe_notes=moe_notes, model=model, precisions=precisions, pipeline=pipeline, context_strategies=strategies,
-      qk_dtypes=qk_dtypes,
+      qk_dtypes=qk_dtypes, others=resolve_others(w),
   )
 
 
@@ -427,16 +445,10 @@ def plan_step(w: Workload) -> Plan:
   """A sweep over a user's step (``w.step``): the target, remat policies and meshes as for the
   model's, the factory imported and checked before anything compiles."""
   load_step(w.step)
-  for field, v, default in (("attention", w.attention, ("auto",)), ("microbatches", w.microbatches, (1,)),
-                            ("vocab_tiles", w.vocab_tiles, (1,)), ("qk_dtype", w.qk_dtype, ("bfloat16",)),
-                            ("context_strategy", w.context_strategy, ("all_gather",)),
-                            ("moe_impl", w.moe_impl, ()), ("capacity_factor", w.capacity_factor, ()),
-                            ("master_dtype", w.master_dtype, (None,)), ("moments_dtype", w.moments_dtype, (None,)),
-                            ("grad_reduce_dtype", w.grad_reduce_dtype, (None,)),
-                            ("pipeline_microbatches", w.pipeline_microbatches, None), ("pipeline_repeats", w.pipeline_repeats, 1),
-                            ("sequence_parallel", w.sequence_parallel, False), ("dropout", w.dropout, 0.0)):
-    if v != default:  # they change how jaxmem builds its models' step; a user's step is built by its factory
-      raise JaxmemError(f"`{field}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
+  for axis in declared():
+    if not axis.step and getattr(w, axis.name) != axis.normalise(axis.default):
+      # it changes how jaxmem builds its models' step; a user's step is built by its factory
+      raise JaxmemError(f"`{axis.name}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)
   remats = step_remats(w, parse_remat(w.remat, host_memory=tgt.has_host_memory))
   for name, v in (("batch", w.batch), ("seq", w.seq)):

@@ -79,7 +79,7 @@ def test_an_empty_list_is_refused():
 def test_explain_takes_one_of_each(field):
   from jaxmem.buffers.explain import explain_workload
 
-  with pytest.raises(JaxmemError, match=f"explain takes one {field}"):
+  with pytest.raises(JaxmemError, match=f"explain takes one `{field}`"):
     explain_workload(**TINY, **{field: "bfloat16,float32"})
 
 

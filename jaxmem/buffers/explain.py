@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 
+from jaxmem.axes import one_value_each
 from jaxmem.buffers.analyse import Explanation, analyse, parse_kinds
 from jaxmem.buffers.xprof import DUMP_AS_PROTO, OptimizedHlo, read_optimized_hlo
 from jaxmem.compiler.analysis import Lowering, lower_for_target
@@ -32,11 +33,11 @@ from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.program.step import call_step, step_notes
-from jaxmem.resolve import one_of_each, plan
+from jaxmem.resolve import plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
-from jaxmem.workload import PRECISION_AXES, Workload
+from jaxmem.workload import Workload
 
 # A preset's consumers, in the order they are shown.
 CONSUMERS = ("params", "gradients", "optimizer_state", "activations", "workspace", "generated_code")
@@ -157,13 +158,7 @@ def explain_workload(
   parse_kinds(kinds)
   if w.step:
     return explain_step(w, top=top, kinds=kinds, framework_packages=framework_packages)
-  for what, v in (("remat", w.remat), ("optimizer", w.optimizer), ("mesh", w.mesh), ("attention", w.attention),
-                  ("microbatches", w.microbatches), ("vocab_tiles", w.vocab_tiles),
-                  ("context_strategy", w.context_strategy), ("qk_dtype", w.qk_dtype),
-                  *((name, getattr(w, name)) for name in PRECISION_AXES)):
-    if len(v) > 1:
-      raise JaxmemError(f"explain takes one {what} (got {', '.join(map(str, v))}); run it once per {what}")
-  one_of_each(w, "explain")
+  one_value_each(w, "explain")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   prog = build_train_program(

@@ -24,13 +24,14 @@ import jax.numpy as jnp
 from flax import nnx
 from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
 
+from jaxmem.axes import one_value_each, outer_axes
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
 from jaxmem.models.dropout import Dropout
 from jaxmem.models.transformer import Block
-from jaxmem.resolve import moe_config, moe_variants, one_of_each, resolve_dropout, resolve_model, resolve_step_axes
+from jaxmem.resolve import moe_config, moe_variants, resolve_dropout, resolve_model, resolve_step_axes
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.train import pick_attention
 from jaxmem.records import Record
@@ -171,9 +172,7 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   attentions, microbatches = resolve_step_axes(w)
   tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
-  one_of_each(w, "`residuals`")
-  if len(w.qk_dtype) > 1:
-    raise JaxmemError(f"`residuals` takes one `qk_dtype` (got {', '.join(w.qk_dtype)}); run it once per dtype")
+  one_value_each(w, "`residuals`", only=(*outer_axes(), "qk_dtype"))
   if len(moe_variants(w)) > 1:
     raise JaxmemError("`residuals` takes one `moe_impl` and `capacity_factor`; run it once per choice")
   (impl, factor), = moe_variants(w)

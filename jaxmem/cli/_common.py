@@ -37,17 +37,25 @@ class Parser(argparse.ArgumentParser):
     raise JaxmemError(f"{message} (see {self.prog} --help)")
 
 
-def add_axis(
-    p: argparse.ArgumentParser, flag: str, *, default: str | None, help: str, shown: str | None = None, sweep: bool = True
-) -> None:
-  """An option that shapes the compiled program, given as a comma list the same way everywhere:
-  each value is a sweep axis's entry (a row, or a row group, each), as ``--microbatches 1,4``.
-  The string goes to the :class:`Workload` field of the flag's name, which splits it and checks
-  every item (a bad one is named with the valid ones, in one line). ``shown``: the default as
-  the help says it, where ``default`` is None (the library's choice). ``sweep`` False: one value
+def add_axes(p: argparse.ArgumentParser, group: str, *, sweep: bool = True, helps: dict[str, str] | None = None) -> None:
+  """The flags of the sweep axes declared in ``group`` (``jaxmem.AXES``), in their order; an
+  axis without help has a flag its commands declare themselves, or its help in ``helps``. Each
+  flag sets the :class:`Workload` field of its name, which splits a comma list and checks every
+  item (a bad one is named with the valid ones, in one line). ``sweep`` False: one value each
   (a closed form, ``estimate``, compiles nothing to sweep)."""
-  said = shown if shown is not None else default
-  p.add_argument(flag, default=default, help=help + "; comma separated to sweep" * sweep + (f"; default {said}" if said else ""))
+  for axis in jaxmem.AXES.values():
+    text = (helps or {}).get(axis.name, axis.help)
+    if axis.group == group and text is not None:
+      p.add_argument(axis.flag, default=axis.flag_default, help=axis_help(axis, text, sweep=sweep), **axis.flag_options)
+
+
+def axis_help(axis: jaxmem.Axis, text: str, *, sweep: bool = True) -> str:
+  """An axis's flag help: ``text``, and for a comma list that it sweeps and its default (as
+  ``shown`` says it where the library chooses)."""
+  if not axis.listed:
+    return text
+  said = axis.shown if axis.shown is not None else axis.flag_default
+  return text + (axis.list_note + "; comma separated to sweep") * sweep + (f"; default {said}" if said else "")
 
 
 def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024) -> None:
@@ -71,35 +79,7 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       help="bytes per device another program holds beside the step (14.5GiB, 512MiB, or bytes): out of the "
       "capacity; a TPU compile is capped to match with --xla_tpu_max_hbm_size_mib (the row's note gives the flag)",
   )
-  p.add_argument(
-      "--mesh",
-      action="append",
-      default=None,
-      help="mesh axes, e.g. data=4 or fsdp=2,tensor=2; repeat for one row group per mesh (default: fsdp over all devices)",
-  )
-  p.add_argument(
-      "--moe-impl",
-      default=None,
-      help="mixture-of-experts models: how routed experts run, dropless (tokens sorted by expert, grouped matmuls) "
-      "and/or capacity (GShard dispatch; copies past capacity dropped), comma separated; default dropless, "
-      "capacity on GPU targets",
-  )
-  p.add_argument(
-      "--capacity-factor",
-      default=None,
-      help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); default 1.25",
-  )
-  add_axis(p, "--param-dtype", default=None, shown="float32", help="parameter dtype")
-  add_axis(p, "--dtype", default=None, shown="bfloat16", help="compute dtype (infer: one)")
-  p.add_argument(
-      "--attention",
-      default="auto",
-      help=jaxmem.attention_help(),
-  )
-  add_axis(
-      p, "--qk-dtype", default="bfloat16",
-      help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
-  )
+  add_axes(p, "workload", helps={"attention": jaxmem.attention_help()})  # the kernels the models have
   add_output(p)
   p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
   p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
@@ -134,66 +114,22 @@ def add_output(p: argparse.ArgumentParser) -> None:
 
 
 def add_train_step(p: argparse.ArgumentParser) -> None:
-  """How the train step is computed: gradient accumulation, vocabulary tiling, score dtype."""
-  add_axis(
-      p, "--microbatches", default="1",
-      help="gradient accumulation: split the global batch into N microbatches run in sequence",
-  )
-  add_axis(
-      p, "--vocab-tiles", default="1",
-      help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling)",
-  )
-  add_axis(
-      p, "--context-strategy", default="all_gather",
-      help="how attention crosses a sequence split over a context mesh axis: all_gather (MaxText's default: "
-      "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax)",
-  )
-  add_axis(
-      p, "--pipeline-microbatches", default=None, shown="the stage count",
-      help="meshes with a stage axis: cut each batch (or --microbatches microbatch) into N pipeline "
-      "microbatches (MaxText's num_pipeline_microbatches; at least the stages; none for the stage count)",
-  )
-  p.add_argument(  # an int default, as fit --phase tells a given flag by it
-      "--pipeline-repeats", default=1,
-      help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; "
-      "comma separated to sweep; default 1",
-  )
+  """How the train step is computed (gradient accumulation, vocabulary tiling, the pipeline...),
+  its precision and its parallelism: every train step's axis with a flag."""
+  add_axes(p, "step")
   add_precision(p)
   add_parallelism(p)
 
 
 def add_parallelism(p: argparse.ArgumentParser) -> None:
   """Korthikanti et al. 2022's options: Megatron sequence parallelism and the models' dropout."""
-  p.add_argument(
-      "--sequence-parallel", nargs="?", const="on", default=None, metavar="off,on",
-      help="Megatron sequence parallelism: split the residual stream, norms and dropouts along the sequence over "
-      "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh tensor=N; "
-      "the flag alone is on, off,on compiles both",
-  )
-  add_axis(
-      p, "--dropout", default=None, shown="0",
-      help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
-      "sub-blocks' outputs; masks are one byte each)",
-  )
+  add_axes(p, "parallelism")
 
 
 def add_precision(p: argparse.ArgumentParser, *, sweep: bool = True) -> None:
   """The optimizer's and the gradients' dtypes beside --param-dtype (jaxmem.program.precision);
   ``sweep`` False for estimate's closed form (one value each)."""
-  default = "; `none` or `default` in a list for the default" if sweep else ""
-  add_axis(
-      p, "--master-dtype", default=None, shown="none", sweep=sweep,
-      help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
-      "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter)" + default,
-  )
-  add_axis(
-      p, "--moments-dtype", default=None, shown="the dtype the optimizer updates in (the master copy's, else the parameters')",
-      help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion)" + default, sweep=sweep,
-  )
-  add_axis(
-      p, "--grad-reduce-dtype", default=None, shown="the parameters' dtype", sweep=sweep,
-      help="form and reduce the gradients over the data axes in this dtype" + default,
-  )
+  add_axes(p, "precision", sweep=sweep)
 
 
 def add_sweep_axes(p: argparse.ArgumentParser, *, remat: str = DEFAULT_REMAT, remat_help: str | None = None) -> None:
@@ -423,22 +359,13 @@ def _duration(seconds: float) -> str:
 
 
 def _label(r: Any) -> str:
-  """A row's configuration in a few words: train rows' mesh, optimizer, remat and workload; infer
+  """A row's configuration in a few words: train rows' mesh, optimizer, remat and workload, then
+  each sweep axis not at its default (``jaxmem.AXES``' words, so two rows' lines differ); infer
   rows' weights, phase and context."""
   words = [str(v) for k in ("mesh", "optimizer", "remat", "attention", "weights", "phase") if (v := getattr(r, k, None))]
-  words += [f"{k.replace('_', ' ')} {v}" for k in ("batch", "seq", "context", "microbatches", "vocab_tiles")
-            if (v := getattr(r, k, None)) is not None and not (k in ("microbatches", "vocab_tiles") and v == 1)]
-  # The dtypes and options a sweep may vary, where not their defaults (so two rows' lines differ).
-  words += [f"{what} {v}" for k, what, default in _SWEPT_WORDS if (v := getattr(r, k, None)) not in (None, default, False)]
-  if getattr(r, "moments_dtype", None) not in (None, getattr(r, "param_dtype", None)):
-    words.append(f"moments {r.moments_dtype}")
+  words += [f"{k} {v}" for k in ("batch", "seq", "context") if (v := getattr(r, k, None)) is not None]
+  words += [w for a in jaxmem.AXES.values() if (w := a.label(r)) is not None]
   return " ".join(words)
-
-
-# (field, word, default) of the swept fields a progress line names when not at their default.
-_SWEPT_WORDS = (("param_dtype", "params", "float32"), ("dtype", "compute", "bfloat16"), ("qk_dtype", "qk", "bfloat16"),
-                ("master_dtype", "master", None), ("grad_reduce_dtype", "grad reduce", None), ("dropout", "dropout", 0.0),
-                ("sequence_parallel", "sequence parallel", False))
 
 
 def _verdict(r: Any) -> str:

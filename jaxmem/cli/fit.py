@@ -98,10 +98,9 @@ def compiles_line(results: list[jaxmem.FitResult]) -> str:
   return f"jaxmem: {total} compiles for {len(results)} configurations ({total / max(1, len(results)):.1f} each)"
 
 
-# A train step's flags, refused with --phase when set (their defaults, to tell).
-_TRAINING_FLAGS = ("step", "seq", "remat", "optimizer", "microbatches", "vocab_tiles", "param_dtype", "master_dtype",
-                   "moments_dtype", "grad_reduce_dtype", "sequence_parallel", "dropout",
-                   "pipeline_microbatches", "pipeline_repeats", "context_strategy", "depth_probe")
+# A train step's flags, refused with --phase when set (their defaults, to tell): the train step's
+# axes (jaxmem.TRAINING_ONLY) and fit's own.
+_TRAINING_FLAGS = (*jaxmem.TRAINING_ONLY, "depth_probe")
 
 
 def add_serving(p: argparse.ArgumentParser) -> None:

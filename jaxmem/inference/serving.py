@@ -34,6 +34,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.axes import training_only
 from jaxmem.compiler.figures import shape_argument_bytes
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import get_target
@@ -53,10 +54,9 @@ OVER = ("batch", "context")
 # sequence steps).
 CONTEXT_QUANTUM = 128
 MAX_STEPS = 1 << 16  # search ceiling, in units of the step
-# A train step's options, which the inference step has none of (refused by name, one line).
-TRAINING_ONLY = ("step", "seq", "remat", "optimizer", "microbatches", "vocab_tiles", "param_dtype", "master_dtype",
-                 "moments_dtype", "grad_reduce_dtype", "sequence_parallel", "dropout",
-                 "pipeline_microbatches", "pipeline_repeats", "context_strategy", "depth_probe")
+# A train step's options, which the inference step has none of (refused by name, one line): its
+# own step, its sequence, its sweep axes (jaxmem.axes) and fit's depth probe.
+TRAINING_ONLY = ("step", "seq", *training_only(), "depth_probe")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

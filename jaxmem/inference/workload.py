@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from jaxmem.axes import names
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
@@ -21,7 +22,7 @@ from jaxmem.models import ModelConfig
 from jaxmem.resolve import moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_qk_dtypes, resolve_target
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
-from jaxmem.workload import BaseWorkload, names
+from jaxmem.workload import BaseWorkload
 
 PHASES = ("prefill", "decode")
 DEFAULT_PROMPT = 1024

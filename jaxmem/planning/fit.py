@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.axes import AXES, with_fields
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.events import notice
@@ -37,7 +38,7 @@ from jaxmem.resolve import Plan, Task, outer_variants, plan, resolve_meshes, res
 from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
 from jaxmem.program import sharding as shd
 from jaxmem.program.pipelining import PipelineOptions
-from jaxmem.records import DTYPE_AXES, SWEPT_FIELDS
+from jaxmem.records import SWEPT_FIELDS
 from jaxmem.workload import Workload
 
 SEQ_QUANTUM = 128  # sequence steps: a multiple of TPU lane width keeps layouts unpadded
@@ -45,6 +46,7 @@ MAX_STEPS = 1 << 16  # search ceiling, in units of the step
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+@with_fields("summary")
 class FitResult:
   """The largest fitting workload for one (mesh, optimizer, attention, microbatches, remat) and
   its figures. ``attention`` is the implementation the largest fitting row used (else the name
@@ -69,18 +71,8 @@ class FitResult:
   predicted_from_depths: tuple[int, int] | None = None
   confirmed_full_depth: bool | None = None
   depth_prediction_error_pct: float | None = None
-  # The configuration's swept fields (jaxmem.records.SWEPT_FIELDS): its largest fitting row's, else
-  # the dtypes as asked (None where a row would resolve them).
-  param_dtype: str | None = None
-  dtype: str | None = None
-  dropout: float | None = None
-  sequence_parallel: bool | None = None
-  pipeline_microbatches: int | None = None
-  pipeline_repeats: int | None = None
-  qk_dtype: str | None = None
-  master_dtype: str | None = None
-  moments_dtype: str | None = None
-  grad_reduce_dtype: str | None = None
+  # (the configuration's swept fields, jaxmem.records.SWEPT_FIELDS: its largest fitting row's,
+  # else as asked, None where a row would resolve them)
 
   def as_dict(self) -> dict[str, Any]:
     d = {} if self.row is None else self.row.as_dict()
@@ -331,8 +323,7 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
 
 def _asked(w: Workload, k: str) -> Any:
   """A swept field as the task's workload asks it, where no row records it."""
-  v = getattr(w, k)
-  return v[0] if k in DTYPE_AXES else v
+  return AXES[k].first(w)
 
 
 def _depth_note(s: _Search, over: str) -> str:

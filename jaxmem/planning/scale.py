@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxmem.axes import group_fields, key, with_fields
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import RowCache
 from jaxmem.resolve import Plan, Task, plan
@@ -63,6 +64,7 @@ def grid(over: dict[str, list[int]], batch: int, seq: int) -> list[tuple[int, in
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+@with_fields("summary")
 class Growth(Record):
   """A component's fitted growth exponents for one (mesh, optimizer, attention, microbatches, remat)."""
 
@@ -77,17 +79,7 @@ class Growth(Record):
   moe: str | None = None  # an MoE model's experts ("dropless", "capacity 1.25"); None when dense
   vocab_tiles: int = 1
   context_strategy: str | None = None
-  # The group's swept fields (jaxmem.records.SWEPT_FIELDS), as its rows record them.
-  param_dtype: str | None = None
-  dtype: str | None = None
-  dropout: float | None = None
-  sequence_parallel: bool | None = None
-  pipeline_microbatches: int | None = None
-  pipeline_repeats: int | None = None
-  qk_dtype: str | None = None
-  master_dtype: str | None = None
-  moments_dtype: str | None = None
-  grad_reduce_dtype: str | None = None
+  # (the group's swept fields, jaxmem.records.SWEPT_FIELDS, as its rows record them)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -143,13 +135,13 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
   ``auto`` fell back to another kernel (at shapes its kernel cannot take) are fitted apart."""
   out = []
   groups: dict[tuple, list[Row]] = {}
+  fields = group_fields()  # a configuration's: everything but the batch and the sequence
   for r in rows:
-    moe = r.moe_impl and r.moe_impl + ("" if r.capacity_factor is None else f" {r.capacity_factor:g}")
-    dtypes = tuple(getattr(r, k) for k in SWEPT_FIELDS)
-    key = (r.mesh, r.optimizer, r.remat, r.attention, r.microbatches, r.vocab_tiles, moe, r.context_strategy, dtypes)
-    groups.setdefault(key, []).append(r)
+    groups.setdefault(key(r, fields), []).append(r)
   varying = [v for v in VARIABLES if v in over]
-  for (mesh, opt, remat, attention, mb, tiles, moe, strategy, dtypes), rs in groups.items():
+  for values, rs in groups.items():
+    g = dict(zip(fields, values, strict=True))
+    moe = g["moe_impl"] and g["moe_impl"] + ("" if g["capacity_factor"] is None else f" {g['capacity_factor']:g}")
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)
@@ -161,9 +153,9 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
           exps[v] = round(float(c), 3)
       out.append(
           Growth(
-              mesh=mesh, optimizer=opt, remat=remat, component=comp, batch_exponent=exps["batch"],
-              seq_exponent=exps["seq"], attention=attention, microbatches=mb, moe=moe, vocab_tiles=tiles,
-              context_strategy=strategy, **dict(zip(SWEPT_FIELDS, dtypes, strict=True)),
+              mesh=g["mesh"], optimizer=g["optimizer"], remat=g["remat"], component=comp, batch_exponent=exps["batch"],
+              seq_exponent=exps["seq"], attention=g["attention"], microbatches=g["microbatches"], moe=moe,
+              vocab_tiles=g["vocab_tiles"], context_strategy=g["context_strategy"], **{k: g[k] for k in SWEPT_FIELDS},
           )
       )
   return out

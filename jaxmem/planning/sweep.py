@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.axes import baseline_fields, key, recorded
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.hardware.startup import start_jax
@@ -20,15 +21,14 @@ from jaxmem.models import get_attention
 from jaxmem.models.model_flops import training_flops, weight_flops
 from jaxmem.planning import steps
 from jaxmem.cache import RowCache
-from jaxmem.resolve import Plan, Task, for_task, plan
+from jaxmem.resolve import Plan, Task, build_program, for_task, plan
 from jaxmem.planning.runner import run_tasks
 from jaxmem.program import sharding as shd
 from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
 from jaxmem.program.remat import RematPolicy, get_remat
-from jaxmem.program.train import build_train_program
-from jaxmem.records import SWEPT_FIELDS, CompilerFigures, Configuration, Judgement, StepTime
+from jaxmem.records import CompilerFigures, Configuration, Judgement, StepTime
 from jaxmem.workload import Workload
 
 
@@ -66,21 +66,15 @@ class Row(Judgement, StepTime, CompilerFigures, Configuration):
   # jaxmem.records.Judgement)
 
 
-def run_config(
-    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None,
-    microbatches: int | None = None, vocab_tiles: int | None = None, context_strategy: str | None = None,
-) -> Row:
-  """Compiles one configuration (``attention``, ``microbatches``, ``vocab_tiles``: the plan's first
-  unless given) through :func:`jaxmem.compiler.figures.compile_figures`. A compile the backend refuses
+def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> Row:
+  """Compiles one configuration (the plan's first value of every other axis: a task's plan,
+  :func:`jaxmem.resolve.for_task`, has one) through
+  :func:`jaxmem.compiler.figures.compile_figures`. A compile the backend refuses
   (out of memory, an unsupported feature), or arguments alone over the device's capacity,
   become a row with ``error`` set rather than an exception, so a sweep goes on."""
-  attention = p.attentions[0] if attention is None else attention
-  microbatches = p.microbatches[0] if microbatches is None else microbatches
-  vocab_tiles = p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles
-  context_strategy = p.context_strategies[0] if context_strategy is None else context_strategy
   if p.workload.step:  # a user's own step (jaxmem.planning.steps)
     return Row(**steps.step_row(p, mesh, rp))
-  base = dict(
+  base = asked(p.workload) | dict(
       model=p.cfg.name,
       target=p.target.name,
       mesh=shd.format_mesh(mesh),
@@ -93,20 +87,13 @@ def run_config(
       num_devices=p.target.num_devices,
       **moe_fields(p.cfg),
   )
-  program = build_train_program(
-      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh, attention=attention,
-      microbatches=microbatches, vocab_tiles=vocab_tiles, qk_dtype=p.qk_dtype, precision=p.precision,
-      pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel, context_strategy=context_strategy,
-  )
-  base.update(
+  program = build_program(p, mesh, opt, rp)
+  base.update(  # as the program resolved them (the workload's values otherwise: asked)
       param_bytes=program.param_bytes,
       param_bytes_global=program.param_bytes_global,
       optimizer_state_bytes=program.optimizer_state_bytes,
       attention=program.attention.name,
-      microbatches=microbatches,
-      vocab_tiles=vocab_tiles,
       context_strategy=program.attention.strategy,
-      qk_dtype=p.qk_dtype,
       **precision_fields(program),
       **p.pipeline.fields(mesh),
   )
@@ -125,6 +112,13 @@ def run_config(
   if program.pipeline is not None:
     fields.update(pipeline_figures(program.pipeline, outcome, fields))
   return Row(**base, **fields)
+
+
+def asked(w: Workload) -> dict[str, Any]:
+  """A row's sweep axes as its workload asks them (one value each), which the program's own
+  choices then replace (the attention ``auto`` became, the moments' dtype...): so an axis the
+  program only reads is recorded with nothing more said."""
+  return {a.name: a.first(w) for a in recorded()}
 
 
 def pipeline_figures(pipe: Any, outcome: Any, fields: dict[str, Any]) -> dict[str, Any]:
@@ -187,10 +181,7 @@ def run_task(task: Task) -> dict[str, Any]:
 def run_planned(p: Plan, task: Task) -> dict[str, Any]:
   """:func:`run_task` with the sweep's own plan ``p`` (in this process: nothing planned again)."""
   one, mesh, opt, rp = for_task(p, task)
-  return run_config(
-      one, mesh, opt, rp, attention=task.attention, microbatches=task.microbatches, vocab_tiles=task.vocab_tiles,
-      context_strategy=task.context_strategy,
-  ).as_dict()
+  return run_config(one, mesh, opt, rp).as_dict()
 
 
 def runner(p: Plan, *, jobs: int = 1, scheduler: str | None = None) -> Callable[[Task], dict[str, Any]]:
@@ -217,9 +208,9 @@ def with_overheads(rows: list[Row]) -> list[Row]:
 
 
 def baseline_key(r: Any) -> tuple:
-  """What a row shares with the no-remat row it is compared with: everything but the policy."""
-  return (r.target, r.mesh, r.optimizer, r.batch, r.seq, r.attention, r.microbatches, r.vocab_tiles, r.moe_impl,
-          r.capacity_factor, r.context_strategy, *(getattr(r, k) for k in SWEPT_FIELDS))
+  """What a row shares with the no-remat row it is compared with: everything but the policy
+  (:func:`jaxmem.axes.baseline_fields`)."""
+  return key(r, baseline_fields())
 
 
 def compare(
@@ -330,10 +321,9 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
   cfg = p.cfg
   if row.moe_impl is not None:  # the row's own MoE variant, which a sweep's plan.cfg may not be
     cfg = dataclasses.replace(cfg, moe_impl=row.moe_impl, capacity_factor=row.capacity_factor or cfg.capacity_factor)
-  program = build_train_program(
-      cfg, remat=rp, optimizer=opt, batch=row.batch, seq=row.seq, target=p.target, mesh=mesh,
-      attention=row.attention or p.attentions[0], microbatches=row.microbatches, vocab_tiles=row.vocab_tiles,
-      qk_dtype=row.qk_dtype, precision=row_precision(p, row), pipeline=p.pipeline, sequence_parallel=p.workload.sequence_parallel,
-      context_strategy=row.context_strategy,
+  program = build_program(
+      p, mesh, opt, rp, cfg=cfg, batch=row.batch, seq=row.seq, attention=row.attention or p.attentions[0],
+      microbatches=row.microbatches, vocab_tiles=row.vocab_tiles, qk_dtype=row.qk_dtype,
+      precision=row_precision(p, row), context_strategy=row.context_strategy,
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

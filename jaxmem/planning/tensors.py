@@ -34,6 +34,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from jaxmem.axes import one_value_each
 from jaxmem.buffers.residuals import _listing, layer_step_flops
 from jaxmem.errors import JaxmemError
 from jaxmem.models import CHECKPOINT_NAMES
@@ -113,12 +114,7 @@ def check_searchable(p: Plan) -> None:
   """One configuration per search: the assignment is chosen for one mesh, optimizer, kernel."""
   if p.workload.step:
     raise JaxmemError("remat search needs jaxmem's own models (`model`): a user's step names its own checkpoints")
-  for field, values in (("mesh", p.meshes), ("optimizer", p.optimizers), ("attention", p.attentions),
-                        ("microbatches", p.microbatches), ("vocab_tiles", p.vocab_tiles), ("moe_impl", p.moe),
-                        ("context_strategy", p.context_strategies), ("qk_dtype", p.qk_dtypes),
-                        ("precision", p.precisions), ("param_dtype or another outer axis", p.variants)):
-    if len(values) > 1:
-      raise JaxmemError(f"remat search takes one `{field}` (got {len(values)}); run it once per choice")
+  one_value_each(p.workload, "remat search", skip=("remat",))
   if p.target.capacity_bytes is None:
     raise JaxmemError(f"remat search needs a target with a memory capacity; {p.target.name} has none")
   if p.pipeline.schedule(p.meshes[0]):

@@ -21,19 +21,19 @@ from typing import Any
 
 import jax
 
+from jaxmem.axes import one_value_each
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.startup import start_distributed, start_jax
 from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.resolve import Plan, moe_config, one_of_each, plan
+from jaxmem.resolve import Plan, build_program, moe_config, plan
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
-from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
-from jaxmem.workload import PRECISION_AXES, Workload
+from jaxmem.workload import Workload
 
 NEEDS_ACCELERATOR = (
     "validate runs real train steps and needs an attached TPU or GPU (this machine has none); "
@@ -82,11 +82,9 @@ def measure(
   """Runs one configuration in this process (``attention`` and ``microbatches``: the plan's
   first unless given). Call it in a fresh process for a clean peak."""
   microbatches = p.microbatches[0] if microbatches is None else microbatches
-  program = build_train_program(
-      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=mesh,
-      attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
-      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision, pipeline=p.pipeline,
-      sequence_parallel=p.workload.sequence_parallel,
+  program = build_program(
+      p, mesh, opt, rp, attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
+      context_strategy=None,
   )
   outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
   if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit
@@ -144,10 +142,9 @@ def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
     raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
-  one_of_each(workload, "validate")
-  for name in ("qk_dtype", *PRECISION_AXES):  # its configurations are measured from the plan's first of each
-    if len(getattr(workload, name)) > 1:
-      raise JaxmemError(f"validate takes one `{name}` (got {', '.join(map(str, getattr(workload, name)))}); run it once per value")
+  # Its configurations are measured from the plan's first of every axis but those it sweeps.
+  one_value_each(workload, "validate", skip=("mesh", "remat", "optimizer", "attention", "microbatches", "vocab_tiles",
+                                              "moe_impl", "capacity_factor"))
   if distributed:
     start_distributed()
   start_jax()

@@ -21,9 +21,9 @@ from typing import Any
 import jax
 from tabulate import tabulate
 
+from jaxmem.axes import AXES, baseline_fields, key
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
-from jaxmem.records import SWEPT_FIELDS
 from jaxmem.render.units import Unit, percent, seconds, unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
 
@@ -196,7 +196,7 @@ class _Layout:
 
   def headers(self) -> list[str]:
     h = [*self.varying] + ["mesh"] * self.mesh + ["optimizer"] * self.optimizer
-    h += [k.replace("_", " ") for k in self.step] + ["moe"] * self.moe + ["capacity factor"] * self.factor
+    h += [_header(k) for k in self.step] + ["moe"] * self.moe + ["capacity factor"] * self.factor
     h += ["stages", "pipeline mb"] * self.pipeline + ["repeats"] * self.repeats + ["bubble"] * self.pipeline
     h += _SWEEP_HEADERS
     h += ["comm"] * self.comm + ["host temp"] * self.host + ["host total"] * self.host_total
@@ -278,32 +278,33 @@ def _comm(r: Any, unit: int) -> str:
   return f"{LOWER_BOUND_MARK}{cell}" if _get(r, "comm_lower_bound", False) and r.comm_bytes is not None else cell
 
 
-# The swept fields with a column where they vary (the pipeline's have their own columns).
-_SWEPT_COLUMNS = tuple(k for k in SWEPT_FIELDS if not k.startswith("pipeline_"))
+# The swept fields with a column of their own where they vary (jaxmem.axes: the dtypes, dropout,
+# sequence parallelism; the step's, the pipeline's and the MoE columns are laid out apart).
+_SWEPT_COLUMNS = tuple(a.name for a in AXES.values() if a.column and a.record is not None)
+
+
+def _header(k: str) -> str:
+  return AXES[k].column_header if k in AXES else k.replace("_", " ")
 
 
 def varying_dtypes(rows: Sequence[Any]) -> tuple[str, ...]:
-  """The swept fields (:data:`jaxmem.records.SWEPT_FIELDS`: dtypes, dropout, sequence
-  parallelism) whose value differs between ``rows``: a column each (one every row shares stays
-  in the heading)."""
+  """The swept fields with a column of their own whose value differs between ``rows``: a
+  column each (one every row shares stays in the heading)."""
   return tuple(k for k in _SWEPT_COLUMNS if len({_get(r, k, None) for r in rows}) > 1)
 
 
 def _dtypes(r: Any, skip: Sequence[str] = ()) -> str:
-  # A user's step has no compute dtype of jaxmem's choosing ("-"), and parameters only if named.
-  known = [f"{getattr(r, key)} {what}" for key, what in (("param_dtype", "params"), ("dtype", "compute"))
-           if getattr(r, key) != "-" and key not in skip]
-  # The precision options (issue 20), where a row has them: one per sweep, so in the heading.
-  known += [f"{v} {what}" for key, what in (("master_dtype", "master copy"), ("moments_dtype", "moments"),
-                                             ("grad_reduce_dtype", "gradient reduction"))
-            if (v := _get(r, key, None)) is not None and (key != "moments_dtype" or v != r.param_dtype) and key not in skip]
-  out = f" · {', '.join(known)}" if known else ""
-  # Korthikanti et al.'s options (issue 20): one per sweep, so in the heading too.
-  if _get(r, "sequence_parallel", False) and "sequence_parallel" not in skip:
-    out += " · sequence parallel"
-  if _get(r, "dropout", 0.0) and "dropout" not in skip:
-    out += f" · dropout {_get(r, 'dropout', 0.0):g}"
-  return out
+  """The heading's words for the swept fields every row shares (each axis's declared
+  ``heading``): the dtypes in one list, the others apart. A user's step has no compute dtype of
+  jaxmem's choosing (``-``), and parameters only if named."""
+  listed: list[str] = []
+  apart: list[str] = []
+  for a in AXES.values():
+    v = _get(r, a.name, None)
+    if a.heading is None or a.name in skip or v in (None, False, "-") or (a.same_as and v == _get(r, a.same_as, None)):
+      continue
+    (apart if a.heading_apart else listed).append(a.heading.format(v))
+  return (f" · {', '.join(listed)}" if listed else "") + "".join(f" · {w}" for w in apart)
 
 
 def _get(r: Any, key: str, default: Any) -> Any:
@@ -314,9 +315,7 @@ def _get(r: Any, key: str, default: Any) -> Any:
 
 def _base_key(r: Any) -> tuple:
   """What a row shares with the no-remat row it is compared with (see sweep.baseline_key)."""
-  return (r.target, r.mesh, r.optimizer, r.batch, r.seq, _get(r, "attention", None), _get(r, "microbatches", 1),
-          _get(r, "vocab_tiles", 1), _get(r, "moe_impl", None), _get(r, "capacity_factor", None),
-          _get(r, "context_strategy", None), *(_get(r, k, None) for k in SWEPT_FIELDS))
+  return key(r, baseline_fields())
 
 
 def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:

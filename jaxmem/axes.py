@@ -1,0 +1,531 @@
+"""The sweep axes, each declared once: an option that shapes the compiled program and that a
+sweep may vary (``--dropout 0,0.1`` compiles both).
+
+An :class:`Axis` says everything the rest of jaxmem derives from it: the :class:`~jaxmem.workload.Workload`
+field of its name (its default and how a value is normalised, ``"0,0.1"`` to ``(0.0, 0.1)``,
+refusing a bad one in one line), the CLI flag (``--dropout``) and its help, whether the sweep
+plans once per value (``outer``: the model's config or the step's layout changes) or makes a
+task per value within one plan, whether only a train step takes it, how a result records it
+(the field of :class:`~jaxmem.records.Configuration`, fit's and scale's summaries), the words
+that label a row with it, its column in compare's table, and the checks that a command which
+takes one configuration got one value of it. The cache key is the whole workload, so a new axis
+is keyed with no more said.
+
+A new axis is one entry in :data:`AXES` (its declaration) and the program code that uses it (a
+task's workload holds one value of it: ``task.workload.<name>``). An axis of another package's is
+declared the same way, as an entry point in the group ``jaxmem.axes`` naming an :class:`Axis`
+(``[project.entry-points."jaxmem.axes"] toy = "mypkg.axes:TOY"``): the records' fields are made
+when jaxmem is imported, so an axis must be known by then.
+
+>>> AXES["dropout"].parse("0,0.1", "dropout")
+(0.0, 0.1)
+>>> AXES["qk_dtype"].parse("bfloat16, float32", "qk_dtype")
+('bfloat16', 'float32')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from jaxmem.errors import JaxmemError
+
+# --- how a value is written: the parsers the axes declare ---
+
+
+def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
+  """A sweep axis as a tuple of names: ``"a,b"``, ``["a", "b,c"]`` and ``None`` (empty) alike."""
+  if v is None:
+    return ()
+  parts = [v] if isinstance(v, str) else list(v)
+  return tuple(n.strip() for p in parts for n in str(p).split(",") if n.strip())
+
+
+def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
+  """A sweep axis of whole numbers (``"1,4"``, ``4``, ``[1, "4"]``) as a tuple; entries that are
+  not whole numbers stay as written, for :func:`jaxmem.resolve.plan` to refuse in one line."""
+  if v is None:
+    return ()
+  parts = [v] if isinstance(v, (int, str)) else list(v)
+  out: list[int | str] = []
+  for n in names([str(p) for p in parts]):
+    out.append(int(n) if n.lstrip("-").isdigit() else n)
+  return tuple(out)
+
+
+# How an optional dtype axis (``master_dtype``, ``moments_dtype``, ``grad_reduce_dtype``) writes
+# its default (no master copy; the dtype the optimizer updates in; the parameters' dtype) in a list.
+DEFAULT_DTYPE_NAMES = ("none", "default")
+
+
+def optional_names(v: str | Sequence[str | None] | None) -> tuple[str | None, ...]:
+  """An optional dtype's sweep axis: :func:`names`, with ``None`` (and ``none`` or ``default``
+  in a list, as in ``"none,float32"``) for the field's default; ``None`` alone is ``(None,)``."""
+  if v is None:
+    return (None,)
+  parts = [v] if isinstance(v, str) else list(v)
+  out: list[str | None] = []
+  for p in parts:
+    out += [None] if p is None else [None if n.lower() in DEFAULT_DTYPE_NAMES else n for n in names(p)]
+  return tuple(dict.fromkeys(out))
+
+
+def several(values: tuple[Any, ...], what: str) -> Any:
+  """An outer axis's values: one value as itself (so a workload of one configuration reads as
+  before), several as a tuple."""
+  if not values:
+    raise JaxmemError(f"`{what}` is empty; give values separated by commas")
+  return values[0] if len(values) == 1 else values
+
+
+def switches(v: Any, what: str) -> tuple[bool, ...]:
+  """A sweep axis of on/off values: ``True``, ``"off,on"``, ``[False, True]``."""
+  out = []
+  for p in ([v] if not isinstance(v, (list, tuple)) else list(v)):
+    if isinstance(p, bool):
+      out.append(p)
+      continue
+    for n in names(str(p)):
+      if n.lower() not in _SWITCH:
+        raise JaxmemError(f"`{what}` takes on or off, comma separated, got {n!r}")
+      out.append(_SWITCH[n.lower()])
+  return tuple(dict.fromkeys(out))
+
+
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
+def numbers(v: float | str | Sequence[float | str] | None, what: str, takes: str = "numbers separated by commas") -> tuple[float, ...]:
+  """A sweep axis of numbers: ``"1,1.25"``, ``1.25``, ``[1, "1.25,2"]`` and ``None`` (empty);
+  ``takes`` says what an item that is not a number should have been."""
+  if v is None:
+    return ()
+  parts = [v] if isinstance(v, (str, int, float)) else list(v)
+  out = []
+  for p in parts:
+    for n in str(p).split(","):
+      if not n.strip():
+        continue
+      try:
+        out.append(float(n))
+      except ValueError:
+        raise JaxmemError(f"`{what}` takes {takes}, got {n.strip()!r}") from None
+  return tuple(dict.fromkeys(out))
+
+
+def meshes(v: Any) -> tuple[str, ...]:
+  """Meshes as written (``"data=2,fsdp=4"`` is one mesh: its commas separate axes, not meshes):
+  a string, a sequence of strings, or ``(axis, size)`` pairs; ``None`` for the default mesh."""
+  if v is None:
+    return ()
+  if isinstance(v, str):
+    return (v,)
+  items = list(v)
+  if items and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], int) for x in items):
+    return (_mesh_text(tuple(items)),)  # one mesh as (axis, size) pairs
+  return tuple(x if isinstance(x, str) else _mesh_text(x) for x in items)
+
+
+def _mesh_text(pairs: Sequence[tuple[str, int]]) -> str:
+  # As jaxmem.program.sharding.format_mesh writes a mesh (this module sits below it).
+  return ",".join(f"{a}={s}" for a, s in pairs)
+
+
+def listed(v: Any) -> bool:
+  """Whether an outer axis's value is written as a list (``"a,b"``, a list, a tuple) rather than one value."""
+  return isinstance(v, (str, list, tuple))
+
+
+def _names(v: Any, name: str) -> tuple[str, ...]:
+  return names(v)
+
+
+def _ints(v: Any, name: str) -> tuple[int | str, ...]:
+  return ints(v)
+
+
+def _optional(v: Any, name: str) -> tuple[str | None, ...]:
+  return optional_names(v)
+
+
+def _meshes(v: Any, name: str) -> tuple[str, ...]:
+  return meshes(v)
+
+
+def _numbers(v: Any, name: str) -> tuple[float, ...]:
+  return numbers(v, name)
+
+
+def outer(parse: Callable[[Any, str], tuple[Any, ...]]) -> Callable[[Any, str], Any]:
+  """An outer axis's parser from a list parser: a value written as a list (``"a,b"``) becomes one
+  value or a tuple of several (:func:`several`); one value as given stays as it is, for the
+  planner to check."""
+  def parse_outer(v: Any, name: str) -> Any:
+    return several(parse(v, name), name) if listed(v) else v
+  return parse_outer
+
+
+def _optional_ints(v: Any, name: str) -> tuple[int | str | None, ...]:
+  return tuple(None if n is None else ints(n)[0] for n in optional_names(v))
+
+
+def _distinct_ints(v: Any, name: str) -> tuple[int | str, ...]:
+  return tuple(dict.fromkeys(ints(v)))
+
+
+def _probabilities(v: Any, name: str) -> tuple[float, ...]:
+  return numbers(v, name, "a probability in [0, 1) (several: separated by commas)")
+
+
+# --- the declaration ---
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Recorded:
+  """How a result records an axis: the field's annotation (as written in source) and default."""
+
+  annotation: str = "str | None"
+  default: Any = None
+  required: bool = False  # a configuration must give it (no default)
+  doc: str = ""  # what the field holds, where it is not the value asked
+  # Its place in a configuration's record (the JSON's and CSV's order): after the field ``after``
+  # (None: the recorded axis declared before it), followed by the record's own fields ``then``.
+  after: str | None = None
+  then: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Axis:
+  """One sweep axis. ``name`` is the workload's field, the result records' field, the JSON key
+  and (``--`` and dashes) the flag. ``parse(value, name)`` normalises what a user gives (a string
+  from the flag, a value or a list from Python) to what the workload holds: a tuple of values, or
+  for an ``outer`` axis one value or a tuple of several; it raises :class:`JaxmemError` (one line,
+  naming the field in backticks) for a value it can tell is bad. What needs the models or the
+  target to check (a kernel name, a dtype the step cannot take) is checked by the planner.
+
+  ``outer``: each value is its own plan (it changes the model's config or the whole step's
+  layout); otherwise each value is a task of one plan. ``training``: only a train step takes it
+  (inference refuses it, ``fit --phase`` too).
+
+  The flag: ``help`` (``None``: the command declares the flag itself), its default as a string
+  ``flag_default`` (``None``: the library's choice, said as ``shown``), ``listed`` (the help says
+  it sweeps and its default), ``list_note`` (said only where it sweeps), ``flag_options`` (more
+  argparse settings), ``group`` (the CLI's group of flags it is added with: ``workload``,
+  ``step``, ``precision``, ``parallelism``).
+
+  The result: ``record`` (the field of :class:`~jaxmem.records.Configuration`; ``None`` where a
+  record declares its own, as the placement's mesh), ``summary`` (fit's and scale's summaries
+  carry it under its own name; ``False`` where they name it their own way), ``baseline`` (rows
+  compared with a no-remat row share it).
+
+  Columns: ``column`` False where compare's table shows it in a layout of its own (the step's,
+  the pipeline's, the MoE columns); otherwise it is a column (``header``) where rows differ in it.
+
+  Labels: ``word`` names it in a row's label where its value is not one of ``quiet`` (nor equal
+  to the field ``same_as``: the moments in the parameters' dtype); ``heading`` is the format of
+  compare's heading where every row shares it (``heading_apart``: its own part, not in the dtype
+  list).
+  """
+
+  name: str
+  parse: Callable[[Any, str], Any] = _names
+  default: Any = ()
+  outer: bool = False
+  training: bool = True
+  # the flag
+  help: str | None = None
+  flag_default: Any = None
+  shown: str | None = None
+  listed: bool = True
+  list_note: str = ""
+  flag_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  group: str = "step"
+  # A user's own step (Workload.step) takes it (the mesh, the policies) or brings its own in its
+  # place (the optimizer, the dtypes); every other axis is refused beside a step.
+  step: bool = False
+  # the result
+  record: Recorded | None = Recorded()
+  summary: bool = True
+  baseline: bool = True
+  # labels and columns
+  word: str | None = None
+  quiet: tuple[Any, ...] = (None, False)
+  same_as: str | None = None
+  heading: str | None = None
+  heading_apart: bool = False
+  column: bool = True
+  header: str | None = None
+
+  @property
+  def column_header(self) -> str:
+    """Its column's header in compare's table (its name in words unless declared)."""
+    return self.header or self.name.replace("_", " ")
+
+  @property
+  def flag(self) -> str:
+    return "--" + self.name.replace("_", "-")
+
+  def normalise(self, value: Any) -> Any:
+    """``value`` as the workload holds it."""
+    return self.parse(value, self.name)
+
+  def values(self, w: Any) -> tuple[Any, ...]:
+    """The workload's values of this axis, as a tuple (an outer axis's one value as one)."""
+    v = getattr(w, self.name)
+    return v if isinstance(v, tuple) else (v,)
+
+  def first(self, w: Any) -> Any:
+    """The value a workload of one configuration holds (its first; ``None`` where it has none)."""
+    values = self.values(w)
+    return values[0] if values else None
+
+  def label(self, r: Any) -> str | None:
+    """The words naming a result's value of this axis, or ``None`` where they say nothing."""
+    v = getattr(r, self.name, None)
+    if self.word is None or v in self.quiet or (self.same_as and v == getattr(r, self.same_as, None)):
+      return None
+    return self.word if v is True else f"{self.word} {v:g}" if isinstance(v, float) else f"{self.word} {v}"
+
+
+def _registry(*axes: Axis) -> dict[str, Axis]:
+  return {a.name: a for a in axes}
+
+
+_PRECISION_NOTE = "; `none` or `default` in a list for the default"
+
+# Every axis, in the order a sweep nests its outer axes, fit's and scale's summaries carry them and
+# compare's columns and flags follow; a configuration's record orders its fields by ``record.after``.
+AXES: dict[str, Axis] = _registry(
+    Axis(name="mesh", parse=_meshes, default=(), training=False, group="workload", record=None, summary=False,
+         column=False, step=True, flag_options={"action": "append"}, listed=False,
+         help="mesh axes, e.g. data=4 or fsdp=2,tensor=2; repeat for one row group per mesh (default: fsdp over all "
+         "devices)"),
+    Axis(name="remat", default=("none", "dots_saveable", "full"), record=Recorded(annotation="str", required=True),
+         summary=False, baseline=False, column=False, step=True),
+    Axis(name="optimizer", default=("adamw",), record=Recorded(annotation="str", required=True, then=("seq",)),
+         summary=False, column=False, step=True),
+    Axis(name="moe_impl", default=(), training=False, group="workload", summary=False, column=False, listed=False,
+         record=Recorded(after="qk_dtype", doc="how a mixture of experts' routed experts ran; None for a dense model"),
+         help="mixture-of-experts models: how routed experts run, dropless (tokens sorted by expert, grouped matmuls) "
+         "and/or capacity (GShard dispatch; copies past capacity dropped), comma separated; default dropless, "
+         "capacity on GPU targets"),
+    Axis(name="capacity_factor", parse=_numbers, default=(), training=False, group="workload", summary=False,
+         column=False, listed=False,
+         record=Recorded(annotation="float | None", doc="the capacity path's factor; None for dropless or a dense model"),
+         help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); "
+         "default 1.25"),
+    Axis(name="param_dtype", parse=outer(_optional), default=None, outer=True, group="workload", step=True,
+         record=Recorded(annotation="str", required=True, after="seq"), help="parameter dtype", shown="float32",
+         word="params", quiet=(None, "float32"), heading="{} params"),
+    Axis(name="dtype", parse=outer(_optional), default=None, outer=True, training=False, group="workload", step=True,
+         record=Recorded(annotation="str", required=True), help="compute dtype (infer: one)", shown="bfloat16",
+         word="compute", quiet=(None, "bfloat16"), heading="{} compute"),
+    # The flag's help lists the models' kernels, which the CLI gives (jaxmem.models.attention_help).
+    Axis(name="attention", default=("auto",), training=False, group="workload", summary=False, column=False,
+         flag_default="auto", listed=False,
+         record=Recorded(doc="the implementation used (splash where auto was asked on TPU); None where not "
+                         "recorded (a user's step)")),
+    Axis(name="dropout", parse=outer(_probabilities), default=0.0, outer=True, group="parallelism",
+         record=Recorded(annotation="float", default=0.0, after="sequence_parallel"), shown="0",
+         help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
+         "sub-blocks' outputs; masks are one byte each)",
+         word="dropout", quiet=(None, False, 0.0), heading="dropout {:g}", heading_apart=True),
+    Axis(name="sequence_parallel", parse=outer(switches), default=False, outer=True, group="parallelism",
+         record=Recorded(annotation="bool", default=False, after="bubble_fraction"), listed=False,
+         flag_options={"nargs": "?", "const": "on", "metavar": "off,on"},
+         help="Megatron sequence parallelism: split the residual stream, norms and dropouts along the sequence over "
+         "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh "
+         "tensor=N; the flag alone is on, off,on compiles both",
+         word="sequence parallel", heading="sequence parallel", heading_apart=True),
+    Axis(name="microbatches", parse=_ints, default=(1,), record=Recorded(annotation="int", default=1, after="attention"),
+         summary=False, column=False, flag_default="1",
+         help="gradient accumulation: split the global batch into N microbatches run in sequence",
+         word="microbatches", quiet=(1,)),
+    Axis(name="vocab_tiles", parse=_ints, default=(1,), record=Recorded(annotation="int", default=1), summary=False,
+         column=False, flag_default="1",
+         help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling)",
+         word="vocab tiles", quiet=(1,)),
+    Axis(name="context_strategy", default=("all_gather",), summary=False, column=False, flag_default="all_gather",
+         record=Recorded(after="dropout", doc="None on a mesh without a context axis over the sequence"),
+         help="how attention crosses a sequence split over a context mesh axis: all_gather (MaxText's default: "
+         "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax)"),
+    Axis(name="pipeline_microbatches", parse=outer(_optional_ints), default=None, outer=True, column=False,
+         record=Recorded(annotation="int | None", after="stages", doc="the schedule's (None without stages)"),
+         shown="the stage count",
+         help="meshes with a stage axis: cut each batch (or --microbatches microbatch) into N pipeline "
+         "microbatches (MaxText's num_pipeline_microbatches; at least the stages; none for the stage count)"),
+    # An int flag default: fit --phase tells a given flag by its default.
+    Axis(name="pipeline_repeats", parse=outer(_distinct_ints), default=1, outer=True, column=False,
+         record=Recorded(annotation="int | None", then=("bubble_fraction",), doc="the schedule's (None without stages)"),
+         flag_default=1, listed=False,
+         help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; "
+         "comma separated to sweep; default 1"),
+    Axis(name="qk_dtype", default=("bfloat16",), training=False, group="workload", flag_default="bfloat16",
+         record=Recorded(annotation="str", default="bfloat16", after="vocab_tiles"),
+         help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
+         word="qk", quiet=(None, "bfloat16")),
+    Axis(name="master_dtype", parse=_optional, default=(None,), group="precision", shown="none",
+         record=Recorded(after="capacity_factor", doc="the optimizer state's master copy of the parameters (None: none)"),
+         help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
+         "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter)", list_note=_PRECISION_NOTE,
+         word="master", heading="{} master copy"),
+    Axis(name="moments_dtype", parse=_optional, default=(None,), group="precision",
+         record=Recorded(doc="the dtype the optimizer's moments are stored in, as resolved (None: no moments)"),
+         shown="the dtype the optimizer updates in (the master copy's, else the parameters')",
+         help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion)",
+         list_note=_PRECISION_NOTE, word="moments", same_as="param_dtype", heading="{} moments"),
+    Axis(name="grad_reduce_dtype", parse=_optional, default=(None,), group="precision", shown="the parameters' dtype",
+         record=Recorded(then=("stages",), doc="the dtype gradients were asked to be formed and reduced in (None: the "
+                         "parameters')"),
+         help="form and reduce the gradients over the data axes in this dtype", list_note=_PRECISION_NOTE,
+         word="grad reduce", heading="{} gradient reduction"),
+)
+
+
+def register(axis: Axis) -> Axis:
+  """Adds ``axis`` to :data:`AXES` (after jaxmem's own). Only before the records and the
+  workload are made, so: from an entry point (see the module's docstring)."""
+  if axis.name in AXES:
+    raise ValueError(f"axis {axis.name!r} is declared twice")
+  AXES[axis.name] = axis
+  return axis
+
+
+def _plugins() -> None:
+  for ep in entry_points(group="jaxmem.axes"):
+    register(ep.load())
+
+
+_plugins()
+
+
+# --- what the rest of jaxmem derives ---
+
+
+def declared(*, training: bool | None = None) -> Iterator[Axis]:
+  """The axes, in order; ``training`` True or False: a train step's own, or every workload's."""
+  return (a for a in AXES.values() if training is None or a.training == training)
+
+
+def outer_axes() -> tuple[str, ...]:
+  """The axes swept a plan per value (the model's config, the step's layout)."""
+  return tuple(a.name for a in AXES.values() if a.outer)
+
+
+def recorded() -> tuple[Axis, ...]:
+  """The axes a configuration records under their own name."""
+  return tuple(a for a in AXES.values() if a.record is not None)
+
+
+def swept_fields() -> tuple[str, ...]:
+  """The recorded axes that fit's and scale's summaries carry under their own name."""
+  return tuple(a.name for a in recorded() if a.summary)
+
+
+def training_only() -> tuple[str, ...]:
+  """The axes only a train step takes."""
+  return tuple(a.name for a in AXES.values() if a.training)
+
+
+def baseline_fields() -> tuple[str, ...]:
+  """What a row shares with the no-remat row it is compared with: the placement's target, mesh,
+  batch and sequence, and every recorded axis but the policy."""
+  return ("target", "mesh", "batch", "seq", *(a.name for a in recorded() if a.baseline))
+
+
+def group_fields() -> tuple[str, ...]:
+  """What the rows of one configuration share across a grid of batches and sequences."""
+  return ("mesh", *(a.name for a in recorded()))
+
+
+def key(r: Any, fields: Sequence[str]) -> tuple:
+  """``r``'s values of ``fields`` (a row, or its dict from JSON)."""
+  get = r.get if isinstance(r, dict) else lambda k: getattr(r, k, None)
+  return tuple(get(k) for k in fields)
+
+
+def labels(r: Any) -> list[str]:
+  """The words naming a result's axes where they say something (``microbatches 4``, ``dropout 0.1``)."""
+  return [w for a in AXES.values() if (w := a.label(r)) is not None]
+
+
+def one_value_each(w: Any, what: str, *, only: Sequence[str] | None = None, skip: Sequence[str] = ()) -> None:
+  """A one-line error where ``w`` gives several values of an axis (of ``only``, else every axis
+  it has but those in ``skip``) to ``what``, which takes one configuration of them."""
+  for a in AXES.values():
+    chosen = a.name in only if only is not None else a.name not in skip
+    if chosen and hasattr(w, a.name) and len(values := a.values(w)) > 1:
+      got = ", ".join(map(str, values))
+      raise JaxmemError(f"{what} takes one `{a.name}` (got {got}); run it once per value")
+
+
+def given(fields: Mapping[str, Any], names: Sequence[str]) -> str | None:
+  """The first of ``names`` that ``fields`` gives a value (not ``None``) for."""
+  return next((n for n in names if fields.get(n) is not None), None)
+
+
+# --- the fields records and workloads are made with ---
+
+
+def with_fields(kind: str) -> Callable[[type], type]:
+  """A class decorator, applied under ``@dataclass``, that adds the axes' fields to the class
+  body's: ``kind`` ``"workload"`` (every workload's axes, with their defaults), ``"training"`` (a
+  train step's), ``"record"`` (what a configuration records, ordered by each axis's
+  ``record.after`` and ``record.then``, so the fields, the JSON's and CSV's, read as a
+  configuration's), ``"summary"`` (fit's and scale's summaries: the recorded axes, ``None`` where
+  unknown). The class body's own fields come first unless an axis places them."""
+
+  def add(cls: type) -> type:
+    own = dict(inspect.get_annotations(cls))
+    fields = _fields(kind)
+    types = {**own, **{name: annotation for name, annotation, _ in fields}}
+    order = _layout(list(own), [name for name, _, _ in fields]) if kind == "record" else [*own, *(n for n, _, _ in fields)]
+    for name, _, default in fields:
+      if default is not dataclasses.MISSING:
+        setattr(cls, name, default)
+    cls.__annotations__ = {n: types[n] for n in order}
+    return cls
+
+  return add
+
+
+def _layout(own: list[str], names: list[str]) -> list[str]:
+  """A record's field order: each recorded axis after its ``record.after`` (else the axis
+  before it), each followed by the own fields it names in ``record.then``; the own fields no axis
+  places first. An axis whose place is not yet laid out waits for it."""
+  placed = {n for name in names for n in AXES[name].record.then}
+  order = [n for n in own if n not in placed]
+  waiting = list(names)
+  while waiting:
+    progress = False
+    for name in list(waiting):
+      rec = AXES[name].record
+      i = names.index(name)
+      anchor = rec.after if rec.after is not None else (names[i - 1] if i else None)
+      if anchor is not None and anchor not in order:
+        continue
+      at = order.index(anchor) + 1 if anchor is not None else len(order)
+      order[at:at] = [name, *(n for n in rec.then if n in own)]
+      waiting.remove(name)
+      progress = True
+    if not progress:
+      raise ValueError(f"axes {waiting} follow fields this record does not have")
+  return order
+
+
+def _fields(kind: str) -> list[tuple[str, str, Any]]:
+  if kind in ("workload", "training"):
+    return [(a.name, "Any", a.default) for a in declared(training=kind == "training")]
+  if kind == "record":
+    return [(a.name, a.record.annotation, dataclasses.MISSING if a.record.required else a.record.default)
+            for a in recorded()]
+  if kind == "summary":
+    return [(a.name, _optional_annotation(a.record.annotation), None) for a in recorded() if a.summary]
+  raise ValueError(f"unknown kind of fields {kind!r}")
+
+
+def _optional_annotation(annotation: str) -> str:
+  return annotation if "None" in annotation else f"{annotation} | None"
