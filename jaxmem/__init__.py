@@ -30,6 +30,7 @@ from jaxmem.buffers.timeline import plot_timeline, timeline_text  # noqa: E402
 from jaxmem.inference.estimate import Estimate, estimate  # noqa: E402
 from jaxmem.inference.infer import InferRow, infer  # noqa: E402
 from jaxmem.inference.serving import ServingFit, fit_serving  # noqa: E402
+from jaxmem.options import RunOptions, Started  # noqa: E402
 from jaxmem.planning.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
@@ -101,8 +102,10 @@ __all__ = [
     "PlanResult",
     "Row",
     "RowCache",
+    "RunOptions",
     "Scaling",
     "ServingFit",
+    "Started",
     "Target",
     "TensorSearchResult",
     "Workload",

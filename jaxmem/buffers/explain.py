@@ -31,6 +31,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
+from jaxmem.options import RunOptions
 from jaxmem.planning.plan import one_of_each, plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.step import call_step
@@ -45,7 +46,7 @@ ESTIMATED = ("gradients", "activations", "workspace")
 
 def explain(
     fn_or_workload: Any = None, /, *args: Any, target: str | Target | None = None, top: int = 10,
-    kinds: str | Sequence[str] | None = None, **kwargs: Any,
+    kinds: str | Sequence[str] | None = None, run: RunOptions | None = None, **kwargs: Any,
 ) -> Explanation:
   """What fills the memory of a compiled step, per device: the budget by consumer (summing to
   the compiler's total), the ``top`` buffers live at the peak with the line of your code that
@@ -69,6 +70,10 @@ def explain(
   remat policy (``none`` unless another is named); its consumers are ``params``, ``gradients``,
   ``optimizer_state``, ``activations``, ``workspace`` and ``generated_code``.
 
+  ``run`` (:class:`jaxmem.options.RunOptions`, or its fields as keywords): ``on_start`` is told
+  of the one compile, ``on_row`` given the explanation; ``jobs``, ``scheduler`` and ``cache``
+  are refused (one compile in this process, nothing cached).
+
   >>> import jax, jax.numpy as jnp, jaxmem
   >>> def step(w, x):
   ...   return jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
@@ -83,14 +88,21 @@ def explain(
   >>> list(r.consumers)
   ['params', 'gradients', 'optimizer_state', 'activations', 'workspace', 'generated_code']
   """
+  run = RunOptions.of(run, kwargs)
+  run.refuse("explain", "it compiles one configuration, in this process, and keeps no rows", "jobs", "scheduler", "cache")
   if callable(fn_or_workload):
-    return explain_function(fn_or_workload, *args, target=target, top=top, kinds=kinds, **kwargs)
-  if args or not (fn_or_workload is None or isinstance(fn_or_workload, Workload)):
+    run.start(1)
+    result = explain_function(fn_or_workload, *args, target=target, top=top, kinds=kinds, **kwargs)
+  elif args or not (fn_or_workload is None or isinstance(fn_or_workload, Workload)):
     raise JaxmemError(
         f"explain takes a function to explain and its arguments, or a Workload and keyword fields "
         f"(got {type(fn_or_workload).__name__} first); for a preset write explain(model='gpt2-small', ...)"
     )
-  return explain_workload(fn_or_workload, target=target, top=top, kinds=kinds, **kwargs)
+  else:
+    run.start(1)
+    result = explain_workload(fn_or_workload, target=target, top=top, kinds=kinds, **kwargs)
+  run.row(result)
+  return result
 
 
 def explain_function(
