@@ -94,16 +94,16 @@ def measure(cs: Sequence[Case], *, steps: int, budget_s: float, progress: Any = 
   for i, c in enumerate(cs):
     done: list[Any] = []
 
-    def seen(measurements: list[Any], c: Case = c, done: list[Any] = done) -> None:
-      done[:] = measurements
+    def seen(measurement: Any, c: Case = c, done: list[Any] = done) -> None:
+      done.append(measurement)
       if progress is not None:
-        progress(record(measurements[-1]), time.monotonic() - start)
-      if time.monotonic() - start > budget_s and len(measurements) < len(c.remats):
+        progress(record(measurement), time.monotonic() - start)
+      if time.monotonic() - start > budget_s and len(done) < len(c.remats):
         raise _OutOfTime
 
     if i == 0 or time.monotonic() - start <= budget_s:  # the first always runs
       try:
-        validate(**c.fields(), steps=steps, on_measurement=seen)
+        validate(**c.fields(), steps=steps, on_row=seen)
       except _OutOfTime:
         pass
     out += [record(m) for m in done]

@@ -31,6 +31,7 @@ from jaxmem.render.timeline import plot_timeline, timeline_text  # noqa: E402
 from jaxmem.planning.estimate import Estimate, estimate  # noqa: E402
 from jaxmem.inference.infer import InferRow, infer  # noqa: E402
 from jaxmem.inference.serving import TRAINING_ONLY, ServingFit, fit_serving  # noqa: E402
+from jaxmem.options import RunOptions, Started  # noqa: E402
 from jaxmem.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
@@ -111,8 +112,10 @@ __all__ = [
     "PlanResult",
     "Row",
     "RowCache",
+    "RunOptions",
     "Scaling",
     "ServingFit",
+    "Started",
     "Target",
     "TensorSearchResult",
     "Workload",

@@ -37,3 +37,26 @@ class JaxmemError(ValueError):
     """The message with each field named as ``names`` says (a CLI's flags); a field not in
     ``names`` is written bare."""
     return FIELD.sub(lambda m: names.get(m.group(1), m.group(1)), str(self))
+
+
+class DoesNotDivide(JaxmemError):
+  """A size that a mesh splits is not a multiple of the split: the workload cannot run on that
+  mesh. Its subclass says which size, so a search that tries many meshes counts why each was
+  refused by the kind of refusal, not by the words of its message."""
+
+
+class BatchDoesNotDivide(DoesNotDivide):
+  """The global batch is not a multiple of the data axes x (pipeline) microbatches."""
+
+
+class SeqDoesNotDivide(DoesNotDivide):
+  """The sequence is not a multiple of the axes that split it."""
+
+
+class ExpertsDoNotDivide(DoesNotDivide):
+  """The ``expert`` axis does not divide the model's routed experts."""
+
+
+class StagesRefused(DoesNotDivide):
+  """The ``stage`` axis cannot pipeline this model: it does not divide the layers, or the
+  schedule or the model's layers cannot be pipelined over it."""

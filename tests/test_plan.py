@@ -136,6 +136,18 @@ def test_invalid_meshes_have_reasons():
   assert search.mesh_reason((("data", 8),), cfg, 4, 128, 1).startswith("batch not divisible")
   assert search.mesh_reason((("data", 4),), cfg, 8, 128, 4).startswith("batch not divisible")  # microbatches count
   assert search.mesh_reason((("fsdp", 4),), cfg, 8, 128, 2) is None
+  assert search.mesh_reason((("context", 4),), cfg, 8, 126, 1) == "sequence not divisible by its mesh axes"
+  assert search.mesh_reason((("stage", 4),), cfg, 8, 128, 1, 4) == "the stage axis cannot pipeline this model's layers"
+  moe = get_config("tiny-moe")
+  assert search.mesh_reason((("expert", 16),), moe, 16, 128, 1) == "expert does not divide the experts"
+
+
+def test_input_bad_on_every_mesh_is_its_own_error_not_a_mesh_reason():
+  # A sequence past GPT-2's learned positions fails alike on every mesh: it is not counted as
+  # a mesh's reason (by the kind of the refusal, not its words), but raised as the one line it is.
+  cfg = get_config("tiny-gpt2")
+  with pytest.raises(jaxmem.JaxmemError, match="learned positions"):
+    search.mesh_reason((("fsdp", 4),), cfg, 8, cfg.max_seq_len * 2, 1)
 
 
 def test_closed_form_orders_by_recompute_and_memory():

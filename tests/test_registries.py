@@ -196,6 +196,29 @@ def test_unknown_optimizer_lists_valid_names():
     optimizers.OPTIMIZERS.parse("adamm")
 
 
+@pytest.mark.parametrize("name", list(optimizers.OPTIMIZERS))
+def test_each_optimizer_declares_the_state_optax_keeps(name):
+  # The closed forms read the declaration; optax's own state for a few matrices is the check.
+  opt = optimizers.OPTIMIZERS[name]
+  params = {"w": jnp.zeros((512, 256)), "stack": jnp.zeros((4, 256, 128)), "bias": jnp.zeros((256,))}
+  state = jax.eval_shape(opt.build(1e-3).init, params)
+  arrays = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+  per_param = sum(x.size for x in arrays) / sum(x.size for x in jax.tree.leaves(params))
+  assert opt.state_moments is not None
+  assert abs(per_param - opt.state_moments) < 0.1, (per_param, opt.state_moments)
+  if opt.state_dtype is not None:
+    assert {str(x.dtype) for x in arrays if x.ndim} == {opt.state_dtype}
+
+
+def test_an_optimizer_without_a_state_declaration_is_refused_by_the_closed_form(monkeypatch):
+  from jaxmem.planning.estimate import estimate
+
+  toy = optimizers.Optimizer(name="toy", build=lambda lr: optimizers.OPTIMIZERS["adamw"].build(lr), description="toy")
+  monkeypatch.setitem(optimizers.OPTIMIZERS._entries, "toy", toy)
+  with pytest.raises(JaxmemError, match="no optimizer state for toy: it declares no `state_moments`"):
+    estimate(model="tiny", optimizer="toy")
+
+
 def test_optimizer_registry_has_the_usual_names():
   assert {"sgd", "momentum", "nesterov", "adam", "adamw", "adamw_bf16", "adafactor", "lion", "lamb"} <= set(
       optimizers.OPTIMIZERS

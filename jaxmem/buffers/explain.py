@@ -32,6 +32,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
+from jaxmem.options import RunOptions
 from jaxmem.program.step import call_step, step_notes
 from jaxmem.resolve import plan
 from jaxmem.program import sharding as shd
@@ -46,7 +47,8 @@ ESTIMATED = ("gradients", "activations", "workspace")
 
 def explain(
     fn_or_workload: Any = None, /, *args: Any, target: str | Target | None = None, top: int = 10,
-    kinds: str | Sequence[str] | None = None, framework_packages: str | Sequence[str] = (), **kwargs: Any,
+    kinds: str | Sequence[str] | None = None, framework_packages: str | Sequence[str] = (),
+    run: RunOptions | None = None, **kwargs: Any,
 ) -> Explanation:
   """What fills the memory of a compiled step, per device: the budget by consumer (summing to
   the compiler's total), the ``top`` buffers live at the peak with the line of your code that
@@ -74,6 +76,10 @@ def explain(
   remat policy (``none`` unless another is named); its consumers are ``params``, ``gradients``,
   ``optimizer_state``, ``activations``, ``workspace`` and ``generated_code``.
 
+  ``run`` (:class:`jaxmem.options.RunOptions`, or its fields as keywords): ``on_start`` is told
+  of the one compile, ``on_row`` given the explanation; ``jobs``, ``scheduler`` and ``cache``
+  are refused (one compile in this process, nothing cached).
+
   >>> import jax, jax.numpy as jnp, jaxmem
   >>> def step(w, x):
   ...   return jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
@@ -89,16 +95,23 @@ def explain(
   ['params', 'gradients', 'optimizer_state', 'activations', 'workspace', 'generated_code']
   """
   packages = framework_names(framework_packages)
+  run = RunOptions.of(run, kwargs)
+  run.refuse("explain", "it compiles one configuration, in this process, and keeps no rows", "jobs", "scheduler", "cache")
   if callable(fn_or_workload):
-    return explain_function(
+    run.start(1)
+    result = explain_function(
         fn_or_workload, *args, target=target, top=top, kinds=kinds, framework_packages=packages, **kwargs
     )
-  if args or not (fn_or_workload is None or isinstance(fn_or_workload, Workload)):
+  elif args or not (fn_or_workload is None or isinstance(fn_or_workload, Workload)):
     raise JaxmemError(
         f"explain takes a function to explain and its arguments, or a Workload and keyword fields "
         f"(got {type(fn_or_workload).__name__} first); for a preset write explain(model='gpt2-small', ...)"
     )
-  return explain_workload(fn_or_workload, target=target, top=top, kinds=kinds, framework_packages=packages, **kwargs)
+  else:
+    run.start(1)
+    result = explain_workload(fn_or_workload, target=target, top=top, kinds=kinds, framework_packages=packages, **kwargs)
+  run.row(result)
+  return result
 
 
 def framework_names(packages: str | Sequence[str]) -> tuple[str, ...]:

@@ -2,7 +2,8 @@
 
 This module only assembles the commands: each lives in its own module with a
 ``register(subparsers)``; what they share is in :mod:`jaxmem.cli._common`. Bad input is one line
-on stderr and exit status 2, never a traceback.
+on stderr and exit status 2, never a traceback; Ctrl-C prints what was computed so far and
+exits 130, never a traceback.
 """
 
 from __future__ import annotations
@@ -51,12 +52,22 @@ def version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
   parser = build_parser()
+  args = None
   try:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     with _common.listening():  # the library's notices and compiles, on stderr
       code = args.func(args)
     sys.stdout.flush()  # here, so a closed pipe is caught below rather than at interpreter exit
     return code
+  except KeyboardInterrupt:
+    # Ctrl-C, in any command: what it had computed is printed (its registered report, see
+    # _common.on_interrupt), and the shell's status for SIGINT, 128 + 2; never a traceback.
+    try:
+      _common.interrupted(args)
+      sys.stdout.flush()
+    except (KeyboardInterrupt, BrokenPipeError):
+      pass
+    return 130
   except JaxmemError as e:
     # A failure of the user's own code (a step factory that raised, a step that failed to trace)
     # is chained to its exception; JAXMEM_TRACEBACK=1 prints that traceback above the line.

@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -81,15 +81,21 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   )
   add_axes(p, "workload", helps={"attention": jaxmem.attention_help()})  # the kernels the models have
   add_output(p)
-  p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
-  p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
-  p.add_argument("--scheduler", default=None, help="compile on the Dask cluster at this address (tcp://host:8786)")
-  p.add_argument("--no-cache", action="store_true", help="recompile everything instead of reusing cached rows")
   p.add_argument(
       "--distributed",
       action="store_true",
       help="multi-host TPU/GPU VMs: call jax.distributed.initialize() first and run the same command on every host",
   )
+
+
+def add_run_options(p: argparse.ArgumentParser, *, totals: bool = True) -> None:
+  """How a sweep runs (:class:`jaxmem.RunOptions`), for the commands that honour it: compare,
+  fit, scale and plan (``totals``: whether the command's table has whole-mesh figures)."""
+  if totals:
+    p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
+  p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
+  p.add_argument("--scheduler", default=None, help="compile on the Dask cluster at this address (tcp://host:8786)")
+  p.add_argument("--no-cache", action="store_true", help="recompile everything instead of reusing cached rows")
 
 
 def add_step(p: argparse.ArgumentParser) -> None:
@@ -253,7 +259,7 @@ class Progress:
   is then known to be good, so an error stays one line) and counts the rows the cache answered.
   ``total`` is None for a search, whose number of compiles is known only at its end."""
 
-  def __init__(self, args: argparse.Namespace, chosen: str | None, cache: Any = None):
+  def __init__(self, args: argparse.Namespace, chosen: str | None, cache: Any = None, *, quiet: bool = False):
     global _PROGRESS
     self.chosen, self.cache, self.fmt = chosen, cache, args.format
     self.total: int | None = None
@@ -262,7 +268,7 @@ class Progress:
     self.compiles = 0  # compiles started
     self.first: float | None = None  # when the first compile started (time.monotonic)
     self.bar: tqdm | None = None
-    self.quiet = bool(os.environ.get("JAXMEM_NO_PROGRESS"))
+    self.quiet = quiet or bool(os.environ.get("JAXMEM_NO_PROGRESS"))
     self.lines = not self.quiet and not sys.stderr.isatty()
     _PROGRESS = self  # the sweep's compiles (jaxmem.events.Compiling) are shown by this one
 
@@ -283,10 +289,6 @@ class Progress:
       self.bar.set_postfix_str(line, refresh=True)
     elif self.lines:
       say(f"jaxmem: {line}")
-
-  def planned(self, p: Any) -> None:
-    """The ``on_plan`` callback of compare and fit: the sweep's configurations are ``p.tasks()``."""
-    self.start(len(p.tasks()))
 
   def start(self, total: int | None) -> None:
     say(self.chosen)
@@ -388,37 +390,77 @@ def say_cache(c: jaxmem.RowCache, total: int) -> None:
 
 
 class Sweep:
-  """A sweep's callbacks for ``jaxmem.compare`` / ``scale`` / ``rank_configurations``: progress,
-  the rows so far written to ``--output`` as each finishes (an interrupted sweep loses nothing),
-  and on an interrupt the finished rows printed. ``render(rows)`` is the command's table."""
+  """A command's run (:class:`jaxmem.RunOptions`) and what Ctrl-C shows of it: progress, the
+  rows so far written to ``--output`` as each finishes (an interrupted run loses nothing), and,
+  if interrupted, the finished rows printed by :func:`interrupted`. ``render(rows)`` is the
+  command's table of the rows so far (None for a search, whose probes are not its result);
+  ``cached``: the command honours ``--jobs``, ``--scheduler`` and ``--no-cache``; ``progress``:
+  whether it shows progress on stderr."""
 
-  def __init__(self, args: argparse.Namespace, chosen: str | None, render):
-    self.args, self.render = args, render
-    self.cache = cache(args)
-    self.progress = Progress(args, chosen, self.cache)
+  def __init__(self, args: argparse.Namespace, chosen: str | None, render: Callable[[list[Any]], str] | None = None,
+               *, cached: bool = True, progress: bool = True):
+    self.args, self.render, self.cached = args, render, cached
+    self.cache = cache(args) if cached else None
+    self.progress = Progress(args, chosen, self.cache, quiet=not progress)
     self.rows: list[Any] = []
+    self.started: jaxmem.Started | None = None
+    on_interrupt(args, self.interrupted)
+
+  def options(self) -> jaxmem.RunOptions:
+    """The run options the command's flags give, with this sweep's callbacks."""
+    run = jaxmem.RunOptions(on_start=self.on_start, on_row=self.on_row, on_round=self.progress.round)
+    if not self.cached:
+      return run
+    return dataclasses.replace(run, jobs=self.args.jobs, scheduler=self.args.scheduler, cache=self.cache)
+
+  def on_start(self, s: jaxmem.Started) -> None:
+    self.started = s
+    self.progress.start(s.total)
 
   def on_row(self, r: Any) -> None:
     self.rows.append(r)
-    if self.args.output:
-      write(self.args.output, self.render(jaxmem.with_overheads(self.rows)))
+    if self.args.output and self.render is not None:
+      write(self.args.output, self.render(self.rows))
     self.progress.row(r)
 
-  def run(self, call) -> Any:
-    """``call(**callbacks)`` (the library function), or None if interrupted (what finished has
-    been printed and is in the cache)."""
+  def run(self, call: Callable[[jaxmem.RunOptions], Any]) -> Any:
+    """``call(run_options)`` (the library function); a Ctrl-C goes on to ``main``, which shows
+    :meth:`interrupted`."""
     try:
-      out = call(cache=self.cache, on_row=self.on_row)
-    except KeyboardInterrupt:
+      out = call(self.options())
+    finally:
       self.progress.close()
-      if self.rows:
-        emit(self.render(jaxmem.with_overheads(self.rows)), self.args.output)
-      total = "" if self.progress.total is None else f" of {self.progress.total}"
-      say(
-          f"jaxmem: interrupted after {len(self.rows)}{total} configurations; "
-          "run the same command again to resume (finished ones are cached)"
-      )
-      return None
-    self.progress.close()
-    say_cache(self.cache, len(self.rows))
+    if self.cache is not None:
+      say_cache(self.cache, len(self.rows))
     return out
+
+  def interrupted(self) -> None:
+    """What Ctrl-C shows: the finished rows' table on stdout (and in ``--output``), and on stderr
+    how far it got and how to resume."""
+    self.progress.close()
+    if self.render is not None and self.rows:
+      emit(self.render(self.rows), self.args.output)
+    if self.render is None:
+      done = f" after {len(self.rows)} compiles" if self.rows else ""
+    else:
+      total = "" if self.progress.total is None else f" of {self.progress.total}"
+      done = f" after {len(self.rows)}{total} configurations"
+    cached = self.cache is not None and self.cache.enabled
+    resume = "; run the same command again to resume (finished compiles are cached)" if cached else ""
+    say(f"jaxmem: interrupted{done}{resume}")
+
+
+def on_interrupt(args: argparse.Namespace, report: Callable[[], None]) -> None:
+  """What ``main`` shows if Ctrl-C stops this command: ``report()`` prints what was computed so
+  far (the last one registered is used)."""
+  args.interrupted = report
+
+
+def interrupted(args: argparse.Namespace | None) -> None:
+  """``main``'s Ctrl-C: the command's partial output where it registered one
+  (:func:`on_interrupt`), else one line; never a traceback."""
+  report = getattr(args, "interrupted", None)
+  if report is not None:
+    report()
+  else:
+    say("jaxmem: interrupted")

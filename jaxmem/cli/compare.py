@@ -19,6 +19,7 @@ from jaxmem.render.inference import render_compare_extras
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("compare", help="compare remat policies and optimizers for a model's train step")
   c.add_workload(p)
+  c.add_run_options(p)
   c.add_step(p)
   c.add_train_step(p)
   c.add_sweep_axes(
@@ -42,18 +43,9 @@ def run(args: argparse.Namespace) -> int:
     c.say(chosen)
     c.emit(residuals_table(records, args.format), args.output)
     return 0
-  planned: list[jaxmem.Plan] = []
-  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(rows, args.format, totals=args.totals))
-
-  def on_plan(p: jaxmem.Plan) -> None:
-    planned.append(p)
-    sweep.progress.planned(p)
-
-  rows = sweep.run(lambda **callbacks: jaxmem.compare(
-      w, jobs=args.jobs, scheduler=args.scheduler, on_plan=on_plan, **callbacks))
-  if rows is None:
-    return 130
-  extras = compare_extras(args, rows, planned[0].cfg)
+  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(jaxmem.with_overheads(rows), args.format, totals=args.totals))
+  rows = sweep.run(lambda run: jaxmem.compare(w, run=run))
+  extras = compare_extras(args, rows, sweep.started.model)
   if args.format == "json":
     out = [tables.with_totals(r) for r in rows] if args.totals else rows
     c.emit(json.dumps(tables.envelope(out, **extras), indent=2), args.output)

@@ -15,6 +15,7 @@ from jaxmem.render.tensors import render_tensor_search
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("fit", help="the largest batch (or sequence) that fits, per remat policy, optimizer and mesh")
   c.add_workload(p, batch=None, seq=None)
+  c.add_run_options(p)
   c.add_step(p)
   c.add_train_step(p)
   p.add_argument("--over", default="batch", help="search the batch (default) or seq; with --phase, batch or context")
@@ -43,26 +44,12 @@ def run(args: argparse.Namespace) -> int:
     return run_tensor_search(args, chosen, w, searching)
   if not searching:  # the workload fixed: every configuration compiled once, ranked
     sweep = c.Sweep(args, chosen, lambda rows: tables.render_ranked(rows, args.format))
-    rows = sweep.run(lambda **callbacks: jaxmem.rank_configurations(
-        w, jobs=args.jobs, scheduler=args.scheduler, on_plan=sweep.progress.planned, **callbacks))
-    if rows is None:
-      return 130
+    rows = sweep.run(lambda run: jaxmem.rank_configurations(w, run=run))
     c.emit(tables.render_ranked(rows, args.format), args.output)
     return 0
   # The number of compiles is known only at the end: the progress counts them, with no total.
-  cache = c.cache(args)
-  progress = c.Progress(args, chosen, cache)
-  try:
-    results = jaxmem.fit(
-        w, over=args.over, batch=args.batch, jobs=args.jobs, scheduler=args.scheduler, cache=cache,
-        on_plan=lambda p: progress.start(None), on_row=progress.row, on_round=progress.round,
-        depth_probe=args.depth_probe,
-    )
-  except KeyboardInterrupt:
-    c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
-    return 130
-  finally:
-    progress.close()
+  sweep = c.Sweep(args, chosen)
+  results = sweep.run(lambda run: jaxmem.fit(w, over=args.over, batch=args.batch, run=run, depth_probe=args.depth_probe))
   c.emit(tables.render_fit(results, args.format), args.output)
   c.say(compiles_line(results))
   return 0
@@ -77,16 +64,7 @@ def run_tensor_search(args: argparse.Namespace, chosen: str | None, w: jaxmem.Wo
     raise jaxmem.JaxmemError("`remat search` runs alone (it compiles `full` itself); compare policies with fit --remat a,b")
   if args.depth_probe:
     raise jaxmem.JaxmemError("`depth_probe` is the batch search's; `remat search` compiles at full depth")
-  cache = c.cache(args)
-  progress = c.Progress(args, chosen, cache)
-  try:
-    result = jaxmem.remat_search(w, jobs=args.jobs, scheduler=args.scheduler, cache=cache,
-                           on_plan=lambda p: progress.start(None), on_row=progress.row)
-  except KeyboardInterrupt:
-    c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
-    return 130
-  finally:
-    progress.close()
+  result = c.Sweep(args, chosen).run(lambda run: jaxmem.remat_search(w, run=run))
   c.emit(render_tensor_search(result, args.format), args.output)
   c.say(f"jaxmem: {result.compiles} compiles for the per-tensor search")
   return 0
@@ -123,17 +101,10 @@ def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
     raise jaxmem.JaxmemError(f"{given} does not apply to a serving fit (`phase` {args.phase}): it compiles one probe at a time here")
   training = {k: getattr(args, k) for k, default in args.training_defaults.items() if getattr(args, k) != default}
   w = c.workload(args, jaxmem.InferWorkload)  # --batch and --context go to fit_serving, which checks them
-  cache = c.cache(args)
-  progress = c.Progress(args, chosen, cache)
-  try:
-    results = jaxmem.fit_serving(
-        w, phase=args.phase, over=args.over, batch=args.batch, context=args.context, cache=cache,
-        on_plan=lambda p: progress.start(None), on_row=progress.row, **training,
-    )
-  except KeyboardInterrupt:
-    c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
-    return 130
-  finally:
-    progress.close()
+  sweep = c.Sweep(args, chosen)
+  results = sweep.run(lambda run: jaxmem.fit_serving(
+      w, phase=args.phase, over=args.over, batch=args.batch, context=args.context,
+      run=run, **training,
+  ))
   c.emit(render_serving(results, args.format), args.output)
   return 0

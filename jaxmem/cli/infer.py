@@ -27,24 +27,17 @@ def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
   chosen = c.resolve_target(args)
-  planned = []
-  progress = c.Progress(args, chosen)
-
-  def on_plan(p) -> None:
-    planned.append(p)
-    progress.start(len(p.configs()))
-
-  try:
-    rows = jaxmem.infer(c.workload(args, jaxmem.InferWorkload), on_plan=on_plan, on_row=progress.row)
-  finally:
-    progress.close()
-  p = planned[0]
-  batches = sorted({1, 8, 32, p.batch})
+  w = c.workload(args, jaxmem.InferWorkload)
+  sweep = c.Sweep(args, chosen, lambda rows: render_infer(rows, args.format), cached=False)
+  rows = sweep.run(lambda run: jaxmem.infer(w, run=run))
+  cfg = sweep.started.model
+  batches = sorted({1, 8, 32, args.batch})
   kv = []
   if args.kv_table:
-    kv = jaxmem.kv_cache_table(p.cfg, contexts=sorted({1024, 8192, 32768, 131072, *p.contexts}), batches=batches)
+    contexts = {int(n) for n in w.context}  # checked by infer
+    kv = jaxmem.kv_cache_table(cfg, contexts=sorted({1024, 8192, 32768, 131072, *contexts}), batches=batches)
   if args.plot:
-    kv_rows = jaxmem.kv_cache_table(p.cfg, contexts=[2**k for k in range(10, 18)], batches=batches)
+    kv_rows = jaxmem.kv_cache_table(cfg, contexts=[2**k for k in range(10, 18)], batches=batches)
     jaxmem.plot_inference(rows, args.plot, kv_rows=kv_rows)
   c.emit(render_infer(rows, args.format, kv_rows=kv), args.output)
   return 0

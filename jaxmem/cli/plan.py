@@ -22,8 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--budget", type=int, default=budget, help=f"compile at most this many candidates; default {budget}")
   p.add_argument("--plot", default=None, metavar="FILE", help="write the Pareto plot (memory against estimated step time)")
   c.add_output(p)
-  p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
-  p.add_argument("--no-cache", action="store_true", help="recompile everything instead of reusing cached rows")
+  c.add_run_options(p, totals=False)
   p.set_defaults(func=run)
 
 
@@ -31,18 +30,10 @@ def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
   chosen = c.resolve_target(args)
-  cache = c.cache(args)
-  progress = c.Progress(args, chosen, cache)
-  try:
-    result = jaxmem.plan(
-        model=args.model, target=args.target, batch=args.batch, seq=args.seq, optimizer=args.optimizer,
-        budget=args.budget, jobs=args.jobs, cache=cache, on_plan=progress.start, on_row=progress.row,
-    )
-  except KeyboardInterrupt:
-    c.say("jaxmem: interrupted; run the same command again to resume (compiles so far are cached)")
-    return 130
-  finally:
-    progress.close()
+  result = c.Sweep(args, chosen).run(lambda run: jaxmem.plan(
+      model=args.model, target=args.target, batch=args.batch, seq=args.seq, optimizer=args.optimizer,
+      budget=args.budget, run=run,
+  ))
   if args.plot:
     render.plot_plan(result, args.plot)
   c.emit(render.render_plan(result, args.format), args.output)

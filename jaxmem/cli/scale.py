@@ -13,6 +13,7 @@ from jaxmem.render import tables
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("scale", help="each memory component against batch and sequence length, with growth exponents")
   c.add_workload(p)
+  c.add_run_options(p)
   c.add_step(p)
   c.add_train_step(p)
   p.add_argument("--over", action="append", default=None, help="seq=1024,2048,4096 or batch=8,16,32 (repeatable)")
@@ -26,12 +27,8 @@ def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
   chosen = c.resolve_target(args)
-  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(rows, args.format, totals=args.totals))
-  result = sweep.run(lambda **callbacks: jaxmem.scale(
-      c.workload(args), over=args.over or [], jobs=args.jobs, scheduler=args.scheduler, on_total=sweep.progress.start,
-      **callbacks))
-  if result is None:
-    return 130
+  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(jaxmem.with_overheads(rows), args.format, totals=args.totals))
+  result = sweep.run(lambda run: jaxmem.scale(c.workload(args), over=args.over or [], run=run))
   rows = list(result.rows)
   if args.plot:
     jaxmem.plot_scaling(rows, result.over, args.plot)

@@ -38,12 +38,9 @@ def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
   headers = None if args.format in ("json", "csv") else _COLUMNS
-
-  def save(done: list) -> None:
-    if args.output:
-      c.write(args.output, tables.render_records(done, args.format))
-
-  records = jaxmem.validate(_workload(args), steps=args.steps, distributed=args.distributed, on_measurement=save)
+  sweep = c.Sweep(args, None, lambda done: tables.render_records(done, args.format, headers=headers), cached=False,
+                  progress=False)
+  records = sweep.run(lambda run: jaxmem.validate(_workload(args), steps=args.steps, distributed=args.distributed, run=run))
   c.emit(tables.render_records(records, args.format, headers=headers), args.output)
   return 0
 

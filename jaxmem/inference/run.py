@@ -10,7 +10,6 @@ whatever is asked (no T x T scores exist there), and its rows say so. Every row 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 from jaxmem.compiler.figures import compile_figures
@@ -22,6 +21,7 @@ from jaxmem.inference.program import build_infer_program
 from jaxmem.inference.workload import InferPlan, InferWorkload, plan_infer
 from jaxmem.models import ModelConfig, cache_bytes, get_attention
 from jaxmem.models.model_flops import inference_flops, weight_flops
+from jaxmem.options import RunOptions
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
@@ -139,21 +139,22 @@ def run_infer_config(
   return InferRow(**base, **fields)
 
 
-def infer(
-    workload: InferWorkload | None = None, /, *, on_row: Callable[[InferRow], None] | None = None,
-    on_plan: Callable[[InferPlan], None] | None = None, **fields: Any
-) -> list[InferRow]:
-  """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced);
-  ``on_plan`` is called with the validated plan before the first compile."""
+def infer(workload: InferWorkload | None = None, /, *, run: RunOptions | None = None, **fields: Any) -> list[InferRow]:
+  """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced),
+  one after another in this process. ``run`` (or its fields as keywords,
+  :class:`jaxmem.options.RunOptions`): ``on_start`` is told the number of configurations before
+  the first compile, ``on_row`` each row; ``jobs``, ``scheduler`` and ``cache`` are refused."""
+  run = RunOptions.of(run, fields)
+  run.refuse("infer", "it compiles in this process, one configuration after another, with no row cache",
+             "jobs", "scheduler", "cache")
   p = plan_infer(workload, **fields)
-  if on_plan is not None:
-    on_plan(p)
+  configs = p.configs()
+  run.start(len(configs), p.cfg)
   rows = []
-  for config in p.configs():
+  for config in configs:
     row = run_infer_config(p, *config)
     rows.append(row)
-    if on_row is not None:
-      on_row(row)
+    run.row(row)
   return rows
 
 

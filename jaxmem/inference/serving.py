@@ -45,6 +45,7 @@ from jaxmem.inference.run import InferRow, run_infer_config
 from jaxmem.inference.workload import PHASES, InferPlan, InferWorkload, _ints, plan_infer
 from jaxmem.models import ModelConfig
 from jaxmem.cache import RowCache, key
+from jaxmem.options import RunOptions
 from jaxmem.resolve import resolve_meshes
 from jaxmem.program import sharding as shd
 from jaxmem.records import Record
@@ -211,17 +212,18 @@ def fit_serving(
     *,
     phase: str = "decode",
     over: str = "batch",
-    cache: RowCache | None = None,
-    on_row: Callable[[InferRow], None] | None = None,
-    on_plan: Callable[[InferPlan], None] | None = None,
+    run: RunOptions | None = None,
     **fields: Any,
 ) -> list[ServingFit]:
   """The most concurrent sequences (``over="batch"``) at each ``context`` (the prompt for
   prefill, the KV cache's length for decode), or the longest context (``over="context"``) at
   ``batch``, that fit, per (MoE variant, mesh, weight format) of ``workload`` with ``fields``
   replaced: ``fit_serving(model="llama3-8b", weights="fp8", target="gpu:h100", context=8192)``.
-  Every answer is compiled (see the module docstring). ``on_plan`` is called with the validated
-  plan before the first compile, ``on_row`` with each compiled (or cached) probe."""
+  Every answer is compiled (see the module docstring). ``run`` (or its fields as keywords,
+  :class:`jaxmem.options.RunOptions`): ``on_start`` is told before the first compile (no total:
+  a search), ``on_row`` each compiled (or cached) probe; ``jobs`` and ``scheduler`` are refused."""
+  run = RunOptions.of(run, fields)
+  run.refuse("a serving fit", "it compiles one probe at a time, in this process", "jobs", "scheduler")
   check_serving(phase, over, fields)
   w = InferWorkload.of(workload, **fields).replace(phase=(phase,))
   p = _template_plan(w, over)
@@ -234,8 +236,7 @@ def fit_serving(
         f"a serving fit needs a target with a memory capacity; {p.target.name} has none (use a TPU or GPU "
         "`target`, e.g. tpu:v5e-8 or gpu:h100, or attached)"
     )
-  if on_plan is not None:
-    on_plan(p)
+  run.start(None, p.cfg)
   contexts = p.contexts if over == "batch" else (None,)
   out = []
   for variant in p.moe or ((p.cfg, ()),):
@@ -243,7 +244,7 @@ def fit_serving(
       for fmt in p.formats:
         for ctx in contexts:
           s = _Search(p, w, phase=phase, over=over, mesh=mesh, fmt=fmt, variant=variant,
-                      fixed=None if ctx is None else int(ctx), cache=cache, on_row=on_row)
+                      fixed=None if ctx is None else int(ctx), cache=run.cache, on_row=run.on_row)
           out.append(s.run())
   return out
 

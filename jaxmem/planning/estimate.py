@@ -52,7 +52,7 @@ from typing import Any
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, cache_bytes, count_active_params, count_params, expert_capacity, get_config
 from jaxmem.program import sharding as shd
-from jaxmem.program.optimizers import MOMENTS_DTYPE_OPTIMIZERS
+from jaxmem.program.optimizers import MOMENTS_DTYPE_OPTIMIZERS, OPTIMIZERS
 from jaxmem.program.precision import Precision, check_dtype, itemsize
 from jaxmem.records import Record
 
@@ -78,13 +78,18 @@ PRECISIONS: dict[str, tuple[float, float, float]] = {
     # Everything in bf16 (no master copy): 2 + 2 + 4.
     "bf16": (2, 2, 4),
 }
-# Optimizer-state moments per parameter (Adam: m and v).
-MOMENTS: dict[str, float] = {
-    "sgd": 0, "momentum": 1, "nesterov": 1, "lion": 1, "adam": 2, "adamw": 2, "adamw_bf16": 2, "lamb": 2,
-    "adabelief": 2, "radam": 2, "nadam": 2, "adamax": 2, "adan": 3, "adagrad": 1, "rmsprop": 1, "muon": 1,
-    # Adafactor's factored second moment is O(rows + cols) per matrix: about 0 per parameter.
-    "adafactor": 0,
-}
+
+
+def state_moments(optimizer: str) -> float:
+  """The parameter-sized arrays of state ``optimizer`` keeps per parameter (Adam: m and v), as
+  it declares them in the registry (:class:`jaxmem.program.optimizers.Optimizer`); one line
+  where it is unknown or declares none, never a guess."""
+  opt = OPTIMIZERS.get(optimizer)
+  if opt.state_moments is None:
+    raise JaxmemError(f"the closed form has no optimizer state for {optimizer}: it declares no `state_moments` in the registry")
+  return opt.state_moments
+
+
 # The dtypes of each precision preset: (params, gradients, master copy, moments).
 PRESET_DTYPES: dict[str, tuple[str, str, str | None, str]] = {
     "mixed": ("bfloat16", "bfloat16", "float32", "float32"),
@@ -104,12 +109,11 @@ def bytes_per_param(optimizer: str = "adamw", precision: str = "mixed") -> tuple
   (2 in ``bf16`` precision)."""
   if precision not in PRECISIONS:
     raise JaxmemError(f"unknown precision {precision!r}; valid: {', '.join(PRECISIONS)}")
-  if optimizer not in MOMENTS:
-    raise JaxmemError(f"unknown optimizer {optimizer!r} for the estimate; valid: {', '.join(MOMENTS)}")
+  moments = state_moments(optimizer)
   p, g, _ = PRECISIONS[precision]
-  moment = 2 if (precision == "bf16" or optimizer == "adamw_bf16") else 4
+  moment = 2 if precision == "bf16" else itemsize(OPTIMIZERS[optimizer].state_dtype or "float32")
   master = 4 if precision == "mixed" else 0
-  return p, g, master + moment * MOMENTS[optimizer]
+  return p, g, master + moment * moments
 
 
 def layout_bytes_per_param(
@@ -120,8 +124,7 @@ def layout_bytes_per_param(
   dtypes, defaulted as jaxmem's step defaults them (:mod:`jaxmem.program.precision`): params
   float32, gradients in the parameters' dtype, moments in the master copy's else the
   parameters'. bf16 params + float32 master + float32 Adam moments: ZeRO's (2, 2, 12)."""
-  if optimizer not in MOMENTS:
-    raise JaxmemError(f"unknown optimizer {optimizer!r} for the estimate; valid: {', '.join(MOMENTS)}")
+  moments = state_moments(optimizer)
   params = param_dtype or "float32"
   check_dtype("param_dtype", params)
   prec = Precision(master_dtype=master_dtype, moments_dtype=moments_dtype, grad_reduce_dtype=grad_reduce_dtype)
@@ -129,9 +132,9 @@ def layout_bytes_per_param(
   if moments_dtype is not None and optimizer not in MOMENTS_DTYPE_OPTIMIZERS:
     raise JaxmemError(f"`moments_dtype` applies to {', '.join(MOMENTS_DTYPE_OPTIMIZERS)}; not to {optimizer}")
   width = itemsize
-  moment = 2 if optimizer == "adamw_bf16" else width(moments_dtype or prec.update_dtype(params))
+  moment = width(OPTIMIZERS[optimizer].state_dtype or moments_dtype or prec.update_dtype(params))
   master = width(master_dtype) if master_dtype else 0
-  return width(params), width(prec.reduce_dtype(params)), master + moment * MOMENTS[optimizer]
+  return width(params), width(prec.reduce_dtype(params)), master + moment * moments
 
 
 def activation_bytes_per_layer(
@@ -272,12 +275,12 @@ def estimate(
     p, g, o = layout_bytes_per_param(optimizer, **dtypes)
     precision = "dtypes"
     pd = param_dtype or "float32"
-    layout = (pd, grad_reduce_dtype or pd, master_dtype, "bfloat16" if optimizer == "adamw_bf16" else moments_dtype or master_dtype or pd)
+    layout = (pd, grad_reduce_dtype or pd, master_dtype, OPTIMIZERS[optimizer].state_dtype or moments_dtype or master_dtype or pd)
   else:
     precision = precision or "mixed"
     p, g, o = bytes_per_param(optimizer, precision)
     layout = PRESET_DTYPES[precision]
-  if MOMENTS.get(optimizer) == 0:
+  if state_moments(optimizer) == 0:
     layout = (*layout[:3], None)
   per_layer = activation_bytes_per_layer(cfg, batch=batch, seq=seq, tensor=tensor, sequence_parallel=sequence_parallel, recompute=recompute)
   state = n * (p + g + o)
@@ -359,7 +362,7 @@ def estimate_vs_compiler(row: Any, *, precision: str | None = None, cfg: ModelCo
   dp = shd.data_parallel_size(mesh)
   t = axes.get("tensor", 1)
   weight_shards = axes.get("fsdp", 1) * t  # ZeRO-3 over fsdp, Megatron over tensor
-  opt = row.optimizer if row.optimizer in MOMENTS else "adamw"
+  opt = row.optimizer
   recompute = _REMAT_TO_RECOMPUTE.get(row.remat, "selective")
   est = estimate(
       model=cfg, optimizer=opt, batch=max(1, row.batch // dp), seq=row.seq, tensor=t, recompute=recompute,

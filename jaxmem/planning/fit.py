@@ -35,7 +35,8 @@ from jaxmem.cache import RowCache
 from jaxmem.planning.depth import depth_plan, depth_task, probe_depths
 from jaxmem.planning.depth import predict as predict_at_depth
 from jaxmem.resolve import Plan, Task, outer_variants, plan, resolve_meshes, resolve_target, variant_of
-from jaxmem.planning.sweep import Row, baseline_flops, compare, run_rows, with_overheads
+from jaxmem.options import RunOptions
+from jaxmem.planning.sweep import Row, baseline_flops, compare_plan, run_rows, with_overheads
 from jaxmem.program import sharding as shd
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.records import SWEPT_FIELDS
@@ -396,12 +397,7 @@ def fit(
     /,
     *,
     over: str = "batch",
-    jobs: int = 1,
-    scheduler: str | None = None,
-    cache: RowCache | None = None,
-    on_round: Callable[[int, int], None] | None = None,
-    on_row: Callable[[Row], None] | None = None,
-    on_plan: Callable[[Plan], None] | None = None,
+    run: RunOptions | None = None,
     depth_probe: bool = False,
     strategy: str = "affine",
     **fields: Any,
@@ -410,33 +406,29 @@ def fit(
   (mesh, optimizer, remat) of ``workload`` with ``fields`` replaced, with each result's
   recompute overhead against the no-remat program at the same workload. With ``over="seq"``,
   ``batch=None`` searches at the smallest batch every mesh accepts (else the workload's).
-  ``on_plan`` is called with the validated plan before the first compile; ``on_row`` with each
-  compiled (or cached) probe; ``on_round(round, compiles)`` after each round of the search.
+  ``run`` (or its fields as keywords, :class:`jaxmem.options.RunOptions`): ``on_start`` is told
+  before the first compile (no total: a search's count is known at its end), ``on_row`` each
+  compiled (or cached) probe, ``on_round(round, compiles)`` each round of the search.
   ``depth_probe`` and ``strategy``: as :func:`search` takes them."""
+  run = RunOptions.of(run, fields)
   w = Workload.of(workload, **fields)
   if over == "seq" and "batch" in fields and fields["batch"] is None:
     w = template(w, "batch")
   p = plan(template(w, over))
   require_capacity(p)
-  if on_plan is not None:
-    on_plan(p)
+  run.start(None, p.cfg)
   results = search(
-      p, over=over, jobs=jobs, scheduler=scheduler, cache=cache, on_round=on_round, on_row=on_row,
-      depth_probe=depth_probe, strategy=strategy,
+      p, over=over, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_round=run.on_round,
+      on_row=run.on_row, depth_probe=depth_probe, strategy=strategy,
   )
   return with_recompute(results, p, lambda row: baseline_flops(p, row))
 
 
-def rank_configurations(
-    workload: Workload | None = None, /, *, on_plan: Callable[[Plan], None] | None = None, **kwargs: Any
-) -> list[Row]:
-  """``fit`` at a fixed workload: every configuration of ``workload`` compiled once by
-  :func:`jaxmem.compare` (``kwargs``: its options and workload fields) and ranked by
-  :func:`rank`, the recommendation first. A target without a capacity is refused before compiling."""
-
-  def planned(p: Plan) -> None:
-    require_capacity(p)
-    if on_plan is not None:
-      on_plan(p)
-
-  return rank(compare(workload, on_plan=planned, **kwargs))
+def rank_configurations(workload: Workload | None = None, /, *, run: RunOptions | None = None, **fields: Any) -> list[Row]:
+  """``fit`` at a fixed workload: every configuration of ``workload`` (``fields`` replaced)
+  compiled once, as :func:`jaxmem.compare` does with ``run``, and ranked by :func:`rank`, the
+  recommendation first. A target without a capacity is refused before compiling."""
+  run = RunOptions.of(run, fields)
+  p = plan(workload, **fields)
+  require_capacity(p)
+  return rank(compare_plan(p, run))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ import numpy as np
 from jaxmem.axes import group_fields, key, with_fields
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import RowCache
+from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, Task, plan
 from jaxmem.planning.sweep import Row, run_rows, with_overheads
 from jaxmem.records import SWEPT_FIELDS, Record
@@ -109,23 +110,20 @@ def scale(
     /,
     *,
     over: Sequence[str] | dict[str, list[int]],
-    jobs: int = 1,
-    scheduler: str | None = None,
-    cache: RowCache | None = None,
-    on_row: Callable[[Row], None] | None = None,
-    on_total: Callable[[int], None] | None = None,
+    run: RunOptions | None = None,
     **fields: Any,
 ) -> Scaling:
   """Compiles ``workload`` (``fields`` replaced; remat ``none`` unless named) at every point of
   ``over`` (``["seq=1024,2048"]`` or ``{"seq": [1024, 2048]}``) and fits growth exponents.
-  Every point is checked before the first compile; ``on_total`` is then called with the number
-  of configurations, and ``on_row`` with each row as it finishes."""
+  Every point is checked before the first compile. ``run`` (or its fields as keywords,
+  :class:`jaxmem.options.RunOptions`): ``on_start`` is then told the number of configurations,
+  and ``on_row`` each row as it finishes."""
+  run = RunOptions.of(run, fields)
   grid_over = over if isinstance(over, dict) else parse_over(over)
   w = Workload.of(workload, defaults={"remat": "none"}, **fields)
   p, todo = tasks(w, grid_over)
-  if on_total is not None:
-    on_total(len(todo))
-  rows = with_overheads(run_rows(p, todo, jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row))
+  run.start(len(todo), p.cfg)
+  rows = with_overheads(run_rows(p, todo, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_row=run.on_row))
   return Scaling(rows=tuple(rows), growth=tuple(growth_exponents(rows, grid_over)), over=tuple(grid_over))
 
 

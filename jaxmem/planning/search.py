@@ -40,11 +40,12 @@ from jaxmem.compiler.figures import shape_argument_bytes
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.hardware.targets import target_peaks
 from jaxmem.compiler.report import fits as fits_in
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import BatchDoesNotDivide, ExpertsDoNotDivide, JaxmemError, SeqDoesNotDivide, StagesRefused
 from jaxmem.planning.estimate import activation_bytes_per_layer
 from jaxmem.models import count_params
 from jaxmem.models.model_flops import training_flops
 from jaxmem.cache import RowCache
+from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, Task, one_of_each, plan as plan_sweep, resolve_model, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
@@ -181,16 +182,17 @@ def mesh_reason(
   if stages > 1:
     if cfg.dropout:
       return "dropout with a stage axis is not built"
+  # Counted by the kind of refusal (jaxmem.errors); any other error is bad input on every mesh
+  # alike (a batch below 1, a sequence past the model's positions) and is raised as it is.
   try:
     check_batch(batch, seq, mesh, cfg, microbatches=microbatches, pipeline=PipelineOptions(microbatches=pipeline))
-  except JaxmemError as e:
-    msg = str(e)
-    if "batch" in msg and "divisible" in msg:
-      return "batch not divisible by the data axes x microbatches" + (" x pipeline microbatches" if stages > 1 else "")
-    if "expert" in msg:
-      return "expert does not divide the experts"
-    if "stage" in msg:
-      return "the stage axis cannot pipeline this model's layers"
+  except BatchDoesNotDivide:
+    return "batch not divisible by the data axes x microbatches" + (" x pipeline microbatches" if stages > 1 else "")
+  except ExpertsDoNotDivide:
+    return "expert does not divide the experts"
+  except StagesRefused:
+    return "the stage axis cannot pipeline this model's layers"
+  except SeqDoesNotDivide:
     return "sequence not divisible by its mesh axes"
   return None
 
@@ -367,16 +369,15 @@ def plan(
     /,
     *,
     budget: int = DEFAULT_BUDGET,
-    jobs: int = 1,
-    cache: RowCache | None = None,
-    on_row: Callable[[Row], None] | None = None,
-    on_plan: Callable[[int], None] | None = None,
+    run: RunOptions | None = None,
     **fields: Any,
 ) -> PlanResult:
   """The fastest configuration of ``workload`` (with ``fields`` replaced: ``model``, ``target``,
   ``batch``, ``seq``, ``optimizer``...) that fits, from at most ``budget`` compiles (the module
-  docstring says how). ``on_plan(n)`` is called with the number of candidates to compile, before
-  the first; ``on_row`` with each compiled (or cached) row; ``jobs`` compiles that many at once."""
+  docstring says how). ``run`` (or its fields as keywords, :class:`jaxmem.options.RunOptions`):
+  ``on_start`` is told the number of candidates to compile, before the first; ``on_row`` each
+  compiled (or cached) row; ``jobs`` compiles that many at once (``scheduler``: on that cluster)."""
+  run = RunOptions.of(run, fields)
   if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
     raise JaxmemError(f"`budget` must be a whole number of compiles, at least 1 (got {budget!r})")
   w = Workload.of(workload, **fields)
@@ -393,9 +394,8 @@ def plan(
   p = _base_plan(w, cfg, tgt)
   pruned: Counter = Counter()
   cands = order(candidates(p, pruned), tgt.capacity_bytes)
-  if on_plan is not None:
-    on_plan(min(budget, len(cands)))
-  rows, compiled, skipped = _compile_in_order(p, cands, budget=budget, jobs=jobs, cache=cache, on_row=on_row)
+  run.start(min(budget, len(cands)), cfg)
+  rows, compiled, skipped = _compile_in_order(p, cands, budget=budget, run=run)
   pruned.update(skipped)
   rows = [_with_recompute(p, r) for r in rows]
   est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches): c.estimated_step_time_s
@@ -404,7 +404,7 @@ def plan(
   return PlanResult(
       model=cfg.name, target=tgt.name, batch=w.batch, seq=w.seq, budget=budget,
       candidates=len(cands) + sum(v for k, v in pruned.items() if k not in skipped), compiles=len(rows),
-      cache_hits=0 if cache is None else cache.hits, pruned=tuple(sorted(pruned.items())),
+      cache_hits=0 if run.cache is None else run.cache.hits, pruned=tuple(sorted(pruned.items())),
       not_compiled=len(cands) - len(compiled) - sum(skipped.values()), rows=tuple(ranked),
       estimates=tuple(est.items()), notes=_notes(), why=why(ranked),
   )
@@ -494,10 +494,9 @@ def _base_plan(w: Workload, cfg: Any, tgt: Any) -> Plan:
 
 
 def _compile_in_order(
-    p: Plan, cands: list[Candidate], *, budget: int, jobs: int, cache: RowCache | None,
-    on_row: Callable[[Row], None] | None,
+    p: Plan, cands: list[Candidate], *, budget: int, run: RunOptions,
 ) -> tuple[list[Row], list[Candidate], Counter]:
-  """Compiles ``cands`` in order, ``jobs`` at a time, until ``budget``; skips those dominated by
+  """Compiles ``cands`` in order, ``run.jobs`` at a time, until ``budget``; skips those dominated by
   a compiled candidate that did not fit, and reorders the rest after each batch by the rungs'
   calibrated estimates (:func:`calibration`). Returns the rows, the candidates compiled and the
   skipped counts."""
@@ -509,7 +508,7 @@ def _compile_in_order(
   queue = list(cands)
   while queue and len(rows) < budget:
     batch: list[Candidate] = []
-    while queue and len(batch) < min(jobs, budget - len(rows)):
+    while queue and len(batch) < min(run.jobs, budget - len(rows)):
       c = queue.pop(0)
       if dominated(c, failed):
         skipped["needs at least the memory of a compiled candidate that did not fit (not compiled)"] += 1
@@ -517,7 +516,7 @@ def _compile_in_order(
       batch.append(c)
     if not batch:
       break
-    got = _run_candidates(p, base, batch, jobs=jobs, cache=cache, on_row=on_row)
+    got = _run_candidates(p, base, batch, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_row=run.on_row)
     for c, r in zip(batch, got, strict=True):
       rows.append(r)
       done.append(c)
@@ -531,7 +530,7 @@ def _compile_in_order(
 
 def _run_candidates(
     p: Plan, base: Task, batch: list[Candidate], *, jobs: int, cache: RowCache | None,
-    on_row: Callable[[Row], None] | None,
+    on_row: Callable[[Row], None] | None, scheduler: str | None = None,
 ) -> list[Row]:
   """Rows for ``batch`` in its order: the candidates of one pipeline schedule run together, each
   schedule under ``p`` with its own pipeline options (the plan's are a sweep's, one per plan)."""
@@ -539,7 +538,7 @@ def _run_candidates(
   for pm in dict.fromkeys(c.pipeline_microbatches for c in batch):
     idx = [i for i, c in enumerate(batch) if c.pipeline_microbatches == pm]
     sched = dataclasses.replace(p, pipeline=PipelineOptions(microbatches=pm))
-    got = run_rows(sched, [_task(base, batch[i]) for i in idx], jobs=jobs, cache=cache, on_row=on_row)
+    got = run_rows(sched, [_task(base, batch[i]) for i in idx], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
     rows.update(zip(idx, got, strict=True))
   return [rows[i] for i in range(len(batch))]
 

@@ -19,6 +19,7 @@ from jaxmem.hardware.startup import start_jax
 from jaxmem.compiler.steptime import Work
 from jaxmem.models import get_attention
 from jaxmem.models.model_flops import training_flops, weight_flops
+from jaxmem.options import RunOptions
 from jaxmem.planning import steps
 from jaxmem.cache import RowCache
 from jaxmem.resolve import Plan, Task, build_program, for_task, plan
@@ -213,33 +214,27 @@ def baseline_key(r: Any) -> tuple:
   return key(r, baseline_fields())
 
 
-def compare(
-    workload: Workload | None = None,
-    /,
-    *,
-    jobs: int = 1,
-    scheduler: str | None = None,
-    cache: RowCache | None = None,
-    on_row: Callable[[Row], None] | None = None,
-    on_plan: Callable[[Plan], None] | None = None,
-    **fields: Any,
-) -> list[Row]:
+def compare(workload: Workload | None = None, /, *, run: RunOptions | None = None, **fields: Any) -> list[Row]:
   """Compiles the train step for every (mesh, optimizer, attention, microbatches, vocab tiling,
   remat) of ``workload`` (with ``fields`` replaced: ``compare(model="tiny", batch=2)`` works)
   and returns one row each.
 
   ``none`` (no remat) is always included as the baseline. Everything is validated before the
-  first compile, so bad input raises :class:`JaxmemError` without wasting work; ``on_plan`` is
-  then called with the validated plan (``len(plan.tasks())`` configurations follow). ``on_row``
-  is called after each configuration, in completion order (for progress and for saving partial
-  results). ``jobs`` compiles in that many processes, ``scheduler`` on a Dask cluster at that
-  address, and ``cache`` (a :class:`jaxmem.cache.RowCache`) answers configurations
-  compiled before. The sweep is planned once: in this process no configuration is planned again.
+  first compile, so bad input raises :class:`JaxmemError` without wasting work. ``run`` (or its
+  fields as keywords: ``jobs=2``) says how to compile and whom to tell
+  (:class:`jaxmem.options.RunOptions`): ``on_start`` hears the number of configurations,
+  ``on_row`` each row as it finishes, in completion order (for progress and for saving partial
+  results). The sweep is planned once: in this process no configuration is planned again.
   """
-  p = plan(workload, **fields)
-  if on_plan is not None:
-    on_plan(p)
-  return with_overheads(run_rows(p, p.tasks(), jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row))
+  run = RunOptions.of(run, fields)
+  return compare_plan(plan(workload, **fields), run)
+
+
+def compare_plan(p: Plan, run: RunOptions) -> list[Row]:
+  """:func:`compare` of a plan already made: every task of ``p``, one row each."""
+  run.start(len(p.tasks()), p.cfg)
+  return with_overheads(run_rows(p, p.tasks(), jobs=run.jobs, scheduler=run.scheduler, cache=run.cache,
+                                 on_row=run.on_row))
 
 
 def run_rows(

@@ -40,6 +40,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import CHECKPOINT_NAMES
 from jaxmem.models.names import DECODER_LAYER_INPUT
 from jaxmem.cache import RowCache
+from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, plan
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
@@ -243,23 +244,21 @@ def search(
     workload: Workload | None = None,
     /,
     *,
-    jobs: int = 1,
-    scheduler: str | None = None,
-    cache: RowCache | None = None,
-    on_row: Callable[[Row], None] | None = None,
-    on_plan: Callable[[Plan], None] | None = None,
+    run: RunOptions | None = None,
     margin: float = MARGIN,
     max_compiles: int = MAX_COMPILES,
     **fields: Any,
 ) -> TensorSearchResult:
   """The per-tensor assignment with the least recompute that fits ``workload`` (``fields``
   replaced; its ``remat`` is ignored): the module's four steps, at most ``max_compiles``
-  compiles (the row cache answers repeats)."""
+  compiles (the row cache answers repeats). ``run`` (or its fields as keywords,
+  :class:`jaxmem.options.RunOptions`): ``on_start`` is told before the first compile (no total:
+  the count is known at the end), ``on_row`` each compiled (or cached) row."""
+  run = RunOptions.of(run, fields)
   p = plan(Workload.of(workload, **fields).replace(remat=("full",)))
   check_searchable(p)
-  if on_plan is not None:
-    on_plan(p)
-  return search_plan(p, jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row, margin=margin,
+  run.start(None, p.cfg)
+  return search_plan(p, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_row=run.on_row, margin=margin,
                      max_compiles=max_compiles)
 
 

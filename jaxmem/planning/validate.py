@@ -16,7 +16,6 @@ import math
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -27,6 +26,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.startup import start_distributed, start_jax
 from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
+from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, build_program, moe_config, plan
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
@@ -185,17 +185,24 @@ def validate(
     *,
     steps: int = 3,
     distributed: bool = False,
-    on_measurement: Callable[[list[Measurement]], None] | None = None,
+    run: RunOptions | None = None,
     **fields: Any,
 ) -> list[Measurement]:
   """Runs every configuration of ``workload`` (``fields`` replaced) for ``steps`` real steps on
   the attached devices, each in a fresh process (the allocator's peak cannot be reset), and
-  holds the measured peak against the compiler's prediction. ``on_measurement`` is called with
-  the measurements so far after each one."""
+  holds the measured peak against the compiler's prediction. ``run`` (or its fields as
+  keywords, :class:`jaxmem.options.RunOptions`): ``on_start`` is told the number of
+  configurations, ``on_row`` each measurement as it finishes; ``jobs``, ``scheduler`` and
+  ``cache`` are refused (the devices measure one configuration at a time, and a measurement is
+  never cached)."""
+  run = RunOptions.of(run, fields)
+  run.refuse("validate", "it measures one configuration at a time on the attached devices, and caches nothing",
+             "jobs", "scheduler", "cache")
   if steps < 1:
     raise JaxmemError(f"`steps` must be at least 1 (got {steps})")
   p = validation_plan(Workload.of(workload, ATTACHED, **fields), distributed=distributed)
   out: list[Measurement] = []
+  run.start(len(p.moe) * len(p.grid()) * len(p.vocab_tiles), p.cfg)
   for impl, factor in p.moe:
     # This MoE variant's plan: its config (and so its labels) for every configuration.
     pv = dataclasses.replace(
@@ -208,8 +215,7 @@ def validate(
       )
       configuration = _configuration(pv, mesh, opt, rp, attention=attention, microbatches=mb, vocab_tiles=tiles)
       out.append(measure_in_subprocess(one, configuration, steps=steps))
-      if on_measurement is not None:
-        on_measurement(out)
+      run.row(out[-1])
   return out
 
 

@@ -24,12 +24,21 @@ from jaxmem.registry import Registry
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Optimizer:
   """``build(lr)`` the optax transformation; ``with_moments(lr, dtype)`` the same with its
-  moments stored in ``dtype`` (``None``: the optimizer cannot choose its moments' dtype)."""
+  moments stored in ``dtype`` (``None``: the optimizer cannot choose its moments' dtype).
+
+  The state it keeps, as the closed forms read it (:mod:`jaxmem.planning.estimate`: ZeRO's K
+  bytes per parameter): ``state_moments``, the parameter-sized arrays its state holds per
+  parameter (Adam: m and v, 2; a factored or per-layer statistic counts about 0), and
+  ``state_dtype``, their dtype where the optimizer fixes it (``None``: the dtype it updates in).
+  ``state_moments`` ``None``: not declared, so the closed forms refuse this optimizer rather
+  than guess. tests/test_registries.py holds each declaration against optax's own state."""
 
   name: str
   build: Callable[[float], optax.GradientTransformation]
   description: str
   with_moments: Callable[[float, Any], optax.GradientTransformation] | None = None
+  state_moments: float | None = None
+  state_dtype: str | None = None
 
   def transformation(self, lr: float, *, moments_dtype: str | None = None) -> optax.GradientTransformation:
     """``build(lr)``, or with the moments in ``moments_dtype`` (a one-line error where this
@@ -125,32 +134,41 @@ def _muon(lr: float) -> optax.GradientTransformation:
 
 
 def _registry() -> Registry[Optimizer]:
+  # (name, build, description, parameter-sized arrays of state per parameter).
   entries = [
-      ("sgd", lambda lr: optax.sgd(lr), "plain SGD: no state"),
-      ("momentum", lambda lr: optax.sgd(lr, momentum=0.9), "SGD with heavy-ball momentum: 1 state per parameter"),
-      ("nesterov", lambda lr: optax.sgd(lr, momentum=0.9, nesterov=True), "Nesterov momentum: 1 state per parameter"),
-      ("adam", lambda lr: optax.adam(lr), "Adam: 2 fp32 moments per parameter"),
-      ("adamw", lambda lr: optax.adamw(lr), "AdamW: 2 fp32 moments per parameter"),
-      ("adamw_bf16", _adamw_bf16, "AdamW with both moments in bf16: half of AdamW's state"),
-      ("adafactor", lambda lr: optax.adafactor(lr), "Adafactor: factored second moment, rows + columns"),
-      ("lion", lambda lr: optax.lion(lr), "Lion: 1 moment per parameter"),
-      ("lamb", lambda lr: optax.lamb(lr), "LAMB: Adam moments with layer-wise trust ratio"),
-      ("adagrad", lambda lr: optax.adagrad(lr), "Adagrad: 1 accumulator per parameter"),
-      ("rmsprop", lambda lr: optax.rmsprop(lr), "RMSProp: 1 accumulator per parameter"),
-      ("adabelief", lambda lr: optax.adabelief(lr), "AdaBelief: 2 moments per parameter"),
-      ("radam", lambda lr: optax.radam(lr), "RAdam: 2 moments per parameter"),
-      ("nadam", lambda lr: optax.nadam(lr), "NAdam: 2 moments per parameter"),
-      ("adamax", lambda lr: optax.adamax(lr), "Adamax: 2 moments per parameter"),
-      ("lars", lambda lr: optax.lars(lr), "LARS: momentum with layer-wise trust ratio"),
-      ("novograd", lambda lr: optax.novograd(lr), "NovoGrad: layer-wise second moment"),
-      ("sm3", lambda lr: optax.sm3(lr), "SM3: cover-set accumulators, sublinear memory"),
+      ("sgd", lambda lr: optax.sgd(lr), "plain SGD: no state", 0),
+      ("momentum", lambda lr: optax.sgd(lr, momentum=0.9), "SGD with heavy-ball momentum: 1 state per parameter", 1),
+      ("nesterov", lambda lr: optax.sgd(lr, momentum=0.9, nesterov=True), "Nesterov momentum: 1 state per parameter", 1),
+      ("adam", lambda lr: optax.adam(lr), "Adam: 2 fp32 moments per parameter", 2),
+      ("adamw", lambda lr: optax.adamw(lr), "AdamW: 2 fp32 moments per parameter", 2),
+      ("adamw_bf16", _adamw_bf16, "AdamW with both moments in bf16: half of AdamW's state", 2),
+      # The factored second moment is O(rows + columns) per matrix: about 0 per parameter.
+      ("adafactor", lambda lr: optax.adafactor(lr), "Adafactor: factored second moment, rows + columns", 0),
+      ("lion", lambda lr: optax.lion(lr), "Lion: 1 moment per parameter", 1),
+      ("lamb", lambda lr: optax.lamb(lr), "LAMB: Adam moments with layer-wise trust ratio", 2),
+      ("adagrad", lambda lr: optax.adagrad(lr), "Adagrad: 1 accumulator per parameter", 1),
+      ("rmsprop", lambda lr: optax.rmsprop(lr), "RMSProp: 1 accumulator per parameter", 1),
+      ("adabelief", lambda lr: optax.adabelief(lr), "AdaBelief: 2 moments per parameter", 2),
+      ("radam", lambda lr: optax.radam(lr), "RAdam: 2 moments per parameter", 2),
+      ("nadam", lambda lr: optax.nadam(lr), "NAdam: 2 moments per parameter", 2),
+      ("adamax", lambda lr: optax.adamax(lr), "Adamax: 2 moments per parameter", 2),
+      ("lars", lambda lr: optax.lars(lr), "LARS: momentum with layer-wise trust ratio", 1),
+      # The second moment is one number per layer; the first is per parameter.
+      ("novograd", lambda lr: optax.novograd(lr), "NovoGrad: layer-wise second moment", 1),
+      # The cover-set accumulators are O(rows + columns); the momentum is per parameter.
+      ("sm3", lambda lr: optax.sm3(lr), "SM3: cover-set accumulators, sublinear memory", 1),
   ]
   if hasattr(optax, "adan"):
-    entries.append(("adan", lambda lr: optax.adan(lr), "Adan: 3 moments per parameter"))
+    # optax's state: the first, second and third moments and the previous gradient.
+    entries.append(("adan", lambda lr: optax.adan(lr), "Adan: 3 moments and the last gradient per parameter", 4))
   if hasattr(getattr(optax, "contrib", None), "muon"):
-    entries.append(("muon", _muon, "Muon: momentum + Newton-Schulz orthogonalisation (Adam for vectors)"))
+    # The momentum buffer, per parameter (Adam's two moments only for the vectors, a small share).
+    entries.append(("muon", _muon, "Muon: momentum + Newton-Schulz orthogonalisation (Adam for vectors)", 1))
+  fixed = {"adamw_bf16": "bfloat16"}  # the moments' dtype where the optimizer fixes it
   return Registry("optimizer", {
-      n: Optimizer(name=n, build=b, description=d, with_moments=_WITH_MOMENTS.get(n)) for n, b, d in entries
+      n: Optimizer(name=n, build=b, description=d, with_moments=_WITH_MOMENTS.get(n), state_moments=k,
+                   state_dtype=fixed.get(n))
+      for n, b, d, k in entries
   })
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import JaxmemError, StagesRefused
 from jaxmem.models.pipeline import bubble_fraction, in_flight_1f1b
 
 STAGE = "stage"
@@ -60,18 +60,18 @@ class PipelineOptions:
       if layers and layers % (stages * r):
         by = f"stage={stages}" + (f" x `pipeline_repeats` {r}" if r > 1 else "")
         kind = f"{what} layers" if cfg.num_dense_layers and cfg.num_moe_layers else "layers"
-        raise JaxmemError(
+        raise StagesRefused(
             f"mesh {mesh_name}: {by} does not divide {cfg.name}'s {layers} {kind}; use a stage count"
             + (" times repeats" if r > 1 else "") + f" that divides {layers}"
         )
     if cfg.is_moe and cfg.moe_impl == "dropless":
       # Its experts' shard_map, batched over the stages by the pipeline's vmap, fails to trace
       # in jax 0.12 (a pvary over an axis the values already vary over); capacity is GSPMD's.
-      raise JaxmemError(
+      raise StagesRefused(
           f"mesh {mesh_name}: `moe_impl` dropless is not pipelined over a stage axis yet; use `moe_impl` capacity"
       )
     if m < stages:
-      raise JaxmemError(
+      raise StagesRefused(
           f"`pipeline_microbatches` {m} is fewer than the {stages} stages of mesh {mesh_name}; use at least {stages}"
       )
     return m

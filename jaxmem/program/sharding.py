@@ -54,7 +54,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import ExpertsDoNotDivide, JaxmemError, SeqDoesNotDivide
 # The mesh description is the leaf jaxmem.mesh; its names stay reachable here, beside the rules.
 from jaxmem.mesh import MESH_AXES, MeshSpec, default_mesh, format_mesh, mesh_size, parse_mesh, path_keys  # noqa: F401
 from jaxmem.models.mesh_axes import MeshAxes
@@ -124,7 +124,7 @@ def check_seq(mesh: MeshSpec, seq: int) -> None:
   if seq % ways:
     below = seq // ways * ways
     nearest = below if below and seq - below <= below + ways - seq else below + ways
-    raise JaxmemError(
+    raise SeqDoesNotDivide(
         f"seq {seq} is not divisible by the sequence axes of mesh {format_mesh(mesh)} "
         f"({axes.describe('seq')}); use a multiple of {ways}, nearest {nearest}"
     )
@@ -158,7 +158,7 @@ def check_experts(mesh: MeshSpec, num_experts: int, model: str) -> None:
   """An ``expert`` axis must divide the model's routed experts (each device holds E / expert)."""
   ways = dict(mesh).get("expert", 1)
   if num_experts and ways > 1 and num_experts % ways:
-    raise JaxmemError(
+    raise ExpertsDoNotDivide(
         f"mesh {format_mesh(mesh)}: expert={ways} does not divide {model}'s {num_experts} experts; "
         f"use an expert axis size that divides {num_experts}"
     )

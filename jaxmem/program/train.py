@@ -43,7 +43,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.program import sharding as shd
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import BatchDoesNotDivide, JaxmemError
 from jaxmem.models import AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention
 from jaxmem.models.moe_parallel import sharded_dropless
 from jaxmem.models.pipeline import Pipeline
@@ -151,7 +151,7 @@ def check_batch(
   if batch % (ways * microbatches * piped):
     what = f"{microbatches} microbatches x " if microbatches > 1 else ""
     what += f"{piped} pipeline microbatches x " if piped > 1 else ""
-    raise JaxmemError(
+    raise BatchDoesNotDivide(
         f"batch {batch} is not divisible by {what}the data axes of mesh {shd.format_mesh(mesh)} "
         f"({ways} ways); use a multiple of {ways * microbatches * piped}"
     )
