@@ -19,7 +19,7 @@ from jaxmem.inference.infer import InferRow
 from jaxmem.render import columns as cols
 from jaxmem.render.columns import verdict_cell
 from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, markup, render_csv, render_records
-from jaxmem.render.units import Unit, seconds, unit, unit_for
+from jaxmem.render.units import Unit, unit, unit_for
 
 KV_COLUMNS = ("batch", "context", "kv_heads", "kv_cache_bytes")
 ESTIMATE_COLUMNS = (

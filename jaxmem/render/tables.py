@@ -5,7 +5,8 @@ The library returns frozen dataclasses and never prints. This module renders the
 command's JSON shares; ``render.explain`` and ``render.inference`` render those commands' own
 results with it. Tables show sizes per device in one unit (``render.units``), with deltas
 against the ``none`` (no remat) row of the same mesh and optimizer, and a heading that names
-the compiler versions behind the figures.
+the compiler versions behind the figures. Which columns a table has, and how each cell reads,
+is declared in :mod:`jaxmem.render.columns`.
 """
 
 from __future__ import annotations
