@@ -542,7 +542,7 @@ INFER: list[Column] = [
     Column(field="fits", format=_infer_verdict),
     _infer_bytes("weight_bytes", "weight"),
     _infer_bytes("kv_cache_bytes", "kv_cache"),
-    Column(field="compile_seconds", format=_three),
+    Column(field="compile_seconds", header="compile_seconds", format=_three),
     Column(field="attention_kind", header="attention kind"),
     Column(field="kv_cache_bytes_per_token", header="kv/token KiB", format=lambda v, c: "-" if v is None else f"{v / 1024:,.1f}"),
     # A swept qk dtype (prefill rows; decode's is None).
