@@ -5,12 +5,13 @@ row, notes and errors below the table, and the JSON envelope with the compiler v
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 
 import pytest
 
-from jaxmem import versions
+from jaxmem import records, versions
 from jaxmem.errors import JaxmemError
 from jaxmem.planning.fit import FitResult
 from jaxmem.planning.scale import Growth
@@ -319,3 +320,67 @@ def test_a_comm_lower_bound_is_marked_in_the_table_the_heading_and_the_json():
   # Exact figures only: no marker, and the heading says nothing of bounds.
   exact = tables.render_compare(rows[:1], "markdown")
   assert "lower bound" not in exact and ">=" not in exact
+
+
+# -- the column registry ----------------------------------------------------------------------------
+
+def test_a_registered_column_appears_in_the_table_and_the_csv(monkeypatch):
+  from jaxmem.render import columns
+
+  # A column the rows do not carry: the no-remat row's temp over this row's, derived per cell.
+  def ratio(cell):
+    b = cell.baseline
+    return None if b is None or not cell.row.temp_size_in_bytes else round(b.temp_size_in_bytes / cell.row.temp_size_in_bytes, 2)
+
+  toy = columns.Column(field="temp_saving", header="temp saving", value=ratio, refused="-", written=True)
+  registered = list(columns.COMPARE)
+  monkeypatch.setattr(columns, "COMPARE", [*registered, toy])
+  rows = _markdown_table(tables.render_compare(_sweep(), "markdown"))
+  assert [r["temp saving"] for r in rows] == ["1", "5.67", "-"]
+  lines = list(csv.DictReader(io.StringIO(tables.render_compare(_sweep(), "csv"))))
+  assert [line["temp_saving"] for line in lines] == ["1.0", "5.67", ""]
+  # Its visibility is data: a column shown only where its value varies leaves a uniform table alone.
+  monkeypatch.setattr(columns, "COMPARE", [*registered, dataclasses.replace(toy, shown=columns.VARIES)])
+  assert "temp saving" in tables.render_compare(_sweep(), "table")
+  assert "temp saving" not in tables.render_compare(_sweep()[:1], "table")
+
+
+def test_tokens_per_second_is_a_compare_column_where_the_estimate_has_it():
+  rows = [_row("none", tokens_per_s_per_device=12345.6, step_time_s=0.5, bound="compute", mfu=0.4),
+          _row("full", tokens_per_s_per_device=None)]
+  table = _markdown_table(tables.render_compare(rows, "markdown"))
+  assert [r["tokens/s/device (est)"] for r in table] == ["12,346", "-"]
+  assert "tokens/s" not in tables.render_compare(_sweep(), "table")  # no estimate: no column
+
+
+def test_no_record_is_wider_than_thirty_fields_of_its_own():
+  import importlib
+  import inspect
+  import pkgutil
+
+  import jaxmem
+
+  wide = {}
+  for info in pkgutil.walk_packages(jaxmem.__path__, "jaxmem."):
+    if info.name.startswith("jaxmem.cli") or info.name.endswith("__main__"):
+      continue
+    module = importlib.import_module(info.name)
+    for name, cls in vars(module).items():
+      if inspect.isclass(cls) and dataclasses.is_dataclass(cls) and cls.__module__ == module.__name__:
+        own = [f for f in dataclasses.fields(cls) if f.name in inspect.get_annotations(cls)]
+        if len(own) > 30:
+          wide[f"{module.__name__}.{name}"] = len(own)
+  assert wide == {}
+
+
+def test_a_composed_row_is_flat_when_written_and_read():
+  row = _sweep()[1]
+  assert isinstance(row.config, records.Configuration) and isinstance(row.compiled, records.CompilerFigures)
+  assert row.temp_size_in_bytes == row.compiled.temp_size_in_bytes and row.remat == row.config.remat == "full"
+  d = row.as_dict()
+  assert list(d) == list(Row.flat_fields()) and "config" not in d
+  assert Row(**{**d, "notes": tuple(d["notes"])}) == row  # the cache's round trip
+  changed = dataclasses.replace(row, fits=False, remat="minimal")
+  assert (changed.fits, changed.remat, changed.temp_size_in_bytes) == (False, "minimal", row.temp_size_in_bytes)
+  with pytest.raises(TypeError, match="no_such_field"):
+    Row(**d, no_such_field=1)

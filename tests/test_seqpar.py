@@ -182,6 +182,7 @@ def test_the_options_key_the_row_cache_and_show_in_the_heading():
   assert len(keys) == 3
   from types import SimpleNamespace as Row
 
-  row = dict(param_dtype="float32", dtype="bfloat16", sequence_parallel=True, dropout=0.1)
+  row = dict(param_dtype="float32", dtype="bfloat16", sequence_parallel=True, dropout=0.1, master_dtype=None,
+             moments_dtype=None, grad_reduce_dtype=None)
   assert "sequence parallel" in _dtypes(Row(**row)) and "dropout 0.1" in _dtypes(Row(**row))
   assert "sequence" not in _dtypes(Row(**{**row, "sequence_parallel": False, "dropout": 0.0}))

@@ -256,6 +256,6 @@ def test_rows_round_trip_the_step_fields():
       param_dtype="float32", dtype="bfloat16", attention="splash", microbatches=4, vocab_tiles=2,
   )
   back = sweep.row_from_dict(row.as_dict())
-  assert back == row and dataclasses.asdict(back)["attention"] == "splash"
+  assert back == row and back.as_dict()["attention"] == "splash"
   assert sweep.baseline_key(row) != sweep.baseline_key(dataclasses.replace(row, attention="dot"))
   assert jnp.dtype(row.qk_dtype) == jnp.bfloat16

@@ -25,46 +25,68 @@ from jaxmem.options import RunOptions
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
-from jaxmem.records import CompilerFigures, Judgement, Placement, StepTime
+from jaxmem.records import Communication, CompilerFigures, Composed, Judgement, Placement, Record, StepTime, composed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class InferRow(Judgement, StepTime, CompilerFigures, Placement):
-  """One inference step's figures. Compiler fields and ``*_per_device`` are per device;
-  ``weight_bytes`` and ``kv_cache_bytes`` are the whole model's (unsharded, scales included).
-
-  ``comm_*_bytes``: the collectives' bytes, as compare's rows have them
-  (:class:`jaxmem.records.Communication`); ``program_flops`` the whole step's FLOPs.
-  ``context`` is the KV cache's length in positions: the prompt for prefill, the cache a
-  decode step reads for decode. ``required_bytes`` and ``fits`` as in
-  :class:`jaxmem.planning.sweep.Row`. ``kv_cache_bytes_per_token``: what one position of one
-  sequence holds in the whole model's cache (keys and values per kv head, or for multi-head
-  latent attention the latent and the decoupled RoPE key; ``attention_kind`` says which).
-  ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`.
-  """
+class InferSetup(Record):
+  """What an inference step is, beside its placement: the phase, the weight format, the KV
+  cache's length in positions (``context``: the prompt for prefill, the cache a decode step reads
+  for decode), the prompt, the attention implementation used (prefill's kernel; ``dot`` for
+  decode) and what the KV cache holds per token (``attention_kind``: MLA, MHA or GQA),
+  ``qk_dtype`` (prefill: dot attention's scores as asked; ``None`` for decode, which forms no
+  scores), and ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`."""
 
   phase: str
   weights: str
   context: int
   prompt: int | None
-  attention: str | None = None  # the implementation used: prefill's kernel; "dot" for decode
-  attention_kind: str = "GQA"  # MLA, MHA or GQA: what the KV cache holds per token
-  qk_dtype: str | None = None  # prefill: dot attention's scores as asked; None for decode (no scores)
+  attention: str | None = None
+  attention_kind: str = "GQA"
+  qk_dtype: str | None = None
   moe_impl: str | None = None
   capacity_factor: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferSizes(Record):
+  """The weights' and KV cache's bytes: ``weight_bytes`` and ``kv_cache_bytes`` the whole
+  model's (unsharded, scales included), ``*_per_device`` per device; ``kv_cache_bytes_per_token``
+  what one position of one sequence holds in the whole model's cache (keys and values per kv
+  head, or for multi-head latent attention the latent and the decoupled RoPE key).
+  ``time_per_output_token_s``: decode's step time, one output token per sequence, so a lower
+  bound as the step's is; ``None`` for prefill (its step time is the prompt's)."""
+
   weight_bytes: int | None = None
   weight_scale_bytes: int | None = None
   kv_cache_bytes: int | None = None
   kv_cache_bytes_per_token: int | None = None
   weight_bytes_per_device: int | None = None
   kv_cache_bytes_per_device: int | None = None
-  # Decode: the step's time is one output token per sequence, so the estimate's step_time_s is a
-  # lower bound on the time per output token; None for prefill (its step_time_s is the prompt's).
   time_per_output_token_s: float | None = None
-  # (step_time_s, bound, arithmetic_intensity, ridge_point, ...: jaxmem.records.StepTime)
-  # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
-  # jaxmem.records.Judgement)
 
+
+@composed
+class InferRow(Composed):
+  """One inference step's figures: its placement and setup, the compiler's figures, the
+  step-time estimate, the judgement against the device and the weights' and KV cache's sizes,
+  flat in ``as_dict()`` and attribute access as :class:`jaxmem.planning.sweep.Row`'s. Compiler
+  fields and ``*_per_device`` are per device. ``comm_*_bytes``: the collectives' bytes, as
+  compare's rows have them (:class:`jaxmem.records.Communication`); ``program_flops`` the whole
+  step's FLOPs; ``required_bytes`` and ``fits`` as in :class:`jaxmem.planning.sweep.Row`."""
+
+  placement: Placement
+  compiled: CompilerFigures = dataclasses.field(default_factory=CompilerFigures)
+  timing: StepTime = dataclasses.field(default_factory=StepTime)
+  judgement: Judgement = dataclasses.field(default_factory=Judgement)
+  setup: InferSetup
+  sizes: InferSizes = dataclasses.field(default_factory=InferSizes)
+
+  def communication(self) -> Communication:
+    return self.compiled.communication()
+
+  def step_time(self) -> StepTime:
+    return self.timing
 
 
 def run_infer_config(

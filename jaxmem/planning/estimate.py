@@ -54,7 +54,7 @@ from jaxmem.models import ModelConfig, cache_bytes, count_active_params, count_p
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import MOMENTS_DTYPE_OPTIMIZERS, OPTIMIZERS
 from jaxmem.program.precision import Precision, check_dtype, itemsize
-from jaxmem.records import Record
+from jaxmem.records import Composed, Record, composed
 
 SOURCES = {
     "params": "count_params(cfg) (models/counting.py)",
@@ -155,19 +155,28 @@ def activation_bytes_per_layer(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Estimate(Record):
-  """Closed-form figures for one model and workload, whole model (not per device) unless named
-  ``*_per_device``. ``model_state_bytes`` = params + gradients + optimizer state."""
+class EstimateWorkload(Record):
+  """What an estimate is for: the model and its parameter count, the optimizer, the precision (a
+  preset: mixed, fp32, bf16; or ``dtypes`` where the dtypes were given), the workload, the tensor
+  parallelism, and whether sequence parallelism and which recompute the activations assume."""
 
   model: str
   params: int
   optimizer: str
-  precision: str  # a preset (mixed, fp32, bf16), or "dtypes" where the dtypes below were given
+  precision: str
   batch: int
   seq: int
   tensor: int
   sequence_parallel: bool
   recompute: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingMemory(Record):
+  """The training step's closed forms, whole model: bytes per parameter, the parameters, gradients
+  and optimizer state and their sum (``model_state_bytes``), and the activations (per layer and
+  in all)."""
+
   bytes_per_param: float
   param_bytes: float
   gradient_bytes: float
@@ -175,6 +184,14 @@ class Estimate(Record):
   model_state_bytes: float
   activation_bytes_per_layer: float
   activation_bytes: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServingMemory(Record):
+  """Inference's closed forms, whole model: the KV cache at ``kv_context`` x ``kv_batch`` (and
+  per token of one sequence: what one more token of context adds), the weights in three formats,
+  and the model state in H100 80 GB equivalents."""
+
   kv_context: int
   kv_batch: int
   kv_cache_bytes: float
@@ -182,20 +199,32 @@ class Estimate(Record):
   weight_bytes_fp8: float
   weight_bytes_int4: float
   h100_80gb_equivalents: float
-  # Per token and sequence, whole model: what one more token of context adds to the cache.
   kv_cache_bytes_per_token: float = 0.0
-  # Mixture of experts (equal to the totals, and 0 or None, for a dense model).
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExpertMemory(Record):
+  """A mixture of experts' closed forms (equal to the totals, and 0 or None, for a dense model):
+  active and routed parameters, the routed experts' state (parameters + gradients + optimizer
+  state) and the rest's, and the dispatch buffers per MoE layer and over every MoE layer."""
+
   active_params: int = 0
   expert_params: int = 0
-  expert_state_bytes: float = 0.0  # the routed experts' parameters + gradients + optimizer state
+  expert_state_bytes: float = 0.0
   non_expert_state_bytes: float = 0.0
   capacity_factor: float | None = None
   dispatch_bytes_dropless_per_layer: float | None = None
   dispatch_bytes_capacity_per_layer: float | None = None
-  dispatch_bytes_dropless: float | None = None  # every MoE layer
+  dispatch_bytes_dropless: float | None = None
   dispatch_bytes_capacity: float | None = None
-  # The layout's dtypes (the preset's, or as given) and Megatron's distributed optimizer over
-  # ``data`` ranks: parameters and gradients whole, the optimizer state divided (per rank).
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StateLayout(Record):
+  """The layout's dtypes (the preset's, or as given) and Megatron's distributed optimizer over
+  ``data`` ranks: parameters and gradients whole, the optimizer state divided (per rank); and the
+  sources of the formulas."""
+
   param_dtype: str | None = None
   gradient_dtype: str | None = None
   master_dtype: str | None = None
@@ -204,6 +233,20 @@ class Estimate(Record):
   distributed_bytes_per_param: float = 0.0
   distributed_model_state_bytes: float = 0.0
   sources: tuple[str, ...] = tuple(f"{k}: {v}" for k, v in SOURCES.items())
+
+
+@composed
+class Estimate(Composed):
+  """Closed-form figures for one model and workload, whole model (not per device) unless named
+  ``*_per_device``: the workload, the training memory, the serving memory, the experts' and the
+  state's layout, each its own record, flat in ``as_dict()`` and attribute access
+  (``e.model_state_bytes``: params + gradients + optimizer state)."""
+
+  workload: EstimateWorkload
+  training: TrainingMemory
+  serving: ServingMemory
+  experts: ExpertMemory = dataclasses.field(default_factory=ExpertMemory)
+  layout: StateLayout = dataclasses.field(default_factory=StateLayout)
 
 
 def kv_cache_bytes(cfg: ModelConfig, *, context: int, batch: int, bytes_per_element: float = 2) -> float:

@@ -18,7 +18,6 @@ import numpy as np
 
 from jaxmem.axes import group_fields, key, with_fields
 from jaxmem.errors import JaxmemError
-from jaxmem.cache import RowCache
 from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, Task, plan
 from jaxmem.planning.sweep import Row, run_rows, with_overheads

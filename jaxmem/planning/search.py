@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any

@@ -32,7 +32,7 @@ from jaxmem.cache import key
 from jaxmem.resolve import Plan, Task, for_task
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
-from jaxmem.program.step import OWN, call_step, is_local, step_notes
+from jaxmem.program.step import call_step, is_local, step_notes
 
 # A user's step is a function, not a model jaxmem knows: its step time is estimated from the
 # compiled program as any row's, but there is no 6·N·T to form MFU against.
@@ -100,9 +100,12 @@ def trace_fingerprint(lowering: Lowering, jit_kwargs: dict[str, Any]) -> str:
 def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   """One configuration of a step as a row's fields. A compile the backend refuses is a row with
   ``error`` set, as for the model's steps."""
+  # What jaxmem did not choose is None (shown as -): the step's optimizer, compute dtype, how it
+  # accumulates and tiles, and its attention scores' dtype are the user's code's business.
   base = dict(
       model=p.workload.model_name, target=p.target.name, mesh=shd.format_mesh(mesh), remat=rp.name,
-      optimizer=OWN, batch=p.batch, seq=p.seq, param_dtype=OWN, dtype=OWN, num_devices=p.target.num_devices,
+      optimizer=None, batch=p.batch, seq=p.seq, param_dtype=None, dtype=None, num_devices=p.target.num_devices,
+      microbatches=None, vocab_tiles=None, qk_dtype=None,
   )
   lowering = _TRACED.pop(_traced_as(p, mesh, rp), None) or lower_step(p, mesh, rp)
   notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform)
@@ -125,7 +128,7 @@ def _named_arguments(lowering: Lowering, notes: list[str]) -> dict[str, Any]:
     elements: Counter[str] = Counter()
     for a in leaves:
       elements[str(a.dtype)] += math.prod(a.shape)
-    out["param_dtype"] = elements.most_common(1)[0][0] if elements else OWN  # most parameters
+    out["param_dtype"] = elements.most_common(1)[0][0] if elements else None  # most parameters
   missing = [n for n in (PARAMS, OPT_STATE) if n not in names]
   if missing:
     notes.append(

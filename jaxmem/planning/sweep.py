@@ -29,26 +29,18 @@ from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
 from jaxmem.program.remat import RematPolicy, get_remat
-from jaxmem.records import CompilerFigures, Configuration, Judgement, StepTime
+from jaxmem.records import (
+    Communication, CompilerFigures, Composed, Configuration, Judgement, Record, StepTime, composed,
+)
 from jaxmem.workload import Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Row(Judgement, StepTime, CompilerFigures, Configuration):
-  """One configuration's per-device figures. Byte fields are per device; ``None`` means the
-  figure cannot be had on this target, and ``notes`` says why.
-
-  ``required_bytes`` is what must fit in ``capacity_bytes``: the compiler's peak where the
-  backend gives one, else ``total_bytes``; for a compile refused for lack of memory, the
-  figure from the compiler's message. ``fits`` compares the two (``None`` without a capacity).
-  ``param_bytes_global`` is the parameters' size summed over the whole model, unsharded.
-  ``comm_*_bytes`` are the bytes one device sends per step in each kind of collective
-  (:class:`jaxmem.records.Communication`), a lower bound, not a total, where ``comm_lower_bound``.
-  ``program_flops`` is the whole step's FLOPs counted from its jaxpr (every device, every
-  layer): the step as written, before XLA's own rematerialization, which the GPU compiler adds
-  to a program over the device's memory. ``recompute_overhead_pct`` compares it with the no-remat
-  row's, so a baseline XLA rematerialized does not make a policy look cheaper than none.
-  """
+class TrainFigures(Record):
+  """What a training row adds to the compiler's figures: the parameters' and optimizer state's
+  bytes per device (``param_bytes_global``: the parameters summed over the whole model,
+  unsharded), the recompute overhead against the no-remat row, and a pipelined row's stage
+  activation and 1F1B estimate."""
 
   param_bytes: int | None = None
   param_bytes_global: int | None = None
@@ -61,10 +53,38 @@ class Row(Judgement, StepTime, CompilerFigures, Configuration):
   stage_activation_bytes: int | None = None
   required_1f1b_bytes: int | None = None
   cached: bool = False  # read from the row cache, not compiled in this run
-  # (the comm_* fields: jaxmem.records.Communication, through CompilerFigures)
-  # (step_time_s, bound, mfu, ...: the estimate, jaxmem.records.StepTime)
-  # (capacity_bytes, required_bytes, fits, verdict, margin_bytes, risk_bytes, error, notes:
-  # jaxmem.records.Judgement)
+
+
+@composed
+class Row(Composed):
+  """One configuration's per-device figures: its configuration, the compiler's figures, the
+  step-time estimate, the judgement against the device and the training figures, each its own
+  record, flat in ``as_dict()`` (and JSON, CSV, the cache) and in attribute access
+  (``row.total_bytes``). Byte fields are per device; ``None`` means the figure cannot be had on
+  this target, and ``notes`` says why.
+
+  ``required_bytes`` is what must fit in ``capacity_bytes``: the compiler's peak where the
+  backend gives one, else ``total_bytes``; for a compile refused for lack of memory, the
+  figure from the compiler's message. ``fits`` compares the two (``None`` without a capacity).
+  ``comm_*_bytes`` are the bytes one device sends per step in each kind of collective
+  (:class:`jaxmem.records.Communication`), a lower bound, not a total, where ``comm_lower_bound``.
+  ``program_flops`` is the whole step's FLOPs counted from its jaxpr (every device, every
+  layer): the step as written, before XLA's own rematerialization, which the GPU compiler adds
+  to a program over the device's memory. ``recompute_overhead_pct`` compares it with the no-remat
+  row's, so a baseline XLA rematerialized does not make a policy look cheaper than none.
+  """
+
+  config: Configuration
+  compiled: CompilerFigures = dataclasses.field(default_factory=CompilerFigures)
+  timing: StepTime = dataclasses.field(default_factory=StepTime)
+  judgement: Judgement = dataclasses.field(default_factory=Judgement)
+  train: TrainFigures = dataclasses.field(default_factory=TrainFigures)
+
+  def communication(self) -> Communication:
+    return self.compiled.communication()
+
+  def step_time(self) -> StepTime:
+    return self.timing
 
 
 def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> Row:

@@ -11,17 +11,16 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from tabulate import tabulate
+
 from jaxmem.hardware.margin import AT_RISK, NO, YES
 from jaxmem.planning.estimate import Estimate
 from jaxmem.inference.infer import InferRow
-from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, render_csv, render_records, verdict_cell
-from jaxmem.render.units import Unit, seconds, unit, unit_for
+from jaxmem.render import columns as cols
+from jaxmem.render.columns import verdict_cell
+from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, markup, render_csv, render_records
+from jaxmem.render.units import Unit, unit, unit_for
 
-INFER_COLUMNS = (
-    "mesh", "phase", "attention", "weights", "context", "batch", "weight_bytes_per_device", "kv_cache_bytes_per_device",
-    "argument_size_in_bytes", "temp_size_in_bytes", "peak_memory_in_bytes", "total_bytes", "capacity_bytes",
-    "fits", "weight_bytes", "kv_cache_bytes", "compile_seconds",
-)
 KV_COLUMNS = ("batch", "context", "kv_heads", "kv_cache_bytes")
 ESTIMATE_COLUMNS = (
     "model", "params", "bytes_per_param", "model_state_bytes", "h100_80gb_equivalents", "activation_bytes_per_layer",
@@ -79,32 +78,16 @@ def render(dicts: Sequence[dict[str, Any]], fmt_name: str, keys: Sequence[str]) 
 def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[dict[str, Any]] = ()) -> str:
   """``infer``'s rows; in table and markdown, a heading (with the compiler versions), the notes
   and errors; the KV cache table from the formula after it when ``kv_rows`` are given. Tables
-  show the KV cache per token (whole model, one sequence) in KiB, with the attention kind, and
-  for a mixture-of-experts model how its experts run; with several devices, the bytes each
-  sends per step in collectives (``comm``)."""
-  dicts = [r.as_dict() for r in rows]
+  show :data:`jaxmem.render.columns.INFER`: the KV cache per token (whole model, one sequence) in
+  KiB, with the attention kind, and for a mixture-of-experts model how its experts run; with
+  several devices, the bytes each sends per step in collectives (``comm``)."""
   if fmt_name in ("json", "csv"):
-    text = render(dicts, fmt_name, INFER_COLUMNS)
+    text = render_records(list(rows), fmt_name) if fmt_name == "json" else render_csv(rows, cols.INFER)
   else:
-    u = _unit_for(dicts, INFER_COLUMNS)
-    recs = _table_records(dicts, INFER_COLUMNS, u)
-    # Communication only where there is some to show: several devices, a compiled row.
-    comm = any((r.num_devices or 1) > 1 and r.comm_bytes is not None for r in rows)
-    for rec, d in zip(recs, dicts, strict=True):
-      per_token = d.get("kv_cache_bytes_per_token")
-      rec["attention kind"] = d.get("attention_kind")
-      rec["kv/token KiB"] = None if per_token is None else f"{per_token / 1024:,.1f}"
-      if len({r.qk_dtype for r in rows if r.qk_dtype}) > 1:  # a swept qk dtype (prefill rows)
-        rec["qk dtype"] = d.get("qk_dtype") or "-"
-      if any(r.moe_impl for r in rows):
-        rec["moe"] = (d["moe_impl"] or "") + ("" if d.get("capacity_factor") is None else f" {d['capacity_factor']:g}")
-      if comm:
-        rec[f"comm {u.name}"] = u(d.get("comm_bytes"))
-      rec.update(_roofline_cells(d))
-    text = render_records(recs, fmt_name)
-  if fmt_name in ("table", "markdown"):
+    u = cols.unit_of(rows, cols.byte_fields(cols.INFER))
+    headers, body = cols.lay_out(cols.INFER, cols.Table(rows, u))
+    text = tabulate(body, headers=headers, tablefmt=markup(fmt_name), disable_numparse=True)
     r0 = rows[0]
-    u = _unit_for(dicts, INFER_COLUMNS)
     text = (f"model {r0.model} · target {r0.target} · {u.name} per device (weight and kv_cache: whole model)"
             f"{heading_versions(rows)}\n\n" + text)
     notes = dict.fromkeys(n for r in rows for n in r.notes)
@@ -114,19 +97,6 @@ def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[d
   if kv_rows:
     text += "\n\n" + render(kv_rows, fmt_name, KV_COLUMNS)
   return text
-
-
-def _roofline_cells(d: dict[str, Any]) -> dict[str, str]:
-  """The step-time estimate per phase: the step, its bound, the phase's arithmetic intensity
-  against the target's ridge point (above it, compute-bound), and for decode the time per output
-  token (a lower bound, as the step's)."""
-  ai, ridge = d.get("arithmetic_intensity"), d.get("ridge_point")
-  return {
-      "step (est)": seconds(d.get("step_time_s")),
-      "bound": d.get("bound") or "-",
-      "FLOP/B vs ridge": "-" if ai is None or ridge is None else f"{ai:,.0f} {'>' if ai > ridge else '<'} {ridge:,.0f}",
-      "per token (est)": seconds(d.get("time_per_output_token_s")),
-  }
 
 
 def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:

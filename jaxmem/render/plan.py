@@ -9,12 +9,10 @@ from typing import Any
 from tabulate import tabulate
 
 from jaxmem.hardware.margin import AT_RISK
+from jaxmem.render import columns as cols
 from jaxmem.render.figures import save_figure
-from jaxmem.render.tables import check_format, envelope, markup, render_csv, verdict_cell
+from jaxmem.render.tables import check_format, envelope, markup, render_csv
 from jaxmem.render.units import percent, seconds, unit_for
-
-HEADERS = ("#", "mesh", "remat", "microbatches", "attention", "required / capacity", "fits", "recompute",
-           "exposed comm", "step (est)", "bound", "MFU (est)")
 
 
 def render_plan(result: Any, fmt: str) -> str:
@@ -25,29 +23,13 @@ def render_plan(result: Any, fmt: str) -> str:
     d = result.as_dict()
     return json.dumps(envelope(rows, **{k: v for k, v in d.items() if k != "rows"}), indent=2)
   if fmt == "csv":
-    return render_csv(rows)
-  u = unit_for([r.required_bytes for r in rows])
-  body = [_cells(i, r, u) for i, r in enumerate(rows, 1)]
-  table = tabulate(body, headers=HEADERS, tablefmt=markup(fmt), disable_numparse=True)
+    return render_csv(rows, cols.PLAN)
+  headers, body = cols.lay_out(cols.PLAN, cols.Table(rows, cols.unit_of(rows, cols.PLAN_UNIT_FIELDS)))
+  table = tabulate(body, headers=headers, tablefmt=markup(fmt), disable_numparse=True)
   bullet = "- " if fmt == "markdown" else ""
   tail = [f"{bullet}{line}" for line in cost_lines(result) + list(result.notes)]
   head = [recommendation(result)] + ([f"why: {result.why}"] if getattr(result, "why", None) else [])
   return "\n".join([*head, "", table, "", *tail])
-
-
-def _cells(i: int, r: Any, u: Any) -> list[str]:
-  req = "-" if r.required_bytes is None else u(r.required_bytes)
-  cap = _bytes(r.capacity_bytes)
-  rec = "-" if r.recompute_overhead_pct is None else f"{r.recompute_overhead_pct:+.1f}%"
-  return [str(i), r.mesh, r.remat, _micro_cell(r), r.attention or "-", f"{req} {u.name} / {cap}",
-          verdict_cell(r, u) if r.error is None else "NO (refused)", rec, seconds(getattr(r, "exposed_comm_time_s", None)),
-          seconds(r.step_time_s), r.bound or "-", percent(r.mfu)]
-
-
-def _micro_cell(r: Any) -> str:
-  """The accumulation microbatches, and a pipelined row's pipeline microbatches per each."""
-  pipe = getattr(r, "pipeline_microbatches", None) if getattr(r, "stages", 1) > 1 else None
-  return str(r.microbatches) + ("" if pipe is None else f" x {pipe} pipelined")
 
 
 def recommendation(result: Any) -> str:
@@ -61,7 +43,7 @@ def recommendation(result: Any) -> str:
     risk = f", at risk: {u(best.margin_bytes)} {u.name} left"
   return (f"recommendation: mesh {best.mesh}, remat {best.remat}, {_micro(best)}, attention "
           f"{best.attention}: estimated {seconds(best.step_time_s)} per step ({best.bound}-bound, MFU "
-          f"{percent(best.mfu)}), {u(best.required_bytes)} {u.name} of {_bytes(best.capacity_bytes)} per device{risk}")
+          f"{percent(best.mfu)}), {u(best.required_bytes)} {u.name} of {cols.with_unit(best.capacity_bytes)} per device{risk}")
 
 
 def cost_lines(result: Any) -> list[str]:
@@ -99,12 +81,5 @@ def plot_plan(result: Any, path: str) -> None:
 
 def _micro(r: Any) -> str:
   n = r.microbatches
-  pipe = getattr(r, "pipeline_microbatches", None) if getattr(r, "stages", 1) > 1 else None
+  pipe = r.pipeline_microbatches if (r.stages or 1) > 1 else None
   return f"{n} microbatch" + ("es" if n != 1 else "") + ("" if pipe is None else f", {pipe} pipeline microbatches each")
-
-
-def _bytes(v: int | None) -> str:
-  if v is None:
-    return "-"
-  u = unit_for(v)
-  return f"{u(v)} {u.name}"

@@ -1,0 +1,567 @@
+"""The result tables' columns, each declared once: the field it shows, its header, its unit, how
+a cell is formatted and when the column is shown.
+
+``compare`` (and ``scale``'s per-point table), ``fit``, ``scale``'s growth exponents, ``plan`` and
+``infer`` each have a list of :class:`Column` here (:data:`COMPARE`, :data:`FIT`, :data:`GROWTH`,
+:data:`PLAN`, :data:`INFER`); the renderers in :mod:`jaxmem.render.tables`,
+:mod:`jaxmem.render.plan` and :mod:`jaxmem.render.inference` lay out whatever the list holds, in
+order. A new column is one entry: a field the rows carry and a header, and, where the defaults
+do not fit, a formatter, a visibility rule and the cell a refused row shows.
+
+A column's visibility is data, a :class:`Rule`: :data:`ALWAYS`, :data:`VARIES` (its values differ
+between the rows), :class:`Some` (some row passes a test: a target with a capacity, several
+devices, a pipelined row), :class:`Asked` (a render option such as ``totals``). A missing figure
+is ``None`` in the rows and ``-`` in a cell. Tables show bytes in one unit for the whole table
+(:mod:`jaxmem.render.units`); CSV and JSON write the rows' own fields, unformatted, plus any
+column marked ``written`` (a value derived for the table that the rows do not carry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from jaxmem.hardware.margin import AT_RISK, NO, YES
+from jaxmem.records import SWEPT_FIELDS
+from jaxmem.render.units import Unit, percent, seconds, unit_for
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """One table being laid out: its rows, the unit its byte cells are shown in, the render
+  options asked (``totals``), the words its headers are filled with (``{unit}``, ``{over}``) and
+  ``baseline``, which gives a row the row it is compared with (compare's no-remat row)."""
+
+  rows: Sequence[Any]
+  unit: Unit
+  options: frozenset[str] = frozenset()
+  words: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  baseline: Callable[[Any], Any] | None = None
+
+  def cells(self) -> list[Cell]:
+    """A cell context per row, in order."""
+    return [Cell(r, i, None if self.baseline is None else self.baseline(r), self) for i, r in enumerate(self.rows, 1)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """What a column's value and formatter see of one row: the row, its position in the table
+  (from 1), the row it is compared with (compare's no-remat row of the same configuration; else
+  ``None``) and the table."""
+
+  row: Any
+  index: int
+  baseline: Any
+  table: Table
+
+
+class Rule(Protocol):
+  """When a column is shown, given its table."""
+
+  def __call__(self, column: Column, table: Table) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Always:
+  """Every table shows the column."""
+
+  def __call__(self, column: Column, table: Table) -> bool:
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Varies:
+  """Shown when the column's value differs between the rows (one every row shares is not news);
+  ``known``: between the rows that have one (``None`` is not a value then)."""
+
+  known: bool = False
+
+  def __call__(self, column: Column, table: Table) -> bool:
+    values = {_hashable(column.raw(cell)) for cell in table.cells()}
+    return len(values - {None} if self.known else values) > 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Some:
+  """Shown when some row passes ``test`` (a row with a capacity, with several devices, ...);
+  ``first``: when the first row does."""
+
+  test: Callable[[Any], Any]
+  first: bool = False
+
+  def __call__(self, column: Column, table: Table) -> bool:
+    rows = table.rows[:1] if self.first else table.rows
+    return any(self.test(r) for r in rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+  """Shown when the render option ``option`` was asked (``totals``)."""
+
+  option: str
+
+  def __call__(self, column: Column, table: Table) -> bool:
+    return self.option in table.options
+
+
+@dataclasses.dataclass(frozen=True)
+class Either:
+  """Shown when any of ``rules`` shows it."""
+
+  rules: tuple[Rule, ...]
+
+  def __call__(self, column: Column, table: Table) -> bool:
+    return any(rule(column, table) for rule in self.rules)
+
+
+ALWAYS = Always()
+VARIES = Varies()
+# Bytes in the table's unit; the other units are shown as their formatters write them.
+BYTES = "bytes"
+
+
+def _hashable(v: Any) -> Any:
+  return tuple(v) if isinstance(v, list) else v
+
+
+def text(v: Any, cell: Cell) -> str:
+  """The value as it is: ``-`` for ``None``."""
+  return "-" if v is None else str(v)
+
+
+def plain(v: Any, cell: Cell) -> str:
+  """A generic cell: ``-`` for ``None``, floats to 4 significant digits, big integers with
+  thousands separators, anything else as it is."""
+  if v is None:
+    return "-"
+  if isinstance(v, float):
+    return f"{v:.4g}"
+  if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000:
+    return f"{v:,}"
+  return str(v)
+
+
+def size(v: int | None, cell: Cell) -> str:
+  """Bytes in the table's unit, two decimals (compare's and fit's tables)."""
+  return _size(v, cell.table.unit.size)
+
+
+def grouped(v: int | None, cell: Cell) -> str:
+  """Bytes in the table's unit, two decimals and thousands separated (infer's table)."""
+  return cell.table.unit(v)
+
+
+def secs(v: float | None, cell: Cell) -> str:
+  return seconds(v)
+
+
+def pct(v: float | None, cell: Cell) -> str:
+  """A fraction as a percentage."""
+  return percent(v)
+
+
+def signed_pct(v: float | None, cell: Cell) -> str:
+  """A percentage already in percent, signed: the recompute overhead."""
+  return "-" if v is None else f"{v:+.1f}%"
+
+
+def general(v: float | None, cell: Cell) -> str:
+  """``1.25`` for a factor (``-`` for ``None``)."""
+  return "-" if v is None else f"{v:g}"
+
+
+def _size(v: int | None, unit: float) -> str:
+  return "-" if v is None else f"{v / unit:.2f}"
+
+
+def _delta(v: int | None, base: int | None, unit: float) -> str:
+  if v is None or base is None:
+    return "-"
+  d = (v - base) / unit
+  return f"{d:+.2f}" if abs(d) >= 0.005 else "0"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Column:
+  """One column of a result table.
+
+  ``field``: the row's field it shows (the CSV key of a ``written`` column). ``header``: its
+  header (default: the field, spaced), where ``{unit}`` and the table's other words are filled
+  in. ``unit``: :data:`BYTES` for a size (shown in the table's unit, and counted when the unit
+  is chosen), else a word for the reader. ``format``: value and cell to text (``-`` for
+  ``None``). ``shown``: when the table has the column. ``value``: the cell's value where it is
+  not the row's field (from the cell: a delta against the baseline, a figure of a nested row).
+  ``refused``: what a refused row (``error`` set) shows instead, where its figure means nothing.
+  ``written``: a derived value also written to CSV (a row's own fields always are).
+  """
+
+  field: str
+  header: str | None = None
+  unit: str | None = None
+  format: Callable[[Any, Cell], str] = plain
+  shown: Rule = ALWAYS
+  value: Callable[[Cell], Any] | None = None
+  refused: str | None = None
+  written: bool = False
+
+  def raw(self, cell: Cell) -> Any:
+    """The cell's value, unformatted."""
+    if self.value is not None:
+      return self.value(cell)
+    return getattr(cell.row, self.field, None)
+
+  def cell(self, cell: Cell) -> str:
+    if self.refused is not None and getattr(cell.row, "error", None):
+      return self.refused
+    return self.format(self.raw(cell), cell)
+
+  def heading(self, table: Table) -> str:
+    header = self.field.replace("_", " ") if self.header is None else self.header
+    return header.format(unit=table.unit.name, **table.words)
+
+
+def shown(columns: Sequence[Column], table: Table) -> list[Column]:
+  """The columns ``table`` shows, in order."""
+  return [c for c in columns if c.shown(c, table)]
+
+
+def lay_out(columns: Sequence[Column], table: Table) -> tuple[list[str], list[list[str]]]:
+  """The headers and cells of ``table`` under ``columns`` (those it shows)."""
+  cols = shown(columns, table)
+  return [c.heading(table) for c in cols], [[c.cell(cell) for c in cols] for cell in table.cells()]
+
+
+def written(columns: Sequence[Column], table: Table) -> dict[str, list[Any]]:
+  """The values of ``columns`` marked ``written`` (derived for the table, not the rows' own
+  fields) for each of ``table``'s rows, by CSV key: what CSV adds after the rows' own fields."""
+  cells = table.cells()
+  return {c.field: [c.raw(cell) for cell in cells] for c in columns if c.written}
+
+
+def unit_of(rows: Sequence[Any], fields: Sequence[str]) -> Unit:
+  """The unit for a table whose sizes are ``rows``' ``fields``."""
+  return unit_for([getattr(r, f, None) for r in rows for f in fields])
+
+
+def byte_fields(columns: Sequence[Column]) -> tuple[str, ...]:
+  """The fields of ``columns`` shown in the table's byte unit (infer chooses its unit from them)."""
+  return tuple(c.field for c in columns if c.unit == BYTES and c.value is None)
+
+
+# --- cells shared by several tables ---
+
+
+def verdict_cell(r: Any, unit: Unit) -> str:
+  """The fits column: ``yes``, ``NO``, or ``at risk`` with the margin left (``-`` without a
+  capacity)."""
+  if r.verdict is None:
+    return "-" if r.fits is None else ("yes" if r.fits else "NO")
+  return f"{r.verdict} ({_size(r.margin_bytes, unit.size)} left)" if r.verdict == AT_RISK and r.margin_bytes is not None else r.verdict
+
+
+def host_verdict_cell(r: Any) -> str:
+  """The host fits column: ``yes`` or ``NO`` for a row with host bytes against a known host
+  capacity, ``?`` where the host's capacity is unknown (a note says why), ``-`` without host bytes."""
+  if not r.host_total_bytes:
+    return "-"
+  return "?" if r.host_verdict is None else r.host_verdict
+
+
+def step_time_cells(r: Any) -> list[str]:
+  """A row's step-time cells (``-`` where it has none: refused, or no peak figures): the compiled
+  schedule simulated, its roofline lower bound, the communication it leaves exposed, the term
+  that bounds most of it, and MFU."""
+  return [seconds(r.step_time_s), seconds(r.roofline_step_time_s), seconds(r.exposed_comm_time_s), r.bound or "-",
+          percent(r.mfu)]
+
+
+# Marks a comm figure that is a lower bound, not a total (Row.comm_lower_bound).
+LOWER_BOUND_MARK = ">="
+
+
+def _comm(v: int | None, cell: Cell) -> str:
+  out = size(v, cell)
+  return f"{LOWER_BOUND_MARK}{out}" if cell.row.comm_lower_bound and v is not None else out
+
+
+def _row_verdict(v: Any, cell: Cell) -> str:
+  return verdict_cell(cell.row, cell.table.unit)
+
+
+def _gflop(v: float | None, cell: Cell) -> str:
+  return "-" if v is None else f"{v / 1e9:,.1f}"
+
+
+def _one_decimal(v: float | None, cell: Cell) -> str:
+  return "-" if v is None else f"{v:.1f}"
+
+
+def _baseline_delta(name: str) -> Callable[[Cell], str]:
+  def delta(cell: Cell) -> str:
+    b = cell.baseline
+    return _delta(getattr(cell.row, name), b and getattr(b, name), cell.table.unit.size)
+  return delta
+
+
+def _over_one(name: str) -> Some:
+  return Some(lambda r: (getattr(r, name, None) or 1) > 1)
+
+
+def _some(name: str) -> Some:
+  return Some(lambda r: getattr(r, name, None))
+
+
+def _known(name: str) -> Some:
+  return Some(lambda r: getattr(r, name, None) is not None)
+
+
+# The swept fields with a column where they vary (the pipeline's have their own columns).
+SWEPT_COLUMNS = tuple(k for k in SWEPT_FIELDS if not k.startswith("pipeline_"))
+# The shown columns whose values a compare heading does not repeat.
+HEADING_FIELDS = ("model", "target", "batch", "seq")
+
+PIPELINED = _over_one("stages")
+SEVERAL_DEVICES = Some(lambda r: (r.num_devices or 1) > 1)
+HAS_CAPACITY = _known("capacity_bytes")
+HAS_STEP_TIME = _known("step_time_s")
+HOST_BYTES = _some("host_total_bytes")
+
+# compare's table (and scale's per-point table): one row per compiled configuration.
+COMPARE: list[Column] = [
+    *(Column(field=k, format=text, shown=VARIES) for k in HEADING_FIELDS),
+    Column(field="mesh", format=text, shown=Either((VARIES, Some(lambda r: r.num_devices > 1, first=True)))),
+    Column(field="optimizer", format=text, shown=VARIES),
+    # The step's: a user's step records no attention, microbatches or vocabulary tiles.
+    Column(field="attention", format=text, shown=_some("attention")),
+    Column(field="context_strategy", format=text, shown=_some("context_strategy")),
+    Column(field="microbatches", format=text, shown=_over_one("microbatches")),
+    Column(field="vocab_tiles", format=text, shown=_over_one("vocab_tiles")),
+    *(Column(field=k, format=text, shown=VARIES) for k in SWEPT_COLUMNS),
+    Column(field="moe_impl", header="moe", format=text, shown=_some("moe_impl")),
+    Column(field="capacity_factor", header="capacity factor", format=general, shown=_known("capacity_factor")),
+    Column(field="stages", format=text, shown=PIPELINED),
+    Column(field="pipeline_microbatches", header="pipeline mb", format=text, shown=PIPELINED),
+    Column(field="pipeline_repeats", header="repeats", format=text, shown=_over_one("pipeline_repeats")),
+    Column(field="bubble_fraction", header="bubble", format=lambda v, c: "-" if v is None else f"{v:.1%}", shown=PIPELINED),
+    Column(field="remat", format=text),
+    Column(field="param_bytes", header="params", unit=BYTES, format=size),
+    Column(field="optimizer_state_bytes", header="opt state", unit=BYTES, format=size),
+    Column(field="argument_size_in_bytes", header="argument", unit=BYTES, format=size, refused="error (see below)"),
+    Column(field="temp_size_in_bytes", header="temp", unit=BYTES, format=size, refused="-"),
+    Column(field="temp_delta", header="Δtemp", format=text, value=_baseline_delta("temp_size_in_bytes"), refused="-"),
+    Column(field="peak_memory_in_bytes", header="peak", unit=BYTES, format=size, refused="-"),
+    Column(field="total_bytes", header="total", unit=BYTES, format=size, refused="-"),
+    Column(field="total_delta", header="Δtotal", format=text, value=_baseline_delta("total_bytes"), refused="-"),
+    Column(field="flops", header="GFLOP", format=_gflop),
+    Column(field="recompute_overhead_pct", header="recompute", format=signed_pct),
+    Column(field="compile_seconds", header="compile s", refused="-",
+           format=lambda v, c: "cached" if c.row.cached else _one_decimal(v, c)),
+    Column(field="comm_bytes", header="comm", unit=BYTES, format=_comm, shown=SEVERAL_DEVICES, refused="-"),
+    Column(field="host_temp_size_in_bytes", header="host temp", unit=BYTES, format=size,
+           shown=_some("host_temp_size_in_bytes"), refused="-"),
+    Column(field="host_total_bytes", header="host total", unit=BYTES, format=size, refused="-",
+           shown=Some(lambda r: (r.host_total_bytes or 0) != (r.host_temp_size_in_bytes or 0))),
+    # The step-time estimate (jaxmem.records.StepTime), labelled as an estimate: the compiled
+    # schedule simulated, its roofline lower bound, the communication it leaves exposed, the term
+    # that bounds most of it, and MFU.
+    Column(field="step_time_s", header="step (est)", format=secs, shown=HAS_STEP_TIME),
+    Column(field="roofline_step_time_s", header="roofline", format=secs, shown=HAS_STEP_TIME),
+    Column(field="exposed_comm_time_s", header="exposed comm", format=secs, shown=HAS_STEP_TIME),
+    Column(field="bound", format=text, shown=HAS_STEP_TIME),
+    Column(field="mfu", header="MFU (est)", format=pct, shown=HAS_STEP_TIME),
+    Column(field="tokens_per_s_per_device", header="tokens/s/device (est)", format=lambda v, c: "-" if v is None else f"{v:,.0f}",
+           shown=_known("tokens_per_s_per_device")),
+    Column(field="capacity_bytes", header="capacity", unit=BYTES, format=size, shown=HAS_CAPACITY),
+    Column(field="required_bytes", header="required", unit=BYTES, format=size, shown=HAS_CAPACITY),
+    Column(field="fits", format=_row_verdict, shown=HAS_CAPACITY),
+    Column(field="host_capacity_bytes", header="host capacity", unit=BYTES, format=size, shown=HOST_BYTES),
+    Column(field="host_verdict", header="host fits", format=lambda v, c: host_verdict_cell(c.row), shown=HOST_BYTES),
+    Column(field="stage_activation_bytes", header="stage act", unit=BYTES, format=size, shown=PIPELINED),
+    Column(field="required_1f1b_bytes", header="1F1B required (est.)", unit=BYTES, format=size, shown=PIPELINED),
+    # --totals: the model's own size and whole-mesh figures (a per-device figure times the devices).
+    Column(field="param_bytes_global", header="model params", unit=BYTES, format=size, shown=Asked("totals")),
+    Column(field="all_devices_param_bytes", header="Σ params", unit=BYTES, format=size, shown=Asked("totals")),
+    Column(field="all_devices_optimizer_state_bytes", header="Σ opt state", unit=BYTES, format=size, shown=Asked("totals")),
+    Column(field="all_devices_argument_bytes", header="Σ argument", unit=BYTES, format=size, shown=Asked("totals")),
+    Column(field="all_devices_total_bytes", header="Σ total", unit=BYTES, format=size, shown=Asked("totals")),
+]
+# The figures compare's table unit is chosen for.
+COMPARE_UNIT_FIELDS = ("total_bytes", "argument_size_in_bytes", "param_bytes")
+
+
+def _fitted(name: str) -> Callable[[Cell], Any]:
+  """A fit answer's figure from its largest fitting row (``None`` without one)."""
+  return lambda cell: None if cell.row.row is None else getattr(cell.row.row, name)
+
+
+def _fitted_size(v: int | None, cell: Cell) -> str | None:
+  return None if cell.row.row is None else size(v, cell)
+
+
+def _fitted_cell(render: Callable[[Any, Cell], str]) -> Callable[[Any, Cell], str]:
+  """A cell of a fit answer's row, ``-`` for an answer without one."""
+  return lambda v, cell: "-" if cell.row.row is None else render(v, cell)
+
+
+def _fitted_any(name: str) -> Some:
+  return Some(lambda r: r.row is not None and getattr(r.row, name))
+
+
+def _fitted_step(i: int) -> Callable[[Any, Cell], str]:
+  return lambda v, cell: "-" if cell.row.row is None else step_time_cells(cell.row.row)[i]
+
+
+# fit's table: one answer (the largest fitting workload) per configuration.
+FIT: list[Column] = [
+    Column(field="mesh"),
+    Column(field="optimizer"),
+    Column(field="attention"),
+    Column(field="context_strategy", shown=_some("context_strategy")),
+    Column(field="microbatches", shown=_over_one("microbatches")),
+    *(Column(field=k, shown=VARIES) for k in SWEPT_COLUMNS),
+    Column(field="moe", shown=_some("moe")),
+    Column(field="remat"),
+    Column(field="max", header="max {over}", value=lambda c: c.row.max_batch if c.row.over == "batch" else c.row.max_seq),
+    Column(field="required_bytes", header="required {unit}", unit=BYTES, value=_fitted("required_bytes"),
+           format=_fitted_cell(size)),
+    Column(field="capacity_bytes", header="capacity {unit}", unit=BYTES, value=_fitted("capacity_bytes"),
+           format=_fitted_cell(size)),
+    Column(field="temp_size_in_bytes", header="temp {unit}", unit=BYTES, value=_fitted("temp_size_in_bytes"),
+           format=_fitted_cell(size)),
+    Column(field="fits", format=_fitted_cell(lambda v, c: verdict_cell(c.row.row, c.table.unit))),
+    Column(field="host_total_bytes", header="host {unit}", unit=BYTES, value=_fitted("host_total_bytes"),
+           format=_fitted_cell(size), shown=_fitted_any("host_total_bytes")),
+    Column(field="host_capacity_bytes", header="host capacity {unit}", unit=BYTES, value=_fitted("host_capacity_bytes"),
+           format=_fitted_cell(size), shown=_fitted_any("host_total_bytes")),
+    Column(field="host_fits", header="host fits", format=_fitted_cell(lambda v, c: host_verdict_cell(c.row.row)),
+           shown=_fitted_any("host_total_bytes")),
+    Column(field="recompute_overhead_pct", header="recompute", value=_fitted("recompute_overhead_pct"), format=signed_pct),
+    Column(field="step_time_s", header="step (est)", format=_fitted_step(0)),
+    Column(field="roofline_step_time_s", header="roofline", format=_fitted_step(1)),
+    Column(field="exposed_comm_time_s", header="exposed comm", format=_fitted_step(2)),
+    Column(field="bound", format=_fitted_step(3)),
+    Column(field="mfu", header="MFU (est)", format=_fitted_step(4)),
+    Column(field="compiles"),
+    Column(field="note"),
+]
+FIT_UNIT_FIELDS = ("required_bytes", "capacity_bytes", "temp_size_in_bytes")
+
+
+def _component(v: str, cell: Cell) -> str:
+  return v.replace("_size_in_bytes", "").replace("_bytes", "").replace("_in", "")
+
+
+def _exponent(v: float | None, cell: Cell) -> str:
+  return "-" if v is None else f"{v + 0.0:.2f}".replace("-0.00", "0.00")
+
+
+# scale's growth table: one fitted exponent pair per (configuration, component).
+GROWTH: list[Column] = [
+    Column(field="mesh"),
+    Column(field="optimizer"),
+    Column(field="attention"),
+    Column(field="context_strategy", shown=_some("context_strategy")),
+    Column(field="moe", shown=_some("moe")),
+    *(Column(field=k, shown=VARIES) for k in SWEPT_COLUMNS),
+    Column(field="remat"),
+    Column(field="component", format=_component),
+    Column(field="batch_exponent", format=_exponent),
+    Column(field="seq_exponent", format=_exponent),
+]
+
+
+def _micro_cell(v: Any, cell: Cell) -> str:
+  """The accumulation microbatches, and a pipelined row's pipeline microbatches per each."""
+  r = cell.row
+  pipe = r.pipeline_microbatches if (r.stages or 1) > 1 else None
+  return str(v) + ("" if pipe is None else f" x {pipe} pipelined")
+
+
+def _against_capacity(v: Any, cell: Cell) -> str:
+  r, u = cell.row, cell.table.unit
+  return f"{'-' if r.required_bytes is None else u(r.required_bytes)} {u.name} / {with_unit(r.capacity_bytes)}"
+
+
+def with_unit(v: int | None) -> str:
+  """Bytes in their own unit, named: ``16.00 GiB``."""
+  if v is None:
+    return "-"
+  u = unit_for(v)
+  return f"{u(v)} {u.name}"
+
+
+# plan's table: the compiled candidates, ranked.
+PLAN: list[Column] = [
+    Column(field="rank", header="#", value=lambda c: c.index, format=text),
+    Column(field="mesh", format=text),
+    Column(field="remat", format=text),
+    Column(field="microbatches", format=_micro_cell),
+    Column(field="attention", format=text),
+    Column(field="required_bytes", header="required / capacity", unit=BYTES, format=_against_capacity),
+    Column(field="fits", format=lambda v, c: verdict_cell(c.row, c.table.unit) if c.row.error is None else "NO (refused)"),
+    Column(field="recompute_overhead_pct", header="recompute", format=signed_pct),
+    Column(field="exposed_comm_time_s", header="exposed comm", format=secs),
+    Column(field="step_time_s", header="step (est)", format=secs),
+    Column(field="bound", format=text),
+    Column(field="mfu", header="MFU (est)", format=pct),
+]
+PLAN_UNIT_FIELDS = ("required_bytes",)
+
+
+def _infer_verdict(v: Any, cell: Cell) -> str:
+  # The verdict (yes, at risk, NO: jaxmem.hardware.margin), else whether it fits.
+  verdict = cell.row.verdict if cell.row.verdict in (YES, AT_RISK, NO) else None
+  return verdict or ("-" if v is None else ("yes" if v else "NO"))
+
+
+def _three(v: float | None, cell: Cell) -> str:
+  return "-" if v is None else f"{v:.3g}"
+
+
+def _moe(v: Any, cell: Cell) -> str:
+  factor = cell.row.capacity_factor
+  return (v or "") + ("" if factor is None else f" {factor:g}")
+
+
+def _against_ridge(v: Any, cell: Cell) -> str:
+  ai, ridge = cell.row.arithmetic_intensity, cell.row.ridge_point
+  return "-" if ai is None or ridge is None else f"{ai:,.0f} {'>' if ai > ridge else '<'} {ridge:,.0f}"
+
+
+def _infer_bytes(field: str, header: str) -> Column:
+  return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped)
+
+
+# infer's table: one row per (mesh, weight format, phase, context).
+INFER: list[Column] = [
+    Column(field="mesh"),
+    Column(field="phase"),
+    Column(field="attention"),
+    Column(field="weights"),
+    Column(field="context"),
+    Column(field="batch"),
+    _infer_bytes("weight_bytes_per_device", "weight_per_device"),
+    _infer_bytes("kv_cache_bytes_per_device", "kv_cache_per_device"),
+    _infer_bytes("argument_size_in_bytes", "argument"),
+    _infer_bytes("temp_size_in_bytes", "temp"),
+    _infer_bytes("peak_memory_in_bytes", "peak_memory"),
+    _infer_bytes("total_bytes", "total"),
+    _infer_bytes("capacity_bytes", "capacity"),
+    Column(field="fits", format=_infer_verdict),
+    _infer_bytes("weight_bytes", "weight"),
+    _infer_bytes("kv_cache_bytes", "kv_cache"),
+    Column(field="compile_seconds", header="compile_seconds", format=_three),
+    Column(field="attention_kind", header="attention kind"),
+    Column(field="kv_cache_bytes_per_token", header="kv/token KiB", format=lambda v, c: "-" if v is None else f"{v / 1024:,.1f}"),
+    # A swept qk dtype (prefill rows; decode's is None).
+    Column(field="qk_dtype", header="qk dtype", format=text, shown=Varies(known=True)),
+    Column(field="moe_impl", header="moe", format=_moe, shown=_some("moe_impl")),
+    # Communication only where there is some to show: several devices, a compiled row.
+    Column(field="comm_bytes", header="comm {unit}", format=grouped,
+           shown=Some(lambda r: (r.num_devices or 1) > 1 and r.comm_bytes is not None)),
+    Column(field="step_time_s", header="step (est)", format=secs),
+    Column(field="bound", format=text),
+    Column(field="arithmetic_intensity", header="FLOP/B vs ridge", format=_against_ridge),
+    Column(field="time_per_output_token_s", header="per token (est)", format=secs),
+]
