@@ -156,6 +156,9 @@ class BaseWorkload(Record):
   batch: int = 8  # global
   target: str | Target = "cpu"
   slices: int = 1  # TPU slices (multi-slice over DCN)
+  # GPU targets: the share of device memory JAX's allocator takes; None reads the environment
+  # (XLA_CLIENT_MEM_FRACTION, or its old name), else JAX's 0.75 (compiler.targets.gpu_mem_fraction).
+  mem_fraction: float | None = None
   mesh: tuple[str, ...] = ()
   dtype: str | None | tuple[str | None, ...] = None  # one, or several: an outer axis of a train step's sweep
   attention: tuple[str, ...] = ("auto",)

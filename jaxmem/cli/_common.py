@@ -64,6 +64,11 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   )
   p.add_argument("--slices", type=int, default=1, help="TPU slices (multi-slice over DCN); default 1")
   p.add_argument(
+      "--mem-fraction", type=float, default=None,
+      help="GPU targets: the share of device memory JAX's allocator takes (capacity = fraction x memory); "
+      "default XLA_CLIENT_MEM_FRACTION (or XLA_PYTHON_CLIENT_MEM_FRACTION), else 0.75",
+  )
+  p.add_argument(
       "--mesh",
       action="append",
       default=None,

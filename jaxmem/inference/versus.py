@@ -66,6 +66,7 @@ def training_vs_inference(
       batch=infer_batch or train_row.batch,
       target=w.target,
       slices=w.slices,
+      mem_fraction=w.mem_fraction,
       mesh=train_row.mesh,
   )
   (cfg_i,) = ip.configs()

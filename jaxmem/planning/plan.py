@@ -240,7 +240,7 @@ def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelCon
 
 def resolve_target(w: BaseWorkload) -> Target:
   """The workload's target with its capacity (a TPU target's costs a quick probe compile)."""
-  tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
+  tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
   return with_capacity(tgt)
 
 
