@@ -12,7 +12,9 @@ Public interface::
   ModelConfig                      frozen, keyword-only dataclass; presets as classmethods
   PRESETS: dict[str, () -> ModelConfig]   keyed by CLI name ("tiny", "gpt2-small", "llama3-8b", ...)
   get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields; a name
-                                   ending in .json is a Hugging Face config.json (from_config)
+                                   ending in .json is a Hugging Face config.json (from_config),
+                                   ORG/NAME[@REV] a Hub id (only its config.json fetched: hub.py)
+  load_model(name, *, revision=None, **overrides) -> ModelConfig   the same, jaxmem.load_model
   from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3, GPT-2,
                                    Mixtral, Qwen3-MoE and DeepSeek-V3 config.json files (hf.py);
                                    JaxmemError on anything else
@@ -165,7 +167,7 @@ from .names import (
   MOE_CHECKPOINT_NAMES,
 )
 from .pipeline import Pipeline, bubble_fraction
-from .presets import PRESETS, get_config
+from .presets import PRESETS, get_config, load_model
 from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [
@@ -214,4 +216,5 @@ __all__ = [
   "count_params",
   "from_config",
   "get_config",
+  "load_model",
 ]

@@ -52,7 +52,8 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   field sets that field (:func:`workload`); a new field needs only its flag here."""
   p.add_argument(
       "--model", default="gpt2-small",
-      help="a preset (see `jaxmem models`) or a path to a Hugging Face config.json; default gpt2-small",
+      help="a preset (see `jaxmem models`), a path to a Hugging Face config.json, or a Hub id ORG/NAME[@REVISION] "
+      "(only its config.json is fetched; HF_TOKEN, the Hub cache and HF_HUB_OFFLINE apply); default gpt2-small",
   )
   p.add_argument("--batch", type=int, default=batch, help=f"global batch size; default {batch or 'searched'}")
   p.add_argument("--seq", type=int, default=seq, help=f"sequence length; default {seq or 'searched'}")
