@@ -1,0 +1,136 @@
+"""Hub ids (a local Hub cache, offline), the 2025 architectures from their published config.json
+(parameter counts against the published totals), and local attention's memory."""
+
+import dataclasses
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+import jaxmem
+from jaxmem.errors import JaxmemError
+from jaxmem.models import Transformer, count_active_params, count_params, from_config, get_config
+
+from tests.test_hf import DATA
+
+# Published totals (model cards / reports), in parameters; the file in tests/data/hf; which count.
+PUBLISHED = {
+  "gemma-3-27b-it": 27.016e9,  # Gemma 3 report, table 1: 1,416M embedding + 25,600M non-embedding (text; +417M vision)
+  "gemma-2-9b": 9.24e9,  # google/gemma-2-9b model card
+  "gpt-oss-20b": 20.9e9,  # OpenAI gpt-oss model card: 20.9B total
+  "deepseek-v2-lite": 15.7e9,  # DeepSeek-V2 README: 15.7B (16B) total
+  "phi-4": 14.7e9,  # Phi-4 technical report: 14.7B
+  "glm-4.5-air": 106e9,  # GLM-4.5 README: 106B total
+  "olmo-2-1124-7b": 7.3e9,  # OLMo 2 model card: 7.3B
+}
+HUB_IDS = {
+  "google/gemma-3-27b-it": "gemma-3-27b-it",
+  "openai/gpt-oss-20b": "gpt-oss-20b",
+  "meta-llama/Llama-4-Scout-17B-16E": "llama-4-scout-17b-16e",
+  "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
+  "microsoft/phi-4": "phi-4",
+  "zai-org/GLM-4.5-Air": "glm-4.5-air",
+  "allenai/OLMo-2-1124-7B": "olmo-2-1124-7b",
+}
+TINY = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss", "tiny-llama4", "tiny-deepseek-v2", "tiny-phi3", "tiny-glm4-moe", "tiny-olmo2")
+REV = "0123456789abcdef0123456789abcdef01234567"
+
+
+def hub_cache(root, ids=HUB_IDS, rev=REV):
+  """A Hub cache directory (huggingface_hub's layout) holding each id's config.json."""
+  for repo, name in ids.items():
+    d = root / ("models--" + repo.replace("/", "--"))
+    (d / "snapshots" / rev).mkdir(parents=True)
+    (d / "refs").mkdir()
+    shutil.copy(DATA / f"{name}.json", d / "snapshots" / rev / "config.json")
+    (d / "refs" / "main").write_text(rev)
+  return root
+
+
+@pytest.fixture
+def offline_cache(tmp_path, monkeypatch):
+  cache = hub_cache(tmp_path / "hub")
+  monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  return cache
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_the_published_totals(name):
+  cfg = from_config(DATA / f"{name}.json")
+  assert abs(count_params(cfg) / PUBLISHED[name] - 1) < 0.01, count_params(cfg)
+
+
+def test_llama4_scout_counts():
+  """Meta publishes 109B total / 17B active for Scout, the total with its vision encoder
+  (~0.9B, not built here): the text model's active count is within 1.5%, its total below 109B."""
+  cfg = from_config(DATA / "llama-4-scout-17b-16e.json")
+  assert abs(count_active_params(cfg) / 17e9 - 1) < 0.015  # "17B": two significant digits
+  assert 0.98 < count_params(cfg) / 109e9 < 1.0
+
+
+def test_moe_active_counts_are_below_totals_and_follow_the_layout():
+  oss, glm = from_config(DATA / "gpt-oss-20b.json"), from_config(DATA / "glm-4.5-air.json")
+  assert count_active_params(oss) < count_params(oss) and oss.num_moe_layers == oss.num_layers
+  assert glm.num_moe_layers == glm.num_layers - 1 and glm.mtp_layers == 1
+  scout = from_config(DATA / "tiny-llama4.json")  # interleave step 2: every other layer MoE
+  assert [scout.layer_is_moe(i) for i in range(4)] == [False, True, False, True]
+  assert [scout.layer_window(i) for i in range(4)] == [128, 128, 128, None] and scout.window_chunked
+
+
+def test_gemma3_pattern_and_text_config():
+  cfg = from_config(DATA / "gemma-3-27b-it.json")
+  assert cfg.vocab_size == 262_208 and cfg.tie_embeddings and cfg.qk_norm and cfg.norm_layout == "sandwich"
+  assert cfg.num_windowed_layers == 62 - 10 and cfg.layer_window(5) is None and cfg.layer_window(60) == 1024
+  gemma2 = from_config(DATA / "gemma-2-9b.json")
+  assert gemma2.attn_softcap == 50.0 and gemma2.final_softcap == 30.0 and gemma2.global_every == 2
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_architectures_build_with_the_counted_parameters(name):
+  cfg = from_config(DATA / f"{name}.json")
+  model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+  built = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  assert built == count_params(cfg)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_tiny_architectures_train_step_compiles(name):
+  cfg = from_config(DATA / f"{name}.json")
+  (row,) = jaxmem.compare(model=cfg, target="cpu", batch=2, seq=256, attention="dot", remat="full")
+  assert row.temp_size_in_bytes > 0
+
+
+def _dot_temp(cfg):
+  (row,) = jaxmem.compare(model=cfg, target="cpu", batch=1, seq=2048, attention="dot", remat="none")
+  return row.temp_size_in_bytes
+
+
+def test_windowed_dot_attention_keeps_fewer_score_bytes():
+  base = get_config("tiny", num_layers=1, vocab_size=256)
+  windowed = dataclasses.replace(base, name="tiny-windowed", sliding_window=128)
+  assert _dot_temp(windowed) < _dot_temp(base)
+
+
+def test_hub_id_from_the_local_cache_offline(offline_cache):
+  for repo, name in HUB_IDS.items():
+    cfg = jaxmem.load_model(repo)
+    assert cfg.name == repo and count_params(cfg) == count_params(from_config(DATA / f"{name}.json"))
+  assert get_config(f"microsoft/phi-4@{REV}").name == "microsoft/phi-4"
+  assert jaxmem.load_model("microsoft/phi-4", revision=REV).d_model == 5120
+
+
+def test_hub_id_offline_without_cache_is_one_line(tmp_path, monkeypatch, capsys):
+  from jaxmem.cli import main
+
+  monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  with pytest.raises(JaxmemError, match="--model path/to/config.json") as e:
+    jaxmem.load_model("google/gemma-3-27b-it")
+  assert "\n" not in str(e.value) and "HF_HUB_OFFLINE" in str(e.value)
+  assert main(["compare", "--model", "google/gemma-3-27b-it", "--target", "cpu"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "config.json" in err[0] and "Traceback" not in err[0]
