@@ -147,7 +147,7 @@ from .attention_registry import (
   choose_attention,
   get_attention,
 )
-from .cache import CACHE_AXES, KVCache, kv_cache_bytes
+from .cache import CACHE_AXES, KVCache, LocalKVCache, kv_cache_bytes
 from .config import ModelConfig
 from .counting import count_active_params, count_params
 from .hf import from_config
@@ -204,6 +204,7 @@ __all__ = [
   "dot_attend",
   "CACHE_AXES",
   "KVCache",
+  "LocalKVCache",
   "WeightHook",
   "kv_cache_bytes",
   "CHECKPOINT_NAMES",

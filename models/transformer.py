@@ -25,7 +25,7 @@ from jaxmem.errors import JaxmemError
 
 from .attention import Attention
 from .attention_ops import AttendFn
-from .cache import KVCache
+from .cache import KVCache, LocalKVCache
 from .config import ModelConfig
 from .dropout import ATTENTION_OUT, ATTENTION_PROBS, EMBEDDINGS, MLP_OUT, Dropout, maybe
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
@@ -522,10 +522,10 @@ class Transformer(nnx.Module):
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
     arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
-    for stack, first, num in self.stacks():
-      x_btd, arrays = self._cached_stack(
-        stack, range(first, first + num), x_btd, arrays, pos=pos, rope_sin_tk=rope_sin_tk,
-        rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights, attend=attend,
+    for first, groups, kinds, stacks in self._cache_segments():
+      x_btd, arrays = self._cached_segment(
+        stacks, first, groups, kinds, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
+        rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights, attend=attend,
       )
 
     if last_only:
@@ -540,15 +540,28 @@ class Transformer(nnx.Module):
         "btd,dv->btv", x_btd, _value(self.unembed_dv, weights).astype(x_btd.dtype),
         preferred_element_type=jnp.float32,
       )
+    if cfg.final_softcap is not None:
+      logits_btv = cfg.final_softcap * jnp.tanh(logits_btv / cfg.final_softcap)
     return constrain(logits_btv, (BATCH, SEQ, VOCAB)), type(cache)(*arrays)
 
-  @staticmethod
-  def _cached_stack(
-    stack: Block,
-    layers: range,
+  def _cache_segments(self) -> list[tuple[int, int, tuple[tuple[bool, int | None], ...], list[Block]]]:
+    """(first layer, groups, the pattern's (MoE, window) per position, its stacks) of every
+    segment; an unpatterned model's stacks are segments of one position."""
+    if self.cfg.is_patterned:
+      return [(seg.first, seg.groups, seg.kinds, stacks) for seg, stacks in self.segment_stacks()]
+    window = self.cfg.layer_window(0)
+    return [(first, num, ((stack.is_moe, window),), [stack]) for stack, first, num in self.stacks()]
+
+  def _cached_segment(
+    self,
+    stacks: list[Block],
+    first: int,
+    groups: int,
+    kinds: tuple[tuple[bool, int | None], ...],
     x_btd: jax.Array,
     arrays: tuple[jax.Array, ...],
     *,
+    local_cache: bool,
     pos: jax.Array,
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
@@ -556,29 +569,48 @@ class Transformer(nnx.Module):
     weights: WeightHook | None,
     attend: AttendFn | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """Scans one stack of blocks (model ``layers``) over the whole-model cache arrays
-    ([layers, ...] each), returning the residual stream and the updated arrays."""
-    block_def, block_state = nnx.split(stack)
+    """Scans one segment's groups over the whole-model cache arrays ([layers, ...] each),
+    returning the residual stream and the updated arrays. A layer reads and writes its slice of
+    the arrays of its kind: with a LocalKVCache, a windowed layer's of the windowed layers'
+    (arrays 2, 3), a global layer's of the global layers' (0, 1), each indexed by how many layers
+    of its kind come before it; otherwise every array, indexed by the layer."""
+    split = [nnx.split(stack) for stack in stacks]
+    period = len(kinds)
+    windowed = lambda i: self.cfg.layer_window(i) is not None  # noqa: E731
+    plan = []
+    for p, (_, window) in enumerate(kinds):
+      if not local_cache:
+        plan.append((0, len(arrays), first + p, period))
+        continue
+      local = window is not None
+      before = sum(windowed(i) == local for i in range(first + p))
+      per = sum((w is not None) == local for _, w in kinds)
+      plan.append((2, 4, before, per) if local else (0, 2, before, per))
 
     def body(carry, xs):
       x_btd, arrays = carry
-      layer_state, i = xs
-      if weights is not None:
-        # Inside the body: one layer's weights are made usable (dequantized) per step.
-        layer_state = weights(layer_state)
-      block = nnx.merge(block_def, layer_state)
-      # This layer's cache is read out, updated and written back whole. Writing only the new
-      # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
-      # write reach the loop carry, and TPU then copies the whole cache around the loop.
-      x_btd, *layer_arrays = block.cached(
-        x_btd, *(a[i] for a in arrays), pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-        constrain=constrain, attend=attend,
-      )
-      arrays = tuple(jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays, layer_arrays, strict=True))
+      states, g = xs
+      for (block_def, _), layer_state, (lo, hi, base, per) in zip(split, states, plan, strict=True):
+        if weights is not None:
+          # Inside the body: one layer's weights are made usable (dequantized) per step.
+          layer_state = weights(layer_state)
+        block = nnx.merge(block_def, layer_state)
+        i = base + g * per
+        # This layer's cache is read out, updated and written back whole. Writing only the new
+        # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
+        # write reach the loop carry, and TPU then copies the whole cache around the loop.
+        x_btd, *layer_arrays = block.cached(
+          x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+          constrain=constrain, attend=attend,
+        )
+        updated = tuple(
+          jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays[lo:hi], layer_arrays, strict=True)
+        )
+        arrays = arrays[:lo] + updated + arrays[hi:]
       return (x_btd, arrays), None
 
-    index = jnp.arange(layers.start, layers.stop, dtype=jnp.int32)
     # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
     # cache is one buffer for every step of the loop and becomes the output.
-    (x_btd, arrays), _ = jax.lax.scan(body, (x_btd, arrays), (block_state, index))
+    xs = (tuple(state for _, state in split), jnp.arange(groups, dtype=jnp.int32))
+    (x_btd, arrays), _ = jax.lax.scan(body, (x_btd, arrays), xs)
     return x_btd, arrays
