@@ -170,3 +170,23 @@ def test_infer_kv_cache_of_windowed_layers_is_the_window():
   assert abs(compiled_cache / local.kv_cache_bytes - 1) < 0.02
   grown = full.argument_size_in_bytes - local.argument_size_in_bytes
   assert abs(grown / (full.kv_cache_bytes - local.kv_cache_bytes) - 1) < 0.02
+
+
+@pytest.mark.parametrize("kernel", ["splash", "cudnn"])
+def test_fused_kernels_take_the_window(kernel):
+  """Splash's LocalMask (interpreted) and cuDNN's local_window_size (through XLA's reference
+  path) compute the sliding window dot attention computes."""
+  from jaxmem.models import attention_kernels as kernels
+  from jaxmem.models.attention_ops import Local, dot_attend
+
+  keys = jax.random.split(jax.random.PRNGKey(0), 3)
+  q = jax.random.normal(keys[0], (1, 256, 4, 16), jnp.float32)
+  k, v = (jax.random.normal(x, (1, 256, 2, 16), jnp.float32) for x in keys[1:])
+  if kernel == "splash":
+    attend = kernels.make_splash_attend(interpret=True)
+  else:
+    attend = kernels.make_cudnn_attend(implementation="xla")
+  got = attend(q, k, v, causal=True, local=Local(128))
+  want = dot_attend(q, k, v, scores_dtype="float32", local=Local(128))
+  assert jnp.allclose(got, want, atol=2e-3)
+  assert not jnp.allclose(got, dot_attend(q, k, v, scores_dtype="float32"), atol=2e-3)
