@@ -413,7 +413,7 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
     cfg.update(_moe(f, moe_arch, d_ff=cfg["d_ff"]))
   # pretraining_tp: how Llama 1/2 sliced matmuls during pretraining; same shapes either way.
   # Phi-3's original_max_position_embeddings and partial_rotary_factor: RoPE frequencies (values).
-  ignored = {"pretraining_tp", "original_max_position_embeddings", "partial_rotary_factor"}
+  ignored = {"pretraining_tp"} | ({"original_max_position_embeddings", "partial_rotary_factor"} if arch == "Phi3ForCausalLM" else set())
   f.check_all_read(moe_arch, frozenset(ignored) | (_MOE_IGNORED if moe_arch != arch else frozenset()))
   return ModelConfig(**cfg)
 
