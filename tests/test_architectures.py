@@ -100,8 +100,8 @@ def test_tiny_architectures_build_with_the_counted_parameters(name):
 @pytest.mark.parametrize("name", TINY)
 def test_tiny_architectures_train_step_compiles(name):
   cfg = from_config(DATA / f"{name}.json")
-  (row,) = jaxmem.compare(model=cfg, target="cpu", batch=2, seq=256, attention="dot", remat="full")
-  assert row.temp_size_in_bytes > 0
+  rows = jaxmem.compare(model=cfg, target="cpu", batch=2, seq=256, attention="dot", remat="full")
+  assert rows and all(r.temp_size_in_bytes > 0 for r in rows)
 
 
 def _dot_temp(cfg):
