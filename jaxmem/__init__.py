@@ -57,7 +57,7 @@ from jaxmem.hardware.targets import cpu_devices_needed, default_target_name, lis
 from jaxmem.planning.estimate import estimate_vs_compiler, estimates  # noqa: E402
 from jaxmem.inference.infer import InferWorkload, kv_cache_table, training_vs_inference  # noqa: E402
 from jaxmem.render.infer_plot import plot as plot_inference  # noqa: E402
-from jaxmem.models import PRESETS, ModelConfig, attention_help, count_active_params, count_params  # noqa: E402
+from jaxmem.models import PRESETS, ModelConfig, attention_help, count_active_params, count_params, load_model  # noqa: E402
 from jaxmem.planning.fit import rank_configurations  # noqa: E402
 from jaxmem.resolve import Plan  # noqa: E402
 from jaxmem.planning.tensors import TensorSearchResult  # noqa: E402
@@ -84,6 +84,7 @@ __all__ = [
     "estimates",
     "kv_cache_table",
     "list_targets",
+    "load_model",
     "measure_one",
     "plot_inference",
     "plot_scaling",

@@ -36,7 +36,7 @@ def cache_dir() -> Path:
 # Variables that change a row without changing the workload: the compilers' flags change the
 # program, and the allocator's fraction changes a GPU's (or an attached device's) capacity_bytes
 # and so `fits`.
-KEYED_ENVIRONMENT = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+KEYED_ENVIRONMENT = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 
 
 def key(parts: dict[str, Any]) -> str:

@@ -259,7 +259,7 @@ def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelCon
 def resolve_target(w: BaseWorkload) -> Target:
   """The workload's target with its capacity (a TPU target's costs a quick probe compile), less
   the bytes ``w.resident`` another program holds on each device."""
-  tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
+  tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
   if w.resident and tgt.resident_bytes and tgt.resident_bytes != w.resident:
     raise JaxmemError(f"`resident` is {w.resident:,} bytes but the target given already holds {tgt.resident_bytes:,}")
   return with_resident(with_capacity(tgt), 0 if tgt.resident_bytes else w.resident)

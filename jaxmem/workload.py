@@ -60,6 +60,9 @@ class BaseWorkload(Record):
   # and KV cache): the capacity the program is judged against drops by it, and a TPU compile is
   # capped to match (jaxmem.hardware.targets.with_resident). One value, not a sweep axis.
   resident: int = 0
+  # GPU targets: the share of device memory JAX's allocator takes; None reads the environment
+  # (XLA_CLIENT_MEM_FRACTION, or its old name), else JAX's 0.75 (hardware.targets.gpu_mem_fraction).
+  mem_fraction: float | None = None
   # (and the sweep axes every workload has: jaxmem.axes, training False)
 
   def __post_init__(self):

@@ -12,7 +12,9 @@ Public interface::
   ModelConfig                      frozen, keyword-only dataclass; presets as classmethods
   PRESETS: dict[str, () -> ModelConfig]   keyed by CLI name ("tiny", "gpt2-small", "llama3-8b", ...)
   get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields; a name
-                                   ending in .json is a Hugging Face config.json (from_config)
+                                   ending in .json is a Hugging Face config.json (from_config),
+                                   ORG/NAME[@REV] a Hub id (only its config.json fetched: hub.py)
+  load_model(name, *, revision=None, **overrides) -> ModelConfig   the same, jaxmem.load_model
   from_config(path_or_dict, *, name=None) -> ModelConfig   Llama, Mistral, Qwen2, Qwen3, GPT-2,
                                    Mixtral, Qwen3-MoE and DeepSeek-V3 config.json files (hf.py);
                                    JaxmemError on anything else
@@ -145,7 +147,7 @@ from .attention_registry import (
   choose_attention,
   get_attention,
 )
-from .cache import CACHE_AXES, KVCache, kv_cache_bytes
+from .cache import CACHE_AXES, KVCache, LocalKVCache, kv_cache_bytes
 from .config import ModelConfig
 from .counting import count_active_params, count_params
 from .hf import from_config
@@ -165,7 +167,7 @@ from .names import (
   MOE_CHECKPOINT_NAMES,
 )
 from .pipeline import Pipeline, bubble_fraction
-from .presets import PRESETS, get_config
+from .presets import PRESETS, get_config, load_model
 from .transformer import RematPolicy, Transformer, WeightHook
 
 __all__ = [
@@ -202,6 +204,7 @@ __all__ = [
   "dot_attend",
   "CACHE_AXES",
   "KVCache",
+  "LocalKVCache",
   "WeightHook",
   "kv_cache_bytes",
   "CHECKPOINT_NAMES",
@@ -214,4 +217,5 @@ __all__ = [
   "count_params",
   "from_config",
   "get_config",
+  "load_model",
 ]

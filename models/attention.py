@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from .attention_ops import AttendFn, dot_attend
+from .attention_ops import AttendFn, Local, dot_attend
 from .config import ModelConfig
 from .dropout import Dropout
 from .layers import DEFAULT_INIT, Constrain, param
@@ -55,6 +55,41 @@ class HeadRMSNorm(nnx.Module):
     return y_btnh.astype(x_btnh.dtype)
 
 
+def _ring_write(cache_bksh: jax.Array, new_btkh: jax.Array, pos: jax.Array) -> jax.Array:
+  """The ring cache with tokens at positions pos.. written to slots position mod S; of more than
+  S new tokens only the last S stay."""
+  s, t = cache_bksh.shape[2], new_btkh.shape[1]
+  new_bkth = jnp.swapaxes(new_btkh, 1, 2).astype(cache_bksh.dtype)
+  if t == 1:
+    zero = jnp.zeros((), jnp.int32)
+    return jax.lax.dynamic_update_slice(cache_bksh, new_bkth, (zero, zero, jnp.mod(pos, s).astype(jnp.int32), zero))
+  m = min(t, s)
+  slots = jnp.mod(pos + t - m + jnp.arange(m), s)
+  return cache_bksh.at[:, :, slots, :].set(new_bkth[:, :, t - m:], unique_indices=True)
+
+
+def _softmax_with_sink(scores: jax.Array, sink: jax.Array | None) -> jax.Array:
+  if sink is None:
+    return jax.nn.softmax(scores, axis=-1)
+  sink = jnp.broadcast_to(sink.astype(scores.dtype), scores.shape[:-1] + (1,))
+  return jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
+
+
+class FullRMSNorm(nnx.Module):
+  """RMSNorm over all heads' channels of [..., heads, head_dim] together, one scale per channel:
+  OLMo 2's q_norm / k_norm over the whole projection (transformers' Olmo2Attention)."""
+
+  def __init__(self, cfg: ModelConfig, heads: int, axis: str, *, rngs: nnx.Rngs):
+    self.eps = cfg.norm_eps
+    self.scale_nh = param(rngs, nnx.initializers.ones, (heads, cfg.head_dim), (axis, HEAD_DIM), cfg.param_jnp_dtype)
+
+  def __call__(self, x_btnh: jax.Array) -> jax.Array:
+    x32_btnh = x_btnh.astype(jnp.float32)
+    ms_bt11 = jnp.mean(jnp.square(x32_btnh), axis=(-2, -1), keepdims=True)
+    y_btnh = x32_btnh * jax.lax.rsqrt(ms_bt11 + self.eps) * self.scale_nh[...].astype(jnp.float32)
+    return y_btnh.astype(x_btnh.dtype)
+
+
 class Attention(nnx.Module):
   """Causal self-attention with optional biases (GPT-2: q/k/v/out; Qwen2: q/k/v), optional
   per-head q/k RMSNorm (Qwen3) and optional RoPE (Llama 3 style)."""
@@ -70,8 +105,8 @@ class Attention(nnx.Module):
     self.w_o_nhd = param(rngs, out_init, (n, h, d), (HEADS, HEAD_DIM, EMBED), pdt)
     # GPT-2 has biases on all four projections; Qwen2 (cfg.qkv_bias) on q, k and v only.
     # use_bias is the output projection's bias (read by __call__ and cached).
-    self.use_bias = cfg.style == "gpt2"
-    self.qkv_bias = self.use_bias or cfg.qkv_bias
+    self.use_bias = cfg.style == "gpt2" or cfg.out_bias
+    self.qkv_bias = cfg.style == "gpt2" or cfg.qkv_bias
     zeros = nnx.initializers.zeros
     if self.qkv_bias:
       self.b_q_nh = param(rngs, zeros, (n, h), (HEADS, HEAD_DIM), pdt)
@@ -80,10 +115,30 @@ class Attention(nnx.Module):
     if self.use_bias:
       self.b_o_d = param(rngs, zeros, (d,), (EMBED,), pdt)
     # Qwen3: one RMSNorm scale over head_dim shared by every q head, one by every k head.
-    self.qk_norm = cfg.qk_norm
-    if self.qk_norm:
+    self.qk_norm = cfg.qk_norm or cfg.qk_norm_full
+    if cfg.qk_norm:
       self.q_norm = HeadRMSNorm(cfg, rngs=rngs)
       self.k_norm = HeadRMSNorm(cfg, rngs=rngs)
+    elif cfg.qk_norm_full:
+      self.q_norm = FullRMSNorm(cfg, n, HEADS, rngs=rngs)
+      self.k_norm = FullRMSNorm(cfg, k, KV_HEADS, rngs=rngs)
+    # GPT-OSS: one sink logit per query head (its `sinks` parameter).
+    self.has_sinks = cfg.attention_sinks
+    if self.has_sinks:
+      self.sinks_n = param(rngs, zeros, (n,), (HEADS,), pdt)
+    self.softcap = cfg.attn_softcap
+    self.chunked = cfg.window_chunked
+
+  def layer_features(self, window: int | None) -> dict:
+    """The keywords ``attend`` gets for this layer: its window, soft-cap and sinks, where set."""
+    out: dict = {}
+    if window is not None:
+      out["local"] = Local(window, self.chunked)
+    if self.softcap is not None:
+      out["softcap"] = self.softcap
+    if self.has_sinks:
+      out["sinks"] = self.sinks_n[...].astype(jnp.float32)
+    return out
 
   def _w(self, v: nnx.Param) -> jax.Array:
     return v[...].astype(self.dtype)
@@ -133,8 +188,12 @@ class Attention(nnx.Module):
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
     attend: AttendFn | None = None,
+    window: int | None = None,
   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Attention for tokens at positions pos .. pos+t-1 against a KV cache of S positions.
+
+    A windowed layer (``window``) keeps a ring of S = min(window, context) positions: position p
+    is written to slot p mod S, and a query sees the slots whose positions fall in its window.
 
     The new keys and values are written into the cache at ``pos`` (in place once the caller
     donates the cache) and the queries attend to every cached position <= their own: prefill
@@ -153,15 +212,25 @@ class Attention(nnx.Module):
     n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
     g = n // k
     q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
-    zero = jnp.zeros((), jnp.int32)
-    at = (zero, zero, pos.astype(jnp.int32), zero)
-    new_k_bkth = jnp.swapaxes(k_btkh, 1, 2).astype(cache_k_bksh.dtype)
-    new_v_bkth = jnp.swapaxes(v_btkh, 1, 2).astype(cache_v_bksh.dtype)
-    cache_k_bksh = constrain(jax.lax.dynamic_update_slice(cache_k_bksh, new_k_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
-    cache_v_bksh = constrain(jax.lax.dynamic_update_slice(cache_v_bksh, new_v_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
+    layer = self.layer_features(window)
+    if window is not None:
+      cache_k_bksh, cache_v_bksh = (
+        constrain(_ring_write(c, new, pos), (BATCH, KV_HEADS, None, HEAD_DIM))
+        for c, new in ((cache_k_bksh, k_btkh), (cache_v_bksh, v_btkh))
+      )
+    else:
+      zero = jnp.zeros((), jnp.int32)
+      at = (zero, zero, pos.astype(jnp.int32), zero)
+      new_k_bkth = jnp.swapaxes(k_btkh, 1, 2).astype(cache_k_bksh.dtype)
+      new_v_bkth = jnp.swapaxes(v_btkh, 1, 2).astype(cache_v_bksh.dtype)
+      cache_k_bksh = constrain(jax.lax.dynamic_update_slice(cache_k_bksh, new_k_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
+      cache_v_bksh = constrain(jax.lax.dynamic_update_slice(cache_v_bksh, new_v_bkth, at), (BATCH, KV_HEADS, None, HEAD_DIM))
 
-    if attend is not None:
-      ctx_btnh = constrain(attend(q_btnh, k_btkh, v_btkh, causal=True), (BATCH, SEQ, HEADS, HEAD_DIM))
+    if attend is not None or (window is not None and t > 1):
+      # Prefill (a prompt at position 0): the prompt attends to its own keys. A windowed layer's
+      # cache keeps only its last positions, so its prefill always attends this way.
+      attend = dot_attend if attend is None else attend
+      ctx_btnh = constrain(attend(q_btnh, k_btkh, v_btkh, causal=True, **layer), (BATCH, SEQ, HEADS, HEAD_DIM))
       return self._output(ctx_btnh, constrain=constrain), cache_k_bksh, cache_v_bksh
 
     q_btkgh = q_btnh.reshape(b, t, k, g, h)
@@ -169,10 +238,20 @@ class Attention(nnx.Module):
       "btkgh,bksh->bkgts", q_btkgh, cache_k_bksh.astype(self.dtype), preferred_element_type=jnp.float32
     )
     scores_bkgts = scores_bkgts * (1.0 / math.sqrt(h))
-    # Query t sits at position pos + t and sees cached positions up to its own.
-    visible_ts = jnp.arange(s)[None, :] <= (pos + jnp.arange(t))[:, None]
+    if self.softcap is not None:
+      scores_bkgts = self.softcap * jnp.tanh(scores_bkgts / self.softcap)
+    q_pos_t = pos + jnp.arange(t)
+    if window is None:
+      # Query t sits at position pos + t and sees cached positions up to its own.
+      visible_ts = jnp.arange(s)[None, :] <= q_pos_t[:, None]
+    else:
+      # Slot j of the ring holds the latest position p = j (mod S) not after the query's.
+      p_ts = q_pos_t[:, None] - jnp.mod(q_pos_t[:, None] - jnp.arange(s)[None, :], s)
+      visible_ts = (p_ts >= 0) & Local(window, self.chunked).visible(q_pos_t, p_ts[0])
     scores_bkgts = jnp.where(visible_ts, scores_bkgts, jnp.finfo(jnp.float32).min)
-    probs_bkgts = jax.nn.softmax(scores_bkgts, axis=-1).astype(self.dtype)
+    sink = layer.get("sinks")
+    probs_bkgts = _softmax_with_sink(scores_bkgts, None if sink is None else sink.reshape(k, g)[..., None, None])
+    probs_bkgts = probs_bkgts.astype(self.dtype)
     ctx_btkgh = jnp.einsum("bkgts,bksh->btkgh", probs_bkgts, cache_v_bksh.astype(self.dtype))
     ctx_btnh = constrain(ctx_btkgh.reshape(b, t, n, h), (BATCH, SEQ, HEADS, HEAD_DIM))
     return self._output(ctx_btnh, constrain=constrain), cache_k_bksh, cache_v_bksh
@@ -194,15 +273,18 @@ class Attention(nnx.Module):
     constrain: Constrain,
     attend: AttendFn | None = None,
     dropout: Dropout | None = None,
+    window: int | None = None,
   ) -> jax.Array:
     """``dropout`` drops the attention probabilities: ``attend`` is then called with it (dot
-    attention takes it; a train step wraps any other ``attend`` to say what it does with it)."""
+    attention takes it; a train step wraps any other ``attend`` to say what it does with it).
+    ``window``: this layer's local attention window (None: global)."""
     q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
     attend = dot_attend if attend is None else attend
+    layer = self.layer_features(window)
     if dropout is None:
-      ctx_btnh = attend(q_btnh, k_btkh, v_btkh, causal=True)
+      ctx_btnh = attend(q_btnh, k_btkh, v_btkh, causal=True, **layer)
     else:
-      ctx_btnh = attend(q_btnh, k_btkh, v_btkh, causal=True, dropout=dropout)
+      ctx_btnh = attend(q_btnh, k_btkh, v_btkh, causal=True, dropout=dropout, **layer)
     ctx_btnh = constrain(ctx_btnh, (BATCH, SEQ, HEADS, HEAD_DIM))
     # Named here, outside every attention implementation, so name-based remat policies see the
     # same "context" whichever kernel computed it.

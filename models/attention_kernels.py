@@ -77,8 +77,8 @@ def over_mesh(local: AttendFn, mesh: Mesh | None, axes: MeshAxes | None, *, name
     )
   spec = axes.spec("batch", None, "heads", None)
 
-  def attend(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True) -> jax.Array:
-    run = functools.partial(local, causal=causal)
+  def attend(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, **layer) -> jax.Array:
+    run = functools.partial(local, causal=causal, **layer)
     return shard_map(run, mesh=mesh, axes=axes, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
       q_btnh, k_bskh, v_bskv
     )
@@ -98,6 +98,12 @@ def splash_block(n: int) -> int | None:
   return next((bl for bl in SPLASH_BLOCKS if n % bl == 0), None)
 
 
+def splash_mask_module():
+  from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask
+
+  return splash_attention_mask
+
+
 def make_splash_attend(
   mesh: Mesh | None = None, axes: MeshAxes | None = None, *, interpret: bool = False
 ) -> AttendFn:
@@ -108,10 +114,17 @@ def make_splash_attend(
   The kernel is built per device shard (inside the shard_map), for the local heads, so its mask
   metadata needs no sharding of its own. Its residuals (output and log-sum-exp) carry the
   ``context`` checkpoint name, as in MaxText (``residual_checkpoint_name="context"``).
-  ``interpret=True`` runs the kernel in Pallas' interpreter (for CPU tests).
+  ``interpret=True`` runs the kernel in Pallas' interpreter (for CPU tests). A windowed layer's
+  mask is splash's ``LocalMask`` (sliding: ``window_size=(W - 1, 0)``, the causal band of W
+  keys) or ``ChunkedCausalMask`` (chunked), whose empty blocks the kernel skips; ``softcap`` is
+  its ``attn_logits_soft_cap``. Attention sinks are not computed (see attention_ops).
   """
 
-  def local(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True) -> jax.Array:
+  def local(
+    q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, local=None, softcap=None,
+    sinks=None,
+  ) -> jax.Array:
+    del sinks
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -122,6 +135,10 @@ def make_splash_attend(
       raise JaxmemError(f"splash attention needs sequence lengths that are multiples of 128, got {t} and {s}")
     # Query t sits at key position t + (S - T), as in dot_attend.
     head_mask = sm.CausalMask((t, s), offset=s - t) if causal else sm.FullMask((t, s))
+    if local is not None and local.chunked:
+      head_mask = sm.ChunkedCausalMask((t, s), chunk_size=local.window)
+    elif local is not None:
+      head_mask = sm.LocalMask((t, s), window_size=(local.window - 1, 0 if causal else None), offset=s - t)
     sizes = sk.BlockSizes(
       block_q=bq, block_kv=bkv, block_kv_compute=bkv,
       block_q_dkv=bq, block_kv_dkv=bkv, block_kv_dkv_compute=bkv,
@@ -129,7 +146,7 @@ def make_splash_attend(
     )
     kernel = sk.make_splash_mha(
       sm.MultiHeadMask([head_mask] * n), block_sizes=sizes, head_shards=1, q_seq_shards=1,
-      residual_checkpoint_name=CONTEXT, interpret=interpret,
+      residual_checkpoint_name=CONTEXT, interpret=interpret, attn_logits_soft_cap=softcap,
     )
     q_bnth = jnp.swapaxes(q_btnh * jnp.asarray(1.0 / math.sqrt(h), q_btnh.dtype), 1, 2)
     out_bntv = jax.vmap(kernel)(q_bnth, jnp.swapaxes(k_bskh, 1, 2), jnp.swapaxes(v_bskv, 1, 2))
@@ -174,13 +191,23 @@ def make_cudnn_attend(
 
   cuDNN takes grouped kv heads as they are (N a multiple of K). ``implementation="xla"`` runs
   the same call through XLA's reference path, which is how CPU tests check this wrapper's
-  layout, scale and grouping without a GPU.
+  layout, scale and grouping without a GPU. A sliding window is cuDNN's
+  ``local_window_size=(W - 1, 0)``; chunked windows and soft-capping it does not take (refused
+  by the registry's support check); sinks are not computed (see attention_ops).
   """
 
-  def local(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True) -> jax.Array:
+  def local(
+    q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, local=None, softcap=None,
+    sinks=None,
+  ) -> jax.Array:
+    del sinks
+    if softcap is not None or (local is not None and local.chunked):
+      raise JaxmemError("cudnn attention takes neither soft-capping nor chunked windows; use chunked or dot")
     scale = 1.0 / math.sqrt(q_btnh.shape[-1])
+    window = None if local is None else (local.window - 1, 0)
     out_btnv = jax.nn.dot_product_attention(
-      q_btnh, k_bskh, v_bskv, scale=scale, is_causal=causal, implementation=implementation
+      q_btnh, k_bskh, v_bskv, scale=scale, is_causal=causal, implementation=implementation,
+      local_window_size=window,
     )
     return out_btnv.astype(v_bskv.dtype)
 
@@ -204,7 +231,9 @@ def make_triton_attend(
   interpreter (for CPU tests).
   """
 
-  def local(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True) -> jax.Array:
+  def local(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, **layer) -> jax.Array:
+    if layer.get("local") is not None or layer.get("softcap") is not None:
+      raise JaxmemError("triton attention takes neither windows nor soft-capping; use chunked or dot")
     with warnings.catch_warnings():
       # jax 0.12 deprecates the module in favour of tokamax; it is still jax's kernel.
       warnings.simplefilter("ignore", DeprecationWarning)

@@ -19,10 +19,23 @@ size, V v head size):
 K divides N (grouped-query attention: query head n reads kv head n // (N // K), the grouping
 Llama's ``repeat_kv`` implies); V may differ from H (multi-head latent attention). Causal means
 query t sees keys s <= t + (S - T) (T == S in training: the usual lower triangle).
+
+Per-layer features reach ``attend`` as keywords, passed only when a layer has them, so an
+``AttendFn`` that knows none of them serves every other model unchanged:
+
+* ``local=Local(window, chunked)``: local attention. Sliding (Mistral, Gemma, GPT-OSS): query
+  position q sees keys q - window < k <= q, transformers' ``sliding_window`` mask. Chunked
+  (Llama 4's ``attention_chunk_size``): q sees keys of its own aligned chunk,
+  k // window == q // window, k <= q.
+* ``softcap=c``: scores become c * tanh(scores / c) before the mask (Gemma 2's
+  ``attn_logit_softcapping``).
+* ``sinks=s_n``: one logit per query head [N] that joins every softmax denominator and attends
+  to nothing (GPT-OSS's attention sinks); computed by :func:`dot_attend` only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -47,12 +60,38 @@ def _mask_value(dtype: jnp.dtype) -> float:
   return _MASK_FRACTION * float(jnp.finfo(dtype).max)
 
 
-def _visible(q_pos: jax.Array, k_pos: jax.Array, *, causal: bool, kv_len: int) -> jax.Array:
+@dataclasses.dataclass(frozen=True)
+class Local:
+  """A layer's local attention: the last ``window`` positions (sliding), or its own aligned chunk
+  of ``window`` positions when ``chunked`` (see the module docstring)."""
+
+  window: int
+  chunked: bool = False
+
+  def visible(self, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    """[tq, sk] booleans: the window's part of the mask (causality is checked apart)."""
+    if self.chunked:
+      return (k_pos[None, :] // self.window) == (q_pos[:, None] // self.window)
+    return k_pos[None, :] > q_pos[:, None] - self.window
+
+
+def _visible(
+  q_pos: jax.Array, k_pos: jax.Array, *, causal: bool, kv_len: int, local: Local | None = None
+) -> jax.Array:
   """[.., tq, sk] booleans: key position k_pos[s] is visible from query position q_pos[t]."""
-  ok = k_pos[None, :] < kv_len
+  ok = (k_pos[None, :] < kv_len) & (k_pos[None, :] >= 0)
   if causal:
     ok = ok & (k_pos[None, :] <= q_pos[:, None])
+  if local is not None:
+    ok = ok & local.visible(q_pos, k_pos)
   return ok
+
+
+def _cap(scores: jax.Array, softcap: float | None) -> jax.Array:
+  if softcap is None:
+    return scores
+  c = jnp.asarray(softcap, scores.dtype)
+  return c * jnp.tanh(scores / c)
 
 
 # --- dot: the reference --------------------------------------------------------------------
@@ -66,8 +105,15 @@ def dot_attend(
   causal: bool = True,
   scores_dtype: jnp.dtype | str | None = None,
   dropout: Dropout | None = None,
+  local: Local | None = None,
+  softcap: float | None = None,
+  sinks: jax.Array | None = None,
 ) -> jax.Array:
-  """Attention as plain einsums (Vaswani et al. 2017, eq. 1): the full T x S scores exist.
+  """Attention as plain einsums (Vaswani et al. 2017, eq. 1): the full T x S scores exist,
+  except under ``local`` attention in training (T == S longer than the window), where the
+  sequence is cut into blocks of ``window`` queries, each scored against the keys it can see
+  (its own block and, sliding, the one before: :func:`_dot_local`), so the scores are
+  T x 2W (sliding) or T x W (chunked) rather than T x T.
 
   ``dropout`` drops attention probabilities (Megatron's attention dropout): a one-byte mask of
   the [B, N, T, S] scores' shape, as Korthikanti et al. 2022 count it (section 4.1).
@@ -92,18 +138,27 @@ def dot_attend(
   s, k = k_bskh.shape[1], k_bskh.shape[2]
   g = n // k
   vd = v_bskv.shape[-1]
+  if local is not None and causal and t == s and t > local.window:
+    return _dot_local(
+      q_btnh, k_bskh, v_bskv, local=local, scores_dtype=scores_dtype, dropout=dropout, softcap=softcap, sinks=sinks
+    )
   visible_ts = None
-  if causal:
+  if causal or local is not None:
     # Query t sits at position t + (S - T): with S == T that is the usual lower triangle.
-    visible_ts = _visible(jnp.arange(t) + (s - t), jnp.arange(s), causal=True, kv_len=s)
+    visible_ts = _visible(jnp.arange(t) + (s - t), jnp.arange(s), causal=causal, kv_len=s, local=local)
+  sink_kg11 = None if sinks is None else sinks.reshape(k, g)[..., None, None]
   if scores_dtype is None:
     q_btkgh = (q_btnh * jnp.asarray(1.0 / math.sqrt(h), q_btnh.dtype)).reshape(b, t, k, g, h)
-    scores_bkgts = jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_bskh.astype(q_btnh.dtype))
+    scores_bkgts = _cap(jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_bskh.astype(q_btnh.dtype)), softcap)
     if visible_ts is not None:
       scores_bkgts = jnp.where(visible_ts, scores_bkgts, _mask_value(scores_bkgts.dtype))
     max_bkgt1 = jnp.max(scores_bkgts, axis=-1, keepdims=True)
+    if sink_kg11 is not None:
+      max_bkgt1 = jnp.maximum(max_bkgt1, sink_kg11.astype(max_bkgt1.dtype))
     exps_bkgts = jnp.exp(scores_bkgts - max_bkgt1)
     sum_bkgt1 = jnp.sum(exps_bkgts, axis=-1, keepdims=True)
+    if sink_kg11 is not None:  # the sink's exp joins the denominator and attends to nothing
+      sum_bkgt1 = sum_bkgt1 + jnp.exp(sink_kg11.astype(max_bkgt1.dtype) - max_bkgt1)
     if dropout is not None:  # dropping exp(s - max) before the division drops the probabilities
       exps_bkgts = dropout(exps_bkgts)
     ctx_btkgv = jnp.einsum("bkgts,bskv->btkgv", exps_bkgts, v_bskv.astype(exps_bkgts.dtype))
@@ -113,14 +168,58 @@ def dot_attend(
   sdt = jnp.dtype(scores_dtype)
   q_btkgh = q_btnh.reshape(b, t, k, g, h)
   scores_bkgts = jnp.einsum("btkgh,bskh->bkgts", q_btkgh, k_bskh, preferred_element_type=sdt)
-  scores_bkgts = scores_bkgts * jnp.asarray(1.0 / math.sqrt(h), sdt)
+  scores_bkgts = _cap(scores_bkgts * jnp.asarray(1.0 / math.sqrt(h), sdt), softcap)
   if visible_ts is not None:
     scores_bkgts = jnp.where(visible_ts, scores_bkgts, jnp.finfo(sdt).min)
-  probs_bkgts = jax.nn.softmax(scores_bkgts.astype(jnp.float32), axis=-1).astype(v_bskv.dtype)
+  probs_bkgts = _softmax_f32(scores_bkgts, sink_kg11).astype(v_bskv.dtype)
   if dropout is not None:
     probs_bkgts = dropout(probs_bkgts)
   ctx_btkgv = jnp.einsum("bkgts,bskv->btkgv", probs_bkgts, v_bskv)
   return ctx_btkgv.reshape(b, t, n, vd)
+
+
+def _softmax_f32(scores: jax.Array, sink: jax.Array | None) -> jax.Array:
+  """Float32 softmax over the last axis; a sink logit (broadcast to the rows) joins each
+  denominator only."""
+  scores = scores.astype(jnp.float32)
+  if sink is None:
+    return jax.nn.softmax(scores, axis=-1)
+  sink = jnp.broadcast_to(sink.astype(jnp.float32), scores.shape[:-1] + (1,))
+  return jax.nn.softmax(jnp.concatenate([scores, sink], axis=-1), axis=-1)[..., :-1]
+
+
+def _dot_local(q_btnh, k_bskh, v_bskv, *, local, scores_dtype, dropout, softcap, sinks):
+  """Local attention in blocks (MaxText's ``compute_local_attention`` does the same): T is
+  padded to C blocks of W = ``local.window`` queries; block c's queries are scored against the
+  keys of block c (chunked) or of blocks c - 1 and c (sliding), [B, C, K, G, W, S'] with S' = W
+  or 2W, masked by position, so the scores kept are T x S' per head instead of T x T."""
+  b, t, n, h = q_btnh.shape
+  k, vd, w = k_bskh.shape[2], v_bskv.shape[-1], local.window
+  g = n // k
+  c = -(-t // w)
+  pad = ((0, 0), (0, c * w - t), (0, 0), (0, 0))
+  q_bcwkgh = jnp.pad(q_btnh, pad).reshape(b, c, w, k, g, h)
+  k_bcwkh, v_bcwkv = (jnp.pad(x, pad).reshape(b, c, w, k, x.shape[-1]) for x in (k_bskh, v_bskv))
+  q_pos_cw = jnp.arange(c)[:, None] * w + jnp.arange(w)[None, :]
+  if local.chunked:
+    k_bcskh, v_bcskv, k_pos_cs = k_bcwkh, v_bcwkv, q_pos_cw
+  else:  # the block before (zeros before the first) and this one
+    prev = lambda x: jnp.pad(x, ((0, 0), (1, 0), (0, 0), (0, 0), (0, 0)))[:, :-1]  # noqa: E731
+    k_bcskh = jnp.concatenate([prev(k_bcwkh), k_bcwkh], axis=2)
+    v_bcskv = jnp.concatenate([prev(v_bcwkv), v_bcwkv], axis=2)
+    k_pos_cs = jnp.concatenate([q_pos_cw - w, q_pos_cw], axis=1)
+  visible_cws = jax.vmap(lambda qp, kp: _visible(qp, kp, causal=True, kv_len=t, local=local))(q_pos_cw, k_pos_cs)
+  visible_c11ws = visible_cws[:, None, None]
+  sink_kg11 = None if sinks is None else sinks.reshape(k, g)[..., None, None]
+  sdt = q_btnh.dtype if scores_dtype is None else jnp.dtype(scores_dtype)
+  q_bcwkgh = q_bcwkgh * jnp.asarray(1.0 / math.sqrt(h), q_btnh.dtype)
+  scores = jnp.einsum("bcwkgh,bcskh->bckgws", q_bcwkgh, k_bcskh.astype(q_btnh.dtype), preferred_element_type=sdt)
+  scores = jnp.where(visible_c11ws, _cap(scores, softcap), _mask_value(sdt))
+  probs = _softmax_f32(scores, sink_kg11).astype(v_bskv.dtype)
+  if dropout is not None:
+    probs = dropout(probs)
+  ctx_bcwkgv = jnp.einsum("bckgws,bcskv->bcwkgv", probs, v_bcskv.astype(probs.dtype))
+  return ctx_bcwkgv.reshape(b, c * w, n, vd)[:, :t].astype(v_bskv.dtype)
 
 
 # --- chunked: blockwise online softmax with a FlashAttention-2 backward ----------------------
@@ -145,8 +244,15 @@ def chunked_attend(
   causal: bool = True,
   block_q: int = CHUNK_BLOCK,
   block_kv: int = CHUNK_BLOCK,
+  local: Local | None = None,
+  softcap: float | None = None,
+  sinks: jax.Array | None = None,
 ) -> jax.Array:
   """Memory-efficient exact attention in pure JAX, for every backend.
+
+  ``local`` and ``softcap`` enter each block's scores (the mask and the tanh, forward and
+  backward); ``sinks`` are not computed here (one scalar per head and row in the denominator:
+  no buffer of note), which the train step's notes say.
 
   Forward: for each block of ``block_q`` queries, a scan over blocks of ``block_kv`` keys
   keeps a running row max m, row sum l and output accumulator (the online softmax of Milakov &
@@ -173,17 +279,21 @@ def chunked_attend(
   if sp != s:
     k_bskh = jnp.pad(k_bskh, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
     v_bskv = jnp.pad(v_bskv, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
-  out_btnv = _flash(q_btnh, k_bskh, v_bskv, causal, bq, bk, s, s - t)
+  del sinks
+  out_btnv = _flash(q_btnh, k_bskh, v_bskv, (causal, local, softcap), bq, bk, s, s - t)
   return out_btnv[:, :t] if tp != t else out_btnv
 
 
-def _scores(q_bqkgh, k_bskh, i, j, *, bq, bk, causal, kv_len, offset):
-  """One block's masked, scaled float32 scores [B, K, G, bq, bk] (query block i, key block j)."""
+def _scores(q_bqkgh, k_bskh, i, j, *, bq, bk, mask, kv_len, offset):
+  """One block's masked, scaled (and soft-capped) float32 scores [B, K, G, bq, bk] (query block
+  i, key block j); ``mask`` is (causal, local, softcap)."""
+  causal, local, softcap = mask
   scale = 1.0 / math.sqrt(q_bqkgh.shape[-1])
   s_bkgqs = jnp.einsum("bqkgh,bskh->bkgqs", q_bqkgh, k_bskh, preferred_element_type=jnp.float32) * scale
   q_pos = i * bq + jnp.arange(bq) + offset
   k_pos = j * bk + jnp.arange(bk)
-  return jnp.where(_visible(q_pos, k_pos, causal=causal, kv_len=kv_len), s_bkgqs, _mask_value(jnp.float32))
+  visible = _visible(q_pos, k_pos, causal=causal, kv_len=kv_len, local=local)
+  return jnp.where(visible, _cap(s_bkgqs, softcap), _mask_value(jnp.float32))
 
 
 def _slice(x, i, size, axis=1):
@@ -196,7 +306,7 @@ def _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
   sp, k = k_bskh.shape[1], k_bskh.shape[2]
   g, vd = n // k, v_bskv.shape[-1]
   q_btkgh = q_btnh.reshape(b, tp, k, g, h)
-  blk = functools.partial(_scores, bq=bq, bk=bk, causal=causal, kv_len=kv_len, offset=offset)
+  blk = functools.partial(_scores, bq=bq, bk=bk, mask=causal, kv_len=kv_len, offset=offset)
 
   def one_query_block(i):
     q_bqkgh = _slice(q_btkgh, i, bq)
@@ -213,8 +323,8 @@ def _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
       )
       return (m_new, l_bkgq, acc_bkgqv * corr_bkgq[..., None] + pv_bkgqv), None
 
-    # Key block 0 always holds a visible key for every row (key 0; causal offset >= 0), so m
-    # is finite after the first step and -inf never meets -inf.
+    # Every row sees a key in some block (its own position), and a masked score is finite
+    # (_mask_value), so m is finite after the first step and -inf never meets -inf.
     init = (
       jnp.full((b, k, g, bq), -jnp.inf, jnp.float32),
       jnp.zeros((b, k, g, bq), jnp.float32),
@@ -254,15 +364,19 @@ def _flash_bwd(causal, bq, bk, kv_len, offset, res, dout_btnv):
   d_bkgt = jnp.einsum(
     "btkgv,btkgv->bkgt", do_btkgv.astype(jnp.float32), out_btnv.reshape(b, tp, k, g, vd).astype(jnp.float32)
   )
-  blk = functools.partial(_scores, bq=bq, bk=bk, causal=causal, kv_len=kv_len, offset=offset)
+  blk = functools.partial(_scores, bq=bq, bk=bk, mask=causal, kv_len=kv_len, offset=offset)
 
   def probs_and_dscores(i, j):
     """(P, dS) of block (i, j), float32 [B, K, G, bq, bk], and the block's q, dO, k."""
     q_blk, do_blk = _slice(q_btkgh, i, bq), _slice(do_btkgv, i, bq)
     k_blk, v_blk = _slice(k_bskh, j, bk), _slice(v_bskv, j, bk)
-    p_bkgqs = jnp.exp(blk(q_blk, k_blk, i, j) - lse_nbkgq[i][..., None])
+    s_bkgqs = blk(q_blk, k_blk, i, j)
+    p_bkgqs = jnp.exp(s_bkgqs - lse_nbkgq[i][..., None])
     dp_bkgqs = jnp.einsum("bqkgv,bskv->bkgqs", do_blk, v_blk, preferred_element_type=jnp.float32)
     ds_bkgqs = p_bkgqs * (dp_bkgqs - _slice(d_bkgt, i, bq, axis=3)[..., None])
+    softcap = causal[2]
+    if softcap is not None:  # through c * tanh(s / c): d/ds = 1 - tanh^2 (masked entries: p = 0, clipped)
+      ds_bkgqs = ds_bkgqs * (1.0 - jnp.square(jnp.clip(s_bkgqs / softcap, -1.0, 1.0)))
     return p_bkgqs, ds_bkgqs, q_blk, do_blk, k_blk
 
   def dq_block(i):

@@ -70,6 +70,10 @@ class AttentionShapes:
   v_head_dim: int  # V, of v (== H except in multi-head latent attention)
   dtype: str  # the compute dtype of q, k, v, e.g. "bfloat16"
   causal: bool = True
+  # Per-layer features of the model (any layer's): a window (sliding, or chunked), soft-capping.
+  window: int | None = None
+  window_chunked: bool = False
+  softcap: float | None = None
 
   @classmethod
   def of(cls, cfg: ModelConfig, *, batch: int, seq: int) -> AttentionShapes:
@@ -79,6 +83,7 @@ class AttentionShapes:
     return cls(
       batch=batch, seq=seq, kv_seq=seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, v_head_dim=cfg.v_head_dim if cfg.is_mla else cfg.head_dim, dtype=cfg.dtype,
+      window=cfg.sliding_window, window_chunked=cfg.window_chunked, softcap=cfg.attn_softcap,
     )
 
 
@@ -86,6 +91,8 @@ class AttentionShapes:
 
 
 def _splash_problem(shapes: AttentionShapes) -> str | None:
+  if shapes.window_chunked and shapes.window is not None and not hasattr(kernels.splash_mask_module(), "ChunkedCausalMask"):
+    return "this jax's splash attention has no chunked mask"
   for what, n in (("sequence", shapes.seq), ("key sequence", shapes.kv_seq)):
     if kernels.splash_block(n) is None:
       return f"splash needs a {what} length that is a multiple of 128 (its blocks are 128 lanes wide), got {n}"
@@ -111,6 +118,10 @@ def _cudnn_problem(shapes: AttentionShapes) -> str | None:
     return f"cudnn takes a v head size ({shapes.v_head_dim}) unlike the q/k one ({h}) only on an attached Hopper GPU"
   if shapes.causal and shapes.seq != shapes.kv_seq:
     return "cudnn's causal mask is aligned at the first key, so it needs as many queries as keys"
+  if shapes.softcap is not None:
+    return "cudnn does not soft-cap attention logits"
+  if shapes.window is not None and shapes.window_chunked:
+    return "cudnn takes a sliding window, not a chunked one"
   if kernels.cudnn_version() is None:
     return "cuDNN is not installed (it is needed to trace the call, even without a GPU): pip install 'jaxmem[cuda]'"
   return None
@@ -122,6 +133,8 @@ _TRITON_MAX_HEAD_DIM = 128
 
 
 def _triton_problem(shapes: AttentionShapes) -> str | None:
+  if shapes.window is not None or shapes.softcap is not None:
+    return "triton's kernel takes neither windows nor soft-capping"
   if shapes.head_dim > _TRITON_MAX_HEAD_DIM:
     return f"triton's blocks at a head size over {_TRITON_MAX_HEAD_DIM} exceed a GPU's shared memory, got {shapes.head_dim}"
   for what, n in (("sequence", shapes.seq), ("key sequence", shapes.kv_seq)):
@@ -385,6 +398,11 @@ def _choose_context(requested, *, platform, shapes, mesh, axes, strategy, device
   cannot serve the strategy. The sequence must split into the strategy's chunks."""
   if strategy not in ctx.STRATEGIES:
     raise JaxmemError(f"unknown context strategy {strategy!r}; valid: {', '.join(ctx.STRATEGIES)}")
+  if shapes.window is not None or shapes.softcap is not None:
+    raise JaxmemError(
+      "a context axis with local attention or soft-capping is not built (the context strategies pass no "
+      "window); drop the context axis"
+    )
   notes: list[str] = []
   if requested == AUTO:
     name = AUTO_PREFERENCE.get(platform, FALLBACK)

@@ -63,7 +63,46 @@ class KVCache:
     return cls(sds, sds)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LocalKVCache:
+  """The KV cache of a model with local attention: the global layers' keys and values over the
+  whole context (k_lbksh, v_lbksh: [global layers, batch, kv_heads, context, head_dim]) and the
+  windowed layers' over their window only (k_local, v_local: [windowed layers, batch, kv_heads,
+  min(window, context), head_dim]), a ring written at position mod window (Attention.cached)."""
+
+  k_lbksh: jax.Array
+  v_lbksh: jax.Array
+  k_local: jax.Array
+  v_local: jax.Array
+
+  @property
+  def context(self) -> int:
+    return max(self.k_lbksh.shape[3], self.k_local.shape[3])
+
+  @staticmethod
+  def shapes(cfg: ModelConfig, *, batch: int, context: int) -> tuple[tuple[int, ...], ...]:
+    n_local = cfg.num_windowed_layers
+    full = (cfg.num_layers - n_local, batch, cfg.num_kv_heads, context, cfg.head_dim)
+    local = (n_local, batch, cfg.num_kv_heads, min(cfg.sliding_window or context, context), cfg.head_dim)
+    return full, full, local, local
+
+  @classmethod
+  def abstract(cls, cfg: ModelConfig, *, batch: int, context: int, dtype=None, sharding=None) -> LocalKVCache:
+    dt = cfg.compute_jnp_dtype if dtype is None else jnp.dtype(dtype)
+    return cls(*(jax.ShapeDtypeStruct(s, dt, sharding=sharding) for s in cls.shapes(cfg, batch=batch, context=context)))
+
+  @classmethod
+  def zeros(cls, cfg: ModelConfig, *, batch: int, context: int, dtype=None) -> LocalKVCache:
+    dt = cfg.compute_jnp_dtype if dtype is None else jnp.dtype(dtype)
+    return cls(*(jnp.zeros(s, dt) for s in cls.shapes(cfg, batch=batch, context=context)))
+
+
 def kv_cache_bytes(cfg: ModelConfig, *, batch: int, context: int, bytes_per_element: float | None = None) -> int:
-  """Whole-model KV cache bytes: 2 * layers * kv_heads * head_dim * context * batch * bytes."""
+  """Whole-model KV cache bytes: 2 * kv_heads * head_dim * batch * bytes * (global layers *
+  context + windowed layers * min(window, context)); without a window, 2 * layers * kv_heads *
+  head_dim * context * batch * bytes."""
   per = cfg.compute_jnp_dtype.itemsize if bytes_per_element is None else bytes_per_element
+  if cfg.sliding_window is not None:
+    return int(sum(math.prod(s) for s in LocalKVCache.shapes(cfg, batch=batch, context=context)) * per)
   return int(2 * math.prod(KVCache.shape(cfg, batch=batch, context=context)) * per)

@@ -41,6 +41,10 @@ STYLES: tuple[str, ...] = ("gpt2", "llama3")
 RouterScoring = Literal["softmax", "sigmoid"]
 ROUTER_SCORINGS: tuple[str, ...] = ("softmax", "sigmoid")
 MoeImpl = Literal["dropless", "capacity"]
+MlpAct = Literal["silu", "gelu_tanh"]
+MLP_ACTS: tuple[str, ...] = ("silu", "gelu_tanh")
+NormLayout = Literal["pre", "sandwich", "post"]
+NORM_LAYOUTS: tuple[str, ...] = ("pre", "sandwich", "post")
 MOE_IMPLS: tuple[str, ...] = ("dropless", "capacity")
 
 # Llama 3.1 / 3.2 context length and RoPE base (Llama 3 paper, section 3.2 and table 3).
@@ -63,8 +67,9 @@ class ModelConfig:
     (``num_kv_heads`` < ``num_heads``), SwiGLU MLP, no biases, final RMSNorm; embeddings tied
     only if ``tie_embeddings``. ``head_dim`` is free: ``num_heads * head_dim`` need not equal
     ``d_model`` (Qwen3 4B: 32 heads of 128 on a 2560-wide residual stream). The architecture
-    flags ``qkv_bias`` (Qwen2) and ``qk_norm`` (Qwen3) add to this style; ``sliding_window``
-    (Mistral v0.1) is recorded only (see ``notes``).
+    flags ``qkv_bias`` (Qwen2) and ``qk_norm`` (Qwen3) add to this style, as do local attention
+    (``sliding_window``, ``global_every``, ``window_chunked``), norm placement, soft-capping,
+    attention sinks and interleaved MoE layers (Gemma 2/3, GPT-OSS, Llama 4, OLMo 2).
 
   ``param_dtype`` is the storage dtype of the parameters; ``dtype`` is the compute dtype the
   weights are cast to at use. The output logits are always float32; dot attention's scores are
@@ -92,11 +97,26 @@ class ModelConfig:
   # apply to style "llama3" only (GPT-2 always has biases, and has no q/k norm).
   qkv_bias: bool = False  # biases on the q, k and v projections, none on the output (Qwen2)
   qk_norm: bool = False  # RMSNorm over head_dim of each q and k head, before RoPE (Qwen3)
-  # Recorded, not modelled: the attention implementations jaxmem compiles compute the causal
-  # mask over the whole sequence, so memory and FLOPs are those of full attention whatever
-  # the window (see ``notes``). None: no window (Mistral 7B v0.3, Qwen with
-  # use_sliding_window false).
+  # Local attention (models/attention_ops.py, attention_kernels.py; the KV cache in cache.py):
+  # layer i attends to the last ``sliding_window`` positions only (Mistral v0.1, Gemma 2/3,
+  # GPT-OSS, Phi-3), or, with ``window_chunked``, to its own aligned chunk of that many positions
+  # (Llama 4's attention_chunk_size). ``global_every`` 0 windows every layer; P > 0 leaves layer i
+  # global when (i + 1) % P == 0 (Gemma 3: 6, five local layers per global one; Gemma 2 and
+  # GPT-OSS: 2; Llama 4: 4). None: no window.
   sliding_window: int | None = None
+  global_every: int = 0
+  window_chunked: bool = False
+  # --- further architecture features (Gemma, GPT-OSS, Llama 4, OLMo 2) -------------------------
+  mlp_act: MlpAct = "silu"  # the gated MLP's activation: silu (SwiGLU) or gelu_tanh (GeGLU, Gemma)
+  # Where the RMSNorms sit: pre (x + f(norm(x)); Llama), sandwich (x + norm(f(norm(x))); Gemma 2/3)
+  # or post (x + norm(f(x)); OLMo 2).
+  norm_layout: NormLayout = "pre"
+  qk_norm_full: bool = False  # OLMo 2: RMSNorm over all q (N*H) and all k (K*H) channels
+  out_bias: bool = False  # a bias on the attention output projection (GPT-OSS; gpt2 always has one)
+  attention_sinks: bool = False  # GPT-OSS: one learned logit per head in every softmax's denominator
+  attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(scores / cap)
+  final_softcap: float | None = None  # Gemma 2: the logits likewise
+  moe_every: int = 1  # Llama 4's interleave_moe_layer_step: after the dense prefix, layer i is MoE when (i + 1) % step == 0
   # --- mixture of experts and multi-head latent attention (issue 11) -------------------------
   # The defaults describe a dense model with ordinary attention, so no earlier preset changes.
   # MoE (models/moe.py): layers first_dense_layers.. num_layers-1 replace the MLP by a router
@@ -172,16 +192,12 @@ class ModelConfig:
     w = self.sliding_window
     if w is not None and (not isinstance(w, (int, np.integer)) or isinstance(w, bool) or w < 1):
       raise JaxmemError(f"model {self.name!r}: sliding_window must be a positive integer or None, got {w!r}")
+    _check_features(self)
 
   @property
   def notes(self) -> tuple[str, ...]:
     """What the compiled figures do not reflect about this architecture, one line each."""
     out = []
-    if self.sliding_window is not None:
-      out.append(
-        f"sliding_window {self.sliding_window} recorded, not modelled: jaxmem's attention computes the "
-        "causal mask over the whole sequence, so memory and FLOPs are those of full attention"
-      )
     if self.mtp_layers:
       out.append(
         f"mtp_layers {self.mtp_layers} recorded, not modelled: the multi-token-prediction modules (DeepSeek-V3: "
@@ -205,9 +221,28 @@ class ModelConfig:
   def is_mla(self) -> bool:
     return self.kv_lora_rank > 0
 
+  def layer_is_moe(self, i: int) -> bool:
+    """Whether layer ``i`` has a mixture of experts (after the dense prefix, every ``moe_every``-th)."""
+    return self.is_moe and i >= self.first_dense_layers and (i + 1) % self.moe_every == 0
+
+  def layer_window(self, i: int) -> int | None:
+    """Layer ``i``'s attention window (None: global attention)."""
+    if self.sliding_window is None or (self.global_every and (i + 1) % self.global_every == 0):
+      return None
+    return self.sliding_window
+
+  @property
+  def is_patterned(self) -> bool:
+    """Whether layers differ by more than the dense prefix (windows on some layers, MoE on some)."""
+    return (self.sliding_window is not None and self.global_every > 0) or (self.is_moe and self.moe_every > 1)
+
+  @property
+  def num_windowed_layers(self) -> int:
+    return sum(self.layer_window(i) is not None for i in range(self.num_layers))
+
   @property
   def num_moe_layers(self) -> int:
-    return self.num_layers - self.first_dense_layers if self.is_moe else 0
+    return sum(self.layer_is_moe(i) for i in range(self.num_layers)) if self.is_moe else 0
 
   @property
   def num_dense_layers(self) -> int:
@@ -381,6 +416,39 @@ class ModelConfig:
   def gpt3_1t(cls) -> ModelConfig:
     """Korthikanti et al.'s 1T (table 3): 160 heads, hidden 25600, 128 layers."""
     return _gpt3("gpt3-1t", d_model=25600, num_layers=128, num_heads=160)
+
+
+def _check_features(cfg: ModelConfig) -> None:
+  bad = None
+  for field in ("qk_norm_full", "out_bias", "attention_sinks", "window_chunked"):
+    if not isinstance(getattr(cfg, field), (bool, np.bool_)):
+      bad = f"{field} must be true or false, got {getattr(cfg, field)!r}"
+  g, step = cfg.global_every, cfg.moe_every
+  if bad:
+    pass
+  elif not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
+    bad = f"global_every must be an integer >= 0, got {g!r}"
+  elif not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 1:
+    bad = f"moe_every must be a positive integer, got {step!r}"
+  elif cfg.mlp_act not in MLP_ACTS:
+    bad = f"mlp_act must be one of {', '.join(MLP_ACTS)}, got {cfg.mlp_act!r}"
+  elif cfg.norm_layout not in NORM_LAYOUTS:
+    bad = f"norm_layout must be one of {', '.join(NORM_LAYOUTS)}, got {cfg.norm_layout!r}"
+  elif cfg.style != "llama3" and (
+    cfg.mlp_act != "silu" or cfg.norm_layout != "pre" or cfg.qk_norm_full or cfg.attention_sinks or cfg.out_bias
+    or cfg.sliding_window is not None
+  ):
+    bad = "mlp_act, norm_layout, qk_norm_full, out_bias, attention_sinks and sliding_window apply to style llama3 only"
+  elif cfg.qk_norm and cfg.qk_norm_full:
+    bad = "qk_norm (per head) and qk_norm_full (all channels) exclude each other"
+  elif cfg.is_mla and (cfg.sliding_window is not None or cfg.attention_sinks or cfg.attn_softcap or cfg.qk_norm_full):
+    bad = "multi-head latent attention takes no window, sinks, soft-capping or qk_norm_full here"
+  for field in ("attn_softcap", "final_softcap"):
+    cap = getattr(cfg, field)
+    if bad is None and cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
+      bad = f"{field} must be a number > 0 or None, got {cap!r}"
+  if bad:
+    raise JaxmemError(f"model {cfg.name!r}: {bad}")
 
 
 def _float_dtype(name: str, field: str, value: Any) -> None:

@@ -5,10 +5,11 @@ With V vocab, D d_model, L layers, N heads, K kv heads, H head_dim, F d_ff, P ma
   attention per layer = D*N*H (q) + 2*D*K*H (k, v) + N*H*D (out)
                         + [gpt2] N*H + 2*K*H + D (biases)
                         + [qkv_bias] N*H + 2*K*H (q, k, v biases; Qwen2)
-                        + [qk_norm] 2*H (one head_dim scale for q, one for k; Qwen3)
+                        + [qk_norm] 2*H (one head_dim scale for q, one for k; Qwen3, Gemma 3)
+                        + [qk_norm_full] (N+K)*H (OLMo 2) + [out_bias] D + [attention_sinks] N
   mlp per layer       = gpt2: 2*D*F + F + D (in/out with biases)
                         llama3: 3*D*F (gate, up, down; no biases)
-  norms per layer     = 2 * D (scales) + [gpt2] 2 * D (LayerNorm biases)
+  norms per layer     = 2 * D (scales; 4 * D with norm_layout sandwich) + [gpt2] 2 * D (LayerNorm biases)
   total = V*D (token embedding) + [gpt2] P*D (positions) + [untied] D*V (unembedding)
           + L * (attention + mlp + norms) + D (final norm scale) + [gpt2] D (its bias)
 
@@ -50,8 +51,10 @@ def _attention(cfg: ModelConfig) -> int:
     return query + d * (c + hr) + c + c * n * hn + c * n * hv + n * hv * d
   biases = (n * h + 2 * k * h + d) if cfg.style == "gpt2" else 0
   biases += (n * h + 2 * k * h) if cfg.qkv_bias else 0
-  norms = 2 * h if cfg.qk_norm else 0
-  return d * n * h + 2 * d * k * h + n * h * d + biases + norms
+  biases += d if cfg.out_bias and cfg.style != "gpt2" else 0
+  norms = 2 * h if cfg.qk_norm else ((n + k) * h if cfg.qk_norm_full else 0)
+  sinks = n if cfg.attention_sinks else 0
+  return d * n * h + 2 * d * k * h + n * h * d + biases + norms + sinks
 
 
 def _dense_mlp(cfg: ModelConfig) -> int:
@@ -69,7 +72,7 @@ def _moe(cfg: ModelConfig, *, routed: int) -> int:
 def _count(cfg: ModelConfig, *, routed: int) -> int:
   v, d = cfg.vocab_size, cfg.d_model
   gpt2 = cfg.style == "gpt2"
-  norms = (4 if gpt2 else 2) * d
+  norms = (4 if gpt2 or cfg.norm_layout == "sandwich" else 2) * d
   layers = cfg.num_layers * (_attention(cfg) + norms) + cfg.num_dense_layers * _dense_mlp(cfg)
   layers += cfg.num_moe_layers * _moe(cfg, routed=routed)
   total = v * d + layers + (2 if gpt2 else 1) * d

@@ -54,7 +54,25 @@ SUPPORTED: tuple[str, ...] = (
   "MixtralForCausalLM",
   "Qwen3MoeForCausalLM",
   "DeepseekV3ForCausalLM",
+  "DeepseekV2ForCausalLM",
+  "Gemma2ForCausalLM",
+  "Gemma3ForCausalLM",
+  "Gemma3ForConditionalGeneration",
+  "GptOssForCausalLM",
+  "Llama4ForCausalLM",
+  "Llama4ForConditionalGeneration",
+  "Phi3ForCausalLM",
+  "Glm4MoeForCausalLM",
+  "Olmo2ForCausalLM",
 )
+# Multimodal checkpoints whose text model is built from their ``text_config`` (the vision tower
+# and its projector are left out, with a note) -> the text architecture.
+_TEXT_OF = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM", "Llama4ForConditionalGeneration": "Llama4ForCausalLM"}
+# The multimodal wrapper's own fields: token ids, the vision tower's config, image layout.
+_MULTIMODAL_IGNORED = frozenset({
+  "text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index", "mm_tokens_per_image",
+  "tie_word_embeddings", "processor_class", "image_token_id", "boi_token_id", "eoi_token_id",
+})
 # model_type -> architecture, for a config without "architectures".
 _BY_MODEL_TYPE = {
   "llama": "LlamaForCausalLM",
@@ -65,10 +83,24 @@ _BY_MODEL_TYPE = {
   "mixtral": "MixtralForCausalLM",
   "qwen3_moe": "Qwen3MoeForCausalLM",
   "deepseek_v3": "DeepseekV3ForCausalLM",
+  "deepseek_v2": "DeepseekV2ForCausalLM",
+  "gemma2": "Gemma2ForCausalLM",
+  "gemma3_text": "Gemma3ForCausalLM",
+  "gemma3": "Gemma3ForConditionalGeneration",
+  "gpt_oss": "GptOssForCausalLM",
+  "llama4_text": "Llama4ForCausalLM",
+  "llama4": "Llama4ForConditionalGeneration",
+  "phi3": "Phi3ForCausalLM",
+  "glm4_moe": "Glm4MoeForCausalLM",
+  "olmo2": "Olmo2ForCausalLM",
 }
 # Mixture-of-experts architectures -> the dense family whose attention and fields they share.
 _MOE_BASE = {"MixtralForCausalLM": "MistralForCausalLM", "Qwen3MoeForCausalLM": "Qwen3ForCausalLM"}
-_MOE_ARCHS = (*_MOE_BASE, "DeepseekV3ForCausalLM")
+_MOE_ARCHS = (
+  *_MOE_BASE, "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM",
+  "Glm4MoeForCausalLM",
+)
+_MLA_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
 # MoE training and serving knobs that change no shape: auxiliary-loss coefficients, whether the
 # router logits are returned, router noise, and the expert-parallel degree a server used.
 _MOE_IGNORED = frozenset({
@@ -112,7 +144,7 @@ _MOE_FIELDS = (
 _MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 # RoPE variants that only change the rotation frequencies (values), never a shape: accepted.
-_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "su")
 _SILU = ("silu", "swish")  # transformers' ACT2FN maps both to SiLU
 # GPT-2's tanh approximation of GELU (models/mlp.py uses approximate=True), under its names.
 _TANH_GELU = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
@@ -185,14 +217,34 @@ def from_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], *, nam
   """
   raw, where, file_name = _load(path_or_dict)
   arch = _architecture(raw, where)
+  name = name or _default_name(raw, file_name, arch)
+  if arch in _TEXT_OF:
+    raw, arch, where = _text_config(raw, arch, where)
   fields = _Fields(raw, where)
   _refuse_unbuildable(fields, arch)
-  name = name or _default_name(raw, file_name, arch)
   if arch == "GPT2LMHeadModel":
     return _gpt2(fields, name)
-  if arch == "DeepseekV3ForCausalLM":
-    return _deepseek_v3(fields, name)
+  if arch in _MLA_ARCHS:
+    return _deepseek(fields, arch, name)
+  if arch in _BUILDERS:
+    return _BUILDERS[arch](fields, name)
   return _llama_family(fields, arch, name)
+
+
+def _text_config(raw: Mapping[str, Any], arch: str, where: str) -> tuple[Mapping[str, Any], str, str]:
+  """A multimodal config's text model: its ``text_config`` (the wrapper's other fields are the
+  vision tower's and token ids, which do not change the text model's memory), with the
+  wrapper's ``tie_word_embeddings`` where the text config leaves it out."""
+  text = raw.get("text_config")
+  if not isinstance(text, Mapping):
+    raise JaxmemError(f"{where}: {arch} needs a text_config object")
+  unknown = sorted(set(raw) - _MULTIMODAL_IGNORED - _IGNORED)
+  if unknown:
+    raise JaxmemError(f"{where}: unknown field(s) {', '.join(unknown)} for {arch}")
+  text = {k: v for k, v in text.items() if k not in ("architectures", "model_type")}
+  if "tie_word_embeddings" in raw and "tie_word_embeddings" not in text:
+    text["tie_word_embeddings"] = raw["tie_word_embeddings"]
+  return text, _TEXT_OF[arch], f"{where} (text_config)"
 
 
 def _load(path_or_dict: Any) -> tuple[Mapping[str, Any], str, Path | None]:
@@ -235,11 +287,16 @@ def _refuse_unbuildable(f: _Fields, arch: str) -> None:
       f"architectures: {', '.join(_MOE_ARCHS)}"
     )
   mla = [k for k in _MLA_FIELDS if f.raw.get(k) is not None]
-  if mla and arch != "DeepseekV3ForCausalLM":
+  if mla and arch not in _MLA_ARCHS:
     raise f.error(
       f"multi-head latent attention field(s) {', '.join(mla)} are not supported for {arch} (DeepseekV3ForCausalLM has them)"
     )
-  if f.raw.get("quantization_config") is not None:
+  quant = f.raw.get("quantization_config")
+  if arch == "GptOssForCausalLM" and isinstance(quant, Mapping) and quant.get("quant_method") == "mxfp4":
+    # GPT-OSS is released with MXFP4 experts: the storage of the published weights, like
+    # torch_dtype; the train step's parameters are param_dtype.
+    f.get("quantization_config")
+  elif quant is not None:
     raise f.error(
       "quantization_config is not supported: the train step stores parameters in param_dtype; "
       "use the unquantized config, and inference's `weights` for quantized inference weights"
@@ -349,10 +406,15 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
     rope_theta=_rope_theta(f), qkv_bias=arch == "Qwen2ForCausalLM", qk_norm=arch == "Qwen3ForCausalLM",
     sliding_window=_sliding_window(f, arch),
   )
+  if arch == "Olmo2ForCausalLM":
+    # OLMo 2: RMSNorm after each sub-block instead of before, and over all q and k channels.
+    cfg.update(norm_layout="post", qk_norm_full=True)
   if moe_arch != arch:
     cfg.update(_moe(f, moe_arch, d_ff=cfg["d_ff"]))
   # pretraining_tp: how Llama 1/2 sliced matmuls during pretraining; same shapes either way.
-  f.check_all_read(moe_arch, frozenset({"pretraining_tp"}) | (_MOE_IGNORED if moe_arch != arch else frozenset()))
+  # Phi-3's original_max_position_embeddings and partial_rotary_factor: RoPE frequencies (values).
+  ignored = {"pretraining_tp"} | ({"original_max_position_embeddings", "partial_rotary_factor"} if arch == "Phi3ForCausalLM" else set())
+  f.check_all_read(moe_arch, frozenset(ignored) | (_MOE_IGNORED if moe_arch != arch else frozenset()))
   return ModelConfig(**cfg)
 
 
@@ -381,9 +443,18 @@ def _moe(f: _Fields, arch: str, *, d_ff: int) -> dict[str, Any]:
 _TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 
 
-def _deepseek_v3(f: _Fields, name: str) -> ModelConfig:
-  """DeepseekV3ForCausalLM: multi-head latent attention, a dense prefix, then MoE layers with
-  shared experts and sigmoid (or softmax) group-limited routing."""
+# DeepSeek-V2's defaults where they differ from V3's (DeepseekV2Config, the checkpoint's
+# configuration_deepseek.py): softmax scores, plain top-k, weights not renormalised.
+_DEEPSEEK_DEFAULTS = {
+  "DeepseekV3ForCausalLM": dict(topk_method="noaux_tc", scoring="sigmoid", norm_topk=True),
+  "DeepseekV2ForCausalLM": dict(topk_method="greedy", scoring="softmax", norm_topk=False),
+}
+
+
+def _deepseek(f: _Fields, arch: str, name: str) -> ModelConfig:
+  """DeepseekV2/V3ForCausalLM: multi-head latent attention, a dense prefix, then MoE layers with
+  shared experts and softmax (V2) or sigmoid (V3) scores, greedy or group-limited routing."""
+  defaults = _DEEPSEEK_DEFAULTS[arch]
   act = f.get("hidden_act", "silu")
   if act not in _SILU:
     raise f.error(f"hidden_act {act!r} is not supported; supported: {', '.join(_SILU)} (the MLP here is SwiGLU)")
@@ -395,7 +466,7 @@ def _deepseek_v3(f: _Fields, name: str) -> ModelConfig:
   f.integer("head_dim", 0)  # newer transformers' name for the RoPE width: qk_rope_head_dim says it
   if f.integer("moe_layer_freq", 1) != 1:
     raise f.error("moe_layer_freq other than 1 (MoE every few layers) is not supported: every layer after the dense prefix is MoE")
-  method = f.get("topk_method", "noaux_tc")
+  method = f.get("topk_method", defaults["topk_method"])
   if method not in _TOPK_METHODS:
     raise f.error(f"topk_method {method!r} is not supported; supported: {', '.join(_TOPK_METHODS)}")
   groups, per_token = f.integer("n_group", 1), f.integer("topk_group", 1)
@@ -409,14 +480,16 @@ def _deepseek_v3(f: _Fields, name: str) -> ModelConfig:
     rope_theta=_rope_theta(f), num_experts=f.integer("n_routed_experts"),
     experts_per_token=f.integer("num_experts_per_tok"), num_shared_experts=f.integer("n_shared_experts", 0),
     expert_d_ff=f.integer("moe_intermediate_size"), first_dense_layers=f.integer("first_k_dense_replace", 0),
-    router_scoring=f.get("scoring_func", "sigmoid"), router_norm_topk=f.flag("norm_topk_prob", True),
+    router_scoring=f.get("scoring_func", defaults["scoring"]), router_norm_topk=f.flag("norm_topk_prob", defaults["norm_topk"]),
     routed_scaling=f.number("routed_scaling_factor", 1.0), router_bias=method == "noaux_tc",
     expert_groups=groups, expert_groups_per_token=per_token, kv_lora_rank=f.integer("kv_lora_rank"),
     q_lora_rank=f.integer("q_lora_rank", 0), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
     v_head_dim=f.integer("v_head_dim"), mtp_layers=f.integer("num_nextn_predict_layers", 0),
   )
   # pretraining_tp: how matmuls were sliced in pretraining; same shapes either way.
-  f.check_all_read("DeepseekV3ForCausalLM", frozenset({"pretraining_tp"}) | _MOE_IGNORED)
+  f.check_all_read(arch, frozenset({"pretraining_tp", "mlp_bias"}) | _MOE_IGNORED)
+  if f.raw.get("mlp_bias"):
+    raise f.error("mlp_bias true is not supported: the SwiGLU MLP here has no biases")
   return ModelConfig(**cfg)
 
 
@@ -443,3 +516,170 @@ def _gpt2(f: _Fields, name: str) -> ModelConfig:
     "GPT2LMHeadModel", frozenset({"scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"})
   )
   return ModelConfig(**cfg)
+
+
+def _pattern(f: _Fields, num_layers: int, period: int, *, key: str = "layer_types") -> None:
+  """Checks a ``layer_types`` list against the local/global pattern the model is built with:
+  layer i global when (i + 1) % period == 0 (or local everywhere, period 0)."""
+  listed = f.get(key, None)
+  if listed is None:
+    return
+  want = [
+    "full_attention" if period and (i + 1) % period == 0 else "sliding_attention" for i in range(num_layers)
+  ]
+  if listed != want:
+    raise f.error(
+      f"{key} must repeat {period - 1} sliding_attention layer(s) then one full_attention (the pattern built here), "
+      f"got {listed!r}"
+    )
+
+
+def _check_act(f: _Fields, keys: tuple[str, ...], allowed: tuple[str, ...], default: str) -> None:
+  for key in keys:
+    act = f.get(key, default)
+    if act not in allowed:
+      raise f.error(f"{key} {act!r} is not supported; supported: {', '.join(allowed)}")
+
+
+def _softcap(f: _Fields, key: str, default: float | None) -> float | None:
+  """A soft-cap: the file's (null: none), else the architecture's default."""
+  if key not in f.raw:
+    return default
+  return None if f.get(key, None) is None else f.number(key)
+
+
+def _theta(f: _Fields, default: float) -> float:
+  """rope_theta with the architecture's default where the file gives none (any RoPE scaling
+  checked by _rope_theta)."""
+  given = "rope_theta" in f.raw or isinstance(f.raw.get("rope_parameters"), Mapping) and "rope_theta" in f.raw["rope_parameters"]
+  theta = _rope_theta(f)
+  return theta if given else default
+
+
+def _gemma(f: _Fields, name: str, *, gemma3: bool) -> ModelConfig:
+  """Gemma 2 and Gemma 3 (Gemma 3's text model; transformers' Gemma2Config and Gemma3TextConfig
+  defaults): GeGLU MLP, RMSNorms before and after each sub-block, tied embeddings, local layers
+  of ``sliding_window`` between global ones (Gemma 2 every other layer; Gemma 3 every
+  ``sliding_window_pattern``-th global), attention-logit and final-logit soft-capping (Gemma 2;
+  off in Gemma 3), per-head q/k RMSNorm (Gemma 3)."""
+  _check_act(f, ("hidden_activation", "hidden_act"), _TANH_GELU, "gelu_pytorch_tanh")
+  f.refuse_if_true("attention_bias", "Gemma's projections here have no biases")
+  layers = f.integer("num_hidden_layers", 26)
+  period = f.integer("sliding_window_pattern", 6) if gemma3 else 2
+  _pattern(f, layers, period)
+  # Scales and RoPE bases of the local layers: values, not shapes.
+  f.get("query_pre_attn_scalar", None)
+  f.get("rope_local_base_freq", None)
+  f.get("cache_implementation", None)
+  cfg = ModelConfig(
+    name=name, style="llama3", vocab_size=f.integer("vocab_size", 262_208 if gemma3 else 256_000),
+    d_model=f.integer("hidden_size", 2304), num_layers=layers, num_heads=f.integer("num_attention_heads", 8),
+    num_kv_heads=f.integer("num_key_value_heads", 4), head_dim=f.integer("head_dim", 256),
+    d_ff=f.integer("intermediate_size", 9216), max_seq_len=f.integer("max_position_embeddings", 131_072 if gemma3 else 8192),
+    tie_embeddings=f.flag("tie_word_embeddings", True), norm_eps=f.number("rms_norm_eps", 1e-6),
+    rope_theta=_theta(f, 1_000_000.0 if gemma3 else 10_000.0),
+    mlp_act="gelu_tanh", norm_layout="sandwich", qk_norm=gemma3,
+    sliding_window=f.integer("sliding_window", 4096), global_every=period,
+    attn_softcap=_softcap(f, "attn_logit_softcapping", None if gemma3 else 50.0),
+    final_softcap=_softcap(f, "final_logit_softcapping", None if gemma3 else 30.0),
+  )
+  f.check_all_read("Gemma3ForCausalLM" if gemma3 else "Gemma2ForCausalLM", frozenset({"use_bidirectional_attention"}))
+  return cfg
+
+
+def _gpt_oss(f: _Fields, name: str) -> ModelConfig:
+  """GPT-OSS (transformers' GptOssConfig): every layer MoE (softmax over the top-k router
+  logits, a router bias), biases on all four attention projections, a sink logit per head,
+  sliding windows of ``sliding_window`` on every other layer. Left out (notes): the experts'
+  biases (0.03% of gpt-oss-20b's parameters) and SwiGLU's clamp (values)."""
+  _check_act(f, ("hidden_act",), _SILU, "silu")
+  layers = f.integer("num_hidden_layers", 36)
+  _pattern(f, layers, 2)
+  k = f.integer("num_experts_per_tok", f.raw.get("experts_per_token") or 4)
+  if f.integer("experts_per_token", k) != k:
+    raise f.error("experts_per_token and num_experts_per_tok differ")
+  f.get("swiglu_limit", None)  # the clamp of its SwiGLU: values
+  f.get("initial_context_length", None)  # YaRN's original context: RoPE frequencies
+  f.get("attention_bias", True)
+  cfg = ModelConfig(
+    name=name, style="llama3", vocab_size=f.integer("vocab_size", 201_088), d_model=f.integer("hidden_size", 2880),
+    num_layers=layers, num_heads=f.integer("num_attention_heads", 64), num_kv_heads=f.integer("num_key_value_heads", 8),
+    head_dim=f.integer("head_dim", 64), d_ff=f.integer("intermediate_size", 2880),
+    max_seq_len=f.integer("max_position_embeddings", 131_072), tie_embeddings=f.flag("tie_word_embeddings", False),
+    norm_eps=f.number("rms_norm_eps", 1e-5), rope_theta=_theta(f, 150_000.0),
+    qkv_bias=True, out_bias=True, attention_sinks=True, sliding_window=f.integer("sliding_window", 128), global_every=2,
+    num_experts=f.integer("num_local_experts", 128), experts_per_token=k, expert_d_ff=f.integer("intermediate_size", 2880),
+    router_scoring="softmax", router_norm_topk=True, router_bias=True,
+  )
+  f.check_all_read("GptOssForCausalLM", _MOE_IGNORED)
+  return cfg
+
+
+def _llama4(f: _Fields, name: str) -> ModelConfig:
+  """Llama 4's text model (transformers' Llama4TextConfig): MoE layers every
+  ``interleave_moe_layer_step``-th layer (a sigmoid-scored top-k router and one shared expert of
+  width ``intermediate_size``; dense layers of ``intermediate_size_mlp``), and chunked attention
+  of ``attention_chunk_size`` on the RoPE layers, every fourth layer (NoPE) global."""
+  _check_act(f, ("hidden_act",), _SILU, "silu")
+  f.refuse_if_true("attention_bias", "Llama 4's projections here have no biases")
+  layers = f.integer("num_hidden_layers", 48)
+  interval = f.integer("no_rope_layer_interval", 4)
+  no_rope = f.get("no_rope_layers", [])
+  if no_rope and list(no_rope) != [int((i + 1) % interval != 0) for i in range(layers)]:
+    raise f.error(f"no_rope_layers must leave every {interval}th layer without RoPE (the pattern built here)")
+  step = f.integer("interleave_moe_layer_step", 1)
+  moe_layers = f.get("moe_layers", None)
+  if moe_layers is not None and list(moe_layers) != list(range(step - 1, layers, step)):
+    raise f.error(f"moe_layers must be every {step}th layer (interleave_moe_layer_step)")
+  # Values: the L2 q/k norm without weights, attention temperature tuning, router noise.
+  for key in ("use_qk_norm", "attn_temperature_tuning", "floor_scale", "attn_scale", "for_llm_compressor"):
+    f.get(key, None)
+  cfg = ModelConfig(
+    name=name, style="llama3", vocab_size=f.integer("vocab_size", 202_048), d_model=f.integer("hidden_size", 5120),
+    num_layers=layers, num_heads=f.integer("num_attention_heads", 40), num_kv_heads=f.integer("num_key_value_heads", 8),
+    head_dim=f.integer("head_dim", 128), d_ff=f.integer("intermediate_size_mlp", 16_384),
+    max_seq_len=f.integer("max_position_embeddings", 4096 * 32), tie_embeddings=f.flag("tie_word_embeddings", False),
+    norm_eps=f.number("rms_norm_eps", 1e-5), rope_theta=_theta(f, 500_000.0),
+    sliding_window=f.integer("attention_chunk_size", 8192), global_every=interval, window_chunked=True,
+    num_experts=f.integer("num_local_experts", 16), experts_per_token=f.integer("num_experts_per_tok", 1),
+    num_shared_experts=1, expert_d_ff=f.integer("intermediate_size", 8192), moe_every=step,
+    router_scoring="sigmoid", router_norm_topk=False,
+  )
+  f.check_all_read("Llama4ForCausalLM", _MOE_IGNORED)
+  return cfg
+
+
+def _glm4_moe(f: _Fields, name: str) -> ModelConfig:
+  """GLM-4.5 (transformers' Glm4MoeConfig): ``first_k_dense_replace`` dense layers, then MoE
+  layers of ``n_routed_experts`` (sigmoid scores, the noaux_tc selection bias, top-k
+  renormalised and scaled) plus ``n_shared_experts``; q/k/v biases; optional per-head q/k
+  RMSNorm (``use_qk_norm``); partial RoPE (values); the MTP layer recorded, not modelled."""
+  _check_act(f, ("hidden_act",), _SILU, "silu")
+  f.get("partial_rotary_factor", None)
+  groups, per_token = f.integer("n_group", 1), f.integer("topk_group", 1)
+  cfg = ModelConfig(
+    name=name, style="llama3", vocab_size=f.integer("vocab_size", 151_552), d_model=f.integer("hidden_size", 4096),
+    num_layers=f.integer("num_hidden_layers", 46), num_heads=f.integer("num_attention_heads", 96),
+    num_kv_heads=f.integer("num_key_value_heads", 8), head_dim=f.integer("head_dim", 128),
+    d_ff=f.integer("intermediate_size", 10_944), max_seq_len=f.integer("max_position_embeddings", 131_072),
+    tie_embeddings=f.flag("tie_word_embeddings", False), norm_eps=f.number("rms_norm_eps", 1e-5),
+    rope_theta=_theta(f, 1_000_000.0),
+    qkv_bias=f.flag("attention_bias", False), qk_norm=f.flag("use_qk_norm", False),
+    num_experts=f.integer("n_routed_experts", 128), experts_per_token=f.integer("num_experts_per_tok", 8),
+    num_shared_experts=f.integer("n_shared_experts", 1), expert_d_ff=f.integer("moe_intermediate_size", 1408),
+    first_dense_layers=f.integer("first_k_dense_replace", 1), router_scoring="sigmoid",
+    router_norm_topk=f.flag("norm_topk_prob", True), routed_scaling=f.number("routed_scaling_factor", 1.0),
+    router_bias=True, expert_groups=groups, expert_groups_per_token=per_token,
+    mtp_layers=f.integer("num_nextn_predict_layers", 0),
+  )
+  f.check_all_read("Glm4MoeForCausalLM", _MOE_IGNORED)
+  return cfg
+
+
+_BUILDERS = {
+  "Gemma2ForCausalLM": lambda f, name: _gemma(f, name, gemma3=False),
+  "Gemma3ForCausalLM": lambda f, name: _gemma(f, name, gemma3=True),
+  "GptOssForCausalLM": _gpt_oss,
+  "Llama4ForCausalLM": _llama4,
+  "Glm4MoeForCausalLM": _glm4_moe,
+}

@@ -45,7 +45,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from .attention_ops import AttendFn, dot_attend
-from .cache import CACHE_SEQ, KVCache, kv_cache_bytes
+from .cache import CACHE_SEQ, KVCache, LocalKVCache, kv_cache_bytes
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, param
 from .dropout import Dropout
@@ -265,9 +265,12 @@ def mla_cache_bytes(cfg: ModelConfig, *, batch: int, context: int, bytes_per_ele
   return int(cfg.num_layers * batch * context * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * per)
 
 
-def cache_class(cfg: ModelConfig) -> type[KVCache] | type[MLACache]:
-  """The inference cache ``Transformer(cfg).cached`` takes: MLACache for MLA models, else KVCache."""
-  return MLACache if cfg.is_mla else KVCache
+def cache_class(cfg: ModelConfig) -> type[KVCache] | type[MLACache] | type[LocalKVCache]:
+  """The inference cache ``Transformer(cfg).cached`` takes: MLACache for MLA models,
+  LocalKVCache for models with local attention, else KVCache."""
+  if cfg.is_mla:
+    return MLACache
+  return LocalKVCache if cfg.sliding_window is not None else KVCache
 
 
 def cache_bytes(cfg: ModelConfig, *, batch: int, context: int, bytes_per_element: float | None = None) -> int:

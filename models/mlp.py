@@ -42,11 +42,13 @@ class GeluMLP(nnx.Module):
 
 
 class SwiGLU(nnx.Module):
-  """y = (silu(x W_gate) * (x W_up)) W_down, no biases (Shazeer 2020, eq. 6; Llama)."""
+  """y = (silu(x W_gate) * (x W_up)) W_down, no biases (Shazeer 2020, eq. 6; Llama); with
+  ``cfg.mlp_act`` gelu_tanh, GeGLU (Shazeer 2020, eq. 5, GELU's tanh form: Gemma)."""
 
   def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs):
     d, f, pdt = cfg.d_model, cfg.d_ff, cfg.param_jnp_dtype
     self.dtype = cfg.compute_jnp_dtype
+    self.gelu = cfg.mlp_act == "gelu_tanh"
     self.w_gate_df = param(rngs, DEFAULT_INIT, (d, f), (EMBED, MLP), pdt)
     self.w_up_df = param(rngs, DEFAULT_INIT, (d, f), (EMBED, MLP), pdt)
     self.w_down_fd = param(rngs, out_init, (f, d), (MLP, EMBED), pdt)
@@ -58,7 +60,7 @@ class SwiGLU(nnx.Module):
     # after the activation is still "mlpwi", so policies of either vocabulary apply.
     gate_btf = checkpoint_name(constrain(gate_btf, (BATCH, SEQ, MLP)), MLPWI_0)
     up_btf = checkpoint_name(constrain(up_btf, (BATCH, SEQ, MLP)), MLPWI_1)
-    h_btf = jax.nn.silu(gate_btf) * up_btf
+    h_btf = (jax.nn.gelu(gate_btf, approximate=True) if self.gelu else jax.nn.silu(gate_btf)) * up_btf
     h_btf = checkpoint_name(constrain(h_btf, (BATCH, SEQ, MLP)), MLPWI)
     out_btd = jnp.einsum("btf,fd->btd", h_btf, self.w_down_fd[...].astype(self.dtype))
     out_btd = constrain(out_btd, (BATCH, NORM_SEQ, EMBED))  # row-parallel: reduced (scattered under SP)

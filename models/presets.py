@@ -15,6 +15,7 @@ from jaxmem.registry import Registry
 
 from .config import ModelConfig
 from .hf import from_config
+from .hub import config_path, parse_hub_id
 
 # CLI name -> preset constructor. Constructors rather than instances so callers always get a
 # fresh value to `dataclasses.replace`, and the dict stays cheap to import.
@@ -55,18 +56,24 @@ PRESETS: Registry[Callable[[], ModelConfig]] = Registry("model", _PRESETS, flag=
 def get_config(name: str, **overrides: Any) -> ModelConfig:
   """The preset called ``name`` (a key of ``PRESETS``), or the model a Hugging Face-style
   ``config.json`` describes when ``name`` is a path ending in ``.json`` (see
-  :func:`models.hf.from_config`), with fields replaced by ``overrides``.
+  :func:`models.hf.from_config`) or a Hub id ``ORG/NAME[@REVISION]`` (only its config.json is
+  fetched, :mod:`.hub`), with fields replaced by ``overrides``.
 
   Raises:
     JaxmemError: unknown preset name, unknown field, an unreadable or unsupported config
       file, or an override that makes the config invalid; the message is one line and lists
       what is valid.
   """
+  hub = None if name in PRESETS else parse_hub_id(name)
   if isinstance(name, str) and name.lower().endswith(".json"):
     cfg = from_config(name)
+  elif hub is not None:
+    repo, revision = hub
+    cfg = from_config(config_path(repo, revision=revision), name=repo)
   elif name not in PRESETS:
     raise JaxmemError(
-      f"unknown model {name!r}; valid models: {', '.join(PRESETS)}, or a path to a Hugging Face config.json"
+      f"unknown model {name!r}; valid models: {', '.join(PRESETS)}, a path to a Hugging Face config.json, "
+      "or a Hub id ORG/NAME[@REVISION]"
     )
   else:
     cfg = PRESETS[name]()
@@ -77,3 +84,15 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
   if unknown:
     raise JaxmemError(f"unknown model field(s) {', '.join(unknown)}; valid fields: {', '.join(fields)}")
   return dataclasses.replace(cfg, **overrides)
+
+
+def load_model(name: str, *, revision: str | None = None, **overrides: Any) -> ModelConfig:
+  """The ModelConfig of a preset, a ``config.json`` path, or a Hugging Face Hub id
+  (``jaxmem.load_model("google/gemma-3-27b-it")``; only the repository's config.json is fetched,
+  honouring ``HF_TOKEN``, the local Hub cache and ``HF_HUB_OFFLINE``: see :mod:`.hub`).
+  ``revision`` is a branch, tag or commit of a Hub id (the same as ``ORG/NAME@REVISION``)."""
+  if revision is not None:
+    if parse_hub_id(name) is None or "@" in name:
+      raise JaxmemError(f"revision applies to a Hub id ORG/NAME without @REVISION, got {name!r}")
+    name = f"{name}@{revision}"
+  return get_config(name, **overrides)

@@ -25,7 +25,7 @@ from jaxmem.errors import JaxmemError
 
 from .attention import Attention
 from .attention_ops import AttendFn
-from .cache import KVCache
+from .cache import KVCache, LocalKVCache
 from .config import ModelConfig
 from .dropout import ATTENTION_OUT, ATTENTION_PROBS, EMBEDDINGS, MLP_OUT, Dropout, maybe
 from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
@@ -73,23 +73,40 @@ class Block(nnx.Module):
   swaps attention for multi-head latent attention (:class:`~.mla.MLAttention`).
   """
 
-  def __init__(self, cfg: ModelConfig, *, moe: bool = False, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, *, moe: bool = False, window: int | None = None, rngs: nnx.Rngs):
     # GPT-2 scales the init of the projections that write into the residual stream by
     # 1/sqrt(2 * num_layers) (Radford et al. 2019, section 2.3), so the stream's variance does
     # not grow with depth.
     out_init = nnx.initializers.normal(stddev=0.02 / math.sqrt(2 * cfg.num_layers))
-    self.attn_norm = make_norm(cfg, rngs=rngs)
+    # cfg.norm_layout: pre-norms (attn_norm, mlp_norm) unless "post"; norms of each sub-block's
+    # output (post_attn_norm, post_mlp_norm) unless "pre" (Gemma 2/3 have both, OLMo 2 the latter).
+    self.layout = cfg.norm_layout
+    if self.layout != "post":
+      self.attn_norm = make_norm(cfg, rngs=rngs)
+      self.mlp_norm = make_norm(cfg, rngs=rngs)
+    if self.layout != "pre":
+      self.post_attn_norm = make_norm(cfg, rngs=rngs)
+      self.post_mlp_norm = make_norm(cfg, rngs=rngs)
     attention = MLAttention if cfg.is_mla else Attention
     self.attn = attention(cfg, out_init=out_init, rngs=rngs)
-    self.mlp_norm = make_norm(cfg, rngs=rngs)
     self.is_moe = moe
+    self.window = window  # this layer's local attention window (None: global)
     self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(cfg, out_init=out_init, rngs=rngs)
 
+  def _pre(self, norm: str, x_btd: jax.Array) -> jax.Array:
+    return x_btd if self.layout == "post" else getattr(self, norm)(x_btd)
+
+  def _post(self, norm: str, y_btd: jax.Array) -> jax.Array:
+    return y_btd if self.layout == "pre" else getattr(self, norm)(y_btd)
+
+  def _window(self) -> dict:
+    return {} if self.window is None else {"window": self.window}
+
   def _ffn(self, x_btd: jax.Array, constrain: Constrain, experts: ExpertsFn | None) -> jax.Array:
-    h_btd = _gathered(self.mlp_norm(x_btd), constrain)
+    h_btd = _gathered(self._pre("mlp_norm", x_btd), constrain)
     if self.is_moe:
-      return self.mlp(h_btd, constrain=constrain, experts=experts)
-    return self.mlp(h_btd, constrain=constrain)
+      return self._post("post_mlp_norm", self.mlp(h_btd, constrain=constrain, experts=experts))
+    return self._post("post_mlp_norm", self.mlp(h_btd, constrain=constrain))
 
   def __call__(
     self,
@@ -105,9 +122,11 @@ class Block(nnx.Module):
     """The block in training: ``dropout`` (one layer's, :mod:`.dropout`) drops the attention
     probabilities and both sub-blocks' outputs before they join the residual stream."""
     attn_btd = self.attn(
-      _gathered(self.attn_norm(x_btd), constrain), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+      _gathered(self._pre("attn_norm", x_btd), constrain), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
       constrain=constrain, attend=attend, dropout=None if dropout is None else dropout.at(ATTENTION_PROBS),
+      **self._window(),
     )
+    attn_btd = self._post("post_attn_norm", attn_btd)
     x_btd = constrain(x_btd + maybe(dropout, ATTENTION_OUT, attn_btd), (BATCH, NORM_SEQ, EMBED))
     x_btd = x_btd + maybe(dropout, MLP_OUT, self._ffn(x_btd, constrain, experts))
     return constrain(x_btd, (BATCH, NORM_SEQ, EMBED))
@@ -126,10 +145,10 @@ class Block(nnx.Module):
     rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays).
     ``attend`` serves prefill (see Transformer.cached)."""
     attn_btd, *layer_cache = self.attn.cached(
-      self.attn_norm(x_btd), *layer_cache, pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-      constrain=constrain, attend=attend,
+      self._pre("attn_norm", x_btd), *layer_cache, pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+      constrain=constrain, attend=attend, **self._window(),
     )
-    x_btd = constrain(x_btd + attn_btd, (BATCH, SEQ, EMBED))
+    x_btd = constrain(x_btd + self._post("post_attn_norm", attn_btd), (BATCH, SEQ, EMBED))
     x_btd = x_btd + self._ffn(x_btd, constrain, None)
     return (constrain(x_btd, (BATCH, SEQ, EMBED)), *layer_cache)
 
@@ -142,16 +161,48 @@ def _gathered(h_btd: jax.Array, constrain: Constrain) -> jax.Array:
   return constrain(constrain(h_btd, (BATCH, NORM_SEQ, EMBED)), (BATCH, SEQ, EMBED))
 
 
-def _block_stack(cfg: ModelConfig, num: int, *, moe: bool, rngs: nnx.Rngs) -> Block:
+def _block_stack(cfg: ModelConfig, num: int, *, moe: bool, window: int | None = None, rngs: nnx.Rngs) -> Block:
   """``num`` Blocks stacked: split_rngs gives each layer its own key, vmap stacks the resulting
   parameters on axis 0 and prepends "layers" to their logical axes."""
 
   @nnx.split_rngs(splits=num)
   @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: LAYERS})
   def make_blocks(rngs: nnx.Rngs) -> Block:
-    return Block(cfg, moe=moe, rngs=rngs)
+    return Block(cfg, moe=moe, window=window, rngs=rngs)
 
   return make_blocks(rngs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+  """Layers first .. first + groups * len(kinds) - 1 of a model whose layers differ in a
+  repeating pattern: ``groups`` repetitions of ``kinds``, each (MoE, window) for one position of
+  the pattern. Each position is one stack of ``groups`` blocks; one scan over the groups runs
+  the positions in turn, so every layer's window and MLP are fixed when it is compiled."""
+
+  first: int
+  groups: int
+  kinds: tuple[tuple[bool, int | None], ...]
+
+
+def layer_segments(cfg: ModelConfig) -> tuple[Segment, ...]:
+  """The segments of a patterned model (``cfg.is_patterned``): the dense prefix and the rest,
+  each as whole periods of the pattern plus the remainder (Gemma 3 27B's 62 layers: 10 groups
+  of five local and one global layer, then two local layers)."""
+  every = cfg.global_every if cfg.sliding_window is not None else 0
+  period = math.lcm(every or 1, cfg.moe_every if cfg.is_moe else 1)
+  kind = lambda i: (cfg.layer_is_moe(i), cfg.layer_window(i))  # noqa: E731
+  out = []
+  for a, b in ((0, cfg.first_dense_layers if cfg.is_moe else 0), (cfg.first_dense_layers if cfg.is_moe else 0, cfg.num_layers)):
+    n = b - a
+    if n <= 0:
+      continue
+    groups, rest = divmod(n, period)
+    if groups:
+      out.append(Segment(a, groups, tuple(kind(i) for i in range(a, a + period))))
+    if rest:
+      out.append(Segment(a + groups * period, 1, tuple(kind(i) for i in range(b - rest, b))))
+  return tuple(out)
 
 
 class Transformer(nnx.Module):
@@ -189,10 +240,19 @@ class Transformer(nnx.Module):
     # One Block per layer, in stacks of identical blocks (see _block_stack): `blocks` holds the
     # layers with a dense MLP (every layer of a dense model, the first_dense_layers of an MoE
     # one), `moe_blocks` the mixture-of-experts layers after them. Each stack is one scan.
-    if cfg.num_dense_layers:
-      self.blocks = _block_stack(cfg, cfg.num_dense_layers, moe=False, rngs=rngs)
-    if cfg.num_moe_layers:
-      self.moe_blocks = _block_stack(cfg, cfg.num_moe_layers, moe=True, rngs=rngs)
+    # A patterned model (layers differing in a repeating pattern: local and global attention,
+    # MoE and dense MLPs) has one stack per position of each segment instead, blocks_{s}_{p}
+    # (layer_segments).
+    if cfg.is_patterned:
+      for s, seg in enumerate(layer_segments(cfg)):
+        for p, (moe, window) in enumerate(seg.kinds):
+          setattr(self, f"blocks_{s}_{p}", _block_stack(cfg, seg.groups, moe=moe, window=window, rngs=rngs))
+    else:
+      window = cfg.layer_window(0)  # every layer's, unpatterned
+      if cfg.num_dense_layers:
+        self.blocks = _block_stack(cfg, cfg.num_dense_layers, moe=False, window=window, rngs=rngs)
+      if cfg.num_moe_layers:
+        self.moe_blocks = _block_stack(cfg, cfg.num_moe_layers, moe=True, window=window, rngs=rngs)
     self.final_norm = make_norm(cfg, rngs=rngs)
     if not cfg.tie_embeddings:
       self.unembed_dv = param(rngs, DEFAULT_INIT, (cfg.d_model, cfg.vocab_size), (EMBED, VOCAB), cfg.param_jnp_dtype)
@@ -201,12 +261,21 @@ class Transformer(nnx.Module):
     """(stacked blocks, first layer, number of layers) in layer order: the dense layers, then
     the MoE layers, each when present."""
     cfg = self.cfg
+    if cfg.is_patterned:
+      raise JaxmemError(f"model {cfg.name!r}: its layers differ in a pattern; use segment_stacks()")
     out = []
     if cfg.num_dense_layers:
       out.append((self.blocks, 0, cfg.num_dense_layers))
     if cfg.num_moe_layers:
       out.append((self.moe_blocks, cfg.num_dense_layers, cfg.num_moe_layers))
     return out
+
+  def segment_stacks(self) -> list[tuple[Segment, list[Block]]]:
+    """A patterned model's segments, each with its stacks of blocks, one per pattern position."""
+    return [
+      (seg, [getattr(self, f"blocks_{s}_{p}") for p in range(len(seg.kinds))])
+      for s, seg in enumerate(layer_segments(self.cfg))
+    ]
 
   @property
   def rope_dim(self) -> int:
@@ -317,6 +386,13 @@ class Transformer(nnx.Module):
       rope_sin_tk, rope_cos_tk = rope_tables(t, self.rope_dim, cfg.rope_theta)
     dropout = Dropout(cfg.dropout, dropout_key) if cfg.dropout and dropout_key is not None else None
     x_btd = constrain(maybe(dropout, EMBEDDINGS, x_btd), (BATCH, NORM_SEQ, EMBED))
+    if cfg.is_patterned:
+      if dropout is not None or pipeline is not None:
+        raise JaxmemError(f"model {cfg.name!r}: dropout and a stage axis are not built for layers that differ in a pattern")
+      x_btd = self._patterned(
+        x_btd, remat=remat, rope=(rope_sin_tk, rope_cos_tk), constrain=constrain, attend=attend, experts=experts
+      )
+      return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
     for index, (stack, _, num) in enumerate(self.stacks()):
       # Split once: the scan carries the residual stream and slices one layer of parameters
@@ -349,8 +425,35 @@ class Transformer(nnx.Module):
 
     return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
+  def _patterned(self, x_btd, *, remat, rope, constrain, attend, experts) -> jax.Array:
+    """The layers of a patterned model: per segment, one scan over its groups, each step
+    running the pattern's positions in turn (each layer under its own jax.checkpoint)."""
+    for seg, stacks in self.segment_stacks():
+      split = [nnx.split(stack) for stack in stacks]
+      defs = [d for d, _ in split]
+
+      def layer(carry_btd, layer_state, block_def):
+        carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
+        block = nnx.merge(block_def, layer_state)
+        return block(
+          carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts
+        )
+
+      runs = [functools.partial(layer, block_def=d) for d in defs]
+      if remat is not None:
+        runs = [jax.checkpoint(r, policy=remat, prevent_cse=False) for r in runs]
+
+      def body(carry_btd, xs, runs=runs):
+        for run, layer_state in zip(runs, xs, strict=True):
+          carry_btd = run(carry_btd, layer_state)
+        return carry_btd, None
+
+      x_btd, _ = jax.lax.scan(body, x_btd, tuple(state for _, state in split))
+    return x_btd
+
   def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
-    """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection)."""
+    """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection);
+    soft-capped, c * tanh(logits / c), with ``cfg.final_softcap`` (Gemma 2)."""
     constrain = no_constraint if constrain is None else constrain
     if self.cfg.tie_embeddings:
       logits_btv = self.embed.attend(x_btd)
@@ -358,6 +461,9 @@ class Transformer(nnx.Module):
       logits_btv = jnp.einsum(
         "btd,dv->btv", x_btd, self.unembed_dv[...].astype(x_btd.dtype), preferred_element_type=jnp.float32
       )
+    if self.cfg.final_softcap is not None:
+      cap = self.cfg.final_softcap
+      logits_btv = cap * jnp.tanh(logits_btv / cap)
     return constrain(logits_btv, (BATCH, SEQ, VOCAB))
 
   def cached(
@@ -416,10 +522,10 @@ class Transformer(nnx.Module):
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
     arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
-    for stack, first, num in self.stacks():
-      x_btd, arrays = self._cached_stack(
-        stack, range(first, first + num), x_btd, arrays, pos=pos, rope_sin_tk=rope_sin_tk,
-        rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights, attend=attend,
+    for first, groups, kinds, stacks in self._cache_segments():
+      x_btd, arrays = self._cached_segment(
+        stacks, first, groups, kinds, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
+        rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights, attend=attend,
       )
 
     if last_only:
@@ -434,15 +540,28 @@ class Transformer(nnx.Module):
         "btd,dv->btv", x_btd, _value(self.unembed_dv, weights).astype(x_btd.dtype),
         preferred_element_type=jnp.float32,
       )
+    if cfg.final_softcap is not None:
+      logits_btv = cfg.final_softcap * jnp.tanh(logits_btv / cfg.final_softcap)
     return constrain(logits_btv, (BATCH, SEQ, VOCAB)), type(cache)(*arrays)
 
-  @staticmethod
-  def _cached_stack(
-    stack: Block,
-    layers: range,
+  def _cache_segments(self) -> list[tuple[int, int, tuple[tuple[bool, int | None], ...], list[Block]]]:
+    """(first layer, groups, the pattern's (MoE, window) per position, its stacks) of every
+    segment; an unpatterned model's stacks are segments of one position."""
+    if self.cfg.is_patterned:
+      return [(seg.first, seg.groups, seg.kinds, stacks) for seg, stacks in self.segment_stacks()]
+    window = self.cfg.layer_window(0)
+    return [(first, num, ((stack.is_moe, window),), [stack]) for stack, first, num in self.stacks()]
+
+  def _cached_segment(
+    self,
+    stacks: list[Block],
+    first: int,
+    groups: int,
+    kinds: tuple[tuple[bool, int | None], ...],
     x_btd: jax.Array,
     arrays: tuple[jax.Array, ...],
     *,
+    local_cache: bool,
     pos: jax.Array,
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
@@ -450,29 +569,48 @@ class Transformer(nnx.Module):
     weights: WeightHook | None,
     attend: AttendFn | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """Scans one stack of blocks (model ``layers``) over the whole-model cache arrays
-    ([layers, ...] each), returning the residual stream and the updated arrays."""
-    block_def, block_state = nnx.split(stack)
+    """Scans one segment's groups over the whole-model cache arrays ([layers, ...] each),
+    returning the residual stream and the updated arrays. A layer reads and writes its slice of
+    the arrays of its kind: with a LocalKVCache, a windowed layer's of the windowed layers'
+    (arrays 2, 3), a global layer's of the global layers' (0, 1), each indexed by how many layers
+    of its kind come before it; otherwise every array, indexed by the layer."""
+    split = [nnx.split(stack) for stack in stacks]
+    period = len(kinds)
+    windowed = lambda i: self.cfg.layer_window(i) is not None  # noqa: E731
+    plan = []
+    for p, (_, window) in enumerate(kinds):
+      if not local_cache:
+        plan.append((0, len(arrays), first + p, period))
+        continue
+      local = window is not None
+      before = sum(windowed(i) == local for i in range(first + p))
+      per = sum((w is not None) == local for _, w in kinds)
+      plan.append((2, 4, before, per) if local else (0, 2, before, per))
 
     def body(carry, xs):
       x_btd, arrays = carry
-      layer_state, i = xs
-      if weights is not None:
-        # Inside the body: one layer's weights are made usable (dequantized) per step.
-        layer_state = weights(layer_state)
-      block = nnx.merge(block_def, layer_state)
-      # This layer's cache is read out, updated and written back whole. Writing only the new
-      # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
-      # write reach the loop carry, and TPU then copies the whole cache around the loop.
-      x_btd, *layer_arrays = block.cached(
-        x_btd, *(a[i] for a in arrays), pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-        constrain=constrain, attend=attend,
-      )
-      arrays = tuple(jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays, layer_arrays, strict=True))
+      states, g = xs
+      for (block_def, _), layer_state, (lo, hi, base, per) in zip(split, states, plan, strict=True):
+        if weights is not None:
+          # Inside the body: one layer's weights are made usable (dequantized) per step.
+          layer_state = weights(layer_state)
+        block = nnx.merge(block_def, layer_state)
+        i = base + g * per
+        # This layer's cache is read out, updated and written back whole. Writing only the new
+        # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
+        # write reach the loop carry, and TPU then copies the whole cache around the loop.
+        x_btd, *layer_arrays = block.cached(
+          x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+          constrain=constrain, attend=attend,
+        )
+        updated = tuple(
+          jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays[lo:hi], layer_arrays, strict=True)
+        )
+        arrays = arrays[:lo] + updated + arrays[hi:]
       return (x_btd, arrays), None
 
-    index = jnp.arange(layers.start, layers.stop, dtype=jnp.int32)
     # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
     # cache is one buffer for every step of the loop and becomes the output.
-    (x_btd, arrays), _ = jax.lax.scan(body, (x_btd, arrays), (block_state, index))
+    xs = (tuple(state for _, state in split), jnp.arange(groups, dtype=jnp.int32))
+    (x_btd, arrays), _ = jax.lax.scan(body, (x_btd, arrays), xs)
     return x_btd, arrays

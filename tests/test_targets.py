@@ -294,3 +294,37 @@ def test_fsdp_shardings_split_the_largest_dimension_the_axis_divides():
   assert both["w"].spec == P(None, ("data", "fsdp")) and both["b"].spec == P()
   with pytest.raises(JaxmemError, match="mesh has no axis 'model'"):
     jaxmem.fsdp_shardings(tree, mesh, axis="model")
+
+
+def test_gpu_capacity_follows_the_allocator_fraction(monkeypatch):
+  """XLA_CLIENT_MEM_FRACTION (jax 0.11's name), its old name, and mem_fraction / --mem-fraction
+  each set capacity = fraction x device memory; the option wins over the environment."""
+  for name in tg.MEM_FRACTION_VARIABLES:
+    monkeypatch.delenv(name, raising=False)
+  default = tg.get_target("gpu:h100x8")
+  assert default.capacity_bytes == int(default.hbm_bytes * 0.75)
+  monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.94")
+  t = tg.get_target("gpu:h100x8")
+  assert t.capacity_bytes == int(t.hbm_bytes * 0.94) and "XLA_CLIENT_MEM_FRACTION" in t.capacity_note
+  monkeypatch.delenv("XLA_CLIENT_MEM_FRACTION")
+  monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
+  assert tg.get_target("gpu:h100x8").capacity_bytes == int(t.hbm_bytes * 0.9)
+  assert tg.get_target("gpu:h100x8", mem_fraction=0.94).capacity_bytes == t.capacity_bytes
+  with pytest.raises(JaxmemError, match="mem_fraction"):
+    tg.get_target("gpu:h100x8", mem_fraction=1.5)
+  with pytest.raises(JaxmemError, match="GPU targets only"):
+    tg.get_target("tpu:v5p-8", mem_fraction=0.9)
+
+
+def test_mem_fraction_flag_sets_the_plans_capacity(monkeypatch):
+  from jaxmem.cli import build_parser
+  from jaxmem.cli._common import workload
+
+  for name in tg.MEM_FRACTION_VARIABLES:
+    monkeypatch.delenv(name, raising=False)
+  args = build_parser().parse_args(["compare", "--model", "tiny", "--target", "gpu:h100x8", "--mem-fraction", "0.94"])
+  w = workload(args)
+  assert w.mem_fraction == 0.94
+  t = plan(w).target
+  assert t.capacity_bytes == int(t.hbm_bytes * 0.94)
+  assert plan(w.replace(mem_fraction=None)).target.capacity_bytes == int(t.hbm_bytes * 0.75)

@@ -170,7 +170,7 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
     raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
   cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype, dropout=resolve_dropout(w))
   attentions, microbatches = resolve_step_axes(w)
-  tgt = get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target
+  tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
   one_value_each(w, "`residuals`", only=(*outer_axes(), "qk_dtype"))
   if len(moe_variants(w)) > 1:

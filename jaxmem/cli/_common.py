@@ -63,7 +63,8 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   field sets that field (:func:`workload`); a new field needs only its flag here."""
   p.add_argument(
       "--model", default="gpt2-small",
-      help="a preset (see `jaxmem models`) or a path to a Hugging Face config.json; default gpt2-small",
+      help="a preset (see `jaxmem models`), a path to a Hugging Face config.json, or a Hub id ORG/NAME[@REVISION] "
+      "(only its config.json is fetched; HF_TOKEN, the Hub cache and HF_HUB_OFFLINE apply); default gpt2-small",
   )
   p.add_argument("--batch", type=int, default=batch, help=f"global batch size; default {batch or 'searched'}")
   p.add_argument("--seq", type=int, default=seq, help=f"sequence length; default {seq or 'searched'}")
@@ -78,6 +79,11 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
       "--resident", default=None, metavar="BYTES",
       help="bytes per device another program holds beside the step (14.5GiB, 512MiB, or bytes): out of the "
       "capacity; a TPU compile is capped to match with --xla_tpu_max_hbm_size_mib (the row's note gives the flag)",
+  )
+  p.add_argument(
+      "--mem-fraction", type=float, default=None,
+      help="GPU targets: the share of device memory JAX's allocator takes (capacity = fraction x memory); "
+      "default XLA_CLIENT_MEM_FRACTION (or XLA_PYTHON_CLIENT_MEM_FRACTION), else 0.75",
   )
   add_axes(p, "workload", helps={"attention": jaxmem.attention_help()})  # the kernels the models have
   add_output(p)

@@ -21,7 +21,8 @@ its runtime terms) is a method of the kind, not a test of a name.
 
 ``capacity_bytes`` is the memory per device a program may use: TPU, what the compiler itself
 says is available (read from its out-of-memory message); GPU, the device memory times the
-fraction JAX's allocator takes (``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.75 by default); attached,
+fraction JAX's allocator takes (``mem_fraction``, else ``XLA_CLIENT_MEM_FRACTION``, else its
+older name ``XLA_PYTHON_CLIENT_MEM_FRACTION``, else 0.75); attached,
 ``memory_stats()["bytes_limit"]``; CPU, none.
 """
 
@@ -304,11 +305,15 @@ _TPU_RE = re.compile(r"^tpu:([a-z0-9]+)-(\d+)$")
 _GPU_RE = re.compile(r"^gpu:([a-z0-9-]+?)(?:x(\d+))?$")
 
 
-def get_target(name: str, *, slices: int = 1) -> Target:
-  """Looks a target up by name; an unknown name is a :class:`JaxmemError` listing valid ones."""
+def get_target(name: str, *, slices: int = 1, mem_fraction: float | None = None) -> Target:
+  """Looks a target up by name; an unknown name is a :class:`JaxmemError` listing valid ones.
+  ``mem_fraction`` (GPU targets): the share of device memory JAX's allocator takes (see
+  :func:`gpu_mem_fraction`)."""
   key = name.strip().lower()
   if slices != 1 and not key.startswith("tpu:"):
     raise JaxmemError(f"`slices` applies to TPU targets only, not {name!r}")
+  if mem_fraction is not None and not key.startswith("gpu:"):
+    raise JaxmemError(f"`mem_fraction` applies to GPU targets only, not {name!r}")
   if m := _CPU_RE.match(key):
     return _cpu_target(int(m.group(1) or 1), name)
   if key == "attached":
@@ -316,7 +321,7 @@ def get_target(name: str, *, slices: int = 1) -> Target:
   if m := _TPU_RE.match(key):
     return _tpu_target(m.group(1), int(m.group(2)), slices)
   if m := _GPU_RE.match(key):
-    return _gpu_target(m.group(1), int(m.group(2) or 1))
+    return _gpu_target(m.group(1), int(m.group(2) or 1), mem_fraction)
   raise JaxmemError(
       f"unknown target {name!r}; valid forms: cpu, cpu:N, attached, tpu:GEN-SIZE (GEN: "
       f"{', '.join(TPU_GENERATIONS)}), gpu:NAME[xN] (NAME: {', '.join(GPU_SPECS)}); "
@@ -394,7 +399,30 @@ def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
   )
 
 
-def _gpu_target(gpu: str, n: int) -> Target:
+# The allocator's variables, newest first: jax 0.11 renamed XLA_PYTHON_CLIENT_MEM_FRACTION to
+# XLA_CLIENT_MEM_FRACTION and deprecated the old name (both are read; the new one wins).
+MEM_FRACTION_VARIABLES = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+
+def gpu_mem_fraction(mem_fraction: float | None = None) -> tuple[float, str]:
+  """(fraction of device memory JAX's GPU allocator takes, where it came from): ``mem_fraction``
+  if given, else the first of :data:`MEM_FRACTION_VARIABLES` set, else JAX's default 0.75."""
+  if mem_fraction is not None:
+    value, source = mem_fraction, "mem_fraction"
+  else:
+    name = next((v for v in MEM_FRACTION_VARIABLES if os.environ.get(v, "").strip()), None)
+    if name is None:
+      return _DEFAULT_GPU_MEM_FRACTION, "JAX's default"
+    try:
+      value, source = float(os.environ[name]), name
+    except ValueError:
+      raise JaxmemError(f"{name}={os.environ[name]!r} is not a number (a fraction such as 0.9)") from None
+  if isinstance(value, bool) or not 0 < value <= 1:
+    raise JaxmemError(f"{source} must be a fraction in (0, 1], got {value!r}")
+  return float(value), source
+
+
+def _gpu_target(gpu: str, n: int, mem_fraction: float | None = None) -> Target:
   if gpu not in GPU_SPECS:
     raise JaxmemError(f"unknown GPU {gpu!r}; valid: {', '.join(GPU_SPECS)} (write gpu:h100x8 for 8)")
   if n < 1:
@@ -403,7 +431,7 @@ def _gpu_target(gpu: str, n: int) -> Target:
   if n % per_host:
     raise JaxmemError(f"target gpu:{gpu}x{n}: more than 8 GPUs must be a multiple of 8 (hosts of 8)")
   spec = GPU_SPECS[gpu]
-  fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", _DEFAULT_GPU_MEM_FRACTION))
+  fraction, source = gpu_mem_fraction(mem_fraction)
   host_bytes, host_note = (None, "host_capacity_bytes: unknown: no host recorded") if spec.host is None else host_share(spec.host)
   return Target(
       name=f"gpu:{gpu}" + (f"x{n}" if n > 1 else ""),
@@ -413,7 +441,7 @@ def _gpu_target(gpu: str, n: int) -> Target:
       capacity_bytes=int(spec.hbm_bytes * fraction),
       capacity_note=(
           f"{fraction:g} of the device's {spec.hbm_bytes / 2**30:.1f} GiB, the share JAX's allocator "
-          "takes (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+          f"takes ({source})"
       ),
       hbm_bytes=spec.hbm_bytes,
       host_capacity_bytes=host_bytes,
@@ -422,7 +450,7 @@ def _gpu_target(gpu: str, n: int) -> Target:
   )
 
 
-def target(name: str, *, slices: int = 1, resident: int | str = 0) -> Target:
+def target(name: str, *, slices: int = 1, resident: int | str = 0, mem_fraction: float | None = None) -> Target:
   """A compilation target by name, with its capacity: ``jaxmem.target("gpu:h100x8")``.
 
   ``.devices`` are its devices (compile-only for TPU and GPU targets), ``.capacity_bytes`` the
@@ -436,7 +464,7 @@ def target(name: str, *, slices: int = 1, resident: int | str = 0) -> Target:
   >>> t.mesh({"data": 2, "fsdp": -1}).shape
   OrderedDict([('data', 2), ('fsdp', 2)])
   """
-  return with_resident(with_capacity(get_target(name, slices=slices)), byte_count(resident, "resident"))
+  return with_resident(with_capacity(get_target(name, slices=slices, mem_fraction=mem_fraction)), byte_count(resident, "resident"))
 
 
 def with_capacity(target: Target) -> Target:

@@ -59,6 +59,9 @@ def abstract_cache(cfg: ModelConfig, *, batch: int, context: int, jmesh) -> tupl
   kind = cache_class(cfg)
   if cfg.is_mla:
     shapes, axes = kind.shapes(cfg, batch=batch, context=context), MLA_CACHE_AXES
+  elif hasattr(kind, "shapes"):  # LocalKVCache: the global layers' and the windowed layers' pairs
+    shapes = kind.shapes(cfg, batch=batch, context=context)
+    axes = (CACHE_AXES,) * len(shapes)
   else:
     shape = kind.shape(cfg, batch=batch, context=context)
     shapes, axes = (shape, shape), (CACHE_AXES, CACHE_AXES)

@@ -86,7 +86,8 @@ CONTRACTED_AXES: dict[str, tuple[int, ...]] = {
   # DeepSeek-V3's FP8 recipe keeps "MoE gating modules" in their original precision
   # (arXiv 2412.19437, sec. 3.3.1).
 }
-# Stacked block parameters carry a leading "layers" axis: the dense stack and the MoE stack.
+# Stacked block parameters carry a leading "layers" axis: the dense stack and the MoE stack, and
+# a patterned model's stacks blocks_{segment}_{position} (models/transformer.py).
 _STACKED = ("blocks", "moe_blocks")
 
 
@@ -116,7 +117,7 @@ def _param_name(path) -> tuple[str | None, bool]:
   """(parameter name, stacked) from a tree path into an nnx.State."""
   keys = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
   name = next((k for k in reversed(keys) if k in CONTRACTED_AXES or k.startswith(("w_", "b_", "scale", "bias", "pos", "table", "unembed"))), None)
-  return name, any(k in _STACKED for k in keys)
+  return name, any(k in _STACKED or k.startswith("blocks_") for k in keys)
 
 
 def contracted_for(path, ndim: int) -> tuple[int, ...] | None:

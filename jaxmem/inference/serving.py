@@ -254,7 +254,7 @@ def _template_plan(w: InferWorkload, over: str) -> InferPlan:
   axes divide, or one context quantum), so plan_infer's checks apply to every size searched."""
   if over == "batch":
     start_jax()
-    meshes = resolve_meshes(w, get_target(w.target, slices=w.slices) if isinstance(w.target, str) else w.target)
+    meshes = resolve_meshes(w, get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target)
     w = w.replace(batch=math.lcm(*[shd.data_parallel_size(m) for m in meshes]))
     (first, *_) = _ints(w.context, "context")  # checked here, so a bad one is named as the context
     return plan_infer(w, prompt=first if w.phase == ("prefill",) else None)

@@ -67,6 +67,7 @@ def training_vs_inference(
       target=w.target,
       slices=w.slices,
       resident=w.resident,
+      mem_fraction=w.mem_fraction,
       mesh=train_row.mesh,
   )
   (cfg_i,) = ip.configs()

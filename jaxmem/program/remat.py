@@ -60,12 +60,13 @@ def layer_attend(attend: AttendFn | None) -> AttendFn:
   (Korthikanti et al. 2022, section 4.2; the same key draws the same mask again)."""
   attend = dot_attend if attend is None else attend
 
-  def run(q, k, v, *, causal: bool = True, dropout: Dropout | None = None):
+  def run(q, k, v, *, causal: bool = True, dropout: Dropout | None = None, **layer):
+    # layer: the layer's own attention features (a window, soft-capping, sinks: attention_ops).
     if dropout is None:
-      core = lambda q, k, v: attend(q, k, v, causal=causal)  # noqa: E731
+      core = lambda q, k, v: attend(q, k, v, causal=causal, **layer)  # noqa: E731
       return jax.checkpoint(core, policy=cp.nothing_saveable, prevent_cse=False)(q, k, v)
     rate = dropout.rate
-    core = lambda q, k, v, key: attend(q, k, v, causal=causal, dropout=Dropout(rate, key))  # noqa: E731
+    core = lambda q, k, v, key: attend(q, k, v, causal=causal, dropout=Dropout(rate, key), **layer)  # noqa: E731
     return jax.checkpoint(core, policy=cp.nothing_saveable, prevent_cse=False)(q, k, v, dropout.key)
 
   return run

@@ -184,9 +184,9 @@ def dropout_attend(attend: Any, name: str) -> tuple[Any, tuple[str, ...]]:
   if name == "dot":
     return attend, ()
 
-  def run(q, k, v, *, causal=True, dropout=None):
+  def run(q, k, v, *, causal=True, dropout=None, **layer):
     del dropout  # the kernel has no attention dropout
-    return attend(q, k, v, causal=causal)
+    return attend(q, k, v, causal=causal, **layer)
 
   return run, (
       f"dropout: the attention probabilities are not dropped under {name} attention (its kernel takes no dropout); "
