@@ -1,4 +1,4 @@
-"""Issue 9's done-when figures: the train step with the real attention kernels, by the CLI.
+"""The attention figures of docs/examples.md: the train step with the real attention kernels, by the CLI.
 
 Run: python benchmarks/attention_step.py --out DIR [--parts done,readme,fit] [--targets tpu,gpu]
 

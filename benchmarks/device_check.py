@@ -1,4 +1,4 @@
-"""The device check (issue 18 item 11): the compiler's predicted peak against the allocator's
+"""The device check: the compiler's predicted peak against the allocator's
 measured peak on the one accelerator attached, for two models x three remat policies with the
 target's default attention (``auto``: cuDNN on a GPU, splash on a TPU).
 

@@ -1,4 +1,4 @@
-"""An MoE train step with and without expert parallelism: issue 11's done-when check.
+"""An MoE train step with and without expert parallelism (the figures in docs/examples.md).
 
 Run: python benchmarks/moe_step.py [--model qwen3-30b-a3b] [--target tpu:v5p-16]
 [--mesh fsdp=8 --mesh expert=8,fsdp=1] [--remat full] [--batch 16] [--seq 2048] [--moe-impl M]

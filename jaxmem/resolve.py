@@ -87,7 +87,7 @@ class Plan:
   remats: tuple[RematPolicy, ...]
   batch: int
   seq: int
-  # The step's own sweep axes (issue 9): attention names as asked (auto or an implementation)
+  # The step's own sweep axes: attention names as asked (auto or an implementation)
   # and microbatch counts.
   attentions: tuple[str, ...] = ("auto",)
   microbatches: tuple[int, ...] = (1,)
@@ -100,7 +100,7 @@ class Plan:
   # Master copy, moments and gradient-reduction dtypes: every combination the workload sweeps.
   precisions: tuple[Precision, ...] = (Precision(),)
   pipeline: PipelineOptions = PipelineOptions()  # on the meshes with a stage axis (one per sweep)
-  # How attention crosses a context-sharded sequence (issue 19), swept on meshes with a context axis.
+  # How attention crosses a context-sharded sequence, swept on meshes with a context axis.
   context_strategies: tuple[str, ...] = ("all_gather",)
   qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores, swept
   # The sweep axes the planner takes as given (declared in jaxmem.axes, used by the program

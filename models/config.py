@@ -12,7 +12,7 @@ Preset sources (parameter counts in the tests are checked against these):
   ``Qwen/Qwen3-8B``), copied field for field into ``tests/data/hf/`` (the tests check that
   :func:`models.hf.from_config` of each copy equals the preset); parameter counts from the model
   cards (7.25B, 7.61B, 72.7B, 8.2B).
-* Mixture of experts (issue 11), from each model's published ``config.json`` on the Hugging
+* Mixture of experts, from each model's published ``config.json`` on the Hugging
   Face hub (the same numbers as MaxText's ``configs/models/*.yml``):
   Mixtral 8x7B / 8x22B (``mistralai/Mixtral-8x7B-v0.1``, ``mistralai/Mixtral-8x22B-v0.1``;
   Jiang et al. 2024, "Mixtral of Experts": 46.7B total / 12.9B active, 141B / 39B);
@@ -20,7 +20,7 @@ Preset sources (parameter counts in the tests are checked against these):
   DeepSeek-V3 (``deepseek-ai/DeepSeek-V3`` config.json and the repository's
   ``inference/configs/config_671B.json``; DeepSeek-AI 2024, arXiv 2412.19437: 671B / 37B,
   the main model without the 14B multi-token-prediction module, which is left out here).
-* GPT-3 shapes (issue 20): Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+* GPT-3 shapes: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
   Transformer Models", table 3 (22B, 175B, 530B, 1T: heads, hidden size, layers) and section 6
   (sequence length 2048, vocabulary 51200); GPT-2's architecture otherwise (Brown et al. 2020,
   section 2.1: learned positions, pre-LayerNorm, GELU, d_ff = 4 d_model, tied embeddings).
@@ -92,7 +92,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "bfloat16"
 
-  # --- architecture flags (Hugging Face families: Qwen2, Qwen3, Mistral; issue 10) ----------
+  # --- architecture flags (Hugging Face families: Qwen2, Qwen3, Mistral) ----------
   # Each defaults to off, so the GPT-2 and Llama presets are unchanged. qkv_bias and qk_norm
   # apply to style "llama3" only (GPT-2 always has biases, and has no q/k norm).
   qkv_bias: bool = False  # biases on the q, k and v projections, none on the output (Qwen2)
@@ -117,7 +117,7 @@ class ModelConfig:
   attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(scores / cap)
   final_softcap: float | None = None  # Gemma 2: the logits likewise
   moe_every: int = 1  # Llama 4's interleave_moe_layer_step: after the dense prefix, layer i is MoE when (i + 1) % step == 0
-  # --- mixture of experts and multi-head latent attention (issue 11) -------------------------
+  # --- mixture of experts and multi-head latent attention -------------------------
   # The defaults describe a dense model with ordinary attention, so no earlier preset changes.
   # MoE (models/moe.py): layers first_dense_layers.. num_layers-1 replace the MLP by a router
   # over num_experts SwiGLU experts of width expert_d_ff (experts_per_token chosen per token)
@@ -146,7 +146,7 @@ class ModelConfig:
   qk_nope_head_dim: int = 0
   qk_rope_head_dim: int = 0
   v_head_dim: int = 0
-  # --- dropout (issue 20; models/dropout.py) ---------------------------------------------------
+  # --- dropout (models/dropout.py) ---------------------------------------------------
   # Megatron's four dropouts (embeddings, attention probabilities, attention and MLP outputs) in
   # the train step; 0 (the default) leaves the program exactly as without dropout. Attention
   # probabilities are dropped under ``dot`` attention only (the fused kernels take no dropout).

@@ -25,7 +25,7 @@ MLP = "mlp"  # MLP hidden width d_ff
 LAYERS = "layers"  # leading axis of the stacked blocks
 POS = "pos"  # rows of the learned position table (GPT-2 only)
 NORM = "norm"  # norm scale/bias vectors: separate from "embed" so rules can replicate them
-# Mixture of experts and multi-head latent attention (issue 11). "exp" is MaxText's name.
+# Mixture of experts and multi-head latent attention. "exp" is MaxText's name.
 EXPERT = "exp"  # routed experts: leading axis of the expert weights, of dispatched activations
 # The router's expert column (its weight's E outputs, the selection bias): every device needs all
 # E scores of its tokens for the top-k, so no rule shards it, as MaxText's gate kernel is

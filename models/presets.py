@@ -35,14 +35,14 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
   "qwen2.5-7b": ModelConfig.qwen2_5_7b,
   "qwen2.5-72b": ModelConfig.qwen2_5_72b,
   "qwen3-8b": ModelConfig.qwen3_8b,
-  # Mixture of experts / multi-head latent attention (issue 11).
+  # Mixture of experts / multi-head latent attention.
   "tiny-moe": ModelConfig.tiny_moe,
   "tiny-mla": ModelConfig.tiny_mla,
   "mixtral-8x7b": ModelConfig.mixtral_8x7b,
   "mixtral-8x22b": ModelConfig.mixtral_8x22b,
   "qwen3-30b-a3b": ModelConfig.qwen3_30b_a3b,
   "deepseek-v3": ModelConfig.deepseek_v3,
-  # The GPT-3 shapes of Korthikanti et al. 2022, table 3 (issue 20).
+  # The GPT-3 shapes of Korthikanti et al. 2022, table 3.
   "gpt3-22b": ModelConfig.gpt3_22b,
   "gpt3-175b": ModelConfig.gpt3_175b,
   "gpt3-530b": ModelConfig.gpt3_530b,

@@ -75,7 +75,7 @@ def test_unknown_names_list_the_valid_ones():
     tpu_topology_name("v9z", 8)
   with pytest.raises(JaxmemError, match=r"1, 4, 8, 16, 32, 64, 128, 256"):
     tpu_topology_name("v5e", 12)
-  with pytest.raises(JaxmemError, match=r"TensorCores\): 8, 16"):
+  with pytest.raises(JaxmemError, match=r"TensorCores\): 2, 8, 16"):
     tpu_devices("v5p", 4)
   with pytest.raises(JaxmemError, match="a100-40gb.*h100.*b200"):
     gpu_devices("rtx4090", 1)
@@ -133,8 +133,8 @@ def test_a_triton_tiling_refusal_says_which_matmul_and_what_to_do():
 
 def _heads_96_wide_step(x, wo, wq):
   """A scanned attention layer's gradient with 8 heads 96 wide: the smallest program found whose
-  backward query projection, bf16[512,768], jaxlib 0.10.2 cannot tile for sm_80 (issue 18 item 6;
-  the same as GPT-3 22B's [8192,6144] at tensor=8)."""
+  backward query projection, bf16[512,768], jaxlib 0.10.2 cannot tile for sm_80 (the
+  same as GPT-3 22B's [8192,6144] at tensor=8)."""
 
   def loss(x, wo, wq):
     def layer(h, ws):

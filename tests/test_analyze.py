@@ -89,7 +89,7 @@ def test_too_many_cpu_devices_says_how_to_fix():
     jaxmem.analyze(_step, *_args(), target="cpu:64")
 
 
-# --- targets, devices and the richer report (issue 10 items 2 and 3) -----------------------------
+# --- targets, devices and the richer report -----------------------------
 
 
 def _train_like(params, opt_state, x):
@@ -174,7 +174,7 @@ def test_a_function_without_array_inputs_compiles_on_the_target():
 
 @pytest.mark.needs_gpu_compiler
 def test_user_step_on_an_h100x8_fsdp_mesh_holds_an_eighth():
-  # Done-when (issue 10): a step sharded with jaxmem.target("gpu:h100x8").mesh({"fsdp": 8})
+  # Done-when: a step sharded with jaxmem.target("gpu:h100x8").mesh({"fsdp": 8})
   # reports about one eighth of the replicated argument bytes; sharded on jax.devices() of
   # another platform, it is a one-line error.
   target = jaxmem.target("gpu:h100x8")

@@ -1,4 +1,4 @@
-"""The command line is a layer over the public library (issue 17 item 2): every module of
+"""The command line is a layer over the public library: every module of
 jaxmem/cli imports only ``jaxmem``'s public names (``jaxmem.__all__``), ``jaxmem.render`` and the
 CLI's own modules, and uses no other attribute of ``jaxmem``."""
 

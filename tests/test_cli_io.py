@@ -1,4 +1,4 @@
-"""The command line's input and output edges (issue 18 item 8, issue 17 item 2): output paths
+"""The command line's input and output edges: output paths
 checked before anything compiles, ``--version``, a closed pipe, a progress line per
 configuration where stderr is not a terminal, comma lists for every program-shaping option,
 and a sweep planned once."""

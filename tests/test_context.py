@@ -1,4 +1,4 @@
-"""The ``context`` mesh axis (issue 19 item 1): context parallelism as MaxText's rules have it.
+"""The ``context`` mesh axis: context parallelism as MaxText's rules have it.
 It splits the sequence of activations (as ``sequence`` does) and every weight's ``embed``
 dimension (as ``fsdp`` does), so ``context=8`` alone divides parameters, gradients and
 optimizer state by 8. Compared here against ``sequence=8`` on the same 8 simulated CPU

@@ -1,4 +1,4 @@
-"""Attention across a context-sharded sequence (issue 19 items 2, 5, 6): the all_gather and ring
+"""Attention across a context-sharded sequence: the all_gather and ring
 strategies against plain ``dot`` attention on 8 simulated CPU devices, their communication, the
 sweep axis, the sequence steps of ``fit --over seq`` and the one-line refusals.
 """

@@ -1,4 +1,4 @@
-"""benchmarks/device_check.py's path that needs no device (issue 18 item 11): what it plans, its
+"""benchmarks/device_check.py's path that needs no device: what it plans, its
 table, and its refusal on a machine without an accelerator."""
 
 from __future__ import annotations

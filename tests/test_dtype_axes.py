@@ -1,4 +1,4 @@
-"""The dtypes as sweep axes (issue 18 item 8): ``qk_dtype`` and the precision dtypes take a comma
+"""The dtypes as sweep axes: ``qk_dtype`` and the precision dtypes take a comma
 list like ``--microbatches 1,4``, one row per value, in the rows, the cache key and the table.
 
 The parser and planner tests compile nothing; one sweep compiles the tiny model twice for

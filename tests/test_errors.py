@@ -1,4 +1,4 @@
-"""Library errors name the field (`microbatches`); the CLI words them as its flags (issue 17)."""
+"""Library errors name the field (`microbatches`); the CLI words them as its flags."""
 
 import ast
 import pathlib

@@ -1,4 +1,4 @@
-"""explain on a third-party style step (issue 18 item 10): gradients attributed, the three peaks
+"""explain on a third-party style step: gradients attributed, the three peaks
 said apart, buffers listed by kind, the traceback of a user's failure on request, a clean exit."""
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ print("peak", r.peak_bytes, flush=True)
 
 @pytest.mark.needs_tpu_compiler
 def test_a_script_that_explains_for_a_tpu_exits_0(tmp_path):
-  """Issue 18 item 10: a script exited 2 at interpreter exit after explain (libtpu's teardown)."""
+  """A script exited 2 at interpreter exit after explain (libtpu's teardown)."""
   script = tmp_path / "explain_and_exit.py"
   script.write_text(_EXIT_SCRIPT)
   p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)

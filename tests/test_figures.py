@@ -1,6 +1,6 @@
-"""The one compile-to-figures step (jaxmem.compiler.figures, issue 17): one call of the compiler,
+"""The one compile-to-figures step (jaxmem.compiler.figures): one call of the compiler,
 every command's rows through it (infer's with communication and the refusal's FLOPs note), the
-check of the arguments against the device before compiling (issue 18 item 7), one
+check of the arguments against the device before compiling, one
 communication record, and an inference workload without a train step's fields."""
 
 import ast

@@ -1,5 +1,5 @@
 """Models from Hugging Face config.json files (models/hf.py), the architecture flags they need
-(qkv_bias, qk_norm, sliding_window) and the presets built from them (issue 10, item 5)."""
+(qkv_bias, qk_norm, sliding_window) and the presets built from them."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ FIXTURES = {
   "qwen3-8b": "qwen3-8b",
   "llama3.1-8b": "llama3-8b",
   "gpt2": "gpt2-small",
-  # Mixtures of experts (issue 11); deepseek-v3.json without its quantization_config (README).
+  # Mixtures of experts; deepseek-v3.json without its quantization_config (README).
   "mixtral-8x7b": "mixtral-8x7b",
   "qwen3-30b-a3b": "qwen3-30b-a3b",
   "deepseek-v3": "deepseek-v3",

@@ -1,4 +1,4 @@
-"""One description of the mesh's axes (issue 17): the sharding rules say which mesh axes split
+"""One description of the mesh's axes: the sharding rules say which mesh axes split
 the batch, sequence, heads, experts and layers, ``mesh_axes`` turns them into the
 :class:`~jaxmem.models.MeshAxes` of one mesh, and every ``shard_map`` in ``models/`` takes its
 specs from it. A new batch axis added to the rules alone reaches every one of them.

@@ -1,4 +1,4 @@
-"""Mixture of experts end to end (issue 11): the expert mesh axis, the MoE sweep (--moe-impl,
+"""Mixture of experts end to end: the expert mesh axis, the MoE sweep (--moe-impl,
 --capacity-factor), dropless experts per device under shard_map, ragged-all-to-all in the comm
 figures, estimate's MoE closed forms, infer's latent (MLA) KV cache, quantized MoE/MLA weights,
 residuals and remat presets over the MoE names, and `jaxmem models`."""

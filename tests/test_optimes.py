@@ -1,4 +1,4 @@
-"""The roofline per op (issue 21 item 1's per-op terms) and the FLOPs counted in the optimized HLO
+"""The roofline per op (its per-op terms) and the FLOPs counted in the optimized HLO
 with loop trip counts (item 2: right under a tensor axis, and where GPU gives no cost analysis)."""
 
 import jax

@@ -1,4 +1,4 @@
-"""The ``stage`` mesh axis (issue 20 item 1): the layer stack pipelined over it, GPipe and
+"""The ``stage`` mesh axis: the layer stack pipelined over it, GPipe and
 MaxText's circular schedule (jaxmem.models.pipeline), on tiny with 4 layers and simulated CPU
 devices. The pipelined step computes the unpipelined step's loss and gradients; the rules put
 1/stage of the decoder layers on each device; the rows carry the schedule and its figures.

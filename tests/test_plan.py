@@ -1,4 +1,4 @@
-"""``plan`` (issue 22 item 1): candidates, pruning before compiling, the compile budget, the
+"""``plan``: candidates, pruning before compiling, the compile budget, the
 ranking by the compiled step-time estimate, the CLI and its bad input."""
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ def _fit_agrees_with_compare(cfg, *, seq, target):
 
 
 # About 140 s of a 2-core machine: under slow, with the TPU case below. In the fast suite,
-# tests/test_user_step.py checks the same agreement for a user's step on gpu:h100 (issue 10).
+# tests/test_user_step.py checks the same agreement for a user's step on gpu:h100.
 @pytest.mark.slow
 @pytest.mark.needs_gpu_compiler("h100")
 def test_fit_agrees_with_compare():

@@ -1,4 +1,4 @@
-"""Precision as big runs train (issue 20 item 4): an f32 master copy beside bf16 parameters,
+"""Precision as big runs train: an f32 master copy beside bf16 parameters,
 the moments' dtype, the gradient-reduction dtype; the closed form with the same options.
 
 Byte relationships are read on the CPU target, whose argument buffers are the logical sizes
@@ -28,7 +28,7 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def rows():
-  # Two sweeps of two moments dtypes each (issue 18 item 8: a dtype list is a sweep axis), the
+  # Two sweeps of two moments dtypes each (a dtype list is a sweep axis), the
   # four layouts in four compiles as one compare each would take.
   fp32 = sweep.compare(**TINY, moments_dtype="default,bfloat16")
   zero = sweep.compare(**TINY, **LAYOUTS["zero"], moments_dtype="default,bfloat16")

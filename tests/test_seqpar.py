@@ -1,4 +1,4 @@
-"""Korthikanti et al. 2022 in jaxmem (issue 20): Megatron sequence parallelism, selective
+"""Korthikanti et al. 2022 in jaxmem: Megatron sequence parallelism, selective
 recomputation, dropout and the GPT-3 shapes. The compiled checks (comm kinds, temp) share one
 module-scoped sweep on the tiny GPT-2 model (tpu:v5e-8, tensor=4: four compiles) and are slow;
 the unmarked tests cover the same code paths by tracing or planning without compiling."""

@@ -1,5 +1,5 @@
-"""JAX starts safely whatever the user did first (issue 10 item 2, "Order of setup breaks GPU
-targets"), and ``import jaxmem`` changes nothing in the user's process (issue 17 item 5): each
+"""JAX starts safely whatever the user did first ("Order of setup breaks GPU
+targets"), and ``import jaxmem`` changes nothing in the user's process: each
 case runs in a fresh interpreter, without JAX_PLATFORMS, as a user's script would on a machine
 with the CUDA plugin and libtpu installed and no accelerator."""
 
@@ -141,7 +141,7 @@ def test_workers_start_with_the_parents_platforms(tmp_path):
 ])
 def test_a_bad_xla_flag_is_one_line_before_anything_compiles(flags, said):
   # XLA exits the process from C++ on a flag it cannot read; its message used to be swallowed by
-  # the silenced start-up, and the process ended with status 1 and nothing printed (issue 18 item 8).
+  # the silenced start-up, and the process ended with status 1 and nothing printed.
   out = subprocess.run(
       [sys.executable, "-P", "-m", "jaxmem", "compare", "--model", "tiny", "--target", "cpu", "--no-cache"],
       env={**{k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}, "XLA_FLAGS": flags},

@@ -1,4 +1,4 @@
-"""The step-time estimate (issue 21 items 1 and 3): roofline terms on every compiled row, the
+"""The step-time estimate: roofline terms on every compiled row, the
 target peaks behind them, the HBM traffic read from the optimized HLO, model FLOPs and MFU."""
 
 import dataclasses

@@ -36,7 +36,7 @@ TINY = dict(model=TILED, batch=8, seq=128, optimizer="adamw")
         ("gpu:a100-80gbx8", 8, "gpu"),
         ("gpu:a100-40gb", 1, "gpu"),
         ("gpu:a800", 1, "gpu"),
-        ("gpu:a800x8", 8, "gpu"),  # MEMO's 8 A800s (issue 19)
+        ("gpu:a800x8", 8, "gpu"),  # MEMO's 8 A800s
         ("gpu:h100x16", 16, "gpu"),
     ],
 )
@@ -49,8 +49,11 @@ def test_a800_is_the_a100_80gb_with_its_own_nvlink():
   a100, a800 = GPU_SPECS["a100-80gb"], GPU_SPECS["a800"]
   assert a800.description == "NVIDIA A800-SXM4-80GB"
   assert (a100.nvlink_bandwidth, a800.nvlink_bandwidth) == (600e9, 400e9)
-  # The host differs too: an A2 Ultra VM carries A100s; no published machine carries A800s.
-  same = lambda s: dataclasses.replace(s, name="", description="", nvlink_bandwidth=0, host=None)  # noqa: E731
+  # The host differs too: an A2 Ultra VM carries A100s; no published machine carries A800s, so
+  # neither its host nor its scale-out network is catalogued.
+  assert a800.network_bandwidth is None and a100.network_bandwidth is not None
+  same = lambda s: dataclasses.replace(s, name="", description="", nvlink_bandwidth=0, host=None,  # noqa: E731
+                                       network_bandwidth=None)
   assert same(a800) == same(a100)  # memory, compute and the compiler's target description
   assert tg.get_target("gpu:a800x8").capacity_bytes == tg.get_target("gpu:a100-80gbx8").capacity_bytes
   listed = {r.target: r for r in tg.list_targets() if r.platform == "gpu"}
@@ -217,7 +220,7 @@ def test_multislice_target_compiles():
   assert rows[0].comm_bytes > 0  # gradients cross the slices
 
 
-# --- targets as an API (issue 10 item 2) ---------------------------------------------------------
+# --- targets as an API ---------------------------------------------------------
 
 
 def test_public_target_devices_capacity_and_mesh():

@@ -1,4 +1,4 @@
-"""The step people actually train (issue 9): the attention kernel per target, gradient
+"""The step people actually train: the attention kernel per target, gradient
 accumulation, vocabulary tiling and MaxText's minimal remat, through the train program and the
 CLI. Memory runs through the real TPU and GPU compilers without the hardware and asserts
 relationships (a kernel's temp below half of dot's), never byte counts.

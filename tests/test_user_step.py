@@ -1,4 +1,4 @@
-"""Sweeps over a user's own step (issue 10 item 4): ``compare``, ``fit`` and ``scale`` with
+"""Sweeps over a user's own step: ``compare``, ``fit`` and ``scale`` with
 ``step=make_step``, the CLI's ``--step``, the examples, and the errors a factory can make."""
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def test_examples_compare_through_the_cli(example, capsys):
 @pytest.mark.slow
 @pytest.mark.needs_gpu_compiler
 def test_fit_finds_a_batch_that_compare_confirms(capsys, monkeypatch):
-  # Done-when (issue 10): `fit --step examples/...:make_step --target gpu:h100` finds a batch
+  # Done-when: `fit --step examples/...:make_step --target gpu:h100` finds a batch
   # that compare confirms fits. The tiny step keeps a real vocabulary, so its logits fill an H100;
   # JAX's allocator is given 1.5% of the H100 (1.19 GiB), so the boundary is near batch 11 and the
   # search compiles small programs (about 35 s here, against 60 s at the default 75%).

@@ -145,7 +145,7 @@ def explain_lowering(
   figures, dump, optimized = compile_with_dump(lowering, notes=notes)
   # Everything is read from the executable here, and it is not kept (report.compiled is None):
   # the executable compiled with the dump options is released now, while the backend that made
-  # it is alive, not among the interpreter's last objects at exit (issue 18 item 10).
+  # it is alive, not among the interpreter's last objects at exit.
   report = dataclasses.replace(figures.report, compiled=None)  # with the jaxpr: FLOPs per device, arguments by name
   mesh = _mesh_of(figures.compiled)
   verdict = dict(capacity_bytes=figures.capacity_bytes, required_bytes=figures.required_bytes,

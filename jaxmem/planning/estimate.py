@@ -8,7 +8,7 @@ Sources, one per formula:
   Training Trillion Parameter Models", section 3.1: mixed-precision Adam keeps fp16 parameters
   and gradients (2 + 2 bytes) and K = 12 bytes of optimizer state (fp32 master weights,
   momentum and variance), 16 bytes per parameter in all ("2Ψ + 2Ψ + KΨ").
-* The same from the dtypes of a train step (issue 20; ``param_dtype``, ``master_dtype``,
+* The same from the dtypes of a train step (``param_dtype``, ``master_dtype``,
   ``moments_dtype``, ``grad_reduce_dtype``, as :mod:`jaxmem.program.precision` builds it):
   parameters and gradients at their dtypes' widths, optimizer state = master copy + moments x
   the moments' width; bf16 parameters with a float32 master and float32 Adam moments are ZeRO's
@@ -26,7 +26,7 @@ Sources, one per formula:
   per kv head: grouped-query attention, Ainslie et al. 2023); for multi-head latent attention
   ``layers * (kv_lora_rank + qk_rope_head_dim) * context * batch * bytes`` (DeepSeek-V2, arXiv
   2405.04434, table 1: (d_c + d_h^R) l elements per token; the latent and the decoupled RoPE key).
-* Mixture of experts (issue 11): total and active parameters from ``count_params`` and
+* Mixture of experts: total and active parameters from ``count_params`` and
   ``count_active_params`` (``models/counting.py``); expert parameters are the routed experts'
   weights, L_moe * E * 3 * D * F_e, and their state (parameters, gradients, optimizer state) is
   what an ``expert`` mesh axis divides. Dispatch buffers of one MoE layer for N tokens (B
@@ -451,7 +451,7 @@ def estimate_vs_compiler(row: Any, *, precision: str | None = None, cfg: ModelCo
 
 def _row_layout(row: Any, optimizer: str, precision: str | None) -> dict[str, Any]:
   """The estimate's precision arguments for ``row``: ``precision`` where given, else the row's
-  dtypes (a row from before issue 20 has float32 parameters and no others: the ``fp32`` layout)."""
+  dtypes (a row without precision fields has float32 parameters and no others: the ``fp32`` layout)."""
   if precision is not None:
     return dict(precision=precision)
   moments = getattr(row, "moments_dtype", None) if optimizer in MOMENTS_DTYPE_OPTIMIZERS else None

@@ -1,4 +1,4 @@
-"""Mixed precision as big runs train (issue 20 item 4): a float32 master copy of bf16
+"""Mixed precision as big runs train: a float32 master copy of bf16
 parameters in the optimizer state, the optimizer moments' own dtype, and the dtype gradients
 are reduced in across the data axes.
 

@@ -171,8 +171,8 @@ def _build() -> dict[str, RematPolicy]:
       offloads=_QKV,
       needs_host_memory=True,
   )
-  # Each layer's input to host memory, everything else recomputed: the long-context preset
-  # (issue 19). Under `full` the layer inputs, L x [B, T, D], are all that stays on the device
+  # Each layer's input to host memory, everything else recomputed: the long-context preset.
+  # Under `full` the layer inputs, L x [B, T, D], are all that stays on the device
   # between the passes; here they go to pinned host memory as the forward pass makes them and
   # come back one layer at a time in the backward pass. MaxText offloads the same tensor by name
   # (remat_policy "custom" with decoder_layer_input: offload).

@@ -5,7 +5,7 @@ state donated (so the new ones reuse their buffers, as a real training loop woul
 is a ``jax.ShapeDtypeStruct`` carrying its sharding: nothing is allocated, so a 405B model is
 lowered on a laptop.
 
-The step a production trainer runs (issue 9), as MaxText builds it:
+The step a production trainer runs, as MaxText builds it:
 
 - attention through the implementation chosen for the target and mesh
   (:func:`jaxmem.models.choose_attention`; ``auto`` is splash on TPU, cuDNN on GPU); the fused

@@ -26,7 +26,7 @@ _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "
                   "bubble_fraction", "sequence_parallel", "dropout", "context_strategy")
 
 
-# What the three figures printed side by side are, and why they differ (issue 18 item 10).
+# What the three figures printed side by side are, and why they differ.
 PEAKS_LINE = (
     "three figures: 'sum = footprint' is every allocation of the step counted at once (total, i.e. arguments + "
     "outputs not aliased + the temp heap, plus generated code), which the consumers split; peak_bytes is the most the compiler says is "
