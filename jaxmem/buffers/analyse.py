@@ -62,6 +62,7 @@ import numpy as np
 from jaxmem.buffers.sources import Attribution, attribute
 from jaxmem.buffers.xprof import OptimizedHlo, write_logdir
 from jaxmem.compiler.report import MemoryReport
+from jaxmem.hardware.margin import Verdict
 from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Allocation, Dump, Value
 from jaxmem.hlo.text import Module
@@ -211,18 +212,19 @@ class Explanation(Record):
   # The kinds ``peak_buffers`` is limited to (empty: every kind); by_module and by_kind are the whole live set's.
   kinds: tuple[str, ...] = ()
   # The verdict against the target's capacity, as compare's rows have it (jaxmem.records.Judgement):
-  # None where the target has no capacity (the CPU) or the program gave no figure.
+  # None where the target has no capacity (the CPU) or the program gave no figure. ``judgement``
+  # (jaxmem.hardware.margin.Verdict) says whether it fits, by what margin and which figure it judged.
   capacity_bytes: int | None = None
   required_bytes: int | None = None
-  fits: bool | None = None
-  verdict: str | None = None
-  margin_bytes: int | None = None
-  risk_bytes: int | None = None
-  # What the verdict judged (jaxmem.hardware.margin.Verdict): which figure required_bytes is, the
-  # naive argument + output - alias + temp beside it, and the compiler's own capacity check.
-  judged_figure: str | None = None
-  naive_sum_bytes: int | None = None
-  compiler_check: str | None = None
+  judgement: Verdict = dataclasses.field(default_factory=Verdict)
+
+  fits = property(lambda self: self.judgement.fits)
+  verdict = property(lambda self: self.judgement.verdict)
+  margin_bytes = property(lambda self: self.judgement.margin_bytes)
+  risk_bytes = property(lambda self: self.judgement.risk_bytes)
+  judged_figure = property(lambda self: self.judgement.judged_figure)
+  naive_sum_bytes = property(lambda self: self.judgement.naive_sum_bytes)
+  compiler_check = property(lambda self: self.judgement.compiler_check)
 
   @property
   def versions(self) -> dict[str, str]:

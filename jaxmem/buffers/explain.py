@@ -149,7 +149,7 @@ def explain_lowering(
   report = dataclasses.replace(figures.report, compiled=None)  # with the jaxpr: FLOPs per device, arguments by name
   mesh = _mesh_of(figures.compiled)
   verdict = dict(capacity_bytes=figures.capacity_bytes, required_bytes=figures.required_bytes,
-                 **figures.verdict.as_dict())
+                 judgement=figures.verdict)
   extra = tuple(n for n in figures.notes if n not in report.notes)  # the capacity's, the caller's
   del figures
   target_name = lowering.target.name if lowering.target is not None else report.platform

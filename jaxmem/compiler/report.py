@@ -121,6 +121,11 @@ class MemoryReport(CompilerFigures):
   verdict: str | None = None
   margin_bytes: int | None = None
   risk_bytes: int | None = None
+  # What the verdict judged (jaxmem.hardware.margin.Verdict): which figure required_bytes is, the
+  # naive argument + output - alias + temp beside it, and the compiler's own capacity check.
+  judged_figure: str | None = None
+  naive_sum_bytes: int | None = None
+  compiler_check: str | None = None
 
   @property
   def required_bytes(self) -> int | None:

@@ -18,7 +18,8 @@ from jaxmem.versions import describe
 # via_loop: the while the value came out of when op_name/source are those of the op in its body.
 JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "source", "via_loop")
 # The verdict against the target's capacity (None on a target without one), as compare's rows have it.
-VERDICT_KEYS = ("capacity_bytes", "required_bytes", "fits", "verdict", "margin_bytes", "risk_bytes")
+VERDICT_KEYS = ("capacity_bytes", "required_bytes", "fits", "verdict", "margin_bytes", "risk_bytes", "judged_figure",
+                "naive_sum_bytes", "compiler_check")
 # The configuration as explain's JSON names it (function: the explained function; empty for a preset).
 _CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
                   "platform", "num_devices", "attention", "microbatches", "vocab_tiles", "qk_dtype", "master_dtype",
@@ -50,7 +51,7 @@ def explain_json(result: Explanation) -> dict[str, Any]:
       peak_buffer_kinds=d["kinds"],  # the kinds peak_buffers is limited to; empty: every kind
       estimated=d["estimated"],
       footprint_bytes=d["footprint_bytes"],
-      **{k: d[k] for k in VERDICT_KEYS},
+      **{k: getattr(result, k) for k in VERDICT_KEYS},
       peak_source=d["peak_source"],
       configuration={k: d[k] for k in _CONFIGURATION},
       arguments=d["arguments"],
