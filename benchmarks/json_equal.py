@@ -12,6 +12,10 @@ cache (``JAXMEM_CACHE_DIR`` in a temporary folder), so every row is compiled by 
 test, never read from rows an earlier version cached. The whole set takes a few minutes on two
 loaded cores. ``--only NAME`` runs the named commands alone (repeatable).
 
+``--ignore-added`` compares a change that adds fields (a new column, a new figure, each said in
+the CHANGELOG): a field only the new output has is listed apart (``added:``) and does not count as
+a difference; a field gone or a value changed still does.
+
 Only the fields in :data:`VOLATILE` are left out of the comparison; each says why it may differ
 from one run of the same code to the next. Everything else (every figure, note, label and key)
 must match exactly, floats included: the same compiler given the same program gives the same
@@ -121,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--save", metavar="DIR", help="write each command's JSON to DIR/NAME.json")
   ap.add_argument("--against", metavar="DIR", help="compare each command's JSON with DIR/NAME.json")
+  ap.add_argument("--ignore-added", action="store_true",
+                  help="list the fields only the new output has apart, without counting them as differences")
   ap.add_argument("--only", action="append", default=None, metavar="NAME", help=f"run only these: {', '.join(COMMANDS)}")
   args = ap.parse_args(argv)
   if not (args.save or args.against):
@@ -158,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
       if saved["argv"] != COMMANDS[name]:
         print(f"{name}: note: saved with other arguments {saved['argv']}", flush=True)
       diff = differences(saved["output"], data)
+      added = [d for d in diff if d.endswith(" (new)")] if args.ignore_added else []
+      diff = [d for d in diff if d not in added]
       if diff:
         failed += 1
-      print(f"{name}: " + (f"differs: {summary(diff)}" if diff else "equal") + f" [{took}]", flush=True)
+      extra = f"; added: {summary(added)}" if added else ""
+      print(f"{name}: " + (f"differs: {summary(diff)}" if diff else "equal") + extra + f" [{took}]", flush=True)
     else:
       print(f"{name}: saved [{took}]", flush=True)
   print(f"{len(names)} commands, {failed} failed or differ, {time.perf_counter() - t0:.0f} s", flush=True)
