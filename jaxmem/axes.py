@@ -12,7 +12,9 @@ takes one configuration got one value of it. The cache key is the whole workload
 is keyed with no more said.
 
 A new axis is one entry in :data:`AXES` (its declaration) and the program code that uses it (a
-task's workload holds one value of it: ``task.workload.<name>``). An axis of another package's is
+task's workload holds one value of it: ``task.workload.<name>``; an inner axis the planner does
+not resolve itself reaches the train program as an option by its name,
+:meth:`jaxmem.resolve.Plan.step_options`). An axis of another package's is
 declared the same way, as an entry point in the group ``jaxmem.axes`` naming an :class:`Axis`
 (``[project.entry-points."jaxmem.axes"] toy = "mypkg.axes:TOY"``): the records' fields are made
 when jaxmem is imported, so an axis must be known by then.
