@@ -12,7 +12,9 @@ takes one configuration got one value of it. The cache key is the whole workload
 is keyed with no more said.
 
 A new axis is one entry in :data:`AXES` (its declaration) and the program code that uses it (a
-task's workload holds one value of it: ``task.workload.<name>``). An axis of another package's is
+task's workload holds one value of it: ``task.workload.<name>``; an inner axis the planner does
+not resolve itself reaches the train program as an option by its name,
+:meth:`jaxmem.resolve.Plan.step_options`). An axis of another package's is
 declared the same way, as an entry point in the group ``jaxmem.axes`` naming an :class:`Axis`
 (``[project.entry-points."jaxmem.axes"] toy = "mypkg.axes:TOY"``): the records' fields are made
 when jaxmem is imported, so an axis must be known by then.
@@ -178,6 +180,24 @@ def _distinct_ints(v: Any, name: str) -> tuple[int | str, ...]:
 
 def _probabilities(v: Any, name: str) -> tuple[float, ...]:
   return numbers(v, name, "a probability in [0, 1) (several: separated by commas)")
+
+
+# The dtypes dot attention can form its scores in: the compute dtype (MaxText's default) or float32.
+QK_DTYPES = ("bfloat16", "float32")
+
+
+def one_of(valid: Sequence[str], what: str = "names") -> Callable[[Any, str], tuple[str, ...]]:
+  """A parser of names each one of ``valid``, each once: an unknown one or none at all is
+  refused in one line that lists the valid ones (``what`` says what the items are)."""
+  def parse(v: Any, name: str) -> tuple[str, ...]:
+    got = names(v)
+    if not got:
+      raise JaxmemError(f"`{name}` is empty; give {what} separated by commas from {', '.join(valid)}")
+    for n in got:
+      if n not in valid:
+        raise JaxmemError(f"unknown `{name}` {n!r}; valid: {', '.join(valid)}")
+    return tuple(dict.fromkeys(got))
+  return parse
 
 
 # --- the declaration ---
@@ -363,7 +383,7 @@ AXES: dict[str, Axis] = _registry(
          flag_default=1, listed=False,
          help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; "
          "comma separated to sweep; default 1"),
-    Axis(name="qk_dtype", default=("bfloat16",), training=False, group="workload", flag_default="bfloat16",
+    Axis(name="qk_dtype", parse=one_of(QK_DTYPES, "dtypes"), default=("bfloat16",), training=False, group="workload", flag_default="bfloat16",
          record=Recorded(annotation="str", default="bfloat16", after="vocab_tiles"),
          help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
          word="qk", quiet=(None, "bfloat16")),
@@ -487,6 +507,24 @@ def with_fields(kind: str) -> Callable[[type], type]:
       if default is not dataclasses.MISSING:
         setattr(cls, name, default)
     cls.__annotations__ = {n: types[n] for n in order}
+    return cls
+
+  return add
+
+
+def with_optional_fields(axes: Sequence[Axis], *, after: str) -> Callable[[type], type]:
+  """A class decorator, applied under ``@dataclass``: a field for each of ``axes`` (its recorded
+  annotation, optional; default ``None``), in order, after the class body's field ``after``."""
+
+  def add(cls: type) -> type:
+    own = dict(inspect.get_annotations(cls))
+    added = {a.name: _optional_annotation(a.record.annotation if a.record else "Any") for a in axes}
+    order = list(own)
+    at = order.index(after) + 1
+    order[at:at] = list(added)
+    for name in added:
+      setattr(cls, name, None)
+    cls.__annotations__ = {n: {**own, **added}[n] for n in order}
     return cls
 
   return add

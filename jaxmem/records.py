@@ -75,7 +75,8 @@ class Configuration(Placement):
   ``bubble_fraction`` the schedule's idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al.
   2019; MaxText). A user's own step (``--step``) has ``None`` for what jaxmem did not choose: the
   optimizer, the compute dtype (and the parameters' where no argument is named ``params``),
-  ``microbatches``, ``vocab_tiles`` and ``qk_dtype``."""
+  ``microbatches``, ``vocab_tiles`` and the axes the planner takes as given (the attention
+  scores' dtype: :func:`jaxmem.resolve.given_axes`)."""
 
   seq: int
   stages: int = 1

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
-from jaxmem.axes import AXES, declared, one_value_each, outer_axes
+from jaxmem.axes import AXES, Axis, declared, one_value_each, outer_axes
 from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with_capacity, with_resident
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
@@ -28,7 +29,7 @@ from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
 from jaxmem.program.train import (
-    QK_DTYPES, TrainProgram, build_train_program, check_batch, check_qk_dtype, check_step_options, pick_attention,
+    TrainProgram, build_train_program, check_batch, check_step_options, pick_attention,
 )
 from jaxmem.workload import PRECISION_AXES, BaseWorkload, Workload
 
@@ -50,7 +51,7 @@ class Task:
     return self.workload.target_name
 
   def __getattr__(self, name: str) -> Any:
-    # A sweep axis's one value (task.remat, task.qk_dtype...): jaxmem.axes declares them.
+    # A sweep axis's one value (task.remat, task.microbatches...): jaxmem.axes declares them.
     if name in AXES and name != "mesh":
       return AXES[name].first(self.__dict__["workload"])
     raise AttributeError(name)
@@ -102,9 +103,8 @@ class Plan:
   pipeline: PipelineOptions = PipelineOptions()  # on the meshes with a stage axis (one per sweep)
   # How attention crosses a context-sharded sequence, swept on meshes with a context axis.
   context_strategies: tuple[str, ...] = ("all_gather",)
-  qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores, swept
-  # The sweep axes the planner takes as given (declared in jaxmem.axes, used by the program
-  # code, not resolved here): each (name, values), a task per value, outermost in the product.
+  # The sweep axes the planner takes as given (declared in jaxmem.axes, checked by their parsers,
+  # used by the program code, not resolved here): each (name, values), a task per value.
   others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
   # A sweep over the outer axes (jaxmem.axes: the model's config, the
   # step's layout): one plan per combination, each of one value per axis; this plan is then the
@@ -116,9 +116,11 @@ class Plan:
     """The first precision of the sweep (a task's plan, :func:`for_task`, has only its own)."""
     return self.precisions[0]
 
-  @property
-  def qk_dtype(self) -> str:
-    return self.qk_dtypes[0]
+  def step_options(self) -> dict[str, Any]:
+    """The first value of each axis the planner takes as given (:func:`given_axes`), by name:
+    what the program code reads them from (:func:`jaxmem.program.train.build_train_program`'s
+    ``options``); a task's plan (:func:`for_task`) has only its own."""
+    return {name: values[0] for name, values in self.others}
 
   def strategies(self, mesh: shd.MeshSpec) -> tuple[str, ...]:
     """The context strategies a mesh sweeps: all of them over a context axis, else the first
@@ -135,7 +137,8 @@ class Plan:
 
   def tasks(self) -> list[Task]:
     """The configurations as picklable, cacheable tasks, in ``grid()`` order for each MoE
-    variant, precision, qk dtype and vocabulary tiling (:func:`for_task` specialises the plan to one)."""
+    variant, precision, value of each axis taken as given (``others``) and vocabulary tiling
+    (:func:`for_task` specialises the plan to one)."""
     if self.variants:
       return [t for v in self.variants for t in v.tasks()]
     cpu = cpu_devices_needed([self.workload.target_name])
@@ -147,15 +150,14 @@ class Plan:
         Task(
             workload=one.replace(
                 mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb,
-                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor, context_strategy=strategy, qk_dtype=qk,
+                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor, context_strategy=strategy,
                 **precision_axes(prec), **other,
             ),
             cpu_devices=cpu,
         )
-        for other in others
         for impl, factor in self.moe
         for prec in self.precisions
-        for qk in self.qk_dtypes
+        for other in others
         for tiles in self.vocab_tiles
         for mesh, opt, attention, mb, rp in self.grid()
         for strategy in self.strategies(mesh)
@@ -175,7 +177,7 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   one = dataclasses.replace(
       p, workload=w, cfg=cfg, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
       microbatches=w.microbatches, vocab_tiles=w.vocab_tiles, context_strategies=w.context_strategy,
-      qk_dtypes=w.qk_dtype, precisions=(task_precision(w),), others=tuple((n, getattr(w, n)) for n, _ in p.others),
+      precisions=(task_precision(w),), others=tuple((n, getattr(w, n)) for n, _ in p.others),
   )
   opt = next(o for o in p.optimizers if o.name == task.optimizer)
   rp = next(r for r in p.remats if r.name == task.remat)
@@ -186,12 +188,14 @@ def build_program(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, 
   """The train program of one of ``p``'s configurations: its mesh, optimizer and policy, the
   plan's model, batch and sequence, and its first value of each of the step's options, each
   unless ``given`` (``cfg``, ``batch``, ``seq`` or an option of
-  :func:`jaxmem.program.train.build_train_program`)."""
+  :func:`jaxmem.program.train.build_train_program`; ``options`` replaces the values of the axes
+  taken as given that it names, :meth:`Plan.step_options` the rest)."""
   options = dict(
       cfg=p.cfg, batch=p.batch, seq=p.seq, attention=p.attentions[0], microbatches=p.microbatches[0],
-      vocab_tiles=p.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision, pipeline=p.pipeline,
+      vocab_tiles=p.vocab_tiles[0], precision=p.precision, pipeline=p.pipeline,
       sequence_parallel=p.workload.sequence_parallel, context_strategy=p.context_strategies[0],
   ) | given
+  options["options"] = {**p.step_options(), **given.get("options", {})}
   return build_train_program(options.pop("cfg"), remat=rp, optimizer=opt, target=p.target, mesh=mesh, **options)
 
 
@@ -220,16 +224,36 @@ def outer_variants(w: Workload) -> list[Workload]:
 
 # The inner axes the planner resolves itself (the mesh against the target, remat and optimizer
 # names, the step's, MoE variants and precisions, each checked); every other is taken as given.
-RESOLVED = ("mesh", "remat", "optimizer", "attention", "microbatches", "vocab_tiles", "qk_dtype", "moe_impl",
+RESOLVED = ("mesh", "remat", "optimizer", "attention", "microbatches", "vocab_tiles", "moe_impl",
             "capacity_factor", *PRECISION_AXES, "context_strategy")
+
+
+def given_axes(*, training: bool | None = None, recorded: bool = False) -> tuple[Axis, ...]:
+  """The inner axes the planner takes as given, in their declared order: their parsers check
+  them as the workload is made, a plan makes a task per value, and the program code reads each
+  task's one value from its options (:meth:`Plan.step_options`). ``training`` False: those every
+  workload has (inference's too); ``recorded``: only those a result records under their name."""
+  return tuple(a for a in declared(training=training) if not a.outer and a.name not in RESOLVED
+               and not (recorded and a.record is None))
+
+
+def workload_options(w: BaseWorkload) -> dict[str, Any]:
+  """A workload of one configuration's value of each axis taken as given that it has, by name
+  (the options :func:`jaxmem.program.train.pick_attention` takes)."""
+  return {a.name: a.first(w) for a in given_axes() if hasattr(w, a.name)}
+
+
+def recorded_options(options: Mapping[str, Any]) -> dict[str, Any]:
+  """Of ``options`` (axes taken as given, by name), those a result records under their name."""
+  return {k: v for k, v in options.items() if AXES[k].record is not None}
 
 
 def resolve_others(w: Workload) -> tuple[tuple[str, tuple[Any, ...]], ...]:
   """The values, each once, of the inner axes the planner takes as given (their declarations
   check them as the workload is made); an empty one is an error."""
   out = []
-  for axis in declared():
-    if axis.outer or axis.name in RESOLVED or not hasattr(w, axis.name):
+  for axis in given_axes():
+    if not hasattr(w, axis.name):
       continue
     values = axis.values(w)
     if not values:
@@ -359,7 +383,7 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   vocab_tiles = resolve_vocab_tiles(w)
   strategies = resolve_context_strategies(w)
   precisions = resolve_precisions(w, cfg, optimizers)
-  qk_dtypes = resolve_qk_dtypes(w)
+  others = resolve_others(w)
   pipeline = resolve_pipeline(w, meshes)
   variants = moe_variants(w)
   impl, factor = variants[0]
@@ -376,14 +400,14 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
       )
     for name, strategy in itertools.product(attentions, strategies if "context" in shd.mesh_axes(m).seq else (None,)):
       # A name the target or mesh cannot take is refused here, before the first compile.
-      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), qk_dtype=qk_dtypes[0],
-                     context_strategy=strategy)
+      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), context_strategy=strategy,
+                     options={n: vs[0] for n, vs in others})
   w = w.replace(target=w.target_name)
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
       moe_notes=moe_notes, model=model, precisions=precisions, pipeline=pipeline, context_strategies=strategies,
-      qk_dtypes=qk_dtypes, others=resolve_others(w),
+      others=others,
   )
 
 
@@ -426,15 +450,6 @@ def resolve_precisions(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimize
         opt.transformation(1e-3, moments_dtype=precision.moments_dtype)  # builds nothing; refuses in one line
     out.append(precision)
   return tuple(out)
-
-
-def resolve_qk_dtypes(w: BaseWorkload) -> tuple[str, ...]:
-  """The workload's qk dtypes, each once, checked."""
-  if not w.qk_dtype:
-    raise JaxmemError(f"`qk_dtype` is empty; give dtypes separated by commas from {', '.join(QK_DTYPES)}")
-  for qk in w.qk_dtype:
-    check_qk_dtype(qk)
-  return tuple(dict.fromkeys(w.qk_dtype))
 
 
 # The optimizer column of a step's rows: the step brings its own.
@@ -490,13 +505,12 @@ def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 
 def resolve_attention(w: BaseWorkload) -> tuple[str, ...]:
-  """The workload's attention names, each once, and its ``qk_dtype``, checked."""
+  """The workload's attention names, each once, checked."""
   if not w.attention:
     raise JaxmemError(f"`attention` is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
   for name in w.attention:
     if name not in ATTENTION_NAMES:
       raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
-  resolve_qk_dtypes(w)
   return tuple(dict.fromkeys(w.attention))
 
 

@@ -38,10 +38,10 @@ Public interface::
                                    the cache kind a config needs
   AttendFn, dot_attend, chunked_attend   how attention is computed (see attention_ops.py)
   IMPLEMENTATIONS, ATTENTION_NAMES, AttentionImpl, AttentionShapes, AttentionChoice,
-  choose_attention(requested, *, platform, shapes, mesh=None, axes=None, qk_dtype=None,
-                   deviceless=True)
+  choose_attention(requested, *, platform, shapes, mesh=None, axes=None, deviceless=True, ...)
                                    the attention registry and the per-target "auto" choice
-                                   (attention_registry.py; kernels in attention_kernels.py)
+                                   (attention_registry.py, with the scores' dtype and context
+                                   strategy it takes; kernels in attention_kernels.py)
   get_attention(name) -> AttentionImpl   one entry (platforms, fused, kernel_flops, constraints);
                                    JaxmemError listing the valid names otherwise
   attention_help() -> str          --attention's help, from the registry

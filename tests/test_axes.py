@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ import textwrap
 import pytest
 
 import jaxmem
+import jaxmem.models
 from jaxmem.axes import AXES, one_value_each, outer_axes, swept_fields
 from jaxmem.cli import _common
 from jaxmem.errors import JaxmemError
@@ -98,13 +100,15 @@ import contextlib, io, json
 import jaxmem
 from jaxmem.cli import main
 from jaxmem.cli._common import _label
-from jaxmem.resolve import plan
+from jaxmem.resolve import for_task, plan
 from jaxmem.render.tables import render_compare
 
 TINY = dict(model="tiny", target="cpu", batch=2, seq=16, remat="none")
 out = {"declared": "toy" in jaxmem.AXES}
-tasks = plan(**TINY, toy="red,blue").tasks()
+p = plan(**TINY, toy="red,blue")
+tasks = p.tasks()
 out["task_toys"] = [t.toy for t in tasks]
+out["options"] = [for_task(p, t)[0].step_options() for t in tasks]
 out["keys"] = [t.cache_key() for t in tasks]
 cache = jaxmem.RowCache()
 rows = jaxmem.compare(**TINY, toy="red,blue", cache=cache)
@@ -156,6 +160,12 @@ def test_a_toy_axis_is_swept_and_recorded(toy):
   assert toy["rows"] == ["red", "blue"]  # two rows, each recording its own
 
 
+def test_a_toy_axis_reaches_the_program_as_an_option(toy):
+  # The program code reads the options it uses by name and passes the others by.
+  assert [o["toy"] for o in toy["options"]] == ["red", "blue"]
+  assert all(o["qk_dtype"] == "bfloat16" for o in toy["options"])
+
+
 def test_a_toy_axis_is_cached_apart(toy):
   assert len(set(toy["keys"])) == 2  # distinct cache keys
   assert toy["hits"] == 2 and toy["again"] == ["blue", "red"]  # each value read back as itself
@@ -184,3 +194,22 @@ def test_a_toy_axis_is_in_the_json(toy):
   doc = json.loads(toy["json"])
   rows = doc["rows"] if isinstance(doc, dict) else doc
   assert [r["toy"] for r in rows] == ["blue"]
+
+
+# --- one swept option re-declared through its axis: its name in its declaration and its users only ---
+
+LIBRARY = pathlib.Path(jaxmem.__file__).parent
+MODELS = pathlib.Path(jaxmem.models.__file__).parent  # models/ in a checkout, installed as jaxmem.models
+
+
+def test_qk_dtype_is_named_only_by_its_declaration_and_the_code_that_uses_it():
+  """The rule: an option swept through its axis declaration (``--qk-dtype``) is named, in the
+  library, only where it is declared (jaxmem/axes.py, which also checks its values), where the
+  program code uses it (jaxmem/program/train.py, which reads it from the step's options) and
+  where the model's attention takes it (models/attention_registry.py). Every other module passes
+  it on generically, as the planner's options, the records' axes and the tables' axis columns
+  (the docs may name it too)."""
+  allowed = {LIBRARY / "axes.py", LIBRARY / "program" / "train.py", MODELS / "attention_registry.py"}
+  naming = {f for root in (LIBRARY, MODELS) for f in root.rglob("*.py") if "qk_dtype" in f.read_text()}
+  assert naming, "the option is declared somewhere"
+  assert naming <= allowed, sorted(map(str, naming - allowed))

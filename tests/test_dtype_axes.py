@@ -85,7 +85,7 @@ def test_explain_takes_one_of_each(field):
 
 def test_infer_sweeps_qk_dtype_over_prefill_only():
   p = plan_infer(model="tiny", target="cpu", qk_dtype="bfloat16,float32", prompt=16, context="32")
-  got = [(cfg[2], cfg[6]) for cfg in p.configs()]
+  got = [(cfg[2], cfg[6]["qk_dtype"]) for cfg in p.configs()]
   assert got == [("prefill", "bfloat16"), ("prefill", "float32"), ("decode", "bfloat16")]
 
 

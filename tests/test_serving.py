@@ -139,6 +139,7 @@ def test_bad_input_is_one_line():
       (dict(phase="train"), "`phase` must be one of prefill, decode"),
       (dict(target="cpu:4", mesh="tensor=4"), "`mesh` tensor=4: tensor=4 does not divide tiny's 2 kv heads"),
       (dict(target="cpu"), "needs a target with a memory capacity"),
+      (dict(qk_dtype="bfloat16,float32"), "a serving fit takes one `qk_dtype`"),
   ]
   for fields, message in cases:
     kw = dict(model="tiny", target="cpu", context=128) | fields

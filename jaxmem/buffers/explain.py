@@ -34,7 +34,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.options import RunOptions
 from jaxmem.program.step import call_step, step_notes
-from jaxmem.resolve import plan
+from jaxmem.resolve import plan, recorded_options
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
@@ -176,7 +176,7 @@ def explain_workload(
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   prog = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
-      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], qk_dtype=p.qk_dtype, precision=p.precision,
+      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], options=p.step_options(), precision=p.precision,
       pipeline=p.pipeline,
       sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
   )
@@ -187,7 +187,8 @@ def explain_workload(
   configuration = Configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
       batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, num_devices=p.target.num_devices,
-      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles, qk_dtype=p.qk_dtype,
+      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles,
+      **recorded_options(p.step_options()),
       master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=p.precision.grad_reduce_dtype,
       **p.pipeline.fields(m),
       sequence_parallel=prog.sequence_parallel, dropout=p.cfg.dropout, context_strategy=prog.attention.strategy,

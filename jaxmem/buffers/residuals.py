@@ -31,7 +31,9 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
 from jaxmem.models.dropout import Dropout
 from jaxmem.models.transformer import Block
-from jaxmem.resolve import moe_config, moe_variants, resolve_dropout, resolve_model, resolve_step_axes
+from jaxmem.resolve import (
+    given_axes, moe_config, moe_variants, resolve_dropout, resolve_model, resolve_step_axes, workload_options,
+)
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.train import pick_attention
 from jaxmem.records import Record
@@ -172,7 +174,7 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   attentions, microbatches = resolve_step_axes(w)
   tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
-  one_value_each(w, "`residuals`", only=(*outer_axes(), "qk_dtype"))
+  one_value_each(w, "`residuals`", only=(*outer_axes(), *(a.name for a in given_axes())))
   if len(moe_variants(w)) > 1:
     raise JaxmemError("`residuals` takes one `moe_impl` and `capacity_factor`; run it once per choice")
   (impl, factor), = moe_variants(w)
@@ -182,7 +184,7 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   policies = parse_remat(w.remat, host_memory=True)
   out = []
   for name in attentions:
-    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, qk_dtype=w.qk_dtype[0])
+    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, options=workload_options(w))
     out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice) for rp in policies]
   return out
 

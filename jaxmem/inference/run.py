@@ -10,8 +10,10 @@ whatever is asked (no T x T scores exist there), and its rows say so. Every row 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
+from jaxmem.axes import with_optional_fields
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
 from jaxmem.compiler.steptime import Work
@@ -25,17 +27,20 @@ from jaxmem.options import RunOptions
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
+from jaxmem.resolve import given_axes, recorded_options
 from jaxmem.records import Communication, CompilerFigures, Composed, Judgement, Placement, Record, StepTime, composed
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+@with_optional_fields(given_axes(training=False, recorded=True), after="attention_kind")
 class InferSetup(Record):
   """What an inference step is, beside its placement: the phase, the weight format, the KV
   cache's length in positions (``context``: the prompt for prefill, the cache a decode step reads
   for decode), the prompt, the attention implementation used (prefill's kernel; ``dot`` for
-  decode) and what the KV cache holds per token (``attention_kind``: MLA, MHA or GQA),
-  ``qk_dtype`` (prefill: dot attention's scores as asked; ``None`` for decode, which forms no
-  scores), and ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`."""
+  decode) and what the KV cache holds per token (``attention_kind``: MLA, MHA or GQA), then
+  each sweep axis the planner takes as given (:func:`jaxmem.resolve.given_axes`: dot attention's
+  scores' dtype) as prefill asked it (``None`` for decode, which forms no scores), and
+  ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`."""
 
   phase: str
   weights: str
@@ -43,7 +48,7 @@ class InferSetup(Record):
   prompt: int | None
   attention: str | None = None
   attention_kind: str = "GQA"
-  qk_dtype: str | None = None
+  # (the axes taken as given, after attention_kind: with_optional_fields)
   moe_impl: str | None = None
   capacity_factor: float | None = None
 
@@ -97,20 +102,21 @@ def run_infer_config(
     context: int,
     attention: str | None = None,
     variant: tuple[ModelConfig, tuple[str, ...]] | None = None,
-    qk_dtype: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> InferRow:
   """Compiles one configuration (:func:`jaxmem.compiler.figures.compile_figures`); a compile
   the backend refuses, or arguments alone over the device's capacity, become a row with ``error``.
   ``attention`` (prefill; the plan's first unless given) names the implementation, ``variant``
-  the MoE choice's config and notes (else the plan's), ``qk_dtype`` prefill's scores (the plan's first unless given)."""
+  the MoE choice's config and notes (else the plan's), ``options`` prefill's values of the axes
+  taken as given, by name (the plan's first of each that it does not name)."""
   cfg, moe_notes = variant or (p.cfg, ())
+  options = {**p.step_options(), **(options or {})}
   attention = p.attentions[0] if attention is None else attention
   choice = None
   notes: list[str] = []
   if phase == "prefill":
     choice = pick_attention(
-        attention, cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh),
-        qk_dtype=p.qk_dtype if qk_dtype is None else qk_dtype,
+        attention, cfg, batch=p.batch, seq=context, target=p.target, mesh=p.target.make_mesh(mesh), options=options,
     )
     notes += choice.notes
     if get_attention(choice.name).fused:  # its FLOPs are counted from its shapes
@@ -129,7 +135,7 @@ def run_infer_config(
       context=context,
       prompt=p.prompt if phase == "prefill" else None,
       attention=choice.name if choice is not None else "dot",
-      qk_dtype=(p.qk_dtype if qk_dtype is None else qk_dtype) if phase == "prefill" else None,
+      **{k: v if phase == "prefill" else None for k, v in recorded_options(options).items()},
       batch=p.batch,
       num_devices=p.target.num_devices,
       attention_kind=attention_kind(cfg),

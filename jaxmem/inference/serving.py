@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem.axes import training_only
+from jaxmem.axes import one_value_each, training_only
 from jaxmem.compiler.figures import shape_argument_bytes
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import get_target
@@ -46,7 +46,7 @@ from jaxmem.inference.workload import PHASES, InferPlan, InferWorkload, _ints, p
 from jaxmem.models import ModelConfig
 from jaxmem.cache import RowCache, key
 from jaxmem.options import RunOptions
-from jaxmem.resolve import resolve_meshes
+from jaxmem.resolve import given_axes, resolve_meshes
 from jaxmem.program import sharding as shd
 from jaxmem.records import Record
 
@@ -227,8 +227,8 @@ def fit_serving(
   check_serving(phase, over, fields)
   w = InferWorkload.of(workload, **fields).replace(phase=(phase,))
   p = _template_plan(w, over)
-  if len(p.qk_dtypes) > 1:  # one search per configuration: it is not a sweep axis here
-    raise JaxmemError(f"a serving fit takes one `qk_dtype` (got {', '.join(p.qk_dtypes)}); run it once per dtype")
+  # One search per configuration: the axes taken as given are not swept here.
+  one_value_each(w, "a serving fit", only=[a.name for a in given_axes()])
   for mesh in p.meshes:
     check_kv_heads(p.cfg, mesh)
   if p.target.capacity_bytes is None:

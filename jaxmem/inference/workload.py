@@ -19,7 +19,10 @@ from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig
-from jaxmem.resolve import moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_qk_dtypes, resolve_target
+from jaxmem.resolve import (
+    moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_others,
+    resolve_target,
+)
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import pick_attention
 from jaxmem.workload import BaseWorkload
@@ -32,7 +35,8 @@ DEFAULT_CONTEXT = (2048,)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class InferWorkload(BaseWorkload):
   """An inference workload: the shared fields (``model``, ``batch``, ``target``, ``slices``,
-  ``mesh``, ``dtype``, ``attention``, ``qk_dtype``, the MoE variant) and inference's own: weight
+  ``mesh``, ``dtype``, ``attention``, the MoE variant, the axes taken as given: the attention
+  scores' dtype) and inference's own: weight
   formats, phases, the prefill prompt length and the decode contexts (KV cache lengths), each a
   comma-separated string or a sequence. Stored weights start from bf16. ``attention`` is a sweep
   axis of prefill rows; decode attends with einsums."""
@@ -64,26 +68,32 @@ class InferPlan:
   contexts: tuple[int, ...]
   batch: int
   attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
-  qk_dtypes: tuple[str, ...] = ("bfloat16",)  # dot attention's scores in prefill, swept
   # MoE variants as in jaxmem.resolve.Plan, each a (config, notes) to compile with.
   moe: tuple[tuple[ModelConfig, tuple[str, ...]], ...] = ()
+  # The sweep axes the planner takes as given, as in jaxmem.resolve.Plan: each (name, values).
+  # They reach prefill's attention; decode forms no scores, so it sweeps none (its rows record none).
+  others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
-  @property
-  def qk_dtype(self) -> str:
-    return self.qk_dtypes[0]
+  def step_options(self) -> dict[str, Any]:
+    """The first value of each axis taken as given, by name (:meth:`jaxmem.resolve.Plan.step_options`)."""
+    return {name: values[0] for name, values in self.others}
 
-  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[ModelConfig, tuple[str, ...]], str]]:
-    """(mesh, weights, phase, context, attention, MoE variant, qk dtype): prefill once per
-    attention name and qk dtype, decode once (it attends with einsums, so its attention is the
-    first name, recorded as dot, and it forms no scores to take a qk dtype)."""
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[ModelConfig, tuple[str, ...]],
+                                  dict[str, Any]]]:
+    """(mesh, weights, phase, context, attention, MoE variant, options): prefill once per
+    attention name and combination of the axes taken as given (``options``, by name), decode
+    once (it attends with einsums, so its attention is the first name, recorded as dot, and it
+    forms no scores, so its options are the first values, which its rows do not record)."""
+    names = [n for n, _ in self.others]
+    combos = [dict(zip(names, values, strict=True)) for values in itertools.product(*(vs for _, vs in self.others))]
     out = []
     for variant in self.moe or ((self.cfg, ()),):
       for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
         prefill = phase == "prefill"
         for ctx in (self.prompt,) if prefill else self.contexts:
-          for attention, qk in itertools.product(*((self.attentions, self.qk_dtypes) if prefill else
-                                                   (self.attentions[:1], self.qk_dtypes[:1]))):
-            out.append((mesh, fmt, phase, ctx, attention, variant, qk))
+          for attention, options in itertools.product(*((self.attentions, combos) if prefill else
+                                                        (self.attentions[:1], combos[:1]))):
+            out.append((mesh, fmt, phase, ctx, attention, variant, options))
     return out
 
 
@@ -122,7 +132,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   (batch,) = _ints([w.batch], "batch")
   meshes = resolve_meshes(w, tgt)
   attentions = resolve_attention(w)
-  qk_dtypes = resolve_qk_dtypes(w)
+  others = resolve_others(w)
   variants = tuple(moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), tgt.platform) for i, f in moe_variants(w))
   cfg = variants[0][0]
   for m in meshes:
@@ -134,7 +144,8 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
       )
     if "prefill" in phases:
       for name in attentions:  # refused here, before a compile, if the target cannot take it
-        pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m), qk_dtype=qk_dtypes[0])
+        pick_attention(name, cfg, batch=batch, seq=prompt, target=tgt, mesh=dict(m),
+                       options={n: vs[0] for n, vs in others})
     ways = shd.data_parallel_size(m)
     if batch % ways:
       raise JaxmemError(
@@ -145,6 +156,6 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
-  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, qk_dtypes, moe=variants)
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, moe=variants, others=others)
 
 

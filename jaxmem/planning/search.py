@@ -268,7 +268,7 @@ def _schedule_candidates(
   cfg, tgt, n = p.cfg, p.target, p.target.num_devices
   program = build_train_program(
       cfg, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
-      mesh=mesh, attention=kernel, qk_dtype=p.qk_dtype, precision=p.precision,
+      mesh=mesh, attention=kernel, options=p.step_options(), precision=p.precision,
       pipeline=PipelineOptions(microbatches=pm),
   )
   args = shape_argument_bytes(program.args, n)
@@ -298,7 +298,7 @@ def _kernels(p: Plan, mesh: shd.MeshSpec, pruned: Counter, per_kernel: int) -> l
   for name in ATTENTIONS:
     try:
       choice = pick_attention(name, p.cfg, batch=p.batch, seq=p.seq, target=p.target, mesh=dict(mesh),
-                              qk_dtype=p.qk_dtype)
+                              options=p.step_options())
     except JaxmemError:
       pruned["attention kernel not available on this target or mesh"] += per_kernel
       continue

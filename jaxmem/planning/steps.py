@@ -29,7 +29,7 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.compiler.steptime import Work
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import key
-from jaxmem.resolve import Plan, Task, for_task
+from jaxmem.resolve import Plan, Task, for_task, given_axes
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
 from jaxmem.program.step import call_step, is_local, step_notes
@@ -105,7 +105,7 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   base = dict(
       model=p.workload.model_name, target=p.target.name, mesh=shd.format_mesh(mesh), remat=rp.name,
       optimizer=None, batch=p.batch, seq=p.seq, param_dtype=None, dtype=None, num_devices=p.target.num_devices,
-      microbatches=None, vocab_tiles=None, qk_dtype=None,
+      microbatches=None, vocab_tiles=None, **dict.fromkeys(a.name for a in given_axes(recorded=True)),
   )
   lowering = _TRACED.pop(_traced_as(p, mesh, rp), None) or lower_step(p, mesh, rp)
   notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform)

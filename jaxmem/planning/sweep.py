@@ -338,7 +338,8 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
     cfg = dataclasses.replace(cfg, moe_impl=row.moe_impl, capacity_factor=row.capacity_factor or cfg.capacity_factor)
   program = build_program(
       p, mesh, opt, rp, cfg=cfg, batch=row.batch, seq=row.seq, attention=row.attention or p.attentions[0],
-      microbatches=row.microbatches, vocab_tiles=row.vocab_tiles, qk_dtype=row.qk_dtype,
-      precision=row_precision(p, row), context_strategy=row.context_strategy,
+      microbatches=row.microbatches, vocab_tiles=row.vocab_tiles, precision=row_precision(p, row),
+      context_strategy=row.context_strategy,
+      options={k: getattr(row, k, v) for k, v in p.step_options().items()},  # as the row recorded each
   )
   return jaxpr_flops(program.trace().jaxpr.jaxpr)

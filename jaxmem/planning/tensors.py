@@ -128,7 +128,7 @@ def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]
   cfg, micro = p.cfg, p.microbatches[0]
   batch = max(1, p.batch // micro)
   attention = pick_attention(p.attentions[0], cfg, batch=batch, seq=p.seq, target=p.target, mesh=None,
-                             qk_dtype=p.qk_dtype)
+                             options=p.step_options())
   every = get_remat(assignment_name([n for n in CHECKPOINT_NAMES if n != DECODER_LAYER_INPUT]))
   kinds = [(True, cfg.num_moe_layers), (False, cfg.num_dense_layers)] if cfg.is_moe else [(False, cfg.num_layers)]
   kinds = [(moe, n) for moe, n in kinds if n]

@@ -27,7 +27,7 @@ from jaxmem.hardware.startup import start_distributed, start_jax
 from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.options import RunOptions
-from jaxmem.resolve import Plan, build_program, moe_config, plan
+from jaxmem.resolve import Plan, build_program, moe_config, plan, recorded_options
 from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
@@ -69,7 +69,7 @@ def _configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(mesh), batch=p.batch,
       num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
       param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
-      vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, qk_dtype=p.qk_dtype,
+      vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, **recorded_options(p.step_options()),
       **dataclasses.asdict(p.precision), **moe_fields(p.cfg), **p.pipeline.fields(mesh),
       sequence_parallel=p.workload.sequence_parallel, dropout=p.cfg.dropout,
   )

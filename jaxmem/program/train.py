@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -42,6 +43,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxmem.axes import AXES
 from jaxmem.program import sharding as shd
 from jaxmem.errors import BatchDoesNotDivide, JaxmemError
 from jaxmem.models import AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention
@@ -130,9 +132,6 @@ class TrainProgram:
     return out if len(self.args) > 4 else out[:4]  # the dropout key only where the step takes one
 
 
-QK_DTYPES = ("bfloat16", "float32")
-
-
 def check_batch(
     batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig, *, microbatches: int = 1, vocab_tiles: int = 1,
     pipeline: PipelineOptions = PipelineOptions(),
@@ -209,20 +208,18 @@ def dropout_key_args(cfg: ModelConfig, sharding: NamedSharding) -> tuple[jax.Sha
   return (jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding),) if cfg.dropout else ()
 
 
-def check_qk_dtype(qk_dtype: str) -> None:
-  if qk_dtype not in QK_DTYPES:
-    raise JaxmemError(f"unknown `qk_dtype` {qk_dtype!r}; valid: {', '.join(QK_DTYPES)}")
-
-
 def pick_attention(
-    requested: str, cfg: ModelConfig, *, batch: int, seq: int, target: Target, mesh: Any, qk_dtype: str = "bfloat16",
-    context_strategy: str | None = None,
+    requested: str, cfg: ModelConfig, *, batch: int, seq: int, target: Target, mesh: Any,
+    context_strategy: str | None = None, options: Mapping[str, Any] | None = None,
 ) -> AttentionChoice:
   """The attention implementation for ``requested`` on ``target`` over ``mesh`` (a Mesh, or
   axis sizes for a check before anything is built), at a (micro)batch of ``batch``.
-  ``qk_dtype`` "bfloat16" is MaxText's default, scores in the compute dtype. ``context_strategy``
-  applies on a mesh whose ``context`` axis splits the sequence (default ``all_gather``)."""
-  check_qk_dtype(qk_dtype)
+  ``context_strategy`` applies on a mesh whose ``context`` axis splits the sequence (default
+  ``all_gather``). ``options``: the values of the sweep axes the planner takes as given
+  (:meth:`jaxmem.resolve.Plan.step_options`), by name; attention reads ``qk_dtype``, dot
+  attention's scores ("bfloat16", the default, is MaxText's: scores in the compute dtype), and
+  passes the others by."""
+  (qk_dtype,) = AXES["qk_dtype"].normalise((options or {}).get("qk_dtype", "bfloat16"))
   return choose_attention(
       requested,
       platform=target.platform,
@@ -282,14 +279,17 @@ def build_train_program(
     attention: str = "auto",
     microbatches: int = 1,
     vocab_tiles: int = 1,
-    qk_dtype: str = "bfloat16",
     precision: prec.Precision = prec.Precision(),
     pipeline: PipelineOptions = PipelineOptions(),
     sequence_parallel: bool = False,
     context_strategy: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> TrainProgram:
   """Builds the sharded, donated train step with abstract inputs. Call it once JAX has started
-  the target's backends (the attention choice reads them)."""
+  the target's backends (the attention choice reads them). ``options``: the values of the sweep
+  axes the planner takes as given, by name (:meth:`jaxmem.resolve.Plan.step_options`; the
+  attention's scores dtype, :func:`pick_attention`); an axis the step does not read changes
+  nothing."""
   check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline)
   check_step_options(cfg, mesh, seq, sequence_parallel=sequence_parallel)
   jmesh = target.make_mesh(mesh)
@@ -298,7 +298,7 @@ def build_train_program(
   # The kernel sees one (pipeline) microbatch at a time.
   choice = pick_attention(
       attention, cfg, batch=batch // microbatches // (1 if pipe is None else pipe.microbatches), seq=seq,
-      target=target, mesh=jmesh, qk_dtype=qk_dtype, context_strategy=context_strategy,
+      target=target, mesh=jmesh, context_strategy=context_strategy, options=options,
   )
   graphdef, params, logical = abstract_model(cfg)
   param_sh = shd.param_shardings(params, logical, jmesh)

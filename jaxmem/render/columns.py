@@ -22,9 +22,11 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from jaxmem.axes import Axis
 from jaxmem.hardware.margin import AT_RISK, NO, YES
 from jaxmem.records import SWEPT_FIELDS
 from jaxmem.render.units import Unit, percent, seconds, unit_for
+from jaxmem.resolve import given_axes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -533,6 +535,12 @@ def _infer_bytes(field: str, header: str) -> Column:
   return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped)
 
 
+def axis_columns(axes: Sequence[Axis]) -> list[Column]:
+  """A column for each of ``axes`` (its declared header), shown where the rows that have a value
+  differ in it."""
+  return [Column(field=a.name, header=a.column_header, format=text, shown=Varies(known=True)) for a in axes]
+
+
 # infer's table: one row per (mesh, weight format, phase, context).
 INFER: list[Column] = [
     Column(field="mesh"),
@@ -554,8 +562,8 @@ INFER: list[Column] = [
     Column(field="compile_seconds", header="compile_seconds", format=_three),
     Column(field="attention_kind", header="attention kind"),
     Column(field="kv_cache_bytes_per_token", header="kv/token KiB", format=lambda v, c: "-" if v is None else f"{v / 1024:,.1f}"),
-    # A swept qk dtype (prefill rows; decode's is None).
-    Column(field="qk_dtype", header="qk dtype", format=text, shown=Varies(known=True)),
+    # The swept axes taken as given (prefill rows; decode's are None).
+    *axis_columns(given_axes(training=False, recorded=True)),
     Column(field="moe_impl", header="moe", format=_moe, shown=_some("moe_impl")),
     # Communication only where there is some to show: several devices, a compiled row.
     Column(field="comm_bytes", header="comm {unit}", format=grouped,
