@@ -97,7 +97,12 @@ def test_tiny_architectures_build_with_the_counted_parameters(name):
   assert built == count_params(cfg)
 
 
-@pytest.mark.parametrize("name", TINY)
+# Each architecture's step compiles here for two of them (the cheapest); the others, each one to
+# four minutes on two loaded cores, run with the slow tests (benchmarks/slow_tests.sh).
+FAST_COMPILES = ("tiny-phi3", "tiny-olmo2")
+
+
+@pytest.mark.parametrize("name", [n if n in FAST_COMPILES else pytest.param(n, marks=pytest.mark.slow) for n in TINY])
 def test_tiny_architectures_train_step_compiles(name):
   cfg = from_config(DATA / f"{name}.json")
   rows = jaxmem.compare(model=cfg, target="cpu", batch=2, seq=256, attention="dot", remat="full")

@@ -116,6 +116,7 @@ def test_targets_listing(capsys):
   assert rows["gpu:a800x8"]["host_ram_gib"] is None and rows["gpu:a800x8"]["host_note"].startswith("unknown: ")
 
 
+@pytest.mark.slow  # two sharded compiles through the CLI
 def test_totals_show_sharding_moves_ownership(capsys):
   argv = ["compare", "--model", "tiny", "--batch", "8", "--seq", "16", "--target", "cpu:4", "--remat", "none"]
   assert main([*argv, "--mesh", "data=4", "--mesh", "fsdp=4", "--totals", "--format", "json"]) == 0

@@ -71,7 +71,7 @@ def test_version_names_jaxmem_and_the_compilers(capsys):
   assert len(out.splitlines()) == 1
 
 
-@pytest.mark.parametrize("how", ["closed", "head"])
+@pytest.mark.parametrize("how", [pytest.param("closed", marks=pytest.mark.slow), "head"])  # one compile each
 def test_a_closed_pipe_ends_quietly(how):
   cmd = [sys.executable, "-m", "jaxmem", "models"]
   if how == "closed":  # the reader gone before jaxmem writes: its write meets EPIPE for certain
@@ -140,6 +140,7 @@ def test_a_search_without_a_total_counts_its_compiles(capsys, monkeypatch):
   assert err[2].startswith("jaxmem: [2] fsdp=1 adamw full batch 128 seq 16: refused: RESOURCE_EXHAUSTED")
 
 
+@pytest.mark.slow  # a CLI sweep of several compiles
 def test_vocab_tiles_take_a_comma_list_and_sweep(capsys):
   argv = ["compare", "--model", "tiny", "--batch", "2", "--seq", "64", "--target", "tpu:v5e-1", "--remat", "full"]
   assert main([*argv, "--vocab-tiles", "1,8", "--format", "json", "--no-cache"]) == 0

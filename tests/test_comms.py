@@ -151,6 +151,7 @@ def test_tpu_v5e_scan():
   assert _loop_part(six) == 3 * _loop_part(two)
 
 
+@pytest.mark.slow  # a TPU compile of an expert mesh under splash; tests/test_moe_wiring.py counts the all-to-alls on the CPU
 @pytest.mark.needs_tpu_compiler
 def test_tpu_expert_mesh_all_to_all_with_splash_attention(compile_one):
   # The smallest case that read 0 all-to-all bytes: splash's Pallas kernel in the layer scan,

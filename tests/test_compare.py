@@ -96,14 +96,10 @@ REGISTRY_TARGET = "tpu:v5e-1" if tpu_compiler_available()[0] else "cpu"
 REGISTRY_WORK = dict(batch=2, seq=16, target=REGISTRY_TARGET)
 
 
-# For a TPU the whole registry compiles (about 1.5 s each). For the CPU, one of each kind of
-# state (none, two moments, bf16 moments, factored, one moment, per-matrix), the rest under the
-# slow marker; every optimizer's update is traced below either way.
-COMPILED_OPTIMIZERS = (
-    tuple(optimizers.OPTIMIZERS)
-    if REGISTRY_TARGET != "cpu"
-    else ("sgd", "adamw", "adamw_bf16", "adafactor", "lion", "muon")
-)
+# One of each kind of state compiles here (none, two moments, bf16 moments, factored, one moment,
+# per-matrix), the rest of the registry with the slow tests (benchmarks/slow_tests.sh); every
+# optimizer's update is traced below either way.
+COMPILED_OPTIMIZERS = ("sgd", "adamw", "adamw_bf16", "adafactor", "lion", "muon")
 
 
 @pytest.mark.parametrize(
@@ -130,7 +126,17 @@ def test_every_optimizer_traces_an_update_of_the_model(name):
   assert jax.tree.map(lambda a: (a.shape, a.dtype), new_params) == jax.tree.map(lambda a: (a.shape, a.dtype), params)
 
 
-@pytest.mark.parametrize("name", [n for n, p in remat.REMAT_POLICIES.items() if p.alias_of is None and n != "none"])
+# One policy of each kind compiles here (recompute all, save by primitive, save all, save by
+# name, MaxText's minimal, the attention core, offload to the host); the rest with the slow tests.
+COMPILED_POLICIES = ("full", "dots_saveable", "everything_saveable", "save_qkv_proj", "minimal", "selective",
+                     "full_offloaded")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n if n in COMPILED_POLICIES else pytest.param(n, marks=pytest.mark.slow)
+     for n, p in remat.REMAT_POLICIES.items() if p.alias_of is None and n != "none"],
+)
 def test_every_remat_policy_compiles(name, compile_one):
   row = compile_one(**REGISTRY_WORK, model="tiny-gpt2", remat=name, optimizer="sgd")
   assert row.remat == name

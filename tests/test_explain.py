@@ -194,6 +194,7 @@ def tpu_none():
   return explain(model="tiny", target="tpu:v5e-4", mesh="fsdp=4", batch=64, seq=512, top=3, attention="dot")
 
 
+@pytest.mark.slow  # the GPU program's compile with XLA's dump; the TPU and CPU cases check the same reading
 @pytest.mark.needs_gpu_compiler("h100")
 def test_gpu_live_at_peak_matches(gpu_none):
   r = gpu_none
@@ -202,11 +203,13 @@ def test_gpu_live_at_peak_matches(gpu_none):
   assert sum(r.consumers.values()) == r.footprint_bytes
 
 
+@pytest.mark.slow  # shares the GPU compile above
 @pytest.mark.needs_gpu_compiler("h100")
 def test_gpu_loop_outputs_attributed_to_the_layer_op(gpu_none):
   _attributed_inside_the_layer(gpu_none)
 
 
+@pytest.mark.slow  # shares the GPU compile above
 @pytest.mark.needs_gpu_compiler("h100")
 def test_gpu_residuals_are_saved_during_the_forward_pass(gpu_none):
   _residuals_saved_from_the_forward_pass(gpu_none)

@@ -461,7 +461,9 @@ def _compiler(target: str) -> tuple[bool, str]:
 
 # The GPU case also runs, with its note, through the sweep in test_moe_wiring.py (in the fast
 # suite); here it is under slow so the two compile the same programs once per CI run.
-@pytest.mark.parametrize("target", ["tpu:v5e-1", pytest.param("gpu:h100", marks=pytest.mark.slow)])
+# Both paths compile for the CPU in tests/test_moe_wiring.py; the accelerator targets with the slow tests.
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["tpu:v5e-1", "gpu:h100"])
 def test_both_implementations_compile_for_accelerator_targets(target):
   ok, why = _compiler(target)
   if not ok:

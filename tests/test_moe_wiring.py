@@ -159,6 +159,7 @@ def test_compare_table_shows_the_moe_columns(cpu8_rows):
   assert "moe" in head and "capacity factor" in head and "dropless" in text and "1.25" in text
 
 
+@pytest.mark.slow  # a TPU compile of an expert mesh; the CPU expert mesh above counts its all-to-alls
 @pytest.mark.needs_tpu_compiler
 def test_tpu_expert_mesh_counts_ragged_all_to_all():
   rows = compare(**MOE, target="tpu:v5p-8", mesh="expert=4", moe_impl=",".join(IMPLS))
@@ -167,6 +168,7 @@ def test_tpu_expert_mesh_counts_ragged_all_to_all():
     assert not any("not counted" in n for n in r.notes)
 
 
+@pytest.mark.slow  # a deviceless GPU compile of both MoE paths; the CPU and TPU cases above cover the wiring
 @pytest.mark.needs_gpu_compiler
 def test_gpu_compiles_both_implementations_and_notes_dropless():
   rows = {r.moe_impl: r for r in compare(**MOE, target="gpu:h100", moe_impl=",".join(IMPLS))}
@@ -175,6 +177,7 @@ def test_gpu_compiles_both_implementations_and_notes_dropless():
   assert not any("ragged_dot" in n for n in rows["capacity"].notes)
 
 
+@pytest.mark.slow  # three compiles of the capacity path
 def test_capacity_temp_grows_with_the_capacity_factor():
   rows = compare(model="tiny-moe", remat="none", batch=2, seq=64, target="cpu", capacity_factor="1,4")
   assert [(r.moe_impl, r.capacity_factor) for r in rows] == [("capacity", 1.0), ("capacity", 4.0)]

@@ -73,6 +73,7 @@ print(jaxmem.__file__, jaxmem.models.__file__, *hits)
 """
 
 
+@pytest.mark.slow  # subprocess sweeps before and after a model file changes
 def test_cache_misses_when_a_model_file_changes(tmp_path):
   # A copy of the package laid out as a wheel installs it (models/ inside jaxmem/), imported
   # ahead of the editable install through PYTHONPATH: its rows are keyed on its own source.
@@ -133,6 +134,7 @@ def test_cache_misses_when_any_key_part_changes(change):
   assert base.cache_key() == plan(**TINY, remat="full", optimizer="sgd").tasks()[-1].cache_key()
 
 
+@pytest.mark.slow  # a sweep killed and rerun in subprocesses; test_cache_returns_identical_rows covers the cache's reading back
 def test_killed_sweep_resumes_without_recompiling(tmp_path, monkeypatch, capsys):
   env = {**os.environ, "JAXMEM_CACHE_DIR": str(tmp_path), "JAX_PLATFORMS": "cpu"}
   argv = ["compare", "--model", "tiny", "--batch", "2", "--seq", "16", "--target", "cpu"]
@@ -159,6 +161,7 @@ def test_parallel_jobs_give_the_same_rows(serial_rows):
   assert _strip(parallel) == _strip(serial_rows)
 
 
+@pytest.mark.slow  # a local Dask cluster's worker start and compiles; test_parallel_jobs_give_the_same_rows covers the parallel path
 def test_dask_path_gives_the_same_rows(serial_rows):
   distributed = pytest.importorskip("distributed")
   with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
@@ -227,6 +230,7 @@ def test_fit_needs_a_capacity():
     fit.search(plan(**TINY))
 
 
+@pytest.mark.slow  # a ranked fit over several TPU compiles; tests/test_cli_io.py runs fit at a fixed workload
 @pytest.mark.needs_tpu_compiler
 def test_fit_with_a_workload_ranks_and_recommends(capsys):
   # A TPU: a tiny step compiles in about 1 s there (6-10 s for a GPU); 128 positions take splash.

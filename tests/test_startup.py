@@ -112,6 +112,7 @@ def test_validation_starts_no_backend():
   assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
 
 
+@pytest.mark.slow  # worker processes that each start JAX
 def test_workers_start_with_the_parents_platforms(tmp_path):
   # A spawned worker inherits the environment, not jax.config: the platform list the user chose
   # in config goes to it explicitly. TPU_ACCELERATOR_TYPE makes the worker believe a TPU is

@@ -118,6 +118,7 @@ def test_tensor_parallel_on_tpu_shards_weights(tpu_meshes):
   assert tpu_meshes["data=2,tensor=2"].param_bytes < 0.7 * tpu_meshes["data=4"].param_bytes
 
 
+@pytest.mark.slow  # a deviceless GPU compile; tests/test_attention.py compiles for an H100
 @needs_gpu
 def test_gpu_target_compiles_and_fits():
   rows = sweep.compare(**TINY, target="gpu:h100x2", remat="none", mesh="fsdp=2")  # one GPU compile

@@ -59,6 +59,7 @@ def tpu_rows():
   return _by_attention(sweep.compare(**LONG, batch=4, target="tpu:v5p-8", attention="dot,auto"))
 
 
+@pytest.mark.slow  # two TPU compiles (dot, splash); tests/test_attention.py compiles splash for a TPU
 @needs_tpu
 def test_tpu_default_is_splash_and_under_half_of_dot(tpu_rows):
   assert set(tpu_rows) == {"dot", "splash"}  # auto resolved to the TPU's kernel, and the row says so
@@ -87,6 +88,7 @@ def gpu_rows():
   return _by_attention(sweep.compare(**LONG, batch=1, target="gpu:h100", attention="dot,auto,triton"))
 
 
+@pytest.mark.slow  # three deviceless GPU compiles (dot, cudnn, triton); tests/test_attention.py compiles the kernels for an H100
 @needs_gpu
 @needs_cudnn
 def test_gpu_default_is_cudnn_and_kernels_under_half_of_dot(gpu_rows):
@@ -181,6 +183,7 @@ def test_accumulated_gradient_is_the_full_batch_gradient():
 # --- vocabulary tiling -------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # two compiles of a 1B model; tests/test_cli_io.py sweeps vocabulary tiles on tiny
 @needs_gpu
 def test_vocab_tiles_lower_temp_for_llama3_1b_at_seq_4096(compile_one):
   """llama3-1b's 128,256-token vocabulary at 4096 tokens: float32 logits of 2.1 GB, and their
