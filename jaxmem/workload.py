@@ -23,6 +23,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxmem.axes import AXES, declared, with_fields
+from jaxmem.errors import JaxmemError
+from jaxmem.program.maxtext import SPEC as MAXTEXT_STEP
+from jaxmem.program.maxtext import maxtext_args
 from jaxmem.program.step import step_spec
 from jaxmem.records import Record
 from jaxmem.sizes import byte_count
@@ -112,11 +115,20 @@ class Workload(BaseWorkload):
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,
   # optimizer and the dtypes are then the step's own.
   step: str | None = None
+  # MaxText's own train step instead: its config and overrides, ("base.yml", "key=value", ...)
+  # or one string "base.yml key=value ..." (jaxmem.program.maxtext, the `maxtext` extra). The
+  # step is then MaxText's factory; the axes jaxmem varies map onto MaxText's options.
+  maxtext: tuple[str, ...] | None = None
   # (and a train step's sweep axes: jaxmem.axes, training True)
 
   def __post_init__(self):
     super().__post_init__()
     _normalise(self, training=True)
+    object.__setattr__(self, "maxtext", maxtext_args(self.maxtext))
+    if self.maxtext is not None:
+      if self.step is not None and self.step != MAXTEXT_STEP:
+        raise JaxmemError("give `step` (your own factory) or `maxtext` (MaxText's step), not both")
+      object.__setattr__(self, "step", MAXTEXT_STEP)
     if self.step is not None:
       object.__setattr__(self, "step", step_spec(self.step))
 

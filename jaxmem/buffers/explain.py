@@ -211,13 +211,15 @@ def explain_step(
     raise JaxmemError("explain takes one mesh; run it once per mesh")
   p = plan(w)
   mesh, _, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
+  one = p.tasks()[-1].workload  # the configuration's own values (MaxText's step reads its names there)
   fn, fargs, jit_kwargs = call_step(
-      p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target
+      p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target,
+      workload=one,
   )
   lowering = lower_for_target(fn, *fargs, target=p.target, **jit_kwargs)
   return explain_lowering(
       lowering, function=_function_name(fn), top=top, kinds=kinds, framework_packages=framework_packages,
-      notes=step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform),
+      notes=step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform, host_kernel=not w.maxtext),
   )
 
 

@@ -111,13 +111,20 @@ def add_step(p: argparse.ArgumentParser) -> None:
       help="your own step instead of --model: package.module:make_step or path/to/file.py:make_step, a "
       "function make_step(*, batch, seq, remat[, mesh]) returning (fn, args, jit_kwargs)",
   )
+  p.add_argument(
+      "--maxtext", default=None, nargs="+", metavar="CONFIG [KEY=VALUE ...]",
+      help="MaxText's own train step instead of --model: a MaxText config (base.yml, or a path) and its overrides, "
+      "as train_compile takes them (the maxtext extra); --batch, --seq, --remat, --attention, --mesh and the "
+      "other options map onto MaxText's, and one with no mapping is refused",
+  )
 
 
 def no_step(args: argparse.Namespace, *flags: str) -> None:
   """A one-line error for flags that need a model of jaxmem's own, given with ``--step``."""
   given = [f for f in flags if getattr(args, f.lstrip("-").replace("-", "_"), None)]
-  if getattr(args, "step", None) and given:
-    raise JaxmemError(f"{given[0]} needs a model of jaxmem's own (--model), not --step")
+  step = "--step" if getattr(args, "step", None) else "--maxtext" if getattr(args, "maxtext", None) else None
+  if step and given:
+    raise JaxmemError(f"{given[0]} needs a model of jaxmem's own (--model), not {step}")
 
 
 def add_output(p: argparse.ArgumentParser) -> None:

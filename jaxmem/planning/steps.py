@@ -32,6 +32,7 @@ from jaxmem.cache import key
 from jaxmem.resolve import Plan, Task, for_task, given_axes
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
+from jaxmem.program import maxtext as mx
 from jaxmem.program.step import call_step, is_local, step_notes
 
 # A user's step is a function, not a model jaxmem knows: its step time is estimated from the
@@ -54,7 +55,9 @@ def lower_step(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int | Non
 
 def _trace(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int, seq: int) -> tuple[Lowering, dict[str, Any]]:
   jmesh = p.target.make_mesh(mesh)
-  fn, args, jit_kwargs = call_step(p.workload.step, batch=batch, seq=seq, remat=rp.policy, mesh=jmesh, target=p.target)
+  fn, args, jit_kwargs = call_step(
+      p.workload.step, batch=batch, seq=seq, remat=rp.policy, mesh=jmesh, target=p.target, workload=p.workload
+  )
   try:
     return lower_for_target(fn, *args, target=p.target, **jit_kwargs), jit_kwargs
   except JaxmemError:
@@ -108,10 +111,17 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
       microbatches=None, vocab_tiles=None, **dict.fromkeys(a.name for a in given_axes(recorded=True)),
   )
   lowering = _TRACED.pop(_traced_as(p, mesh, rp), None) or lower_step(p, mesh, rp)
-  notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform)
-  named = _named_arguments(lowering, notes)  # from the shapes: a refused step has them too
+  maxtext = p.workload.maxtext is not None
+  notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform, host_kernel=not maxtext)
+  if maxtext:  # MaxText's step: its attention by MaxText's name, and what built it
+    base["attention"] = p.attentions[0]
+    notes.append(mx.note(p.workload.maxtext))
+  # from the shapes: a refused step has them too
+  named = mx.global_params(lowering.traced) if maxtext else _named_arguments(lowering, notes)
   outcome = lowering.figures(notes=notes, work=Work(tokens=p.batch * p.seq, note=USER_STEP_MFU_NOTE))
-  if not isinstance(outcome, Refusal):
+  if not isinstance(outcome, Refusal) and maxtext:
+    named.update(mx.state_bytes(outcome.report.argument_leaf_bytes))
+  elif not isinstance(outcome, Refusal):
     by_name = outcome.report.argument_bytes
     named.update(param_bytes=by_name.get(PARAMS), optimizer_state_bytes=by_name.get(OPT_STATE))
   return {**base, **named, **outcome.row_fields()}

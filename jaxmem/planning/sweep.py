@@ -296,6 +296,8 @@ def baseline_flops(p: Plan, row: Row) -> float | None:
   over its own program's count), so the recompute overhead compares like with like."""
   if row.remat == "none" or row.flops is None:
     return row.flops
+  if p.workload.maxtext:  # MaxText checkpoints every layer: it has no no-remat program
+    return None
   # The row's own count was taken when it compiled; a step's row (or one from an older cache)
   # has none, and its program is traced again.
   base, own = program_flops(p, row, "none"), row.program_flops or program_flops(p, row, row.remat)

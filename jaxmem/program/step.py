@@ -223,13 +223,17 @@ def _root(module, path: str) -> str:
   return os.path.dirname(os.path.abspath(path))
 
 
-def call_step(spec: str, *, batch: int, seq: int, remat: Callable | None, mesh: Any, target: Any) -> tuple[Callable, tuple, dict]:
+def call_step(
+    spec: str, *, batch: int, seq: int, remat: Callable | None, mesh: Any, target: Any, workload: Any = None,
+) -> tuple[Callable, tuple, dict]:
   """``(fn, args, jit_kwargs)`` from the factory at one workload; a factory that raises or
-  returns anything else is a one-line :class:`JaxmemError`."""
+  returns anything else is a one-line :class:`JaxmemError`. A factory that takes ``workload``
+  gets the task's :class:`~jaxmem.workload.Workload` (one value of each axis: MaxText's step
+  reads its config and the names of the policy and attention there)."""
   factory = load_step(spec)
   params = _parameters(factory)
   kwargs: dict[str, Any] = dict(batch=batch, seq=seq, remat=remat)
-  for name, value in (("mesh", mesh), ("target", target)):
+  for name, value in (("mesh", mesh), ("target", target), ("workload", workload)):
     if params is None or name in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
       kwargs[name] = value
   label = step_label(spec)
@@ -259,12 +263,15 @@ def _first_line(e: BaseException) -> str:
   return text.splitlines()[0] if text else type(e).__name__
 
 
-def step_notes(traced: jax.stages.Traced, rp: RematPolicy, *, seq: int, platform: str) -> list[str]:
+def step_notes(
+    traced: jax.stages.Traced, rp: RematPolicy, *, seq: int, platform: str, host_kernel: bool = True
+) -> list[str]:
   """What a step's row (or explanation) should say about its traced program: a name-based remat
-  policy whose names it never uses, and attention scores materialised on an accelerator."""
+  policy whose names it never uses, and attention scores materialised on an accelerator (unless
+  ``host_kernel`` is False: a step whose kernel is chosen by name, as MaxText's ``attention``)."""
   jaxpr = traced.jaxpr.jaxpr
   notes = [n for n in (names_note(rp, checkpoint_names_in(jaxpr)),) if n]
-  if platform in ("tpu", "gpu") and (shape := scores_shape(jaxpr, seq)) is not None:
+  if host_kernel and platform in ("tpu", "gpu") and (shape := scores_shape(jaxpr, seq)) is not None:
     notes.append(host_kernel_note(shape, platform))
   return notes
 

@@ -1,0 +1,414 @@
+"""MaxText's own train step as a step source: a MaxText config and its overrides, built the way
+MaxText's ``train_compile`` builds them, compiled by jaxmem's own-step path.
+
+``--maxtext base.yml model_name=llama3-8b per_device_batch_size=1 remat_policy=minimal`` (and
+``maxtext=("base.yml", "model_name=llama3-8b", ...)`` in the library) makes the workload's step
+:func:`make_step`, a factory like any user's (:mod:`jaxmem.program.step`): it initialises
+MaxText's config (``pyconfig``), builds the abstract train state, the batch and
+``train.train_step`` with their shardings through ``train_compile``'s own functions
+(``get_shaped_inputs``, ``get_functional_train_with_signature``), and traces the step under the
+contexts ``train_compile`` traces it in (the mesh, the logical axis rules, ``unsafe_rbg`` keys,
+``remove_size_one_mesh_axis_from_type``). The program is then the one MaxText's
+``train_compile`` compiles, and its memory fields are the same, byte for byte
+(tests/test_maxtext.py).
+
+What jaxmem varies maps onto MaxText's options (:data:`KEYS`): the target onto
+``compile_topology`` and ``compile_topology_num_slices``, the mesh onto ``ici_*_parallelism``,
+the global batch onto ``per_device_batch_size``, the sequence onto ``max_target_length``, the
+remat policy onto ``remat_policy`` (MaxText's names, :data:`REMATS`), attention onto
+``attention``, the optimizer onto ``opt_type``, the dtypes onto ``weight_dtype`` and ``dtype``,
+microbatches onto ``gradient_accumulation_steps``, vocabulary tiles onto ``num_vocab_tiling``
+and dropout onto ``dropout_rate``. What jaxmem does not give is MaxText's own (the config's or
+the overrides'); what has no mapping, or is given both ways, is refused in one line.
+
+MaxText is an optional extra (``pip install 'jaxmem[maxtext]'``, Python 3.12 or later),
+imported only when a workload names it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import os
+import shlex
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from jaxmem.errors import JaxmemError
+
+# The factory a MaxText workload's step is (Workload.step), by import path like any other.
+SPEC = "jaxmem.program.maxtext:make_step"
+INSTALL = "pip install 'jaxmem[maxtext]' (MaxText needs Python 3.12 or later)"
+
+# MaxText's remat_policy values (MaxText 0.2.5 layers/nnx_decoders.py, get_remat_policy), which
+# the remat axis takes by these names. MaxText checkpoints every decoder layer whatever the
+# policy ("none" and "full" both save nothing a name marks), so jaxmem's `none` (no
+# jax.checkpoint at all) has no counterpart, nor have jax's own policies (dots_saveable...).
+REMATS = (
+    "full", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
+    "save_dot_except_mlp", "save_qkv_proj", "save_out_proj", "qkv_proj_offloaded", "minimal_offloaded", "custom",
+    "minimal_with_quantization", "minimal_with_context_and_quantization",
+)
+OFFLOADING = ("qkv_proj_offloaded", "minimal_offloaded")
+# `remat all`: every policy but those that need more options (custom's names, quantization).
+ALL_REMATS = tuple(n for n in REMATS if n != "custom" and "quantization" not in n)
+# MaxText's opt_type values jaxmem's optimizer axis names the same way.
+OPTIMIZERS = ("adamw", "sgd", "muon")
+
+# jaxmem's attention names -> MaxText's `attention` values; MaxText's own names are taken as they
+# are. `auto` leaves MaxText's (the config's, `autoselected` in base.yml).
+ATTENTIONS = {"dot": "dot_product", "splash": "flash", "flash": "flash", "cudnn": "cudnn_flash_te"}
+MAXTEXT_ATTENTIONS = ("autoselected", "dot_product", "flash", "cudnn_flash_te")
+
+# jaxmem's mesh axes -> MaxText's ICI parallelism keys; `sequence` (activations only) has none.
+MESH_KEYS = {
+    "data": "ici_data_parallelism", "fsdp": "ici_fsdp_parallelism", "tensor": "ici_tensor_parallelism",
+    "context": "ici_context_parallelism", "expert": "ici_expert_parallelism", "stage": "ici_pipeline_parallelism",
+}
+
+# Each jaxmem axis or field given one value for the whole sweep -> the MaxText option it sets.
+KEYS = {
+    "optimizer": "opt_type", "param_dtype": "weight_dtype", "dtype": "dtype", "microbatches":
+    "gradient_accumulation_steps", "vocab_tiles": "num_vocab_tiling", "dropout": "dropout_rate",
+}
+# What a task sets per configuration (the factory): the sweep varies these.
+TASK_KEYS = ("per_device_batch_size", "max_target_length", "remat_policy", "attention", *MESH_KEYS.values())
+
+
+def maxtext_args(v: str | Sequence[str] | None) -> tuple[str, ...] | None:
+  """A workload's ``maxtext`` as a tuple: the config (a name in MaxText's ``configs`` or a
+  path), then ``key=value`` overrides; a string is split as a shell would."""
+  if v is None:
+    return None
+  parts = shlex.split(v) if isinstance(v, str) else [str(p) for p in v]
+  if not parts:
+    raise JaxmemError("`maxtext` needs a MaxText config, e.g. base.yml, then its overrides key=value")
+  if "=" in parts[0]:
+    raise JaxmemError(f"`maxtext` starts with a MaxText config (base.yml or a path), then key=value; got {parts[0]!r}")
+  for p in parts[1:]:
+    key, eq, _ = p.partition("=")
+    if not eq or not key:
+      raise JaxmemError(f"`maxtext` overrides are key=value (MaxText's own options); got {p!r}")
+  return tuple(parts)
+
+
+def overrides(args: Sequence[str]) -> dict[str, str]:
+  """The ``key=value`` overrides of a workload's ``maxtext``, the last of a key winning."""
+  return dict(p.split("=", 1) for p in args[1:])
+
+
+def label(args: Sequence[str]) -> str:
+  """The model name a MaxText step's rows carry: ``maxtext:llama3-8b`` (its ``model_name``), or
+  the config's name."""
+  name = overrides(args).get("model_name") or os.path.splitext(os.path.basename(args[0]))[0]
+  return f"maxtext:{name}"
+
+
+def require() -> Any:
+  """The ``maxtext`` package, or a one-line error saying how to install it."""
+  try:
+    return importlib.import_module("maxtext")
+  except ImportError as e:
+    raise JaxmemError(f"`maxtext` needs MaxText, which is not installed ({e}): {INSTALL}") from None
+
+
+def config_path(name: str) -> str:
+  """A config as given: an existing file, else one of MaxText's ``configs`` (``base.yml``)."""
+  if os.path.isfile(name):
+    return os.path.abspath(name)
+  mx = require()
+  path = os.path.join(os.path.dirname(mx.__file__), "configs", name)
+  if not os.path.isfile(path):
+    raise JaxmemError(f"`maxtext` config {name!r}: no such file here nor in MaxText's configs ({os.path.dirname(path)})")
+  return path
+
+
+def topology(target: Any) -> tuple[str, int]:
+  """MaxText's ``compile_topology`` and ``compile_topology_num_slices`` for a jaxmem target."""
+  if target.platform != "tpu":
+    raise JaxmemError(
+        f"`maxtext` compiles for TPU targets (MaxText's compile_topology), not {target.name}; pick one such as tpu:v5p-8"
+    )
+  from maxtext.utils import accelerator_to_spec_map
+
+  name = target.name.split(":", 1)[1]
+  if name not in accelerator_to_spec_map.UserFacingNameToSystemCharacteristics:
+    raise JaxmemError(f"`maxtext`: MaxText has no compile_topology {name!r} (target {target.name})")
+  return name, target.slices
+
+
+# ------------------------------------------------------------------ the sweep's values, mapped
+
+
+def remat_policy(name: str) -> str:
+  """jaxmem's remat name -> MaxText's ``remat_policy`` (the same name), or a one-line refusal."""
+  if name in REMATS:
+    return name
+  why = (
+      "MaxText checkpoints every decoder layer (its full saves nothing), so a step without jax.checkpoint has no "
+      "remat_policy" if name == "none" else f"MaxText has no remat_policy {name!r}"
+  )
+  raise JaxmemError(f"`remat` {name} has no MaxText mapping: {why}; MaxText's are {', '.join(REMATS)}")
+
+
+def attention(name: str, own: str) -> str:
+  """jaxmem's attention name -> MaxText's ``attention`` (``auto``: ``own``, the config's)."""
+  if name == "auto":
+    return own
+  if name in MAXTEXT_ATTENTIONS:
+    return name
+  if name in ATTENTIONS:
+    return ATTENTIONS[name]
+  raise JaxmemError(
+      f"`attention` {name} has no MaxText mapping; MaxText's are {', '.join(MAXTEXT_ATTENTIONS)} "
+      f"(jaxmem's {', '.join(ATTENTIONS)} map onto them)"
+  )
+
+
+def mesh_overrides(mesh: Sequence[tuple[str, int]]) -> dict[str, str]:
+  """A jaxmem mesh as MaxText's ICI parallelism: each axis's key its size, every other 1."""
+  out = dict.fromkeys(MESH_KEYS.values(), "1")
+  for axis, size in mesh:
+    if axis not in MESH_KEYS:
+      raise JaxmemError(
+          f"mesh axis {axis} has no MaxText mapping (MaxText's axes: {', '.join(MESH_KEYS)}); set MaxText's own "
+          "ici_*_parallelism in the overrides instead"
+      )
+    out[MESH_KEYS[axis]] = str(size)
+  return out
+
+
+def per_device_batch(batch: int, devices: int) -> str:
+  """The global batch as MaxText's ``per_device_batch_size`` (a fraction where the devices do
+  not divide it, as MaxText allows), refused where MaxText's global batch would differ."""
+  value = batch / devices
+  if int(value * devices) != batch:
+    raise JaxmemError(f"batch {batch} over {devices} devices is not a per_device_batch_size MaxText can give back")
+  return f"{value:g}" if value == int(value) else repr(value)
+
+
+# ------------------------------------------------------------------------ MaxText's config
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Resolved:
+  """What MaxText's config says of the values jaxmem shows in its rows."""
+
+  batch: int  # global_batch_size_to_train_on
+  seq: int  # max_target_length
+  remat_policy: str
+  attention: str
+  mesh: tuple[tuple[str, int], ...]  # the mesh MaxText makes, in jaxmem's axis names
+  version: str
+
+
+def initialise(args: Sequence[str], settings: Mapping[str, str]) -> Any:
+  """MaxText's config (``pyconfig.initialize``) for the config and overrides ``args`` with
+  ``settings`` (the values jaxmem maps) on top, its output kept off stdout; a config MaxText
+  refuses is one line."""
+  return _initialise(tuple(args), tuple(sorted(settings.items())))
+
+
+@functools.lru_cache(maxsize=32)
+def _initialise(args: tuple[str, ...], settings: tuple[tuple[str, str], ...]) -> Any:
+  require()
+  from maxtext.configs import pyconfig
+
+  given = {**overrides(args), **dict(settings)}
+  # The JAX compilation cache is MaxText's run's business (base.yml turns it on, for the whole
+  # process): left off unless the overrides ask for it.
+  given.setdefault("jax_cache_dir", "")
+  argv = ["train_compile", config_path(args[0]), *(f"{k}={v}" for k, v in given.items())]
+  with quiet(), contexts():
+    try:
+      return pyconfig.initialize(argv)
+    except (ValueError, TypeError, AssertionError, KeyError, FileNotFoundError) as e:
+      raise JaxmemError(f"MaxText refused the config: {type(e).__name__}: {_first_line(e)}") from e
+
+
+def resolve(args: Sequence[str], settings: Mapping[str, str], target: Any) -> Resolved:
+  """MaxText's own values at ``settings`` (the target's topology and what jaxmem maps)."""
+  config = initialise(args, settings)
+  from maxtext.utils import maxtext_utils
+
+  with quiet():
+    devices = maxtext_utils.create_device_mesh(config, list(target.devices))
+  shape = dict(zip(config.mesh_axes, devices.shape, strict=True))
+  mesh = []
+  for axis, size in shape.items():
+    if size == 1:
+      continue
+    if axis not in MESH_KEYS:  # MaxText's axis names where jaxmem has the same axis
+      raise JaxmemError(
+          f"MaxText's mesh splits its {axis} axis ({size}), which jaxmem has no axis for; set its "
+          f"ici_{axis}_parallelism to 1"
+      )
+    mesh.append((axis, size))
+  return Resolved(
+      batch=int(config.global_batch_size_to_train_on), seq=int(config.max_target_length),
+      remat_policy=str(config.remat_policy), attention=str(config.attention),
+      mesh=tuple(mesh) or (("fsdp", len(target.devices)),), version=version(),
+  )
+
+
+def note(args: Sequence[str]) -> str:
+  """A MaxText row's note: what built the step, so a reader can run the same."""
+  return (
+      f"maxtext: MaxText {version()}'s train step (train_compile's), config {os.path.basename(args[0])} "
+      f"with {' '.join(args[1:]) or 'no overrides'}, and per row its remat_policy, attention, batch, sequence and mesh; "
+      "no no-remat program to compare recompute with (MaxText checkpoints every decoder layer)"
+  )
+
+
+def state_bytes(leaf_bytes: Mapping[str, int]) -> dict[str, int]:
+  """Per-device parameter and optimizer-state bytes from the compiled step's argument leaves
+  (``state.model...``, ``state.optimizer...``: MaxText's ``TrainStateNNX``), the model's random
+  number generator state left out."""
+  model = [n for k, n in leaf_bytes.items() if k.startswith("state.model.") and ".rngs." not in k]
+  optimizer = [n for k, n in leaf_bytes.items() if k.startswith("state.optimizer.")]
+  return dict(param_bytes=sum(model) if model else None, optimizer_state_bytes=sum(optimizer) if optimizer else None)
+
+
+def global_params(traced: Any) -> dict[str, Any]:
+  """The parameters' bytes over every device and their most common dtype, from the traced
+  state's shapes (``state.model``, its generator state left out)."""
+  import math
+  from collections import Counter
+
+  import jax
+
+  from jaxmem.mesh import path_keys
+
+  total, elements = 0, Counter()
+  for path, a in jax.tree_util.tree_leaves_with_path(traced.args_info[0][0]):
+    keys = path_keys(path)
+    if not keys or keys[0] != "model" or "rngs" in keys or jax.dtypes.issubdtype(a.dtype, jax.dtypes.extended):
+      continue
+    total += -(-math.prod(a.shape) * jax.dtypes.itemsize_bits(a.dtype) // 8)
+    elements[str(a.dtype)] += math.prod(a.shape)
+  return dict(param_bytes_global=total or None, param_dtype=elements.most_common(1)[0][0] if elements else None)
+
+
+def version() -> str:
+  from importlib.metadata import version as installed
+
+  return installed("maxtext")
+
+
+# ------------------------------------------------------------------------------ the step
+
+
+def make_step(*, batch: int, seq: int, remat: Any, mesh: Any, target: Any, workload: Any) -> tuple:
+  """MaxText's train step at one configuration of a sweep: ``workload.maxtext`` (the config,
+  its overrides and what the plan mapped), at ``batch`` and ``seq`` on ``target``, with the
+  task's remat policy, attention and mesh mapped onto MaxText's options (``remat``, a
+  ``jax.checkpoint`` policy, is jaxmem's and unused: MaxText builds its own from the name)."""
+  settings = task_settings(workload, target, batch=batch, seq=seq, mesh=tuple(
+      (str(a), int(s)) for a, s in zip(mesh.axis_names, mesh.devices.shape, strict=True)))
+  config = initialise(workload.maxtext, settings)
+  return build(config, target)
+
+
+def task_settings(w: Any, target: Any, *, batch: int, seq: int, mesh: tuple[tuple[str, int], ...]) -> dict[str, str]:
+  """The MaxText options one task sets: the topology, batch, sequence, policy, attention and
+  (one slice) the mesh."""
+  name, slices = topology(target)
+  out = dict(
+      compile_topology=name, compile_topology_num_slices=str(slices),
+      per_device_batch_size=per_device_batch(batch, target.num_devices), max_target_length=str(seq),
+      remat_policy=remat_policy(w.remat[0]),
+  )
+  if w.attention and w.attention[0] != "auto":
+    out["attention"] = w.attention[0]
+  if slices == 1:
+    out.update(mesh_overrides(mesh))
+  return out
+
+
+def build(config: Any, target: Any) -> tuple:
+  """``(fn, args, {})``: MaxText's ``train_step`` jitted with its shardings, as ``train_compile``
+  makes it (MaxText 0.2.5, ``train_compile.main`` without DiLoCo), on ``target``'s devices."""
+  if config.enable_diloco:
+    raise JaxmemError("`maxtext` with enable_diloco has no mapping in jaxmem (train_compile's DiLoCo step)")
+  import jax
+  from jax.sharding import AxisType, Mesh
+  from maxtext.common.common_types import ShardMode
+  from maxtext.trainers.pre_train import train, train_compile
+  from maxtext.utils import maxtext_utils, sharding
+
+  axis_type = AxisType.Explicit if config.shard_mode == ShardMode.EXPLICIT else AxisType.Auto
+  with quiet(), contexts(config):
+    devices = maxtext_utils.create_device_mesh(config, list(target.devices))
+    mesh = Mesh(devices, config.mesh_axes, axis_types=(axis_type,) * len(config.mesh_axes))
+    args, kwargs, state_shardings, _, model = train_compile.get_shaped_inputs(mesh, config)
+    params_shardings, state_shardings = sharding.maybe_update_params_sharding_with_opt(config, state_shardings)
+    input_shardings = sharding.build_zero1_input_state_mesh_shardings(config, state_shardings, params_shardings)
+    data_sharding = sharding.get_input_data_sharding(config, mesh)
+    fn, in_shard, out_shard, static, donate = maxtext_utils.get_functional_train_with_signature(
+        train.train_step, data_sharding, input_shardings, model, config, params_shardings
+    )
+  if kwargs:
+    raise JaxmemError("`maxtext`: this MaxText's train step takes keyword inputs, which jaxmem does not map")
+  jitted = jax.jit(fn, in_shardings=in_shard, out_shardings=out_shard, static_argnums=static, donate_argnums=donate)
+  return TrainStep(jitted, config=config, mesh=mesh), tuple(args), {}
+
+
+class TrainStep:
+  """MaxText's jitted ``train_step``, traced under the contexts ``train_compile`` traces it in
+  (``jax.set_mesh`` cannot be entered inside a trace, so the step is traced, not called, in
+  them). jaxmem's :func:`~jaxmem.compiler.analysis.lower_for_target` takes it as a function
+  already jitted (it has ``trace`` and ``lower``)."""
+
+  def __init__(self, jitted: Any, *, config: Any, mesh: Any):
+    self._jitted, self._config, self._mesh = jitted, config, mesh
+    self.__name__ = self.__qualname__ = "train_step"
+
+  def __call__(self, state: Any, batch: Any) -> Any:
+    with self._contexts():
+      return self._jitted(state, batch)
+
+  def trace(self, *args: Any) -> Any:
+    with self._contexts():
+      return self._jitted.trace(*args)
+
+  def lower(self, *args: Any) -> Any:
+    with self._contexts():
+      return self._jitted.lower(*args)
+
+  @contextlib.contextmanager
+  def _contexts(self) -> Iterator[None]:
+    import jax
+    from flax.core.spmd import logical_axis_rules
+
+    with contexts(self._config), jax.set_mesh(self._mesh), logical_axis_rules(self._config.logical_axis_rules):
+      yield
+
+
+@contextlib.contextmanager
+def contexts(config: Any = None) -> Iterator[None]:
+  """The JAX settings ``train_compile`` makes for the whole process, here for the build and the
+  trace only: ``unsafe_rbg`` keys (``train_compile.main``) and, with a config, its
+  ``remove_size_one_mesh_axis_from_type`` (``get_topology_mesh``)."""
+  import jax
+
+  with contextlib.ExitStack() as stack:
+    # jax's own context managers for these two flags (jax.config.update would set them for good)
+    stack.enter_context(jax.default_prng_impl("unsafe_rbg"))
+    if config is not None:
+      stack.enter_context(jax.remove_size_one_mesh_axis_from_type(config.remove_size_one_mesh_axis_from_type))
+    yield
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+  """MaxText's prints on stderr: jaxmem's stdout is its result."""
+  with contextlib.redirect_stdout(sys.stderr):
+    yield
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip()
+  return text.splitlines()[0] if text else type(e).__name__

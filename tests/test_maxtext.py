@@ -1,0 +1,120 @@
+"""MaxText's own train step as a step source (``maxtext=``, ``--maxtext``), on a tiny MaxText
+model compiled for ``tpu:v5e-4``: its memory fields equal those MaxText's ``train_compile``
+prints for the same config, the policies behave as policies do, and what has no MaxText mapping
+is one line. Skipped where MaxText is not installed (the ``maxtext`` extra, Python >= 3.12); the
+refusals that need no MaxText are in tests/test_maxtext_missing.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("maxtext")
+
+import jaxmem  # noqa: E402
+from jaxmem.cli import main  # noqa: E402
+from jaxmem.errors import JaxmemError  # noqa: E402
+
+pytestmark = pytest.mark.needs_tpu_compiler
+
+TARGET = "tpu:v5e-4"
+# A two-layer Llama-style decoder, small enough to compile in seconds.
+TINY = (
+    "base.yml", "base_num_decoder_layers=2", "base_emb_dim=64", "base_num_query_heads=2", "base_num_kv_heads=2",
+    "base_mlp_dim=128", "head_dim=32", "vocab_size=256", "max_target_length=64", "per_device_batch_size=1",
+)
+# Wider and longer, so that what a policy saves outweighs the compiler's own scratch.
+WIDER = (
+    "base.yml", "base_num_decoder_layers=4", "base_emb_dim=256", "base_num_query_heads=4", "base_num_kv_heads=4",
+    "base_mlp_dim=1024", "head_dim=64", "vocab_size=256", "max_target_length=256", "per_device_batch_size=4",
+)
+FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
+          "generated_code_size_in_bytes")
+
+
+def _train_compile(args: tuple[str, ...], topology: str) -> dict[str, int]:
+  """The memory fields MaxText's ``train_compile`` prints ("Memory analysis: ..."), run as a
+  MaxText user runs it, in its own process."""
+  import maxtext
+
+  config = os.path.join(os.path.dirname(maxtext.__file__), "configs", args[0])
+  env = {**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+  out = subprocess.run(
+      [sys.executable, "-m", "maxtext.trainers.pre_train.train_compile", config, *args[1:],
+       f"compile_topology={topology}", "compile_topology_num_slices=1", "jax_cache_dir="],
+      capture_output=True, text=True, env=env, timeout=1200,
+  )
+  line = next((x for x in out.stdout.splitlines() if x.startswith("Memory analysis:")), None)
+  assert line is not None, out.stdout[-2000:] + out.stderr[-4000:]
+  return {k: int(v) for k, v in re.findall(r"(\w+_in_bytes)=(\d+)", line)}
+
+
+def test_figures_equal_train_compile():
+  """The same program as MaxText's train_compile: every memory field, byte for byte."""
+  overrides = (*TINY, "remat_policy=minimal", "attention=dot_product")
+  (row,) = jaxmem.compare(maxtext=overrides, target=TARGET)
+  assert row.error is None, row.error
+  theirs = _train_compile(overrides, TARGET.split(":")[1])
+  assert {f: getattr(row, f) for f in FIELDS} == {f: theirs[f] for f in FIELDS}
+  assert (row.model, row.remat, row.attention, row.batch, row.seq) == ("maxtext:base", "minimal", "dot_product", 4, 64)
+
+
+def test_jaxmem_axes_map_onto_maxtext_options():
+  """--remat, --attention, --batch and --mesh set MaxText's remat_policy, attention,
+  per_device_batch_size and ici_*: the same figures as the overrides that say so. (A batch equal
+  to the workload's default, 8, is taken as not given: MaxText's own.)"""
+  (mapped,) = jaxmem.compare(maxtext=TINY[:-1], target=TARGET, remat="minimal", attention="dot", batch=16,
+                             mesh="data=2,fsdp=2")
+  (said,) = jaxmem.compare(
+      maxtext=(*TINY[:-1], "per_device_batch_size=4", "remat_policy=minimal", "attention=dot_product",
+               "ici_data_parallelism=2", "ici_fsdp_parallelism=2"), target=TARGET)
+  assert (mapped.mesh, mapped.batch, mapped.remat, mapped.attention) == ("data=2,fsdp=2", 16, "minimal", "dot_product")
+  assert (said.mesh, said.batch) == ("data=2,fsdp=2", 16)
+  assert {f: getattr(mapped, f) for f in FIELDS} == {f: getattr(said, f) for f in FIELDS}
+
+
+def test_full_remat_keeps_less_than_minimal():
+  """MaxText's full saves only each layer's input; minimal saves every projection too."""
+  rows = jaxmem.compare(maxtext=WIDER, target=TARGET, remat="full,minimal", attention="dot")
+  by = {r.remat: r for r in rows}
+  assert set(by) == {"full", "minimal"}
+  assert by["full"].temp_size_in_bytes <= by["minimal"].temp_size_in_bytes
+  assert by["full"].param_bytes == by["minimal"].param_bytes > 0
+  assert by["full"].optimizer_state_bytes > by["full"].param_bytes  # adamw's two moments
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    (dict(remat="dots_saveable"), "`remat` dots_saveable has no MaxText mapping"),
+    (dict(remat="minimal", maxtext=(*TINY, "remat_policy=full")), "`remat` gives remat_policy=minimal but the MaxText override says remat_policy=full"),
+    (dict(attention="chunked"), "`attention` chunked has no MaxText mapping"),
+    (dict(optimizer="lion"), "`optimizer` lion has no MaxText mapping"),
+    (dict(mesh="sequence=4"), "mesh axis sequence has no MaxText mapping"),
+    (dict(qk_dtype="float32"), "`qk_dtype` has no MaxText mapping"),
+    (dict(target="cpu"), "`maxtext` compiles for TPU targets"),
+])
+def test_refused_in_one_line(fields, says):
+  with pytest.raises(JaxmemError, match=re.escape(says)) as e:
+    jaxmem.compare(**{"maxtext": TINY, "target": TARGET, **fields})
+  assert "\n" not in str(e.value)
+
+
+def test_cli_maxtext(capsys):
+  """``--maxtext CONFIG key=value ...`` on compare: MaxText's step, one row, JSON on stdout."""
+  assert main(["compare", "--maxtext", *TINY, "remat_policy=full", "--target", TARGET, "--format", "json"]) == 0
+  out = capsys.readouterr().out
+  import json
+
+  (row,) = json.loads(out)["rows"] if out.lstrip().startswith("{") else json.loads(out)
+  assert (row["model"], row["remat"]) == ("maxtext:base", "full")
+  assert row["temp_size_in_bytes"] > 0
+
+
+def test_cli_refusal_is_one_line(capsys):
+  assert main(["compare", "--maxtext", *TINY, "--remat", "dots_saveable", "--target", TARGET]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err[-1].startswith("jaxmem: error: `remat` dots_saveable has no MaxText mapping") or any(
+      "has no MaxText mapping" in x and x.startswith("jaxmem: error:") for x in err)
