@@ -77,14 +77,17 @@ def test_jaxmem_axes_map_onto_maxtext_options():
   assert {f: getattr(mapped, f) for f in FIELDS} == {f: getattr(said, f) for f in FIELDS}
 
 
-def test_full_remat_keeps_less_than_minimal():
-  """MaxText's full saves only each layer's input; minimal saves every projection too."""
-  rows = jaxmem.compare(maxtext=WIDER, target=TARGET, remat="full,minimal", attention="dot")
+def test_policies_and_batch_act_on_maxtext_step():
+  """MaxText's full recomputes more of the layer than minimal (which saves every projection),
+  and a larger batch keeps more: the mapped options reach MaxText's program."""
+  rows = jaxmem.compare(maxtext=WIDER[:-1], target=TARGET, remat="full,minimal", attention="dot", batch=16)
   by = {r.remat: r for r in rows}
   assert set(by) == {"full", "minimal"}
-  assert by["full"].temp_size_in_bytes <= by["minimal"].temp_size_in_bytes
+  assert by["full"].program_flops > by["minimal"].program_flops
   assert by["full"].param_bytes == by["minimal"].param_bytes > 0
   assert by["full"].optimizer_state_bytes > by["full"].param_bytes  # adamw's two moments
+  (larger,) = jaxmem.compare(maxtext=WIDER[:-1], target=TARGET, remat="full", attention="dot", batch=32)
+  assert larger.temp_size_in_bytes > by["full"].temp_size_in_bytes
 
 
 @pytest.mark.parametrize(("fields", "says"), [
@@ -118,3 +121,12 @@ def test_cli_refusal_is_one_line(capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert err[-1].startswith("jaxmem: error: `remat` dots_saveable has no MaxText mapping") or any(
       "has no MaxText mapping" in x and x.startswith("jaxmem: error:") for x in err)
+
+
+def test_explain_names_maxtext_buffers():
+  """explain on MaxText's step: the same compiled program as compare's row, its buffers listed."""
+  overrides = (*TINY, "remat_policy=minimal", "attention=dot_product")
+  (row,) = jaxmem.compare(maxtext=overrides, target=TARGET)
+  ex = jaxmem.explain(maxtext=overrides, target=TARGET, top=5)
+  assert ex.peak_bytes == row.peak_memory_in_bytes
+  assert ex.arguments and ex.peak_buffers

@@ -112,7 +112,7 @@ def add_step(p: argparse.ArgumentParser) -> None:
       "function make_step(*, batch, seq, remat[, mesh]) returning (fn, args, jit_kwargs)",
   )
   p.add_argument(
-      "--maxtext", default=None, nargs="+", metavar="CONFIG [KEY=VALUE ...]",
+      "--maxtext", default=None, nargs="+", metavar=("CONFIG", "KEY=VALUE"),
       help="MaxText's own train step instead of --model: a MaxText config (base.yml, or a path) and its overrides, "
       "as train_compile takes them (the maxtext extra); --batch, --seq, --remat, --attention, --mesh and the "
       "other options map onto MaxText's, and one with no mapping is refused",
