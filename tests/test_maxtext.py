@@ -130,3 +130,12 @@ def test_explain_names_maxtext_buffers():
   ex = jaxmem.explain(maxtext=overrides, target=TARGET, top=5)
   assert ex.peak_bytes == row.peak_memory_in_bytes
   assert ex.arguments and ex.peak_buffers
+
+
+def test_scale_over_seq_maps_max_target_length():
+  """scale's grid sets MaxText's max_target_length: one row per point, the policy MaxText's own."""
+  no_seq = tuple(a for a in TINY if not a.startswith("max_target_length="))
+  s = jaxmem.scale(maxtext=no_seq, target=TARGET, over={"seq": [64, 128]}, attention="dot")
+  assert [(r.remat, r.seq) for r in s.rows] == [("full", 64), ("full", 128)]
+  assert all(r.error is None for r in s.rows)
+  assert s.rows[1].temp_size_in_bytes > s.rows[0].temp_size_in_bytes

@@ -100,7 +100,9 @@ def tasks(workload: Workload, over: dict[str, list[int]]) -> tuple[Plan, list[Ta
   for batch, seq in grid(over, workload.batch, workload.seq):
     p = plan(workload, batch=batch, seq=seq)
     first = first or p
-    out += [t for t in p.tasks() if t.remat in workload.remat or "all" in workload.remat]
+    # MaxText's step: its plan holds the policies asked (or MaxText's own), never a baseline.
+    named = workload.maxtext is not None or "all" in workload.remat
+    out += [t for t in p.tasks() if named or t.remat in workload.remat]
   return first, out
 
 
