@@ -275,3 +275,22 @@ def test_dask_scheduler_gives_the_serial_ranking(serial_plan):
     remote = jaxmem.plan(target="tpu:v5e-4", budget=3, cache=None, scheduler=cluster.scheduler_address, **WORKLOAD)
   assert _ranking(remote) == _ranking(serial_plan)
   assert [r.step_time_s for r in remote.rows] == [r.step_time_s for r in serial_plan.rows]
+
+
+@pytest.mark.needs_tpu_compiler
+def test_cli_emit_maxtext(planned, capsys):
+  # planned: its rows are in the row cache, so this first candidate is read, not compiled.
+  argv = ["plan", *"--model tiny --target tpu:v5e-4 --batch 8 --seq 128 --budget 1 --emit maxtext".split()]
+  assert main(argv) == 0
+  out = capsys.readouterr().out.splitlines()
+  at = next(i for i, line in enumerate(out) if line.startswith("MaxText overrides for "))
+  pasted = dict(word.split("=", 1) for word in out[at + 1].split())
+  assert main([*argv, "--format", "json"]) == 0
+  doc = json.loads(capsys.readouterr().out)
+  overrides = doc["maxtext"]["overrides"]
+  assert pasted == {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in overrides.items()}
+  mesh = dict(shd.parse_mesh(doc["recommended"]["mesh"]))
+  assert all(overrides[f"ici_{'pipeline' if a == 'stage' else a}_parallelism"] == n for a, n in mesh.items())
+  assert overrides["max_target_length"] == 128 and any(line.startswith("maxtext note: model tiny") for line in out)
+  assert main([*argv, "--format", "csv"]) == 2
+  assert "--emit" in capsys.readouterr().err

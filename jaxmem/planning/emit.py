@@ -24,8 +24,8 @@ What maps:
 - remat: jaxmem's presets named after MaxText's and built from the same tensor names
   (:mod:`jaxmem.program.remat`) keep their names; ``full_offloaded`` and a per-tensor assignment
   (``names:save=...:offload=...``) become ``remat_policy=custom`` with each tensor's place; no
-  remat becomes ``remat_policy=none`` with ``scan_layers=false`` (MaxText checkpoints every
-  layer of its scan whatever the policy, and honours ``none`` only on unscanned layers).
+  remat (``none``) has no spelling: MaxText's parser reads ``none`` as None, which its scanned
+  layers checkpoint as ``full``; the note gives the nearest ``custom`` map.
 - attention: ``dot`` -> ``dot_product``, ``splash`` -> ``flash`` (MaxText's TPU flash is splash
   attention), ``cudnn`` -> ``cudnn_flash_jax`` (both ``jax.nn.dot_product_attention``'s cuDNN).
 - the model: ``model_name`` where jaxmem's preset is one of MaxText's models of the same name.
@@ -186,8 +186,7 @@ def _mesh(cfg: Any, out: dict[str, Any], notes: list[str]) -> None:
       break
     dcn[axis], left = take, left // take
   sizes = dict(mesh)
-  # dcn_* only across slices: within one, MaxText's -1 (dcn_data_parallelism) resolves to 1.
-  for kind in ("ici", "dcn") if _slices(cfg.target) > 1 else ("ici",):
+  for kind in ("ici", "dcn"):
     for axis, name in MESH_AXES.items():
       n = dcn.get(axis, 1) if kind == "dcn" else sizes.get(axis, 1) // dcn.get(axis, 1)
       out[f"{kind}_{name}_parallelism"] = n
@@ -207,9 +206,10 @@ def _remat(name: str, out: dict[str, Any], notes: list[str]) -> None:
   if name in REMAT_SAME_NAME:
     out["remat_policy"] = name
   elif name == "none":
-    out["remat_policy"], out["scan_layers"] = "none", False
-    notes.append("remat none (no jax.checkpoint): MaxText checkpoints its scanned layers under any policy, so "
-                 "no remat is remat_policy=none with scan_layers=false (layers unrolled)")
+    nearest = " ".join(f"{t}=device" for t in CUSTOM_TENSORS if t != "decoder_layer_input")
+    notes.append("remat none (no jax.checkpoint): no MaxText spelling; its parser reads remat_policy=none as None "
+                 "(configs/pyconfig.py), which its scanned layers checkpoint as full (layers/nnx_decoders.py); "
+                 f"nearest: remat_policy=custom {nearest}")
   elif name == "full_offloaded":
     out["remat_policy"], out["decoder_layer_input"] = "custom", "offload"
   elif name.startswith(ASSIGNMENT_PREFIX):
