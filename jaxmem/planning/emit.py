@@ -39,6 +39,7 @@ import re
 from typing import Any
 
 from jaxmem.errors import JaxmemError
+from jaxmem.models import get_config
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import ASSIGNMENT_PREFIX, assignment_policy
 from jaxmem.records import Configuration, Record
@@ -120,8 +121,6 @@ def maxtext_overrides(result: Any, *, layers: int | None = None) -> MaxTextLaunc
 
 
 def _model_config(name: str) -> Any:
-  from jaxmem.models import get_config
-
   try:
     return get_config(name)
   except JaxmemError:  # a name this machine cannot resolve now (a Hub id offline): the notes say so
