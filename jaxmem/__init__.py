@@ -36,6 +36,7 @@ from jaxmem.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
 from jaxmem.planning.search import PlanResult, plan  # noqa: E402
+from jaxmem.planning.emit import MaxTextLaunch, maxtext_overrides  # noqa: E402
 from jaxmem.planning.sweep import Row, compare, with_overheads  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
 from jaxmem.program import optimizers, remat  # noqa: E402
@@ -106,6 +107,7 @@ __all__ = [
     "InferRow",
     "JaxmemError",
     "JaxmemWarning",
+    "MaxTextLaunch",
     "MemoryReport",
     "Notice",
     "OpTime",
@@ -131,6 +133,7 @@ __all__ = [
     "fsdp_shardings",
     "infer",
     "listen",
+    "maxtext_overrides",
     "op_times",
     "optimizers",
     "plan",

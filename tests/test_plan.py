@@ -216,3 +216,81 @@ def test_a_stage_candidate_compiles_with_its_own_schedule():
 def test_bad_budget_is_one_line_before_compiling():
   with pytest.raises(jaxmem.JaxmemError, match="budget"):
     jaxmem.plan(model="tiny", target="tpu:v5e-4", budget=0)
+
+
+def test_compiling_ahead_in_parallel_takes_the_serial_searchs_rows():
+  """No compile: the first candidate does not fit, which makes the second (same mesh, more
+  saved, no more microbatches) dominated, so one process skips it for the third. Compiled two at
+  a time, the second is compiled ahead but never taken: the rows are the serial search's."""
+  p = search._base_plan(jaxmem.Workload(**WORKLOAD, target="tpu:v5e-4"), get_config("tiny"), get_target("tpu:v5e-4"))
+  c = dict(mesh="fsdp=4", attention="splash", argument_bytes=0, estimated_required_bytes=0)
+  over = search.Candidate(remat="none", microbatches=2, level=0, estimated_step_time_s=1.0, **c)
+  dominated = search.Candidate(remat="none", microbatches=1, level=0, estimated_step_time_s=2.0, **c)
+  fits = search.Candidate(remat="full", microbatches=1, level=4, estimated_step_time_s=3.0, **c)
+  compiled: list[list[search.Candidate]] = []
+
+  def fake(p, base, batch, **kw):  # a row that fits unless it is `over`'s
+    compiled.append(batch)
+    return [types.SimpleNamespace(name=x.remat, fits=x is not over, required_bytes=None) for x in batch]
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(search, "_run_candidates", fake)
+    taken = {}
+    for jobs in (1, 2):
+      compiled.clear()
+      rows, done, skipped, unreached = search._compile_in_order(p, [over, dominated, fits], budget=2,
+                                                                run=jaxmem.RunOptions(jobs=jobs))
+      taken[jobs] = ([r.name for r in rows], done, dict(skipped), [len(b) for b in compiled], unreached)
+  assert taken[1][:3] == taken[2][:3] == (["none", "full"], [over, fits], {
+      "needs at least the memory of a compiled candidate that did not fit (not compiled)": 1})
+  assert taken[1][3:] == ([1, 1], 0)
+  assert taken[2][3:] == ([2, 1], 1)  # `dominated` compiled ahead and left out, so said in the notes
+  assert "1 candidate(s) compiled in parallel ahead" in search._notes(1)[-1]
+
+
+def _ranking(result: search.PlanResult) -> tuple:
+  """What a plan answers: the recommendation, the rows' configurations in ranked order, `why`."""
+  rec = result.recommended
+  return (None if rec is None else search.label(rec), [search.label(r) for r in result.rows], result.why,
+          result.compiles)
+
+
+@pytest.fixture(scope="module")
+def serial_plan():
+  """tiny on tpu:v5e-4 in one process, three compiles, no row cache (each run compiles its own)."""
+  return jaxmem.plan(target="tpu:v5e-4", budget=3, cache=None, **WORKLOAD)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_parallel_jobs_give_the_serial_ranking(serial_plan):
+  parallel = jaxmem.plan(target="tpu:v5e-4", budget=3, cache=None, jobs=2, **WORKLOAD)
+  assert _ranking(parallel) == _ranking(serial_plan) and serial_plan.recommended is not None
+  assert [r.step_time_s for r in parallel.rows] == [r.step_time_s for r in serial_plan.rows]
+
+
+@pytest.mark.needs_tpu_compiler
+def test_dask_scheduler_gives_the_serial_ranking(serial_plan):
+  distributed = pytest.importorskip("distributed")
+  with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    remote = jaxmem.plan(target="tpu:v5e-4", budget=3, cache=None, scheduler=cluster.scheduler_address, **WORKLOAD)
+  assert _ranking(remote) == _ranking(serial_plan)
+  assert [r.step_time_s for r in remote.rows] == [r.step_time_s for r in serial_plan.rows]
+
+
+@pytest.mark.needs_tpu_compiler
+def test_cli_emit_maxtext(planned, capsys):
+  # planned: its rows are in the row cache, so this first candidate is read, not compiled.
+  argv = ["plan", *"--model tiny --target tpu:v5e-4 --batch 8 --seq 128 --budget 1 --emit maxtext".split()]
+  assert main(argv) == 0
+  out = capsys.readouterr().out.splitlines()
+  at = next(i for i, line in enumerate(out) if line.startswith("MaxText overrides for "))
+  pasted = dict(word.split("=", 1) for word in out[at + 1].split())
+  assert main([*argv, "--format", "json"]) == 0
+  doc = json.loads(capsys.readouterr().out)
+  overrides = doc["maxtext"]["overrides"]
+  assert pasted == {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in overrides.items()}
+  mesh = dict(shd.parse_mesh(doc["recommended"]["mesh"]))
+  assert all(overrides[f"ici_{'pipeline' if a == 'stage' else a}_parallelism"] == n for a, n in mesh.items())
+  assert overrides["max_target_length"] == 128 and any(line.startswith("maxtext note: model tiny") for line in out)
+  assert main([*argv, "--format", "csv"]) == 2
+  assert "--emit" in capsys.readouterr().err

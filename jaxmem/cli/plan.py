@@ -21,13 +21,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   budget = jaxmem.plan.__kwdefaults__["budget"]
   p.add_argument("--budget", type=int, default=budget, help=f"compile at most this many candidates; default {budget}")
   p.add_argument("--plot", default=None, metavar="FILE", help="write the Pareto plot (memory against estimated step time)")
+  p.add_argument("--emit", default=None, choices=EMITTERS,
+                 help="also write the recommendation as a launch: maxtext prints MaxText's key=value overrides after "
+                 "the table (`maxtext` in JSON); a choice MaxText cannot spell is named in a note")
   c.add_output(p)
   c.add_run_options(p, totals=False)
   p.set_defaults(func=run)
 
 
+# --emit NAME -> the function that writes a plan's recommendation as that tool's launch.
+EMITTERS = {"maxtext": jaxmem.maxtext_overrides}
+
+
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
+  if args.emit and args.format == "csv":
+    raise jaxmem.JaxmemError("--emit writes after the table or into JSON; use --format text, markdown or json with it")
   c.check_outputs(args)
   chosen = c.resolve_target(args)
   result = c.Sweep(args, chosen).run(lambda run: jaxmem.plan(
@@ -36,5 +45,15 @@ def run(args: argparse.Namespace) -> int:
   ))
   if args.plot:
     render.plot_plan(result, args.plot)
-  c.emit(render.render_plan(result, args.format), args.output)
+  c.emit(render.render_plan(result, args.format, _launch(args, result)), args.output)
   return 0
+
+
+def _launch(args: argparse.Namespace, result: jaxmem.PlanResult) -> jaxmem.MaxTextLaunch | str | None:
+  """The recommendation as ``--emit``'s launch, or the line that says why there is none (the
+  table is printed either way: nothing compiled is lost)."""
+  if not args.emit:
+    return None
+  if result.recommended is None:
+    return f"no compiled configuration fits, so there is no {args.emit} launch to write"
+  return EMITTERS[args.emit](result)

@@ -394,7 +394,7 @@ def plan(
   pruned: Counter = Counter()
   cands = order(candidates(p, pruned), tgt.capacity_bytes)
   run.start(min(budget, len(cands)), cfg)
-  rows, compiled, skipped = _compile_in_order(p, cands, budget=budget, run=run)
+  rows, compiled, skipped, unreached = _compile_in_order(p, cands, budget=budget, run=run)
   pruned.update(skipped)
   rows = [_with_recompute(p, r) for r in rows]
   est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches): c.estimated_step_time_s
@@ -405,7 +405,7 @@ def plan(
       candidates=len(cands) + sum(v for k, v in pruned.items() if k not in skipped), compiles=len(rows),
       cache_hits=0 if run.cache is None else run.cache.hits, pruned=tuple(sorted(pruned.items())),
       not_compiled=len(cands) - len(compiled) - sum(skipped.values()), rows=tuple(ranked),
-      estimates=tuple(est.items()), notes=_notes(), why=why(ranked),
+      estimates=tuple(est.items()), notes=_notes(unreached), why=why(ranked),
   )
 
 
@@ -469,12 +469,16 @@ def _ms(seconds: float) -> str:
   return f"{seconds * 1e3:,.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:,.0f} us"
 
 
-def _notes() -> tuple[str, ...]:
-  return (
+def _notes(unreached: int = 0) -> tuple[str, ...]:
+  notes = (
       "step_time_s: each compiled row's schedule simulated (jaxmem.compiler.steptime), not a measurement; "
       "roofline_step_time_s is its lower bound",
       "order of compiles: a closed-form estimate (Korthikanti et al. 2022 activations, 6NT + attention FLOPs)",
   )
+  if unreached:  # compiled in parallel ahead of the search, which then stopped or skipped them
+    notes += (f"{unreached} candidate(s) compiled in parallel ahead of the search were not reached by it and are "
+              "left out, so the answer is the one-process search's (their rows are in the row cache where one is used)",)
+  return notes
 
 
 def _base_plan(w: Workload, cfg: Any, tgt: Any) -> Plan:
@@ -494,37 +498,50 @@ def _base_plan(w: Workload, cfg: Any, tgt: Any) -> Plan:
 
 def _compile_in_order(
     p: Plan, cands: list[Candidate], *, budget: int, run: RunOptions,
-) -> tuple[list[Row], list[Candidate], Counter]:
-  """Compiles ``cands`` in order, ``run.jobs`` at a time, until ``budget``; skips those dominated by
-  a compiled candidate that did not fit, and reorders the rest after each batch by the rungs'
-  calibrated estimates (:func:`calibration`). Returns the rows, the candidates compiled and the
-  skipped counts."""
+) -> tuple[list[Row], list[Candidate], Counter, int]:
+  """Compiles ``cands`` in order until ``budget``; skips those dominated by a compiled candidate
+  that did not fit, and reorders the rest after each compile by the rungs' calibrated estimates
+  (:func:`calibration`). Returns the rows, the candidates compiled, the skipped counts and the
+  number of candidates compiled ahead but never reached.
+
+  Each decision depends on the compiles before it, so ``run.jobs`` (or a scheduler) compiles
+  ahead: the candidate due next and those after it in the current order, ``jobs`` at once
+  (:func:`_compile_ahead`). Their rows are then taken one at a time, exactly as the search in
+  one process takes them, so the rows, their order and the answer are the same for any
+  ``jobs``; a candidate compiled ahead that the search never reaches is left out of the answer
+  (its row stays in the row cache) and ``on_row`` hears of each row as it is taken."""
   base = p.tasks()[0]
   rows: list[Row] = []
   done: list[Candidate] = []
   failed: list[Candidate] = []
   skipped: Counter = Counter()
+  ahead: dict[Candidate, Row] = {}
   queue = list(cands)
   while queue and len(rows) < budget:
-    batch: list[Candidate] = []
-    while queue and len(batch) < min(run.jobs, budget - len(rows)):
-      c = queue.pop(0)
-      if dominated(c, failed):
-        skipped["needs at least the memory of a compiled candidate that did not fit (not compiled)"] += 1
-        continue
-      batch.append(c)
-    if not batch:
-      break
-    got = _run_candidates(p, base, batch, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_row=run.on_row)
-    for c, r in zip(batch, got, strict=True):
-      rows.append(r)
-      done.append(c)
-      if r.fits is False:
-        failed.append(c)
+    c = queue.pop(0)
+    if dominated(c, failed):
+      skipped["needs at least the memory of a compiled candidate that did not fit (not compiled)"] += 1
+      continue
+    if c not in ahead:
+      room = min(run.jobs, budget - len(rows))
+      nxt = [q for q in queue if q not in ahead and not dominated(q, failed)]
+      ahead.update(_compile_ahead(p, base, [c, *nxt][:room], run))
+    r = ahead.pop(c)
+    run.row(r)
+    rows.append(r)
+    done.append(c)
+    if r.fits is False:
+      failed.append(c)
     # What the compiler said of each rung reorders what is left: a rung whose estimate was low
     # moves its candidates that would not fit behind those that would.
     queue = order(queue, p.target.capacity_bytes, calibration(list(zip(done, rows, strict=True))))
-  return rows, done, skipped
+  return rows, done, skipped, len(ahead)
+
+
+def _compile_ahead(p: Plan, base: Task, batch: list[Candidate], run: RunOptions) -> dict[Candidate, Row]:
+  """Rows for ``batch`` (the candidate due next first), compiled ``run.jobs`` at once."""
+  got = _run_candidates(p, base, batch, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_row=None)
+  return dict(zip(batch, got, strict=True))
 
 
 def _run_candidates(

@@ -15,12 +15,16 @@ from jaxmem.render.tables import check_format, envelope, markup, render_csv
 from jaxmem.render.units import percent, seconds, unit_for
 
 
-def render_plan(result: Any, fmt: str) -> str:
-  """``result`` (a :class:`jaxmem.planning.search.PlanResult`) in ``fmt``."""
+def render_plan(result: Any, fmt: str, launch: Any = None) -> str:
+  """``result`` (a :class:`jaxmem.planning.search.PlanResult`) in ``fmt``; with ``launch`` (a
+  :class:`jaxmem.planning.emit.MaxTextLaunch`, or the line that says why there is none), the
+  recommendation's launch overrides after the table (``maxtext`` in JSON)."""
   check_format(fmt)
   rows = list(result.rows)
   if fmt == "json":
     d = result.as_dict()
+    if launch is not None:
+      d["maxtext"] = launch.as_dict() if hasattr(launch, "as_dict") else {"error": str(launch)}
     return json.dumps(envelope(rows, **{k: v for k, v in d.items() if k != "rows"}), indent=2)
   if fmt == "csv":
     return render_csv(rows, cols.PLAN)
@@ -29,7 +33,18 @@ def render_plan(result: Any, fmt: str) -> str:
   bullet = "- " if fmt == "markdown" else ""
   tail = [f"{bullet}{line}" for line in cost_lines(result) + list(result.notes)]
   head = [recommendation(result)] + ([f"why: {result.why}"] if getattr(result, "why", None) else [])
-  return "\n".join([*head, "", table, "", *tail])
+  return "\n".join([*head, "", table, "", *tail, *launch_lines(launch)])
+
+
+def launch_lines(launch: Any) -> list[str]:
+  """The MaxText overrides as a paragraph: a heading, the ``key=value`` line alone (to paste
+  after MaxText's config file) and a line per choice MaxText cannot spell."""
+  if launch is None:
+    return []
+  if not hasattr(launch, "line"):
+    return ["", f"maxtext: {launch}"]
+  return ["", f"MaxText overrides for {launch.configuration} (after configs/base.yml):", launch.line(),
+          *[f"maxtext note: {n}" for n in launch.notes]]
 
 
 def recommendation(result: Any) -> str:
