@@ -268,6 +268,7 @@ def test_parallel_jobs_give_the_serial_ranking(serial_plan):
   assert [r.step_time_s for r in parallel.rows] == [r.step_time_s for r in serial_plan.rows]
 
 
+@pytest.mark.slow  # a local Dask cluster's start and its compiles; the jobs=2 case above takes the same path
 @pytest.mark.needs_tpu_compiler
 def test_dask_scheduler_gives_the_serial_ranking(serial_plan):
   distributed = pytest.importorskip("distributed")
