@@ -6,6 +6,8 @@ it ran on where the source gives them. Running a case compiles that one configur
 compile-only target (no accelerator needed) and prints whether jaxmem's verdict agrees; where it
 does not, the line says what jaxmem knows of why (the versions differ, a runtime term, a flag).
 Cases whose model jaxmem cannot build yet say so ("skipped: needs ...") rather than fail.
+MaxText's cases compile MaxText's own train step (``--maxtext``, the ``maxtext`` extra) with the
+overrides of the script each cites; where MaxText is not installed they are skipped in one line.
 
   python benchmarks/published_runs.py --list           # one case a line
   python benchmarks/published_runs.py --case NAME      # run one case
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
 import shlex
 import sys
@@ -32,7 +35,47 @@ GiB = 1 << 30
 
 RAN, COMPILED, OOM, REFUSED = "ran", "compiled", "out of memory", "compile refused"
 FITS = {RAN: True, COMPILED: True, OOM: False, REFUSED: False}
-MAXTEXT_STEP = "MaxText's own train step (its models and decoder, through --step; not yet written)"
+MAXTEXT_INSTALL = "MaxText, which is not installed here: pip install 'jaxmem[maxtext]' (Python 3.12 or later)"
+
+# The options of MaxText's scripts (src/maxtext/configs/tpu/...) that set no part of the compiled
+# program, left out of the cases' overrides: how long it runs, where it writes, its profiler and
+# metrics, its data (train_compile feeds shapes only), checkpointing and the learning rate (a value).
+# The scripts' LIBTPU_INIT_ARGS are not passed either: each case's why_it_may_differ says so.
+V4_FLAGS = "the script's LIBTPU_INIT_ARGS (--xla_enable_async_all_gather=true TPU_MEGACORE=MEGACORE_DENSE) are not passed"
+V5_FLAGS = "the script's LIBTPU_INIT_ARGS (async collective fusion and all-gather flags) are not passed"
+
+
+def maxtext(target: str, *overrides: str, slices: int = 1) -> str:
+  """jaxmem arguments compiling MaxText's own train step from base.yml with ``overrides`` for
+  ``target`` (``--slices``: MaxText's compile_topology_num_slices)."""
+  where = f"--target {target}" + (f" --slices {slices}" if slices > 1 else "")
+  return f"{where} --maxtext base.yml " + " ".join(overrides)
+
+
+def maxtext_overrides(case: Case) -> dict[str, str]:
+  """The MaxText overrides a ``--maxtext`` case gives (key to value)."""
+  words = shlex.split(case.args or "")
+  return dict(w.split("=", 1) for w in words[words.index("--maxtext") + 2:])
+
+
+# configs/tpu/v4/22b.sh and 52b.sh (MaxText 0.2.5) carry the fix, attention=flash num_vocab_tiling=8;
+# the default cases are the scripts without it.
+V4_22B = ("ici_fsdp_parallelism=64", "per_device_batch_size=13", "remat_policy=full", "base_emb_dim=6144",
+          "base_num_kv_heads=24", "base_num_query_heads=24", "base_mlp_dim=24576", "base_num_decoder_layers=48")
+V4_52B = ("ici_fsdp_parallelism=192", "ici_tensor_parallelism=1", "per_device_batch_size=7", "remat_policy=full",
+          "base_num_decoder_layers=32", "base_emb_dim=12288", "base_mlp_dim=49152", "base_num_query_heads=32",
+          "base_num_kv_heads=32")
+V4_FIX = ("attention=flash", "num_vocab_tiling=8")
+# configs/tpu/v5e/{16,32,64,128}b.sh: per-device batch, remat policy and the extra overrides of each.
+V5E = {
+    "16b": ("6", "full", ()),
+    "32b": ("4", "full", ()),
+    "64b": ("2", "full", ()),
+    "128b": ("1", "qkv_proj_offloaded", ("ici_fsdp_parallelism=16", "ici_tensor_parallelism=16", "fused_qkv=True",
+                                         "fused_mlp=True")),
+}
+# configs/tpu/v5p/{32,64}b.sh: per-device batch and the published MFU.
+V5P = {"32b": ("6", "71.47% MFU"), "64b": ("3", "70.31% MFU")}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,6 +94,7 @@ class Case:
   args: str | None = None
   needs: str | None = None  # why it is skipped, where it is
   needs_file: Path | None = None  # a config.json the case needs, skipped while absent
+  needs_maxtext: bool = False  # compiles MaxText's own step (--maxtext), skipped where MaxText is not installed
   heavy: bool = True
   why_it_may_differ: str = ""  # what jaxmem knows of a cause, shown where it disagrees
 
@@ -59,6 +103,8 @@ class Case:
       return self.needs
     if self.needs_file is not None and not (ROOT / self.needs_file).exists():
       return f"{self.needs_file} (DeepSeek-V2-Lite's config.json, with the architecture jaxmem is being taught)"
+    if self.needs_maxtext and importlib.util.find_spec("maxtext") is None:
+      return MAXTEXT_INSTALL
     return None
 
 
@@ -88,24 +134,28 @@ CASES = (
         "48 layers, default attention, no vocab tiling",
         outcome=OOM, versions="the June 2026 MaxText stack (its AOT compile OOM); MaxText 0.2.5 with jax 0.12.0.1 "
         "and libtpu 0.0.52 compiles it (peak 28.88 GiB of 30.75)",
-        measured="AOT compile out of memory", needs=MAXTEXT_STEP,
+        measured="AOT compile out of memory", needs_maxtext=True, args=maxtext("tpu:v4-128", *V4_22B, slices=2),
+        why_it_may_differ=f"the outcome belongs to its versions: MaxText 0.2.5 with libtpu 0.0.52 compiles it too; {V4_FLAGS}",
     ),
     Case(
-        name="maxtext-22b-v4-flash", platform="tpu", source="MaxText PR #4081 (June 2026)",
+        name="maxtext-22b-v4-flash", platform="tpu", source="MaxText PR #4081 (June 2026); configs/tpu/v4/22b.sh",
         configuration="as maxtext-22b-v4-default with attention=flash num_vocab_tiling=8", outcome=COMPILED,
-        versions="the June 2026 MaxText stack", needs=MAXTEXT_STEP,
+        versions="the June 2026 MaxText stack", needs_maxtext=True,
+        args=maxtext("tpu:v4-128", *V4_22B, *V4_FIX, slices=2), why_it_may_differ=V4_FLAGS,
     ),
     Case(
         name="maxtext-52b-v4-default", platform="tpu", source="MaxText PR #4117; configs/tpu/v4/52b.sh",
         configuration="2 x v4-384, ici_fsdp 192, per-device batch 7, remat full, emb 12288, 32 heads, mlp 49152, "
         "32 layers, default attention",
         outcome=OOM, measured='AOT compile: "Used 33.27G of 30.75G"', versions="the June 2026 MaxText stack",
-        needs=MAXTEXT_STEP,
+        needs_maxtext=True, args=maxtext("tpu:v4-384", *V4_52B, slices=2),
+        why_it_may_differ=f"the outcome belongs to its versions (the 22B default compiles on MaxText 0.2.5); {V4_FLAGS}",
     ),
     Case(
-        name="maxtext-52b-v4-flash", platform="tpu", source="MaxText PR #4117",
+        name="maxtext-52b-v4-flash", platform="tpu", source="MaxText PR #4117; configs/tpu/v4/52b.sh",
         configuration="as maxtext-52b-v4-default with attention=flash num_vocab_tiling=8", outcome=COMPILED,
-        versions="the June 2026 MaxText stack", needs=MAXTEXT_STEP,
+        versions="the June 2026 MaxText stack", needs_maxtext=True,
+        args=maxtext("tpu:v4-384", *V4_52B, *V4_FIX, slices=2), why_it_may_differ=V4_FLAGS,
     ),
     Case(
         name="llama3.1-70b-v6e-256-offload", platform="tpu",
@@ -118,15 +168,26 @@ CASES = (
         why_it_may_differ="the recipe's LIBTPU_INIT_ARGS (collective and offload flags) are not passed here",
     ),
     *(Case(
-        name=f"maxtext-v5e-{size}", platform="tpu", source=f"MaxText README (performance); configs/v5e/{size}.sh",
-        configuration=f"MaxText's {size.upper()} default-decoder model on one v5e-256, seq 2048, as the script sets",
-        outcome=RAN, measured="published MFU (2024 stack)", versions="the 2024 MaxText stack", needs=MAXTEXT_STEP,
-    ) for size in ("16b", "32b", "64b", "128b")),
+        name=f"maxtext-v5e-{size}", platform="tpu", source=f"MaxText README (performance); configs/tpu/v5e/{size}.sh",
+        configuration=f"MaxText's {size.upper()} default-decoder model (global_parameter_scale {size[:-1]}) on one "
+        f"v5e-256, seq 2048, per-device batch {batch}, remat {remat}, flash attention"
+        + (", fsdp 16 x tensor 16, fused qkv and mlp" if extra else ""),
+        outcome=RAN, measured="published MFU (2024 stack)", versions="the 2024 MaxText stack", needs_maxtext=True,
+        args=maxtext("tpu:v5e-256", f"per_device_batch_size={batch}", f"remat_policy={remat}",
+                     f"global_parameter_scale={size[:-1]}", "max_target_length=2048", "use_iota_embed=true",
+                     "attention=flash", *extra),
+        why_it_may_differ=f"the run's versions (2024) are not these; {V5_FLAGS}",
+    ) for size, (batch, remat, extra) in V5E.items()),
     *(Case(
-        name=f"maxtext-v5p-{size}", platform="tpu", source=f"MaxText performance results; configs/v5p/{size}.sh",
-        configuration=f"MaxText's {size.upper()} model on v5p-128, as the script sets", outcome=RAN,
-        measured=mfu, needs=MAXTEXT_STEP,
-    ) for size, mfu in (("32b", "71.47% MFU"), ("64b", "70.31% MFU"))),
+        name=f"maxtext-v5p-{size}", platform="tpu", source=f"MaxText performance results; configs/tpu/v5p/{size}.sh",
+        configuration=f"MaxText's {size.upper()} model (global_parameter_scale {size[:-1]}) on v5p-128, fsdp 16 x "
+        f"tensor 4, seq 2048, per-device batch {batch}, remat minimal, flash attention",
+        outcome=RAN, measured=mfu, needs_maxtext=True,
+        args=maxtext("tpu:v5p-128", f"per_device_batch_size={batch}", "remat_policy=minimal",
+                     f"global_parameter_scale={size[:-1]}", "ici_fsdp_parallelism=-1", "ici_tensor_parallelism=4",
+                     "max_target_length=2048", "use_iota_embed=true", "attention=flash"),
+        why_it_may_differ=f"the run's versions are not published; {V5_FLAGS}",
+    ) for size, (batch, mfu) in V5P.items()),
     Case(
         name="llama2-7b-h100x8", platform="gpu",
         source="NVIDIA JAX-Toolbox, docs/frameworks/maxtext/README.md (Configs: LLaMA)",
@@ -146,7 +207,9 @@ CASES = (
         "full, dot_product attention, AdamW, f32 weights",
         outcome=COMPILED, measured="peak 38.60 GiB of 95.74 (argument 22.44, temp 16.75)",
         versions="MaxText 0.2.5, jax 0.12.0.1, libtpu 0.0.52",
-        args="--model llama3-8b --target tpu:v5p-8 --mesh fsdp=4 --batch 16 --seq 2048 --remat full --attention dot",
+        needs_maxtext=True,
+        args=maxtext("tpu:v5p-8", "model_name=llama3-8b", "per_device_batch_size=4", "max_target_length=2048",
+                     "remat_policy=full", "attention=dot_product"),
         why_it_may_differ="temp_size_in_bytes depends on the libtpu release (0.0.42.1 reports 5-12 GiB more)",
     ),
 )
@@ -168,7 +231,7 @@ def run_case(case: Case) -> Result:
   import jaxmem
   from jaxmem.cli import _common, build_parser
   from jaxmem.planning import sweep
-  from jaxmem.resolve import plan
+  from jaxmem.resolve import for_task, plan
 
   os.chdir(ROOT)  # the cases' config.json paths are the repository's
   ns = build_parser().parse_args(["compare", *shlex.split(case.args)])
@@ -177,8 +240,9 @@ def run_case(case: Case) -> Result:
   start = time.perf_counter()
   try:
     p = plan(w)
-    ((mesh, opt, rp),) = [c for c in p.configs() if c[2].name == w.remat[-1]]
-    row = sweep.run_config(p, mesh, opt, rp)
+    wanted = p.remats[-1].name if w.maxtext else w.remat[-1]  # MaxText's: the one policy its overrides set
+    (task,) = [t for t in p.tasks() if t.remat == wanted]
+    row = sweep.run_config(*for_task(p, task))
   except jaxmem.JaxmemError as e:
     return Result(case=case, status="error", line=f"error: {e}")
   seconds = time.perf_counter() - start

@@ -139,3 +139,11 @@ def test_scale_over_seq_maps_max_target_length():
   assert [(r.remat, r.seq) for r in s.rows] == [("full", 64), ("full", 128)]
   assert all(r.error is None for r in s.rows)
   assert s.rows[1].temp_size_in_bytes > s.rows[0].temp_size_in_bytes
+
+
+def test_slices_map_onto_compile_topology_num_slices():
+  """A multi-slice target is MaxText's accelerator type of one slice and its number of slices."""
+  from jaxmem.program import maxtext as mx
+
+  assert mx.topology(jaxmem.target("tpu:v4-128", slices=2)) == ("v4-128", 2)
+  assert mx.topology(jaxmem.target("tpu:v5p-8")) == ("v5p-8", 1)

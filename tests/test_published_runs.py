@@ -30,10 +30,29 @@ def test_at_least_eight_published_cases_over_tpu_and_gpu_each_with_source_and_ou
   assert len(lines) == len(suite.CASES) and all(line.startswith(c.name) for line, c in zip(lines, suite.CASES))
 
 
-def test_a_case_jaxmem_cannot_build_is_skipped_with_what_it_needs(suite):
-  case = suite.BY_NAME["maxtext-22b-v4-default"]
-  r = suite.run_case(case)
-  assert r.status == "skipped" and r.line.startswith("skipped: needs ")
+def test_a_maxtext_case_without_maxtext_is_skipped_in_one_line_saying_how_to_install_it(suite, monkeypatch):
+  find_spec = suite.importlib.util.find_spec
+  monkeypatch.setattr(suite.importlib.util, "find_spec", lambda name, *a: None if name == "maxtext" else find_spec(name, *a))
+  maxtext_cases = [c for c in suite.CASES if c.needs_maxtext]
+  assert maxtext_cases and all("--maxtext base.yml" in c.args for c in maxtext_cases)
+  r = suite.run_case(suite.BY_NAME["maxtext-22b-v4-default"])
+  assert r.status == "skipped" and r.line.startswith("skipped: needs MaxText") and "jaxmem[maxtext]" in r.line
+  assert "\n" not in r.line
+
+
+@pytest.mark.needs_tpu_compiler
+def test_every_maxtext_case_plans_through_maxtexts_own_step(suite):
+  """Each MaxText case's overrides are ones MaxText takes, on its target, before anything compiles."""
+  pytest.importorskip("maxtext")
+  from jaxmem.cli import _common, build_parser
+  from jaxmem.resolve import plan
+
+  for case in (c for c in suite.CASES if c.needs_maxtext):
+    ns = build_parser().parse_args(["compare", *suite.shlex.split(case.args)])
+    _common.start(ns.target)
+    p = plan(_common.workload(ns))
+    assert p.workload.model.startswith("maxtext:") and len(p.remats) == 1, case.name
+    assert p.remats[0].name == suite.maxtext_overrides(case)["remat_policy"], case.name
 
 
 @pytest.mark.needs_tpu_compiler

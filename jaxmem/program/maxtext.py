@@ -134,7 +134,8 @@ def topology(target: Any) -> tuple[str, int]:
     )
   from maxtext.utils import accelerator_to_spec_map
 
-  name = target.name.split(":", 1)[1]
+  # The slice's accelerator type (v4-128), not the target's name, which carries its slices (v4-128x2slices).
+  name = f"{target.kind.generation}-{target.kind.size}"
   if name not in accelerator_to_spec_map.UserFacingNameToSystemCharacteristics:
     raise JaxmemError(f"`maxtext`: MaxText has no compile_topology {name!r} (target {target.name})")
   return name, target.slices
