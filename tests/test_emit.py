@@ -128,3 +128,13 @@ def test_maxtexts_parser_accepts_the_overrides():
     assert math.prod(parsed["ici"]) * math.prod(parsed["dcn"]) == c.num_devices and math.prod(parsed["dcn"]) == slices
     assert parsed["remat"] == emit.maxtext_overrides(c).overrides.get("remat_policy", "full")
   assert emit.MODEL_NAMES <= set(got["models"])  # each model_name written is one of MaxText's
+
+
+def test_emit_with_csv_is_refused_in_one_line_naming_the_formats_it_takes(capsys):
+  from jaxmem.cli import main
+
+  code = main(["plan", "--model", "tiny", "--target", "tpu:v5e-4", "--emit", "maxtext", "--format", "csv"])
+  err = capsys.readouterr().err.strip()
+  assert code == 2 and "\n" not in err and "Traceback" not in err
+  # The formats it names are --format's own (table, markdown, json), so the user can pass one.
+  assert "--format table, markdown or json" in err, err

@@ -36,7 +36,7 @@ EMITTERS = {"maxtext": jaxmem.maxtext_overrides}
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   if args.emit and args.format == "csv":
-    raise jaxmem.JaxmemError("--emit writes after the table or into JSON; use --format text, markdown or json with it")
+    raise jaxmem.JaxmemError("--emit writes after the table or into JSON; use --format table, markdown or json with it")
   c.check_outputs(args)
   chosen = c.resolve_target(args)
   result = c.Sweep(args, chosen).run(lambda run: jaxmem.plan(
