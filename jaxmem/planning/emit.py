@@ -152,7 +152,7 @@ def _model(name: str, model: Any, out: dict[str, Any], notes: list[str]) -> None
 def _recommended(result: Any) -> Any:
   if result.recommended is None:
     raise JaxmemError("the plan has no configuration that fits, so there is no launch to write; "
-                      "raise --budget, lower --batch or --seq, or use a larger target")
+                      "raise the compile budget, lower the batch or the sequence, or use a larger target")
   return result.recommended
 
 
