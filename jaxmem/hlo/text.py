@@ -264,7 +264,9 @@ def split_top(text: str) -> list[str]:
 
 def braced(attrs: str, key: str) -> str | None:
   """The text inside ``key={...}`` in ``attrs``, or None."""
-  m = re.search(r"(?:^|[\s,])" + re.escape(key) + r"=\{", attrs)
+  if f"{key}={{" not in attrs:  # most attributes name no such key: skip the regular expression
+    return None
+  m = _key_pattern(key, r"=\{").search(attrs)
   if not m:
     return None
   start = m.end() - 1
@@ -273,11 +275,20 @@ def braced(attrs: str, key: str) -> str | None:
 
 def computation_refs(attrs: str, key: str) -> list[str]:
   """The computations ``key=%c`` or ``key={%a, %b}`` names in ``attrs``."""
+  if f"{key}=" not in attrs:  # the common case, tested before any regular expression
+    return []
   listed = braced(attrs, key)
   if listed is not None:
     return [c.strip().lstrip("%") for c in split_top(listed) if c.strip().startswith("%")]
-  m = re.search(r"(?:^|[\s,])" + re.escape(key) + r"=%([\w.\-]+)", attrs)
+  m = _key_pattern(key, r"=%([\w.\-]+)").search(attrs)
   return [m.group(1)] if m else []
+
+
+@functools.lru_cache(maxsize=None)
+def _key_pattern(key: str, tail: str) -> re.Pattern:
+  """``key`` as an attribute name (at the start or after a space or comma), then ``tail``:
+  compiled once per key, since a module's parse asks for the same few keys on every instruction."""
+  return re.compile(r"(?:^|[\s,])" + re.escape(key) + tail)
 
 
 # Attributes that name called computations.
