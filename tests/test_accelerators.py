@@ -267,6 +267,7 @@ def test_both_targets_in_one_process():
     assert stats.output_size_in_bytes == OUTPUT_BYTES // len(devices)
 
 
+@pytest.mark.slow  # a fresh interpreter; test_startup's entry points hold a quiet start the same way
 @tpu
 def test_nothing_reaches_stderr(tmp_path):
   # A fresh process, because libtpu's start-up noise comes once per process.

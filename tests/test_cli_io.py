@@ -99,7 +99,7 @@ def test_a_progress_line_per_configuration_when_stderr_is_not_a_terminal(capsys,
 
 def test_no_progress_silences_the_lines(capsys, monkeypatch):
   monkeypatch.setenv("JAXMEM_NO_PROGRESS", "1")
-  assert main(["compare", *TINY, "--remat", "full", "--no-cache"]) == 0
+  assert main(["compare", *TINY, "--remat", "none", "--no-cache"]) == 0  # one compile is enough to be silent about
   assert "jaxmem: [" not in capsys.readouterr().err
 
 

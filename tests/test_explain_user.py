@@ -3,7 +3,6 @@ said apart, buffers listed by kind, the traceback of a user's failure on request
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -146,30 +145,30 @@ def make_step(*, batch, seq, remat):
 '''
 
 
-def _factory_failure(tmp_path, env):
+def _factory_failure(tmp_path, monkeypatch, capsys, traceback: str) -> tuple[int, str]:
+  """``explain --step`` on a factory that raises, through the CLI's ``main`` (what ``python -m
+  jaxmem`` runs): its exit status and stderr."""
   path = tmp_path / "broken_step.py"
   path.write_text(textwrap.dedent(_FACTORY))
-  return subprocess.run(
-      [sys.executable, "-m", "jaxmem", "explain", "--step", f"{path}:make_step", "--target", "cpu", "--batch", "2",
-       "--seq", "8"],
-      capture_output=True, text=True, env={**os.environ, **env}, timeout=300, check=False,
-  )
+  monkeypatch.setenv("JAXMEM_TRACEBACK", traceback)
+  rc = main(["explain", "--step", f"{path}:make_step", "--target", "cpu", "--batch", "2", "--seq", "8"])
+  return rc, capsys.readouterr().err
 
 
-def test_a_factory_failure_is_one_line_with_a_hint(tmp_path):
-  p = _factory_failure(tmp_path, {"JAXMEM_TRACEBACK": "0"})
-  err = p.stderr.strip().splitlines()
-  assert p.returncode == 2, p.stderr
+def test_a_factory_failure_is_one_line_with_a_hint(tmp_path, monkeypatch, capsys):
+  rc, stderr = _factory_failure(tmp_path, monkeypatch, capsys, "0")
+  err = stderr.strip().splitlines()
+  assert rc == 2, stderr
   assert len(err) == 1 and "raised at batch 2, seq 8: KeyError" in err[0] and "JAXMEM_TRACEBACK=1" in err[0], err
 
 
-def test_jaxmem_traceback_prints_the_users_traceback(tmp_path):
-  p = _factory_failure(tmp_path, {"JAXMEM_TRACEBACK": "1"})
-  assert p.returncode == 2, p.stderr
-  assert "Traceback (most recent call last)" in p.stderr, p.stderr
-  assert "helper_that_breaks" in p.stderr and "broken_step.py" in p.stderr, p.stderr
-  assert "The above exception was the direct cause" in p.stderr, p.stderr
-  assert p.stderr.strip().splitlines()[-1].startswith("jaxmem: error: step"), p.stderr
+def test_jaxmem_traceback_prints_the_users_traceback(tmp_path, monkeypatch, capsys):
+  rc, stderr = _factory_failure(tmp_path, monkeypatch, capsys, "1")
+  assert rc == 2, stderr
+  assert "Traceback (most recent call last)" in stderr, stderr
+  assert "helper_that_breaks" in stderr and "broken_step.py" in stderr, stderr
+  assert "The above exception was the direct cause" in stderr, stderr
+  assert stderr.strip().splitlines()[-1].startswith("jaxmem: error: step"), stderr
 
 
 _EXIT_SCRIPT = '''
@@ -179,6 +178,7 @@ print("peak", r.peak_bytes, flush=True)
 '''
 
 
+@pytest.mark.slow  # a fresh interpreter and a TPU compile; the test below holds the cause (no executable left)
 @pytest.mark.needs_tpu_compiler
 def test_a_script_that_explains_for_a_tpu_exits_0(tmp_path):
   """A script exited 2 at interpreter exit after explain (libtpu's teardown)."""

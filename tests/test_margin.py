@@ -72,6 +72,7 @@ def test_host_memory_is_its_own_column_and_not_required_of_the_device(offload_ro
   assert r.peak_memory_in_bytes > r.total_bytes and any("other memory spaces" in n for n in r.notes)
 
 
+@pytest.mark.slow  # a second offloading compile; the host's own column and share are held above and below
 @pytest.mark.needs_tpu_compiler
 def test_a_row_whose_device_bytes_fit_and_device_plus_host_would_not(offload_row, compile_one):
   # A v5e shrunk so that the device's bytes fit with half the host's bytes to spare, and half

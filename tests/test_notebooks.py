@@ -86,7 +86,15 @@ def kernel(tmp_path_factory):
     yield client
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# One notebook runs in the default suite; the other two (their compiles are each half a minute on
+# two cores) with the slow tests (benchmarks/slow_tests.sh). Their parameters are checked above.
+RUN_BY_DEFAULT = ("03_inference",)
+
+
+@pytest.mark.parametrize(
+    "path", [p if p.stem in RUN_BY_DEFAULT else pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS],
+    ids=lambda p: p.stem,
+)
 def test_notebook_runs_on_tiny_parameters(path, kernel):
   client = kernel
   nb = nbformat.read(path, as_version=4)

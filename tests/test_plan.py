@@ -261,6 +261,8 @@ def serial_plan():
   return jaxmem.plan(target="tpu:v5e-4", budget=3, cache=None, **WORKLOAD)
 
 
+@pytest.mark.slow  # two worker processes' start and compiles; test_compiling_ahead_in_parallel_takes_the_serial_searchs_rows
+# holds the ordering without a compiler, test_planning's jobs=2 compare the worker processes
 @pytest.mark.needs_tpu_compiler
 def test_parallel_jobs_give_the_serial_ranking(serial_plan):
   parallel = jaxmem.plan(target="tpu:v5e-4", budget=3, cache=None, jobs=2, **WORKLOAD)

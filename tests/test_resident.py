@@ -72,6 +72,7 @@ def test_resident_lowers_a_tpu_capacity_and_caps_the_compile_with_the_matching_f
   assert f"--{TPU_HBM_CAP_OPTION}={shared.capacity_bytes // MiB}" in shared.capacity_note
 
 
+@pytest.mark.slow  # two more TPU compiles; the capacity and the compiler's cap are held above without one
 @pytest.mark.needs_tpu_compiler
 def test_a_step_that_fitted_alone_is_refused_once_the_resident_bytes_exceed_its_margin(alone, compile_one):
   # Within its margin it still fits, against the lowered capacity, with the flag on the row.

@@ -138,7 +138,8 @@ def test_workers_start_with_the_parents_platforms(tmp_path):
 @pytest.mark.parametrize("flags, said", [
     ("--xla_bogus_flag", "Unknown flag in XLA_FLAGS: --xla_bogus_flag"),
     # XLA follows this one with the usage of every flag, hundreds of lines.
-    ("--xla_gpu_autotune_level=abc", "Couldn't interpret value abc for flag xla_gpu_autotune_level."),
+    pytest.param("--xla_gpu_autotune_level=abc", "Couldn't interpret value abc for flag xla_gpu_autotune_level.",
+                 marks=pytest.mark.slow),  # a second interpreter; the unknown flag above takes the same path
 ])
 def test_a_bad_xla_flag_is_one_line_before_anything_compiles(flags, said):
   # XLA exits the process from C++ on a flag it cannot read; its message used to be swallowed by

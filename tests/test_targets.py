@@ -60,6 +60,7 @@ def test_a800_is_the_a100_80gb_with_its_own_nvlink():
   assert (listed["gpu:a800x8"].nvlink_gb_s, listed["gpu:a100-80gbx8"].nvlink_gb_s) == (400, 600)
 
 
+@pytest.mark.slow  # a deviceless GPU compile; the A800's description is the A100's (above), whose compile has tests
 @pytest.mark.needs_gpu_compiler("a800")
 def test_a800_compiles_deviceless_as_sm_80():
   (row,) = sweep.compare(**TINY, target="gpu:a800", remat="none", attention="dot")  # one GPU compile

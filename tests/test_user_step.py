@@ -150,6 +150,7 @@ def test_step_flags_that_need_a_model_are_refused(capsys):
   assert rc == 2 and "--with-estimate needs a model of jaxmem's own" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # two worker processes; test_planning's jobs=2 covers the workers, the CLI examples the file import
 def test_jobs_import_a_file_factory_by_path(tmp_path, capsys):
   (tmp_path / "stepfile.py").write_text(
       textwrap.dedent(
