@@ -110,7 +110,7 @@ def test_tiny_architectures_train_step_compiles(name):
 
 
 def _dot_temp(cfg):
-  (row,) = jaxmem.compare(model=cfg, target="cpu", batch=1, seq=2048, attention="dot", remat="none")
+  (row,) = jaxmem.compare(model=cfg, target="cpu", batch=1, seq=1024, attention="dot", remat="none")
   return row.temp_size_in_bytes
 
 
