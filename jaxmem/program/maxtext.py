@@ -55,15 +55,21 @@ REMATS = (
 OFFLOADING = ("qkv_proj_offloaded", "minimal_offloaded")
 # `remat all`: every policy but those that need more options (custom's names, quantization).
 ALL_REMATS = tuple(n for n in REMATS if n != "custom" and "quantization" not in n)
-# MaxText's opt_type values jaxmem's optimizer axis names the same way.
+# MaxText's opt_type values jaxmem's optimizer axis names the same way (configs/types.py,
+# OptimizerType): MaxText's muon is optax.contrib.muon, as jaxmem's (optimizers/optimizers.py).
 OPTIMIZERS = ("adamw", "sgd", "muon")
 
-# jaxmem's attention names -> MaxText's `attention` values; MaxText's own names are taken as they
-# are. `auto` leaves MaxText's (the config's, `autoselected` in base.yml).
-ATTENTIONS = {"dot": "dot_product", "splash": "flash", "flash": "flash", "cudnn": "cudnn_flash_te"}
-MAXTEXT_ATTENTIONS = ("autoselected", "dot_product", "flash", "cudnn_flash_te")
+# jaxmem's attention names -> MaxText's `attention` values (configs/types.py, Attention; the
+# kernels in layers/attention_op.py); MaxText's own names are taken as they are. `auto` leaves
+# MaxText's (the config's, `autoselected` in base.yml). splash is MaxText's TPU flash; jaxmem's
+# cudnn is jax.nn.dot_product_attention's cuDNN kernel, MaxText's cudnn_flash_jax
+# (cudnn_flash_te is Transformer Engine's).
+ATTENTIONS = {"dot": "dot_product", "splash": "flash", "cudnn": "cudnn_flash_jax"}
+MAXTEXT_ATTENTIONS = ("autoselected", "dot_product", "flash", "cudnn_flash_te", "cudnn_flash_jax")
 
-# jaxmem's mesh axes -> MaxText's ICI parallelism keys; `sequence` (activations only) has none.
+# jaxmem's mesh axes -> MaxText's ICI parallelism keys (configs/types.py, ici_map; the DCN keys
+# are the same with dcn_). `sequence` (jaxmem's: activations only) has none: base.yml's
+# mesh_axes has no `sequence` axis, so MaxText ignores ici_sequence_parallelism.
 MESH_KEYS = {
     "data": "ici_data_parallelism", "fsdp": "ici_fsdp_parallelism", "tensor": "ici_tensor_parallelism",
     "context": "ici_context_parallelism", "expert": "ici_expert_parallelism", "stage": "ici_pipeline_parallelism",
