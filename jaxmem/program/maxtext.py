@@ -77,11 +77,12 @@ MESH_KEYS = {
 
 # Each jaxmem axis or field given one value for the whole sweep -> the MaxText option it sets.
 KEYS = {
-    "optimizer": "opt_type", "param_dtype": "weight_dtype", "dtype": "dtype", "microbatches":
-    "gradient_accumulation_steps", "vocab_tiles": "num_vocab_tiling", "dropout": "dropout_rate",
+    "optimizer": "opt_type", "param_dtype": "weight_dtype", "dtype": "dtype", "vocab_tiles": "num_vocab_tiling",
+    "dropout": "dropout_rate",
 }
 # What a task sets per configuration (the factory): the sweep varies these.
-TASK_KEYS = ("per_device_batch_size", "max_target_length", "remat_policy", "attention", *MESH_KEYS.values())
+TASK_KEYS = ("per_device_batch_size", "max_target_length", "gradient_accumulation_steps", "remat_policy", "attention",
+             *MESH_KEYS.values())
 
 
 def maxtext_args(v: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -188,12 +189,17 @@ def mesh_overrides(mesh: Sequence[tuple[str, int]]) -> dict[str, str]:
   return out
 
 
-def per_device_batch(batch: int, devices: int) -> str:
-  """The global batch as MaxText's ``per_device_batch_size`` (a fraction where the devices do
-  not divide it, as MaxText allows), refused where MaxText's global batch would differ."""
-  value = batch / devices
-  if int(value * devices) != batch:
-    raise JaxmemError(f"batch {batch} over {devices} devices is not a per_device_batch_size MaxText can give back")
+def per_device_batch(batch: int, devices: int, accumulation: int = 1) -> str:
+  """The global batch as MaxText's ``per_device_batch_size``: MaxText's global batch is
+  per_device_batch_size x devices x ``accumulation`` (its gradient_accumulation_steps;
+  configs/types.py, calculate_global_batch_sizes). A fraction where the devices do not divide
+  it, as MaxText allows; refused where MaxText's global batch would differ."""
+  value = batch / (devices * accumulation)
+  if int(value * devices) * accumulation != batch:
+    raise JaxmemError(
+        f"batch {batch} over {devices} devices x {accumulation} microbatches is not a per_device_batch_size MaxText "
+        "can give back"
+    )
   return f"{value:g}" if value == int(value) else repr(value)
 
 
@@ -209,6 +215,7 @@ class Resolved:
   remat_policy: str
   attention: str
   mesh: tuple[tuple[str, int], ...]  # the mesh MaxText makes, in jaxmem's axis names
+  microbatches: int  # gradient_accumulation_steps
   version: str
 
 
@@ -257,7 +264,8 @@ def resolve(args: Sequence[str], settings: Mapping[str, str], target: Any) -> Re
   return Resolved(
       batch=int(config.global_batch_size_to_train_on), seq=int(config.max_target_length),
       remat_policy=str(config.remat_policy), attention=str(config.attention),
-      mesh=tuple(mesh) or (("fsdp", len(target.devices)),), version=version(),
+      mesh=tuple(mesh) or (("fsdp", len(target.devices)),), microbatches=int(config.gradient_accumulation_steps),
+      version=version(),
   )
 
 
@@ -320,12 +328,14 @@ def make_step(*, batch: int, seq: int, remat: Any, mesh: Any, target: Any, workl
 
 
 def task_settings(w: Any, target: Any, *, batch: int, seq: int, mesh: tuple[tuple[str, int], ...]) -> dict[str, str]:
-  """The MaxText options one task sets: the topology, batch, sequence, policy, attention and
-  (one slice) the mesh."""
+  """The MaxText options one task sets: the topology, batch, sequence, microbatches, policy,
+  attention and (one slice) the mesh."""
   name, slices = topology(target)
+  micro = w.microbatches[0]
   out = dict(
       compile_topology=name, compile_topology_num_slices=str(slices),
-      per_device_batch_size=per_device_batch(batch, target.num_devices), max_target_length=str(seq),
+      per_device_batch_size=per_device_batch(batch, target.num_devices, micro), max_target_length=str(seq),
+      gradient_accumulation_steps=str(micro),
       remat_policy=remat_policy(w.remat[0]),
   )
   if w.attention and w.attention[0] != "auto":
