@@ -194,3 +194,40 @@ def test_fit_finds_the_largest_batch_that_fits():
   (beyond,) = jaxmem.compare(maxtext=LONG, target=TARGET, remat="full", attention="dot", resident=resident,
                              batch=found.max_batch + 4)  # fit's step on fsdp=4: the devices
   assert beyond.fits is False
+
+
+def test_plan_searches_maxtexts_options(capsys):
+  """plan --maxtext: MaxText's step searched within the budget, each row fitting or refused with
+  a reason, ranked as plan ranks, and the recommendation's overrides (--emit maxtext) compile,
+  through compare, to the same figures."""
+  from jaxmem.planning.search import label, rank_rows
+  from jaxmem.planning.sweep import row_from_dict
+  from jaxmem.program import maxtext as mx
+
+  own = (*TINY[:-1], "per_device_batch_size=2")
+  assert main(["plan", "--maxtext", *own, "--target", TARGET, "--budget", "3", "--emit", "maxtext",
+               "--format", "json"]) == 0
+  import json
+
+  out = json.loads(capsys.readouterr().out)
+  assert 1 <= out["compiles"] <= 3 and out["batch"] == 2 * 4 and out["seq"] == 64
+  rows = [row_from_dict(r) for r in out["rows"]]
+  for r in rows:
+    assert r.model == "maxtext:base" and r.remat in mx.REMATS
+    assert r.fits or r.error or (r.required_bytes or 0) > r.capacity_bytes
+  assert [label(r) for r in rank_rows(rows)] == [label(r) for r in rows]
+  assert any("left out" in n for n in out["notes"])
+  best = out["recommended"]
+  assert best is not None and best == out["rows"][0]
+  launch = out["maxtext"]["overrides"]
+  args = ("base.yml", *(f"{k}={v}" for k, v in launch.items()))
+  (again,) = jaxmem.compare(maxtext=args, target=TARGET)
+  assert {f: getattr(again, f) for f in FIELDS} == {f: best[f] for f in FIELDS}
+  assert (again.mesh, again.remat, again.microbatches, again.attention) == (
+      best["mesh"], best["remat"], best["microbatches"], best["attention"])
+
+
+def test_plan_refuses_what_it_searches():
+  with pytest.raises(JaxmemError, match="plan searches MaxText's remat_policy") as e:
+    jaxmem.plan(maxtext=(*TINY, "remat_policy=full"), target=TARGET, budget=1)
+  assert "\n" not in str(e.value)

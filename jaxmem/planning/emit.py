@@ -106,6 +106,8 @@ def maxtext_overrides(result: Any, *, layers: int | None = None) -> MaxTextLaunc
   recommendation) or a compiled row. ``layers``: the model's decoder layers, needed only for a
   pipeline's ``num_layers_per_pipeline_stage`` (read from the model's preset where omitted)."""
   row = _recommended(result) if hasattr(result, "recommended") else result
+  if getattr(result, "maxtext", None):
+    return _maxtext_plan_launch(result.maxtext, row)
   cfg = getattr(row, "config", row)
   if not isinstance(cfg, Configuration) and not all(hasattr(cfg, f) for f in ("mesh", "remat", "batch", "seq")):
     raise JaxmemError(f"maxtext_overrides takes a plan or a compiled row, not {type(result).__name__}")
@@ -125,6 +127,21 @@ def maxtext_overrides(result: Any, *, layers: int | None = None) -> MaxTextLaunc
   notes += _unmapped(cfg)
   words = f"{cfg.mesh} {cfg.remat} mb{cfg.microbatches} {cfg.attention or ''}".strip()
   return MaxTextLaunch(configuration=words, overrides=out, notes=tuple(notes))
+
+
+def _maxtext_plan_launch(args: tuple[str, ...], row: Any) -> MaxTextLaunch:
+  """A plan of MaxText's own step (``plan --maxtext``): its overrides, then the options the
+  plan chose for ``row``, in MaxText's names already (the same mapping its compile used)."""
+  micro = row.microbatches or 1
+  chosen = dict(
+      per_device_batch_size=mx.per_device_batch(row.batch, row.num_devices, micro), max_target_length=row.seq,
+      gradient_accumulation_steps=micro, remat_policy=row.remat, attention=row.attention,
+      **mx.mesh_overrides(shd.parse_mesh(row.mesh)),
+  )
+  out = {**mx.overrides(args), **chosen}
+  words = f"{row.mesh} {row.remat} mb{micro} {row.attention}"
+  return MaxTextLaunch(configuration=words, overrides=out, notes=(
+      f"MaxText config {args[0]}: these overrides follow it (the plan's own, then what it chose)",))
 
 
 def _model_config(name: str) -> Any:

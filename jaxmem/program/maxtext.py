@@ -429,3 +429,35 @@ def quiet() -> Iterator[None]:
 def _first_line(e: BaseException) -> str:
   text = str(e).strip()
   return text.splitlines()[0] if text else type(e).__name__
+
+
+# ------------------------------------------------------------------ MaxText's model, in jaxmem's terms
+
+
+def model_config(config: Any) -> Any:
+  """A Llama-shaped :class:`~jaxmem.models.ModelConfig` of MaxText's dimensions (``emb_dim``,
+  ``mlp_dim``, ``num_query_heads``, ``num_kv_heads``, ``head_dim``, ``num_decoder_layers``,
+  ``vocab_size``, as its config derives them): what jaxmem's closed forms (parameters, FLOPs,
+  activations) take. Only an estimate of MaxText's model: its decoder block's own features
+  (MoE, local attention, norms) are not in it."""
+  from jaxmem.models.config import ModelConfig
+
+  return ModelConfig(
+      name=f"maxtext:{config.model_name}", style="llama3", vocab_size=int(config.vocab_size),
+      d_model=int(config.emb_dim), num_layers=int(config.num_decoder_layers), num_heads=int(config.num_query_heads),
+      num_kv_heads=int(config.num_kv_heads), head_dim=int(config.head_dim), d_ff=int(config.mlp_dim),
+      max_seq_len=int(config.max_target_length), tie_embeddings=bool(config.logits_via_embedding),
+      norm_eps=float(config.normalization_layer_epsilon), rope_theta=float(config.rope_max_timescale),
+      param_dtype=_dtype_name(config.weight_dtype), dtype=_dtype_name(config.dtype),
+  )
+
+
+def experts(config: Any) -> int:
+  """MaxText's routed experts (1 for a dense model)."""
+  return max(1, int(getattr(config, "num_experts", 1) or 1))
+
+
+def _dtype_name(dtype: Any) -> str:
+  import numpy as np
+
+  return np.dtype(dtype).name
