@@ -58,7 +58,9 @@ def axis_help(axis: jaxmem.Axis, text: str, *, sweep: bool = True) -> str:
   return text + (axis.list_note + "; comma separated to sweep") * sweep + (f"; default {said}" if said else "")
 
 
-def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024, own: bool = False) -> None:
+def add_workload(
+    p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024, own: bool = False,
+) -> None:
   """The flags every compiling command shares. Each flag named after a :class:`Workload`
   field sets that field (:func:`workload`); a new field needs only its flag here. ``own``: the
   command takes --maxtext, whose step has its own batch and sequence, so --batch and --seq are
@@ -71,7 +73,8 @@ def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int 
   mx = "; with --maxtext, its config's" if own else ""
   p.add_argument("--batch", type=int, default=None if own else batch,
                  help=f"global batch size; default {batch or 'searched'}{mx}")
-  p.add_argument("--seq", type=int, default=None if own else seq, help=f"sequence length; default {seq or 'searched'}{mx}")
+  p.add_argument("--seq", type=int, default=None if own else seq,
+                 help=f"sequence length; default {seq or 'searched'}{mx}")
   p.add_argument(
       "--target",
       default=None,
