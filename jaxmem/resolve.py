@@ -541,15 +541,16 @@ def resolve_context_strategies(w: Workload) -> tuple[str, ...]:
 
 
 # The axes a MaxText step varies per task (mapped by jaxmem.program.maxtext.task_settings).
-MAXTEXT_TASK_AXES = ("mesh", "remat", "attention")
+MAXTEXT_TASK_AXES = ("mesh", "remat", "attention", "microbatches")
 
 
 def plan_maxtext(w: Workload) -> Plan:
   """A sweep over MaxText's own step (``w.maxtext``, :mod:`jaxmem.program.maxtext`): MaxText's
   config read once with what the workload gives mapped onto its options, so a value MaxText or
-  the mapping refuses is one line before anything compiles. What the workload leaves at its
-  default is MaxText's own: the batch, sequence, remat policy, attention and mesh its config
-  says (and, in the rows, shows). A value given both ways must agree (a task, planned again in
+  the mapping refuses is one line before anything compiles. What the workload does not give
+  (its batch and sequence None, the other axes at their defaults) is MaxText's own: the batch,
+  sequence, microbatches, remat policy, attention and mesh its config says (and, in the rows,
+  shows). A value given both ways must agree (a task, planned again in
   a worker process, gives them all)."""
   if not w.maxtext:
     raise JaxmemError(f"step {mx.SPEC} is MaxText's; give its config with `maxtext` (base.yml key=value ...)")
@@ -558,12 +559,16 @@ def plan_maxtext(w: Workload) -> Plan:
   name, slices = mx.topology(tgt)
   user = mx.overrides(w.maxtext)
   args = (*w.maxtext, *(f"{k}={v}" for k, v in maxtext_fixed(w, user).items()))
+  micro = maxtext_microbatches(w, user)
   given: dict[str, str] = {}
-  if w.batch != Workload.batch:  # a batch jaxmem was given (or a search set) replaces MaxText's
-    given["per_device_batch_size"] = _agree(user, "batch", "per_device_batch_size",
-                                            mx.per_device_batch(w.batch, tgt.num_devices))
-  if w.seq != Workload.seq:
+  if w.batch is not None:  # a batch jaxmem was given (or a search set) replaces MaxText's
+    per_device = [_agree(user, "batch", "per_device_batch_size", mx.per_device_batch(w.batch, tgt.num_devices, mb))
+                  for mb in micro or (_accumulation(args),)]
+    given["per_device_batch_size"] = per_device[0]
+  if w.seq is not None:
     given["max_target_length"] = _agree(user, "seq", "max_target_length", str(w.seq))
+  if micro:
+    given["gradient_accumulation_steps"] = str(micro[0])
   own = mx.resolve(args, dict(compile_topology=name, compile_topology_num_slices=str(slices), **given), tgt)
   meshes = resolve_meshes(w, tgt) if w.mesh else (own.mesh,)
   for m in meshes if w.mesh else ():
@@ -585,8 +590,29 @@ def plan_maxtext(w: Workload) -> Plan:
   w = w.replace(model=mx.label(w.maxtext), maxtext=args, target=w.target_name, batch=own.batch, seq=own.seq, **unset)
   return Plan(
       workload=w, cfg=None, target=tgt, meshes=meshes, optimizers=(STEP_OPTIMIZER,), remats=remats,
-      batch=own.batch, seq=own.seq, attentions=attentions,
+      batch=own.batch, seq=own.seq, attentions=attentions, microbatches=micro or (own.microbatches,),
   )
+
+
+def maxtext_microbatches(w: Workload, user: dict[str, str]) -> tuple[int, ...]:
+  """The workload's microbatch counts as MaxText's gradient_accumulation_steps, each checked
+  against the overrides; () where none is given (MaxText's own)."""
+  if w.microbatches == AXES["microbatches"].normalise(AXES["microbatches"].default):
+    return ()
+  _, micro = resolve_step_axes(w)
+  for mb in micro:
+    _agree(user, "microbatches", "gradient_accumulation_steps", str(mb))
+  return micro
+
+
+def _accumulation(args: tuple[str, ...]) -> int:
+  """MaxText's gradient_accumulation_steps in ``args`` (1 where not set): its global batch is
+  per_device_batch_size x devices x these (configs/types.py, calculate_global_batch_sizes)."""
+  value = mx.overrides(args).get("gradient_accumulation_steps", "1")
+  try:
+    return max(1, int(value))
+  except ValueError:
+    raise JaxmemError(f"MaxText's gradient_accumulation_steps is a whole number (got {value!r})") from None
 
 
 def maxtext_fixed(w: Workload, user: dict[str, str]) -> dict[str, str]:

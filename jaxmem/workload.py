@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved confi
   from jaxmem.models import ModelConfig
 
 DEFAULT_REMAT = AXES["remat"].default
+# A train step's batch and sequence where none is given. A MaxText step's are its config's
+# (per_device_batch_size x devices, max_target_length): there they stay None until its plan
+# reads MaxText's config (jaxmem.resolve.plan_maxtext).
+DEFAULT_BATCH, DEFAULT_SEQ = 8, 1024
 # The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
 PRECISION_AXES = tuple(a.name for a in AXES.values() if a.group == "precision")
 
@@ -82,7 +86,9 @@ class BaseWorkload(Record):
     ``defaults``), with ``fields`` replaced. ``None`` values are ignored, so a caller can pass
     optional arguments through. A workload of another kind gives the fields both have."""
     fields = {k: v for k, v in fields.items() if v is not None}
-    base = workload if workload is not None else cls(**(defaults or {}))
+    if workload is None:  # made in one go, so a field left unset stays so (a MaxText step's batch)
+      return cls(**{**(defaults or {}), **fields})
+    base = workload
     if not isinstance(base, cls):
       base = cls(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name in _field_names(cls)})
     return base.replace(**fields)
@@ -109,7 +115,9 @@ class Workload(BaseWorkload):
   task of one plan.
   """
 
-  seq: int = 1024
+  # None: not given (DEFAULT_BATCH and DEFAULT_SEQ, or a MaxText step's own).
+  batch: int | None = None  # global
+  seq: int | None = None
   # Your own step instead of the model's: a factory make_step(*, batch, seq, remat)
   # -> (fn, args, jit_kwargs), by import path "pkg.mod:make_step" or "path/file.py:make_step"
   # (a function is accepted and turned into its path; see jaxmem.program.step). model,
@@ -129,6 +137,10 @@ class Workload(BaseWorkload):
       if self.step is not None and self.step != MAXTEXT_STEP:
         raise JaxmemError("give `step` (your own factory) or `maxtext` (MaxText's step), not both")
       object.__setattr__(self, "step", MAXTEXT_STEP)
+    else:  # only MaxText's step has its own batch and sequence
+      for name, default in (("batch", DEFAULT_BATCH), ("seq", DEFAULT_SEQ)):
+        if getattr(self, name) is None:
+          object.__setattr__(self, name, default)
     if self.step is not None:
       object.__setattr__(self, "step", step_spec(self.step))
 

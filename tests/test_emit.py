@@ -138,3 +138,19 @@ def test_emit_with_csv_is_refused_in_one_line_naming_the_formats_it_takes(capsys
   assert code == 2 and "\n" not in err and "Traceback" not in err
   # The formats it names are --format's own (table, markdown, json), so the user can pass one.
   assert "--format table, markdown or json" in err, err
+
+
+def test_one_vocabulary_with_the_maxtext_step():
+  """emit and --maxtext (jaxmem.program.maxtext) map jaxmem's names onto MaxText's through the
+  same tables, so a plan's launch and a MaxText step agree on every name."""
+  from jaxmem.program import maxtext as mx
+
+  assert emit.ATTENTIONS is mx.ATTENTIONS and emit.OPTIMIZERS is mx.OPTIMIZERS and emit.MESH_KEYS is mx.MESH_KEYS
+  assert emit.REMAT_SAME_NAME <= set(mx.REMATS)
+  o = emit.maxtext_overrides(conf(attention="cudnn", optimizer="muon")).overrides
+  assert (o["attention"], o["opt_type"]) == (mx.attention("cudnn", "autoselected"), "muon")
+  launch = emit.maxtext_overrides(conf(mesh="sequence=2,fsdp=4"))
+  assert not any("sequence" in k for k in launch.overrides)  # MaxText's base.yml mesh has no sequence axis
+  assert any(n.startswith("mesh axis sequence") for n in launch.notes)
+  with pytest.raises(jaxmem.JaxmemError, match="mesh axis sequence has no MaxText mapping"):
+    mx.mesh_overrides((("sequence", 2), ("fsdp", 4)))

@@ -65,8 +65,7 @@ def test_figures_equal_train_compile():
 
 def test_jaxmem_axes_map_onto_maxtext_options():
   """--remat, --attention, --batch and --mesh set MaxText's remat_policy, attention,
-  per_device_batch_size and ici_*: the same figures as the overrides that say so. (A batch equal
-  to the workload's default, 8, is taken as not given: MaxText's own.)"""
+  per_device_batch_size and ici_*: the same figures as the overrides that say so."""
   (mapped,) = jaxmem.compare(maxtext=TINY[:-1], target=TARGET, remat="minimal", attention="dot", batch=16,
                              mesh="data=2,fsdp=2")
   (said,) = jaxmem.compare(
@@ -98,6 +97,8 @@ def test_policies_and_batch_act_on_maxtext_step():
     (dict(mesh="sequence=4"), "mesh axis sequence has no MaxText mapping"),
     (dict(qk_dtype="float32"), "`qk_dtype` has no MaxText mapping"),
     (dict(target="cpu"), "`maxtext` compiles for TPU targets"),
+    (dict(batch=8), "`batch` gives per_device_batch_size=2 but the MaxText override says per_device_batch_size=1"),
+    (dict(seq=128), "`seq` gives max_target_length=128 but the MaxText override says max_target_length=64"),
 ])
 def test_refused_in_one_line(fields, says):
   with pytest.raises(JaxmemError, match=re.escape(says)) as e:
@@ -147,3 +148,86 @@ def test_slices_map_onto_compile_topology_num_slices():
 
   assert mx.topology(jaxmem.target("tpu:v4-128", slices=2)) == ("v4-128", 2)
   assert mx.topology(jaxmem.target("tpu:v5p-8")) == ("v5p-8", 1)
+
+
+def test_batch_and_seq_are_maxtexts_own_unless_given(capsys):
+  """Without --batch and --seq, MaxText's config says them (global batch: per_device_batch_size x
+  devices); given, they map onto it, a batch of 8 (jaxmem's own default) included."""
+  own = (*TINY[:-2], "max_target_length=128", "per_device_batch_size=3")
+  assert main(["compare", "--maxtext", *own, "--target", TARGET, "--format", "json"]) == 0
+  import json
+
+  out = json.loads(capsys.readouterr().out)
+  (row,) = out["rows"] if isinstance(out, dict) else out
+  assert (row["batch"], row["seq"]) == (3 * 4, 128)
+  (given,) = jaxmem.compare(maxtext=TINY[:-2], target=TARGET, batch=8, seq=128)
+  (said,) = jaxmem.compare(maxtext=(*TINY[:-2], "per_device_batch_size=2", "max_target_length=128"), target=TARGET)
+  assert (given.batch, given.seq) == (said.batch, said.seq) == (8, 128)
+  assert {f: getattr(given, f) for f in FIELDS} == {f: getattr(said, f) for f in FIELDS}
+
+
+def test_microbatches_split_the_global_batch():
+  """--microbatches is MaxText's gradient_accumulation_steps, splitting jaxmem's global batch:
+  per_device_batch_size is the batch over the devices and the microbatches."""
+  (mapped,) = jaxmem.compare(maxtext=TINY[:-1], target=TARGET, batch=8, microbatches=2, attention="dot")
+  (said,) = jaxmem.compare(maxtext=(*TINY[:-1], "per_device_batch_size=1", "gradient_accumulation_steps=2",
+                                    "attention=dot_product"), target=TARGET)
+  assert (mapped.batch, mapped.microbatches) == (said.batch, said.microbatches) == (8, 2)
+  assert {f: getattr(mapped, f) for f in FIELDS} == {f: getattr(said, f) for f in FIELDS}
+
+
+# WIDER at a longer sequence: a batch step is worth MiBs, so fit's search closes in few compiles.
+LONG = (*WIDER[:-2], "max_target_length=1024")
+
+
+@pytest.mark.slow  # about four minutes on a loaded 2-core machine: five compiles near a capped capacity
+def test_fit_finds_the_largest_batch_that_fits():
+  """fit through MaxText's step: with another program resident, so that the capacity left is
+  8 MiB above what batch 8 needs, the batch found fits (at least the smallest, 4), the next
+  step up does not, and the sequence is MaxText's max_target_length."""
+  (eight,) = jaxmem.compare(maxtext=LONG, target=TARGET, remat="full", attention="dot", batch=8)
+  resident = jaxmem.target(TARGET).capacity_bytes - (eight.required_bytes + 8 * 2**20)
+  (found,) = jaxmem.fit(maxtext=LONG, target=TARGET, remat="full", attention="dot", resident=resident)
+  assert found.max_batch is not None and found.max_batch >= 4 and found.row.fits
+  assert (found.row.batch, found.row.seq, found.row.remat) == (found.max_batch, 1024, "full")
+  assert found.note is None  # neither the smallest refused nor the ceiling reached
+  (beyond,) = jaxmem.compare(maxtext=LONG, target=TARGET, remat="full", attention="dot", resident=resident,
+                             batch=found.max_batch + 4)  # fit's step on fsdp=4: the devices
+  assert beyond.fits is False
+
+
+def test_plan_searches_maxtexts_options(capsys):
+  """plan --maxtext: MaxText's step searched within the budget, each row fitting or refused with
+  a reason, ranked as plan ranks, and the recommendation's overrides (--emit maxtext) compile,
+  through compare, to the same figures."""
+  from jaxmem.planning.search import label, rank_rows
+  from jaxmem.planning.sweep import row_from_dict
+  from jaxmem.program import maxtext as mx
+
+  own = (*TINY[:-1], "per_device_batch_size=2")
+  assert main(["plan", "--maxtext", *own, "--target", TARGET, "--budget", "3", "--emit", "maxtext",
+               "--format", "json"]) == 0
+  import json
+
+  out = json.loads(capsys.readouterr().out)
+  assert 1 <= out["compiles"] <= 3 and out["batch"] == 2 * 4 and out["seq"] == 64
+  rows = [row_from_dict(r) for r in out["rows"]]
+  for r in rows:
+    assert r.model == "maxtext:base" and r.remat in mx.REMATS
+    assert r.fits or r.error or (r.required_bytes or 0) > r.capacity_bytes
+  assert [label(r) for r in rank_rows(rows)] == [label(r) for r in rows]
+  assert any("left out" in n for n in out["notes"])
+  best = out["recommended"]
+  assert best is not None and best == out["rows"][0]
+  launch = out["maxtext"]["overrides"]
+  args = ("base.yml", *(f"{k}={v}" for k, v in launch.items()))
+  (again,) = jaxmem.compare(maxtext=args, target=TARGET)
+  assert {f: getattr(again, f) for f in FIELDS} == {f: best[f] for f in FIELDS}
+  assert (again.mesh, again.remat, again.microbatches, again.attention) == (
+      best["mesh"], best["remat"], best["microbatches"], best["attention"])
+
+
+def test_plan_refuses_what_it_searches():
+  with pytest.raises(JaxmemError, match="plan searches MaxText's remat_policy") as e:
+    jaxmem.plan(maxtext=(*TINY, "remat_policy=full"), target=TARGET, budget=1)
+  assert "\n" not in str(e.value)

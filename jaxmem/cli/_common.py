@@ -58,16 +58,23 @@ def axis_help(axis: jaxmem.Axis, text: str, *, sweep: bool = True) -> str:
   return text + (axis.list_note + "; comma separated to sweep") * sweep + (f"; default {said}" if said else "")
 
 
-def add_workload(p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024) -> None:
+def add_workload(
+    p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024, own: bool = False,
+) -> None:
   """The flags every compiling command shares. Each flag named after a :class:`Workload`
-  field sets that field (:func:`workload`); a new field needs only its flag here."""
+  field sets that field (:func:`workload`); a new field needs only its flag here. ``own``: the
+  command takes --maxtext, whose step has its own batch and sequence, so --batch and --seq are
+  None unless given (the :class:`Workload` then fills ``batch`` and ``seq``)."""
   p.add_argument(
       "--model", default="gpt2-small",
       help="a preset (see `jaxmem models`), a path to a Hugging Face config.json, or a Hub id ORG/NAME[@REVISION] "
       "(only its config.json is fetched; HF_TOKEN, the Hub cache and HF_HUB_OFFLINE apply); default gpt2-small",
   )
-  p.add_argument("--batch", type=int, default=batch, help=f"global batch size; default {batch or 'searched'}")
-  p.add_argument("--seq", type=int, default=seq, help=f"sequence length; default {seq or 'searched'}")
+  mx = "; with --maxtext, its config's" if own else ""
+  p.add_argument("--batch", type=int, default=None if own else batch,
+                 help=f"global batch size; default {batch or 'searched'}{mx}")
+  p.add_argument("--seq", type=int, default=None if own else seq,
+                 help=f"sequence length; default {seq or 'searched'}{mx}")
   p.add_argument(
       "--target",
       default=None,

@@ -18,7 +18,7 @@ from jaxmem.render.inference import render_compare_extras
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("compare", help="compare remat policies and optimizers for a model's train step")
-  c.add_workload(p)
+  c.add_workload(p, own=True)
   c.add_run_options(p)
   c.add_step(p)
   c.add_train_step(p)

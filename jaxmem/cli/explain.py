@@ -13,7 +13,7 @@ from jaxmem.render.explain import render_explain
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("explain", help="what fills the memory: consumers, buffers live at the peak, timeline")
-  c.add_workload(p)
+  c.add_workload(p, own=True)
   c.add_step(p)
   c.add_train_step(p)
   p.add_argument("--remat", default="none", help="one remat policy (default none)")

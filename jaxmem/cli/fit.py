@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     return run_serving(args, chosen)
   # Searched: the dimension --over names when it is not given (an --over fit refuses is searched, so refused).
   searching = {"batch": args.batch, "seq": args.seq}.get(args.over) is None
-  w = c.workload(args, seq=args.seq or 1024)
+  w = c.workload(args)  # no --seq: the Workload's default (a MaxText step's: its config's)
   if jaxmem.remat.SEARCH in [n.strip() for n in str(args.remat).split(",")]:
     return run_tensor_search(args, chosen, w, searching)
   if not searching:  # the workload fixed: every configuration compiled once, ranked

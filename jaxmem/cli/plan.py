@@ -15,8 +15,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("plan", help="the fastest mesh, remat policy, microbatches and kernel that fit, in a compile budget")
   p.add_argument("--model", default="gpt2-small", help="a preset (see `jaxmem models`) or a Hugging Face config.json")
   p.add_argument("--target", default=None, help="tpu:v5p-16, gpu:h100x8... (see `jaxmem targets`)")
-  p.add_argument("--batch", type=int, default=8, help="global batch size; default 8")
-  p.add_argument("--seq", type=int, default=1024, help="sequence length; default 1024")
+  p.add_argument(
+      "--maxtext", default=None, nargs="+", metavar=("CONFIG", "KEY=VALUE"),
+      help="search MaxText's own train step instead of --model: a MaxText config (base.yml, or a path) and its "
+      "overrides (the maxtext extra); the mesh, remat_policy, gradient_accumulation_steps and attention are searched",
+  )
+  p.add_argument("--batch", type=int, default=None, help="global batch size; default 8 (with --maxtext, its config's)")
+  p.add_argument("--seq", type=int, default=None, help="sequence length; default 1024 (with --maxtext, its config's)")
   p.add_argument("--optimizer", default="adamw", help="the optimizer; default adamw")
   budget = jaxmem.plan.__kwdefaults__["budget"]
   p.add_argument("--budget", type=int, default=budget, help=f"compile at most this many candidates; default {budget}")
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
   chosen = c.resolve_target(args)
   result = c.Sweep(args, chosen).run(lambda run: jaxmem.plan(
       model=args.model, target=args.target, batch=args.batch, seq=args.seq, optimizer=args.optimizer,
-      budget=args.budget, run=run,
+      maxtext=args.maxtext, budget=args.budget, run=run,
   ))
   if args.plot:
     render.plot_plan(result, args.plot)

@@ -12,7 +12,7 @@ from jaxmem.render import tables
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("scale", help="each memory component against batch and sequence length, with growth exponents")
-  c.add_workload(p)
+  c.add_workload(p, own=True)
   c.add_run_options(p)
   c.add_step(p)
   c.add_train_step(p)

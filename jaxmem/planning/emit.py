@@ -28,7 +28,14 @@ What maps:
   layers checkpoint as ``full``; the note gives the nearest ``custom`` map.
 - attention: ``dot`` -> ``dot_product``, ``splash`` -> ``flash`` (MaxText's TPU flash is splash
   attention), ``cudnn`` -> ``cudnn_flash_jax`` (both ``jax.nn.dot_product_attention``'s cuDNN).
+- the optimizer: ``adamw``, ``sgd`` and ``muon`` (optax's, as MaxText's) -> ``opt_type``.
+
+The mesh axes, attention and optimizer names are :mod:`jaxmem.program.maxtext`'s tables, the ones
+``--maxtext`` maps jaxmem's options through, so a plan's launch and a MaxText step agree.
 - the model: ``model_name`` where jaxmem's preset is one of MaxText's models of the same name.
+
+A plan of MaxText's own step (``plan --maxtext``) is in MaxText's names already: its launch is
+the plan's overrides with its choices (mesh, batch, microbatches, remat, attention) after them.
 """
 
 from __future__ import annotations
@@ -40,15 +47,15 @@ from typing import Any
 
 from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
+from jaxmem.program import maxtext as mx
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import ASSIGNMENT_PREFIX, assignment_policy
 from jaxmem.records import Configuration, Record
 
-# jaxmem's mesh axis -> MaxText's axis of the same role (``ici_<name>_parallelism``).
-MESH_AXES = {"data": "data", "fsdp": "fsdp", "tensor": "tensor", "sequence": "sequence", "context": "context",
-             "stage": "pipeline", "expert": "expert"}
+# jaxmem's mesh axis -> MaxText's ICI parallelism key (its DCN key the same with ``dcn_``).
+MESH_KEYS = mx.MESH_KEYS
 # jaxmem's attention implementation -> MaxText's ``attention``.
-ATTENTIONS = {"dot": "dot_product", "splash": "flash", "cudnn": "cudnn_flash_jax"}
+ATTENTIONS = mx.ATTENTIONS
 # jaxmem's presets whose MaxText policy of the same name saves the same tensors (layers/nnx_decoders.py,
 # get_remat_policy; jaxmem.program.remat builds them from the same checkpoint names).
 REMAT_SAME_NAME = frozenset({
@@ -64,7 +71,7 @@ CUSTOM_TENSORS = ("decoder_layer_input", "context", "mlpwi_0", "mlpwi_1", "mlpwo
 # jaxmem's presets that are MaxText models of the same name (configs/types.py, ModelName).
 MODEL_NAMES = frozenset({"gpt3-175b", "gpt3-22b", "llama3-70b", "llama3-8b", "mistral-7b", "mixtral-8x22b",
                          "mixtral-8x7b", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b"})
-OPTIMIZERS = {"adamw": "adamw", "sgd": "sgd"}  # MaxText's opt_type of the same update
+OPTIMIZERS = mx.OPTIMIZERS  # MaxText's opt_type of the same update, by jaxmem's name
 DTYPES = ("float32", "bfloat16", "float16")
 # The configuration fields mapped above (or describing the row, not a choice): any other field
 # away from its default is named in the notes.
@@ -99,6 +106,8 @@ def maxtext_overrides(result: Any, *, layers: int | None = None) -> MaxTextLaunc
   recommendation) or a compiled row. ``layers``: the model's decoder layers, needed only for a
   pipeline's ``num_layers_per_pipeline_stage`` (read from the model's preset where omitted)."""
   row = _recommended(result) if hasattr(result, "recommended") else result
+  if getattr(result, "maxtext", None):
+    return _maxtext_plan_launch(result.maxtext, row)
   cfg = getattr(row, "config", row)
   if not isinstance(cfg, Configuration) and not all(hasattr(cfg, f) for f in ("mesh", "remat", "batch", "seq")):
     raise JaxmemError(f"maxtext_overrides takes a plan or a compiled row, not {type(result).__name__}")
@@ -118,6 +127,21 @@ def maxtext_overrides(result: Any, *, layers: int | None = None) -> MaxTextLaunc
   notes += _unmapped(cfg)
   words = f"{cfg.mesh} {cfg.remat} mb{cfg.microbatches} {cfg.attention or ''}".strip()
   return MaxTextLaunch(configuration=words, overrides=out, notes=tuple(notes))
+
+
+def _maxtext_plan_launch(args: tuple[str, ...], row: Any) -> MaxTextLaunch:
+  """A plan of MaxText's own step (``plan --maxtext``): its overrides, then the options the
+  plan chose for ``row``, in MaxText's names already (the same mapping its compile used)."""
+  micro = row.microbatches or 1
+  chosen = dict(
+      per_device_batch_size=mx.per_device_batch(row.batch, row.num_devices, micro), max_target_length=row.seq,
+      gradient_accumulation_steps=micro, remat_policy=row.remat, attention=row.attention,
+      **mx.mesh_overrides(shd.parse_mesh(row.mesh)),
+  )
+  out = {**mx.overrides(args), **chosen}
+  words = f"{row.mesh} {row.remat} mb{micro} {row.attention}"
+  return MaxTextLaunch(configuration=words, overrides=out, notes=(
+      f"MaxText config {args[0]}: these overrides follow it (the plan's own, then what it chose)",))
 
 
 def _model_config(name: str) -> Any:
@@ -172,7 +196,7 @@ def _mesh(cfg: Any, out: dict[str, Any], notes: list[str]) -> None:
   """``ici_*`` and ``dcn_*`` for every MaxText axis jaxmem maps (1 where unused): the slices
   taken from the leading axes, as the devices lie slice-major."""
   mesh = shd.parse_mesh(cfg.mesh)
-  unknown = [a for a, _ in mesh if a not in MESH_AXES]
+  unknown = [a for a, _ in mesh if a not in MESH_KEYS]
   if unknown:
     notes.append(f"mesh axis {unknown[0]}: no MaxText axis of that role")
   left = _slices(cfg.target)
@@ -186,9 +210,9 @@ def _mesh(cfg: Any, out: dict[str, Any], notes: list[str]) -> None:
     dcn[axis], left = take, left // take
   sizes = dict(mesh)
   for kind in ("ici", "dcn"):
-    for axis, name in MESH_AXES.items():
+    for axis, key in MESH_KEYS.items():
       n = dcn.get(axis, 1) if kind == "dcn" else sizes.get(axis, 1) // dcn.get(axis, 1)
-      out[f"{kind}_{name}_parallelism"] = n
+      out[kind + key.removeprefix("ici")] = n
 
 
 def _batch(cfg: Any, out: dict[str, Any], notes: list[str]) -> None:
@@ -237,8 +261,8 @@ def _attention(cfg: Any, out: dict[str, Any], notes: list[str]) -> None:
   if name in ATTENTIONS:
     out["attention"] = ATTENTIONS[name]
   elif name:
-    notes.append(f"attention {name}: no MaxText kernel of that kind (its attention values: dot_product, flash, "
-                 "cudnn_flash_te, cudnn_flash_jax, autoselected); left at MaxText's autoselected")
+    notes.append(f"attention {name}: no MaxText kernel of that kind (its attention values: "
+                 f"{', '.join(mx.MAXTEXT_ATTENTIONS)}); left at MaxText's autoselected")
 
 
 def _pipeline(cfg: Any, out: dict[str, Any], notes: list[str], layers: int | None) -> None:
@@ -258,9 +282,9 @@ def _pipeline(cfg: Any, out: dict[str, Any], notes: list[str], layers: int | Non
 def _optimizer_and_dtypes(cfg: Any, out: dict[str, Any], notes: list[str]) -> None:
   opt = cfg.optimizer
   if opt in OPTIMIZERS:
-    out["opt_type"] = OPTIMIZERS[opt]
+    out["opt_type"] = opt
   elif opt:
-    notes.append(f"optimizer {opt}: no MaxText opt_type of the same update (adamw, adam_pax, sgd, muon)")
+    notes.append(f"optimizer {opt}: no MaxText opt_type of the same update ({', '.join(OPTIMIZERS)} map by name)")
   for field, key in (("param_dtype", "weight_dtype"), ("dtype", "dtype")):
     v = getattr(cfg, field, None)
     if v in DTYPES:

@@ -405,14 +405,16 @@ def fit(
   """The largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, for every
   (mesh, optimizer, remat) of ``workload`` with ``fields`` replaced, with each result's
   recompute overhead against the no-remat program at the same workload. With ``over="seq"``,
-  ``batch=None`` searches at the smallest batch every mesh accepts (else the workload's).
+  ``batch=None`` searches at the smallest batch every mesh accepts (else the workload's; a
+  MaxText step's: its config's).
   ``run`` (or its fields as keywords, :class:`jaxmem.options.RunOptions`): ``on_start`` is told
   before the first compile (no total: a search's count is known at its end), ``on_row`` each
   compiled (or cached) probe, ``on_round(round, compiles)`` each round of the search.
   ``depth_probe`` and ``strategy``: as :func:`search` takes them."""
   run = RunOptions.of(run, fields)
   w = Workload.of(workload, **fields)
-  if over == "seq" and "batch" in fields and fields["batch"] is None:
+  # A MaxText step given no batch searches the sequence at its config's batch.
+  if over == "seq" and "batch" in fields and fields["batch"] is None and w.maxtext is None:
     w = template(w, "batch")
   p = plan(template(w, over))
   require_capacity(p)

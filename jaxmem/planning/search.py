@@ -130,6 +130,7 @@ class PlanResult:
   estimates: tuple[tuple[str, float | None], ...] = ()  # row label -> closed-form step time (ordering)
   notes: tuple[str, ...] = ()
   why: str | None = None  # the recommendation against the runner-up, in one line (:func:`why`)
+  maxtext: tuple[str, ...] | None = None  # MaxText's config and overrides, for a search of MaxText's step
 
   @property
   def recommended(self) -> Row | None:
@@ -142,7 +143,7 @@ class PlanResult:
         not_compiled=self.not_compiled, notes=list(self.notes), why=self.why,
         recommended=None if self.recommended is None else self.recommended.as_dict(),
         estimated_step_time_s=dict(self.estimates), rows=[r.as_dict() for r in self.rows],
-    )
+    ) | ({} if self.maxtext is None else {"maxtext_args": list(self.maxtext)})
 
 
 def candidate_key(mesh: str, remat: str, microbatches: int, attention: str, pipeline: int | None = None) -> str:
@@ -380,11 +381,16 @@ def plan(
   if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
     raise JaxmemError(f"`budget` must be a whole number of compiles, at least 1 (got {budget!r})")
   w = Workload.of(workload, **fields)
+  if w.maxtext:  # MaxText's own step: its options searched (jaxmem.planning.maxtext_search)
+    from jaxmem.planning import maxtext_search
+
+    return maxtext_search.plan(w, budget=budget, run=run)
   for name, v in (("batch", w.batch), ("seq", w.seq)):
     if not isinstance(v, int) or v < 1:
       raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
   if w.step:
-    raise JaxmemError("plan searches jaxmem's own models (`model`); a user's `step` has no mesh or kernel to choose")
+    raise JaxmemError("plan searches jaxmem's own models (`model`) and MaxText's step (`maxtext`); a user's `step` "
+                      "has no mesh or kernel to choose")
   one_of_each(w, "plan")
   tgt = resolve_target(w)
   if tgt.capacity_bytes is None:

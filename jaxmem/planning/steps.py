@@ -114,7 +114,7 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   maxtext = p.workload.maxtext is not None
   notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform, host_kernel=not maxtext)
   if maxtext:  # MaxText's step: its attention by MaxText's name, and what built it
-    base["attention"] = p.attentions[0]
+    base.update(attention=p.attentions[0], microbatches=p.microbatches[0])
     notes.append(mx.note(p.workload.maxtext))
   # from the shapes: a refused step has them too
   named = mx.global_params(lowering.traced) if maxtext else _named_arguments(lowering, notes)

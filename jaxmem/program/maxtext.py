@@ -55,15 +55,21 @@ REMATS = (
 OFFLOADING = ("qkv_proj_offloaded", "minimal_offloaded")
 # `remat all`: every policy but those that need more options (custom's names, quantization).
 ALL_REMATS = tuple(n for n in REMATS if n != "custom" and "quantization" not in n)
-# MaxText's opt_type values jaxmem's optimizer axis names the same way.
+# MaxText's opt_type values jaxmem's optimizer axis names the same way (configs/types.py,
+# OptimizerType): MaxText's muon is optax.contrib.muon, as jaxmem's (optimizers/optimizers.py).
 OPTIMIZERS = ("adamw", "sgd", "muon")
 
-# jaxmem's attention names -> MaxText's `attention` values; MaxText's own names are taken as they
-# are. `auto` leaves MaxText's (the config's, `autoselected` in base.yml).
-ATTENTIONS = {"dot": "dot_product", "splash": "flash", "flash": "flash", "cudnn": "cudnn_flash_te"}
-MAXTEXT_ATTENTIONS = ("autoselected", "dot_product", "flash", "cudnn_flash_te")
+# jaxmem's attention names -> MaxText's `attention` values (configs/types.py, Attention; the
+# kernels in layers/attention_op.py); MaxText's own names are taken as they are. `auto` leaves
+# MaxText's (the config's, `autoselected` in base.yml). splash is MaxText's TPU flash; jaxmem's
+# cudnn is jax.nn.dot_product_attention's cuDNN kernel, MaxText's cudnn_flash_jax
+# (cudnn_flash_te is Transformer Engine's).
+ATTENTIONS = {"dot": "dot_product", "splash": "flash", "cudnn": "cudnn_flash_jax"}
+MAXTEXT_ATTENTIONS = ("autoselected", "dot_product", "flash", "cudnn_flash_te", "cudnn_flash_jax")
 
-# jaxmem's mesh axes -> MaxText's ICI parallelism keys; `sequence` (activations only) has none.
+# jaxmem's mesh axes -> MaxText's ICI parallelism keys (configs/types.py, ici_map; the DCN keys
+# are the same with dcn_). `sequence` (jaxmem's: activations only) has none: base.yml's
+# mesh_axes has no `sequence` axis, so MaxText ignores ici_sequence_parallelism.
 MESH_KEYS = {
     "data": "ici_data_parallelism", "fsdp": "ici_fsdp_parallelism", "tensor": "ici_tensor_parallelism",
     "context": "ici_context_parallelism", "expert": "ici_expert_parallelism", "stage": "ici_pipeline_parallelism",
@@ -71,11 +77,12 @@ MESH_KEYS = {
 
 # Each jaxmem axis or field given one value for the whole sweep -> the MaxText option it sets.
 KEYS = {
-    "optimizer": "opt_type", "param_dtype": "weight_dtype", "dtype": "dtype", "microbatches":
-    "gradient_accumulation_steps", "vocab_tiles": "num_vocab_tiling", "dropout": "dropout_rate",
+    "optimizer": "opt_type", "param_dtype": "weight_dtype", "dtype": "dtype", "vocab_tiles": "num_vocab_tiling",
+    "dropout": "dropout_rate",
 }
 # What a task sets per configuration (the factory): the sweep varies these.
-TASK_KEYS = ("per_device_batch_size", "max_target_length", "remat_policy", "attention", *MESH_KEYS.values())
+TASK_KEYS = ("per_device_batch_size", "max_target_length", "gradient_accumulation_steps", "remat_policy", "attention",
+             *MESH_KEYS.values())
 
 
 def maxtext_args(v: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -182,12 +189,17 @@ def mesh_overrides(mesh: Sequence[tuple[str, int]]) -> dict[str, str]:
   return out
 
 
-def per_device_batch(batch: int, devices: int) -> str:
-  """The global batch as MaxText's ``per_device_batch_size`` (a fraction where the devices do
-  not divide it, as MaxText allows), refused where MaxText's global batch would differ."""
-  value = batch / devices
-  if int(value * devices) != batch:
-    raise JaxmemError(f"batch {batch} over {devices} devices is not a per_device_batch_size MaxText can give back")
+def per_device_batch(batch: int, devices: int, accumulation: int = 1) -> str:
+  """The global batch as MaxText's ``per_device_batch_size``: MaxText's global batch is
+  per_device_batch_size x devices x ``accumulation`` (its gradient_accumulation_steps;
+  configs/types.py, calculate_global_batch_sizes). A fraction where the devices do not divide
+  it, as MaxText allows; refused where MaxText's global batch would differ."""
+  value = batch / (devices * accumulation)
+  if int(value * devices) * accumulation != batch:
+    raise JaxmemError(
+        f"batch {batch} over {devices} devices x {accumulation} microbatches is not a per_device_batch_size MaxText "
+        "can give back"
+    )
   return f"{value:g}" if value == int(value) else repr(value)
 
 
@@ -203,6 +215,7 @@ class Resolved:
   remat_policy: str
   attention: str
   mesh: tuple[tuple[str, int], ...]  # the mesh MaxText makes, in jaxmem's axis names
+  microbatches: int  # gradient_accumulation_steps
   version: str
 
 
@@ -251,7 +264,8 @@ def resolve(args: Sequence[str], settings: Mapping[str, str], target: Any) -> Re
   return Resolved(
       batch=int(config.global_batch_size_to_train_on), seq=int(config.max_target_length),
       remat_policy=str(config.remat_policy), attention=str(config.attention),
-      mesh=tuple(mesh) or (("fsdp", len(target.devices)),), version=version(),
+      mesh=tuple(mesh) or (("fsdp", len(target.devices)),), microbatches=int(config.gradient_accumulation_steps),
+      version=version(),
   )
 
 
@@ -314,12 +328,14 @@ def make_step(*, batch: int, seq: int, remat: Any, mesh: Any, target: Any, workl
 
 
 def task_settings(w: Any, target: Any, *, batch: int, seq: int, mesh: tuple[tuple[str, int], ...]) -> dict[str, str]:
-  """The MaxText options one task sets: the topology, batch, sequence, policy, attention and
-  (one slice) the mesh."""
+  """The MaxText options one task sets: the topology, batch, sequence, microbatches, policy,
+  attention and (one slice) the mesh."""
   name, slices = topology(target)
+  micro = w.microbatches[0]
   out = dict(
       compile_topology=name, compile_topology_num_slices=str(slices),
-      per_device_batch_size=per_device_batch(batch, target.num_devices), max_target_length=str(seq),
+      per_device_batch_size=per_device_batch(batch, target.num_devices, micro), max_target_length=str(seq),
+      gradient_accumulation_steps=str(micro),
       remat_policy=remat_policy(w.remat[0]),
   )
   if w.attention and w.attention[0] != "auto":
@@ -413,3 +429,35 @@ def quiet() -> Iterator[None]:
 def _first_line(e: BaseException) -> str:
   text = str(e).strip()
   return text.splitlines()[0] if text else type(e).__name__
+
+
+# ------------------------------------------------------------------ MaxText's model, in jaxmem's terms
+
+
+def model_config(config: Any) -> Any:
+  """A Llama-shaped :class:`~jaxmem.models.ModelConfig` of MaxText's dimensions (``emb_dim``,
+  ``mlp_dim``, ``num_query_heads``, ``num_kv_heads``, ``head_dim``, ``num_decoder_layers``,
+  ``vocab_size``, as its config derives them): what jaxmem's closed forms (parameters, FLOPs,
+  activations) take. Only an estimate of MaxText's model: its decoder block's own features
+  (MoE, local attention, norms) are not in it."""
+  from jaxmem.models.config import ModelConfig
+
+  return ModelConfig(
+      name=f"maxtext:{config.model_name}", style="llama3", vocab_size=int(config.vocab_size),
+      d_model=int(config.emb_dim), num_layers=int(config.num_decoder_layers), num_heads=int(config.num_query_heads),
+      num_kv_heads=int(config.num_kv_heads), head_dim=int(config.head_dim), d_ff=int(config.mlp_dim),
+      max_seq_len=int(config.max_target_length), tie_embeddings=bool(config.logits_via_embedding),
+      norm_eps=float(config.normalization_layer_epsilon), rope_theta=float(config.rope_max_timescale),
+      param_dtype=_dtype_name(config.weight_dtype), dtype=_dtype_name(config.dtype),
+  )
+
+
+def experts(config: Any) -> int:
+  """MaxText's routed experts (1 for a dense model)."""
+  return max(1, int(getattr(config, "num_experts", 1) or 1))
+
+
+def _dtype_name(dtype: Any) -> str:
+  import numpy as np
+
+  return np.dtype(dtype).name
