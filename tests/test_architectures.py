@@ -103,10 +103,10 @@ FAST_COMPILES = ("tiny-phi3",)
 
 
 @pytest.mark.parametrize("name", [n if n in FAST_COMPILES else pytest.param(n, marks=pytest.mark.slow) for n in TINY])
-def test_tiny_architectures_train_step_compiles(name):
+def test_tiny_architectures_train_step_compiles(name, compile_one):
   cfg = from_config(DATA / f"{name}.json")
-  rows = jaxmem.compare(model=cfg, target="cpu", batch=2, seq=256, attention="dot", remat="full")
-  assert rows and all(r.temp_size_in_bytes > 0 for r in rows)
+  row = compile_one(model=cfg, target="cpu", batch=2, seq=256, attention="dot", remat="full")  # no baseline beside it
+  assert row.error is None and row.temp_size_in_bytes > 0
 
 
 def _dot_temp(cfg):

@@ -49,12 +49,12 @@ def test_the_session_row_cache_is_this_workers_own():
 
 def test_cache_returns_identical_rows(tmp_path):
   cache = RowCache(tmp_path)
-  first = sweep.compare(**TINY, remat="full", optimizer="sgd", cache=cache)
+  first = sweep.compare(**TINY, remat="none", optimizer="sgd", cache=cache)  # one compile
   assert cache.hits == 0
-  again = sweep.compare(**TINY, remat="full", optimizer="sgd", cache=cache)
-  assert cache.hits == len(first) == 2
-  # The same rows, but for saying where they came from.
-  assert [r.cached for r in first] == [False, False] and [r.cached for r in again] == [True, True]
+  again = sweep.compare(**TINY, remat="none", optimizer="sgd", cache=cache)
+  assert cache.hits == len(first) == 1
+  # The same row, but for saying where it came from.
+  assert [r.cached for r in first] == [False] and [r.cached for r in again] == [True]
   same = lambda rows: [{k: v for k, v in r.as_dict().items() if k != "cached"} for r in rows]  # noqa: E731
   assert same(again) == same(first)
 
