@@ -35,7 +35,8 @@ from jaxmem.options import RunOptions, Started  # noqa: E402
 from jaxmem.cache import RowCache  # noqa: E402
 from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
-from jaxmem.planning.search import PlanResult, plan  # noqa: E402
+from jaxmem.planning.planner import plan  # noqa: E402
+from jaxmem.planning.search import PlanResult  # noqa: E402
 from jaxmem.planning.emit import MaxTextLaunch, maxtext_overrides  # noqa: E402
 from jaxmem.planning.sweep import Row, compare, with_overheads  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).

@@ -65,13 +65,13 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> s.PlanResult:
   given = [k for k in SEARCHED if k in user]
   if given:
     raise JaxmemError(f"plan searches MaxText's {', '.join(given)}: leave {given[0]} out of the `maxtext` overrides "
-                      "(or compare one setting with compare --maxtext)")
+                      "(or compare one setting of it)")
   base = plan_maxtext(w.replace(remat=_rungs(), attention=(ATTENTIONS[0],), mesh=()))
   if base.target.capacity_bytes is None:
     raise JaxmemError(f"plan needs a target with a memory capacity; {base.target.name} has none")
   if base.target.slices > 1:
-    raise JaxmemError("plan --maxtext searches one slice's mesh; over several slices, compare MaxText's own ici_* and "
-                      "dcn_* settings with compare --maxtext")
+    raise JaxmemError("plan searches one slice's mesh of MaxText's step; over several slices, compare MaxText's own "
+                      "ici_* and dcn_* settings instead")
   config = mx.initialise(base.workload.maxtext, mx.task_settings(
       base.tasks()[0].workload, base.target, batch=base.batch, seq=base.seq, mesh=base.meshes[0]))
   cfg = mx.model_config(config)

@@ -381,10 +381,9 @@ def plan(
   if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
     raise JaxmemError(f"`budget` must be a whole number of compiles, at least 1 (got {budget!r})")
   w = Workload.of(workload, **fields)
-  if w.maxtext:  # MaxText's own step: its options searched (jaxmem.planning.maxtext_search)
-    from jaxmem.planning import maxtext_search
-
-    return maxtext_search.plan(w, budget=budget, run=run)
+  if w.maxtext:  # MaxText's own step is searched by jaxmem.planning.maxtext_search (jaxmem.plan chooses)
+    raise JaxmemError("this search is of jaxmem's own models (`model`); MaxText's step (`maxtext`) is searched by "
+                      "jaxmem.plan")
   for name, v in (("batch", w.batch), ("seq", w.seq)):
     if not isinstance(v, int) or v < 1:
       raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
