@@ -130,3 +130,21 @@ def test_a_registered_kernel_counter_is_what_the_counter_asks(monkeypatch):
   kernels.register_kernel_flops(lambda eqn: 1000.0 if eqn.primitive.name == "sin" else None)
   assert jaxpr_flops(jaxpr) == 1000.0
   assert jaxpr_flops(jaxpr, kernels=False) == 0.0  # a kernel's count, left out as XLA's analysis does
+
+
+def test_dilated_convolution_positions_are_counted_in_closed_form():
+  """The outputs of a base-dilated window that read an input element (a convolution's gradient
+  reads its input through holes), counted by a linear congruence: the same as visiting every
+  output, and fast where the dimension is a large batch."""
+  import itertools
+
+  from jaxmem.hlo.ops import _on_grid
+
+  def visited(start, stride, dilation, size, output):
+    return sum(1 for o in range(output)
+               if (u := start + o * stride) >= 0 and u % dilation == 0 and u // dilation < size)
+
+  for start, stride, dilation, size, output in itertools.product(
+      range(-13, 14, 3), (1, 2, 3, 4, 6), (2, 3, 4, 5, 8), (1, 2, 7, 16), (1, 5, 17, 40)):
+    assert _on_grid(start, stride, dilation, size, output) == visited(start, stride, dilation, size, output)
+  assert _on_grid(0, 1, 2, 10**9, 2 * 10**9) == 10**9  # a billion outputs, not visited one by one

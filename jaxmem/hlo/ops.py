@@ -214,9 +214,25 @@ def _valid_positions(input_size: int, kernel: int, output: int, *, stride: int =
       last = min(output - 1, (input_size - 1 - start) // stride) if start <= input_size - 1 else -1
       count += max(0, last - first + 1)
     else:  # only indices on the dilation grid read an input element
-      count += sum(1 for o in range(output)
-                   if (u := start + o * stride) >= 0 and u % base_dilation == 0 and u // base_dilation < input_size)
+      count += _on_grid(start, stride, base_dilation, input_size, output)
   return count
+
+
+def _on_grid(start: int, stride: int, dilation: int, input_size: int, output: int) -> int:
+  """The outputs ``o`` in ``[0, output)`` whose index ``u = start + o * stride`` is on the base
+  dilation's grid (``u % dilation == 0``) and inside the input (``0 <= u // dilation <
+  input_size``), in closed form: a linear congruence ``o * stride = -start (mod dilation)``
+  counted over the range of ``o`` that stays inside (a loop over the outputs took minutes on the
+  batch-sized dimensions of a large batch's gradient convolutions)."""
+  lo = max(0, -(start // stride) if start < 0 else 0)  # u >= 0
+  hi = min(output - 1, ((input_size - 1) * dilation - start) // stride)  # u <= the last input's index
+  g = math.gcd(stride, dilation)
+  if hi < lo or (-start) % g:
+    return 0
+  m = dilation // g  # the solutions repeat every m outputs
+  first_solution = ((-start) // g * pow(stride // g, -1, m)) % m if m > 1 else 0
+  first = lo + (first_solution - lo) % m
+  return 0 if first > hi else (hi - first) // m + 1
 
 
 def hlo_costs_of_module(module: Module) -> HloCosts:
