@@ -364,26 +364,10 @@ def rank_rows(rows: list[Row]) -> list[Row]:
   return sorted(rows, key=key)
 
 
-def plan(
-    workload: Workload | None = None,
-    /,
-    *,
-    budget: int = DEFAULT_BUDGET,
-    run: RunOptions | None = None,
-    **fields: Any,
-) -> PlanResult:
-  """The fastest configuration of ``workload`` (with ``fields`` replaced: ``model``, ``target``,
-  ``batch``, ``seq``, ``optimizer``...) that fits, from at most ``budget`` compiles (the module
-  docstring says how). ``run`` (or its fields as keywords, :class:`jaxmem.options.RunOptions`):
-  ``on_start`` is told the number of candidates to compile, before the first; ``on_row`` each
-  compiled (or cached) row; ``jobs`` compiles that many at once (``scheduler``: on that cluster)."""
-  run = RunOptions.of(run, fields)
-  if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-    raise JaxmemError(f"`budget` must be a whole number of compiles, at least 1 (got {budget!r})")
-  w = Workload.of(workload, **fields)
-  if w.maxtext:  # MaxText's own step is searched by jaxmem.planning.maxtext_search (jaxmem.plan chooses)
-    raise JaxmemError("this search is of jaxmem's own models (`model`); MaxText's step (`maxtext`) is searched by "
-                      "jaxmem.plan")
+def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
+  """The fastest configuration of ``w`` (jaxmem's own model) that fits, from at most ``budget``
+  compiles (the module docstring says how). :func:`jaxmem.planning.planner.plan` checks ``budget``
+  and ``run`` and chooses between this search and MaxText's."""
   for name, v in (("batch", w.batch), ("seq", w.seq)):
     if not isinstance(v, int) or v < 1:
       raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
