@@ -14,6 +14,7 @@ A module-scoped fixture that compiles for the target is not set up for a test th
 """
 
 import os
+from importlib.metadata import version
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAXMEM_NO_PROGRESS", "1")
@@ -22,8 +23,19 @@ os.environ.setdefault("JAXMEM_NO_PROGRESS", "1")
 # assignment and cost analysis run on the HLO before LLVM sees it (temp, argument and FLOPs of
 # tiny, remat none and full, were identical with and without). Workers and subprocesses inherit it.
 _FAST_LLVM = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FAST_LLVM}".strip()
+# jax < 0.11 only: its CPU compiler's MLIR fusion emitters take about three quarters of a tiny
+# compile (3 CPU compiles of tiny, 2 cores: 11.1 s with them, 2.6 s with the older emitters).
+# The older emitters schedule the same HLO; temp moved by 192 bytes of 12.3 MB (a fusion's
+# scratch) and argument bytes and FLOPs not at all, and the tests assert relations between rows
+# compiled alike, never a CPU byte count. jax 0.11 removed the flag (the emitters are the only
+# ones), so the newest environment compiles with XLA's defaults but for LLVM's level.
+_OLD_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_backend_optimization_level" not in _flags:
+  _flags = f"{_flags} {_FAST_LLVM}"
+if "xla_cpu_use_fusion_emitters" not in _flags and tuple(int(p) for p in version("jax").split(".")[:2]) < (0, 11):
+  _flags = f"{_flags} {_OLD_EMITTERS}"
+os.environ["XLA_FLAGS"] = _flags.strip()
 
 import jax  # noqa: E402
 
