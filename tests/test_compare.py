@@ -29,7 +29,7 @@ def rows_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def remat_rows(rows_cache):
-  return _by(cmp.compare(**WORK, remat="dots_saveable,full,everything_saveable", optimizer="adamw", cache=rows_cache))
+  return _by(cmp.compare(**WORK, remat="dots_saveable,full", optimizer="adamw", cache=rows_cache))
 
 
 def test_temp_falls_with_stronger_remat(remat_rows):

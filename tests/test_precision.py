@@ -168,8 +168,8 @@ def test_cache_key_has_the_precision_fields():
 def test_grad_reduce_dtype_sets_the_reduction_bytes():
   """Over data=8 on a TPU target the gradients are all-reduced in ``grad_reduce_dtype`` where the
   compiler forms them so: bf16 takes the float32 model's embedding and norm gradients down to
-  bf16 (measured: 14% fewer all-reduce bytes); float32 beside bf16 parameters brings them back.
-  The matmul weights' gradients are bf16 products the compiler reduces before widening, in
+  bf16 (measured: 14% fewer all-reduce bytes); float32 beside bf16 parameters brings them back
+  (the slow test below). The matmul weights' gradients are bf16 products the compiler reduces before widening, in
   every case (hence the note)."""
   tpu = dict(TINY, target="tpu:v5e-8", mesh="data=8", batch=8)
 
@@ -182,10 +182,18 @@ def test_grad_reduce_dtype_sets_the_reduction_bytes():
   bf16, bf16_reduce = reduced(grad_reduce_dtype="bfloat16")
   assert bf16.grad_reduce_dtype == "bfloat16" and default.grad_reduce_dtype is None
   assert bf16_reduce < 0.95 * f32_params
-  _, bf16_params = reduced(param_dtype="bfloat16")
-  wide, wide_reduce = reduced(param_dtype="bfloat16", grad_reduce_dtype="float32")
-  assert wide_reduce > bf16_params
-  assert any("may reduce" in n for n in wide.notes) and not any("may reduce" in n for n in bf16.notes)
+  assert not any("may reduce" in n for n in bf16.notes)
+
+
+@pytest.mark.slow  # two more TPU compiles over data=8; the narrowing direction is held above
+@pytest.mark.needs_tpu_compiler
+def test_a_float32_grad_reduce_beside_bf16_parameters_widens_the_reduction():
+  tpu = dict(TINY, target="tpu:v5e-8", mesh="data=8", batch=8)
+  bf16_params = sweep.compare(**tpu, param_dtype="bfloat16")[0]
+  wide = sweep.compare(**tpu, param_dtype="bfloat16", grad_reduce_dtype="float32")[0]
+  assert bf16_params.error is None and wide.error is None
+  assert wide.comm_all_reduce_bytes > bf16_params.comm_all_reduce_bytes
+  assert any("may reduce" in n for n in wide.notes)
 
 
 def test_compare_cli_with_estimate_shows_the_layout(capsys):

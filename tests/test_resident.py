@@ -56,6 +56,9 @@ def alone(compile_one):
   return compile_one(**TINY, target="tpu:v5e-1")
 
 
+# Slow: a TPU compile at 8 x 512. test_published_runs' light case compiles the same step in the
+# fast suite and checks the same two fields as its command prints them.
+@pytest.mark.slow
 @pytest.mark.needs_tpu_compiler
 def test_a_tpu_row_says_the_compiler_accepted_it_and_which_figure_was_judged(alone):
   assert alone.fits and alone.compiler_check == ACCEPTED

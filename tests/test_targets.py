@@ -94,12 +94,16 @@ def test_slices_only_for_tpu():
 
 
 @pytest.fixture(scope="module")
-def tpu_meshes():
+def tpu_meshes():  # compiled only where the slow tests below run
   """One sweep on a v5e-4 slice shared by the mesh tests: data, FSDP and data x tensor."""
   rows = sweep.compare(**TINY, target="tpu:v5e-4", remat="none", mesh=["data=4", "fsdp=4", "data=2,tensor=2"])
   return {r.mesh: r for r in rows}
 
 
+# Slow: three TPU compiles. The same relations on the host CPU compiler are test_compare's FSDP and
+# tensor-parallel tests, and TPU programs over data, FSDP and tensor axes compile in the fast
+# suite through test_attention's splash case.
+@pytest.mark.slow
 @needs_tpu
 def test_tpu_fsdp_divides_state_and_data_parallel_does_not(tpu_meshes):
   dp, fsdp = tpu_meshes["data=4"], tpu_meshes["fsdp=4"]
@@ -113,6 +117,7 @@ def test_tpu_fsdp_divides_state_and_data_parallel_does_not(tpu_meshes):
   assert dp.peak_memory_in_bytes <= dp.capacity_bytes  # what "fits" means
 
 
+@pytest.mark.slow  # shares the TPU compiles above
 @needs_tpu
 def test_tensor_parallel_on_tpu_shards_weights(tpu_meshes):
   assert tpu_meshes["data=2,tensor=2"].error is None

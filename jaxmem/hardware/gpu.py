@@ -270,6 +270,12 @@ def gpu_devices(name: str, devices_per_host: int, *, hosts: int = 1) -> list:
 
 @functools.cache
 def _gpu_compiles(name: str) -> CompilerAvailability:
+  # What the probe needs (ptxas and libdevice for the architecture) is the architecture's, not
+  # the part's: the parts of one compute capability share one probe (`jaxmem targets` asks of
+  # every part).
+  first = next(s.name for s in GPU_SPECS.values() if s.compute_capability == GPU_SPECS[name].compute_capability)
+  if first != name:
+    return _gpu_compiles(first)
   try:
     devices = _gpu_devices_cached(name, 1, 1)
   except JaxmemError as e:
