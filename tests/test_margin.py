@@ -61,6 +61,10 @@ def offload_row(compile_one):
   return compile_one(**OFFLOAD, target="tpu:v5e-1")
 
 
+# Slow: a TPU compile at 8 x 512 that offloads to the host. The fast suite compiles an offloading
+# policy on the TPU through test_compare's registry case, and holds the verdicts' arithmetic on
+# constructed rows above.
+@pytest.mark.slow
 @pytest.mark.needs_tpu_compiler
 def test_host_memory_is_its_own_column_and_not_required_of_the_device(offload_row):
   r = offload_row
@@ -91,6 +95,7 @@ def test_a_row_whose_device_bytes_fit_and_device_plus_host_would_not(offload_row
   assert (edge.host_capacity_bytes, edge.host_fits, edge.host_verdict) == (r.host_total_bytes - 1, False, "NO")
 
 
+@pytest.mark.slow  # shares the offloading compile above
 @pytest.mark.needs_tpu_compiler
 def test_offloaded_host_bytes_are_held_against_the_hosts_share_per_device(offload_row):
   # v5e's 4-chip VM: 192 GB over 4 chips, far above tiny's few MiB of residuals.
