@@ -69,6 +69,7 @@ def compiled():
   return out
 
 
+@pytest.mark.slow  # four cpu:8 compiles; context meshes compile in the fast suite through test_context_attention
 def test_context_divides_parameters_gradients_and_optimizer_state_by_its_size(compiled):
   (seq_p, seq_c, seq_g), (ctx_p, ctx_c, ctx_g) = compiled["sequence=8"], compiled["context=8"]
   assert seq_p.param_bytes == seq_p.param_bytes_global  # sequence: every device holds all
@@ -81,6 +82,7 @@ def test_context_divides_parameters_gradients_and_optimizer_state_by_its_size(co
     assert one / eight == pytest.approx(8, rel=0.01), what
 
 
+@pytest.mark.slow  # shares the compiles above
 def test_context_splits_the_sequence_of_activations(compiled):
   (seq_p, seq_c, _), (ctx_p, ctx_c, _) = compiled["sequence=8"], compiled["context=8"]
   assert ctx_p.args[2].sharding.spec == P(None, "context")  # the tokens

@@ -93,6 +93,7 @@ def searched(tmp_path_factory):
   return SimpleNamespace(plan=p, result=result, full=full, every=every, cache=cache, sizes=sizes, flops=flops)
 
 
+@pytest.mark.slow  # the search's five CPU compiles; its placement and refusals are held above and below without one
 def test_the_chosen_assignment_fits_and_its_compile_is_within_5_percent_of_the_prediction(searched):
   r = searched.result
   assert r.row is not None and r.row.fits and r.remat.startswith("names:")
@@ -101,6 +102,7 @@ def test_the_chosen_assignment_fits_and_its_compile_is_within_5_percent_of_the_p
   assert 2 < r.compiles <= tensors.MAX_COMPILES
 
 
+@pytest.mark.slow  # shares the compiles above
 def test_the_search_saves_some_names_and_recomputes_less_than_full(searched):
   r = searched.result
   choice = dict(r.assignment)
@@ -109,12 +111,14 @@ def test_the_search_saves_some_names_and_recomputes_less_than_full(searched):
   assert 0 < r.recompute_flops < flops(get_remat("full")) - flops(REMAT_POLICIES["none"])
 
 
+@pytest.mark.slow  # shares the compiles above
 def test_a_target_without_host_memory_is_searched_over_save_and_recompute_only(searched):
   r = searched.result
   assert "offload" not in dict(r.assignment).values() and r.host_bytes == 0 and not r.offload
   assert any("no host memory space" in n for n in r.notes)
 
 
+@pytest.mark.slow  # shares the compiles above
 def test_no_registry_name_preset_predicted_to_fit_recomputes_less(searched):
   # The presets are kept sets of the enumeration: one predicted to fit with less recompute than
   # the answer would mean the search missed it.
@@ -168,6 +172,7 @@ def test_the_cli_refuses_what_the_search_cannot_take_in_one_line(argv, words, ca
   assert words in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # shares the compiles above
 def test_the_table_and_json_say_the_assignment_its_prediction_and_each_compile(searched):
   import json
 
