@@ -25,15 +25,16 @@ os.environ.setdefault("JAXMEM_NO_PROGRESS", "1")
 _FAST_LLVM = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 # jax < 0.11 only: its CPU compiler's MLIR fusion emitters take about three quarters of a tiny
 # compile (3 CPU compiles of tiny, 2 cores: 11.1 s with them, 2.6 s with the older emitters).
-# The older emitters schedule the same HLO; temp moved by 192 bytes of 12.3 MB (a fusion's
-# scratch) and argument bytes and FLOPs not at all, and the tests assert relations between rows
-# compiled alike, never a CPU byte count. jax 0.11 removed the flag (the emitters are the only
-# ones), so the newest environment compiles with XLA's defaults but for LLVM's level.
+# The older emitters schedule the same HLO: on tiny, temp moved by 192 bytes of 12.3 MB (a
+# fusion's scratch) and argument bytes and FLOPs not at all; the tests compare rows compiled
+# alike, and the whole suite passes with them. jax 0.11 removed the flag (the emitters are the
+# only ones), so the newest environment compiles with XLA's defaults but for LLVM's level.
+_OLD_JAX = tuple(int(p) for p in version("jax").split(".")[:2]) < (0, 11)
 _OLD_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_backend_optimization_level" not in _flags:
   _flags = f"{_flags} {_FAST_LLVM}"
-if "xla_cpu_use_fusion_emitters" not in _flags and tuple(int(p) for p in version("jax").split(".")[:2]) < (0, 11):
+if "xla_cpu_use_fusion_emitters" not in _flags and _OLD_JAX:
   _flags = f"{_flags} {_OLD_EMITTERS}"
 os.environ["XLA_FLAGS"] = _flags.strip()
 
@@ -61,8 +62,7 @@ def pytest_xdist_auto_num_workers(config):
   core (its suite on 2 cores: 10 min 15 s with two workers, 8 min 54 s with three), while jax
   0.12's compiles keep both cores busy and a third worker slowed its suite down."""
   cores = os.cpu_count() or 1
-  old_jax = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 11)
-  return min(4, cores + 1) if old_jax and cores <= 2 else cores
+  return min(4, cores + 1) if _OLD_JAX and cores <= 2 else cores
 
 
 def pytest_configure(config):
