@@ -40,6 +40,44 @@ def test_an_offloading_assignment_on_a_target_without_host_memory_names_its_devi
     parse_remat("names:save=mlpwo:offload=context", host_memory=False)
 
 
+def test_maxtexts_custom_map_is_the_assignment_of_the_same_tensors():
+  # tpu-recipes' Llama 3.1 70B on v6e-256: the layer input and q/k/v to host, the rest recomputed.
+  recipe = get_remat("custom:decoder_layer_input=offload:query_proj=offload:key_proj=offload:value_proj=offload")
+  assert recipe.name == "names:offload=decoder_layer_input+key_proj+query_proj+value_proj" and recipe.needs_host_memory
+  # MaxText's minimal (layers/nnx_decoders.py) as a custom map: its fused names place jaxmem's
+  # separate tensors, and a dense MLP name the experts' too: jaxmem's preset of the same name.
+  minimal = ("query_proj", "value_proj", "key_proj", "qkv_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo")
+  fused = get_remat("custom:" + ":".join(f"{n}=device" for n in minimal) + ":context=remat:engram=remat")
+  assert set(fused.saves) == set(REMAT_POLICIES["minimal"].saves) and not fused.offloads
+  assert set(get_remat("custom:qkv_proj=device:mlpwi=device").saves) == {"query_proj", "key_proj", "value_proj",
+                                                                          "mlpwi_0", "mlpwi_1"}
+  # The layer input on the device is every scanned policy's checkpoint: MaxText's default map is full.
+  assert get_remat("custom:decoder_layer_input=device").saves == () == get_remat("custom:").saves
+
+
+def test_a_custom_map_written_back_for_maxtext_is_the_map_given():
+  from jaxmem.planning.emit import _custom
+
+  out, notes = {}, []
+  _custom(get_remat("custom:query_proj=device:mlpwo=offload"), out, notes)
+  assert out == {"remat_policy": "custom", "query_proj": "device", "mlpwo": "offload", "moe_mlpwo": "offload"}
+  assert notes == []
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("custom:query_proj=host", "PLACE one of remat, device, offload"),
+    ("custom:qproj=device", "not a name of MaxText's custom policy"),
+    ("custom:engram=device", "no tensor MaxText calls engram"),
+    ("custom:decoder_layer_input=remat", "cannot be remat"),
+    ("custom:qkv_proj=device:key_proj=offload", "key_proj is placed both device and offload"),
+    ("custom:mlpwo=device:mlpwo=remat", "mlpwo is placed twice"),
+])
+def test_a_bad_custom_map_is_one_line(spec, words):
+  with pytest.raises(JaxmemError, match=words) as e:
+    parse_remat(spec)
+  assert "\n" not in str(e.value)
+
+
 def _costs(**device):
   return {n: tensors.NameCost(name=n, bytes=b, device_bytes=b, recompute_flops=0.0) for n, b in device.items()}
 

@@ -160,7 +160,8 @@ def add_precision(p: argparse.ArgumentParser, *, sweep: bool = True) -> None:
 
 def add_sweep_axes(p: argparse.ArgumentParser, *, remat: str = DEFAULT_REMAT, remat_help: str | None = None) -> None:
   """``--remat`` and ``--optimizer``: comma-separated lists (or all)."""
-  p.add_argument("--remat", default=remat, help=remat_help or f"policies, comma separated, or all (default {remat})")
+  p.add_argument("--remat", default=remat, help=remat_help or f"policies, comma separated, or all (default {remat}); "
+                 "names:save=A+B:offload=C places checkpoint names, custom:NAME=PLACE:... is MaxText's custom map")
   p.add_argument("--optimizer", default="adamw", help="optimizers, comma separated, or all; default adamw")
 
 

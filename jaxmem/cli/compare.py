@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   c.add_step(p)
   c.add_train_step(p)
   c.add_sweep_axes(
-      p, remat_help=f"policies, comma separated, or all; none is always the baseline (default {c.DEFAULT_REMAT})"
+      p, remat_help=f"policies, comma separated, or all; none is always the baseline (default {c.DEFAULT_REMAT}); "
+      "names:save=A+B:offload=C places checkpoint names, custom:NAME=PLACE:... is MaxText's custom map"
   )
   p.add_argument("--residuals", action="store_true", help="list what each remat policy saves for the backward pass, per layer")
   p.add_argument("--with-inference", action="store_true", help="add the decode step of the same model, target and mesh")

@@ -49,7 +49,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import get_config
 from jaxmem.program import maxtext as mx
 from jaxmem.program import sharding as shd
-from jaxmem.program.remat import ASSIGNMENT_PREFIX, assignment_policy
+from jaxmem.program.remat import ASSIGNMENT_PREFIX, CUSTOM_TENSORS, assignment_policy
 from jaxmem.records import Configuration, Record
 
 # jaxmem's mesh axis -> MaxText's ICI parallelism key (its DCN key the same with ``dcn_``).
@@ -62,12 +62,6 @@ REMAT_SAME_NAME = frozenset({
     "full", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
     "save_dot_except_mlp", "save_qkv_proj", "qkv_proj_offloaded", "save_out_proj",
 })
-# Checkpoint names MaxText's ``custom`` policy places one by one (configs/types.py) that tag the
-# same tensor in jaxmem's models (jaxmem.models.names). Not ``mlpwi``: jaxmem's is the MLP hidden
-# after its activation, MaxText's a fused input projection before it.
-CUSTOM_TENSORS = ("decoder_layer_input", "context", "mlpwi_0", "mlpwi_1", "mlpwo", "moe_mlpwi_0", "moe_mlpwi_1",
-                  "moe_mlpwo", "query_proj", "key_proj", "value_proj", "query_wa_proj", "kv_wa_proj", "mla_kv",
-                  "mla_q", "out_proj")
 # jaxmem's presets that are MaxText models of the same name (configs/types.py, ModelName).
 MODEL_NAMES = frozenset({"gpt3-175b", "gpt3-22b", "llama3-70b", "llama3-8b", "mistral-7b", "mixtral-8x22b",
                          "mixtral-8x7b", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b"})

@@ -260,10 +260,70 @@ def assignment_policy(name: str) -> RematPolicy:
   )
 
 
+# MaxText's ``remat_policy=custom`` (configs/base.yml, configs/types.py): each of its checkpoint
+# names placed ``remat``, ``device`` or ``offload``, written here ``custom:NAME=PLACE:NAME=PLACE``.
+CUSTOM_PREFIX = "custom:"
+CUSTOM_PLACES = ("remat", "device", "offload")
+# MaxText's names that tag the same tensor in jaxmem's models (jaxmem.models.names). Not
+# ``mlpwi``: jaxmem's is the MLP hidden after its activation, MaxText's a fused input projection
+# before it (see CUSTOM_FUSED). jaxmem.planning.emit writes a per-tensor assignment back with these.
+CUSTOM_TENSORS = ("decoder_layer_input", "context", "mlpwi_0", "mlpwi_1", "mlpwo", "moe_mlpwi_0", "moe_mlpwi_1",
+                  "moe_mlpwo", "query_proj", "key_proj", "value_proj", "query_wa_proj", "kv_wa_proj", "mla_kv",
+                  "mla_q", "out_proj")
+# MaxText's names for fused projections (fused_qkv, fused_mlp; layers/attentions.py, linears.py):
+# the same bytes as jaxmem's separate ones, so placing the fused name places all of them.
+CUSTOM_FUSED = {"qkv_proj": _QKV, "kv_proj": ("key_proj", "value_proj"), "mlpwi": ("mlpwi_0", "mlpwi_1")}
+# MaxText tags its routed experts with the dense MLP's names too (layers/moe.py nests
+# checkpoint_name(..., "mlpwi_0") inside "moe_mlpwi_0"), so placing a dense MLP name places the
+# experts' tensor as well, as the presets above do.
+_CUSTOM_ALSO = {"mlpwi_0": ("moe_mlpwi_0",), "mlpwi_1": ("moe_mlpwi_1",), "mlpwo": ("moe_mlpwo",)}
+# MaxText's names with no tensor in jaxmem's models (the DeepSeek-V3.2 indexer, MoE routing
+# metadata, MLA's attention output, Engram): ``remat`` (their default) is what they are here.
+CUSTOM_ABSENT = ("indexer_cutoff_threshold", "moe_x_sorted", "moe_routing_maps", "attention_out", "engram")
+
+
+def custom_policy(name: str) -> RematPolicy:
+  """MaxText's ``custom`` map, ``custom:query_proj=offload:mlpwo=device``, as the per-tensor
+  assignment it saves and offloads in jaxmem's names (every name left out is MaxText's default:
+  ``decoder_layer_input`` on the device, the rest ``remat``). The layer input on the device is
+  what every policy keeps (it is the scanned layer's checkpointed argument); MaxText refuses it
+  ``remat`` under scanned layers, and so does this. Unknown names or places are one-line errors."""
+  places: dict[str, str] = {}
+  for part in filter(None, name.removeprefix(CUSTOM_PREFIX).split(":")):
+    key, eq, place = part.partition("=")
+    if not eq or place not in CUSTOM_PLACES:
+      raise JaxmemError(f"remat {name!r}: each part is NAME=PLACE, PLACE one of {', '.join(CUSTOM_PLACES)} (got {part!r})")
+    if key not in (*CUSTOM_TENSORS, *CUSTOM_FUSED, *CUSTOM_ABSENT):
+      raise JaxmemError(f"remat {name!r}: {key!r} is not a name of MaxText's custom policy; valid: "
+                        f"{', '.join((*CUSTOM_TENSORS, *CUSTOM_FUSED, *CUSTOM_ABSENT))}")
+    if key in places:
+      raise JaxmemError(f"remat {name!r}: {key} is placed twice")
+    places[key] = place
+  if places.get("decoder_layer_input") == "remat":
+    raise JaxmemError(f"remat {name!r}: decoder_layer_input cannot be remat: the scanned layers keep it as their "
+                      "checkpoint (MaxText refuses it too)")
+  chosen: dict[str, str] = {}
+  for key, place in places.items():
+    if place == "remat" or (key == "decoder_layer_input" and place == "device"):
+      continue
+    if key in CUSTOM_ABSENT:
+      raise JaxmemError(f"remat {name!r}: jaxmem's models have no tensor MaxText calls {key}, so it cannot be "
+                        f"placed {place}")
+    for n in (*CUSTOM_FUSED.get(key, (key,)), *_CUSTOM_ALSO.get(key, ())):
+      if chosen.setdefault(n, place) != place:
+        raise JaxmemError(f"remat {name!r}: {n} is placed both {chosen[n]} and {place} (through {key})")
+  saves = [n for n, p in chosen.items() if p == "device"]
+  offloads = [n for n, p in chosen.items() if p == "offload"]
+  return assignment_policy(assignment_name(saves, offloads))
+
+
 def get_remat(name: str) -> RematPolicy:
-  """A registry policy, or a per-tensor assignment by its ``names:`` name."""
+  """A registry policy, a per-tensor assignment by its ``names:`` name, or MaxText's ``custom:``
+  map (:func:`custom_policy`)."""
   if name.startswith(ASSIGNMENT_PREFIX):
     return assignment_policy(name)
+  if name.startswith(CUSTOM_PREFIX):
+    return custom_policy(name)
   if name == SEARCH:
     raise JaxmemError("`remat` search is fit's per-tensor search (`jaxmem.remat_search`, or fit with `remat` search "
                       "and a fixed `batch` and `seq`), not a policy")
@@ -273,10 +333,11 @@ def get_remat(name: str) -> RematPolicy:
 def parse_remat(spec: str | Sequence[str], *, host_memory: bool = True) -> list[RematPolicy]:
   """``"a,b"`` or ``"all"`` to policies; ``none`` is always first (the baseline). ``all`` leaves
   out the host-offload policies when the target has no host memory space. A ``names:`` part is a
-  per-tensor assignment (:func:`assignment_policy`)."""
+  per-tensor assignment (:func:`assignment_policy`), a ``custom:`` part MaxText's per-tensor map
+  (:func:`custom_policy`)."""
   parts = [spec] if isinstance(spec, str) else list(spec)
   names = [n.strip() for p in parts for n in p.split(",") if n.strip()]
-  if any(n.startswith(ASSIGNMENT_PREFIX) or n == SEARCH for n in names):
+  if any(n.startswith((ASSIGNMENT_PREFIX, CUSTOM_PREFIX)) or n == SEARCH for n in names):
     chosen = list({rp.name: rp for rp in map(get_remat, names)}.values())
   else:
     chosen = list(REMAT_POLICIES.parse(spec, all_filter=lambda p: host_memory or not p.needs_host_memory))
