@@ -46,3 +46,25 @@ def test_without_maxtext_one_line_exit_2(monkeypatch, capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("jaxmem: error: --maxtext needs MaxText"), err
   assert "pip install 'jaxmem[maxtext]'" in err[0]
+
+
+def test_maxtext_without_its_dependencies_names_the_missing_one(monkeypatch, capsys):
+  """MaxText's wheel declares no dependencies, so `pip install maxtext` alone imports the package
+  and fails on its modules: the line names the dependency and the extra that lists them."""
+  import importlib
+  import types
+
+  real = importlib.import_module
+
+  def fake(name, *a):
+    if name == "maxtext":
+      return types.ModuleType("maxtext")
+    if name.startswith("maxtext."):
+      raise ModuleNotFoundError("No module named 'omegaconf'", name="omegaconf")
+    return real(name, *a)
+
+  monkeypatch.setattr(mx.importlib, "import_module", fake)
+  assert main(["compare", "--maxtext", "base.yml", "per_device_batch_size=1", "--target", "cpu"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "cannot import its dependency 'omegaconf'" in err[0], err
+  assert "pip install 'jaxmem[maxtext]'" in err[0]

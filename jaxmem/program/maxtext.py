@@ -114,12 +114,27 @@ def label(args: Sequence[str]) -> str:
   return f"maxtext:{name}"
 
 
+# The MaxText modules jaxmem builds the step with. MaxText's wheel declares none of its own
+# dependencies (0.2.5's metadata lists no Requires), so a plain `pip install maxtext` imports
+# `maxtext` and fails on these; the extra lists what they need.
+_MODULES = ("maxtext.configs.pyconfig", "maxtext.trainers.pre_train.train_compile")
+
+
 def require() -> Any:
-  """The ``maxtext`` package, or a one-line error saying how to install it."""
+  """The ``maxtext`` package with the modules jaxmem uses, or a one-line error saying how to
+  install what is missing."""
   try:
-    return importlib.import_module("maxtext")
+    mx = importlib.import_module("maxtext")
   except ImportError as e:
     raise JaxmemError(f"`maxtext` needs MaxText, which is not installed ({e}): {INSTALL}") from None
+  for name in _MODULES:
+    try:
+      with quiet():  # its optional integrations print a line each as they import
+        importlib.import_module(name)
+    except ModuleNotFoundError as e:
+      raise JaxmemError(f"`maxtext`: MaxText is installed but {name} cannot import its dependency {e.name!r}: "
+                        f"{INSTALL}, which lists MaxText's dependencies") from None
+  return mx
 
 
 def config_path(name: str) -> str:
