@@ -6,7 +6,8 @@ import pytest
 
 import jaxmem
 from jaxmem import JaxmemError
-from jaxmem.hardware.margin import ACCEPTED, JUDGED_PEAK, JUDGED_TOTAL
+from jaxmem.compiler.report import MemoryReport
+from jaxmem.hardware.margin import ACCEPTED, AT_RISK, JUDGED_CHECK, JUDGED_PEAK, JUDGED_TOTAL, NO, judged_note
 from jaxmem.hardware.targets import TPU_HBM_CAP_OPTION, get_target, with_resident
 from jaxmem.sizes import byte_count
 
@@ -45,6 +46,27 @@ def test_cpu_rows_judge_the_total_and_make_no_capacity_check(compile_one):
   r = compile_one(model="tiny", batch=2, seq=64, remat="full", target="cpu")
   assert r.peak_memory_in_bytes is None and r.judged_figure == JUDGED_TOTAL
   assert r.naive_sum_bytes == r.total_bytes and r.compiler_check is None
+
+
+def _report(platform, *, total, peak, host=0):
+  return MemoryReport(platform=platform, num_devices=1, argument_size_in_bytes=total // 4, output_size_in_bytes=0,
+                      alias_size_in_bytes=0, temp_size_in_bytes=total - total // 4, total_bytes=total,
+                      peak_memory_in_bytes=peak, host_temp_size_in_bytes=host, host_total_bytes=host)
+
+
+def test_a_tpu_program_the_compiler_accepted_is_judged_by_its_check_where_no_figure_bounds_its_hbm():
+  """MaxText's 128B on v5e-256 (qkv offloaded to host): total 15.81 GiB of 15.75, peak 17.46 with 12
+  GiB of host temporaries in it. Neither is the HBM the program needs; libtpu's check accepted it."""
+  capacity = 16 * GiB
+  offload = _report("tpu", total=capacity + GiB // 8, peak=capacity + 2 * GiB, host=12 * GiB)
+  v = offload.judge(capacity)
+  assert (v.fits, v.verdict, v.judged_figure, v.margin_bytes) == (True, AT_RISK, JUDGED_CHECK, None)
+  assert "accepted the program" in judged_note(v, capacity, offload.required_bytes)
+  # A peak under the total is the figure: over the capacity it is over (the compiler would have
+  # refused such a program; a row built from it says NO), and the CPU and GPU compilers check nothing.
+  assert _report("tpu", total=capacity + GiB, peak=capacity + GiB // 2).judge(capacity).verdict == NO
+  for platform in ("gpu", "cpu"):
+    assert _report(platform, total=capacity + GiB, peak=capacity + 2 * GiB).judge(capacity).judged_figure == JUDGED_TOTAL
 
 
 # tiny at 8 x 512 keeps its temporaries in HBM on v5e (smaller programs keep them in VMEM).

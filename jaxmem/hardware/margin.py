@@ -127,10 +127,13 @@ def risk_bytes(
 
 # Which figure a verdict judges (a row's ``judged_figure``): the compiler's peak, the total of
 # every buffer (where the backend gives no peak, or its peak counts other memory spaces), the
-# figure in the compiler's out-of-memory message, or the arguments' bytes from their shapes
-# (refused before compiling).
+# figure in the compiler's out-of-memory message, the arguments' bytes from their shapes
+# (refused before compiling), or the TPU compiler's own capacity check (where the total, every
+# buffer live at once, is over the capacity and the peak counts other memory spaces, so neither
+# is the HBM the program needs, and the compiler, which knows it, accepted the program).
 JUDGED_PEAK, JUDGED_TOTAL = "peak_memory_in_bytes", "total_bytes"
 JUDGED_REFUSAL, JUDGED_ARGUMENTS = "compiler refusal", "argument bytes from shapes"
+JUDGED_CHECK = "compiler check"
 # The compiler's own capacity check (a row's ``compiler_check``): the TPU compiler checks the
 # program's HBM against what is available and refuses it if over (error E1000); the GPU and CPU
 # compilers check no capacity, so their rows carry None.
@@ -172,6 +175,13 @@ def judged_note(v: Verdict, capacity: int | None, required: int | None) -> str |
   """Why a program whose naive sum exceeds the capacity still fits: the buffers never live at
   once share memory, and (TPU) the compiler's own check accepted it. ``None`` otherwise."""
   naive = v.naive_sum_bytes
+  if v.judged_figure == JUDGED_CHECK:
+    return (
+        f"verdict: judged by the TPU compiler's own capacity check, which accepted the program: total_bytes "
+        f"(argument + output - alias + temp, every HBM buffer live at once: {naive:,}) exceeds the capacity of "
+        f"{capacity:,}, and peak_memory_in_bytes also counts host memory and VMEM, so neither is the HBM the "
+        "program needs; its margin is unknown (at risk)"
+    )
   if not v.fits or capacity is None or naive is None or required is None or naive <= capacity:
     return None
   check = " and the TPU compiler's own capacity check accepted the program" if v.compiler_check == ACCEPTED else ""
