@@ -77,11 +77,22 @@ def over_mesh(local: AttendFn, mesh: Mesh | None, axes: MeshAxes | None, *, name
     )
   spec = axes.spec("batch", None, "heads", None)
 
-  def attend(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, **layer) -> jax.Array:
-    run = functools.partial(local, causal=causal, **layer)
-    return shard_map(run, mesh=mesh, axes=axes, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
-      q_btnh, k_bskh, v_bskv
-    )
+  def attend(
+    q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, sinks=None, **layer
+  ) -> jax.Array:
+    if sinks is None:
+      run = functools.partial(local, causal=causal, **layer)
+      return shard_map(run, mesh=mesh, axes=axes, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
+        q_btnh, k_bskh, v_bskv
+      )
+    # The sinks [N] are split over the heads as q is, so each shard gets its own heads' logits.
+    def run_sinks(q, k, v, s):
+      return local(q, k, v, causal=causal, sinks=s, **layer)
+
+    return shard_map(
+      run_sinks, mesh=mesh, axes=axes, in_specs=(spec, spec, spec, axes.spec("heads")), out_specs=spec,
+      check_vma=False,
+    )(q_btnh, k_bskh, v_bskv, sinks)
 
   return attend
 
@@ -117,14 +128,14 @@ def make_splash_attend(
   ``interpret=True`` runs the kernel in Pallas' interpreter (for CPU tests). A windowed layer's
   mask is splash's ``LocalMask`` (sliding: ``window_size=(W - 1, 0)``, the causal band of W
   keys) or ``ChunkedCausalMask`` (chunked), whose empty blocks the kernel skips; ``softcap`` is
-  its ``attn_logits_soft_cap``. Attention sinks are not computed (see attention_ops).
+  its ``attn_logits_soft_cap``; ``sinks`` (GPT-OSS's one logit per query head) are the kernel's
+  own ``sinks``, which join every row's softmax denominator, with their gradient.
   """
 
   def local(
     q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, local=None, softcap=None,
     sinks=None,
   ) -> jax.Array:
-    del sinks
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -149,7 +160,8 @@ def make_splash_attend(
       residual_checkpoint_name=CONTEXT, interpret=interpret, attn_logits_soft_cap=softcap,
     )
     q_bnth = jnp.swapaxes(q_btnh * jnp.asarray(1.0 / math.sqrt(h), q_btnh.dtype), 1, 2)
-    out_bntv = jax.vmap(kernel)(q_bnth, jnp.swapaxes(k_bskh, 1, 2), jnp.swapaxes(v_bskv, 1, 2))
+    run = kernel if sinks is None else functools.partial(kernel, sinks=sinks.astype(jnp.float32))
+    out_bntv = jax.vmap(run)(q_bnth, jnp.swapaxes(k_bskh, 1, 2), jnp.swapaxes(v_bskv, 1, 2))
     return jnp.swapaxes(out_bntv, 1, 2).astype(v_bskv.dtype)
 
   return over_mesh(local, mesh, axes, name="splash")

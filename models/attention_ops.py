@@ -30,7 +30,8 @@ Per-layer features reach ``attend`` as keywords, passed only when a layer has th
 * ``softcap=c``: scores become c * tanh(scores / c) before the mask (Gemma 2's
   ``attn_logit_softcapping``).
 * ``sinks=s_n``: one logit per query head [N] that joins every softmax denominator and attends
-  to nothing (GPT-OSS's attention sinks); computed by :func:`dot_attend` only.
+  to nothing (GPT-OSS's attention sinks); computed by :func:`dot_attend` and splash
+  (attention_kernels), not by ``chunked``, cuDNN or Triton.
 """
 
 from __future__ import annotations
