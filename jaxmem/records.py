@@ -155,6 +155,11 @@ class StepTime(Record):
   op_time_s: float | None = None
   roofline_step_time_s: float | None = None
   exposed_comm_time_s: float | None = None
+  # Where a target spans slices or hosts (None otherwise): the transfer time of the collectives
+  # that cross them, on the slow link, and the simulated step with every collective on the fast
+  # link instead (what the step would be as one slice or host).
+  slow_link_comm_time_s: float | None = None
+  fast_link_step_time_s: float | None = None
   compute_bound_share: float | None = None
   memory_bound_share: float | None = None
   comm_bound_share: float | None = None

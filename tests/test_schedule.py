@@ -122,6 +122,38 @@ def test_a_group_across_slices_crosses_the_slow_link():
   assert across < flat
 
 
+def test_what_crosses_hosts_is_named_and_timed_on_the_slow_link():
+  """An all-gather over 8 devices on a machine of two 4-device hosts crosses them; on one host of
+  8 (no slow link) nothing does, and the same schedule with every collective on the fast link is
+  shorter: what the row's fast_link_step_time_s walks."""
+  module = SYNC.replace("num_partitions=4", "num_partitions=8").replace("[1,4]<=[4]", "[1,8]<=[8]")
+  fast, slow = Link(name="NVLink", bandwidth=1e9), Link(name="network", bandwidth=1e8)
+  two_hosts = _machine(fast=fast, slow=slow, devices_per_unit=4)
+  walk = simulate(hlo_costs(module), two_hosts)
+  assert walk.slow_link == "network" and set(walk.across()) == {"all-gather"}
+  assert walk.slow_link_comm_time_s == pytest.approx(walk.across()["all-gather"])
+  assert walk.slow_link_comm_time_s > 0
+  one_host = simulate(hlo_costs(module), _machine(fast=fast, slow=None))
+  assert one_host.slow_link_comm_time_s is None and one_host.across() == {}
+  assert one_host.step_time_s < walk.step_time_s
+
+
+def test_a_row_over_two_gpu_hosts_carries_its_step_with_the_network_as_fast_as_nvlink():
+  """gpu:h100x16 is two hosts of 8: the walk's slow link is their network (400 Gb/s a GPU), and
+  the row's fast_link_step_time_s, the same schedule with that link at NVLink's rates, is shorter;
+  one host has neither figure."""
+  from jaxmem.compiler.steptime import timeline
+  from jaxmem.hardware.targets import get_target
+
+  module = SYNC.replace("num_partitions=4", "num_partitions=16").replace("[1,4]<=[4]", "[1,16]<=[16]")
+  walk = timeline(hlo_costs(module), get_target("gpu:h100x16"))
+  assert walk.slow_link == "network" and walk.slow_link_comm_time_s > 0
+  assert walk.fast_link_step_time_s < walk.step_time_s
+  node = SYNC.replace("num_partitions=4", "num_partitions=8").replace("[1,4]<=[4]", "[1,8]<=[8]")
+  one = timeline(hlo_costs(node), get_target("gpu:h100x8"))
+  assert (one.slow_link, one.slow_link_comm_time_s, one.fast_link_step_time_s) == (None, None, None)
+
+
 @pytest.fixture(scope="module")
 def fsdp_rows(compile_one):
   """tiny on tpu:v5e-4 over fsdp=4, full remat, at 1 and 2 microbatches (the TPU compiler's own

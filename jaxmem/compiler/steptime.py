@@ -41,6 +41,7 @@ from jaxmem.hardware.tpu import TPU_GENERATIONS
 from jaxmem.hlo.ops import HloCosts, MatrixTile
 from jaxmem.hlo.schedule import Link, Machine, Timeline, simulate
 from jaxmem.records import Record, StepTime
+from jaxmem.units import seconds
 
 TERMS = ("compute", "memory", "comm")
 
@@ -137,7 +138,15 @@ def timeline(costs: HloCosts | None, target: Target | None) -> Timeline | None:
   rates, _ = machine(target)
   if costs is None or costs.module is None or rates is None:
     return None
-  return simulate(costs, rates)
+  walk = simulate(costs, rates)
+  if rates.slow is None or not walk.slow_link_comm_time_s:
+    return walk
+  # The slow link given the fast one's rates, its collectives keeping their hierarchical rings
+  # and their own queue: never slower than the walk, so the difference is what the slow link costs.
+  as_fast = dataclasses.replace(rates.slow, bandwidth=rates.fast.bandwidth, base_latency_s=rates.fast.base_latency_s,
+                                step_latency_s=rates.fast.step_latency_s)
+  fast = simulate(costs, dataclasses.replace(rates, slow=as_fast))
+  return dataclasses.replace(walk, fast_link_step_time_s=fast.step_time_s)
 
 
 def estimate(
@@ -201,7 +210,17 @@ def _simulated(roofline: float | None, walk: Timeline | None, n: int, notes: lis
     )
     step = roofline
   exposed = 0.0 if n == 1 else walk.exposed_comm_time_s
+  across = walk.across()
+  if across:
+    notes.append(
+        f"slow_link_comm_time_s: the collectives that cross {'slices' if walk.slow_link == 'DCN' else 'hosts'}, "
+        f"on {walk.slow_link}: " + ", ".join(f"{kind} {seconds(t)}" for kind, t in across.items())
+        + f" (of {seconds(walk.comm_time_s)} of communication); fast_link_step_time_s: the same schedule with that "
+        f"link as fast as the one inside, {seconds(walk.fast_link_step_time_s)}"
+    )
   return step, {
+      "slow_link_comm_time_s": walk.slow_link_comm_time_s,
+      "fast_link_step_time_s": walk.fast_link_step_time_s,
       "exposed_comm_time_s": exposed,
       **{f"{t}_bound_share": getattr(walk, f"{t}_bound_time_s") / walk.step_time_s for t in TERMS},
   }

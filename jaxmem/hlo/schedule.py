@@ -119,8 +119,27 @@ class Timeline(Record):
   comm_bound_time_s: float
   comm_time_s: float
   exposed_comm_time_s: float
+  # The slow link (DCN across slices, the hosts' network across hosts) and the transfer time of
+  # the collectives whose groups span slices or hosts on it (their inside parts included); None
+  # where the machine is one slice or host.
+  slow_link: str | None = None
+  slow_link_comm_time_s: float | None = None
+  # The same schedule walked with every collective on the fast link (ICI, NVLink), as if the
+  # slices or hosts were one: the step minus it is what the slow link costs (set by the caller
+  # that walks it twice, jaxmem.compiler.steptime.timeline).
+  fast_link_step_time_s: float | None = None
   ops: tuple[OpRun, ...] = ()
   notes: tuple[str, ...] = ()
+
+  def across(self) -> dict[str, float]:
+    """The collectives that cross slices or hosts, by kind, with their transfer seconds per step,
+    largest first; empty where nothing crosses."""
+    out: dict[str, float] = {}
+    for o in self.ops:
+      if self.slow_link is not None and o.link == self.slow_link:
+        kind = o.opcode.removesuffix("-start")
+        out[kind] = out.get(kind, 0.0) + o.comm_time_s
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
   def share(self, term: str) -> float | None:
     """The fraction of the step that ``term`` bounds."""
@@ -400,11 +419,14 @@ def simulate(costs: HloCosts, machine: Machine) -> Timeline:
     walker.run(entry, state, 1.0, record=True)
   tail = max(0.0, state.link_free - state.clock)  # transfers no done waited for: the step ends after them
   walker.bound_time["comm"] += tail
+  ops = tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s))
+  slow = None if machine.slow is None else machine.slow.name
   return Timeline(
       step_time_s=state.clock + tail, compute_bound_time_s=walker.bound_time["compute"],
       memory_bound_time_s=walker.bound_time["memory"], comm_bound_time_s=walker.bound_time["comm"],
       comm_time_s=sum(r["transfer"] for r in walker.runs.values()), exposed_comm_time_s=walker.bound_time["comm"],
-      ops=tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s)), notes=tuple(machine.notes) + tuple(walker.notes),
+      slow_link_comm_time_s=None if slow is None else sum(o.comm_time_s for o in ops if o.link == slow),
+      slow_link=slow, ops=ops, notes=tuple(machine.notes) + tuple(walker.notes),
   )
 
 

@@ -370,6 +370,11 @@ COMPARE: list[Column] = [
     Column(field="step_time_s", header="step (est)", format=secs, shown=HAS_STEP_TIME),
     Column(field="roofline_step_time_s", header="roofline", format=secs, shown=HAS_STEP_TIME),
     Column(field="exposed_comm_time_s", header="exposed comm", format=secs, shown=HAS_STEP_TIME),
+    # Across slices or hosts: the crossing collectives' time on the slow link, and the step as if
+    # every collective ran on the fast one.
+    Column(field="slow_link_comm_time_s", header="slow-link comm", format=secs, shown=_some("slow_link_comm_time_s")),
+    Column(field="fast_link_step_time_s", header="step, fast link only", format=secs,
+           shown=_some("fast_link_step_time_s")),
     Column(field="bound", format=text, shown=HAS_STEP_TIME),
     Column(field="mfu", header="MFU (est)", format=pct, shown=HAS_STEP_TIME),
     Column(field="tokens_per_s_per_device", header="tokens/s/device (est)", format=lambda v, c: "-" if v is None else f"{v:,.0f}",

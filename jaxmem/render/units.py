@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from jaxmem.units import GB, GiB, KiB, MiB
+from jaxmem.units import GB, GiB, KiB, MiB, seconds  # noqa: F401  (seconds: re-exported for the renderers)
 
 BINARY = (("GiB", GiB), ("MiB", MiB), ("KiB", KiB), ("B", 1))
 UNITS: dict[str, float] = {**dict(BINARY), "GB": GB}
@@ -46,16 +46,6 @@ def unit_for(values: Iterable[float | None] | float | None, *, smallest: str = "
 def unit(name: str) -> Unit:
   """A unit by name (``GiB``, ``MiB``, ``KiB``, ``B`` or ``GB``)."""
   return Unit(name, UNITS[name])
-
-
-def seconds(v: float | None) -> str:
-  """A time for a table cell in the unit that keeps it readable: ``29.8 µs``, ``12.3 ms``, ``4.56 s``."""
-  if v is None:
-    return "-"
-  for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-    if v >= scale:
-      return f"{v / scale:.3g} {name}"
-  return f"{v * 1e9:.3g} ns"
 
 
 def percent(v: float | None) -> str:
