@@ -164,7 +164,7 @@ CASES = (
         "layer input and q/k/v offloaded to host, the rest recomputed, splash attention",
         outcome=RAN, measured="34.56 s/step, 456 TFLOP/s/device",
         args="--model llama3-70b --target tpu:v6e-256 --mesh fsdp=256 --batch 1280 --seq 8192 "
-        "--remat names:offload=decoder_layer_input+key_proj+query_proj+value_proj",
+        "--remat custom:decoder_layer_input=offload:query_proj=offload:key_proj=offload:value_proj=offload",
         why_it_may_differ="the recipe's LIBTPU_INIT_ARGS (collective and offload flags) are not passed here",
     ),
     *(Case(
@@ -240,7 +240,7 @@ def run_case(case: Case) -> Result:
   start = time.perf_counter()
   try:
     p = plan(w)
-    wanted = p.remats[-1].name if w.maxtext else w.remat[-1]  # MaxText's: the one policy its overrides set
+    wanted = p.remats[-1].name  # the case's one policy (MaxText's: the one its overrides set), as rows name it
     (task,) = [t for t in p.tasks() if t.remat == wanted]
     row = sweep.run_config(*for_task(p, task))
   except jaxmem.JaxmemError as e:
