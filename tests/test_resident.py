@@ -2,6 +2,8 @@
 bytes another program holds, a TPU compile is capped to match and the row says the flag to run
 with; and what a verdict judges (``judged_figure``, ``naive_sum_bytes``, ``compiler_check``)."""
 
+import dataclasses
+
 import pytest
 
 import jaxmem
@@ -59,14 +61,24 @@ def test_a_tpu_program_the_compiler_accepted_is_judged_by_its_check_where_no_fig
   GiB of host temporaries in it. Neither is the HBM the program needs; libtpu's check accepted it."""
   capacity = 16 * GiB
   offload = _report("tpu", total=capacity + GiB // 8, peak=capacity + 2 * GiB, host=12 * GiB)
-  v = offload.judge(capacity)
+  v = offload.judge(capacity, checked=True)
   assert (v.fits, v.verdict, v.judged_figure, v.margin_bytes) == (True, AT_RISK, JUDGED_CHECK, None)
   assert "accepted the program" in judged_note(v, capacity, offload.required_bytes)
+  # A capacity the compiler did not check (set by hand) is judged on the total, as before.
+  assert offload.judge(capacity).verdict == NO
   # A peak under the total is the figure: over the capacity it is over (the compiler would have
   # refused such a program; a row built from it says NO), and the CPU and GPU compilers check nothing.
-  assert _report("tpu", total=capacity + GiB, peak=capacity + GiB // 2).judge(capacity).verdict == NO
+  assert _report("tpu", total=capacity + GiB, peak=capacity + GiB // 2).judge(capacity, checked=True).verdict == NO
   for platform in ("gpu", "cpu"):
-    assert _report(platform, total=capacity + GiB, peak=capacity + 2 * GiB).judge(capacity).judged_figure == JUDGED_TOTAL
+    over = _report(platform, total=capacity + GiB, peak=capacity + 2 * GiB).judge(capacity, checked=True)
+    assert over.judged_figure == JUDGED_TOTAL and over.verdict == NO
+
+
+def test_only_a_tpus_own_capacity_is_the_one_its_compiler_checks():
+  v5e = jaxmem.target("tpu:v5e-1")
+  assert v5e.capacity_checked and jaxmem.target("tpu:v5e-1", resident="1GiB").capacity_checked
+  assert not dataclasses.replace(v5e, capacity_bytes=3 << 19).capacity_checked  # set by hand
+  assert not jaxmem.target("gpu:h100").capacity_checked and not jaxmem.target("cpu").capacity_checked
 
 
 # tiny at 8 x 512 keeps its temporaries in HBM on v5e (smaller programs keep them in VMEM).

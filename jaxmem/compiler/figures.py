@@ -145,7 +145,7 @@ def compile_figures(
     step = dataclasses.replace(step, op_time_s=times.op_time_s)
   host = judge_host(report.host_total_bytes, None if target is None else target.host_capacity_bytes)
   host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
-  verdict = report.judge(capacity)
+  verdict = report.judge(capacity, checked=target is not None and target.capacity_checked)
   judged = [n for n in [judged_note(verdict, capacity, report.required_bytes)] if n]
   return Figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=verdict,

@@ -135,9 +135,10 @@ class MemoryReport(CompilerFigures):
     at most ``total_bytes`` (:func:`device_required`); else ``total_bytes``."""
     return device_required(self.peak_memory_in_bytes, self.total_bytes)
 
-  def judge(self, capacity: int | None) -> Verdict:
+  def judge(self, capacity: int | None, *, checked: bool = False) -> Verdict:
     """Whether the program fits ``capacity`` bytes per device, with its margin and the runtime's
-    risk terms (:mod:`jaxmem.hardware.margin`)."""
+    risk terms (:mod:`jaxmem.hardware.margin`). ``checked``: the compiler checked the program
+    against this same capacity (:attr:`jaxmem.hardware.targets.Target.capacity_checked`)."""
     risk = risk_bytes(
         self.platform, capacity=capacity, argument=self.argument_size_in_bytes, output=self.output_size_in_bytes,
         alias=self.alias_size_in_bytes, generated_code=self.generated_code_size_in_bytes,
@@ -151,7 +152,7 @@ class MemoryReport(CompilerFigures):
         # A TPU program that compiled passed libtpu's own check of its HBM against what is available.
         compiler_check=ACCEPTED if self.platform == "tpu" else None,
     )
-    if v.compiler_check == ACCEPTED and v.fits is False and v.judged_figure == JUDGED_TOTAL and peak is not None:
+    if checked and v.compiler_check == ACCEPTED and v.fits is False and v.judged_figure == JUDGED_TOTAL and peak is not None:
       # The total is an upper bound (every buffer live at once) and the peak counts host memory
       # and VMEM too (remat offload: MaxText's 128B on v5e-256 has peak 17.46 GiB with 12 GiB of
       # host temporaries, total 15.81 of 15.75 GiB): the compiler checked the program's HBM

@@ -213,6 +213,19 @@ class Target:
   alone_capacity_bytes: int | None = None
 
   @property
+  def capacity_checked(self) -> bool:
+    """Whether the compiler itself checks each program against ``capacity_bytes`` (refusing one
+    that does not fit): a TPU target's capacity as libtpu reports it, or capped to it for resident
+    bytes (:attr:`compiler_options`). Not a capacity set by hand, nor the public figure where the
+    compiler's could not be read, nor a GPU's or the CPU's (their compilers check none)."""
+    if not isinstance(self.kind, Tpu) or self.capacity_bytes is None:
+      return False
+    if self.compiler_options:
+      return True
+    reported = _tpu_capacity(self.kind.generation)
+    return self.capacity_bytes == reported != self.hbm_bytes
+
+  @property
   def compiler_options(self) -> dict[str, Any]:
     """Options every compile for this target takes: on TPU with resident bytes, the cap on the
     HBM the compiler may plan for (:func:`hbm_cap_mib`), so its own capacity check and its
