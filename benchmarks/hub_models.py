@@ -37,12 +37,13 @@ HUB_IDS = {
     "zai-org/GLM-4.5-Air": "glm-4.5-air",
     "allenai/OLMo-2-1124-7B": "olmo-2-1124-7b",
 }
-REV = "0" * 40
+REV = "0123456789abcdef0123456789abcdef01234567"  # the revision the cache holds (any 40 hex digits)
 GiB = 1 << 30
 
 
 def hub_cache(root: Path) -> Path:
-  """``root`` as a Hub cache holding each id's config.json at one revision."""
+  """``root`` as a Hub cache (huggingface_hub's layout) holding each id's config.json at
+  :data:`REV`, its ``main``; tests/test_architectures.py uses it too."""
   for repo, name in HUB_IDS.items():
     d = root / ("models--" + repo.replace("/", "--"))
     (d / "snapshots" / REV).mkdir(parents=True)

@@ -2,8 +2,9 @@
 (parameter counts against the published totals), and local attention's memory."""
 
 import dataclasses
+import importlib.util
 import json
-import shutil
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -26,28 +27,13 @@ PUBLISHED = {
   "glm-4.5-air": 106e9,  # GLM-4.5 README: 106B total
   "olmo-2-1124-7b": 7.3e9,  # OLMo 2 model card: 7.3B
 }
-HUB_IDS = {
-  "google/gemma-3-27b-it": "gemma-3-27b-it",
-  "openai/gpt-oss-20b": "gpt-oss-20b",
-  "meta-llama/Llama-4-Scout-17B-16E": "llama-4-scout-17b-16e",
-  "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
-  "microsoft/phi-4": "phi-4",
-  "zai-org/GLM-4.5-Air": "glm-4.5-air",
-  "allenai/OLMo-2-1124-7B": "olmo-2-1124-7b",
-}
+# The Hub ids and the cache built from tests/data/hf: benchmarks/hub_models.py's, which compiles
+# the same seven at full size.
+_spec = importlib.util.spec_from_file_location("hub_models", Path(__file__).resolve().parent.parent / "benchmarks" / "hub_models.py")
+_hub = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_hub)
+HUB_IDS, REV, hub_cache = _hub.HUB_IDS, _hub.REV, _hub.hub_cache
 TINY = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss", "tiny-llama4", "tiny-deepseek-v2", "tiny-phi3", "tiny-glm4-moe", "tiny-olmo2")
-REV = "0123456789abcdef0123456789abcdef01234567"
-
-
-def hub_cache(root, ids=HUB_IDS, rev=REV):
-  """A Hub cache directory (huggingface_hub's layout) holding each id's config.json."""
-  for repo, name in ids.items():
-    d = root / ("models--" + repo.replace("/", "--"))
-    (d / "snapshots" / rev).mkdir(parents=True)
-    (d / "refs").mkdir()
-    shutil.copy(DATA / f"{name}.json", d / "snapshots" / rev / "config.json")
-    (d / "refs" / "main").write_text(rev)
-  return root
 
 
 @pytest.fixture
