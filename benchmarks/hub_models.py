@@ -54,18 +54,12 @@ def hub_cache(root: Path) -> Path:
 
 
 def compile_one(model: str, target: str, *, remat: str, batch: int, seq: int) -> dict:
-  from jaxmem.cli import _common, build_parser
   from jaxmem.models import count_params
-  from jaxmem.planning import sweep
-  from jaxmem.resolve import for_task, plan
+  from published_runs import compile_policy  # this directory's; imported here so tests can load this file
 
-  ns = build_parser().parse_args(["compare", "--model", model, "--target", target, "--remat", remat,
-                                  "--batch", str(batch), "--seq", str(seq)])
-  _common.start(ns.target)
-  p = plan(_common.workload(ns))
-  (task,) = [t for t in p.tasks() if t.remat == remat]
   start = time.perf_counter()
-  row = sweep.run_config(*for_task(p, task))
+  p, row = compile_policy(["--model", model, "--target", target, "--remat", remat, "--batch", str(batch),
+                           "--seq", str(seq)])
   return {
       "model": model, "target": target, "remat": remat, "batch": batch, "seq": seq, "attention": row.attention,
       "mesh": row.mesh, "params": count_params(p.model), "fits": row.fits, "required_bytes": row.required_bytes,

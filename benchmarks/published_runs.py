@@ -223,26 +223,32 @@ class Result:
   line: str
 
 
+def compile_policy(argv: list[str]):
+  """The plan of ``compare ARGV`` and the row of its last remat policy (a case's one policy;
+  MaxText's: the one its overrides set), compiled alone, not beside compare's ``none`` baseline.
+  benchmarks/hub_models.py compiles its models with it too."""
+  from jaxmem.cli import _common, build_parser
+  from jaxmem.planning import sweep
+  from jaxmem.resolve import for_task, plan
+
+  ns = build_parser().parse_args(["compare", *argv])
+  _common.start(ns.target)
+  p = plan(_common.workload(ns))
+  (task,) = [t for t in p.tasks() if t.remat == p.remats[-1].name]  # as rows name it
+  return p, sweep.run_config(*for_task(p, task))
+
+
 def run_case(case: Case) -> Result:
   """Compiles the case's configuration (its named remat policy only) and judges agreement."""
   why = case.skipped()
   if why is not None:
     return Result(case=case, status="skipped", line=f"skipped: needs {why}")
   import jaxmem
-  from jaxmem.cli import _common, build_parser
-  from jaxmem.planning import sweep
-  from jaxmem.resolve import for_task, plan
 
   os.chdir(ROOT)  # the cases' config.json paths are the repository's
-  ns = build_parser().parse_args(["compare", *shlex.split(case.args)])
-  _common.start(ns.target)
-  w = _common.workload(ns)
   start = time.perf_counter()
   try:
-    p = plan(w)
-    wanted = p.remats[-1].name  # the case's one policy (MaxText's: the one its overrides set), as rows name it
-    (task,) = [t for t in p.tasks() if t.remat == wanted]
-    row = sweep.run_config(*for_task(p, task))
+    _, row = compile_policy(shlex.split(case.args))
   except jaxmem.JaxmemError as e:
     return Result(case=case, status="error", line=f"error: {e}")
   seconds = time.perf_counter() - start
