@@ -80,19 +80,16 @@ def over_mesh(local: AttendFn, mesh: Mesh | None, axes: MeshAxes | None, *, name
   def attend(
     q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, sinks=None, **layer
   ) -> jax.Array:
-    if sinks is None:
-      run = functools.partial(local, causal=causal, **layer)
-      return shard_map(run, mesh=mesh, axes=axes, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)(
-        q_btnh, k_bskh, v_bskv
-      )
-    # The sinks [N] are split over the heads as q is, so each shard gets its own heads' logits.
-    def run_sinks(q, k, v, s):
-      return local(q, k, v, causal=causal, sinks=s, **layer)
+    # The sinks [N], where a layer has them, are split over the heads as q is: each shard gets
+    # its own heads' logits.
+    extra, extra_specs = ((), ()) if sinks is None else ((sinks,), (axes.spec("heads"),))
+
+    def run(q, k, v, *s):
+      return local(q, k, v, causal=causal, **layer, **({"sinks": s[0]} if s else {}))
 
     return shard_map(
-      run_sinks, mesh=mesh, axes=axes, in_specs=(spec, spec, spec, axes.spec("heads")), out_specs=spec,
-      check_vma=False,
-    )(q_btnh, k_bskh, v_bskv, sinks)
+      run, mesh=mesh, axes=axes, in_specs=(spec, spec, spec, *extra_specs), out_specs=spec, check_vma=False
+    )(q_btnh, k_bskh, v_bskv, *extra)
 
   return attend
 

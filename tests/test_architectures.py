@@ -186,6 +186,16 @@ def test_splash_computes_the_sinks_dot_computes_and_their_gradient():
   out = splash(q, k, v, causal=True, local=Local(128), sinks=sinks)
   assert jnp.allclose(out, dot_attend(q, k, v, scores_dtype="float32", local=Local(128), sinks=sinks), atol=2e-3)
   assert not jnp.allclose(out, splash(q, k, v, causal=True, local=Local(128)), atol=2e-3)
+  # Over a mesh that splits the heads, each shard gets its own heads' sinks.
+  import numpy as np
+  from jax.sharding import Mesh
+  from jaxmem.program.sharding import mesh_axes
+
+  mesh = Mesh(np.array(jax.devices("cpu")[:4]).reshape(2, 2), ("fsdp", "tensor"))
+  q2, k2, v2 = (jnp.concatenate([x, x[..., ::-1]]) for x in (q, k, v))  # a batch of 2 for the fsdp axis
+  sharded = kernels.make_splash_attend(mesh, mesh_axes(mesh), interpret=True)
+  want = dot_attend(q2, k2, v2, scores_dtype="float32", local=Local(128), sinks=sinks)
+  assert jnp.allclose(sharded(q2, k2, v2, causal=True, local=Local(128), sinks=sinks), want, atol=2e-3)
 
 
 @pytest.mark.parametrize("kernel", ["splash", "cudnn"])
