@@ -280,6 +280,7 @@ _CUSTOM_ALSO = {"mlpwi_0": ("moe_mlpwi_0",), "mlpwi_1": ("moe_mlpwi_1",), "mlpwo
 # MaxText's names with no tensor in jaxmem's models (the DeepSeek-V3.2 indexer, MoE routing
 # metadata, MLA's attention output, Engram): ``remat`` (their default) is what they are here.
 CUSTOM_ABSENT = ("indexer_cutoff_threshold", "moe_x_sorted", "moe_routing_maps", "attention_out", "engram")
+CUSTOM_NAMES = (*CUSTOM_TENSORS, *CUSTOM_FUSED, *CUSTOM_ABSENT)  # every name the map takes
 
 
 def custom_policy(name: str) -> RematPolicy:
@@ -293,9 +294,9 @@ def custom_policy(name: str) -> RematPolicy:
     key, eq, place = part.partition("=")
     if not eq or place not in CUSTOM_PLACES:
       raise JaxmemError(f"remat {name!r}: each part is NAME=PLACE, PLACE one of {', '.join(CUSTOM_PLACES)} (got {part!r})")
-    if key not in (*CUSTOM_TENSORS, *CUSTOM_FUSED, *CUSTOM_ABSENT):
+    if key not in CUSTOM_NAMES:
       raise JaxmemError(f"remat {name!r}: {key!r} is not a name of MaxText's custom policy; valid: "
-                        f"{', '.join((*CUSTOM_TENSORS, *CUSTOM_FUSED, *CUSTOM_ABSENT))}")
+                        f"{', '.join(CUSTOM_NAMES)}")
     if key in places:
       raise JaxmemError(f"remat {name!r}: {key} is placed twice")
     places[key] = place
