@@ -5,7 +5,9 @@ published ``config.json`` files in ``tests/data/hf`` (their sources: ``tests/dat
 sets ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE=1``, and compiles ``--model ORG/NAME`` exactly as a
 user's command would name it: the target's default attention (splash on TPU, cuDNN on GPU), the
 default mesh (fsdp over every device), float32 parameters, bf16 compute, AdamW, batch 8 x 2048
-and the one remat policy asked for (``full`` by default; not compare's ``none`` baseline).
+and the one remat policy asked for (``full`` by default; not compare's ``none`` baseline), with
+``--always-compile``: a model whose arguments alone are over the device (Llama 4 Scout and
+GLM-4.5-Air at float32 + AdamW on these targets) is compiled too, so every row is the compiler's.
 
   nice -n 10 python benchmarks/hub_models.py                     # 7 models x tpu:v5p-8, gpu:h100x8
   python benchmarks/hub_models.py --model openai/gpt-oss-20b --target gpu:h100x8
@@ -59,7 +61,7 @@ def compile_one(model: str, target: str, *, remat: str, batch: int, seq: int) ->
 
   start = time.perf_counter()
   p, row = compile_policy(["--model", model, "--target", target, "--remat", remat, "--batch", str(batch),
-                           "--seq", str(seq)])
+                           "--seq", str(seq), "--always-compile"])
   return {
       "model": model, "target": target, "remat": remat, "batch": batch, "seq": seq, "attention": row.attention,
       "mesh": row.mesh, "params": count_params(p.model), "fits": row.fits, "required_bytes": row.required_bytes,

@@ -70,6 +70,10 @@ class BaseWorkload(Record):
   # GPU targets: the share of device memory JAX's allocator takes; None reads the environment
   # (XLA_CLIENT_MEM_FRACTION, or its old name), else JAX's 0.75 (hardware.targets.gpu_mem_fraction).
   mem_fraction: float | None = None
+  # Compile even where the arguments' shapes alone exceed the capacity (jaxmem.compiler.figures
+  # otherwise answers such a configuration from its shapes, without the compile): the row is then
+  # the compiler's own verdict and figures, at the cost of the compile.
+  always_compile: bool = False
   # (and the sweep axes every workload has: jaxmem.axes, training False)
 
   def __post_init__(self):

@@ -82,6 +82,24 @@ def test_arguments_over_capacity_are_refused_without_compiling(monkeypatch):
 
 
 @pytest.mark.needs_tpu_compiler
+def test_always_compile_asks_the_compiler_where_the_shapes_alone_refuse(capsys):
+  # A capacity of 1 MiB beside the resident bytes: tiny's arguments alone are over it.
+  from jaxmem.cli import main
+  from jaxmem.hardware.targets import target
+
+  resident = target("tpu:v5e-1").capacity_bytes - (1 << 20)
+  w = dict(model="tiny", target="tpu:v5e-1", batch=8, seq=128, remat="none", resident=resident, cache=False)
+  (shapes,) = jaxmem.compare(**w)
+  assert shapes.error.startswith("not compiled") and shapes.judged_figure == "argument bytes from shapes"
+  (row,) = jaxmem.compare(**w, always_compile=True)
+  assert row.fits is False and row.judged_figure == "compiler refusal" and "RESOURCE_EXHAUSTED" in row.error
+  assert row.required_bytes > shapes.required_bytes  # the compiler's figure counts more than the arguments
+  argv = ["compare", "--model", "tiny", "--target", "tpu:v5e-1", "--batch", "8", "--seq", "128", "--remat", "none",
+          "--resident", str(resident), "--no-cache", "--format", "json", "--always-compile"]
+  assert main(argv) == 0 and "compiler refusal" in capsys.readouterr().out
+
+
+@pytest.mark.needs_tpu_compiler
 def test_arguments_over_capacity_on_several_devices_split_the_flops(monkeypatch):
   _no_compile(monkeypatch)
   (row,) = jaxmem.compare(model="tiny", target="tpu:v5e-4", batch=HUGE, remat="none")

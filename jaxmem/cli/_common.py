@@ -92,6 +92,11 @@ def add_workload(
       help="GPU targets: the share of device memory JAX's allocator takes (capacity = fraction x memory); "
       "default XLA_CLIENT_MEM_FRACTION (or XLA_PYTHON_CLIENT_MEM_FRACTION), else 0.75",
   )
+  p.add_argument(
+      "--always-compile", action="store_true",
+      help="compile even where the arguments' shapes alone exceed the device (answered from the shapes otherwise): "
+      "the compiler's own verdict and figures, at the cost of the compile",
+  )
   add_axes(p, "workload", helps={"attention": jaxmem.attention_help()})  # the kernels the models have
   add_output(p)
   p.add_argument(

@@ -43,11 +43,13 @@ class Lowering:
 
   def figures(
       self, *, notes: Sequence[str] = (), compiler_options: Mapping[str, Any] | None = None, work: Work | None = None,
+      always_compile: bool = False,
   ) -> Figures | Refusal:
     """Compiled and read, or refused (:func:`jaxmem.compiler.figures.compile_figures`, which
-    checks the arguments against the target's capacity first; ``work`` as there)."""
+    checks the arguments against the target's capacity first, unless ``always_compile``;
+    ``work`` as there)."""
     return compile_figures(
-        self.traced, self.target, args=self.args, argument_names=self.argument_names, notes=notes,
+        self.traced, self.target, args=None if always_compile else self.args, argument_names=self.argument_names, notes=notes,
         compiler_options=compiler_options, lowered=self.lowered, work=work,
     )
 

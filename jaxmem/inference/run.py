@@ -156,7 +156,8 @@ def run_infer_config(
   notes = list(cfg.notes) + list(moe_notes) + list(program.notes) + notes
   tokens = p.batch * (context if phase == "prefill" else 1)
   outcome = compile_figures(
-      program.step.trace(*program.args), p.target, args=program.args, notes=notes,
+      program.step.trace(*program.args), p.target, args=None if p.always_compile else program.args,
+      notes=notes,
       lowering_context=None if choice is None else choice.lowering(),
       work=Work(tokens=tokens, model_flops=inference_flops(cfg, tokens=tokens, context=context, causal=phase == "prefill"),
                 floor_flops=weight_flops(cfg, tokens=tokens, training=False)),

@@ -73,6 +73,7 @@ class InferPlan:
   # The sweep axes the planner takes as given, as in jaxmem.resolve.Plan: each (name, values).
   # They reach prefill's attention; decode forms no scores, so it sweeps none (its rows record none).
   others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+  always_compile: bool = False  # the workload's: compile even where the arguments alone are over the capacity
 
   def step_options(self) -> dict[str, Any]:
     """The first value of each axis taken as given, by name (:meth:`jaxmem.resolve.Plan.step_options`)."""
@@ -156,6 +157,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
-  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, moe=variants, others=others)
+  return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, moe=variants, others=others,
+                   always_compile=w.always_compile)
 
 

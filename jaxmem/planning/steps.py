@@ -118,7 +118,8 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
     notes.append(mx.note(p.workload.maxtext))
   # from the shapes: a refused step has them too
   named = mx.global_params(lowering.traced) if maxtext else _named_arguments(lowering, notes)
-  outcome = lowering.figures(notes=notes, work=Work(tokens=p.batch * p.seq, note=USER_STEP_MFU_NOTE))
+  outcome = lowering.figures(notes=notes, work=Work(tokens=p.batch * p.seq, note=USER_STEP_MFU_NOTE),
+                             always_compile=p.workload.always_compile)
   if not isinstance(outcome, Refusal) and maxtext:
     named.update(mx.state_bytes(outcome.report.argument_leaf_bytes))
   elif not isinstance(outcome, Refusal):

@@ -125,7 +125,7 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
     notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
   outcome = compile_figures(
-      program.trace(), p.target, args=program.args, notes=notes, lowering_context=program.lowering_context(),
+      program.trace(), p.target, args=None if p.workload.always_compile else program.args, notes=notes, lowering_context=program.lowering_context(),
       work=Work(tokens=p.batch * p.seq, model_flops=training_flops(p.cfg, batch=p.batch, seq=p.seq),
                 floor_flops=weight_flops(p.cfg, tokens=p.batch * p.seq, training=True)),
   )
