@@ -23,11 +23,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
-# Products of a T x S block per kernel, as multiples of 2*T*S*(head size): (H terms, V terms)
-# for q/k head size H and v head size V (see the module docstring).
-_SPLASH = {"fwd": (1, 1), "dq": (2, 1), "dkv": (2, 2)}
-_TRITON = {"mha_forward": (1, 1), "mha_backward": (4, 3)}
-_CUDNN = {"fwd": (1, 1), "bwd": (3, 2)}
+from jaxmem.kernels import CUDNN_TERMS as _CUDNN
+from jaxmem.kernels import SPLASH_TERMS as _SPLASH
+from jaxmem.kernels import TRITON_TERMS as _TRITON
+from jaxmem.kernels import attention_kernel_flops, splash_part
 
 
 def _floats(eqn: Any) -> list:
@@ -42,8 +41,7 @@ def _attention(terms: tuple[int, int], q, k, v, *, heads_first: bool, causal: bo
   t_axis = -2 if heads_first else 1
   t, s, h, vd = q.shape[t_axis], k.shape[t_axis], q.shape[-1], v.shape[-1]
   pairs = math.prod(q.shape) // (t * h)  # batch x query heads
-  flops = 2.0 * pairs * t * s * (terms[0] * h + terms[1] * vd)
-  return flops / 2 if causal else flops
+  return attention_kernel_flops(terms, pairs=pairs, t=t, s=s, h=h, vd=vd, causal=causal)
 
 
 def _pallas_kernel(eqn: Any) -> str | None:
@@ -64,10 +62,7 @@ def cudnn_flops(eqn: Any) -> float | None:
 
 def splash_flops(eqn: Any) -> float | None:
   """Pallas splash attention's forward, dq and dk/dv kernels (``splash_*``), causal."""
-  kernel = _pallas_kernel(eqn)
-  if kernel is None or not kernel.startswith("splash_"):
-    return None
-  part = next((p for p in ("dkv", "dq", "fwd") if f"_{p}" in kernel), None)
+  part = splash_part(_pallas_kernel(eqn) or "")
   if part is None:
     return None
   q, k, v = _floats(eqn)[:3]

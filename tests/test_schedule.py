@@ -173,3 +173,41 @@ def test_more_microbatches_under_fsdp_gather_more_and_take_longer(fsdp_rows):
   # Each microbatch gathers every layer's weights again: more bytes sent, a longer simulated step.
   assert two.comm_all_gather_bytes > one.comm_all_gather_bytes
   assert two.step_time_s > one.step_time_s
+
+
+# One fused attention call of each kind, as the compilers print them (cuDNN's backend config cut
+# to the fields read): batch 2, 4 heads, 256 positions, head size 64, causal.
+_Q = "bf16[2,256,4,64]{3,2,1,0}"
+_CUDNN_CALL = f"""HloModule m
+
+ENTRY %main (q: bf16[2,256,4,64], k: bf16[2,256,4,64], v: bf16[2,256,4,64]) -> (bf16[2,4,256,64], f32[2,4,256]) {{
+  %q = {_Q} parameter(0)
+  %k = {_Q} parameter(1)
+  %v = {_Q} parameter(2)
+  ROOT %fa = (bf16[2,4,256,64]{{3,1,2,0}}, f32[2,4,256]{{2,1,0}}) custom-call(%q, %k, %v), custom_call_target="__cudnn$fmhaSoftmax", operand_layout_constraints={{{_Q}, {_Q}, {_Q}}}, metadata={{op_name="jit(f)/dot_product_attention_fwd"}}, backend_config={{"cudnn_fmha_backend_config": {{"intermediate_tensor_shape": {{"element_type": "BF16", "dimensions": ["2", "4", "256", "256"]}}, "mask_type": "CAUSAL"}}}}
+}}
+"""
+_S = "bf16[2,4,256,64]{3,2,1,0}"
+_SPLASH_CALL = f"""HloModule m
+
+ENTRY %main (m: s8[1,2,2], q: bf16[2,4,256,64], k: bf16[2,4,256,64], v: bf16[2,4,256,64]) -> bf16[2,4,256,64] {{
+  %m = s8[1,2,2]{{2,1,0}} parameter(0)
+  %q = {_S} parameter(1)
+  %k = {_S} parameter(2)
+  %v = {_S} parameter(3)
+  ROOT %fa = {_S} custom-call(%m, %q, %k, %v), custom_call_target="tpu_custom_call", operand_layout_constraints={{s8[1,2,2]{{2,1,0}}, {_S}, {_S}, {_S}}}, metadata={{op_name="jit(f)/shard_map/splash_mha_dkv_no_residuals/pallas_call"}}
+}}
+"""
+
+
+@pytest.mark.parametrize("text, terms", [(_CUDNN_CALL, (1, 1)), (_SPLASH_CALL, (2, 2))], ids=["cudnn-fwd", "splash-dkv"])
+def test_the_walk_times_a_fused_attention_kernels_matrix_work(text, terms):
+  # FlashAttention's count, causal: 2 x (batch x heads) x T x S x (terms of the head sizes) / 2.
+  expected = 2.0 * (2 * 4) * 256 * 256 * (terms[0] * 64 + terms[1] * 64) / 2
+  costs = hlo_costs(text)
+  assert costs.flops == 0  # kept out of the module's matrix FLOPs (the per-device share's count)
+  walk = simulate(costs, _machine(hbm_bandwidth=1e18))  # so the op is compute-bound
+  (op,) = [o for o in walk.ops if o.name == "fa"]
+  assert op.flops == pytest.approx(expected)
+  assert op.compute_time_s == pytest.approx(expected / 1e12)
+  assert walk.step_time_s >= op.compute_time_s

@@ -33,12 +33,15 @@ import math
 import re
 
 from jaxmem.hlo.comms import Collectives, collectives_by_instruction
+from jaxmem.kernels import CUDNN_TERMS, SPLASH_TERMS, attention_kernel_flops, splash_part
 from jaxmem.hlo.text import Instruction, Module, braced, parse_module
 from jaxmem.hlo.traffic import Traffic, op_traffic
 from jaxmem.records import Record
 
 _DIMS = re.compile(r"^\(?\s*[a-z][a-z0-9]*\[([^\]]*)\]")
 _GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cudnn$matmul")
+_SHAPE = re.compile(r"\b(bf16|f16|f32|f64|f8\w*)\[([\d,]*)\]")
+_SPLASH_CALL = re.compile(r"/(splash_\w+)/pallas_call")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -101,10 +104,46 @@ class MatrixTile:
     return up(rows, self.rows) * up(contracted, self.contracted) * up(columns, self.columns)
 
 
-def matrix_flops(module: Module, tile: MatrixTile | None = None):
+def matrix_flops(module: Module, tile: MatrixTile | None = None, *, kernels: bool = False):
   """A counter of the matrix FLOPs of one execution of a top-level instruction (its ``of``; see
-  the module docstring), each matmul rounded up to ``tile`` where one is given."""
-  return _Flops(module, tile)
+  the module docstring), each matmul rounded up to ``tile`` where one is given; with ``kernels``,
+  the fused attention kernels' too (:func:`attention_call_flops`)."""
+  return _Flops(module, tile, kernels=kernels)
+
+
+def attention_call_flops(ins: Instruction) -> float:
+  """The matrix FLOPs of one fused attention custom call, by the accounting the models' jaxpr
+  counters use (:func:`jaxmem.kernels.attention_kernel_flops`), from the call's operand shapes:
+  splash's Pallas kernels (a ``tpu_custom_call`` whose jax op name ends ``/splash_.../pallas_call``;
+  counted causal, as the jaxpr counter counts them) and cuDNN's fused attention (``__cudnn$fmha*``,
+  its mask type from the backend config). 0 for any other custom call.
+
+  Kept out of the op's ``flops``: the per-device share of the row's FLOPs divides the HLO's matrix
+  FLOPs by the jaxpr's with kernels left out of both (:func:`jaxmem.compiler.flops.per_device_flops`);
+  the schedule walk times them (:mod:`jaxmem.hlo.schedule`)."""
+  floats = [tuple(int(d) for d in dims_.split(",") if d) for _, dims_ in _SHAPE.findall(braced(ins.attrs, "operand_layout_constraints") or "")]
+  floats = [d for d in floats if len(d) >= 3]
+  if len(floats) < 3:
+    return 0.0
+  q, k, v = floats[:3]
+  target = re.search(r'custom_call_target="([^"]*)"', ins.attrs)
+  target = target.group(1) if target else ""
+  if target == "tpu_custom_call":
+    kernel = _SPLASH_CALL.search(ins.op_name or "")
+    part = splash_part(kernel.group(1)) if kernel else None
+    if part is None:
+      return 0.0
+    t, s, h = q[-2], k[-2], q[-1]  # splash's [..., heads, T, head size]
+    return attention_kernel_flops(SPLASH_TERMS[part], pairs=math.prod(q) // (t * h), t=t, s=s, h=h, vd=v[-1], causal=True)
+  if target.startswith("__cudnn$fmha"):
+    scores = re.search(r'"intermediate_tensor_shape"\s*:\s*\{[^}]*?"dimensions"\s*:\s*\[([^\]]*)\]', ins.attrs)
+    if scores is None:
+      return 0.0
+    b, n, t, s = (int(x.strip().strip('"')) for x in scores.group(1).split(",")[:4])
+    causal = re.search(r'"mask_type"\s*:\s*"[A-Z_]*CAUSAL', ins.attrs) is not None
+    terms = CUDNN_TERMS["bwd" if "Backward" in target else "fwd"]
+    return attention_kernel_flops(terms, pairs=b * n, t=t, s=s, h=q[-1], vd=v[-1], causal=causal)
+  return 0.0
 
 
 def _listed(attrs: str, key: str) -> tuple[int, ...]:
@@ -117,9 +156,10 @@ class _Flops:
   ``tile`` (the matrix unit's (rows, contracted, columns) granule, :class:`MatrixTile`), each
   matmul's dimensions are first rounded up to it: the FLOPs the matrix unit spends on them."""
 
-  def __init__(self, module: Module, tile: MatrixTile | None = None):
+  def __init__(self, module: Module, tile: MatrixTile | None = None, *, kernels: bool = False):
     self.module = module
     self.tile = tile
+    self.kernels = kernels
     self._memo: dict[str, float] = {}
 
   def of(self, ins: Instruction) -> float:
@@ -130,6 +170,8 @@ class _Flops:
       return self._convolution(ins)
     if op == "custom-call" and any(f'custom_call_target="{t}"' in ins.attrs for t in _GEMM_TARGETS):
       return self._gemm(ins)
+    if op == "custom-call" and self.kernels:
+      return attention_call_flops(ins)
     if op in ("fusion", "fusion-start", "async-start", "call"):
       return sum(self._computation(c) for c in ins.calls)
     return 0.0

@@ -250,7 +250,10 @@ class _Walker:
     self.module: Module = costs.module
     self.machine = machine
     self.per_op = {(o.computation, o.name): o for o in costs.ops}
-    self.flops, self.padded = matrix_flops(self.module), matrix_flops(self.module, machine.tile)
+    # The fused attention kernels' matrix work is timed too (at the peak, unpadded: the kernels
+    # tile their own blocks), though the module's matrix FLOPs leave it out (jaxmem.hlo.ops).
+    self.flops = matrix_flops(self.module, kernels=True)
+    self.padded = matrix_flops(self.module, machine.tile, kernels=True)
     self.runs: dict[tuple[str, str], dict] = {}  # (computation, op) -> accumulated figures
     self.bound_time = dict.fromkeys(TERMS, 0.0)
     self.notes: list[str] = []
