@@ -4,7 +4,9 @@ of the compiled schedule that sets a row's ``step_time_s`` (:mod:`jaxmem.hlo.sch
 
 Per op (figures from :mod:`jaxmem.hlo.ops`, per device per step, all its executions):
 
-  compute_time_s = matrix FLOPs, each matmul rounded up to the matrix unit's tile, / peak_flops
+  compute_time_s = matrix FLOPs, each matmul rounded up to the matrix unit's tile, / peak_flops;
+                   on a GPU in XLA's GEMM throughput table, each matmul's FLOPs / the achieved
+                   rate for its shape (jaxmem.hardware.matmul_rates), as the walk times them
   memory_time_s  = bytes_accessed / hbm_bandwidth
   comm_time_s    = its transfers on their link (latency + bytes sent / bandwidth)
   time_s         = what it adds to the simulated step: its time on the device's stream, and for

@@ -8,8 +8,10 @@ Terms (per device; peaks: :mod:`jaxmem.hardware.peaks`):
   roofline_step_time_s = max(compute, memory, comm) (a lower bound: every term at its peak rate,
                                                      and the others hidden under the largest)
   step_time_s    = the compiled schedule simulated (jaxmem.hlo.schedule: each op at its own
-                   roofline in the device's order, matmuls rounded up to the matrix unit's tile,
-                   collectives on their links with their latency, an asynchronous collective
+                   roofline in the device's order; on TPU matmuls at the peak, rounded up to the
+                   matrix unit's tile; on GPU each GEMM at XLA's measured throughput for its
+                   shape (jaxmem.hardware.matmul_rates; the peak where XLA has no table for the
+                   part); collectives on their links with their latency, an asynchronous collective
                    overlapping the work scheduled between its start and done), never below the
                    roofline bound; the roofline bound where there is no schedule to walk
   exposed_comm_time_s, *_bound_share = the simulated step's communication nothing overlapped,
@@ -36,6 +38,8 @@ from __future__ import annotations
 import dataclasses
 
 from jaxmem.hardware.gpu import GPU_SPECS
+from jaxmem.hardware.matmul_rates import SOURCE as MATMUL_RATES_SOURCE
+from jaxmem.hardware.matmul_rates import profile_name, rate_function
 from jaxmem.hardware.targets import Attached, Gpu, Target, Tpu, target_peaks
 from jaxmem.hardware.tpu import TPU_GENERATIONS
 from jaxmem.hlo.ops import HloCosts, MatrixTile
@@ -75,6 +79,7 @@ def machine(target: Target | None) -> tuple[Machine | None, str | None]:
   if isinstance(kind, Attached):
     kind = _catalogued(target.device_kind)
   notes = []
+  rate = None  # TPU: no per-shape matmul throughput is published; its matmuls run at the peak, tiled
   if isinstance(kind, Tpu):
     gen = TPU_GENERATIONS[kind.generation]
     tile = None if gen.mxu_size is None else MatrixTile(rows=MXU_ROWS, contracted=gen.mxu_size, columns=gen.mxu_size)
@@ -90,7 +95,14 @@ def machine(target: Target | None) -> tuple[Machine | None, str | None]:
   elif isinstance(kind, Gpu):
     spec = GPU_SPECS[kind.part]
     tile = None
-    notes.append("step_time_s: matmuls on GPU are not rounded up to a tile (no single tile is published for its tensor cores)")
+    rate = rate_function(spec)
+    if rate is None:
+      notes.append(f"step_time_s: XLA's GEMM throughput table has no {profile_name(spec)} entries; matmuls on "
+                   f"{spec.description} are timed at the datasheet peak, not rounded up to a tile (no single tile is "
+                   "published for its tensor cores)")
+    else:
+      notes.append(f"step_time_s: matmuls timed at XLA's measured GEMM throughput for their shape "
+                   f"({profile_name(spec)}, {MATMUL_RATES_SOURCE}); roofline_step_time_s at the datasheet peak")
     fast = Link(name="NVLink", bandwidth=peaks.link_bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
                 step_latency_s=NVLINK_STEP_LATENCY_S)
     slow = None
@@ -100,8 +112,8 @@ def machine(target: Target | None) -> tuple[Machine | None, str | None]:
     per_unit = target.num_devices // max(1, kind.hosts)
   else:
     return None, f"target {target.name}: no catalogued part to time its ops on"
-  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile, fast=fast,
-                 slow=slow, devices_per_unit=per_unit, notes=tuple(notes)), None
+  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
+                 matmul_rate=rate, fast=fast, slow=slow, devices_per_unit=per_unit, notes=tuple(notes)), None
 
 
 def _catalogued(device_kind: str) -> Tpu | Gpu | None:

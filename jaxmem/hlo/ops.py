@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 
 from jaxmem.hlo.comms import Collectives, collectives_by_instruction
 from jaxmem.kernels import CUDNN_TERMS, SPLASH_TERMS, attention_kernel_flops, splash_part
@@ -39,6 +40,7 @@ from jaxmem.hlo.traffic import Traffic, op_traffic
 from jaxmem.records import Record
 
 _DIMS = re.compile(r"^\(?\s*[a-z][a-z0-9]*\[([^\]]*)\]")
+_ELEMENT = re.compile(r"^\(?\s*([a-z][a-z0-9]*)\[")
 _GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cudnn$matmul")
 _SHAPE = re.compile(r"\b(bf16|f16|f32|f64|f8\w*)\[([\d,]*)\]")
 _SPLASH_CALL = re.compile(r"/(splash_\w+)/pallas_call")
@@ -146,6 +148,27 @@ def attention_call_flops(ins: Instruction) -> float:
   return 0.0
 
 
+# A matmul's achieved FLOP/s from its shape: (batch, rows, columns, contracted, dtype) -> FLOP/s,
+# or None where nothing is published for it. ``dtype`` is XLA's key, the operands' and the result's
+# element types: "bf16xbf16->bf16" (jaxmem.hardware.matmul_rates.achieved_flops, bound to a part).
+MatmulRate = Callable[[int, int, int, int, str], "float | None"]
+
+
+def matrix_seconds(module: Module, peak_flops: float, rate: MatmulRate):
+  """A counter of the seconds the matrix FLOPs of one execution of a top-level instruction take
+  (its ``of``): each ``dot`` and cuBLAS / cuDNN GEMM at ``rate`` for its shape (the achieved rate,
+  never above ``peak_flops``: the datasheet peak is the ceiling), or at ``peak_flops`` where
+  ``rate`` has none; a ``convolution`` at ``peak_flops``. Matmuls are not rounded up to a tile:
+  a measured rate by shape already holds what a tile would cost."""
+  return _Seconds(module, peak_flops, rate)
+
+
+def element_type(shape: str) -> str:
+  """The element type of an array shape (of the first element of a tuple shape): ``bf16``."""
+  m = _ELEMENT.match(shape.strip())
+  return "" if m is None else m.group(1)
+
+
 def _listed(attrs: str, key: str) -> tuple[int, ...]:
   text = braced(attrs, key)
   return tuple(int(x) for x in text.split(",") if x.strip()) if text else ()
@@ -171,10 +194,13 @@ class _Flops:
     if op == "custom-call" and any(f'custom_call_target="{t}"' in ins.attrs for t in _GEMM_TARGETS):
       return self._gemm(ins)
     if op == "custom-call" and self.kernels:
-      return attention_call_flops(ins)
+      return self._kernel(ins)
     if op in ("fusion", "fusion-start", "async-start", "call"):
       return sum(self._computation(c) for c in ins.calls)
     return 0.0
+
+  def _kernel(self, ins: Instruction) -> float:
+    return attention_call_flops(ins)
 
   def _computation(self, name: str) -> float:
     if name not in self._memo:
@@ -183,8 +209,11 @@ class _Flops:
       self._memo[name] = 0.0 if comp is None else sum(self.of(i) for i in comp.instructions.values())
     return self._memo[name]
 
+  def _operand(self, ins: Instruction, i: int) -> Instruction | None:
+    return self.module.get(ins.operands[i], ins.computation) if len(ins.operands) > i else None
+
   def _operand_dims(self, ins: Instruction, i: int) -> tuple[int, ...]:
-    src = self.module.get(ins.operands[i], ins.computation) if len(ins.operands) > i else None
+    src = self._operand(ins, i)
     return () if src is None else dims(src.shape)
 
   def _dot(self, ins: Instruction) -> float:
@@ -202,11 +231,21 @@ class _Flops:
     return 2.0 * batch * self.tile.padded(rows, contracted, cols)
 
   def _gemm(self, ins: Instruction) -> float:
-    # cuBLAS calls carry the dot's dimension numbers in their backend config.
-    m = re.search(r'"lhs_contracting_dimensions"\s*:\s*\[([^\]]*)\]', ins.attrs)
     lhs = self._operand_dims(ins, 0)
-    contracting = [int(x.strip().strip('"')) for x in m.group(1).split(",") if x.strip()] if m else []
+    contracting = _configured(ins.attrs, "lhs_contracting_dimensions")
     return 2.0 * math.prod(dims(ins.shape)) * math.prod(lhs[d] for d in contracting if d < len(lhs))
+
+  def _shape(self, ins: Instruction, lhs_batch, lhs_contracting, rhs_batch, rhs_contracting) -> tuple:
+    """A matmul's (batch, rows, columns, contracted) and XLA's dtype key (``bf16xbf16->bf16``),
+    as XLA's ``ExtractDotSpec`` reads them (matmul_interpolator.cc)."""
+    lhs, rhs = self._operand_dims(ins, 0), self._operand_dims(ins, 1)
+    batch = math.prod(lhs[d] for d in lhs_batch if d < len(lhs))
+    contracted = math.prod(lhs[d] for d in lhs_contracting if d < len(lhs))
+    rows = math.prod(n for d, n in enumerate(lhs) if d not in lhs_batch and d not in lhs_contracting)
+    cols = math.prod(n for d, n in enumerate(rhs) if d not in rhs_batch and d not in rhs_contracting)
+    types = [self._operand(ins, i) for i in (0, 1)]
+    lhs_type, rhs_type = ("" if t is None else element_type(t.shape) for t in types)
+    return batch, rows, cols, contracted, f"{lhs_type}x{rhs_type}->{element_type(ins.shape)}"
 
   def _convolution(self, ins: Instruction) -> float:
     labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
@@ -228,6 +267,41 @@ class _Flops:
       contracted = lhs[ll.index("f")] // (int(groups.group(1)) if groups else 1)
       fma *= self.tile.padded(rows, contracted, out[ol.index("f")]) / max(1, rows * contracted * out[ol.index("f")])
     return 2.0 * fma
+
+
+def _configured(attrs: str, key: str) -> list[int]:
+  """A dimension list from a cuBLAS call's backend config (which carries the dot's dimension
+  numbers): ``"lhs_contracting_dimensions":["1"]``."""
+  m = re.search(rf'"{key}"\s*:\s*\[([^\]]*)\]', attrs)
+  return [int(x.strip().strip('"')) for x in m.group(1).split(",") if x.strip()] if m else []
+
+
+class _Seconds(_Flops):
+  """Seconds of the matrix FLOPs of one execution of an instruction (see :func:`matrix_seconds`)."""
+
+  def __init__(self, module: Module, peak_flops: float, rate: MatmulRate):
+    super().__init__(module, kernels=True)
+    self.peak, self.rate = peak_flops, rate
+
+  def _kernel(self, ins: Instruction) -> float:
+    return super()._kernel(ins) / self.peak  # no measured rate for fused attention: at the peak
+
+  def _at_rate(self, flops: float, shape: tuple) -> float:
+    achieved = self.rate(*shape) if flops else None
+    return flops / (self.peak if achieved is None else min(achieved, self.peak))
+
+  def _dot(self, ins: Instruction) -> float:
+    shape = self._shape(ins, _listed(ins.attrs, "lhs_batch_dims"), _listed(ins.attrs, "lhs_contracting_dims"),
+                        _listed(ins.attrs, "rhs_batch_dims"), _listed(ins.attrs, "rhs_contracting_dims"))
+    return self._at_rate(super()._dot(ins), shape)
+
+  def _gemm(self, ins: Instruction) -> float:
+    shape = self._shape(ins, *(_configured(ins.attrs, f"{side}_{kind}_dimensions")
+                               for side in ("lhs", "rhs") for kind in ("batch", "contracting")))
+    return self._at_rate(super()._gemm(ins), shape)
+
+  def _convolution(self, ins: Instruction) -> float:
+    return super()._convolution(ins) / self.peak
 
 
 def _window(attrs: str) -> list[dict[str, int]]:

@@ -7,9 +7,13 @@ scheduler placed between them. The walk keeps two clocks, the device's compute s
 links:
 
 - every other top-level op (a fusion, a custom call, an unfused op) occupies the stream for its
-  own roofline, ``max(compute, memory)``: its matrix FLOPs (:mod:`jaxmem.hlo.ops`, each matmul's
-  rows, contracted size and columns rounded up to the matrix unit's tile where the machine has
-  one) over the peak, and its HBM bytes (:mod:`jaxmem.hlo.traffic`) over the bandwidth. Vector
+  own roofline, ``max(compute, memory)``: its matrix FLOPs (:mod:`jaxmem.hlo.ops`) over their
+  rate, and its HBM bytes (:mod:`jaxmem.hlo.traffic`) over the bandwidth. The rate: where the
+  machine has a measured rate by shape (``matmul_rate``: a GPU part in XLA's own GEMM throughput
+  table, :mod:`jaxmem.hardware.matmul_rates`), each dot and cuBLAS / cuDNN GEMM at its shape's
+  achieved rate (never above the peak); elsewhere (TPU, whose per-shape rates are not published)
+  the peak, each matmul's rows, contracted size and columns rounded up to the matrix unit's tile
+  where the machine has one. Vector
   work (elementwise ops, reductions, the insides of kernels) is timed by its HBM traffic only:
   no datasheet of the parts jaxmem knows gives a vector unit's rate, so it is not modelled;
 - a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
@@ -30,7 +34,8 @@ links:
   the trips after it; a ``conditional`` runs its slowest branch; a ``call`` runs its callee.
 
 The walk's time is never below the roofline's bound (:mod:`jaxmem.compiler.steptime`): each
-op takes at least its own terms, and the stream and the links each do all their work.
+op takes at least its own terms at the peak rates, and the stream and the links each do all
+their work.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import dataclasses
 import re
 
 from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
-from jaxmem.hlo.ops import HloCosts, MatrixTile, matrix_flops
+from jaxmem.hlo.ops import HloCosts, MatmulRate, MatrixTile, matrix_flops, matrix_seconds
 from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
 from jaxmem.records import Record
 
@@ -65,14 +70,17 @@ class Link(Record):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Machine(Record):
   """One device's rates, as the walk times ops: the matrix peak and its tile (``None``: matmuls
-  are not rounded up), the HBM bandwidth, the fast link inside a slice or host, the slow link
-  across (``None`` where the target is one slice or host), and how many devices a slice or host
-  holds (device ids ``0..n-1`` in the mesh's order, a slice or host after another)."""
+  are not rounded up), a matmul's achieved rate by shape (``matmul_rate``, :data:`MatmulRate`;
+  ``None``: matmuls run at the peak), the HBM bandwidth, the fast link inside a slice or host,
+  the slow link across (``None`` where the target is one slice or host), and how many devices a
+  slice or host holds (device ids ``0..n-1`` in the mesh's order, a slice or host after another)."""
 
   part: str
   peak_flops: float
   hbm_bandwidth: float
   tile: MatrixTile | None = None
+  matmul_rate: MatmulRate | None = dataclasses.field(default=None, repr=False, compare=False,
+                                                      metadata={"as_dict": False})
   fast: Link
   slow: Link | None = None
   devices_per_unit: int = 1 << 30
@@ -82,7 +90,8 @@ class Machine(Record):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OpRun(Record):
   """One top-level op's simulated figures per step (all its executions). ``compute_time_s``
-  times its matrix FLOPs rounded up to the tile (``padded_flops``); ``comm_time_s`` its
+  times its matrix FLOPs rounded up to the tile (``padded_flops``) at the peak, or each matmul at
+  its shape's achieved rate where the machine has one (``Machine.matmul_rate``); ``comm_time_s`` its
   transfers on their link; ``time_s`` what it adds to the step: its time on the stream, plus,
   for a collective, the wait it causes (``exposed_comm_time_s``). ``bound``: the term that sets
   its time on the stream (``comm`` for a collective)."""
@@ -254,6 +263,8 @@ class _Walker:
     # tile their own blocks), though the module's matrix FLOPs leave it out (jaxmem.hlo.ops).
     self.flops = matrix_flops(self.module, kernels=True)
     self.padded = matrix_flops(self.module, machine.tile, kernels=True)
+    rate = machine.matmul_rate
+    self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate)
     self.runs: dict[tuple[str, str], dict] = {}  # (computation, op) -> accumulated figures
     self.bound_time = dict.fromkeys(TERMS, 0.0)
     self.notes: list[str] = []
@@ -367,7 +378,8 @@ class _Walker:
     moved, sent = (o.bytes_accessed // runs, o.comm_bytes // runs) if o is not None else (0, 0)
     flops, padded = self.flops.of(ins), self.padded.of(ins)
     m = self.machine
-    c = _Cost(compute=padded / m.peak_flops, memory=moved / m.hbm_bandwidth, flops=flops, padded=padded, bytes=moved,
+    compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
+    c = _Cost(compute=compute, memory=moved / m.hbm_bandwidth, flops=flops, padded=padded, bytes=moved,
               comm_bytes=sent)
     role = _async_role(self.module, ins)
     if ins.opcode in _ASYNC_DONE:
