@@ -16,7 +16,9 @@ Its figures are per step (all executions):
 - ``flops``: matrix FLOPs only, of every ``dot`` and ``convolution`` it holds (nested fusions
   included) and of cuBLAS GEMM custom calls. Elementwise ops, reductions and the insides of other
   custom calls (Pallas and cuDNN attention kernels) count nothing: the matrix units' peak is what
-  the compute term times, and the vector work beside it is not at that rate. A ``dot``: 2 x the
+  the compute term times, and the vector work beside it is not at that rate. (The schedule walk
+  does time the fused attention kernels' matrix work, :func:`attention_call_flops`, kept out of
+  ``flops`` for the reason given there.) A ``dot``: 2 x the
   result's elements x the contracted size; a ``convolution`` (the TPU compiler writes batched
   matmuls as convolutions with dilated or padded windows): 2 x the input features / feature
   groups x the output features x the batch / batch groups x the valid (output, kernel) position
