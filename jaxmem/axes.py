@@ -184,8 +184,6 @@ def _probabilities(v: Any, name: str) -> tuple[float, ...]:
 
 # The dtypes dot attention can form its scores in: the compute dtype (MaxText's default) or float32.
 QK_DTYPES = ("bfloat16", "float32")
-# The grouped matmuls dropless experts can run (auto: the target's; jaxmem.models.moe_kernels).
-MOE_KERNELS = ("auto", "gmm", "ragged_dot")
 
 
 def one_of(valid: Sequence[str], what: str = "names") -> Callable[[Any, str], tuple[str, ...]]:
@@ -339,9 +337,10 @@ AXES: dict[str, Axis] = _registry(
          record=Recorded(annotation="float | None", doc="the capacity path's factor; None for dropless or a dense model"),
          help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); "
          "default 1.25"),
-    # The flag's help names auto's kernel per platform (jaxmem.models.moe_kernels); a row records
-    # the kernel run (gmm where auto was asked on TPU), None where no dropless experts ran.
-    Axis(name="moe_kernel", parse=one_of(MOE_KERNELS, "kernels"), default=("auto",), group="workload",
+    # The names are the models' (jaxmem.models.moe_kernels), checked by the planner as attention's
+    # are; a row records the kernel run (gmm where auto was asked on TPU), None where no dropless
+    # experts ran.
+    Axis(name="moe_kernel", default=("auto",), group="workload",
          flag_default="auto", listed=False, word="moe kernel",
          record=Recorded(after="capacity_factor", doc="the grouped matmul the dropless experts ran (gmm where auto "
                          "was asked on TPU); None for capacity or a dense model"),

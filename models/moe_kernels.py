@@ -32,7 +32,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxmem.axes import MOE_KERNELS
 from jaxmem.errors import JaxmemError
 from jaxmem.kernels import register_kernel_flops
 
@@ -40,7 +39,9 @@ from jaxmem.kernels import register_kernel_flops
 # in group order) times w[e]; rows past the groups' total are zero.
 GroupedMatmul = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
-AUTO = "auto"  # the first of MOE_KERNELS (declared with the sweep axis, jaxmem.axes)
+AUTO = "auto"
+# The names --moe-kernel takes (the sweep axis jaxmem.axes declares; the planner checks them here).
+MOE_KERNELS = (AUTO, "gmm", "ragged_dot")
 # auto's kernel per platform (a platform not listed: ragged_dot).
 AUTO_KERNEL = {"tpu": "gmm"}
 
