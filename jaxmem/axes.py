@@ -337,6 +337,17 @@ AXES: dict[str, Axis] = _registry(
          record=Recorded(annotation="float | None", doc="the capacity path's factor; None for dropless or a dense model"),
          help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); "
          "default 1.25"),
+    # The names are the models' (jaxmem.models.moe_kernels), checked by the planner as attention's
+    # are; a row records the kernel run (gmm where auto was asked on TPU), None where no dropless
+    # experts ran.
+    Axis(name="moe_kernel", default=("auto",), group="workload",
+         flag_default="auto", listed=False, word="moe kernel",
+         record=Recorded(after="capacity_factor", doc="the grouped matmul the dropless experts ran (gmm where auto "
+                         "was asked on TPU); None for capacity or a dense model"),
+         help="mixture-of-experts models, dropless: the experts' grouped matmul, gmm (megablox's Pallas TPU kernel, "
+         "MaxText's sparse_matmul path) or ragged_dot (jax.lax.ragged_dot, which XLA's TPU and GPU compilers expand "
+         "into a dense matmul over all experts), comma separated; default auto: gmm on TPU targets, ragged_dot "
+         "elsewhere"),
     Axis(name="param_dtype", parse=outer(_optional), default=None, outer=True, group="workload", step=True,
          record=Recorded(annotation="str", required=True, after="seq"), help="parameter dtype", shown="float32",
          word="params", quiet=(None, "float32"), heading="{} params"),
@@ -388,7 +399,7 @@ AXES: dict[str, Axis] = _registry(
          help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
          word="qk", quiet=(None, "bfloat16")),
     Axis(name="master_dtype", parse=_optional, default=(None,), group="precision", shown="none",
-         record=Recorded(after="capacity_factor", doc="the optimizer state's master copy of the parameters (None: none)"),
+         record=Recorded(after="moe_kernel", doc="the optimizer state's master copy of the parameters (None: none)"),
          help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
          "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter)", list_note=_PRECISION_NOTE,
          word="master", heading="{} master copy"),

@@ -19,7 +19,7 @@ from typing import Any
 from jaxmem.axes import AXES, Axis, declared, one_value_each, outer_axes
 from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with_capacity, with_resident
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ATTENTION_NAMES, ModelConfig, get_config
+from jaxmem.models import ATTENTION_NAMES, MOE_KERNELS, ModelConfig, choose_moe_kernel, get_config
 from jaxmem.models.config import MOE_IMPLS
 from jaxmem.cache import key
 from jaxmem.program import maxtext as mx
@@ -365,6 +365,28 @@ def moe_config(cfg: ModelConfig, w: BaseWorkload, platform: str) -> tuple[ModelC
   return dataclasses.replace(cfg, moe_impl=impl, capacity_factor=factor), tuple(notes)
 
 
+def check_moe_kernel(w: Workload, cfg: ModelConfig, variants: tuple[MoeVariant, ...], platform: str) -> None:
+  """A one-line error where the workload names a grouped-matmul kernel (``moe_kernel`` other
+  than ``auto``) that would change nothing, and silently so (a dense model; no dropless variant
+  on this target), or that the target cannot compile (``gmm`` off TPU)."""
+  if not w.moe_kernel:
+    raise JaxmemError(f"`moe_kernel` is empty; give names separated by commas from {', '.join(MOE_KERNELS)}")
+  for name in w.moe_kernel:
+    if name not in MOE_KERNELS:
+      raise JaxmemError(f"unknown `moe_kernel` {name!r}; valid: {', '.join(MOE_KERNELS)}")
+  if w.moe_kernel == AXES["moe_kernel"].normalise(AXES["moe_kernel"].default):
+    return
+  if not cfg.is_moe:
+    raise JaxmemError(f"`moe_kernel` applies to mixture-of-experts models; {cfg.name} has no experts (drop it)")
+  impls = {moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), platform)[0].moe_impl for i, f in variants}
+  if "dropless" not in impls:
+    raise JaxmemError(
+        f"`moe_kernel` applies to `moe_impl` dropless, and {cfg.name} runs capacity here; add dropless to `moe_impl`"
+    )
+  for name in w.moe_kernel:
+    choose_moe_kernel(name, platform)
+
+
 def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   """Resolves and checks a sweep: ``workload`` (or the default one) with ``fields`` replaced.
   Raises :class:`JaxmemError` on any bad input."""
@@ -390,6 +412,7 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   impl, factor = variants[0]
   model = cfg
   cfg, moe_notes = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), tgt.platform)
+  check_moe_kernel(w, model, variants, tgt.platform)
   for m in meshes:
     for mb, tiles in itertools.product(microbatches, vocab_tiles):
       check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles, pipeline=pipeline)

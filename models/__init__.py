@@ -47,8 +47,11 @@ Public interface::
   attention_help() -> str          --attention's help, from the registry
   ExpertsFn, dropless_experts, capacity_experts, expert_capacity
                                    how an MoE layer's routed experts are computed (see moe.py)
-  sharded_dropless(mesh, axes)     dropless experts per device under shard_map,
+  sharded_dropless(mesh, axes, matmul=)   dropless experts per device under shard_map,
                                    tokens exchanged over the expert axis (moe_parallel.py)
+  MOE_KERNELS, GroupedMatmul, grouped_matmul(name), choose_moe_kernel(requested, platform)
+                                   the grouped matmul dropless experts run: ragged_dot or
+                                   megablox's gmm, "auto" per target (moe_kernels.py)
   MeshAxes                         which mesh axes split the batch, sequence, heads, experts,
                                    MLP width and layers inside every shard_map here, for one mesh
                                    (mesh_axes.py); built from the sharding rules by
@@ -156,6 +159,7 @@ from .loss import cross_entropy
 from .mla import MLA_CACHE_AXES, MLACache, cache_bytes, cache_class, mla_cache_bytes
 from .moe import ExpertsFn, capacity_experts, dropless_experts, expert_capacity
 from .mesh_axes import MeshAxes
+from .moe_kernels import MOE_KERNELS, GroupedMatmul, choose_moe_kernel, grouped_matmul
 from .moe_parallel import sharded_dropless
 from .names import (
   ACTIVATION_AXES,
@@ -190,6 +194,10 @@ __all__ = [
   "expert_capacity",
   "mla_cache_bytes",
   "sharded_dropless",
+  "MOE_KERNELS",
+  "GroupedMatmul",
+  "choose_moe_kernel",
+  "grouped_matmul",
   "ATTENTION_NAMES",
   "AttendFn",
   "AttentionChoice",

@@ -22,8 +22,9 @@ Router (:func:`select_experts`), per token, in float32:
 Routed experts, two implementations with the same math (``ModelConfig.moe_impl``):
 
 * :func:`dropless_experts`: every (token, choice) copy is sorted by expert and the experts run
-  as grouped matmuls, ``jax.lax.ragged_dot`` (MaxText's ``sparse_matmul`` path, whose TPU kernel
-  is megablox). Nothing is dropped; buffers are [B*T*k, D] and [B*T*k, F].
+  as grouped matmuls (MaxText's ``sparse_matmul`` path): ``jax.lax.ragged_dot``, or megablox's
+  TPU kernel ``gmm`` (:mod:`.moe_kernels`, the ``matmul`` argument). Nothing is dropped; buffers
+  are [B*T*k, D] and [B*T*k, F].
 * :func:`capacity_experts`: GShard's dispatch and combine einsums (Lepikhin et al. 2020,
   section 2.2 and Algorithm 1) with ``capacity_factor`` slots per expert and sequence:
   C = ceil(capacity_factor * T * k / E) (Fedus et al. 2021, section 2.2: capacity = tokens per
@@ -57,6 +58,7 @@ from jax.ad_checkpoint import checkpoint_name
 from .config import ModelConfig
 from .layers import DEFAULT_INIT, Constrain, param
 from .mlp import SwiGLU
+from .moe_kernels import GroupedMatmul, ragged_dot
 from .names import BATCH, EMBED, EXPERT, EXPERT_SCORES, MLP, MOE_MLPWI_0, MOE_MLPWI_1, MOE_MLPWO, ROUTER_LOGITS, SEQ
 
 # experts(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd, *, constrain)
@@ -164,8 +166,10 @@ def dropless_experts(
   w_down_efd: jax.Array,
   *,
   constrain: Constrain,
+  matmul: GroupedMatmul = ragged_dot,
 ) -> jax.Array:
-  """Routed experts over tokens sorted by expert, as grouped matmuls (``jax.lax.ragged_dot``).
+  """Routed experts over tokens sorted by expert, as grouped matmuls (``matmul``:
+  ``jax.lax.ragged_dot`` unless given, :mod:`.moe_kernels`).
 
   The B*T tokens are copied k times (M = B*T*k rows), the copies sorted by chosen expert so
   each expert's rows are contiguous, and each expert's SwiGLU applied to its group; the outputs
@@ -180,10 +184,10 @@ def dropless_experts(
   order_m = jnp.argsort(flat_m, stable=True)
   group_sizes_e = jnp.bincount(flat_m, length=e).astype(jnp.int32)
   x_md = _permute(jnp.repeat(x_btd.reshape(b * t, d), k, axis=0), order_m)
-  gate_mf = jax.lax.ragged_dot(x_md, w_gate_edf, group_sizes_e)
-  up_mf = jax.lax.ragged_dot(x_md, w_up_edf, group_sizes_e)
+  gate_mf = matmul(x_md, w_gate_edf, group_sizes_e)
+  up_mf = matmul(x_md, w_up_edf, group_sizes_e)
   h_mf = _swiglu_named(gate_mf, up_mf)
-  out_md = checkpoint_name(jax.lax.ragged_dot(h_mf, w_down_efd, group_sizes_e), MOE_MLPWO)
+  out_md = checkpoint_name(matmul(h_mf, w_down_efd, group_sizes_e), MOE_MLPWO)
   out_nkd = _permute(out_md, jnp.argsort(order_m)).reshape(b * t, k, d)
   y_nd = jnp.einsum(
     "nkd,nk->nd", out_nkd, weights_btk.reshape(b * t, k).astype(out_nkd.dtype), preferred_element_type=jnp.float32

@@ -8,8 +8,9 @@ device:
 
 1. Permute: the device's N = b*t tokens are copied k times (M = N*k rows) and sorted by chosen
    expert (as in :func:`~.moe.dropless_experts`); ``group_sizes`` counts rows per expert.
-2. Without expert parallelism (``expert`` axis absent or 1): the grouped SwiGLU
-   (``jax.lax.ragged_dot``) over all E experts, on the device's rows only.
+2. Without expert parallelism (``expert`` axis absent or 1): the grouped SwiGLU (the grouped
+   matmul of :mod:`.moe_kernels`, ``ragged_dot`` or megablox's ``gmm``) over all E experts, on
+   the device's rows only.
 3. With an ``expert`` axis of size P, each device holds E/P experts. The devices of one expert
    group all-gather their group sizes ([P, E]), from which each knows what it sends to and
    receives from every other (MaxText's ``get_all_to_all_params``), and the rows travel with
@@ -42,6 +43,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from .mesh_axes import MeshAxes, require, shard_map
 from .moe import ExpertsFn, _permute, _swiglu_named
+from .moe_kernels import GroupedMatmul, ragged_dot
 from .names import MOE_MLPWO
 
 
@@ -49,11 +51,13 @@ def _exclusive_cumsum(x: jax.Array, axis: int = 0) -> jax.Array:
   return jnp.cumsum(x, axis=axis) - x
 
 
-def _grouped_swiglu(x_md, group_sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor: str | tuple[str, ...] | None) -> jax.Array:
-  """Every expert's SwiGLU on its contiguous rows (``ragged_dot``), summed over ``tensor``."""
-  gate_mf = jax.lax.ragged_dot(x_md, w_gate_edf, group_sizes_e)
-  up_mf = jax.lax.ragged_dot(x_md, w_up_edf, group_sizes_e)
-  out_md = jax.lax.ragged_dot(_swiglu_named(gate_mf, up_mf), w_down_efd, group_sizes_e)
+def _grouped_swiglu(
+  x_md, group_sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor: str | tuple[str, ...] | None, matmul: GroupedMatmul
+) -> jax.Array:
+  """Every expert's SwiGLU on its contiguous rows (the grouped ``matmul``), summed over ``tensor``."""
+  gate_mf = matmul(x_md, w_gate_edf, group_sizes_e)
+  up_mf = matmul(x_md, w_up_edf, group_sizes_e)
+  out_md = matmul(_swiglu_named(gate_mf, up_mf), w_down_efd, group_sizes_e)
   if tensor is not None:
     out_md = jax.lax.psum(out_md, tensor)  # each device held F / tensor of the hidden width
   return checkpoint_name(out_md, MOE_MLPWO)
@@ -110,11 +114,14 @@ def _padded_exchange(x_md, sizes_e, me, p, e_loc, cap, expert, run):
   return back_pcd[dest_m, jnp.arange(m) - start_p[dest_m]]
 
 
-def sharded_dropless(mesh: Mesh, axes: MeshAxes, *, exchange: str | None = None) -> ExpertsFn:
+def sharded_dropless(
+  mesh: Mesh, axes: MeshAxes, *, exchange: str | None = None, matmul: GroupedMatmul = ragged_dot
+) -> ExpertsFn:
   """The :data:`~.moe.ExpertsFn` that runs dropless experts per device over ``mesh`` (module
   docstring), split as ``axes`` (the mesh's :class:`~.mesh_axes.MeshAxes`) says: tokens by
   ``batch`` and ``seq``, expert weights by ``experts`` and ``mlp``. ``exchange`` "ragged" or
-  "padded"; None picks "padded" on CPU, else "ragged"."""
+  "padded"; None picks "padded" on CPU, else "ragged". ``matmul``: the grouped matmul each
+  device runs (:mod:`.moe_kernels`; ``jax.lax.ragged_dot`` unless given)."""
   require(axes, mesh, "sharded_dropless")
   expert, tensor = axes.entry("experts"), axes.entry("mlp")
   p = axes.ways("experts")
@@ -133,11 +140,13 @@ def sharded_dropless(mesh: Mesh, axes: MeshAxes, *, exchange: str | None = None)
 
     def run(rows_rd, ids_r, valid_r, local_sizes_l):
       regroup = _local_regroup(ids_r, valid_r, e_loc)
-      out_rd = _grouped_swiglu(_permute(rows_rd, regroup), local_sizes_l.astype(jnp.int32), w_gate_edf, w_up_edf, w_down_efd, tensor)
+      out_rd = _grouped_swiglu(
+        _permute(rows_rd, regroup), local_sizes_l.astype(jnp.int32), w_gate_edf, w_up_edf, w_down_efd, tensor, matmul
+      )
       return _permute(out_rd, jnp.argsort(regroup))
 
     if p == 1:
-      out_md = _grouped_swiglu(x_md, sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor)
+      out_md = _grouped_swiglu(x_md, sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor, matmul)
     else:
       me = jax.lax.axis_index(expert)
       cap = b * t * min(e_loc, k)  # the most one source can send one destination
@@ -151,7 +160,10 @@ def sharded_dropless(mesh: Mesh, axes: MeshAxes, *, exchange: str | None = None)
     )
     return y_nd.reshape(b, t, d).astype(x_btd.dtype)
 
-  sharded = shard_map(local, mesh=mesh, axes=axes, in_specs=(tok, tok, tok, w_in, w_in, w_out), out_specs=tok)
+  # A Pallas kernel's output carries no varying-manual-axes type, which shard_map's check refuses
+  # with abstract inputs (as for the attention kernels, attention_kernels.py): off for those.
+  check = {} if matmul is ragged_dot else {"check_vma": False}
+  sharded = shard_map(local, mesh=mesh, axes=axes, in_specs=(tok, tok, tok, w_in, w_in, w_out), out_specs=tok, **check)
 
   def experts(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd, *, constrain):
     del constrain  # the shard_map's specs place every input

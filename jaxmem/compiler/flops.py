@@ -21,7 +21,8 @@ Two kinds of equation the jaxpr cannot see into are counted otherwise:
   grid step whose loops run a data-dependent number of times. Each call is counted from its
   operand shapes instead, by the counter its defining code registered in :mod:`jaxmem.kernels`
   (the attention registry's entries: FlashAttention-2's accounting, Dao 2023, in
-  ``jaxmem.models.attention_flops``). Any other Pallas kernel is counted as its body times its grid.
+  ``jaxmem.models.attention_flops``; megablox's grouped matmuls, ``jaxmem.models.moe_kernels``).
+  Any other Pallas kernel is counted as its body times its grid.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ KERNEL_FLOPS_NOTE = (
     "flops: the attention kernel's FLOPs are counted per call from its shapes (matrix products only, "
     "halved for the causal mask, the backward pass with its recomputation, as FlashAttention-2 counts "
     "them, Dao 2023); the program around it is counted op by op"
+)
+# What a row whose dropless experts ran megablox's gmm says about its FLOPs (jaxmem.models.moe_kernels).
+GMM_FLOPS_NOTE = (
+    "flops: megablox's gmm and tgmm calls (the experts' grouped matmuls) are counted per call from their shapes, "
+    "2 x rows x contracted x output width, as the kernel's own cost estimate counts them (the rows padded to its "
+    "row tile); hlo_flops leaves them out, as it leaves out every custom call"
 )
 
 _ELEMENTWISE = {

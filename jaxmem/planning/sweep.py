@@ -14,7 +14,7 @@ from typing import Any
 
 from jaxmem.axes import baseline_fields, key, recorded
 from jaxmem.compiler.figures import compile_figures
-from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE, jaxpr_flops
+from jaxmem.compiler.flops import GMM_FLOPS_NOTE, KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.hardware.startup import start_jax
 from jaxmem.compiler.steptime import Work
 from jaxmem.models import get_attention
@@ -115,6 +115,7 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       optimizer_state_bytes=program.optimizer_state_bytes,
       attention=program.attention.name,
       context_strategy=program.attention.strategy,
+      moe_kernel=program.moe_kernel,
       **precision_fields(program),
       **p.pipeline.fields(mesh),
   )
@@ -122,6 +123,8 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   notes += p.moe_notes + program.notes
   if get_attention(program.attention.name).fused:  # its FLOPs are counted from its shapes
     notes.append(KERNEL_FLOPS_NOTE)
+  if program.moe_kernel == "gmm":
+    notes.append(GMM_FLOPS_NOTE)
   if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
     notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
   outcome = compile_figures(

@@ -46,7 +46,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jaxmem.axes import AXES
 from jaxmem.program import sharding as shd
 from jaxmem.errors import BatchDoesNotDivide, JaxmemError
-from jaxmem.models import AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention
+from jaxmem.models import (
+    AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention, choose_moe_kernel,
+    dropless_experts, grouped_matmul,
+)
 from jaxmem.models.moe_parallel import sharded_dropless
 from jaxmem.models.pipeline import Pipeline
 from jaxmem.program import precision as prec
@@ -97,6 +100,8 @@ class TrainProgram:
   pipeline: Pipeline | None = None
   sequence_parallel: bool = False
   step_notes: tuple[str, ...] = ()  # what the step's options do here (dropout under a fused kernel)
+  # The grouped matmul the dropless experts run (gmm, ragged_dot); None without dropless experts.
+  moe_kernel: str | None = None
 
   @property
   def notes(self) -> tuple[str, ...]:
@@ -160,15 +165,29 @@ def check_batch(
   shd.check_experts(mesh, cfg.num_experts, cfg.name)
 
 
-def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh) -> ExpertsFn | None:
-  """What runs an MoE layer's routed experts in the train step: for ``dropless`` on more than
-  one device, the experts per device under shard_map, tokens exchanged over ``expert``
+def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh, kernel: str | None = None) -> ExpertsFn | None:
+  """What runs an MoE layer's routed experts in the train step: for ``dropless``, its grouped
+  matmuls through ``kernel`` (:func:`moe_kernel`'s choice; None: ``ragged_dot``), and on more
+  than one device the experts per device under shard_map, tokens exchanged over ``expert``
   (:func:`jaxmem.models.moe_parallel.sharded_dropless`, on the axes the sharding rules give the
   batch, sequence, experts and expert width), since a global sort cannot be split by GSPMD.
   None (the model's own) otherwise: ``capacity`` is partitioned by its sharding constraints."""
-  if not cfg.is_moe or cfg.moe_impl != "dropless" or jmesh.size == 1:
+  if not cfg.is_moe or cfg.moe_impl != "dropless":
     return None
-  return sharded_dropless(jmesh, shd.mesh_axes(jmesh))
+  matmul = grouped_matmul(kernel or "ragged_dot")
+  if jmesh.size == 1:
+    return None if kernel in (None, "ragged_dot") else functools.partial(dropless_experts, matmul=matmul)
+  return sharded_dropless(jmesh, shd.mesh_axes(jmesh), matmul=matmul)
+
+
+def moe_kernel(cfg: ModelConfig, target: Target, options: Mapping[str, Any] | None = None) -> str | None:
+  """The grouped matmul a dropless MoE model's experts run on ``target``: the ``moe_kernel``
+  option (:meth:`jaxmem.resolve.Plan.step_options`; ``auto``, the default, is megablox's ``gmm``
+  on TPU, ``ragged_dot`` elsewhere: :func:`jaxmem.models.choose_moe_kernel`); None where no
+  dropless experts run (a dense model, ``capacity``)."""
+  if not cfg.is_moe or cfg.moe_impl != "dropless":
+    return None
+  return choose_moe_kernel((options or {}).get("moe_kernel"), target.platform)
 
 
 def check_step_options(cfg: ModelConfig, mesh: shd.MeshSpec, seq: int, *, sequence_parallel: bool) -> None:
@@ -312,7 +331,8 @@ def build_train_program(
   batch_sh = NamedSharding(jmesh, batch_spec)
   micro_sh = NamedSharding(jmesh, PartitionSpec(None, *batch_spec))
   constrain = shd.activation_constrainer(jmesh, sequence_parallel=sequence_parallel)
-  experts = routed_experts(cfg, jmesh)
+  kernel = moe_kernel(cfg, target, options)
+  experts = routed_experts(cfg, jmesh, kernel)
   attend, step_notes = step_attend(choice, cfg, remat)
 
   def loss_fn(p, tokens_bt, targets_bt, key=None):
@@ -359,6 +379,7 @@ def build_train_program(
       pipeline=pipe,
       sequence_parallel=sequence_parallel,
       step_notes=step_notes,
+      moe_kernel=kernel,
   )
 
 
