@@ -9,7 +9,7 @@ and the one remat policy asked for (``full`` by default; not compare's ``none`` 
 ``--always-compile``: a model whose arguments alone are over the device (Llama 4 Scout and
 GLM-4.5-Air at float32 + AdamW on these targets) is compiled too, so every row is the compiler's.
 
-  nice -n 10 python benchmarks/hub_models.py                     # 7 models x tpu:v5p-8, gpu:h100x8
+  nice -n 10 python benchmarks/hub_models.py                     # 8 models x tpu:v5p-8, gpu:h100x8
   python benchmarks/hub_models.py --model openai/gpt-oss-20b --target gpu:h100x8
 
 One line per compile as it finishes, then a markdown table (docs/models.md has the last one)
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "hf"
 HUB_IDS = {
     "google/gemma-3-27b-it": "gemma-3-27b-it",
+    "google/gemma-4-31B-it": "gemma-4-31b-it",
     "openai/gpt-oss-20b": "gpt-oss-20b",
     "meta-llama/Llama-4-Scout-17B-16E": "llama-4-scout-17b-16e",
     "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
@@ -77,7 +78,7 @@ def _gib(v: int | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--model", action="append", choices=sorted(HUB_IDS), help="a Hub id (repeatable; default all seven)")
+  ap.add_argument("--model", action="append", choices=sorted(HUB_IDS), help="a Hub id (repeatable; default all eight)")
   ap.add_argument("--target", action="append", help="repeatable; default tpu:v5p-8 and gpu:h100x8")
   ap.add_argument("--remat", default="full")
   ap.add_argument("--batch", type=int, default=8)

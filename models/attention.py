@@ -43,9 +43,10 @@ class HeadRMSNorm(nnx.Module):
   """RMSNorm over the last (head_dim) axis of [..., heads, head_dim], one scale shared by all
   heads: Qwen3's q_norm / k_norm (Qwen Team 2025, "Qwen3 Technical Report", section 2)."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, head_dim: int | None = None):
     self.eps = cfg.norm_eps
-    self.scale_h = param(rngs, nnx.initializers.ones, (cfg.head_dim,), (NORM,), cfg.param_jnp_dtype)
+    h = cfg.head_dim if head_dim is None else head_dim  # a Gemma 4 global layer's own head_dim
+    self.scale_h = param(rngs, nnx.initializers.ones, (h,), (NORM,), cfg.param_jnp_dtype)
 
   def __call__(self, x_btnh: jax.Array) -> jax.Array:
     # Statistics in float32, as RMSNorm does; the result goes back to the compute dtype.
@@ -53,6 +54,14 @@ class HeadRMSNorm(nnx.Module):
     ms_btn1 = jnp.mean(jnp.square(x32_btnh), axis=-1, keepdims=True)
     y_btnh = x32_btnh * jax.lax.rsqrt(ms_btn1 + self.eps) * self.scale_h[...].astype(jnp.float32)
     return y_btnh.astype(x_btnh.dtype)
+
+
+def scaleless_rms_norm(x_btnh: jax.Array, eps: float) -> jax.Array:
+  """RMSNorm over the last (head_dim) axis without a scale: Gemma 4's v_norm
+  (transformers' Gemma4RMSNorm with with_scale=False, in Gemma4TextAttention)."""
+  x32_btnh = x_btnh.astype(jnp.float32)
+  ms_btn1 = jnp.mean(jnp.square(x32_btnh), axis=-1, keepdims=True)
+  return (x32_btnh * jax.lax.rsqrt(ms_btn1 + eps)).astype(x_btnh.dtype)
 
 
 def _ring_write(cache_bksh: jax.Array, new_btkh: jax.Array, pos: jax.Array) -> jax.Array:
@@ -92,16 +101,24 @@ class FullRMSNorm(nnx.Module):
 
 class Attention(nnx.Module):
   """Causal self-attention with optional biases (GPT-2: q/k/v/out; Qwen2: q/k/v), optional
-  per-head q/k RMSNorm (Qwen3) and optional RoPE (Llama 3 style)."""
+  per-head q/k RMSNorm (Qwen3) and optional RoPE (Llama 3 style).
 
-  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs):
-    d, n, k, h = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+  ``global_layer``: the attention of a global (full-attention) layer, with Gemma 4's own
+  geometry for those layers (``cfg.attention_geometry(None)``: kv heads, head_dim, and with
+  k_eq_v no v projection, the values being the k projection's output)."""
+
+  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, global_layer: bool = False):
+    k, h, self.k_eq_v = cfg.attention_geometry(None if global_layer else cfg.sliding_window)
+    d, n = cfg.d_model, cfg.num_heads
     pdt = cfg.param_jnp_dtype
+    self.norm_eps = cfg.norm_eps
+    self.v_norm = cfg.v_norm
     self.dtype = cfg.compute_jnp_dtype
     self.use_rope = cfg.style == "llama3"
     self.w_q_dnh = param(rngs, DEFAULT_INIT, (d, n, h), (EMBED, HEADS, HEAD_DIM), pdt)
     self.w_k_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
-    self.w_v_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
+    if not self.k_eq_v:
+      self.w_v_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
     self.w_o_nhd = param(rngs, out_init, (n, h, d), (HEADS, HEAD_DIM, EMBED), pdt)
     # GPT-2 has biases on all four projections; Qwen2 (cfg.qkv_bias) on q, k and v only.
     # use_bias is the output projection's bias (read by __call__ and cached).
@@ -117,8 +134,8 @@ class Attention(nnx.Module):
     # Qwen3: one RMSNorm scale over head_dim shared by every q head, one by every k head.
     self.qk_norm = cfg.qk_norm or cfg.qk_norm_full
     if cfg.qk_norm:
-      self.q_norm = HeadRMSNorm(cfg, rngs=rngs)
-      self.k_norm = HeadRMSNorm(cfg, rngs=rngs)
+      self.q_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=h)
+      self.k_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=h)
     elif cfg.qk_norm_full:
       self.q_norm = FullRMSNorm(cfg, n, HEADS, rngs=rngs)
       self.k_norm = FullRMSNorm(cfg, k, KV_HEADS, rngs=rngs)
@@ -154,7 +171,9 @@ class Attention(nnx.Module):
     """(q_btnh, k_btkh, v_btkh): the projections, biases, checkpoint names, RoPE, constraints."""
     q_btnh = jnp.einsum("btd,dnh->btnh", x_btd, self._w(self.w_q_dnh))
     k_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_k_dkh))
-    v_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_v_dkh))
+    # attention_k_eq_v (Gemma 4's global layers): the values are the k projection's output,
+    # taken before k's norm and RoPE (transformers' Gemma4TextAttention.forward).
+    v_btkh = k_btkh if self.k_eq_v else jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_v_dkh))
     if self.qkv_bias:
       q_btnh = q_btnh + self._w(self.b_q_nh)
       k_btkh = k_btkh + self._w(self.b_k_kh)
@@ -169,6 +188,8 @@ class Attention(nnx.Module):
       # Before RoPE, as Qwen3 does (transformers' Qwen3Attention.forward).
       q_btnh = self.q_norm(q_btnh)
       k_btkh = self.k_norm(k_btkh)
+    if self.v_norm:
+      v_btkh = scaleless_rms_norm(v_btkh, self.norm_eps)
     if self.use_rope:
       q_btnh = apply_rope(q_btnh, rope_sin_tk, rope_cos_tk)
       k_btkh = apply_rope(k_btkh, rope_sin_tk, rope_cos_tk)

@@ -116,6 +116,14 @@ class ModelConfig:
   attention_sinks: bool = False  # GPT-OSS: one learned logit per head in every softmax's denominator
   attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(scores / cap)
   final_softcap: float | None = None  # Gemma 2: the logits likewise
+  # Gemma 4 (transformers' Gemma4TextConfig / Gemma4TextAttention): the global (full-attention)
+  # layers' own attention geometry, with ``sliding_window`` and ``global_every``. 0: the same as
+  # every layer's (head_dim, num_kv_heads). ``global_k_eq_v`` (attention_k_eq_v): the global
+  # layers have no v projection, their values are the k projection's output (normed apart).
+  global_head_dim: int = 0
+  global_kv_heads: int = 0
+  global_k_eq_v: bool = False
+  v_norm: bool = False  # Gemma 4: RMSNorm without a scale over each v head (its v_norm, with_scale=False)
   moe_every: int = 1  # Llama 4's interleave_moe_layer_step: after the dense prefix, layer i is MoE when (i + 1) % step == 0
   # --- mixture of experts and multi-head latent attention -------------------------
   # The defaults describe a dense model with ordinary attention, so no earlier preset changes.
@@ -224,6 +232,17 @@ class ModelConfig:
   def layer_is_moe(self, i: int) -> bool:
     """Whether layer ``i`` has a mixture of experts (after the dense prefix, every ``moe_every``-th)."""
     return self.is_moe and i >= self.first_dense_layers and (i + 1) % self.moe_every == 0
+
+  @property
+  def has_global_geometry(self) -> bool:
+    """Whether the global layers' attention differs in shape from the windowed ones' (Gemma 4)."""
+    return bool(self.global_head_dim or self.global_kv_heads or self.global_k_eq_v)
+
+  def attention_geometry(self, window: int | None) -> tuple[int, int, bool]:
+    """(kv heads, head_dim, k_eq_v) of a layer with this ``window`` (None: a global layer)."""
+    if window is None and self.sliding_window is not None:
+      return (self.global_kv_heads or self.num_kv_heads, self.global_head_dim or self.head_dim, self.global_k_eq_v)
+    return self.num_kv_heads, self.head_dim, False
 
   def layer_window(self, i: int) -> int | None:
     """Layer ``i``'s attention window (None: global attention)."""
@@ -420,7 +439,7 @@ class ModelConfig:
 
 def _check_features(cfg: ModelConfig) -> None:
   bad = None
-  for field in ("qk_norm_full", "out_bias", "attention_sinks", "window_chunked"):
+  for field in ("qk_norm_full", "out_bias", "attention_sinks", "window_chunked", "global_k_eq_v", "v_norm"):
     if not isinstance(getattr(cfg, field), (bool, np.bool_)):
       bad = f"{field} must be true or false, got {getattr(cfg, field)!r}"
   g, step = cfg.global_every, cfg.moe_every
@@ -443,6 +462,18 @@ def _check_features(cfg: ModelConfig) -> None:
     bad = "qk_norm (per head) and qk_norm_full (all channels) exclude each other"
   elif cfg.is_mla and (cfg.sliding_window is not None or cfg.attention_sinks or cfg.attn_softcap or cfg.qk_norm_full):
     bad = "multi-head latent attention takes no window, sinks, soft-capping or qk_norm_full here"
+  for field in ("global_head_dim", "global_kv_heads"):
+    value = getattr(cfg, field)
+    if bad is None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0):
+      bad = f"{field} must be an integer >= 0 (0: as every layer), got {value!r}"
+  if bad is None and cfg.has_global_geometry:
+    kv, h, _ = cfg.attention_geometry(None)
+    if cfg.style != "llama3" or cfg.sliding_window is None or not cfg.global_every or cfg.is_mla:
+      bad = "global_head_dim, global_kv_heads and global_k_eq_v need style llama3, a sliding_window and global_every > 0"
+    elif cfg.num_heads % kv:
+      bad = f"num_heads ({cfg.num_heads}) must be a multiple of global_kv_heads ({kv})"
+    elif h % 2:
+      bad = f"RoPE needs an even global_head_dim, got {h}"
   for field in ("attn_softcap", "final_softcap"):
     cap = getattr(cfg, field)
     if bad is None and cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):

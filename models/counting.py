@@ -7,6 +7,7 @@ With V vocab, D d_model, L layers, N heads, K kv heads, H head_dim, F d_ff, P ma
                         + [qkv_bias] N*H + 2*K*H (q, k, v biases; Qwen2)
                         + [qk_norm] 2*H (one head_dim scale for q, one for k; Qwen3, Gemma 3)
                         + [qk_norm_full] (N+K)*H (OLMo 2) + [out_bias] D + [attention_sinks] N
+                        (Gemma 4's global layers: their own K and H, and D*K*H less with k_eq_v)
   mlp per layer       = gpt2: 2*D*F + F + D (in/out with biases)
                         llama3: 3*D*F (gate, up, down; no biases)
   norms per layer     = 2 * D (scales; 4 * D with norm_layout sandwich) + [gpt2] 2 * D (LayerNorm biases)
@@ -42,8 +43,11 @@ from __future__ import annotations
 from .config import ModelConfig
 
 
-def _attention(cfg: ModelConfig) -> int:
-  d, n, k, h = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+def _attention(cfg: ModelConfig, *, window: int | None = 0) -> int:
+  """One layer's attention parameters; ``window`` None is a global layer, which in Gemma 4 has
+  its own kv heads and head_dim and, with k_eq_v, no v projection (Gemma4TextAttention)."""
+  d, n = cfg.d_model, cfg.num_heads
+  k, h, k_eq_v = cfg.attention_geometry(cfg.sliding_window if window == 0 else window)
   if cfg.is_mla:
     cq, c = cfg.q_lora_rank, cfg.kv_lora_rank
     hn, hr, hv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -54,7 +58,7 @@ def _attention(cfg: ModelConfig) -> int:
   biases += d if cfg.out_bias and cfg.style != "gpt2" else 0
   norms = 2 * h if cfg.qk_norm else ((n + k) * h if cfg.qk_norm_full else 0)
   sinks = n if cfg.attention_sinks else 0
-  return d * n * h + 2 * d * k * h + n * h * d + biases + norms + sinks
+  return d * n * h + (1 if k_eq_v else 2) * d * k * h + n * h * d + biases + norms + sinks
 
 
 def _dense_mlp(cfg: ModelConfig) -> int:
@@ -73,7 +77,11 @@ def _count(cfg: ModelConfig, *, routed: int) -> int:
   v, d = cfg.vocab_size, cfg.d_model
   gpt2 = cfg.style == "gpt2"
   norms = (4 if gpt2 or cfg.norm_layout == "sandwich" else 2) * d
-  layers = cfg.num_layers * (_attention(cfg) + norms) + cfg.num_dense_layers * _dense_mlp(cfg)
+  if cfg.has_global_geometry:  # Gemma 4: global and windowed layers' attention differ in shape
+    attention = sum(_attention(cfg, window=cfg.layer_window(i)) for i in range(cfg.num_layers))
+  else:
+    attention = cfg.num_layers * _attention(cfg)
+  layers = attention + cfg.num_layers * norms + cfg.num_dense_layers * _dense_mlp(cfg)
   layers += cfg.num_moe_layers * _moe(cfg, routed=routed)
   total = v * d + layers + (2 if gpt2 else 1) * d
   if gpt2:

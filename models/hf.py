@@ -58,6 +58,8 @@ SUPPORTED: tuple[str, ...] = (
   "Gemma2ForCausalLM",
   "Gemma3ForCausalLM",
   "Gemma3ForConditionalGeneration",
+  "Gemma4ForCausalLM",
+  "Gemma4ForConditionalGeneration",
   "GptOssForCausalLM",
   "Llama4ForCausalLM",
   "Llama4ForConditionalGeneration",
@@ -67,11 +69,17 @@ SUPPORTED: tuple[str, ...] = (
 )
 # Multimodal checkpoints whose text model is built from their ``text_config`` (the vision tower
 # and its projector are left out, with a note) -> the text architecture.
-_TEXT_OF = {"Gemma3ForConditionalGeneration": "Gemma3ForCausalLM", "Llama4ForConditionalGeneration": "Llama4ForCausalLM"}
+_TEXT_OF = {
+  "Gemma3ForConditionalGeneration": "Gemma3ForCausalLM", "Gemma4ForConditionalGeneration": "Gemma4ForCausalLM",
+  "Llama4ForConditionalGeneration": "Llama4ForCausalLM",
+}
 # The multimodal wrapper's own fields: token ids, the vision tower's config, image layout.
 _MULTIMODAL_IGNORED = frozenset({
   "text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index", "mm_tokens_per_image",
   "tie_word_embeddings", "processor_class", "image_token_id", "boi_token_id", "eoi_token_id",
+  # Gemma 4's (Gemma4Config): the audio tower's config, audio and video token ids, image budget
+  "audio_config", "audio_token_id", "video_token_id", "boa_token_id", "eoa_token_id", "eoa_token_index",
+  "vision_soft_tokens_per_image",
 })
 # model_type -> architecture, for a config without "architectures".
 _BY_MODEL_TYPE = {
@@ -87,6 +95,8 @@ _BY_MODEL_TYPE = {
   "gemma2": "Gemma2ForCausalLM",
   "gemma3_text": "Gemma3ForCausalLM",
   "gemma3": "Gemma3ForConditionalGeneration",
+  "gemma4_text": "Gemma4ForCausalLM",
+  "gemma4": "Gemma4ForConditionalGeneration",
   "gpt_oss": "GptOssForCausalLM",
   "llama4_text": "Llama4ForCausalLM",
   "llama4": "Llama4ForConditionalGeneration",
@@ -587,6 +597,87 @@ def _gemma(f: _Fields, name: str, *, gemma3: bool) -> ModelConfig:
   return cfg
 
 
+# Gemma 4's RoPE per layer type (Gemma4TextConfig's rope_parameters: "default" on the sliding
+# layers, "proportional" (a partial_rotary_factor of the head rotated) on the global ones).
+_GEMMA4_ROPE_TYPES = ("default", "proportional")
+
+
+def _gemma4_theta(f: _Fields) -> float:
+  """The sliding layers' RoPE base, from Gemma 4's per-layer-type ``rope_parameters`` (the
+  global layers' base and partial rotation change values, not shapes)."""
+  spec = f.get("rope_parameters", None)
+  if spec is None:
+    return 10_000.0
+  if not isinstance(spec, Mapping) or not all(isinstance(v, Mapping) for v in spec.values()):
+    raise f.error(f"rope_parameters must map a layer type to its RoPE parameters, got {spec!r}")
+  for kind, params in spec.items():
+    if kind not in ("sliding_attention", "full_attention"):
+      raise f.error(f"rope_parameters for layer type {kind!r}: the layer types are sliding_attention, full_attention")
+    rope = params.get("rope_type", "default")
+    if rope not in _GEMMA4_ROPE_TYPES:
+      raise f.error(f"rope_parameters.{kind} type {rope!r} is not supported; supported: {', '.join(_GEMMA4_ROPE_TYPES)}")
+  theta = spec.get("sliding_attention", {}).get("rope_theta", 10_000.0)
+  if not isinstance(theta, (int, float)) or isinstance(theta, bool):
+    raise f.error(f"rope_parameters.sliding_attention.rope_theta must be a number, got {theta!r}")
+  return float(theta)
+
+
+def _gemma4(f: _Fields, name: str) -> ModelConfig:
+  """Gemma 4's text model (transformers 5's Gemma4TextConfig defaults; Gemma4TextAttention,
+  Gemma4TextDecoderLayer): Gemma 3's block (GeGLU, sandwich norms, per-head q/k RMSNorm, tied
+  embeddings, local layers between global ones as ``layer_types`` lists them) with the global
+  layers' own head_dim (``global_head_dim``) and, with ``attention_k_eq_v``, their own kv heads
+  (``num_global_key_value_heads``) and no v projection (values = the k projection's output), a
+  scale-free RMSNorm on every layer's values, and final-logit soft-capping. Not built, and so
+  refused in one line: KV sharing (``num_kv_shared_layers``), per-layer embeddings
+  (``hidden_size_per_layer_input``), the MoE block (``enable_moe_block``) and bidirectional
+  attention over all tokens; E2B / E4B / 26B-A4B have the first three."""
+  _check_act(f, ("hidden_activation",), _TANH_GELU, "gelu_pytorch_tanh")
+  f.refuse_if_true("attention_bias", "Gemma 4's projections here have no biases")
+  for key, what in (
+    ("num_kv_shared_layers", "KV sharing across the last layers (Gemma 4 E2B/E4B)"),
+    ("hidden_size_per_layer_input", "per-layer embeddings (PLE, Gemma 4 E2B/E4B)"),
+  ):
+    if f.integer(key, 256 if key == "hidden_size_per_layer_input" else 0):  # Gemma4TextConfig's defaults
+      raise f.error(f"{key} {f.raw[key] if key in f.raw else 256} is not supported: {what} is not built here")
+  f.refuse_if_true("enable_moe_block", "Gemma 4's MoE block (26B-A4B: experts beside the dense MLP) is not built here")
+  if f.get("use_bidirectional_attention", None) == "all":
+    raise f.error("use_bidirectional_attention 'all' is not supported: the models here are causal")
+  # Inert without the features refused above: the per-layer embeddings' vocabulary, the MoE
+  # block's sizes (null in a dense file) and the double-wide MLP of KV-shared layers.
+  f.integer("vocab_size_per_layer_input", 262_144)
+  f.flag("use_double_wide_mlp", False)
+  for key in ("num_experts", "top_k_experts", "moe_intermediate_size", "expert_intermediate_size"):
+    if f.get(key, None) is not None:
+      raise f.error(f"{key} is set, but the MoE block (enable_moe_block) is not built here")
+  layers = f.integer("num_hidden_layers", 30)
+  listed = f.raw.get("layer_types")
+  period = 6  # Gemma4TextConfig's default: five sliding layers per full one
+  if isinstance(listed, list) and "full_attention" in listed:
+    period = listed.index("full_attention") + 1
+  _pattern(f, layers, period)
+  if layers % period:  # Gemma4TextConfig forces the last layer global, off the pattern built here
+    raise f.error(f"num_hidden_layers {layers} is not a multiple of the {period}-layer pattern: Gemma 4's last layer is global")
+  k_eq_v = f.flag("attention_k_eq_v", False)
+  kv_heads = f.integer("num_key_value_heads", 4)
+  global_kv = f.integer("num_global_key_value_heads", kv_heads)
+  cfg = ModelConfig(
+    name=name, style="llama3", vocab_size=f.integer("vocab_size", 262_144), d_model=f.integer("hidden_size", 2304),
+    num_layers=layers, num_heads=f.integer("num_attention_heads", 8), num_kv_heads=kv_heads,
+    head_dim=f.integer("head_dim", 256), d_ff=f.integer("intermediate_size", 9216),
+    max_seq_len=f.integer("max_position_embeddings", 131_072), tie_embeddings=f.flag("tie_word_embeddings", True),
+    norm_eps=f.number("rms_norm_eps", 1e-6), rope_theta=_gemma4_theta(f),
+    mlp_act="gelu_tanh", norm_layout="sandwich", qk_norm=True, v_norm=True,
+    sliding_window=f.integer("sliding_window", 512), global_every=period,
+    # Gemma4TextConfig.__post_init__: the global layers' head_dim always, their kv heads only
+    # with attention_k_eq_v (num_global_key_value_heads is ignored without it).
+    global_head_dim=f.integer("global_head_dim", 512), global_kv_heads=global_kv if k_eq_v else 0,
+    global_k_eq_v=k_eq_v, final_softcap=_softcap(f, "final_logit_softcapping", None),
+  )
+  f.check_all_read("Gemma4ForCausalLM")
+  return cfg
+
+
 def _gpt_oss(f: _Fields, name: str) -> ModelConfig:
   """GPT-OSS (transformers' GptOssConfig): every layer MoE (softmax over the top-k router
   logits, a router bias), biases on all four attention projections, a sink logit per head,
@@ -679,6 +770,7 @@ def _glm4_moe(f: _Fields, name: str) -> ModelConfig:
 _BUILDERS = {
   "Gemma2ForCausalLM": lambda f, name: _gemma(f, name, gemma3=False),
   "Gemma3ForCausalLM": lambda f, name: _gemma(f, name, gemma3=True),
+  "Gemma4ForCausalLM": _gemma4,
   "GptOssForCausalLM": _gpt_oss,
   "Llama4ForCausalLM": _llama4,
   "Glm4MoeForCausalLM": _glm4_moe,

@@ -53,6 +53,14 @@ def _head_widths(cfg: ModelConfig) -> tuple[int, int]:
   return cfg.head_dim, cfg.head_dim
 
 
+def _layer_widths(cfg: ModelConfig, widths: int) -> int:
+  """L * (dqk + dv) summed over the layers: Gemma 4's global layers have their own head_dim."""
+  if not cfg.has_global_geometry:
+    return cfg.num_layers * widths
+  h = cfg.attention_geometry(None)[1]
+  return sum(widths if cfg.layer_window(i) is not None else 2 * h for i in range(cfg.num_layers))
+
+
 def weight_flops(cfg: ModelConfig, *, tokens: int, training: bool) -> float:
   """The matrix products with the weights alone: 6 * N * T for training, 2 * N * T for a
   forward step. Every program of the model runs at least these, whatever its attention kernel
@@ -67,7 +75,7 @@ def training_flops(cfg: ModelConfig, *, batch: int, seq: int, causal: bool = Tru
   tokens = batch * seq
   dqk, dv = _head_widths(cfg)
   c = 0.5 if causal else 1.0
-  return 6.0 * matmul_params(cfg) * tokens + c * 6.0 * cfg.num_layers * tokens * seq * cfg.num_heads * (dqk + dv)
+  return 6.0 * matmul_params(cfg) * tokens + c * 6.0 * tokens * seq * cfg.num_heads * _layer_widths(cfg, dqk + dv)
 
 
 def inference_flops(cfg: ModelConfig, *, tokens: int, context: int, causal: bool = False) -> float:
@@ -76,4 +84,4 @@ def inference_flops(cfg: ModelConfig, *, tokens: int, context: int, causal: bool
   before them; a decode step's token attends to the whole cache."""
   dqk, dv = _head_widths(cfg)
   c = 0.5 if causal else 1.0
-  return 2.0 * matmul_params(cfg) * tokens + c * 2.0 * cfg.num_layers * tokens * context * cfg.num_heads * (dqk + dv)
+  return 2.0 * matmul_params(cfg) * tokens + c * 2.0 * tokens * context * cfg.num_heads * _layer_widths(cfg, dqk + dv)

@@ -87,8 +87,10 @@ class Block(nnx.Module):
     if self.layout != "pre":
       self.post_attn_norm = make_norm(cfg, rngs=rngs)
       self.post_mlp_norm = make_norm(cfg, rngs=rngs)
-    attention = MLAttention if cfg.is_mla else Attention
-    self.attn = attention(cfg, out_init=out_init, rngs=rngs)
+    if cfg.is_mla:
+      self.attn = MLAttention(cfg, out_init=out_init, rngs=rngs)
+    else:  # a global layer may have attention of its own shape (Gemma 4: ModelConfig.attention_geometry)
+      self.attn = Attention(cfg, out_init=out_init, rngs=rngs, global_layer=window is None)
     self.is_moe = moe
     self.window = window  # this layer's local attention window (None: global)
     self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(cfg, out_init=out_init, rngs=rngs)
@@ -213,7 +215,8 @@ class Transformer(nnx.Module):
     embed.table_vd [vocab, embed]; pos_embed_pd [pos, embed] (gpt2);
     blocks.{attn_norm,mlp_norm}.scale_d (and .bias_d for gpt2) [layers, norm];
     blocks.attn.w_q_dnh [layers, embed, heads, head_dim], w_k_dkh / w_v_dkh
-      [layers, embed, kv_heads, head_dim], w_o_nhd [layers, heads, head_dim, embed]
+      [layers, embed, kv_heads, head_dim], w_o_nhd [layers, heads, head_dim, embed] (a Gemma 4
+      global layer's with its own kv heads and head_dim, and no w_v_dkh with k_eq_v)
       (+ biases b_q_nh, b_k_kh, b_v_kh, b_o_d for gpt2; b_q_nh, b_k_kh, b_v_kh with qkv_bias;
       q_norm.scale_h, k_norm.scale_h [layers, norm] with qk_norm);
     blocks.mlp: gpt2 w_in_df, b_in_f, w_out_fd, b_out_d; llama3 w_gate_df, w_up_df,
@@ -281,6 +284,11 @@ class Transformer(nnx.Module):
   def rope_dim(self) -> int:
     # MLA rotates only its decoupled qk_rope_head_dim channels (mla.py, eqs. 14-15).
     return self.cfg.qk_rope_head_dim if self.cfg.is_mla else self.cfg.head_dim
+
+  @property
+  def global_rope_dim(self) -> int:
+    """The global layers' RoPE width: their own head_dim in Gemma 4, else rope_dim."""
+    return self.cfg.attention_geometry(None)[1] if self.cfg.has_global_geometry else self.rope_dim
 
   def __call__(
     self,
@@ -384,13 +392,20 @@ class Transformer(nnx.Module):
     else:
       # Computed once outside the scan and closed over: identical for every layer.
       rope_sin_tk, rope_cos_tk = rope_tables(t, self.rope_dim, cfg.rope_theta)
+    rope_global = (rope_sin_tk, rope_cos_tk)
+    if self.global_rope_dim != self.rope_dim:  # Gemma 4's global layers: their own head_dim
+      rope_global = (
+        rope_tables_at(positions_t, self.global_rope_dim, cfg.rope_theta) if positions_t is not None
+        else rope_tables(t, self.global_rope_dim, cfg.rope_theta)
+      )
     dropout = Dropout(cfg.dropout, dropout_key) if cfg.dropout and dropout_key is not None else None
     x_btd = constrain(maybe(dropout, EMBEDDINGS, x_btd), (BATCH, NORM_SEQ, EMBED))
     if cfg.is_patterned:
       if dropout is not None or pipeline is not None:
         raise JaxmemError(f"model {cfg.name!r}: dropout and a stage axis are not built for layers that differ in a pattern")
       x_btd = self._patterned(
-        x_btd, remat=remat, rope=(rope_sin_tk, rope_cos_tk), constrain=constrain, attend=attend, experts=experts
+        x_btd, remat=remat, rope=(rope_sin_tk, rope_cos_tk), rope_global=rope_global, constrain=constrain,
+        attend=attend, experts=experts,
       )
       return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
@@ -425,21 +440,25 @@ class Transformer(nnx.Module):
 
     return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
-  def _patterned(self, x_btd, *, remat, rope, constrain, attend, experts) -> jax.Array:
+  def _patterned(self, x_btd, *, remat, rope, rope_global, constrain, attend, experts) -> jax.Array:
     """The layers of a patterned model: per segment, one scan over its groups, each step
-    running the pattern's positions in turn (each layer under its own jax.checkpoint)."""
+    running the pattern's positions in turn (each layer under its own jax.checkpoint).
+    ``rope_global``: the global layers' RoPE tables (their own head_dim in Gemma 4)."""
     for seg, stacks in self.segment_stacks():
       split = [nnx.split(stack) for stack in stacks]
       defs = [d for d, _ in split]
 
-      def layer(carry_btd, layer_state, block_def):
+      def layer(carry_btd, layer_state, block_def, rope):
         carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         return block(
           carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts
         )
 
-      runs = [functools.partial(layer, block_def=d) for d in defs]
+      runs = [
+        functools.partial(layer, block_def=d, rope=rope_global if window is None else rope)
+        for d, (_, window) in zip(defs, seg.kinds, strict=True)
+      ]
       if remat is not None:
         runs = [jax.checkpoint(r, policy=remat, prevent_cse=False) for r in runs]
 
@@ -519,13 +538,17 @@ class Transformer(nnx.Module):
       x_btd = x_btd + jax.lax.dynamic_slice_in_dim(pos_pd, pos, t, axis=0).astype(x_btd.dtype)[None]
     else:
       rope_sin_tk, rope_cos_tk = rope_tables_at(pos + jnp.arange(t), self.rope_dim, cfg.rope_theta)
+    rope_global = (rope_sin_tk, rope_cos_tk)
+    if self.global_rope_dim != self.rope_dim:  # Gemma 4's global layers: their own head_dim
+      rope_global = rope_tables_at(pos + jnp.arange(t), self.global_rope_dim, cfg.rope_theta)
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
     arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
     for first, groups, kinds, stacks in self._cache_segments():
       x_btd, arrays = self._cached_segment(
         stacks, first, groups, kinds, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
-        rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, weights=weights, attend=attend,
+        rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, rope_global=rope_global, constrain=constrain,
+        weights=weights, attend=attend,
       )
 
     if last_only:
@@ -565,6 +588,7 @@ class Transformer(nnx.Module):
     pos: jax.Array,
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
+    rope_global: tuple[jax.Array | None, jax.Array | None],
     constrain: Constrain,
     weights: WeightHook | None,
     attend: AttendFn | None = None,
@@ -590,7 +614,8 @@ class Transformer(nnx.Module):
     def body(carry, xs):
       x_btd, arrays = carry
       states, g = xs
-      for (block_def, _), layer_state, (lo, hi, base, per) in zip(split, states, plan, strict=True):
+      for (block_def, _), layer_state, (lo, hi, base, per), (_, window) in zip(split, states, plan, kinds, strict=True):
+        sin_tk, cos_tk = rope_global if window is None else (rope_sin_tk, rope_cos_tk)
         if weights is not None:
           # Inside the body: one layer's weights are made usable (dequantized) per step.
           layer_state = weights(layer_state)
@@ -600,7 +625,7 @@ class Transformer(nnx.Module):
         # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
         # write reach the loop carry, and TPU then copies the whole cache around the loop.
         x_btd, *layer_arrays = block.cached(
-          x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
+          x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
           constrain=constrain, attend=attend,
         )
         updated = tuple(

@@ -28,7 +28,7 @@ PUBLISHED = {
   "olmo-2-1124-7b": 7.3e9,  # OLMo 2 model card: 7.3B
 }
 # The Hub ids and the cache built from tests/data/hf: benchmarks/hub_models.py's, which compiles
-# the same seven at full size.
+# the same eight at full size.
 _spec = importlib.util.spec_from_file_location("hub_models", Path(__file__).resolve().parent.parent / "benchmarks" / "hub_models.py")
 _hub = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_hub)

@@ -1,0 +1,104 @@
+"""Gemma 4 from its published config.json (tests/data/hf/README.md): the 31B's global layers
+with their own head_dim, kv heads and no v projection (attention_k_eq_v), counted, built,
+compiled and cached; the features not built (KV sharing, per-layer embeddings, the MoE block)
+refused in one line."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+import jaxmem
+from jaxmem.errors import JaxmemError
+from jaxmem.models import Transformer, count_params, from_config
+
+from tests.test_hf import DATA
+
+# google/gemma-4-31B-it model card, "Dense Models" table: Total Parameters 30.7B (the text model;
+# the ~550M vision encoder is listed apart and not built here).
+PUBLISHED_31B = 30.7e9
+
+
+def _tiny(**text):
+  raw = json.loads((DATA / "tiny-gemma4.json").read_text())
+  raw["text_config"].update(text)
+  return raw
+
+
+def test_31b_loads_with_its_global_layers_geometry():
+  cfg = from_config(DATA / "gemma-4-31b-it.json")
+  assert (cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (5376, 60, 32, 16, 256)
+  assert cfg.attention_geometry(None) == (4, 512, True) and cfg.attention_geometry(1024) == (16, 256, False)
+  assert cfg.num_windowed_layers == 50 and cfg.layer_window(5) is None and cfg.layer_window(0) == 1024
+  assert cfg.final_softcap == 30.0 and cfg.v_norm and cfg.qk_norm and cfg.tie_embeddings and cfg.vocab_size == 262_144
+
+
+def test_31b_parameter_count_matches_the_model_card():
+  assert abs(count_params(from_config(DATA / "gemma-4-31b-it.json")) / PUBLISHED_31B - 1) < 0.01
+
+
+def test_tiny_builds_with_the_counted_parameters_and_k_eq_v_drops_v():
+  cfg = from_config(DATA / "tiny-gemma4.json")
+  model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+  assert sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))) == count_params(cfg)
+  local, glob = model.blocks_0_0.attn, model.blocks_0_5.attn
+  assert glob.w_k_dkh.shape[1:] == (64, 1, 32) and not hasattr(glob, "w_v_dkh")  # global: 1 kv head of 32, k = v
+  assert local.w_k_dkh.shape[1:] == (64, 2, 16) and local.w_v_dkh.shape[1:] == (64, 2, 16)
+  with_v = from_config(_tiny(attention_k_eq_v=False))  # then the global layers keep the kv heads too
+  assert with_v.attention_geometry(None) == (2, 32, False) and count_params(with_v) > count_params(cfg)
+
+
+def test_decode_matches_the_training_logits_and_the_cache_has_the_global_geometry():
+  cfg = dataclasses.replace(from_config(DATA / "tiny-gemma4.json"), sliding_window=8, param_dtype="float32", dtype="float32")
+  graph, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (1, 20), 0, cfg.vocab_size)
+  full = jax.jit(lambda s, t: nnx.merge(graph, s)(t))(state, tokens)
+  cache = jaxmem.models.cache_class(cfg).zeros(cfg, batch=1, context=32)
+  assert cache.k_lbksh.shape == (2, 1, 1, 32, 32) and cache.k_local.shape == (10, 1, 2, 8, 16)
+  logits, cache = jax.jit(lambda s, t, c: nnx.merge(graph, s).cached(t, c, pos=0, last_only=False))(state, tokens[:, :12], cache)
+  assert jnp.allclose(logits, full[:, :12], atol=1e-5)
+  decode = jax.jit(lambda s, t, c, p: nnx.merge(graph, s).cached(t, c, pos=p))
+  for t in range(12, 16):
+    logits, cache = decode(state, tokens[:, t : t + 1], cache, t)
+    assert jnp.allclose(logits[:, 0], full[:, t], atol=1e-5), t
+
+
+@pytest.mark.slow  # ~20 s on two loaded cores
+def test_tiny_train_step_compiles(compile_one):
+  cfg = from_config(DATA / "tiny-gemma4.json")
+  row = compile_one(model=cfg, target="cpu", batch=2, seq=128, attention="dot", remat="full")
+  assert row.error is None and row.temp_size_in_bytes > 0
+
+
+def test_decode_step_compiles_with_the_global_layers_cache():
+  cfg = from_config(DATA / "tiny-gemma4.json")
+  (dec,) = jaxmem.infer(model=cfg, target="cpu", phase="decode", context=512, batch=2, weights="bf16")
+  # 2 global layers x 1 kv head x 32 + 10 windowed x 2 kv heads x 16 (window 16), k and v, bf16
+  assert dec.kv_cache_bytes == 2 * 2 * (2 * 1 * 32 * 512 + 10 * 2 * 16 * 16) * 2
+  assert abs((dec.argument_size_in_bytes - dec.weight_bytes) / dec.kv_cache_bytes - 1) < 0.02
+
+
+@pytest.mark.parametrize(
+  "text, feature",
+  [
+    ({"num_kv_shared_layers": 4}, "KV sharing"),
+    ({"hidden_size_per_layer_input": 8}, "per-layer embeddings"),
+    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}, "mixture-of-experts"),
+    ({"use_bidirectional_attention": "all"}, "causal"),
+    ({"num_hidden_layers": 13, "layer_types": None}, "last layer is global"),
+  ],
+)
+def test_unbuilt_features_are_refused_in_one_line(text, feature):
+  with pytest.raises(JaxmemError, match=feature) as e:
+    from_config(_tiny(**text))
+  assert "\n" not in str(e.value)
+
+
+def test_hidden_size_per_layer_input_defaults_to_gemma4s_256():
+  raw = _tiny()
+  del raw["text_config"]["hidden_size_per_layer_input"]
+  with pytest.raises(JaxmemError, match="per-layer embeddings"):
+    from_config(raw)
