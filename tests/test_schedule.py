@@ -211,3 +211,12 @@ def test_the_walk_times_a_fused_attention_kernels_matrix_work(text, terms):
   assert op.flops == pytest.approx(expected)
   assert op.compute_time_s == pytest.approx(expected / 1e12)
   assert walk.step_time_s >= op.compute_time_s
+
+
+def test_a_kernel_that_carries_its_own_cost_estimate_is_timed_by_it():
+  # A Pallas call's pl.CostEstimate (megablox's gmm: 2*m*k*n) rides in its backend config.
+  text = _SPLASH_CALL.replace("splash_mha_dkv_no_residuals", "gmm").replace(
+      "metadata=", 'backend_config={"custom_call_config":{"cost_estimate":{"flops":"123456789","transcendentals":"0"}}}, metadata=')
+  walk = simulate(hlo_costs(text), _machine(hbm_bandwidth=1e18))
+  (op,) = [o for o in walk.ops if o.name == "fa"]
+  assert op.flops == 123456789

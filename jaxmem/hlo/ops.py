@@ -17,7 +17,7 @@ Its figures are per step (all executions):
   included) and of cuBLAS GEMM custom calls. Elementwise ops, reductions and the insides of other
   custom calls (Pallas and cuDNN attention kernels) count nothing: the matrix units' peak is what
   the compute term times, and the vector work beside it is not at that rate. (The schedule walk
-  does time the fused attention kernels' matrix work, :func:`attention_call_flops`, kept out of
+  does time the fused attention kernels' matrix work, :func:`kernel_call_flops`, kept out of
   ``flops`` for the reason given there.) A ``dot``: 2 x the
   result's elements x the contracted size; a ``convolution`` (the TPU compiler writes batched
   matmuls as convolutions with dilated or padded windows): 2 x the input features / feature
@@ -46,6 +46,7 @@ _ELEMENT = re.compile(r"^\(?\s*([a-z][a-z0-9]*)\[")
 _GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cudnn$matmul")
 _SHAPE = re.compile(r"\b(bf16|f16|f32|f64|f8\w*)\[([\d,]*)\]")
 _SPLASH_CALL = re.compile(r"/(splash_\w+)/pallas_call")
+_COST_ESTIMATE = re.compile(r'"cost_estimate"\s*:\s*\{\s*"flops"\s*:\s*"?(\d+)')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,20 +112,26 @@ class MatrixTile:
 def matrix_flops(module: Module, tile: MatrixTile | None = None, *, kernels: bool = False):
   """A counter of the matrix FLOPs of one execution of a top-level instruction (its ``of``; see
   the module docstring), each matmul rounded up to ``tile`` where one is given; with ``kernels``,
-  the fused attention kernels' too (:func:`attention_call_flops`)."""
+  the kernels' custom calls too (:func:`kernel_call_flops`)."""
   return _Flops(module, tile, kernels=kernels)
 
 
-def attention_call_flops(ins: Instruction) -> float:
-  """The matrix FLOPs of one fused attention custom call, by the accounting the models' jaxpr
-  counters use (:func:`jaxmem.kernels.attention_kernel_flops`), from the call's operand shapes:
-  splash's Pallas kernels (a ``tpu_custom_call`` whose jax op name ends ``/splash_.../pallas_call``;
-  counted causal, as the jaxpr counter counts them) and cuDNN's fused attention (``__cudnn$fmha*``,
-  its mask type from the backend config). 0 for any other custom call.
+def kernel_call_flops(ins: Instruction) -> float:
+  """The matrix FLOPs of one kernel custom call: the kernel's own count where its call carries one
+  (a Pallas kernel's ``pl.CostEstimate``, serialized as ``"cost_estimate":{"flops":...}`` in the
+  ``tpu_custom_call``'s backend config: megablox's ``gmm`` and ``tgmm`` give 2·m·k·n), else, for
+  the fused attention kernels, the accounting the models' jaxpr counters use
+  (:func:`jaxmem.kernels.attention_kernel_flops`) from the call's operand shapes: splash's Pallas
+  kernels (a ``tpu_custom_call`` whose jax op name ends ``/splash_.../pallas_call``, which carry
+  no estimate; counted causal, as the jaxpr counter counts them) and cuDNN's fused attention
+  (``__cudnn$fmha*``, its mask type from the backend config). 0 for any other custom call.
 
   Kept out of the op's ``flops``: the per-device share of the row's FLOPs divides the HLO's matrix
   FLOPs by the jaxpr's with kernels left out of both (:func:`jaxmem.compiler.flops.per_device_flops`);
   the schedule walk times them (:mod:`jaxmem.hlo.schedule`)."""
+  estimate = _COST_ESTIMATE.search(ins.attrs)
+  if estimate is not None:
+    return float(estimate.group(1))
   floats = [tuple(int(d) for d in dims_.split(",") if d) for _, dims_ in _SHAPE.findall(braced(ins.attrs, "operand_layout_constraints") or "")]
   floats = [d for d in floats if len(d) >= 3]
   if len(floats) < 3:
@@ -202,7 +209,7 @@ class _Flops:
     return 0.0
 
   def _kernel(self, ins: Instruction) -> float:
-    return attention_call_flops(ins)
+    return kernel_call_flops(ins)
 
   def _computation(self, name: str) -> float:
     if name not in self._memo:

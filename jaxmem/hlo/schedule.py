@@ -259,7 +259,7 @@ class _Walker:
     self.module: Module = costs.module
     self.machine = machine
     self.per_op = {(o.computation, o.name): o for o in costs.ops}
-    # The fused attention kernels' matrix work is timed too (at the peak, unpadded: the kernels
+    # Kernels' matrix work (fused attention, grouped matmuls) is timed too (at the peak, unpadded: they
     # tile their own blocks), though the module's matrix FLOPs leave it out (jaxmem.hlo.ops).
     self.flops = matrix_flops(self.module, kernels=True)
     self.padded = matrix_flops(self.module, machine.tile, kernels=True)
