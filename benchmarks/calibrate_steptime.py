@@ -11,7 +11,8 @@ its source there) with the step time it was measured at:
   of 128, mlp 7168, 16 layers; k = 2^(3b + r): heads and mlp x 2^(b + (r > 0)), emb x
   2^(b + (r > 1)), layers x 2^b, MaxText's pyconfig), and the compile is MaxText's own step.
 - MaxText's deepseek2-16b on v5p-8 (5.667 s/step, its logs guide), tpu-recipes' Llama 3.1 70B on
-  v6e-256 (34.56 s/step), NVIDIA JAX-Toolbox's llama2-7b on 8 x H100 (0.721 s/step).
+  v6e-256 (34.56 s/step), NVIDIA JAX-Toolbox's llama2-7b on 8 x H100 (0.721 s/step) and
+  dgxc-benchmarking's llama2-70b on 64 x H100 (6.999 s/step).
 
 Nothing here is fitted: the simulated step comes from the compiled program and the datasheet
 figures jaxmem's targets carry (:mod:`jaxmem.compiler.steptime`). Each compile's optimized HLO is
@@ -63,6 +64,7 @@ RUNS = (
     Run(case="deepseek2-16b-v5p-8", step_s=5.667, measured="5.667 s/step"),
     Run(case="llama3.1-70b-v6e-256-offload", step_s=34.56, measured="34.56 s/step"),
     Run(case="llama2-7b-h100x8", step_s=0.721, measured="0.721 s/step"),
+    Run(case="llama2-70b-h100x64", step_s=6.999, measured="6.999 s/step"),
 )
 BY_CASE = {r.case: r for r in RUNS}
 

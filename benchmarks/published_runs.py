@@ -201,6 +201,18 @@ CASES = (
         "NVIDIA's recipes raise it to 0.9 and more; jaxmem scans the layers where the run did not",
     ),
     Case(
+        name="llama2-70b-h100x64", platform="gpu",
+        source="NVIDIA dgxc-benchmarking, maxtext/README_70b.md (Expected Slurm Performance) and maxtext/configure.sh",
+        configuration="MaxText llama2-70b on 8 DGX H100 (64 x H100 80G), BF16, seq 4096, 2 per GPU (global 128), "
+        "FSDP 64 (8 in a node x 8 nodes), remat save_qkv_proj, cuDNN flash attention (Transformer Engine), "
+        "XLA_PYTHON_CLIENT_MEM_FRACTION 0.94",
+        outcome=RAN, measured="6.999 s/step, 52.59% MFU", versions="ghcr.io/nvidia/jax:maxtext-2024-12-09",
+        args=f"--model {HF / 'llama2-70b.json'} --target gpu:h100x64 --mesh fsdp=64 --batch 128 --seq 4096 "
+        "--attention cudnn --remat save_qkv_proj --mem-fraction 0.94",
+        why_it_may_differ="the remat policy and memory fraction are those of the recipe's configure.sh as stored "
+        "(a later revision than the README's table); its XLA flags (PGLE, collective combining) are not passed",
+    ),
+    Case(
         name="llama3-8b-v5p-8-maxtext-compile", platform="tpu",
         source="jaxmem's MaxText parity check (docs; MaxText train_compile measured 2026-11-30)",
         configuration="MaxText llama3-8b, compile_topology v5p-8 (FSDP 4), per-device batch 4, seq 2048, remat "

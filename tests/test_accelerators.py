@@ -150,17 +150,16 @@ def _heads_96_wide_step(x, wo, wq):
 
 
 @pytest.mark.needs_gpu_compiler("a100-80gb")
-def test_a100_compiles_96_wide_heads_or_says_which_matmul_it_cannot_tile():
+def test_a100_compiles_96_wide_heads_through_cublas_where_triton_cannot_tile_them():
   from jaxmem.compiler.analysis import lower_for_target
 
   args = (jax.ShapeDtypeStruct((2, 256, 768), jnp.bfloat16), jax.ShapeDtypeStruct((2, 8, 96, 768), jnp.float32),
           jax.ShapeDtypeStruct((2, 768, 8, 96), jnp.float32))
   outcome = lower_for_target(_heads_96_wide_step, *args, target="gpu:a100-80gb").figures()
-  if isinstance(outcome, Refusal):
-    assert jax.__version_info__ < (0, 12), outcome.error  # 0.12.0.1 compiles it: a refusal there is a regression
-    assert "no Triton tile sizes for the bf16[512,768] matmul btd,dnh->btnh" in outcome.error
-    assert "\n" not in outcome.error
-    return
+  assert not isinstance(outcome, Refusal), outcome.error
+  retried = [n for n in outcome.notes if n.startswith("compiled with xla_gpu_enable_triton_gemm=false")]
+  if jax.__version_info__ < (0, 12):  # jaxlib 0.10.2's Triton GEMM cannot tile it: compiled again through cuBLAS
+    assert retried and "no Triton tile sizes for the bf16[512,768] matmul btd,dnh->btnh" in retried[0]
   report = outcome.report
   assert report.temp_size_in_bytes > 0 and report.argument_size_in_bytes == sum(
       np.prod(a.shape) * a.dtype.itemsize for a in args)

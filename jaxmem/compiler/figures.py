@@ -39,7 +39,7 @@ from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.hardware.hostmem import HostVerdict, judge_host
 from jaxmem.hardware.margin import JUDGED_ARGUMENTS, NO, Verdict, judged_note
 from jaxmem.compiler.optimes import per_op
-from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, read_compiled
+from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, no_triton_tiling, read_compiled
 from jaxmem.compiler.steptime import Work, estimate, timeline
 from jaxmem.hardware.targets import Target
 from jaxmem.xla import compile_timed
@@ -125,7 +125,7 @@ def compile_figures(
         lowered = traced.lower()
     # The target's own options (a TPU's HBM cap beside a resident program) under the caller's.
     options = {**(target.compiler_options if target is not None else {}), **(compiler_options or {})}
-    compiled, seconds = compile_timed(lowered, options)
+    compiled, seconds = _compile(lowered, options, target, notes)
   except jax.errors.JaxRuntimeError as e:  # out of memory, or a feature the backend lacks
     return Refusal.of(e, **refused, notes=tuple(notes + [SPLIT_EVENLY] * (n > 1)))
   report = read_compiled(
@@ -151,6 +151,29 @@ def compile_figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=verdict,
       step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes) + tuple(host_notes) + tuple(judged), host=host,
   )
+
+
+# The XLA option that leaves a GPU program's matmuls to cuBLAS instead of Triton GEMM fusions.
+TRITON_GEMM = "xla_gpu_enable_triton_gemm"
+
+
+def _compile(lowered: jax.stages.Lowered, options: dict[str, Any], target: Target | None,
+             notes: list[str]) -> tuple[jax.stages.Compiled, float]:
+  """``lowered`` compiled with ``options``. A GPU compile that fails because XLA found no Triton
+  tile sizes for a matmul fusion (seen deviceless on jaxlib 0.10.2 for gpu:a100:
+  :func:`jaxmem.compiler.report.no_triton_tiling`) is compiled again with Triton GEMMs off, the
+  matmuls through cuBLAS, as MaxText's and NVIDIA's GPU recipes run (their XLA_FLAGS set
+  ``--xla_gpu_enable_triton_gemm=false``); ``notes`` gets a line saying so. Any other failure,
+  or the retry's, is the caller's."""
+  try:
+    return compile_timed(lowered, options)
+  except jax.errors.JaxRuntimeError as e:
+    why = no_triton_tiling(str(e))
+    if why is None or target is None or target.platform != "gpu" or options.get(TRITON_GEMM) is False:
+      raise
+    compiled = compile_timed(lowered, {**options, TRITON_GEMM: False})
+    notes.append(f"compiled with {TRITON_GEMM}=false (its matmuls through cuBLAS) after the first compile failed: {why}")
+    return compiled
 
 
 def shape_argument_bytes(args: Sequence[Any], num_devices: int) -> int:

@@ -233,7 +233,7 @@ class Refusal(Record):
     return cls(
         required_bytes=None if oom is None else oom.required_bytes,
         fits=False if oom is not None else None,
-        error=_no_triton_tiling(first) or first,
+        error=no_triton_tiling(first) or first,
         cause=e,
         verdict=None if oom is None else NO,
         margin_bytes=None if oom is None or None in (oom.required_bytes, oom.available_bytes)
@@ -260,8 +260,9 @@ _TRITON_TILING = re.compile(
 )
 
 
-def _no_triton_tiling(error: str) -> str | None:
-  """The compiler's "Couldn't find output tile sizes" refusal said as what it could not do."""
+def no_triton_tiling(error: str) -> str | None:
+  """The compiler's "Couldn't find output tile sizes" refusal said as what it could not do, else
+  None (another error)."""
   m = _TRITON_TILING.search(error)
   if m is None:
     return None
