@@ -438,9 +438,10 @@ def _driver(best: Row, second: Row, term: str) -> str:
   """What in the programs makes ``term`` differ: FLOPs (recomputation), bytes, a bubble."""
   out = []
   if term == "compute" and best.flops and second.flops and second.flops > best.flops:
-    out.append(f"{second.flops / best.flops - 1:.0%} more FLOPs a device (remat {second.remat} vs {best.remat})")
+    out.append(f"the runner-up runs {second.flops / best.flops - 1:.0%} more FLOPs a device (remat {second.remat} vs "
+               f"{best.remat})")
   if term == "memory" and best.bytes_accessed and second.bytes_accessed and second.bytes_accessed > best.bytes_accessed:
-    out.append(f"{second.bytes_accessed / best.bytes_accessed - 1:.0%} more HBM traffic")
+    out.append(f"the runner-up moves {second.bytes_accessed / best.bytes_accessed - 1:.0%} more HBM bytes")
   if term == "comm":
     kinds = [(getattr(second, f"comm_{k}_bytes", 0) or 0) - (getattr(best, f"comm_{k}_bytes", 0) or 0)
              for k in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute")]
