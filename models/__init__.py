@@ -19,6 +19,7 @@ Public interface::
                                    Mixtral, Qwen3-MoE and DeepSeek-V3 config.json files (hf.py);
                                    JaxmemError on anything else
   count_params(cfg) -> int         closed form, equals the built model's parameter count
+  count_checkpoint_params(cfg)     and a multimodal checkpoint's vision tower, counted, not built
   count_active_params(cfg) -> int  parameters one token uses (MoE: k of E routed experts)
   Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
                                    attend=None, experts=None) -> float32 logits_btv
@@ -152,7 +153,7 @@ from .attention_registry import (
 )
 from .cache import CACHE_AXES, KVCache, LocalKVCache, kv_cache_bytes
 from .config import ModelConfig
-from .counting import count_active_params, count_params
+from .counting import count_active_params, count_checkpoint_params, count_params
 from .hf import from_config
 from .layers import Constrain
 from .loss import cross_entropy
@@ -222,6 +223,7 @@ __all__ = [
   "PRESETS",
   "RematPolicy",
   "Transformer",
+  "count_checkpoint_params",
   "count_params",
   "from_config",
   "get_config",

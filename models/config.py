@@ -147,6 +147,10 @@ class ModelConfig:
   # (num_nextn_predict_layers), an extra block and head per module for a training objective and
   # speculative decoding; the 671B main model, as published, leaves them out.
   mtp_layers: int = 0
+  # Counted, not built (see ``notes``): the parameters of a multimodal checkpoint's vision tower and
+  # its projector into the text model (Llama 4's, from its vision_config: models/hf.py), which a
+  # text train step does not run. count_params leaves them out; count_checkpoint_params adds them.
+  vision_params: int = 0
   # MLA (models/mla.py) when kv_lora_rank > 0; then head_dim is the q/k head size
   # qk_nope_head_dim + qk_rope_head_dim and num_kv_heads == num_heads.
   kv_lora_rank: int = 0  # width of the cached latent c^KV; 0 means ordinary attention
@@ -210,6 +214,11 @@ class ModelConfig:
       out.append(
         f"mtp_layers {self.mtp_layers} recorded, not modelled: the multi-token-prediction modules (DeepSeek-V3: "
         "14B parameters in one) are left out, so parameters, state and activations are the main model's"
+      )
+    if self.vision_params:
+      out.append(
+        f"vision tower counted, not built: the checkpoint's {self.vision_params / 1e9:.2f}B vision-encoder and "
+        "projector parameters are in its total (count_checkpoint_params), not in this text step"
       )
     return tuple(out)
 

@@ -36,6 +36,10 @@ experts per MoE layer instead of E, and everything else (embeddings and head inc
 published "active" figures do).
 
 The tests check that count_params equals the number of elements in the built model's parameters.
+
+A multimodal checkpoint's total (:func:`count_checkpoint_params`) adds its vision tower and
+projector, counted from the config (``ModelConfig.vision_params``; Llama 4's is
+:func:`llama4_vision_params`), which the text model does not build.
 """
 
 from __future__ import annotations
@@ -100,3 +104,30 @@ def count_active_params(cfg: ModelConfig) -> int:
   """Parameters one token passes through: every routed expert but the k it chooses left out.
   Equal to :func:`count_params` for a dense model."""
   return _count(cfg, routed=cfg.experts_per_token)
+
+
+def count_checkpoint_params(cfg: ModelConfig) -> int:
+  """The checkpoint's parameters: the text model's (:func:`count_params`) and, for a multimodal
+  checkpoint, its vision tower's and projector's (``cfg.vision_params``, not built)."""
+  return count_params(cfg) + cfg.vision_params
+
+
+def llama4_vision_params(vision: dict, text_hidden: int) -> int:
+  """Llama 4's vision encoder, pixel-shuffle adapter and projector, from its ``vision_config``
+  (transformers' ``Llama4VisionModel`` and ``Llama4MultiModalProjector``, modeling_llama4.py):
+  with hidden size h, MLP width I, L layers, patch p, image side s and C channels,
+
+    patch embedding  C*p*p*h (a linear over unfolded patches, no bias)
+    class token      h;  positions ((s/p)^2 + 1)*h
+    layer norms      pre and post: 2 * 2h (scale and bias)
+    per layer        q, k, v, o with biases 4*(h*h + h); fc1, fc2 with biases h*I + I + I*h + h;
+                     two LayerNorms 2 * 2h
+    adapter          fc1 I x projector_input_dim, fc2 projector_output_dim^2 (no biases)
+    projector        vision_output_dim x the text model's hidden size (no bias)
+  """
+  h, i, layers = vision["hidden_size"], vision["intermediate_size"], vision["num_hidden_layers"]
+  p, side, c = vision["patch_size"], vision["image_size"], vision.get("num_channels", 3)
+  layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 2 * 2 * h
+  tower = c * p * p * h + h + ((side // p) ** 2 + 1) * h + 2 * 2 * h + layers * layer
+  adapter = i * vision["projector_input_dim"] + vision["projector_output_dim"] ** 2
+  return tower + adapter + vision["vision_output_dim"] * text_hidden

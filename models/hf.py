@@ -35,6 +35,7 @@ while the train step's dtypes are ``param_dtype`` and ``dtype`` (``--param-dtype
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -228,6 +229,7 @@ def from_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], *, nam
   raw, where, file_name = _load(path_or_dict)
   arch = _architecture(raw, where)
   name = name or _default_name(raw, file_name, arch)
+  vision = raw.get("vision_config") if arch == "Llama4ForConditionalGeneration" else None
   if arch in _TEXT_OF:
     raw, arch, where = _text_config(raw, arch, where)
   fields = _Fields(raw, where)
@@ -237,8 +239,24 @@ def from_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], *, nam
   if arch in _MLA_ARCHS:
     return _deepseek(fields, arch, name)
   if arch in _BUILDERS:
-    return _BUILDERS[arch](fields, name)
-  return _llama_family(fields, arch, name)
+    cfg = _BUILDERS[arch](fields, name)
+  else:
+    cfg = _llama_family(fields, arch, name)
+  if isinstance(vision, Mapping) and vision:
+    cfg = dataclasses.replace(cfg, vision_params=_vision_params(vision, cfg.d_model, where))
+  return cfg
+
+
+def _vision_params(vision: Mapping[str, Any], text_hidden: int, where: str) -> int:
+  """Llama 4's vision tower and projector, counted (:func:`.counting.llama4_vision_params`)."""
+  from .counting import llama4_vision_params
+
+  need = ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size", "projector_input_dim",
+          "projector_output_dim", "vision_output_dim")
+  missing = [k for k in need if not isinstance(vision.get(k), int) or isinstance(vision.get(k), bool)]
+  if missing:
+    raise JaxmemError(f"{where}: vision_config needs integer {', '.join(missing)} to count the vision tower")
+  return llama4_vision_params(dict(vision), text_hidden)
 
 
 def _text_config(raw: Mapping[str, Any], arch: str, where: str) -> tuple[Mapping[str, Any], str, str]:
