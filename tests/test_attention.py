@@ -10,6 +10,7 @@ hardware, and asserts relationships (a kernel's temp far below dot's), never byt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import math
@@ -268,6 +269,42 @@ def test_auto_falls_back_to_chunked_with_the_reason(platform, bad, why):
   assert choice.name == "chunked"
   (note,) = [n for n in choice.notes if n.startswith("attention auto:")]
   assert why in note and "using chunked" in note
+
+
+def test_a_model_with_sinks_gets_chunked_on_gpu_and_cudnn_is_refused_in_one_line():
+  """GPT-OSS's sinks: cuDNN and Triton (jax's) take none, so auto on a GPU is chunked, which
+  computes them, with a note naming them; asked for by name, cuDNN is refused in one line."""
+  from jaxmem.models import from_config
+
+  from tests.test_hf import DATA
+
+  gpt_oss = AttentionShapes.of(from_config(DATA / "tiny-gpt-oss.json"), batch=2, seq=256)
+  assert gpt_oss.sinks and not AttentionShapes.of(get_config("tiny"), batch=2, seq=256).sinks
+  choice = choose_attention("auto", platform="gpu", shapes=gpt_oss)
+  assert choice.name == "chunked"
+  (note,) = [n for n in choice.notes if n.startswith("attention auto:")]
+  assert note == "attention auto: jax's cuDNN fused attention takes no attention sinks; using chunked"
+  no_window = dataclasses.replace(gpt_oss, window=None)  # Triton's reason before sinks is the window
+  for name, kernel in (("cudnn", "cuDNN fused"), ("triton", "Pallas Triton")):
+    with pytest.raises(JaxmemError) as err:
+      choose_attention(name, platform="gpu", shapes=no_window)
+    msg = str(err.value)
+    assert "\n" not in msg and f"jax's {kernel} attention takes no attention sinks" in msg, msg
+    assert "use one of auto, dot, chunked" in msg and name not in msg.split("use one of")[1]
+  assert choose_attention("auto", platform="tpu", shapes=gpt_oss).name == "splash"  # splash computes them
+
+
+@needs_gpu
+def test_cudnn_on_a_model_with_sinks_is_one_line_exit_2(capsys):
+  from jaxmem.cli import main
+
+  from tests.test_hf import DATA
+
+  argv = ["compare", "--model", str(DATA / "tiny-gpt-oss.json"), "--target", "gpu:h100", "--batch", "2", "--seq", "256"]
+  assert main([*argv, "--attention", "cudnn"]) == 2
+  err = capsys.readouterr().err
+  assert "attention 'cudnn' cannot be used here: jax's cuDNN fused attention takes no attention sinks" in err
+  assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_explicit_names_are_never_replaced():
