@@ -257,7 +257,8 @@ def chunked_attend(
   ``eager_attention_forward`` in ``modeling_gpt_oss`` concatenates to every row of scores, and
   as :func:`dot_attend` does: neither scaled nor soft-capped) start each row's online softmax
   (m = sink, l = 1, acc = 0), so the log-sum-exp includes them and they attend to nothing; their
-  gradient is computed in the backward pass. Without sinks the program is the one without them.
+  gradient is computed in the backward pass. With ``sinks=None`` the compiled program is the
+  one chunked compiled before it took sinks (same lowering), so no row's figures move.
 
   Forward: for each block of ``block_q`` queries, a scan over blocks of ``block_kv`` keys
   keeps a running row max m, row sum l and output accumulator (the online softmax of Milakov &
@@ -421,7 +422,7 @@ def _flash_bwd(causal, bq, bk, kv_len, offset, res, dout_btnv):
 
 def _sink_grad(sink_kg, lse_nbkgq, d_bkgt):
   """d sink [K, G] (None without sinks). The sink is one more logit of each row whose value is
-  zero, so its dP is 0 and its dS = P_sink (0 - D) (Algorithm 2, line 13's dS = P (dP - D)):
+  zero, so its dP is 0 and its dS = P_sink (0 - D) (Algorithm 2's dS = P o (dP - D)):
   d sink = -sum over the head's rows of exp(sink - lse) D. Padded query rows have dO = 0, so
   D = 0 there."""
   if sink_kg is None:
