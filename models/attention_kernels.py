@@ -201,17 +201,18 @@ def make_cudnn_attend(
   cuDNN takes grouped kv heads as they are (N a multiple of K). ``implementation="xla"`` runs
   the same call through XLA's reference path, which is how CPU tests check this wrapper's
   layout, scale and grouping without a GPU. A sliding window is cuDNN's
-  ``local_window_size=(W - 1, 0)``; chunked windows and soft-capping it does not take (refused
-  by the registry's support check); sinks are not computed (see attention_ops).
+  ``local_window_size=(W - 1, 0)``; chunked windows, soft-capping and attention sinks it does not
+  take (refused by the registry's support check, and here).
   """
 
   def local(
     q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, local=None, softcap=None,
     sinks=None,
   ) -> jax.Array:
-    del sinks
-    if softcap is not None or (local is not None and local.chunked):
-      raise JaxmemError("cudnn attention takes neither soft-capping nor chunked windows; use chunked or dot")
+    if softcap is not None or (local is not None and local.chunked) or sinks is not None:
+      raise JaxmemError(
+        "cudnn attention takes neither soft-capping, chunked windows nor attention sinks; use chunked or dot"
+      )
     scale = 1.0 / math.sqrt(q_btnh.shape[-1])
     window = None if local is None else (local.window - 1, 0)
     out_btnv = jax.nn.dot_product_attention(
@@ -237,12 +238,13 @@ def make_triton_attend(
 
   The kernel indexes k and v by the query head, so grouped kv heads are repeated to N heads
   first (a [B, S, N, H] copy of each, per device). ``interpret=True`` runs it in Pallas'
-  interpreter (for CPU tests).
+  interpreter (for CPU tests). Windows, soft-capping and attention sinks it does not take
+  (refused by the registry's support check, and here).
   """
 
   def local(q_btnh: jax.Array, k_bskh: jax.Array, v_bskv: jax.Array, *, causal: bool = True, **layer) -> jax.Array:
-    if layer.get("local") is not None or layer.get("softcap") is not None:
-      raise JaxmemError("triton attention takes neither windows nor soft-capping; use chunked or dot")
+    if any(layer.get(f) is not None for f in ("local", "softcap", "sinks")):
+      raise JaxmemError("triton attention takes neither windows, soft-capping nor attention sinks; use chunked or dot")
     with warnings.catch_warnings():
       # jax 0.12 deprecates the module in favour of tokamax; it is still jax's kernel.
       warnings.simplefilter("ignore", DeprecationWarning)

@@ -30,8 +30,9 @@ Per-layer features reach ``attend`` as keywords, passed only when a layer has th
 * ``softcap=c``: scores become c * tanh(scores / c) before the mask (Gemma 2's
   ``attn_logit_softcapping``).
 * ``sinks=s_n``: one logit per query head [N] that joins every softmax denominator and attends
-  to nothing (GPT-OSS's attention sinks); computed by :func:`dot_attend` and splash
-  (attention_kernels), not by ``chunked``, cuDNN or Triton.
+  to nothing (GPT-OSS's attention sinks); computed by :func:`dot_attend`, :func:`chunked_attend`
+  and splash (attention_kernels). cuDNN and Triton have none, so the registry does not choose
+  them for a model with sinks.
 """
 
 from __future__ import annotations
@@ -252,8 +253,12 @@ def chunked_attend(
   """Memory-efficient exact attention in pure JAX, for every backend.
 
   ``local`` and ``softcap`` enter each block's scores (the mask and the tanh, forward and
-  backward); ``sinks`` are not computed here (one scalar per head and row in the denominator:
-  no buffer of note), which the train step's notes say.
+  backward). ``sinks`` [N] (GPT-OSS's one logit per query head, as transformers'
+  ``eager_attention_forward`` in ``modeling_gpt_oss`` concatenates to every row of scores, and
+  as :func:`dot_attend` does: neither scaled nor soft-capped) start each row's online softmax
+  (m = sink, l = 1, acc = 0), so the log-sum-exp includes them and they attend to nothing; their
+  gradient is computed in the backward pass. With ``sinks=None`` the compiled program is the
+  one chunked compiled before it took sinks (same lowering), so no row's figures move.
 
   Forward: for each block of ``block_q`` queries, a scan over blocks of ``block_kv`` keys
   keeps a running row max m, row sum l and output accumulator (the online softmax of Milakov &
@@ -280,8 +285,9 @@ def chunked_attend(
   if sp != s:
     k_bskh = jnp.pad(k_bskh, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
     v_bskv = jnp.pad(v_bskv, ((0, 0), (0, sp - s), (0, 0), (0, 0)))
-  del sinks
-  out_btnv = _flash(q_btnh, k_bskh, v_bskv, (causal, local, softcap), bq, bk, s, s - t)
+  # [N] -> [K, G]: query head n is kv head n // G's g = n % G (the GQA grouping of q_btkgh).
+  sink_kg = None if sinks is None else sinks.astype(jnp.float32).reshape(k_bskh.shape[2], -1)
+  out_btnv = _flash(q_btnh, k_bskh, v_bskv, (causal, local, softcap), bq, bk, s, s - t, sink_kg)
   return out_btnv[:, :t] if tp != t else out_btnv
 
 
@@ -301,8 +307,9 @@ def _slice(x, i, size, axis=1):
   return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=axis)
 
 
-def _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
-  """(out_btnv, lse_nbkgq): padded inputs; lse blocked by query block, [T/bq, B, K, G, bq]."""
+def _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset, sink_kg):
+  """(out_btnv, lse_nbkgq): padded inputs; lse blocked by query block, [T/bq, B, K, G, bq].
+  ``sink_kg`` (float32 [K, G], or None) is each head's sink logit, in every row's lse."""
   b, tp, n, h = q_btnh.shape
   sp, k = k_bskh.shape[1], k_bskh.shape[2]
   g, vd = n // k, v_bskv.shape[-1]
@@ -326,11 +333,12 @@ def _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
 
     # Every row sees a key in some block (its own position), and a masked score is finite
     # (_mask_value), so m is finite after the first step and -inf never meets -inf.
-    init = (
-      jnp.full((b, k, g, bq), -jnp.inf, jnp.float32),
-      jnp.zeros((b, k, g, bq), jnp.float32),
-      jnp.zeros((b, k, g, bq, vd), jnp.float32),
-    )
+    if sink_kg is None:
+      m0_bkgq, l0_bkgq = jnp.full((b, k, g, bq), -jnp.inf, jnp.float32), jnp.zeros((b, k, g, bq), jnp.float32)
+    else:  # the sink as a first key of score sink, value 0: exp(sink - m) joins l, nothing joins acc
+      m0_bkgq = jnp.broadcast_to(sink_kg[None, :, :, None], (b, k, g, bq))
+      l0_bkgq = jnp.ones((b, k, g, bq), jnp.float32)
+    init = (m0_bkgq, l0_bkgq, jnp.zeros((b, k, g, bq, vd), jnp.float32))
     (m_bkgq, l_bkgq, acc_bkgqv), _ = jax.lax.scan(kv_step, init, jnp.arange(sp // bk))
     out_bqkgv = jnp.transpose(acc_bkgqv / l_bkgq[..., None], (0, 3, 1, 2, 4)).astype(v_bskv.dtype)
     return out_bqkgv, m_bkgq + jnp.log(l_bkgq)
@@ -340,21 +348,23 @@ def _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
   return out_btnv, lse_nbkgq
 
 
+# sink_kg (float32 [K, G] or None, an empty pytree) is the last, differentiable argument.
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
-def _flash(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
-  return _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset)[0]
+def _flash(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset, sink_kg):
+  return _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset, sink_kg)[0]
 
 
-def _flash_fwd(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset):
-  out_btnv, lse_nbkgq = _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset)
+def _flash_fwd(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset, sink_kg):
+  out_btnv, lse_nbkgq = _flash_forward(q_btnh, k_bskh, v_bskv, causal, bq, bk, kv_len, offset, sink_kg)
   out_btnv = checkpoint_name(out_btnv, CONTEXT)
   lse_nbkgq = checkpoint_name(lse_nbkgq, CONTEXT)
-  return out_btnv, (q_btnh, k_bskh, v_bskv, out_btnv, lse_nbkgq)
+  return out_btnv, (q_btnh, k_bskh, v_bskv, out_btnv, lse_nbkgq, sink_kg)
 
 
 def _flash_bwd(causal, bq, bk, kv_len, offset, res, dout_btnv):
-  """FlashAttention-2 Algorithm 2 (Dao 2023), as a dq pass and a dk/dv pass."""
-  q_btnh, k_bskh, v_bskv, out_btnv, lse_nbkgq = res
+  """FlashAttention-2 Algorithm 2 (Dao 2023), as a dq pass and a dk/dv pass; with sinks, their
+  gradient from the saved log-sum-exp."""
+  q_btnh, k_bskh, v_bskv, out_btnv, lse_nbkgq, sink_kg = res
   b, tp, n, h = q_btnh.shape
   sp, k = k_bskh.shape[1], k_bskh.shape[2]
   g, vd = n // k, v_bskv.shape[-1]
@@ -407,7 +417,20 @@ def _flash_bwd(causal, bq, bk, kv_len, offset, res, dout_btnv):
   dq_btnh = jnp.moveaxis(dq_nbqkgh, 0, 1).reshape(b, tp, n, h)
   dk_bskh = jnp.moveaxis(dk_nbskh, 0, 1).reshape(b, sp, k, h)
   dv_bskv = jnp.moveaxis(dv_nbskv, 0, 1).reshape(b, sp, k, vd)
-  return dq_btnh, dk_bskh, dv_bskv
+  return dq_btnh, dk_bskh, dv_bskv, _sink_grad(sink_kg, lse_nbkgq, d_bkgt)
+
+
+def _sink_grad(sink_kg, lse_nbkgq, d_bkgt):
+  """d sink [K, G] (None without sinks). The sink is one more logit of each row whose value is
+  zero, so its dP is 0 and its dS = P_sink (0 - D) (Algorithm 2's dS = P o (dP - D)):
+  d sink = -sum over the head's rows of exp(sink - lse) D. Padded query rows have dO = 0, so
+  D = 0 there."""
+  if sink_kg is None:
+    return None
+  nq, b, k, g, bq = lse_nbkgq.shape
+  d_nbkgq = jnp.moveaxis(d_bkgt.reshape(b, k, g, nq, bq), 3, 0)
+  p_sink_nbkgq = jnp.exp(sink_kg[None, None, :, :, None] - lse_nbkgq)
+  return -jnp.sum(p_sink_nbkgq * d_nbkgq, axis=(0, 1, 4))
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)

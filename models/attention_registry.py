@@ -70,10 +70,12 @@ class AttentionShapes:
   v_head_dim: int  # V, of v (== H except in multi-head latent attention)
   dtype: str  # the compute dtype of q, k, v, e.g. "bfloat16"
   causal: bool = True
-  # Per-layer features of the model (any layer's): a window (sliding, or chunked), soft-capping.
+  # Per-layer features of the model (any layer's): a window (sliding, or chunked), soft-capping,
+  # attention sinks (GPT-OSS's one logit per query head in every softmax denominator).
   window: int | None = None
   window_chunked: bool = False
   softcap: float | None = None
+  sinks: bool = False
 
   @classmethod
   def of(cls, cfg: ModelConfig, *, batch: int, seq: int) -> AttentionShapes:
@@ -84,6 +86,7 @@ class AttentionShapes:
       batch=batch, seq=seq, kv_seq=seq, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
       head_dim=cfg.head_dim, v_head_dim=cfg.v_head_dim if cfg.is_mla else cfg.head_dim, dtype=cfg.dtype,
       window=cfg.sliding_window, window_chunked=cfg.window_chunked, softcap=cfg.attn_softcap,
+      sinks=cfg.attention_sinks,
     )
 
 
@@ -122,6 +125,8 @@ def _cudnn_problem(shapes: AttentionShapes) -> str | None:
     return "cudnn does not soft-cap attention logits"
   if shapes.window is not None and shapes.window_chunked:
     return "cudnn takes a sliding window, not a chunked one"
+  if shapes.sinks:  # jax.nn.dot_product_attention has no sink argument (jax 0.10.2 to 0.12)
+    return "jax's cuDNN fused attention takes no attention sinks"
   if kernels.cudnn_version() is None:
     return "cuDNN is not installed (it is needed to trace the call, even without a GPU): pip install 'jaxmem[cuda]'"
   return None
@@ -135,6 +140,8 @@ _TRITON_MAX_HEAD_DIM = 128
 def _triton_problem(shapes: AttentionShapes) -> str | None:
   if shapes.window is not None or shapes.softcap is not None:
     return "triton's kernel takes neither windows nor soft-capping"
+  if shapes.sinks:  # pallas.ops.gpu.attention.mha has no sink argument
+    return "jax's Pallas Triton attention takes no attention sinks"
   if shapes.head_dim > _TRITON_MAX_HEAD_DIM:
     return f"triton's blocks at a head size over {_TRITON_MAX_HEAD_DIM} exceed a GPU's shared memory, got {shapes.head_dim}"
   for what, n in (("sequence", shapes.seq), ("key sequence", shapes.kv_seq)):
@@ -398,10 +405,10 @@ def _choose_context(requested, *, platform, shapes, mesh, axes, strategy, device
   cannot serve the strategy. The sequence must split into the strategy's chunks."""
   if strategy not in ctx.STRATEGIES:
     raise JaxmemError(f"unknown context strategy {strategy!r}; valid: {', '.join(ctx.STRATEGIES)}")
-  if shapes.window is not None or shapes.softcap is not None:
+  if shapes.window is not None or shapes.softcap is not None or shapes.sinks:
     raise JaxmemError(
-      "a context axis with local attention or soft-capping is not built (the context strategies pass no "
-      "window); drop the context axis"
+      "a context axis with local attention, soft-capping or attention sinks is not built (the context strategies "
+      "pass no window, soft-cap or sinks); drop the context axis"
     )
   notes: list[str] = []
   if requested == AUTO:

@@ -167,29 +167,38 @@ def test_infer_kv_cache_of_windowed_layers_is_the_window():
   assert abs(grown / (full.kv_cache_bytes - local.kv_cache_bytes) - 1) < 0.02
 
 
-def test_splash_computes_the_sinks_dot_computes_and_their_gradient():
+@pytest.mark.parametrize("kernel", ["splash", "chunked"])
+def test_kernels_compute_the_sinks_dot_computes_and_their_gradient(kernel):
   """GPT-OSS's sinks (one logit per query head in every softmax denominator) through splash's own
-  ``sinks`` (interpreted), with a window as GPT-OSS's local layers have: the output and the
-  gradients, the sinks' included, are dot's."""
+  ``sinks`` (interpreted) and chunked's online softmax (blocks that do not divide the sequence),
+  with a window as GPT-OSS's local layers have: the output and the gradients, the sinks'
+  included, are dot's."""
+  import functools
+
   from jaxmem.models import attention_kernels as kernels
-  from jaxmem.models.attention_ops import Local, dot_attend
+  from jaxmem.models.attention_ops import Local, chunked_attend, dot_attend
 
   keys = jax.random.split(jax.random.PRNGKey(1), 4)
   q = jax.random.normal(keys[0], (1, 256, 4, 16), jnp.float32)
   k, v = (jax.random.normal(x, (1, 256, 2, 16), jnp.float32) for x in keys[1:3])
   sinks = 2.0 * jax.random.normal(keys[3], (4,), jnp.float32)
-  splash = kernels.make_splash_attend(interpret=True)
+  if kernel == "splash":
+    attend = kernels.make_splash_attend(interpret=True)
+  else:
+    attend = functools.partial(chunked_attend, block_q=96, block_kv=80)
 
   def loss(attend, q, k, v, s, **kw):
     return jnp.sum(attend(q, k, v, causal=True, local=Local(128), sinks=s, **kw) ** 2)
 
-  got = jax.grad(lambda *a: loss(splash, *a), argnums=(0, 1, 2, 3))(q, k, v, sinks)
+  got = jax.grad(lambda *a: loss(attend, *a), argnums=(0, 1, 2, 3))(q, k, v, sinks)
   want = jax.grad(lambda *a: loss(dot_attend, *a, scores_dtype="float32"), argnums=(0, 1, 2, 3))(q, k, v, sinks)
   for g, w in zip(got, want):
     assert jnp.allclose(g, w, atol=2e-3, rtol=2e-3)
-  out = splash(q, k, v, causal=True, local=Local(128), sinks=sinks)
+  out = attend(q, k, v, causal=True, local=Local(128), sinks=sinks)
   assert jnp.allclose(out, dot_attend(q, k, v, scores_dtype="float32", local=Local(128), sinks=sinks), atol=2e-3)
-  assert not jnp.allclose(out, splash(q, k, v, causal=True, local=Local(128)), atol=2e-3)
+  assert not jnp.allclose(out, attend(q, k, v, causal=True, local=Local(128)), atol=2e-3)
+  if kernel == "chunked":  # pure JAX: XLA partitions it, no shard_map of its own
+    return
   # Over a mesh that splits the heads, each shard gets its own heads' sinks.
   import numpy as np
   from jax.sharding import Mesh

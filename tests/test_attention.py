@@ -10,6 +10,7 @@ hardware, and asserts relationships (a kernel's temp far below dot's), never byt
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import math
@@ -37,6 +38,7 @@ from jaxmem.models import (
   get_config,
 )
 from jaxmem.models import attention_kernels as kernels
+from jaxmem.models.attention_ops import Local
 from jaxmem.program.sharding import mesh_axes
 
 from jaxmem.hardware.gpu import gpu_compiler_available
@@ -118,20 +120,30 @@ def test_forward_and_gradients_match_dot(name, shape):
   run_against_dot(IMPLS[name], shape)
 
 
-def test_chunked_pads_sequences_that_are_not_a_multiple_of_the_block():
+@pytest.mark.parametrize("layer", [{}, {"local": Local(10)}, {"local": Local(10, chunked=True)}, {"softcap": 3.0}],
+                         ids=["global", "sliding", "chunked-window", "softcap"])
+@pytest.mark.parametrize("with_sinks", [False, True], ids=["no-sinks", "sinks"])
+def test_chunked_pads_sequences_that_are_not_a_multiple_of_the_block(layer, with_sinks):
   # T = 45 with blocks of 16: padded to 48, padded keys masked, padded queries dropped. v's
-  # head size differs from q's (MLA shapes); float32 so any slip shows.
-  b, t, n, k, h, vd = 2, 45, 4, 1, 8, 6
-  kq, kk, kv = jax.random.split(jax.random.key(3), 3)
+  # head size differs from q's (MLA shapes); GQA (N = 4 query heads on K = 2); float32 so any
+  # slip shows. With GPT-OSS's sinks (one logit per query head, [N] -> [K, G]), the output and
+  # every gradient, the sinks' included, are dot's; without them, chunked is dot without them.
+  b, t, n, k, h, vd = 2, 45, 4, 2, 8, 6
+  kq, kk, kv, ks = jax.random.split(jax.random.key(3), 4)
   q = jax.random.normal(kq, (b, t, n, h))
   kk_ = jax.random.normal(kk, (b, t, k, h))
   v = jax.random.normal(kv, (b, t, k, vd))
   w = jax.random.normal(jax.random.key(4), (b, t, n, vd))
+  sinks = 2.0 * jax.random.normal(ks, (n,)) if with_sinks else None
+
+  def output_and_all_grads(attend, *args):
+    out, vjp = jax.vjp(lambda *a: attend(*a[:3], **({"sinks": a[3]} if with_sinks else {})), *args)
+    return out, vjp(w.astype(out.dtype))
 
   @jax.jit
-  def both(q, k, v):
+  def both(*args):
     return [
-      output_and_grads(functools.partial(fn, causal=causal), q, k, v, w)
+      output_and_all_grads(functools.partial(fn, causal=causal, **layer), *args)
       for causal in (True, False)
       for fn in (
         functools.partial(chunked_attend, block_q=16, block_kv=16),
@@ -139,11 +151,16 @@ def test_chunked_pads_sequences_that_are_not_a_multiple_of_the_block():
       )
     ]
 
-  results = both(q, kk_, v)
+  results = both(q, kk_, v, *([sinks] if with_sinks else []))
   for (out, grads), (want, want_grads) in (results[:2], results[2:]):
     assert out.shape == (b, t, n, vd) and jnp.allclose(out, want, atol=1e-5)
+    assert len(grads) == 3 + with_sinks
     for g, gw in zip(grads, want_grads, strict=True):
       assert jnp.allclose(g, gw, atol=1e-4)
+  if with_sinks:  # the sinks change the output and have a gradient of their own
+    no_sinks = chunked_attend(q, kk_, v, block_q=16, block_kv=16, **layer)
+    assert not jnp.allclose(results[0][0], no_sinks, atol=1e-3)
+    assert float(jnp.abs(results[0][1][3]).min()) > 0
 
 
 def all_eqns(jaxpr):
@@ -252,6 +269,42 @@ def test_auto_falls_back_to_chunked_with_the_reason(platform, bad, why):
   assert choice.name == "chunked"
   (note,) = [n for n in choice.notes if n.startswith("attention auto:")]
   assert why in note and "using chunked" in note
+
+
+def test_a_model_with_sinks_gets_chunked_on_gpu_and_cudnn_is_refused_in_one_line():
+  """GPT-OSS's sinks: cuDNN and Triton (jax's) take none, so auto on a GPU is chunked, which
+  computes them, with a note naming them; asked for by name, cuDNN is refused in one line."""
+  from jaxmem.models import from_config
+
+  from tests.test_hf import DATA
+
+  gpt_oss = AttentionShapes.of(from_config(DATA / "tiny-gpt-oss.json"), batch=2, seq=256)
+  assert gpt_oss.sinks and not AttentionShapes.of(get_config("tiny"), batch=2, seq=256).sinks
+  choice = choose_attention("auto", platform="gpu", shapes=gpt_oss)
+  assert choice.name == "chunked"
+  (note,) = [n for n in choice.notes if n.startswith("attention auto:")]
+  assert note == "attention auto: jax's cuDNN fused attention takes no attention sinks; using chunked"
+  no_window = dataclasses.replace(gpt_oss, window=None)  # Triton's reason before sinks is the window
+  for name, kernel in (("cudnn", "cuDNN fused"), ("triton", "Pallas Triton")):
+    with pytest.raises(JaxmemError) as err:
+      choose_attention(name, platform="gpu", shapes=no_window)
+    msg = str(err.value)
+    assert "\n" not in msg and f"jax's {kernel} attention takes no attention sinks" in msg, msg
+    assert "use one of auto, dot, chunked" in msg and name not in msg.split("use one of")[1]
+  assert choose_attention("auto", platform="tpu", shapes=gpt_oss).name == "splash"  # splash computes them
+
+
+@needs_gpu
+def test_cudnn_on_a_model_with_sinks_is_one_line_exit_2(capsys):
+  from jaxmem.cli import main
+
+  from tests.test_hf import DATA
+
+  argv = ["compare", "--model", str(DATA / "tiny-gpt-oss.json"), "--target", "gpu:h100", "--batch", "2", "--seq", "256"]
+  assert main([*argv, "--attention", "cudnn"]) == 2
+  err = capsys.readouterr().err
+  assert "attention 'cudnn' cannot be used here: jax's cuDNN fused attention takes no attention sinks" in err
+  assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_explicit_names_are_never_replaced():
