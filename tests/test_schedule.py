@@ -220,3 +220,22 @@ def test_a_kernel_that_carries_its_own_cost_estimate_is_timed_by_it():
   walk = simulate(hlo_costs(text), _machine(hbm_bandwidth=1e18))
   (op,) = [o for o in walk.ops if o.name == "fa"]
   assert op.flops == 123456789
+
+
+def test_a_gpu_target_names_its_machine_types_network_and_crossing_collectives_are_timed_on_it():
+  """gpu:h100x16@a3-high is two A3 High machines: the hosts' network is the machine type's
+  (1,000 Gbps over 8 GPUs), slower than the DGX H100's 400 Gb/s a GPU, so the same crossing
+  all-gather takes longer; a system that does not carry the part is one line."""
+  from jaxmem.compiler.steptime import timeline
+  from jaxmem.errors import JaxmemError
+  from jaxmem.hardware.targets import get_target
+
+  module = SYNC.replace("num_partitions=4", "num_partitions=16").replace("[1,4]<=[4]", "[1,16]<=[16]")
+  dgx, a3 = (timeline(hlo_costs(module), get_target(name)) for name in ("gpu:h100x16", "gpu:h100x16@a3-high"))
+  assert a3.slow_link_comm_time_s > dgx.slow_link_comm_time_s > 0
+  assert any("A3 High" in n and "125 Gb/s a GPU" in n for n in a3.notes)
+  assert get_target("gpu:h100x16@a3-high").name == "gpu:h100x16@a3-high"
+  with pytest.raises(JaxmemError, match="carries h200, not h100"):
+    get_target("gpu:h100x16@a3-ultra")
+  with pytest.raises(JaxmemError, match="unknown GPU system 'dgx2'"):
+    get_target("gpu:h100x16@dgx2")

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxmem.hardware.gpu import GPU_SPECS
+from jaxmem.hardware.gpu import GPU_SPECS, GPU_SYSTEMS
 from jaxmem.hardware.matmul_rates import SOURCE as MATMUL_RATES_SOURCE
 from jaxmem.hardware.matmul_rates import profile_name, rate_function
 from jaxmem.hardware.targets import Attached, Gpu, Target, Tpu, target_peaks
@@ -107,8 +107,14 @@ def machine(target: Target | None) -> tuple[Machine | None, str | None]:
                 step_latency_s=NVLINK_STEP_LATENCY_S)
     slow = None
     if kind.hosts > 1:
-      slow = Link(name="network", bandwidth=spec.network_bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
+      system = None if kind.system is None else GPU_SYSTEMS[kind.system]
+      bandwidth = spec.network_bandwidth if system is None else system.network_bandwidth
+      slow = Link(name="network", bandwidth=bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
                   step_latency_s=NET_STEP_LATENCY_S)
+      where = (f"{system.description}'s {system.network}" if system is not None
+               else f"NVIDIA's reference system for {spec.description} (DGX), one NIC a GPU")
+      notes.append(f"step_time_s: the hosts' network is {where}: "
+                   + ("not published" if bandwidth is None else f"{bandwidth * 8 / 1e9:g} Gb/s a GPU"))
     per_unit = target.num_devices // max(1, kind.hosts)
   else:
     return None, f"target {target.name}: no catalogued part to time its ops on"

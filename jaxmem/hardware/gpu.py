@@ -188,6 +188,43 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
 )}
 
 
+# Google Cloud's GPU machine types as systems of hosts: what one GPU reaches other hosts by. A
+# target names one after its part (``gpu:h100x64@a3-mega``); without one, a multi-host GPU
+# target is the part's NVIDIA reference system (GpuSpec.network_bandwidth: DGX A100, DGX H100 /
+# H200 / B200). Figures from https://cloud.google.com/compute/docs/gpus/gpu-network-bandwidth:
+# A4 and A3 Ultra "provide eight NVIDIA ConnectX-7 (CX7) network interface cards (NICs) ... The
+# eight CX7 NICs deliver a total network bandwidth of 3,200 Gbps" for GPU-to-GPU traffic, one NIC
+# a GPU (400 Gb/s); for A3 Mega (GPUDirect-TCPXO) and A3 High (GPUDirect-TCPX) the page's overview
+# gives only the machine's "Max total bandwidth", 1,800 and 1,000 Gbps, so a GPU's share is that
+# over its 8 GPUs (the total includes the general-purpose NICs: an upper bound on what the GPUs get).
+_GCE_GPU_NETWORK = "https://cloud.google.com/compute/docs/gpus/gpu-network-bandwidth"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSystem:
+  """A machine type whose hosts of 8 GPUs a multi-host target may name: the parts it carries and
+  the network bandwidth one GPU has to other hosts (bytes per second each way), as published."""
+
+  name: str
+  description: str
+  parts: tuple[str, ...]
+  network_bandwidth: float
+  network: str  # what carries it, as the page names it
+  source: str = _GCE_GPU_NETWORK
+
+
+GPU_SYSTEMS: dict[str, GpuSystem] = {s.name: s for s in (
+    GpuSystem(name="a3-high", description="Google Cloud A3 High (a3-highgpu-8g)", parts=("h100",),
+              network_bandwidth=1000e9 / 8 / 8, network="GPUDirect-TCPX, 1,000 Gbps a machine"),
+    GpuSystem(name="a3-mega", description="Google Cloud A3 Mega (a3-megagpu-8g)", parts=("h100",),
+              network_bandwidth=1800e9 / 8 / 8, network="GPUDirect-TCPXO, 1,800 Gbps a machine"),
+    GpuSystem(name="a3-ultra", description="Google Cloud A3 Ultra (a3-ultragpu-8g)", parts=("h200",),
+              network_bandwidth=400e9 / 8, network="GPUDirect RDMA, one 400 Gb/s ConnectX-7 a GPU"),
+    GpuSystem(name="a4", description="Google Cloud A4 (a4-highgpu-8g)", parts=("b200",),
+              network_bandwidth=400e9 / 8, network="GPUDirect RDMA, one 400 Gb/s ConnectX-7 a GPU"),
+)}
+
+
 def gpu_spec(name: str) -> GpuSpec:
   spec = GPU_SPECS.get(name.strip().lower())
   if spec is None:

@@ -41,7 +41,7 @@ from jax.experimental import mesh_utils
 
 from jaxmem.hardware.availability import CompilerAvailability
 from jaxmem.hardware.capacity import usable_hbm_bytes
-from jaxmem.hardware.gpu import GPU_SPECS, gpu_compiler_available, gpu_devices
+from jaxmem.hardware.gpu import GPU_SPECS, GPU_SYSTEMS, gpu_compiler_available, gpu_devices
 from jaxmem.hardware.hostmem import HostSpec, host_share
 from jaxmem.hardware.margin import RuntimeTerm, terms
 from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
@@ -158,6 +158,7 @@ class Gpu(TargetKind):
   part: str  # a key of GPU_SPECS
   per_host: int
   hosts: int = 1
+  system: str | None = None  # a key of GPU_SYSTEMS: the hosts' machine type (its network); None: NVIDIA's DGX
 
   def devices(self, target: Target) -> list:
     start_jax()
@@ -315,7 +316,7 @@ def attached_devices() -> list:
 
 _CPU_RE = re.compile(r"^cpu(?::(\d+))?$")
 _TPU_RE = re.compile(r"^tpu:([a-z0-9]+)-(\d+)$")
-_GPU_RE = re.compile(r"^gpu:([a-z0-9-]+?)(?:x(\d+))?$")
+_GPU_RE = re.compile(r"^gpu:([a-z0-9-]+?)(?:x(\d+))?(?:@([a-z0-9-]+))?$")
 
 
 def get_target(name: str, *, slices: int = 1, mem_fraction: float | None = None) -> Target:
@@ -334,10 +335,11 @@ def get_target(name: str, *, slices: int = 1, mem_fraction: float | None = None)
   if m := _TPU_RE.match(key):
     return _tpu_target(m.group(1), int(m.group(2)), slices)
   if m := _GPU_RE.match(key):
-    return _gpu_target(m.group(1), int(m.group(2) or 1), mem_fraction)
+    return _gpu_target(m.group(1), int(m.group(2) or 1), mem_fraction, system=m.group(3))
   raise JaxmemError(
       f"unknown target {name!r}; valid forms: cpu, cpu:N, attached, tpu:GEN-SIZE (GEN: "
-      f"{', '.join(TPU_GENERATIONS)}), gpu:NAME[xN] (NAME: {', '.join(GPU_SPECS)}); "
+      f"{', '.join(TPU_GENERATIONS)}), gpu:NAME[xN][@SYSTEM] (NAME: {', '.join(GPU_SPECS)}; SYSTEM: "
+      f"{', '.join(GPU_SYSTEMS)}); "
       "see `jaxmem targets`"
   )
 
@@ -435,9 +437,14 @@ def gpu_mem_fraction(mem_fraction: float | None = None) -> tuple[float, str]:
   return float(value), source
 
 
-def _gpu_target(gpu: str, n: int, mem_fraction: float | None = None) -> Target:
+def _gpu_target(gpu: str, n: int, mem_fraction: float | None = None, *, system: str | None = None) -> Target:
   if gpu not in GPU_SPECS:
     raise JaxmemError(f"unknown GPU {gpu!r}; valid: {', '.join(GPU_SPECS)} (write gpu:h100x8 for 8)")
+  if system is not None:
+    if system not in GPU_SYSTEMS:
+      raise JaxmemError(f"unknown GPU system {system!r} in gpu:{gpu}x{n}@{system}; valid: {', '.join(GPU_SYSTEMS)}")
+    if gpu not in GPU_SYSTEMS[system].parts:
+      raise JaxmemError(f"{GPU_SYSTEMS[system].description} carries {', '.join(GPU_SYSTEMS[system].parts)}, not {gpu}")
   if n < 1:
     raise JaxmemError(f"target gpu:{gpu}x{n}: the device count must be at least 1")
   per_host = n if n <= 8 else 8
@@ -447,7 +454,7 @@ def _gpu_target(gpu: str, n: int, mem_fraction: float | None = None) -> Target:
   fraction, source = gpu_mem_fraction(mem_fraction)
   host_bytes, host_note = (None, "host_capacity_bytes: unknown: no host recorded") if spec.host is None else host_share(spec.host)
   return Target(
-      name=f"gpu:{gpu}" + (f"x{n}" if n > 1 else ""),
+      name=f"gpu:{gpu}" + (f"x{n}" if n > 1 else "") + (f"@{system}" if system else ""),
       platform="gpu",
       num_devices=n,
       device_kind=spec.description,
@@ -459,7 +466,7 @@ def _gpu_target(gpu: str, n: int, mem_fraction: float | None = None) -> Target:
       hbm_bytes=spec.hbm_bytes,
       host_capacity_bytes=host_bytes,
       host_capacity_note=host_note,
-      kind=Gpu(part=gpu, per_host=per_host, hosts=n // per_host),
+      kind=Gpu(part=gpu, per_host=per_host, hosts=n // per_host, system=system),
   )
 
 
