@@ -73,7 +73,9 @@ class Block(nnx.Module):
   swaps attention for multi-head latent attention (:class:`~.mla.MLAttention`).
   """
 
-  def __init__(self, cfg: ModelConfig, *, moe: bool = False, window: int | None = None, rngs: nnx.Rngs):
+  def __init__(
+    self, cfg: ModelConfig, *, moe: bool = False, window: int | None = None, kv_shared: bool = False, rngs: nnx.Rngs
+  ):
     # GPT-2 scales the init of the projections that write into the residual stream by
     # 1/sqrt(2 * num_layers) (Radford et al. 2019, section 2.3), so the stream's variance does
     # not grow with depth.
@@ -90,10 +92,13 @@ class Block(nnx.Module):
     if cfg.is_mla:
       self.attn = MLAttention(cfg, out_init=out_init, rngs=rngs)
     else:  # a global layer may have attention of its own shape (Gemma 4: ModelConfig.attention_geometry)
-      self.attn = Attention(cfg, out_init=out_init, rngs=rngs, global_layer=window is None)
+      self.attn = Attention(cfg, out_init=out_init, rngs=rngs, global_layer=window is None, kv_shared=kv_shared)
     self.is_moe = moe
     self.window = window  # this layer's local attention window (None: global)
-    self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(cfg, out_init=out_init, rngs=rngs)
+    self.kv_shared = kv_shared  # Gemma 4: attends to an earlier layer's keys and values
+    # Gemma 4's use_double_wide_mlp: a KV-shared layer's MLP is twice as wide (Gemma4TextMLP).
+    mlp_cfg = dataclasses.replace(cfg, d_ff=2 * cfg.d_ff) if kv_shared and cfg.kv_shared_double_mlp else cfg
+    self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(mlp_cfg, out_init=out_init, rngs=rngs)
 
   def _pre(self, norm: str, x_btd: jax.Array) -> jax.Array:
     return x_btd if self.layout == "post" else getattr(self, norm)(x_btd)
@@ -120,18 +125,28 @@ class Block(nnx.Module):
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
     dropout: Dropout | None = None,
-  ) -> jax.Array:
+    kv: tuple[jax.Array, jax.Array] | None = None,
+    return_kv: bool = False,
+  ) -> jax.Array | tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """The block in training: ``dropout`` (one layer's, :mod:`.dropout`) drops the attention
-    probabilities and both sub-blocks' outputs before they join the residual stream."""
-    attn_btd = self.attn(
+    probabilities and both sub-blocks' outputs before they join the residual stream. ``kv``:
+    a KV-shared layer's keys and values; ``return_kv``: (x, this layer's (k, v)) (Attention)."""
+    attn = self.attn(
       _gathered(self._pre("attn_norm", x_btd), constrain), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
       constrain=constrain, attend=attend, dropout=None if dropout is None else dropout.at(ATTENTION_PROBS),
-      **self._window(),
+      **self._window(), **self._kv(kv, return_kv),
     )
+    attn_btd, layer_kv = attn if return_kv else (attn, None)
     attn_btd = self._post("post_attn_norm", attn_btd)
     x_btd = constrain(x_btd + maybe(dropout, ATTENTION_OUT, attn_btd), (BATCH, NORM_SEQ, EMBED))
     x_btd = x_btd + maybe(dropout, MLP_OUT, self._ffn(x_btd, constrain, experts))
-    return constrain(x_btd, (BATCH, NORM_SEQ, EMBED))
+    x_btd = constrain(x_btd, (BATCH, NORM_SEQ, EMBED))
+    return (x_btd, layer_kv) if return_kv else x_btd
+
+  @staticmethod
+  def _kv(kv: tuple[jax.Array, jax.Array] | None, return_kv: bool) -> dict:
+    """The KV-sharing keywords for Attention, only where set (MLA takes none)."""
+    return {**({} if kv is None else {"kv": kv}), **({"return_kv": True} if return_kv else {})}
 
   def cached(
     self,
@@ -142,13 +157,17 @@ class Block(nnx.Module):
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
     attend: AttendFn | None = None,
+    kv: tuple[jax.Array, jax.Array] | None = None,
+    return_kv: bool = False,
   ) -> tuple[jax.Array, ...]:
     """The block for tokens at pos.. against this layer's cache arrays (KV: k, v; MLA: latent,
     rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays).
-    ``attend`` serves prefill (see Transformer.cached)."""
+    ``attend`` serves prefill (see Transformer.cached). A KV-shared layer reads the cache of the
+    layer it shares with, gets that layer's new keys and values (``kv``) and returns (x_btd,);
+    ``return_kv`` appends this layer's new (k, v) (Attention.cached)."""
     attn_btd, *layer_cache = self.attn.cached(
       self._pre("attn_norm", x_btd), *layer_cache, pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-      constrain=constrain, attend=attend, **self._window(),
+      constrain=constrain, attend=attend, **self._window(), **self._kv(kv, return_kv),
     )
     x_btd = constrain(x_btd + self._post("post_attn_norm", attn_btd), (BATCH, SEQ, EMBED))
     x_btd = x_btd + self._ffn(x_btd, constrain, None)
@@ -163,14 +182,16 @@ def _gathered(h_btd: jax.Array, constrain: Constrain) -> jax.Array:
   return constrain(constrain(h_btd, (BATCH, NORM_SEQ, EMBED)), (BATCH, SEQ, EMBED))
 
 
-def _block_stack(cfg: ModelConfig, num: int, *, moe: bool, window: int | None = None, rngs: nnx.Rngs) -> Block:
+def _block_stack(
+  cfg: ModelConfig, num: int, *, moe: bool, window: int | None = None, kv_shared: bool = False, rngs: nnx.Rngs
+) -> Block:
   """``num`` Blocks stacked: split_rngs gives each layer its own key, vmap stacks the resulting
   parameters on axis 0 and prepends "layers" to their logical axes."""
 
   @nnx.split_rngs(splits=num)
   @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: LAYERS})
   def make_blocks(rngs: nnx.Rngs) -> Block:
-    return Block(cfg, moe=moe, window=window, rngs=rngs)
+    return Block(cfg, moe=moe, window=window, kv_shared=kv_shared, rngs=rngs)
 
   return make_blocks(rngs)
 
@@ -180,11 +201,20 @@ class Segment:
   """Layers first .. first + groups * len(kinds) - 1 of a model whose layers differ in a
   repeating pattern: ``groups`` repetitions of ``kinds``, each (MoE, window) for one position of
   the pattern. Each position is one stack of ``groups`` blocks; one scan over the groups runs
-  the positions in turn, so every layer's window and MLP are fixed when it is compiled."""
+  the positions in turn, so every layer's window and MLP are fixed when it is compiled.
+
+  ``kv`` (Gemma 4's KV sharing, transformers' Gemma4TextConfig.kv_sharing_modes): "own", layers
+  with their own keys and values; "store", the one period before the shared layers, whose last
+  layer of each attention type hands its keys and values on; "reuse", the shared layers."""
 
   first: int
   groups: int
   kinds: tuple[tuple[bool, int | None], ...]
+  kv: str = "own"
+
+  def stores(self, p: int) -> bool:
+    """Whether position ``p`` is the last of its attention type in a "store" segment."""
+    return self.kv == "store" and all(w != self.kinds[p][1] for _, w in self.kinds[p + 1 :])
 
 
 def layer_segments(cfg: ModelConfig) -> tuple[Segment, ...]:
@@ -195,15 +225,20 @@ def layer_segments(cfg: ModelConfig) -> tuple[Segment, ...]:
   period = math.lcm(every or 1, cfg.moe_every if cfg.is_moe else 1)
   kind = lambda i: (cfg.layer_is_moe(i), cfg.layer_window(i))  # noqa: E731
   out = []
-  for a, b in ((0, cfg.first_dense_layers if cfg.is_moe else 0), (cfg.first_dense_layers if cfg.is_moe else 0, cfg.num_layers)):
+  dense = cfg.first_dense_layers if cfg.is_moe else 0
+  ranges = ((0, dense, "own"), (dense, cfg.num_layers, "own"))
+  if cfg.kv_shared_layers:  # whole periods before the shared layers (ModelConfig's _check_kv_sharing)
+    fs = cfg.first_kv_shared_layer
+    ranges = ((0, fs - period, "own"), (fs - period, fs, "store"), (fs, cfg.num_layers, "reuse"))
+  for a, b, kv in ranges:
     n = b - a
     if n <= 0:
       continue
     groups, rest = divmod(n, period)
     if groups:
-      out.append(Segment(a, groups, tuple(kind(i) for i in range(a, a + period))))
+      out.append(Segment(a, groups, tuple(kind(i) for i in range(a, a + period)), kv))
     if rest:
-      out.append(Segment(a + groups * period, 1, tuple(kind(i) for i in range(b - rest, b))))
+      out.append(Segment(a + groups * period, 1, tuple(kind(i) for i in range(b - rest, b)), kv))
   return tuple(out)
 
 
@@ -249,7 +284,8 @@ class Transformer(nnx.Module):
     if cfg.is_patterned:
       for s, seg in enumerate(layer_segments(cfg)):
         for p, (moe, window) in enumerate(seg.kinds):
-          setattr(self, f"blocks_{s}_{p}", _block_stack(cfg, seg.groups, moe=moe, window=window, rngs=rngs))
+          stack = _block_stack(cfg, seg.groups, moe=moe, window=window, kv_shared=seg.kv == "reuse", rngs=rngs)
+          setattr(self, f"blocks_{s}_{p}", stack)
     else:
       window = cfg.layer_window(0)  # every layer's, unpatterned
       if cfg.num_dense_layers:
@@ -443,31 +479,49 @@ class Transformer(nnx.Module):
   def _patterned(self, x_btd, *, remat, rope, rope_global, constrain, attend, experts) -> jax.Array:
     """The layers of a patterned model: per segment, one scan over its groups, each step
     running the pattern's positions in turn (each layer under its own jax.checkpoint).
-    ``rope_global``: the global layers' RoPE tables (their own head_dim in Gemma 4)."""
+    ``rope_global``: the global layers' RoPE tables (their own head_dim in Gemma 4).
+
+    Gemma 4's KV sharing: the "store" segment's scan returns the keys and values of its last
+    layer of each attention type, and the "reuse" segment's layers close over them, so they stay
+    live (and are saved for the backward pass) across every shared layer (Segment.kv)."""
+    shared: dict[int | None, tuple[jax.Array, jax.Array]] = {}  # window (None: global) -> (k, v)
     for seg, stacks in self.segment_stacks():
       split = [nnx.split(stack) for stack in stacks]
       defs = [d for d, _ in split]
 
-      def layer(carry_btd, layer_state, block_def, rope):
+      def layer(carry_btd, layer_state, block_def, rope, kv, store):
         carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         return block(
-          carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts
+          carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts,
+          kv=kv, return_kv=store,
         )
 
+      stores = [seg.stores(p) for p in range(len(seg.kinds))]
       runs = [
-        functools.partial(layer, block_def=d, rope=rope_global if window is None else rope)
-        for d, (_, window) in zip(defs, seg.kinds, strict=True)
+        functools.partial(
+          layer, block_def=d, rope=rope_global if window is None else rope,
+          kv=shared[window] if seg.kv == "reuse" else None, store=store,
+        )
+        for d, (_, window), store in zip(defs, seg.kinds, stores, strict=True)
       ]
       if remat is not None:
         runs = [jax.checkpoint(r, policy=remat, prevent_cse=False) for r in runs]
 
-      def body(carry_btd, xs, runs=runs):
-        for run, layer_state in zip(runs, xs, strict=True):
-          carry_btd = run(carry_btd, layer_state)
-        return carry_btd, None
+      def body(carry_btd, xs, runs=runs, stores=stores):
+        stored = []
+        for run, layer_state, store in zip(runs, xs, stores, strict=True):
+          if store:
+            carry_btd, kv = run(carry_btd, layer_state)
+            stored.append(kv)
+          else:
+            carry_btd = run(carry_btd, layer_state)
+        return carry_btd, tuple(stored)
 
-      x_btd, _ = jax.lax.scan(body, x_btd, tuple(state for _, state in split))
+      x_btd, stored = jax.lax.scan(body, x_btd, tuple(state for _, state in split))
+      windows = [window for (_, window), store in zip(seg.kinds, stores, strict=True) if store]
+      for window, kv in zip(windows, stored, strict=True):  # the last group's: the layers before the shared ones
+        shared[window] = jax.tree.map(lambda a: a[-1], kv)
     return x_btd
 
   def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
@@ -544,11 +598,12 @@ class Transformer(nnx.Module):
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
     arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
-    for first, groups, kinds, stacks in self._cache_segments():
+    shared: dict = {}  # Gemma 4's KV sharing: window -> the new tokens' (k, v) of the layer shared
+    for seg, stacks in self._cache_segments():
       x_btd, arrays = self._cached_segment(
-        stacks, first, groups, kinds, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
+        stacks, seg, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
         rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, rope_global=rope_global, constrain=constrain,
-        weights=weights, attend=attend,
+        weights=weights, attend=attend, shared=shared,
       )
 
     if last_only:
@@ -567,20 +622,17 @@ class Transformer(nnx.Module):
       logits_btv = cfg.final_softcap * jnp.tanh(logits_btv / cfg.final_softcap)
     return constrain(logits_btv, (BATCH, SEQ, VOCAB)), type(cache)(*arrays)
 
-  def _cache_segments(self) -> list[tuple[int, int, tuple[tuple[bool, int | None], ...], list[Block]]]:
-    """(first layer, groups, the pattern's (MoE, window) per position, its stacks) of every
-    segment; an unpatterned model's stacks are segments of one position."""
+  def _cache_segments(self) -> list[tuple[Segment, list[Block]]]:
+    """Every segment with its stacks; an unpatterned model's stacks are segments of one position."""
     if self.cfg.is_patterned:
-      return [(seg.first, seg.groups, seg.kinds, stacks) for seg, stacks in self.segment_stacks()]
+      return self.segment_stacks()
     window = self.cfg.layer_window(0)
-    return [(first, num, ((stack.is_moe, window),), [stack]) for stack, first, num in self.stacks()]
+    return [(Segment(first, num, ((stack.is_moe, window),)), [stack]) for stack, first, num in self.stacks()]
 
   def _cached_segment(
     self,
     stacks: list[Block],
-    first: int,
-    groups: int,
-    kinds: tuple[tuple[bool, int | None], ...],
+    seg: Segment,
     x_btd: jax.Array,
     arrays: tuple[jax.Array, ...],
     *,
@@ -592,12 +644,18 @@ class Transformer(nnx.Module):
     constrain: Constrain,
     weights: WeightHook | None,
     attend: AttendFn | None = None,
+    shared: dict,
   ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """Scans one segment's groups over the whole-model cache arrays ([layers, ...] each),
     returning the residual stream and the updated arrays. A layer reads and writes its slice of
     the arrays of its kind: with a LocalKVCache, a windowed layer's of the windowed layers'
     (arrays 2, 3), a global layer's of the global layers' (0, 1), each indexed by how many layers
-    of its kind come before it; otherwise every array, indexed by the layer."""
+    of its kind come before it; otherwise every array, indexed by the layer.
+
+    Gemma 4's KV-shared layers (``seg.kv`` "reuse") read the slice of the layer they share with
+    and write none (the cache has no slices of theirs); the "store" segment's layers they share
+    with put their new tokens' keys and values in ``shared``, by window, for prefill."""
+    first, groups, kinds = seg.first, seg.groups, seg.kinds
     split = [nnx.split(stack) for stack in stacks]
     period = len(kinds)
     windowed = lambda i: self.cfg.layer_window(i) is not None  # noqa: E731
@@ -607,35 +665,56 @@ class Transformer(nnx.Module):
         plan.append((0, len(arrays), first + p, period))
         continue
       local = window is not None
+      if seg.kv == "reuse":  # the layer shared with: the same slice for every group
+        before = sum(windowed(i) == local for i in range(self.cfg.kv_source(first + p)))
+        plan.append((2, 4, before, 0) if local else (0, 2, before, 0))
+        continue
       before = sum(windowed(i) == local for i in range(first + p))
       per = sum((w is not None) == local for _, w in kinds)
       plan.append((2, 4, before, per) if local else (0, 2, before, per))
+    stores = [seg.stores(p) for p in range(period)]
+    reused = {w: shared[w] for _, w in kinds} if seg.kv == "reuse" else {}
 
     def body(carry, xs):
       x_btd, arrays = carry
       states, g = xs
-      for (block_def, _), layer_state, (lo, hi, base, per), (_, window) in zip(split, states, plan, kinds, strict=True):
+      stored = []
+      for (block_def, _), layer_state, (lo, hi, base, per), (_, window), store in zip(
+        split, states, plan, kinds, stores, strict=True
+      ):
         sin_tk, cos_tk = rope_global if window is None else (rope_sin_tk, rope_cos_tk)
         if weights is not None:
           # Inside the body: one layer's weights are made usable (dequantized) per step.
           layer_state = weights(layer_state)
         block = nnx.merge(block_def, layer_state)
         i = base + g * per
+        if seg.kv == "reuse":  # reads the shared slice, writes nothing
+          (x_btd,) = block.cached(
+            x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
+            constrain=constrain, attend=attend, kv=reused[window],
+          )
+          continue
         # This layer's cache is read out, updated and written back whole. Writing only the new
         # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
         # write reach the loop carry, and TPU then copies the whole cache around the loop.
         x_btd, *layer_arrays = block.cached(
           x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
-          constrain=constrain, attend=attend,
+          constrain=constrain, attend=attend, return_kv=store,
         )
+        if store:
+          *layer_arrays, k_btkh, v_btkh = layer_arrays
+          stored.append((k_btkh, v_btkh))
         updated = tuple(
           jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays[lo:hi], layer_arrays, strict=True)
         )
         arrays = arrays[:lo] + updated + arrays[hi:]
-      return (x_btd, arrays), None
+      return (x_btd, arrays), tuple(stored)
 
     # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
     # cache is one buffer for every step of the loop and becomes the output.
     xs = (tuple(state for _, state in split), jnp.arange(groups, dtype=jnp.int32))
-    (x_btd, arrays), _ = jax.lax.scan(body, (x_btd, arrays), xs)
+    (x_btd, arrays), stored = jax.lax.scan(body, (x_btd, arrays), xs)
+    windows = [window for (_, window), store in zip(kinds, stores, strict=True) if store]
+    for window, kv in zip(windows, stored, strict=True):
+      shared[window] = jax.tree.map(lambda a: a[-1], kv)
     return x_btd, arrays

@@ -1,7 +1,8 @@
 """Gemma 4 from its published config.json (tests/data/hf/README.md): the 31B's global layers
 with their own head_dim, kv heads and no v projection (attention_k_eq_v), counted, built,
-compiled and cached; the features not built (KV sharing, per-layer embeddings, the MoE block)
-refused in one line."""
+compiled and cached; KV sharing (the last layers reuse an earlier layer's keys and values: no
+k/v parameters or cache of their own); the features not built (per-layer embeddings, the MoE
+block) refused in one line."""
 
 import dataclasses
 import json
@@ -81,10 +82,60 @@ def test_decode_step_compiles_with_the_global_layers_cache():
   assert abs((dec.argument_size_in_bytes - dec.weight_bytes) / dec.kv_cache_bytes - 1) < 0.02
 
 
+def _shared(**text):
+  """The tiny model with its last period (6 layers) KV-shared, their MLPs double-wide (E2B's)."""
+  return from_config(_tiny(num_kv_shared_layers=6, use_double_wide_mlp=True, **text))
+
+
+def test_kv_shared_layers_have_no_kv_parameters_and_are_counted():
+  cfg = _shared()
+  # transformers' Gemma4TextConfig.kv_sharing_modes: layers 6..11 reuse layer 4's (sliding) or 5's (full)
+  assert [cfg.kv_source(i) for i in range(12)] == [0, 1, 2, 3, 4, 5, 4, 4, 4, 4, 4, 5]
+  model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+  assert sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))) == count_params(cfg)
+  own, shared = model.blocks_0_4.attn, model.blocks_1_4.attn
+  assert own.w_k_dkh.shape[0] == 1 and hasattr(own, "w_v_dkh") and hasattr(own, "k_norm")
+  assert not any(hasattr(shared, a) for a in ("w_k_dkh", "w_v_dkh", "k_norm")) and shared.q_norm.scale_h.shape == (1, 16)
+  assert model.blocks_1_5.mlp.w_up_df.shape == (1, 64, 256) and model.blocks_0_5.mlp.w_up_df.shape == (1, 64, 128)
+  plain = from_config(_tiny())
+  # per shared layer: k, v projections and k_norm less (k_eq_v: none of v on the global one), MLP doubled
+  less = 5 * (2 * 64 * 2 * 16 + 16) + (64 * 1 * 32 + 32)
+  assert count_params(cfg) == count_params(plain) - less + 6 * 3 * 64 * 128
+
+
+def test_kv_shared_decode_matches_the_training_logits_without_a_cache_of_their_own():
+  cfg = dataclasses.replace(_shared(), sliding_window=8, param_dtype="float32", dtype="float32")
+  graph, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (1, 20), 0, cfg.vocab_size)
+  full = jax.jit(lambda s, t: nnx.merge(graph, s)(t))(state, tokens)
+  cache = jaxmem.models.cache_class(cfg).zeros(cfg, batch=1, context=32)
+  assert cache.k_lbksh.shape == (1, 1, 1, 32, 32) and cache.k_local.shape == (5, 1, 2, 8, 16)  # layers 0..5 only
+  # a 12-token prompt past the 8-wide window: the shared windowed layers take layer 4's new keys
+  logits, cache = jax.jit(lambda s, t, c: nnx.merge(graph, s).cached(t, c, pos=0, last_only=False))(state, tokens[:, :12], cache)
+  assert jnp.allclose(logits, full[:, :12], atol=1e-5)
+  decode = jax.jit(lambda s, t, c, p: nnx.merge(graph, s).cached(t, c, pos=p))
+  for t in range(12, 16):
+    logits, cache = decode(state, tokens[:, t : t + 1], cache, t)
+    assert jnp.allclose(logits[:, 0], full[:, t], atol=1e-5), t
+
+
+def test_kv_shared_decode_step_compiles_with_the_smaller_cache():
+  (dec,) = jaxmem.infer(model=_shared(), target="cpu", phase="decode", context=512, batch=2, weights="bf16")
+  # 1 global layer x 1 kv head x 32 + 5 windowed x 2 kv heads x 16 (window 16), k and v, bf16
+  assert dec.kv_cache_bytes == 2 * 2 * (1 * 1 * 32 * 512 + 5 * 2 * 16 * 16) * 2
+  assert abs((dec.argument_size_in_bytes - dec.weight_bytes) / dec.kv_cache_bytes - 1) < 0.02
+
+
+@pytest.mark.slow  # ~20 s on two loaded cores
+def test_kv_shared_train_step_compiles(compile_one):
+  row = compile_one(model=_shared(), target="cpu", batch=2, seq=128, attention="dot", remat="full")
+  assert row.error is None and row.temp_size_in_bytes > 0
+
+
 @pytest.mark.parametrize(
   "text, feature",
   [
-    ({"num_kv_shared_layers": 4}, "KV sharing"),
+    ({"num_kv_shared_layers": 4}, "whole 6-layer periods"),
     ({"hidden_size_per_layer_input": 8}, "per-layer embeddings"),
     ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}, "mixture-of-experts"),
     ({"use_bidirectional_attention": "all"}, "causal"),
