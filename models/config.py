@@ -130,6 +130,13 @@ class ModelConfig:
   # ``kv_shared_double_mlp`` (use_double_wide_mlp): those layers' MLP is 2 * d_ff wide.
   kv_shared_layers: int = 0
   kv_shared_double_mlp: bool = False
+  # Gemma 4's per-layer embeddings (PLE; transformers' Gemma4TextModel, Gemma4TextDecoderLayer):
+  # a second table [per_layer_vocab, num_layers * per_layer_dim] (hidden_size_per_layer_input,
+  # vocab_size_per_layer_input) and a projection of the embeddings to the same width give every
+  # layer a per_layer_dim input, which the layer gates by its output and projects back to d_model
+  # after its MLP. 0: none.
+  per_layer_dim: int = 0
+  per_layer_vocab: int = 0
   moe_every: int = 1  # Llama 4's interleave_moe_layer_step: after the dense prefix, layer i is MoE when (i + 1) % step == 0
   # --- mixture of experts and multi-head latent attention -------------------------
   # The defaults describe a dense model with ordinary attention, so no earlier preset changes.
@@ -513,7 +520,7 @@ def _check_features(cfg: ModelConfig) -> None:
     elif h % 2:
       bad = f"RoPE needs an even global_head_dim, got {h}"
   if bad is None:
-    bad = _check_kv_sharing(cfg)
+    bad = _check_kv_sharing(cfg) or _check_per_layer(cfg)
   for field in ("attn_softcap", "final_softcap"):
     cap = getattr(cfg, field)
     if bad is None and cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
@@ -539,6 +546,21 @@ def _check_kv_sharing(cfg: ModelConfig) -> str | None:
     return "kv_shared_layers takes no qkv_bias, qk_norm_full, out_bias or attention_sinks here"
   if first % every or first < every:
     return f"kv_shared_layers {n}: the {first} layers before them must be whole {every}-layer periods, at least one"
+  return None
+
+
+def _check_per_layer(cfg: ModelConfig) -> str | None:
+  """Per-layer embeddings are built for Gemma 4's patterned stacks (Transformer._patterned)."""
+  p, v = cfg.per_layer_dim, cfg.per_layer_vocab
+  for field, value in (("per_layer_dim", p), ("per_layer_vocab", v)):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+      return f"{field} must be an integer >= 0, got {value!r}"
+  if not p:
+    return None
+  if v < 1:
+    return f"per_layer_dim {p} needs per_layer_vocab >= 1, got {v}"
+  if cfg.style != "llama3" or cfg.sliding_window is None or not cfg.global_every or cfg.is_mla or cfg.is_moe:
+    return "per_layer_dim needs style llama3, a sliding_window, global_every > 0, no MLA and no MoE"
   return None
 
 

@@ -15,6 +15,9 @@ With V vocab, D d_model, L layers, N heads, K kv heads, H head_dim, F d_ff, P ma
   norms per layer     = 2 * D (scales; 4 * D with norm_layout sandwich) + [gpt2] 2 * D (LayerNorm biases)
   total = V*D (token embedding) + [gpt2] P*D (positions) + [untied] D*V (unembedding)
           + L * (attention + mlp + norms) + D (final norm scale) + [gpt2] D (its bias)
+          + [Gemma 4's per-layer embeddings, width Q, vocabulary Vq] Vq*L*Q (their table)
+          + D*L*Q (the embeddings' projection) + Q (its norm) + L * (2*D*Q + D) (each layer's
+          gate, projection and norm)
 
 E.g. GPT-2 small: 124,439,808; Llama 3.1 8B: 8,030,261,248; Qwen2.5 7B: 7,615,616,512;
 Qwen3 8B: 8,190,735,360 (the published 124M, 8.03B, 7.61B and 8.2B).
@@ -98,6 +101,9 @@ def _count(cfg: ModelConfig, *, routed: int) -> int:
     layers += cfg.kv_shared_layers * _dense_mlp(cfg)
   layers += cfg.num_moe_layers * _moe(cfg, routed=routed)
   total = v * d + layers + (2 if gpt2 else 1) * d
+  if cfg.per_layer_dim:  # Gemma4TextModel.embed_tokens_per_layer, per_layer_model_projection, its norm
+    q, lq = cfg.per_layer_dim, cfg.num_layers * cfg.per_layer_dim
+    total += cfg.per_layer_vocab * lq + d * lq + q + cfg.num_layers * (2 * d * q + d)
   if gpt2:
     total += cfg.max_seq_len * d
   if not cfg.tie_embeddings:

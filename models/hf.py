@@ -648,21 +648,17 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
   (``num_global_key_value_heads``) and no v projection (values = the k projection's output), a
   scale-free RMSNorm on every layer's values, and final-logit soft-capping; KV sharing
   (``num_kv_shared_layers``: the last layers reuse the keys and values of the last earlier layer
-  of their type, with ``use_double_wide_mlp`` a twice-wide MLP; Gemma4TextConfig.kv_sharing_modes).
-  Not built, and so refused in one line: per-layer embeddings (``hidden_size_per_layer_input``),
-  the MoE block (``enable_moe_block``) and bidirectional attention over all tokens; E2B / E4B
-  have the first, 26B-A4B the second."""
+  of their type, with ``use_double_wide_mlp`` a twice-wide MLP; Gemma4TextConfig.kv_sharing_modes);
+  per-layer embeddings (``hidden_size_per_layer_input``, ``vocab_size_per_layer_input``:
+  Gemma4TextModel's embed_tokens_per_layer and per_layer_model_projection, each layer's
+  per_layer_input_gate and per_layer_projection). Not built, and so refused in one line: the MoE
+  block (``enable_moe_block``, 26B-A4B) and bidirectional attention over all tokens."""
   _check_act(f, ("hidden_activation",), _TANH_GELU, "gelu_pytorch_tanh")
   f.refuse_if_true("attention_bias", "Gemma 4's projections here have no biases")
-  ple = f.integer("hidden_size_per_layer_input", 256)  # Gemma4TextConfig's default
-  if ple:
-    raise f.error(f"hidden_size_per_layer_input {ple} is not supported: per-layer embeddings (PLE, Gemma 4 E2B/E4B) are not built here")
   f.refuse_if_true("enable_moe_block", "Gemma 4's MoE block (26B-A4B: experts beside the dense MLP) is not built here")
   if f.get("use_bidirectional_attention", None) == "all":
     raise f.error("use_bidirectional_attention 'all' is not supported: the models here are causal")
-  # Inert without the features refused above: the per-layer embeddings' vocabulary and the MoE
-  # block's sizes (null in a dense file).
-  f.integer("vocab_size_per_layer_input", 262_144)
+  # Inert without the MoE block refused above: its sizes (null in a dense file).
   for key in ("num_experts", "top_k_experts", "moe_intermediate_size", "expert_intermediate_size"):
     if f.get(key, None) is not None:
       raise f.error(f"{key} is set, but the MoE block (enable_moe_block) is not built here")
@@ -692,6 +688,9 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
     # Gemma4TextConfig.kv_sharing_modes / Gemma4TextMLP: the last num_kv_shared_layers reuse keys
     # and values; use_double_wide_mlp doubles their MLP only (inert without shared layers).
     kv_shared_layers=f.integer("num_kv_shared_layers", 0), kv_shared_double_mlp=f.flag("use_double_wide_mlp", False),
+    # Gemma4TextConfig's defaults: 256 wide, over 262,144 tokens (0 wide: no per-layer embeddings).
+    per_layer_dim=f.integer("hidden_size_per_layer_input", 256),
+    per_layer_vocab=f.integer("vocab_size_per_layer_input", 262_144),
   )
   f.check_all_read("Gemma4ForCausalLM")
   return cfg

@@ -23,7 +23,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jaxmem.errors import JaxmemError
 
-from .attention import Attention
+from .attention import Attention, HeadRMSNorm
 from .attention_ops import AttendFn
 from .cache import KVCache, LocalKVCache
 from .config import ModelConfig
@@ -33,7 +33,7 @@ from .loss import cross_entropy
 from .mla import MLACache, MLAttention
 from .mlp import make_mlp
 from .moe import ExpertsFn, MoE
-from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, NORM_SEQ, POS, SEQ, VOCAB
+from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, MLP, NORM_SEQ, POS, SEQ, VOCAB
 from .pipeline import Pipeline
 from .pipeline import run as run_pipeline
 from .rope import rope_tables, rope_tables_at
@@ -99,6 +99,26 @@ class Block(nnx.Module):
     # Gemma 4's use_double_wide_mlp: a KV-shared layer's MLP is twice as wide (Gemma4TextMLP).
     mlp_cfg = dataclasses.replace(cfg, d_ff=2 * cfg.d_ff) if kv_shared and cfg.kv_shared_double_mlp else cfg
     self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(mlp_cfg, out_init=out_init, rngs=rngs)
+    # Gemma 4's per-layer embeddings (Gemma4TextDecoderLayer: per_layer_input_gate,
+    # per_layer_projection, post_per_layer_input_norm), applied after the MLP's residual.
+    self.per_layer = bool(cfg.per_layer_dim)
+    if self.per_layer:
+      q, pdt = cfg.per_layer_dim, cfg.param_jnp_dtype
+      self.gelu = cfg.mlp_act == "gelu_tanh"
+      self.dtype = cfg.compute_jnp_dtype
+      self.ple_gate_dq = param(rngs, DEFAULT_INIT, (cfg.d_model, q), (EMBED, MLP), pdt)
+      self.ple_proj_qd = param(rngs, out_init, (q, cfg.d_model), (MLP, EMBED), pdt)
+      self.ple_norm = make_norm(cfg, rngs=rngs)
+
+  def _per_layer(self, x_btd: jax.Array, per_layer_btq: jax.Array | None, constrain: Constrain) -> jax.Array:
+    """x + norm(proj(act(gate(x)) * this layer's per-layer input)): Gemma4TextDecoderLayer.forward's
+    last residual (before its layer_scalar, a buffer of ones)."""
+    if not self.per_layer:
+      return x_btd
+    h_btq = jnp.einsum("btd,dq->btq", x_btd, self.ple_gate_dq[...].astype(self.dtype))
+    h_btq = (jax.nn.gelu(h_btq, approximate=True) if self.gelu else jax.nn.silu(h_btq)) * per_layer_btq.astype(self.dtype)
+    y_btd = jnp.einsum("btq,qd->btd", h_btq, self.ple_proj_qd[...].astype(self.dtype))
+    return x_btd + constrain(self.ple_norm(y_btd), (BATCH, NORM_SEQ, EMBED))
 
   def _pre(self, norm: str, x_btd: jax.Array) -> jax.Array:
     return x_btd if self.layout == "post" else getattr(self, norm)(x_btd)
@@ -127,10 +147,12 @@ class Block(nnx.Module):
     dropout: Dropout | None = None,
     kv: tuple[jax.Array, jax.Array] | None = None,
     return_kv: bool = False,
+    per_layer_btq: jax.Array | None = None,
   ) -> jax.Array | tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """The block in training: ``dropout`` (one layer's, :mod:`.dropout`) drops the attention
     probabilities and both sub-blocks' outputs before they join the residual stream. ``kv``:
-    a KV-shared layer's keys and values; ``return_kv``: (x, this layer's (k, v)) (Attention)."""
+    a KV-shared layer's keys and values; ``return_kv``: (x, this layer's (k, v)) (Attention).
+    ``per_layer_btq``: this layer's per-layer input (Gemma 4's per-layer embeddings)."""
     attn = self.attn(
       _gathered(self._pre("attn_norm", x_btd), constrain), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
       constrain=constrain, attend=attend, dropout=None if dropout is None else dropout.at(ATTENTION_PROBS),
@@ -140,7 +162,7 @@ class Block(nnx.Module):
     attn_btd = self._post("post_attn_norm", attn_btd)
     x_btd = constrain(x_btd + maybe(dropout, ATTENTION_OUT, attn_btd), (BATCH, NORM_SEQ, EMBED))
     x_btd = x_btd + maybe(dropout, MLP_OUT, self._ffn(x_btd, constrain, experts))
-    x_btd = constrain(x_btd, (BATCH, NORM_SEQ, EMBED))
+    x_btd = constrain(self._per_layer(x_btd, per_layer_btq, constrain), (BATCH, NORM_SEQ, EMBED))
     return (x_btd, layer_kv) if return_kv else x_btd
 
   @staticmethod
@@ -159,6 +181,7 @@ class Block(nnx.Module):
     attend: AttendFn | None = None,
     kv: tuple[jax.Array, jax.Array] | None = None,
     return_kv: bool = False,
+    per_layer_btq: jax.Array | None = None,
   ) -> tuple[jax.Array, ...]:
     """The block for tokens at pos.. against this layer's cache arrays (KV: k, v; MLA: latent,
     rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays).
@@ -171,6 +194,7 @@ class Block(nnx.Module):
     )
     x_btd = constrain(x_btd + self._post("post_attn_norm", attn_btd), (BATCH, SEQ, EMBED))
     x_btd = x_btd + self._ffn(x_btd, constrain, None)
+    x_btd = self._per_layer(x_btd, per_layer_btq, constrain)
     return (constrain(x_btd, (BATCH, SEQ, EMBED)), *layer_cache)
 
 
@@ -242,6 +266,16 @@ def layer_segments(cfg: ModelConfig) -> tuple[Segment, ...]:
   return tuple(out)
 
 
+def _segment_slices(per_layer_btlq: jax.Array | None, seg: Segment) -> jax.Array | None:
+  """A segment's per-layer inputs as scan xs: [groups, period, batch, seq, per_layer_dim]."""
+  if per_layer_btlq is None:
+    return None
+  b, t, _, q = per_layer_btlq.shape
+  period = len(seg.kinds)
+  x_btgpq = per_layer_btlq[:, :, seg.first : seg.first + seg.groups * period].reshape(b, t, seg.groups, period, q)
+  return jnp.transpose(x_btgpq, (2, 3, 0, 1, 4))
+
+
 class Transformer(nnx.Module):
   """Decoder-only language model; ``cfg.style`` selects GPT-2 or Llama 3 (see ModelConfig).
 
@@ -256,7 +290,12 @@ class Transformer(nnx.Module):
       q_norm.scale_h, k_norm.scale_h [layers, norm] with qk_norm);
     blocks.mlp: gpt2 w_in_df, b_in_f, w_out_fd, b_out_d; llama3 w_gate_df, w_up_df,
       w_down_fd [layers, embed|mlp, ...];
-    final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied.
+    final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied;
+    Gemma 4's per-layer embeddings: ple_table_vq [vocab, embed] (per_layer_vocab rows of
+      num_layers * per_layer_dim), ple_proj_dq [embed, mlp], ple_norm.scale_h [norm], and in
+      every block ple_gate_dq [layers, embed, mlp], ple_proj_qd [layers, mlp, embed],
+      ple_norm.scale_d [layers, norm]; a Gemma 4 KV-shared block's attn has no w_k_dkh, w_v_dkh
+      or k_norm.
   Mixture-of-experts models stack their first ``first_dense_layers`` layers in ``blocks`` and
   the rest in ``moe_blocks``, whose ``mlp`` is an MoE: router.w_router_de [layers, embed, exp_scores]
   (+ b_select_e [layers, exp_scores]), w_gate_edf / w_up_edf [layers, exp, embed, mlp], w_down_efd
@@ -292,6 +331,11 @@ class Transformer(nnx.Module):
         self.blocks = _block_stack(cfg, cfg.num_dense_layers, moe=False, window=window, rngs=rngs)
       if cfg.num_moe_layers:
         self.moe_blocks = _block_stack(cfg, cfg.num_moe_layers, moe=True, window=window, rngs=rngs)
+    if cfg.per_layer_dim:  # Gemma4TextModel: embed_tokens_per_layer, per_layer_model_projection, its norm
+      lq, pdt = cfg.num_layers * cfg.per_layer_dim, cfg.param_jnp_dtype
+      self.ple_table_vq = param(rngs, DEFAULT_INIT, (cfg.per_layer_vocab, lq), (VOCAB, EMBED), pdt)
+      self.ple_proj_dq = param(rngs, DEFAULT_INIT, (cfg.d_model, lq), (EMBED, MLP), pdt)
+      self.ple_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=cfg.per_layer_dim)
     self.final_norm = make_norm(cfg, rngs=rngs)
     if not cfg.tie_embeddings:
       self.unembed_dv = param(rngs, DEFAULT_INIT, (cfg.d_model, cfg.vocab_size), (EMBED, VOCAB), cfg.param_jnp_dtype)
@@ -441,7 +485,7 @@ class Transformer(nnx.Module):
         raise JaxmemError(f"model {cfg.name!r}: dropout and a stage axis are not built for layers that differ in a pattern")
       x_btd = self._patterned(
         x_btd, remat=remat, rope=(rope_sin_tk, rope_cos_tk), rope_global=rope_global, constrain=constrain,
-        attend=attend, experts=experts,
+        attend=attend, experts=experts, per_layer_btlq=self.per_layer_inputs(tokens_bt, x_btd),
       )
       return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
@@ -476,25 +520,28 @@ class Transformer(nnx.Module):
 
     return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
-  def _patterned(self, x_btd, *, remat, rope, rope_global, constrain, attend, experts) -> jax.Array:
+  def _patterned(self, x_btd, *, remat, rope, rope_global, constrain, attend, experts, per_layer_btlq=None) -> jax.Array:
     """The layers of a patterned model: per segment, one scan over its groups, each step
     running the pattern's positions in turn (each layer under its own jax.checkpoint).
     ``rope_global``: the global layers' RoPE tables (their own head_dim in Gemma 4).
 
     Gemma 4's KV sharing: the "store" segment's scan returns the keys and values of its last
     layer of each attention type, and the "reuse" segment's layers close over them, so they stay
-    live (and are saved for the backward pass) across every shared layer (Segment.kv)."""
+    live (and are saved for the backward pass) across every shared layer (Segment.kv).
+    ``per_layer_btlq``: Gemma 4's per-layer inputs (per_layer_inputs), a slice per layer riding
+    the scan beside its parameters."""
     shared: dict[int | None, tuple[jax.Array, jax.Array]] = {}  # window (None: global) -> (k, v)
     for seg, stacks in self.segment_stacks():
       split = [nnx.split(stack) for stack in stacks]
       defs = [d for d, _ in split]
 
-      def layer(carry_btd, layer_state, block_def, rope, kv, store):
+      def layer(carry_btd, xs, block_def, rope, kv, store):
+        layer_state, per_layer_btq = xs
         carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         return block(
           carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts,
-          kv=kv, return_kv=store,
+          kv=kv, return_kv=store, per_layer_btq=per_layer_btq,
         )
 
       stores = [seg.stores(p) for p in range(len(seg.kinds))]
@@ -509,20 +556,40 @@ class Transformer(nnx.Module):
         runs = [jax.checkpoint(r, policy=remat, prevent_cse=False) for r in runs]
 
       def body(carry_btd, xs, runs=runs, stores=stores):
+        states, per_layer_pbtq = xs
         stored = []
-        for run, layer_state, store in zip(runs, xs, stores, strict=True):
+        for p, (run, layer_state, store) in enumerate(zip(runs, states, stores, strict=True)):
+          layer_xs = (layer_state, None if per_layer_pbtq is None else per_layer_pbtq[p])
           if store:
-            carry_btd, kv = run(carry_btd, layer_state)
+            carry_btd, kv = run(carry_btd, layer_xs)
             stored.append(kv)
           else:
-            carry_btd = run(carry_btd, layer_state)
+            carry_btd = run(carry_btd, layer_xs)
         return carry_btd, tuple(stored)
 
-      x_btd, stored = jax.lax.scan(body, x_btd, tuple(state for _, state in split))
+      per_layer = _segment_slices(per_layer_btlq, seg)
+      x_btd, stored = jax.lax.scan(body, x_btd, (tuple(state for _, state in split), per_layer))
       windows = [window for (_, window), store in zip(seg.kinds, stores, strict=True) if store]
       for window, kv in zip(windows, stored, strict=True):  # the last group's: the layers before the shared ones
         shared[window] = jax.tree.map(lambda a: a[-1], kv)
     return x_btd
+
+  def per_layer_inputs(self, tokens_bt: jax.Array, x_btd: jax.Array, weights: WeightHook | None = None) -> jax.Array | None:
+    """Every layer's per-layer input [batch, seq, layers, per_layer_dim] (Gemma 4's per-layer
+    embeddings; None without them): Gemma4TextModel.get_per_layer_inputs (the table's rows
+    scaled by sqrt(per_layer_dim)) plus project_per_layer_inputs (the embeddings projected,
+    scaled by d_model^-1/2 and RMS-normed per layer), summed and scaled by 2^-1/2. Computed
+    before the layers and live across all of them, as there."""
+    cfg = self.cfg
+    if not cfg.per_layer_dim:
+      return None
+    b, t = tokens_bt.shape
+    lq, q, dt = (cfg.num_layers, cfg.per_layer_dim), cfg.per_layer_dim, cfg.compute_jnp_dtype
+    rows = jax.tree.map(lambda a: jnp.take(a, tokens_bt, axis=0), self.ple_table_vq.get_value())
+    rows_btq = (rows if weights is None else weights(rows)).astype(dt) * math.sqrt(q)
+    proj_btq = jnp.einsum("btd,dq->btq", x_btd, _value(self.ple_proj_dq, weights).astype(dt)) * cfg.d_model**-0.5
+    norm = _with_weights(self.ple_norm, weights)
+    return (norm(proj_btq.reshape(b, t, *lq)) + rows_btq.reshape(b, t, *lq)) * 2**-0.5
 
   def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
     """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection);
@@ -597,13 +664,14 @@ class Transformer(nnx.Module):
       rope_global = rope_tables_at(pos + jnp.arange(t), self.global_rope_dim, cfg.rope_theta)
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
+    per_layer_btlq = self.per_layer_inputs(tokens_bt, x_btd, weights)
     arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
     shared: dict = {}  # Gemma 4's KV sharing: window -> the new tokens' (k, v) of the layer shared
     for seg, stacks in self._cache_segments():
       x_btd, arrays = self._cached_segment(
         stacks, seg, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
         rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, rope_global=rope_global, constrain=constrain,
-        weights=weights, attend=attend, shared=shared,
+        weights=weights, attend=attend, shared=shared, per_layer=_segment_slices(per_layer_btlq, seg),
       )
 
     if last_only:
@@ -645,6 +713,7 @@ class Transformer(nnx.Module):
     weights: WeightHook | None,
     attend: AttendFn | None = None,
     shared: dict,
+    per_layer: jax.Array | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """Scans one segment's groups over the whole-model cache arrays ([layers, ...] each),
     returning the residual stream and the updated arrays. A layer reads and writes its slice of
@@ -677,11 +746,12 @@ class Transformer(nnx.Module):
 
     def body(carry, xs):
       x_btd, arrays = carry
-      states, g = xs
+      states, g, per_layer_pbtq = xs
       stored = []
-      for (block_def, _), layer_state, (lo, hi, base, per), (_, window), store in zip(
-        split, states, plan, kinds, stores, strict=True
+      for p, ((block_def, _), layer_state, (lo, hi, base, per), (_, window), store) in enumerate(
+        zip(split, states, plan, kinds, stores, strict=True)
       ):
+        per_layer_btq = None if per_layer_pbtq is None else per_layer_pbtq[p]
         sin_tk, cos_tk = rope_global if window is None else (rope_sin_tk, rope_cos_tk)
         if weights is not None:
           # Inside the body: one layer's weights are made usable (dequantized) per step.
@@ -691,7 +761,7 @@ class Transformer(nnx.Module):
         if seg.kv == "reuse":  # reads the shared slice, writes nothing
           (x_btd,) = block.cached(
             x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
-            constrain=constrain, attend=attend, kv=reused[window],
+            constrain=constrain, attend=attend, kv=reused[window], per_layer_btq=per_layer_btq,
           )
           continue
         # This layer's cache is read out, updated and written back whole. Writing only the new
@@ -699,7 +769,7 @@ class Transformer(nnx.Module):
         # write reach the loop carry, and TPU then copies the whole cache around the loop.
         x_btd, *layer_arrays = block.cached(
           x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
-          constrain=constrain, attend=attend, return_kv=store,
+          constrain=constrain, attend=attend, return_kv=store, per_layer_btq=per_layer_btq,
         )
         if store:
           *layer_arrays, k_btkh, v_btkh = layer_arrays
@@ -712,7 +782,7 @@ class Transformer(nnx.Module):
 
     # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
     # cache is one buffer for every step of the loop and becomes the output.
-    xs = (tuple(state for _, state in split), jnp.arange(groups, dtype=jnp.int32))
+    xs = (tuple(state for _, state in split), jnp.arange(groups, dtype=jnp.int32), per_layer)
     (x_btd, arrays), stored = jax.lax.scan(body, (x_btd, arrays), xs)
     windows = [window for (_, window), store in zip(kinds, stores, strict=True) if store]
     for window, kv in zip(windows, stored, strict=True):
