@@ -15,6 +15,7 @@ from flax import nnx
 import jaxmem
 from jaxmem.errors import JaxmemError
 from jaxmem.models import Transformer, count_params, from_config
+from jaxmem.models.model_flops import matmul_params
 
 from tests.test_hf import DATA
 
@@ -206,6 +207,12 @@ def test_e2b_e4b_count_as_transformers_and_their_model_cards(name):
   cfg = from_config(DATA / name)
   assert count_params(cfg) == MEASURED_TEXT[name]
   assert abs((count_params(cfg) + TOWERS) / PUBLISHED_TOTAL[name] - 1) < 0.01
+
+
+def test_per_layer_table_is_looked_up_not_multiplied_in_the_model_flops():
+  cfg = from_config(DATA / "gemma-4-e2b-it.json")
+  # the embedding (tied: the output head) and everything else stay; the 262,144 x 35 x 256 table goes
+  assert matmul_params(cfg) == 4_628_569_344 - 262_144 * 35 * 256
 
 
 def test_e2b_shares_kv_from_layers_13_and_14_and_caches_15_layers():
