@@ -105,10 +105,18 @@ class Attention(nnx.Module):
 
   ``global_layer``: the attention of a global (full-attention) layer, with Gemma 4's own
   geometry for those layers (``cfg.attention_geometry(None)``: kv heads, head_dim, and with
-  k_eq_v no v projection, the values being the k projection's output)."""
+  k_eq_v no v projection, the values being the k projection's output).
 
-  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, global_layer: bool = False):
+  ``kv_shared``: a Gemma 4 KV-shared layer (transformers' Gemma4TextAttention with
+  is_kv_shared_layer): q, q_norm and o only; it attends to the keys and values its caller hands
+  it (``kv``), those of the last earlier layer of its type, and has no cache of its own."""
+
+  def __init__(
+    self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, global_layer: bool = False,
+    kv_shared: bool = False,
+  ):
     k, h, self.k_eq_v = cfg.attention_geometry(None if global_layer else cfg.sliding_window)
+    self.kv_shared = kv_shared
     d, n = cfg.d_model, cfg.num_heads
     pdt = cfg.param_jnp_dtype
     self.norm_eps = cfg.norm_eps
@@ -116,8 +124,10 @@ class Attention(nnx.Module):
     self.dtype = cfg.compute_jnp_dtype
     self.use_rope = cfg.style == "llama3"
     self.w_q_dnh = param(rngs, DEFAULT_INIT, (d, n, h), (EMBED, HEADS, HEAD_DIM), pdt)
-    self.w_k_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
-    if not self.k_eq_v:
+    self.kv_heads = k
+    if not kv_shared:
+      self.w_k_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
+    if not (self.k_eq_v or kv_shared):
       self.w_v_dkh = param(rngs, DEFAULT_INIT, (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), pdt)
     self.w_o_nhd = param(rngs, out_init, (n, h, d), (HEADS, HEAD_DIM, EMBED), pdt)
     # GPT-2 has biases on all four projections; Qwen2 (cfg.qkv_bias) on q, k and v only.
@@ -135,7 +145,8 @@ class Attention(nnx.Module):
     self.qk_norm = cfg.qk_norm or cfg.qk_norm_full
     if cfg.qk_norm:
       self.q_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=h)
-      self.k_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=h)
+      if not kv_shared:
+        self.k_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=h)
     elif cfg.qk_norm_full:
       self.q_norm = FullRMSNorm(cfg, n, HEADS, rngs=rngs)
       self.k_norm = FullRMSNorm(cfg, k, KV_HEADS, rngs=rngs)
@@ -167,9 +178,16 @@ class Attention(nnx.Module):
     rope_sin_tk: jax.Array | None,
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
-  ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(q_btnh, k_btkh, v_btkh): the projections, biases, checkpoint names, RoPE, constraints."""
+  ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+    """(q_btnh, k_btkh, v_btkh): the projections, biases, checkpoint names, RoPE, constraints
+    (a KV-shared layer's k and v None: it has no projections for them)."""
     q_btnh = jnp.einsum("btd,dnh->btnh", x_btd, self._w(self.w_q_dnh))
+    if self.kv_shared:
+      q_btnh = checkpoint_name(q_btnh, QUERY_PROJ)
+      if self.qk_norm:
+        q_btnh = self.q_norm(q_btnh)
+      q_btnh = apply_rope(q_btnh, rope_sin_tk, rope_cos_tk)
+      return constrain(q_btnh, (BATCH, SEQ, HEADS, HEAD_DIM)), None, None
     k_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_k_dkh))
     # attention_k_eq_v (Gemma 4's global layers): the values are the k projection's output,
     # taken before k's norm and RoPE (transformers' Gemma4TextAttention.forward).
@@ -210,7 +228,9 @@ class Attention(nnx.Module):
     constrain: Constrain,
     attend: AttendFn | None = None,
     window: int | None = None,
-  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    kv: tuple[jax.Array, jax.Array] | None = None,
+    return_kv: bool = False,
+  ) -> tuple[jax.Array, ...]:
     """Attention for tokens at positions pos .. pos+t-1 against a KV cache of S positions.
 
     A windowed layer (``window``) keeps a ring of S = min(window, context) positions: position p
@@ -227,14 +247,31 @@ class Attention(nnx.Module):
     the new tokens over their own keys, which at ``pos = 0`` are every position they may see:
     plain causal self-attention, so a fused kernel serves it. None attends over the cache with
     einsums (decode, or prefill the way it was compiled before).
+
+    A KV-shared layer (Gemma 4) reads the cache of the layer it shares with and writes nothing:
+    it gets the new tokens' keys and values of that layer (``kv``) for prefill and returns
+    (out_btd,) only. ``return_kv`` (the layer it shares with) appends the new tokens' (k, v).
     """
-    b, t, _ = x_btd.shape
-    s = cache_k_bksh.shape[2]
-    n, k, h = self.w_q_dnh.shape[1], self.w_k_dkh.shape[1], self.w_q_dnh.shape[2]
-    g = n // k
     q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
+    if self.kv_shared:
+      k_btkh, v_btkh = kv
+    out = self._cached_attend(
+      q_btnh, k_btkh, v_btkh, cache_k_bksh, cache_v_bksh, pos=pos, constrain=constrain, attend=attend, window=window,
+    )
+    if self.kv_shared:
+      return (out[0],)
+    return (*out, k_btkh, v_btkh) if return_kv else out
+
+  def _cached_attend(self, q_btnh, k_btkh, v_btkh, cache_k_bksh, cache_v_bksh, *, pos, constrain, attend, window):
+    """cached's attention: the cache written (unless KV-shared), then prefill over the new keys
+    or decode over the cache; (out_btd, cache_k, cache_v)."""
+    b, t, n, h = q_btnh.shape
+    s, k = cache_k_bksh.shape[2], self.kv_heads
+    g = n // k
     layer = self.layer_features(window)
-    if window is not None:
+    if self.kv_shared:  # the cache holds this step's keys already: the sharing layer wrote them
+      pass
+    elif window is not None:
       cache_k_bksh, cache_v_bksh = (
         constrain(_ring_write(c, new, pos), (BATCH, KV_HEADS, None, HEAD_DIM))
         for c, new in ((cache_k_bksh, k_btkh), (cache_v_bksh, v_btkh))
@@ -295,11 +332,17 @@ class Attention(nnx.Module):
     attend: AttendFn | None = None,
     dropout: Dropout | None = None,
     window: int | None = None,
-  ) -> jax.Array:
+    kv: tuple[jax.Array, jax.Array] | None = None,
+    return_kv: bool = False,
+  ) -> jax.Array | tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """``dropout`` drops the attention probabilities: ``attend`` is then called with it (dot
     attention takes it; a train step wraps any other ``attend`` to say what it does with it).
-    ``window``: this layer's local attention window (None: global)."""
+    ``window``: this layer's local attention window (None: global). ``kv``: a KV-shared layer's
+    keys and values (those of the layer it shares with); ``return_kv`` returns (out, (k, v)),
+    for the layer whose keys and values later layers share (Gemma4TextAttention's "store")."""
     q_btnh, k_btkh, v_btkh = self.project(x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain)
+    if self.kv_shared:
+      k_btkh, v_btkh = kv
     attend = dot_attend if attend is None else attend
     layer = self.layer_features(window)
     if dropout is None:
@@ -310,4 +353,5 @@ class Attention(nnx.Module):
     # Named here, outside every attention implementation, so name-based remat policies see the
     # same "context" whichever kernel computed it.
     ctx_btnh = checkpoint_name(ctx_btnh, CONTEXT)
-    return checkpoint_name(self._output(ctx_btnh, constrain=constrain), OUT_PROJ)
+    out_btd = checkpoint_name(self._output(ctx_btnh, constrain=constrain), OUT_PROJ)
+    return (out_btd, (k_btkh, v_btkh)) if return_kv else out_btd

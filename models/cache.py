@@ -68,7 +68,7 @@ class KVCache:
 class LocalKVCache:
   """The KV cache of a model with local attention: the global layers' keys and values over the
   whole context (k_lbksh, v_lbksh: [global layers, batch, kv_heads, context, head_dim], Gemma 4's
-  with the global layers' own kv heads and head_dim) and the
+  with the global layers' own kv heads and head_dim, and without its KV-shared layers) and the
   windowed layers' over their window only (k_local, v_local: [windowed layers, batch, kv_heads,
   min(window, context), head_dim]), a ring written at position mod window (Attention.cached)."""
 
@@ -83,11 +83,12 @@ class LocalKVCache:
 
   @staticmethod
   def shapes(cfg: ModelConfig, *, batch: int, context: int) -> tuple[tuple[int, ...], ...]:
-    n_local = cfg.num_windowed_layers
+    # Gemma 4's KV-shared layers have no cache of their own (they read their source layer's).
+    n_local, n_global = cfg.num_cached_layers(True), cfg.num_cached_layers(False)
     # The global layers' kv heads and head_dim: Gemma 4's own (ModelConfig.attention_geometry);
     # with k_eq_v they still cache both keys and values (transformers' cache.update takes both).
     global_kv, global_h, _ = cfg.attention_geometry(None)
-    full = (cfg.num_layers - n_local, batch, global_kv, context, global_h)
+    full = (n_global, batch, global_kv, context, global_h)
     local = (n_local, batch, cfg.num_kv_heads, min(cfg.sliding_window or context, context), cfg.head_dim)
     return full, full, local, local
 

@@ -124,6 +124,19 @@ class ModelConfig:
   global_kv_heads: int = 0
   global_k_eq_v: bool = False
   v_norm: bool = False  # Gemma 4: RMSNorm without a scale over each v head (its v_norm, with_scale=False)
+  # Gemma 4's KV sharing (Gemma4TextConfig.num_kv_shared_layers, kv_sharing_modes): the last
+  # ``kv_shared_layers`` layers have no k/v projections, k_norm or cache of their own and attend
+  # to the keys and values of the last earlier layer of their attention type (window or global).
+  # ``kv_shared_double_mlp`` (use_double_wide_mlp): those layers' MLP is 2 * d_ff wide.
+  kv_shared_layers: int = 0
+  kv_shared_double_mlp: bool = False
+  # Gemma 4's per-layer embeddings (PLE; transformers' Gemma4TextModel, Gemma4TextDecoderLayer):
+  # a second table [per_layer_vocab, num_layers * per_layer_dim] (hidden_size_per_layer_input,
+  # vocab_size_per_layer_input) and a projection of the embeddings to the same width give every
+  # layer a per_layer_dim input, which the layer gates by its output and projects back to d_model
+  # after its MLP. 0: none.
+  per_layer_dim: int = 0
+  per_layer_vocab: int = 0
   moe_every: int = 1  # Llama 4's interleave_moe_layer_step: after the dense prefix, layer i is MoE when (i + 1) % step == 0
   # --- mixture of experts and multi-head latent attention -------------------------
   # The defaults describe a dense model with ordinary attention, so no earlier preset changes.
@@ -267,6 +280,29 @@ class ModelConfig:
   @property
   def num_windowed_layers(self) -> int:
     return sum(self.layer_window(i) is not None for i in range(self.num_layers))
+
+  @property
+  def first_kv_shared_layer(self) -> int:
+    """The first layer that reuses an earlier layer's keys and values (num_layers: none does)."""
+    return self.num_layers - self.kv_shared_layers
+
+  def layer_shares_kv(self, i: int) -> bool:
+    """Whether layer ``i`` reuses an earlier layer's keys and values (Gemma 4's "reuse" mode)."""
+    return i >= self.first_kv_shared_layer
+
+  def kv_source(self, i: int) -> int:
+    """The layer whose keys and values layer ``i`` attends to: itself, or for a KV-shared layer
+    the last layer before the shared ones with its attention type (transformers'
+    Gemma4TextConfig.kv_sharing_modes: that layer "store"s them)."""
+    if not self.layer_shares_kv(i):
+      return i
+    kind = self.layer_window(i)
+    return max(j for j in range(self.first_kv_shared_layer) if self.layer_window(j) == kind)
+
+  def num_cached_layers(self, windowed: bool) -> int:
+    """Layers of one attention type (windowed or global) with a KV cache of their own."""
+    first = self.first_kv_shared_layer
+    return sum((self.layer_window(i) is not None) == windowed for i in range(first))
 
   @property
   def num_moe_layers(self) -> int:
@@ -483,12 +519,49 @@ def _check_features(cfg: ModelConfig) -> None:
       bad = f"num_heads ({cfg.num_heads}) must be a multiple of global_kv_heads ({kv})"
     elif h % 2:
       bad = f"RoPE needs an even global_head_dim, got {h}"
+  if bad is None:
+    bad = _check_kv_sharing(cfg) or _check_per_layer(cfg)
   for field in ("attn_softcap", "final_softcap"):
     cap = getattr(cfg, field)
     if bad is None and cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
       bad = f"{field} must be a number > 0 or None, got {cap!r}"
   if bad:
     raise JaxmemError(f"model {cfg.name!r}: {bad}")
+
+
+def _check_kv_sharing(cfg: ModelConfig) -> str | None:
+  """KV sharing is built for Gemma 4's layout: a local/global pattern whose last whole period
+  before the shared layers holds the layers they reuse (E2B: 15 of 35, E4B: 24 of 42)."""
+  n = cfg.kv_shared_layers
+  if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or not 0 <= n < cfg.num_layers:
+    return f"kv_shared_layers must be an integer in [0, num_layers), got {n!r}"
+  if not isinstance(cfg.kv_shared_double_mlp, (bool, np.bool_)):
+    return f"kv_shared_double_mlp must be true or false, got {cfg.kv_shared_double_mlp!r}"
+  if not n:
+    return None
+  first, every = cfg.num_layers - n, cfg.global_every
+  if cfg.style != "llama3" or cfg.sliding_window is None or not every or cfg.is_mla or cfg.is_moe:
+    return "kv_shared_layers needs style llama3, a sliding_window, global_every > 0, no MLA and no MoE"
+  if cfg.qkv_bias or cfg.qk_norm_full or cfg.out_bias or cfg.attention_sinks:
+    return "kv_shared_layers takes no qkv_bias, qk_norm_full, out_bias or attention_sinks here"
+  if first % every or first < every:
+    return f"kv_shared_layers {n}: the {first} layers before them must be whole {every}-layer periods, at least one"
+  return None
+
+
+def _check_per_layer(cfg: ModelConfig) -> str | None:
+  """Per-layer embeddings are built for Gemma 4's patterned stacks (Transformer._patterned)."""
+  p, v = cfg.per_layer_dim, cfg.per_layer_vocab
+  for field, value in (("per_layer_dim", p), ("per_layer_vocab", v)):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+      return f"{field} must be an integer >= 0, got {value!r}"
+  if not p:
+    return None
+  if v < 1:
+    return f"per_layer_dim {p} needs per_layer_vocab >= 1, got {v}"
+  if cfg.style != "llama3" or cfg.sliding_window is None or not cfg.global_every or cfg.is_mla or cfg.is_moe:
+    return "per_layer_dim needs style llama3, a sliding_window, global_every > 0, no MLA and no MoE"
+  return None
 
 
 def _float_dtype(name: str, field: str, value: Any) -> None:

@@ -7,12 +7,17 @@ With V vocab, D d_model, L layers, N heads, K kv heads, H head_dim, F d_ff, P ma
                         + [qkv_bias] N*H + 2*K*H (q, k, v biases; Qwen2)
                         + [qk_norm] 2*H (one head_dim scale for q, one for k; Qwen3, Gemma 3)
                         + [qk_norm_full] (N+K)*H (OLMo 2) + [out_bias] D + [attention_sinks] N
-                        (Gemma 4's global layers: their own K and H, and D*K*H less with k_eq_v)
+                        (Gemma 4's global layers: their own K and H, and D*K*H less with k_eq_v;
+                        its KV-shared layers: D*N*H + N*H*D + H, no k/v projections or k_norm)
   mlp per layer       = gpt2: 2*D*F + F + D (in/out with biases)
-                        llama3: 3*D*F (gate, up, down; no biases)
+                        llama3: 3*D*F (gate, up, down; no biases; 3*D*2F in Gemma 4's KV-shared
+                        layers with use_double_wide_mlp)
   norms per layer     = 2 * D (scales; 4 * D with norm_layout sandwich) + [gpt2] 2 * D (LayerNorm biases)
   total = V*D (token embedding) + [gpt2] P*D (positions) + [untied] D*V (unembedding)
           + L * (attention + mlp + norms) + D (final norm scale) + [gpt2] D (its bias)
+          + [Gemma 4's per-layer embeddings, width Q, vocabulary Vq] Vq*L*Q (their table)
+          + D*L*Q (the embeddings' projection) + Q (its norm) + L * (2*D*Q + D) (each layer's
+          gate, projection and norm)
 
 E.g. GPT-2 small: 124,439,808; Llama 3.1 8B: 8,030,261,248; Qwen2.5 7B: 7,615,616,512;
 Qwen3 8B: 8,190,735,360 (the published 124M, 8.03B, 7.61B and 8.2B).
@@ -47,11 +52,15 @@ from __future__ import annotations
 from .config import ModelConfig
 
 
-def _attention(cfg: ModelConfig, *, window: int | None = 0) -> int:
+def _attention(cfg: ModelConfig, *, window: int | None = 0, kv_shared: bool = False) -> int:
   """One layer's attention parameters; ``window`` None is a global layer, which in Gemma 4 has
-  its own kv heads and head_dim and, with k_eq_v, no v projection (Gemma4TextAttention)."""
+  its own kv heads and head_dim and, with k_eq_v, no v projection (Gemma4TextAttention).
+  ``kv_shared``: a Gemma 4 KV-shared layer, q (and q_norm) and o only (Gemma4TextAttention
+  builds no k_proj, v_proj, k_norm for it)."""
   d, n = cfg.d_model, cfg.num_heads
   k, h, k_eq_v = cfg.attention_geometry(cfg.sliding_window if window == 0 else window)
+  if kv_shared:  # _check_kv_sharing: no biases, sinks or full-width q/k norms with it
+    return 2 * d * n * h + (h if cfg.qk_norm else 0)
   if cfg.is_mla:
     cq, c = cfg.q_lora_rank, cfg.kv_lora_rank
     hn, hr, hv = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -81,13 +90,20 @@ def _count(cfg: ModelConfig, *, routed: int) -> int:
   v, d = cfg.vocab_size, cfg.d_model
   gpt2 = cfg.style == "gpt2"
   norms = (4 if gpt2 or cfg.norm_layout == "sandwich" else 2) * d
-  if cfg.has_global_geometry:  # Gemma 4: global and windowed layers' attention differ in shape
-    attention = sum(_attention(cfg, window=cfg.layer_window(i)) for i in range(cfg.num_layers))
+  if cfg.has_global_geometry or cfg.kv_shared_layers:  # Gemma 4: layers' attention differs in shape
+    attention = sum(
+      _attention(cfg, window=cfg.layer_window(i), kv_shared=cfg.layer_shares_kv(i)) for i in range(cfg.num_layers)
+    )
   else:
     attention = cfg.num_layers * _attention(cfg)
   layers = attention + cfg.num_layers * norms + cfg.num_dense_layers * _dense_mlp(cfg)
+  if cfg.kv_shared_double_mlp:  # use_double_wide_mlp: the shared layers' MLP twice as wide
+    layers += cfg.kv_shared_layers * _dense_mlp(cfg)
   layers += cfg.num_moe_layers * _moe(cfg, routed=routed)
   total = v * d + layers + (2 if gpt2 else 1) * d
+  if cfg.per_layer_dim:  # Gemma4TextModel.embed_tokens_per_layer, per_layer_model_projection, its norm
+    q, lq = cfg.per_layer_dim, cfg.num_layers * cfg.per_layer_dim
+    total += cfg.per_layer_vocab * lq + d * lq + q + cfg.num_layers * (2 * d * q + d)
   if gpt2:
     total += cfg.max_seq_len * d
   if not cfg.tie_embeddings:

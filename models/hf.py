@@ -646,25 +646,19 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
   embeddings, local layers between global ones as ``layer_types`` lists them) with the global
   layers' own head_dim (``global_head_dim``) and, with ``attention_k_eq_v``, their own kv heads
   (``num_global_key_value_heads``) and no v projection (values = the k projection's output), a
-  scale-free RMSNorm on every layer's values, and final-logit soft-capping. Not built, and so
-  refused in one line: KV sharing (``num_kv_shared_layers``), per-layer embeddings
-  (``hidden_size_per_layer_input``), the MoE block (``enable_moe_block``) and bidirectional
-  attention over all tokens; E2B / E4B / 26B-A4B have the first three."""
+  scale-free RMSNorm on every layer's values, and final-logit soft-capping; KV sharing
+  (``num_kv_shared_layers``: the last layers reuse the keys and values of the last earlier layer
+  of their type, with ``use_double_wide_mlp`` a twice-wide MLP; Gemma4TextConfig.kv_sharing_modes);
+  per-layer embeddings (``hidden_size_per_layer_input``, ``vocab_size_per_layer_input``:
+  Gemma4TextModel's embed_tokens_per_layer and per_layer_model_projection, each layer's
+  per_layer_input_gate and per_layer_projection). Not built, and so refused in one line: the MoE
+  block (``enable_moe_block``, 26B-A4B) and bidirectional attention over all tokens."""
   _check_act(f, ("hidden_activation",), _TANH_GELU, "gelu_pytorch_tanh")
   f.refuse_if_true("attention_bias", "Gemma 4's projections here have no biases")
-  for key, what in (
-    ("num_kv_shared_layers", "KV sharing across the last layers (Gemma 4 E2B/E4B)"),
-    ("hidden_size_per_layer_input", "per-layer embeddings (PLE, Gemma 4 E2B/E4B)"),
-  ):
-    if f.integer(key, 256 if key == "hidden_size_per_layer_input" else 0):  # Gemma4TextConfig's defaults
-      raise f.error(f"{key} {f.raw[key] if key in f.raw else 256} is not supported: {what} is not built here")
   f.refuse_if_true("enable_moe_block", "Gemma 4's MoE block (26B-A4B: experts beside the dense MLP) is not built here")
   if f.get("use_bidirectional_attention", None) == "all":
     raise f.error("use_bidirectional_attention 'all' is not supported: the models here are causal")
-  # Inert without the features refused above: the per-layer embeddings' vocabulary, the MoE
-  # block's sizes (null in a dense file) and the double-wide MLP of KV-shared layers.
-  f.integer("vocab_size_per_layer_input", 262_144)
-  f.flag("use_double_wide_mlp", False)
+  # Inert without the MoE block refused above: its sizes (null in a dense file).
   for key in ("num_experts", "top_k_experts", "moe_intermediate_size", "expert_intermediate_size"):
     if f.get(key, None) is not None:
       raise f.error(f"{key} is set, but the MoE block (enable_moe_block) is not built here")
@@ -691,6 +685,12 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
     # with attention_k_eq_v (num_global_key_value_heads is ignored without it).
     global_head_dim=f.integer("global_head_dim", 512), global_kv_heads=global_kv if k_eq_v else 0,
     global_k_eq_v=k_eq_v, final_softcap=_softcap(f, "final_logit_softcapping", None),
+    # Gemma4TextConfig.kv_sharing_modes / Gemma4TextMLP: the last num_kv_shared_layers reuse keys
+    # and values; use_double_wide_mlp doubles their MLP only (inert without shared layers).
+    kv_shared_layers=f.integer("num_kv_shared_layers", 0), kv_shared_double_mlp=f.flag("use_double_wide_mlp", False),
+    # Gemma4TextConfig's defaults: 256 wide, over 262,144 tokens (0 wide: no per-layer embeddings).
+    per_layer_dim=f.integer("hidden_size_per_layer_input", 256),
+    per_layer_vocab=f.integer("vocab_size_per_layer_input", 262_144),
   )
   f.check_all_read("Gemma4ForCausalLM")
   return cfg

@@ -36,14 +36,16 @@ from .counting import count_active_params
 def matmul_params(cfg: ModelConfig) -> int:
   """Parameters a token's matrix products use: the active parameters (a MoE token uses its k
   routed experts) less those that are looked up rather than multiplied: the token embedding
-  when the output head is a matrix of its own, and GPT-2's learned positions. With tied
-  embeddings the table is the output head's matrix, counted once. Norm scales and biases stay
-  in (they are a rounding error beside the matrices)."""
+  when the output head is a matrix of its own, GPT-2's learned positions and Gemma 4's per-layer
+  embedding table (E2B: 2.35B of its 4.63B parameters; its projection is a matrix product and
+  stays). With tied embeddings the table is the output head's matrix, counted once. Norm scales
+  and biases stay in (they are a rounding error beside the matrices)."""
   n = count_active_params(cfg)
   if not cfg.tie_embeddings:
     n -= cfg.vocab_size * cfg.d_model
   if cfg.style == "gpt2":
     n -= cfg.max_seq_len * cfg.d_model
+  n -= cfg.per_layer_vocab * cfg.num_layers * cfg.per_layer_dim if cfg.per_layer_dim else 0
   return n
 
 

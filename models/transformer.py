@@ -23,7 +23,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jaxmem.errors import JaxmemError
 
-from .attention import Attention
+from .attention import Attention, HeadRMSNorm
 from .attention_ops import AttendFn
 from .cache import KVCache, LocalKVCache
 from .config import ModelConfig
@@ -33,7 +33,7 @@ from .loss import cross_entropy
 from .mla import MLACache, MLAttention
 from .mlp import make_mlp
 from .moe import ExpertsFn, MoE
-from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, NORM_SEQ, POS, SEQ, VOCAB
+from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, MLP, NORM_SEQ, POS, SEQ, VOCAB
 from .pipeline import Pipeline
 from .pipeline import run as run_pipeline
 from .rope import rope_tables, rope_tables_at
@@ -73,7 +73,9 @@ class Block(nnx.Module):
   swaps attention for multi-head latent attention (:class:`~.mla.MLAttention`).
   """
 
-  def __init__(self, cfg: ModelConfig, *, moe: bool = False, window: int | None = None, rngs: nnx.Rngs):
+  def __init__(
+    self, cfg: ModelConfig, *, moe: bool = False, window: int | None = None, kv_shared: bool = False, rngs: nnx.Rngs
+  ):
     # GPT-2 scales the init of the projections that write into the residual stream by
     # 1/sqrt(2 * num_layers) (Radford et al. 2019, section 2.3), so the stream's variance does
     # not grow with depth.
@@ -90,10 +92,33 @@ class Block(nnx.Module):
     if cfg.is_mla:
       self.attn = MLAttention(cfg, out_init=out_init, rngs=rngs)
     else:  # a global layer may have attention of its own shape (Gemma 4: ModelConfig.attention_geometry)
-      self.attn = Attention(cfg, out_init=out_init, rngs=rngs, global_layer=window is None)
+      self.attn = Attention(cfg, out_init=out_init, rngs=rngs, global_layer=window is None, kv_shared=kv_shared)
     self.is_moe = moe
     self.window = window  # this layer's local attention window (None: global)
-    self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(cfg, out_init=out_init, rngs=rngs)
+    self.kv_shared = kv_shared  # Gemma 4: attends to an earlier layer's keys and values
+    # Gemma 4's use_double_wide_mlp: a KV-shared layer's MLP is twice as wide (Gemma4TextMLP).
+    mlp_cfg = dataclasses.replace(cfg, d_ff=2 * cfg.d_ff) if kv_shared and cfg.kv_shared_double_mlp else cfg
+    self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(mlp_cfg, out_init=out_init, rngs=rngs)
+    # Gemma 4's per-layer embeddings (Gemma4TextDecoderLayer: per_layer_input_gate,
+    # per_layer_projection, post_per_layer_input_norm), applied after the MLP's residual.
+    self.per_layer = bool(cfg.per_layer_dim)
+    if self.per_layer:
+      q, pdt = cfg.per_layer_dim, cfg.param_jnp_dtype
+      self.gelu = cfg.mlp_act == "gelu_tanh"
+      self.dtype = cfg.compute_jnp_dtype
+      self.ple_gate_dq = param(rngs, DEFAULT_INIT, (cfg.d_model, q), (EMBED, MLP), pdt)
+      self.ple_proj_qd = param(rngs, out_init, (q, cfg.d_model), (MLP, EMBED), pdt)
+      self.ple_norm = make_norm(cfg, rngs=rngs)
+
+  def _per_layer(self, x_btd: jax.Array, per_layer_btq: jax.Array | None, constrain: Constrain) -> jax.Array:
+    """x + norm(proj(act(gate(x)) * this layer's per-layer input)): Gemma4TextDecoderLayer.forward's
+    last residual (before its layer_scalar, a buffer of ones)."""
+    if not self.per_layer:
+      return x_btd
+    h_btq = jnp.einsum("btd,dq->btq", x_btd, self.ple_gate_dq[...].astype(self.dtype))
+    h_btq = (jax.nn.gelu(h_btq, approximate=True) if self.gelu else jax.nn.silu(h_btq)) * per_layer_btq.astype(self.dtype)
+    y_btd = jnp.einsum("btq,qd->btd", h_btq, self.ple_proj_qd[...].astype(self.dtype))
+    return x_btd + constrain(self.ple_norm(y_btd), (BATCH, NORM_SEQ, EMBED))
 
   def _pre(self, norm: str, x_btd: jax.Array) -> jax.Array:
     return x_btd if self.layout == "post" else getattr(self, norm)(x_btd)
@@ -120,18 +145,30 @@ class Block(nnx.Module):
     attend: AttendFn | None = None,
     experts: ExpertsFn | None = None,
     dropout: Dropout | None = None,
-  ) -> jax.Array:
+    kv: tuple[jax.Array, jax.Array] | None = None,
+    return_kv: bool = False,
+    per_layer_btq: jax.Array | None = None,
+  ) -> jax.Array | tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """The block in training: ``dropout`` (one layer's, :mod:`.dropout`) drops the attention
-    probabilities and both sub-blocks' outputs before they join the residual stream."""
-    attn_btd = self.attn(
+    probabilities and both sub-blocks' outputs before they join the residual stream. ``kv``:
+    a KV-shared layer's keys and values; ``return_kv``: (x, this layer's (k, v)) (Attention).
+    ``per_layer_btq``: this layer's per-layer input (Gemma 4's per-layer embeddings)."""
+    attn = self.attn(
       _gathered(self._pre("attn_norm", x_btd), constrain), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
       constrain=constrain, attend=attend, dropout=None if dropout is None else dropout.at(ATTENTION_PROBS),
-      **self._window(),
+      **self._window(), **self._kv(kv, return_kv),
     )
+    attn_btd, layer_kv = attn if return_kv else (attn, None)
     attn_btd = self._post("post_attn_norm", attn_btd)
     x_btd = constrain(x_btd + maybe(dropout, ATTENTION_OUT, attn_btd), (BATCH, NORM_SEQ, EMBED))
     x_btd = x_btd + maybe(dropout, MLP_OUT, self._ffn(x_btd, constrain, experts))
-    return constrain(x_btd, (BATCH, NORM_SEQ, EMBED))
+    x_btd = constrain(self._per_layer(x_btd, per_layer_btq, constrain), (BATCH, NORM_SEQ, EMBED))
+    return (x_btd, layer_kv) if return_kv else x_btd
+
+  @staticmethod
+  def _kv(kv: tuple[jax.Array, jax.Array] | None, return_kv: bool) -> dict:
+    """The KV-sharing keywords for Attention, only where set (MLA takes none)."""
+    return {**({} if kv is None else {"kv": kv}), **({"return_kv": True} if return_kv else {})}
 
   def cached(
     self,
@@ -142,16 +179,22 @@ class Block(nnx.Module):
     rope_cos_tk: jax.Array | None,
     constrain: Constrain,
     attend: AttendFn | None = None,
+    kv: tuple[jax.Array, jax.Array] | None = None,
+    return_kv: bool = False,
+    per_layer_btq: jax.Array | None = None,
   ) -> tuple[jax.Array, ...]:
     """The block for tokens at pos.. against this layer's cache arrays (KV: k, v; MLA: latent,
     rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays).
-    ``attend`` serves prefill (see Transformer.cached)."""
+    ``attend`` serves prefill (see Transformer.cached). A KV-shared layer reads the cache of the
+    layer it shares with, gets that layer's new keys and values (``kv``) and returns (x_btd,);
+    ``return_kv`` appends this layer's new (k, v) (Attention.cached)."""
     attn_btd, *layer_cache = self.attn.cached(
       self._pre("attn_norm", x_btd), *layer_cache, pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-      constrain=constrain, attend=attend, **self._window(),
+      constrain=constrain, attend=attend, **self._window(), **self._kv(kv, return_kv),
     )
     x_btd = constrain(x_btd + self._post("post_attn_norm", attn_btd), (BATCH, SEQ, EMBED))
     x_btd = x_btd + self._ffn(x_btd, constrain, None)
+    x_btd = self._per_layer(x_btd, per_layer_btq, constrain)
     return (constrain(x_btd, (BATCH, SEQ, EMBED)), *layer_cache)
 
 
@@ -163,14 +206,16 @@ def _gathered(h_btd: jax.Array, constrain: Constrain) -> jax.Array:
   return constrain(constrain(h_btd, (BATCH, NORM_SEQ, EMBED)), (BATCH, SEQ, EMBED))
 
 
-def _block_stack(cfg: ModelConfig, num: int, *, moe: bool, window: int | None = None, rngs: nnx.Rngs) -> Block:
+def _block_stack(
+  cfg: ModelConfig, num: int, *, moe: bool, window: int | None = None, kv_shared: bool = False, rngs: nnx.Rngs
+) -> Block:
   """``num`` Blocks stacked: split_rngs gives each layer its own key, vmap stacks the resulting
   parameters on axis 0 and prepends "layers" to their logical axes."""
 
   @nnx.split_rngs(splits=num)
   @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: LAYERS})
   def make_blocks(rngs: nnx.Rngs) -> Block:
-    return Block(cfg, moe=moe, window=window, rngs=rngs)
+    return Block(cfg, moe=moe, window=window, kv_shared=kv_shared, rngs=rngs)
 
   return make_blocks(rngs)
 
@@ -180,11 +225,20 @@ class Segment:
   """Layers first .. first + groups * len(kinds) - 1 of a model whose layers differ in a
   repeating pattern: ``groups`` repetitions of ``kinds``, each (MoE, window) for one position of
   the pattern. Each position is one stack of ``groups`` blocks; one scan over the groups runs
-  the positions in turn, so every layer's window and MLP are fixed when it is compiled."""
+  the positions in turn, so every layer's window and MLP are fixed when it is compiled.
+
+  ``kv`` (Gemma 4's KV sharing, transformers' Gemma4TextConfig.kv_sharing_modes): "own", layers
+  with their own keys and values; "store", the one period before the shared layers, whose last
+  layer of each attention type hands its keys and values on; "reuse", the shared layers."""
 
   first: int
   groups: int
   kinds: tuple[tuple[bool, int | None], ...]
+  kv: str = "own"
+
+  def stores(self, p: int) -> bool:
+    """Whether position ``p`` is the last of its attention type in a "store" segment."""
+    return self.kv == "store" and all(w != self.kinds[p][1] for _, w in self.kinds[p + 1 :])
 
 
 def layer_segments(cfg: ModelConfig) -> tuple[Segment, ...]:
@@ -195,16 +249,31 @@ def layer_segments(cfg: ModelConfig) -> tuple[Segment, ...]:
   period = math.lcm(every or 1, cfg.moe_every if cfg.is_moe else 1)
   kind = lambda i: (cfg.layer_is_moe(i), cfg.layer_window(i))  # noqa: E731
   out = []
-  for a, b in ((0, cfg.first_dense_layers if cfg.is_moe else 0), (cfg.first_dense_layers if cfg.is_moe else 0, cfg.num_layers)):
+  dense = cfg.first_dense_layers if cfg.is_moe else 0
+  ranges = ((0, dense, "own"), (dense, cfg.num_layers, "own"))
+  if cfg.kv_shared_layers:  # whole periods before the shared layers (ModelConfig's _check_kv_sharing)
+    fs = cfg.first_kv_shared_layer
+    ranges = ((0, fs - period, "own"), (fs - period, fs, "store"), (fs, cfg.num_layers, "reuse"))
+  for a, b, kv in ranges:
     n = b - a
     if n <= 0:
       continue
     groups, rest = divmod(n, period)
     if groups:
-      out.append(Segment(a, groups, tuple(kind(i) for i in range(a, a + period))))
+      out.append(Segment(a, groups, tuple(kind(i) for i in range(a, a + period)), kv))
     if rest:
-      out.append(Segment(a + groups * period, 1, tuple(kind(i) for i in range(b - rest, b))))
+      out.append(Segment(a + groups * period, 1, tuple(kind(i) for i in range(b - rest, b)), kv))
   return tuple(out)
+
+
+def _segment_slices(per_layer_btlq: jax.Array | None, seg: Segment) -> jax.Array | None:
+  """A segment's per-layer inputs as scan xs: [groups, period, batch, seq, per_layer_dim]."""
+  if per_layer_btlq is None:
+    return None
+  b, t, _, q = per_layer_btlq.shape
+  period = len(seg.kinds)
+  x_btgpq = per_layer_btlq[:, :, seg.first : seg.first + seg.groups * period].reshape(b, t, seg.groups, period, q)
+  return jnp.transpose(x_btgpq, (2, 3, 0, 1, 4))
 
 
 class Transformer(nnx.Module):
@@ -221,7 +290,12 @@ class Transformer(nnx.Module):
       q_norm.scale_h, k_norm.scale_h [layers, norm] with qk_norm);
     blocks.mlp: gpt2 w_in_df, b_in_f, w_out_fd, b_out_d; llama3 w_gate_df, w_up_df,
       w_down_fd [layers, embed|mlp, ...];
-    final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied.
+    final_norm.scale_d (.bias_d) [norm]; unembed_dv [embed, vocab] unless tied;
+    Gemma 4's per-layer embeddings: ple_table_vq [vocab, embed] (per_layer_vocab rows of
+      num_layers * per_layer_dim), ple_proj_dq [embed, mlp], ple_norm.scale_h [norm], and in
+      every block ple_gate_dq [layers, embed, mlp], ple_proj_qd [layers, mlp, embed],
+      ple_norm.scale_d [layers, norm]; a Gemma 4 KV-shared block's attn has no w_k_dkh, w_v_dkh
+      or k_norm.
   Mixture-of-experts models stack their first ``first_dense_layers`` layers in ``blocks`` and
   the rest in ``moe_blocks``, whose ``mlp`` is an MoE: router.w_router_de [layers, embed, exp_scores]
   (+ b_select_e [layers, exp_scores]), w_gate_edf / w_up_edf [layers, exp, embed, mlp], w_down_efd
@@ -249,13 +323,19 @@ class Transformer(nnx.Module):
     if cfg.is_patterned:
       for s, seg in enumerate(layer_segments(cfg)):
         for p, (moe, window) in enumerate(seg.kinds):
-          setattr(self, f"blocks_{s}_{p}", _block_stack(cfg, seg.groups, moe=moe, window=window, rngs=rngs))
+          stack = _block_stack(cfg, seg.groups, moe=moe, window=window, kv_shared=seg.kv == "reuse", rngs=rngs)
+          setattr(self, f"blocks_{s}_{p}", stack)
     else:
       window = cfg.layer_window(0)  # every layer's, unpatterned
       if cfg.num_dense_layers:
         self.blocks = _block_stack(cfg, cfg.num_dense_layers, moe=False, window=window, rngs=rngs)
       if cfg.num_moe_layers:
         self.moe_blocks = _block_stack(cfg, cfg.num_moe_layers, moe=True, window=window, rngs=rngs)
+    if cfg.per_layer_dim:  # Gemma4TextModel: embed_tokens_per_layer, per_layer_model_projection, its norm
+      lq, pdt = cfg.num_layers * cfg.per_layer_dim, cfg.param_jnp_dtype
+      self.ple_table_vq = param(rngs, DEFAULT_INIT, (cfg.per_layer_vocab, lq), (VOCAB, EMBED), pdt)
+      self.ple_proj_dq = param(rngs, DEFAULT_INIT, (cfg.d_model, lq), (EMBED, MLP), pdt)
+      self.ple_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=cfg.per_layer_dim)
     self.final_norm = make_norm(cfg, rngs=rngs)
     if not cfg.tie_embeddings:
       self.unembed_dv = param(rngs, DEFAULT_INIT, (cfg.d_model, cfg.vocab_size), (EMBED, VOCAB), cfg.param_jnp_dtype)
@@ -405,7 +485,7 @@ class Transformer(nnx.Module):
         raise JaxmemError(f"model {cfg.name!r}: dropout and a stage axis are not built for layers that differ in a pattern")
       x_btd = self._patterned(
         x_btd, remat=remat, rope=(rope_sin_tk, rope_cos_tk), rope_global=rope_global, constrain=constrain,
-        attend=attend, experts=experts,
+        attend=attend, experts=experts, per_layer_btlq=self.per_layer_inputs(tokens_bt, x_btd),
       )
       return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
@@ -440,35 +520,76 @@ class Transformer(nnx.Module):
 
     return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
-  def _patterned(self, x_btd, *, remat, rope, rope_global, constrain, attend, experts) -> jax.Array:
+  def _patterned(self, x_btd, *, remat, rope, rope_global, constrain, attend, experts, per_layer_btlq=None) -> jax.Array:
     """The layers of a patterned model: per segment, one scan over its groups, each step
     running the pattern's positions in turn (each layer under its own jax.checkpoint).
-    ``rope_global``: the global layers' RoPE tables (their own head_dim in Gemma 4)."""
+    ``rope_global``: the global layers' RoPE tables (their own head_dim in Gemma 4).
+
+    Gemma 4's KV sharing: the "store" segment's scan returns the keys and values of its last
+    layer of each attention type, and the "reuse" segment's layers close over them, so they stay
+    live (and are saved for the backward pass) across every shared layer (Segment.kv).
+    ``per_layer_btlq``: Gemma 4's per-layer inputs (per_layer_inputs), a slice per layer riding
+    the scan beside its parameters."""
+    shared: dict[int | None, tuple[jax.Array, jax.Array]] = {}  # window (None: global) -> (k, v)
     for seg, stacks in self.segment_stacks():
       split = [nnx.split(stack) for stack in stacks]
       defs = [d for d, _ in split]
 
-      def layer(carry_btd, layer_state, block_def, rope):
+      def layer(carry_btd, xs, block_def, rope, kv, store):
+        layer_state, per_layer_btq = xs
         carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         return block(
-          carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts
+          carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts,
+          kv=kv, return_kv=store, per_layer_btq=per_layer_btq,
         )
 
+      stores = [seg.stores(p) for p in range(len(seg.kinds))]
       runs = [
-        functools.partial(layer, block_def=d, rope=rope_global if window is None else rope)
-        for d, (_, window) in zip(defs, seg.kinds, strict=True)
+        functools.partial(
+          layer, block_def=d, rope=rope_global if window is None else rope,
+          kv=shared[window] if seg.kv == "reuse" else None, store=store,
+        )
+        for d, (_, window), store in zip(defs, seg.kinds, stores, strict=True)
       ]
       if remat is not None:
         runs = [jax.checkpoint(r, policy=remat, prevent_cse=False) for r in runs]
 
-      def body(carry_btd, xs, runs=runs):
-        for run, layer_state in zip(runs, xs, strict=True):
-          carry_btd = run(carry_btd, layer_state)
-        return carry_btd, None
+      def body(carry_btd, xs, runs=runs, stores=stores):
+        states, per_layer_pbtq = xs
+        stored = []
+        for p, (run, layer_state, store) in enumerate(zip(runs, states, stores, strict=True)):
+          layer_xs = (layer_state, None if per_layer_pbtq is None else per_layer_pbtq[p])
+          if store:
+            carry_btd, kv = run(carry_btd, layer_xs)
+            stored.append(kv)
+          else:
+            carry_btd = run(carry_btd, layer_xs)
+        return carry_btd, tuple(stored)
 
-      x_btd, _ = jax.lax.scan(body, x_btd, tuple(state for _, state in split))
+      per_layer = _segment_slices(per_layer_btlq, seg)
+      x_btd, stored = jax.lax.scan(body, x_btd, (tuple(state for _, state in split), per_layer))
+      windows = [window for (_, window), store in zip(seg.kinds, stores, strict=True) if store]
+      for window, kv in zip(windows, stored, strict=True):  # the last group's: the layers before the shared ones
+        shared[window] = jax.tree.map(lambda a: a[-1], kv)
     return x_btd
+
+  def per_layer_inputs(self, tokens_bt: jax.Array, x_btd: jax.Array, weights: WeightHook | None = None) -> jax.Array | None:
+    """Every layer's per-layer input [batch, seq, layers, per_layer_dim] (Gemma 4's per-layer
+    embeddings; None without them): Gemma4TextModel.get_per_layer_inputs (the table's rows
+    scaled by sqrt(per_layer_dim)) plus project_per_layer_inputs (the embeddings projected,
+    scaled by d_model^-1/2 and RMS-normed per layer), summed and scaled by 2^-1/2. Computed
+    before the layers and live across all of them, as there."""
+    cfg = self.cfg
+    if not cfg.per_layer_dim:
+      return None
+    b, t = tokens_bt.shape
+    lq, q, dt = (cfg.num_layers, cfg.per_layer_dim), cfg.per_layer_dim, cfg.compute_jnp_dtype
+    rows = jax.tree.map(lambda a: jnp.take(a, tokens_bt, axis=0), self.ple_table_vq.get_value())
+    rows_btq = (rows if weights is None else weights(rows)).astype(dt) * math.sqrt(q)
+    proj_btq = jnp.einsum("btd,dq->btq", x_btd, _value(self.ple_proj_dq, weights).astype(dt)) * cfg.d_model**-0.5
+    norm = _with_weights(self.ple_norm, weights)
+    return (norm(proj_btq.reshape(b, t, *lq)) + rows_btq.reshape(b, t, *lq)) * 2**-0.5
 
   def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
     """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection);
@@ -543,12 +664,14 @@ class Transformer(nnx.Module):
       rope_global = rope_tables_at(pos + jnp.arange(t), self.global_rope_dim, cfg.rope_theta)
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
+    per_layer_btlq = self.per_layer_inputs(tokens_bt, x_btd, weights)
     arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
-    for first, groups, kinds, stacks in self._cache_segments():
+    shared: dict = {}  # Gemma 4's KV sharing: window -> the new tokens' (k, v) of the layer shared
+    for seg, stacks in self._cache_segments():
       x_btd, arrays = self._cached_segment(
-        stacks, first, groups, kinds, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
+        stacks, seg, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
         rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, rope_global=rope_global, constrain=constrain,
-        weights=weights, attend=attend,
+        weights=weights, attend=attend, shared=shared, per_layer=_segment_slices(per_layer_btlq, seg),
       )
 
     if last_only:
@@ -567,20 +690,17 @@ class Transformer(nnx.Module):
       logits_btv = cfg.final_softcap * jnp.tanh(logits_btv / cfg.final_softcap)
     return constrain(logits_btv, (BATCH, SEQ, VOCAB)), type(cache)(*arrays)
 
-  def _cache_segments(self) -> list[tuple[int, int, tuple[tuple[bool, int | None], ...], list[Block]]]:
-    """(first layer, groups, the pattern's (MoE, window) per position, its stacks) of every
-    segment; an unpatterned model's stacks are segments of one position."""
+  def _cache_segments(self) -> list[tuple[Segment, list[Block]]]:
+    """Every segment with its stacks; an unpatterned model's stacks are segments of one position."""
     if self.cfg.is_patterned:
-      return [(seg.first, seg.groups, seg.kinds, stacks) for seg, stacks in self.segment_stacks()]
+      return self.segment_stacks()
     window = self.cfg.layer_window(0)
-    return [(first, num, ((stack.is_moe, window),), [stack]) for stack, first, num in self.stacks()]
+    return [(Segment(first, num, ((stack.is_moe, window),)), [stack]) for stack, first, num in self.stacks()]
 
   def _cached_segment(
     self,
     stacks: list[Block],
-    first: int,
-    groups: int,
-    kinds: tuple[tuple[bool, int | None], ...],
+    seg: Segment,
     x_btd: jax.Array,
     arrays: tuple[jax.Array, ...],
     *,
@@ -592,12 +712,19 @@ class Transformer(nnx.Module):
     constrain: Constrain,
     weights: WeightHook | None,
     attend: AttendFn | None = None,
+    shared: dict,
+    per_layer: jax.Array | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """Scans one segment's groups over the whole-model cache arrays ([layers, ...] each),
     returning the residual stream and the updated arrays. A layer reads and writes its slice of
     the arrays of its kind: with a LocalKVCache, a windowed layer's of the windowed layers'
     (arrays 2, 3), a global layer's of the global layers' (0, 1), each indexed by how many layers
-    of its kind come before it; otherwise every array, indexed by the layer."""
+    of its kind come before it; otherwise every array, indexed by the layer.
+
+    Gemma 4's KV-shared layers (``seg.kv`` "reuse") read the slice of the layer they share with
+    and write none (the cache has no slices of theirs); the "store" segment's layers they share
+    with put their new tokens' keys and values in ``shared``, by window, for prefill."""
+    first, groups, kinds = seg.first, seg.groups, seg.kinds
     split = [nnx.split(stack) for stack in stacks]
     period = len(kinds)
     windowed = lambda i: self.cfg.layer_window(i) is not None  # noqa: E731
@@ -607,35 +734,57 @@ class Transformer(nnx.Module):
         plan.append((0, len(arrays), first + p, period))
         continue
       local = window is not None
+      if seg.kv == "reuse":  # the layer shared with: the same slice for every group
+        before = sum(windowed(i) == local for i in range(self.cfg.kv_source(first + p)))
+        plan.append((2, 4, before, 0) if local else (0, 2, before, 0))
+        continue
       before = sum(windowed(i) == local for i in range(first + p))
       per = sum((w is not None) == local for _, w in kinds)
       plan.append((2, 4, before, per) if local else (0, 2, before, per))
+    stores = [seg.stores(p) for p in range(period)]
+    reused = {w: shared[w] for _, w in kinds} if seg.kv == "reuse" else {}
 
     def body(carry, xs):
       x_btd, arrays = carry
-      states, g = xs
-      for (block_def, _), layer_state, (lo, hi, base, per), (_, window) in zip(split, states, plan, kinds, strict=True):
+      states, g, per_layer_pbtq = xs
+      stored = []
+      for p, ((block_def, _), layer_state, (lo, hi, base, per), (_, window), store) in enumerate(
+        zip(split, states, plan, kinds, stores, strict=True)
+      ):
+        per_layer_btq = None if per_layer_pbtq is None else per_layer_pbtq[p]
         sin_tk, cos_tk = rope_global if window is None else (rope_sin_tk, rope_cos_tk)
         if weights is not None:
           # Inside the body: one layer's weights are made usable (dequantized) per step.
           layer_state = weights(layer_state)
         block = nnx.merge(block_def, layer_state)
         i = base + g * per
+        if seg.kv == "reuse":  # reads the shared slice, writes nothing
+          (x_btd,) = block.cached(
+            x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
+            constrain=constrain, attend=attend, kv=reused[window], per_layer_btq=per_layer_btq,
+          )
+          continue
         # This layer's cache is read out, updated and written back whole. Writing only the new
         # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
         # write reach the loop carry, and TPU then copies the whole cache around the loop.
         x_btd, *layer_arrays = block.cached(
           x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
-          constrain=constrain, attend=attend,
+          constrain=constrain, attend=attend, return_kv=store, per_layer_btq=per_layer_btq,
         )
+        if store:
+          *layer_arrays, k_btkh, v_btkh = layer_arrays
+          stored.append((k_btkh, v_btkh))
         updated = tuple(
           jax.lax.dynamic_update_index_in_dim(a, u, i, 0) for a, u in zip(arrays[lo:hi], layer_arrays, strict=True)
         )
         arrays = arrays[:lo] + updated + arrays[hi:]
-      return (x_btd, arrays), None
+      return (x_btd, arrays), tuple(stored)
 
     # Carried whole (not scan xs/ys, which would need a second, output buffer), the donated
     # cache is one buffer for every step of the loop and becomes the output.
-    xs = (tuple(state for _, state in split), jnp.arange(groups, dtype=jnp.int32))
-    (x_btd, arrays), _ = jax.lax.scan(body, (x_btd, arrays), xs)
+    xs = (tuple(state for _, state in split), jnp.arange(groups, dtype=jnp.int32), per_layer)
+    (x_btd, arrays), stored = jax.lax.scan(body, (x_btd, arrays), xs)
+    windows = [window for (_, window), store in zip(kinds, stores, strict=True) if store]
+    for window, kv in zip(windows, stored, strict=True):
+      shared[window] = jax.tree.map(lambda a: a[-1], kv)
     return x_btd, arrays

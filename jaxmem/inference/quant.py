@@ -75,6 +75,10 @@ CONTRACTED_AXES: dict[str, tuple[int, ...]] = {
   "unembed_dv": (0,),
   # The embedding is gathered by row and, when tied, contracts over embed: one scale per row.
   "table_vd": (1,),
+  # Gemma 4's per-layer embeddings (models/transformer.py): the table gathered by row like the
+  # embedding (E2B's 2.35B of its 4.63B parameters), its projection and each layer's gate and
+  # projection back to d_model.
+  "ple_table_vq": (1,), "ple_proj_dq": (0,), "ple_gate_dq": (0,), "ple_proj_qd": (0,),
   # Routed experts (models/moe.py): a scale per expert and output channel.
   "w_gate_edf": (1,), "w_up_edf": (1,), "w_down_efd": (1,),
   # Multi-head latent attention (models/mla.py). W^UK contracts its latent axis in the naive
