@@ -328,3 +328,13 @@ def test_moe_train_step_compiles(compile_one):
 def test_moe_decode_step_compiles_with_int8_weights():
   (dec,) = jaxmem.infer(model=_moe(), target="cpu", phase="decode", context=256, batch=2, weights="int8")
   assert dec.error is None and dec.weight_bytes > 0
+
+
+@pytest.mark.slow  # ~60 s on two loaded cores
+@pytest.mark.needs_tpu_compiler
+def test_moe_compiles_for_tpu_through_megablox_and_ragged_dot():
+  from jaxmem.planning.sweep import compare
+
+  rows = compare(model=_moe(), remat="none", batch=8, seq=64, target="tpu:v5e-1", moe_kernel="auto,ragged_dot")
+  assert [(r.moe_kernel, r.error) for r in rows] == [("gmm", None), ("ragged_dot", None)]
+  assert all(1.0 < r.flops / r.model_flops < 2.0 for r in rows)
