@@ -39,6 +39,8 @@ from jaxmem.errors import JaxmemError
 Style = Literal["gpt2", "llama3"]
 STYLES: tuple[str, ...] = ("gpt2", "llama3")
 RouterScoring = Literal["softmax", "sigmoid"]
+# The routed experts' gated activations (ModelConfig.expert_act).
+EXPERT_ACTS = ("silu", "gelu_tanh")
 ROUTER_SCORINGS: tuple[str, ...] = ("softmax", "sigmoid")
 MoeImpl = Literal["dropless", "capacity"]
 MlpAct = Literal["silu", "gelu_tanh"]
@@ -156,6 +158,16 @@ class ModelConfig:
   expert_groups_per_token: int = 1  # ... and topk_group
   moe_impl: MoeImpl = "dropless"  # dropless (sorted tokens, ragged_dot) or capacity (GShard)
   capacity_factor: float = 1.25  # capacity impl only: slots per expert = factor x fair share
+  # The experts' gated activation: "silu" (SwiGLU: Mixtral, Qwen3-MoE, DeepSeek-V3) or "gelu_tanh"
+  # (GeGLU: Gemma 4's Gemma4TextExperts, ACT2FN[hidden_activation]).
+  expert_act: str = "silu"
+  # Gemma 4's MoE block (transformers' Gemma4TextDecoderLayer with enable_moe_block): every MoE
+  # layer keeps its dense MLP (width d_ff, normed by post_feedforward_layernorm_1) beside the
+  # experts, which take the residual through their own pre-norm (pre_feedforward_layernorm_2) and
+  # post-norm (post_feedforward_layernorm_2); the two sum before post_feedforward_layernorm. The
+  # router is Gemma4TextRouter: a scale-free RMSNorm of the residual times a learned [D] scale and
+  # 1/sqrt(D), softmax top-k renormalised, times a learned per-expert scale [E].
+  moe_beside_dense: bool = False
   # Recorded, not modelled (see ``notes``): DeepSeek-V3's multi-token-prediction modules
   # (num_nextn_predict_layers), an extra block and head per module for a training objective and
   # speculative decoding; the 671B main model, as published, leaves them out.
@@ -617,6 +629,18 @@ def _check_moe(cfg: ModelConfig) -> None:
     bad = f"moe_impl must be one of {', '.join(MOE_IMPLS)}, got {cfg.moe_impl!r}"
   elif not cfg.capacity_factor > 0:
     bad = f"capacity_factor must be > 0, got {cfg.capacity_factor!r}"
+  elif cfg.expert_act not in EXPERT_ACTS:
+    bad = f"expert_act must be one of {', '.join(EXPERT_ACTS)}, got {cfg.expert_act!r}"
+  elif not isinstance(cfg.moe_beside_dense, (bool, np.bool_)):
+    bad = f"moe_beside_dense must be true or false, got {cfg.moe_beside_dense!r}"
+  elif cfg.moe_beside_dense and (
+    cfg.norm_layout != "sandwich" or cfg.num_shared_experts or cfg.router_scoring != "softmax"
+    or not cfg.router_norm_topk or cfg.routed_scaling != 1.0 or cfg.router_bias or groups > 1
+  ):
+    bad = (
+      "moe_beside_dense (Gemma 4's MoE block) is built with norm_layout sandwich, a softmax router renormalised "
+      "over its top-k, no shared experts, routed_scaling 1, no router_bias and no expert groups"
+    )
   if bad:
     raise JaxmemError(f"model {cfg.name!r}: {bad}")
 

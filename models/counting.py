@@ -34,6 +34,9 @@ A mixture-of-experts layer (models/moe.py) replaces the MLP term, with E experts
 expert_d_ff and S shared experts:
 
   moe per layer = D*E (router) + [router_bias] E + E*3*D*Fe (routed) + 3*D*(S*Fe) (shared)
+                  + [moe_beside_dense, Gemma 4] D + E (the router's scale and per-expert scale)
+                  + 3*D*F (the dense MLP beside the experts) + 3*D (its post-norm, the experts'
+                  pre- and post-norms)
 
 and an MoE model has first_dense_layers dense layers and L - first_dense_layers MoE layers.
 Active parameters per token (:func:`count_active_params`) count k = experts_per_token routed
@@ -83,7 +86,10 @@ def _moe(cfg: ModelConfig, *, routed: int) -> int:
   """One MoE layer's parameters with ``routed`` of its routed experts counted."""
   d, e, fe = cfg.d_model, cfg.num_experts, cfg.expert_d_ff
   router = d * e + (e if cfg.router_bias else 0)
-  return router + routed * 3 * d * fe + 3 * d * cfg.num_shared_experts * fe
+  # Gemma4TextRouter's scale and per_expert_scale; Gemma4TextMLP beside Gemma4TextExperts; the
+  # decoder layer's post_feedforward_layernorm_1, pre_feedforward_layernorm_2, post_feedforward_layernorm_2.
+  beside = (d + e + _dense_mlp(cfg) + 3 * d) if cfg.moe_beside_dense else 0
+  return router + beside + routed * 3 * d * fe + 3 * d * cfg.num_shared_experts * fe
 
 
 def _count(cfg: ModelConfig, *, routed: int) -> int:

@@ -109,7 +109,7 @@ _BY_MODEL_TYPE = {
 _MOE_BASE = {"MixtralForCausalLM": "MistralForCausalLM", "Qwen3MoeForCausalLM": "Qwen3ForCausalLM"}
 _MOE_ARCHS = (
   *_MOE_BASE, "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", "GptOssForCausalLM", "Llama4ForCausalLM",
-  "Glm4MoeForCausalLM",
+  "Glm4MoeForCausalLM", "Gemma4ForCausalLM",  # Gemma 4: its enable_moe_block (26B-A4B)
 )
 _MLA_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
 # MoE training and serving knobs that change no shape: auxiliary-loss coefficients, whether the
@@ -640,6 +640,34 @@ def _gemma4_theta(f: _Fields) -> float:
   return float(theta)
 
 
+def _gemma4_moe(f: _Fields) -> dict:
+  """The ModelConfig fields of Gemma 4's MoE block (Gemma4TextConfig.enable_moe_block: every layer
+  has it; Gemma4TextRouter, Gemma4TextExperts), none without it (its sizes then must be null)."""
+  sizes = ("num_experts", "top_k_experts", "moe_intermediate_size", "expert_intermediate_size")
+  if not f.flag("enable_moe_block", False):
+    for key in sizes:  # inert without the block (null in a dense file)
+      if f.get(key, None) is not None:
+        raise f.error(f"{key} is set, but enable_moe_block is not: Gemma 4's experts come with the MoE block")
+    return {}
+  # expert_intermediate_size: an earlier release's name for moe_intermediate_size.
+  width = f.get("moe_intermediate_size", None)
+  alias = f.get("expert_intermediate_size", None)
+  if width is None:
+    width = alias
+  elif alias is not None and alias != width:
+    raise f.error(f"moe_intermediate_size {width!r} and expert_intermediate_size {alias!r} disagree")
+  for key, value in (("num_experts", f.get("num_experts", None)), ("top_k_experts", f.get("top_k_experts", None)),
+                     ("moe_intermediate_size", width)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise f.error(f"enable_moe_block needs {key} as a positive integer, got {value!r}")
+  return {
+    "num_experts": f.get("num_experts"), "experts_per_token": f.get("top_k_experts"), "expert_d_ff": width,
+    # Gemma4TextRouter: softmax over all experts, top-k renormalised (then its per-expert scale);
+    # Gemma4TextExperts: ACT2FN[hidden_activation], checked to be GELU's tanh form above.
+    "router_scoring": "softmax", "router_norm_topk": True, "expert_act": "gelu_tanh", "moe_beside_dense": True,
+  }
+
+
 def _gemma4(f: _Fields, name: str) -> ModelConfig:
   """Gemma 4's text model (transformers 5's Gemma4TextConfig defaults; Gemma4TextAttention,
   Gemma4TextDecoderLayer): Gemma 3's block (GeGLU, sandwich norms, per-head q/k RMSNorm, tied
@@ -651,17 +679,16 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
   of their type, with ``use_double_wide_mlp`` a twice-wide MLP; Gemma4TextConfig.kv_sharing_modes);
   per-layer embeddings (``hidden_size_per_layer_input``, ``vocab_size_per_layer_input``:
   Gemma4TextModel's embed_tokens_per_layer and per_layer_model_projection, each layer's
-  per_layer_input_gate and per_layer_projection). Not built, and so refused in one line: the MoE
-  block (``enable_moe_block``, 26B-A4B) and bidirectional attention over all tokens."""
+  per_layer_input_gate and per_layer_projection); the MoE block (``enable_moe_block``, 26B-A4B:
+  Gemma4TextRouter and Gemma4TextExperts of ``num_experts``, ``top_k_experts``,
+  ``moe_intermediate_size``, GeGLU like the MLP, beside every layer's dense MLP:
+  ModelConfig.moe_beside_dense). Not built, and so refused in one line: bidirectional attention
+  over all tokens."""
   _check_act(f, ("hidden_activation",), _TANH_GELU, "gelu_pytorch_tanh")
   f.refuse_if_true("attention_bias", "Gemma 4's projections here have no biases")
-  f.refuse_if_true("enable_moe_block", "Gemma 4's MoE block (26B-A4B: experts beside the dense MLP) is not built here")
   if f.get("use_bidirectional_attention", None) == "all":
     raise f.error("use_bidirectional_attention 'all' is not supported: the models here are causal")
-  # Inert without the MoE block refused above: its sizes (null in a dense file).
-  for key in ("num_experts", "top_k_experts", "moe_intermediate_size", "expert_intermediate_size"):
-    if f.get(key, None) is not None:
-      raise f.error(f"{key} is set, but the MoE block (enable_moe_block) is not built here")
+  moe = _gemma4_moe(f)
   layers = f.integer("num_hidden_layers", 30)
   listed = f.raw.get("layer_types")
   period = 6  # Gemma4TextConfig's default: five sliding layers per full one
@@ -691,6 +718,7 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
     # Gemma4TextConfig's defaults: 256 wide, over 262,144 tokens (0 wide: no per-layer embeddings).
     per_layer_dim=f.integer("hidden_size_per_layer_input", 256),
     per_layer_vocab=f.integer("vocab_size_per_layer_input", 262_144),
+    **moe,
   )
   f.check_all_read("Gemma4ForCausalLM")
   return cfg

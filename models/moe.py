@@ -117,8 +117,21 @@ class Router(nnx.Module):
       # A parameter so that it is stored, sharded and counted with the model (DeepSeek-V3's
       # checkpoint holds it); it only ranks experts, so its gradient is zero.
       self.b_select_e = param(rngs, nnx.initializers.zeros, (e,), (EXPERT_SCORES,), pdt)
+    # Gemma 4's router (transformers' Gemma4TextRouter): its input is RMS-normed without a scale
+    # of its own, then times a learned scale [D] (``scale``) and 1/sqrt(D); the chosen weights
+    # times a learned per-expert scale [E] (``per_expert_scale``). Both initialised to ones.
+    self.gemma = cfg.moe_beside_dense
+    if self.gemma:
+      self.eps = cfg.norm_eps
+      self.scale_d = param(rngs, nnx.initializers.ones, (d,), (EMBED,), pdt)
+      self.expert_scale_e = param(rngs, nnx.initializers.ones, (e,), (EXPERT_SCORES,), pdt)
 
   def logits(self, x_btd: jax.Array, *, constrain: Constrain) -> jax.Array:
+    if self.gemma:  # Gemma4TextRouter.forward: norm (no scale), * scale * hidden_size**-0.5
+      x_f = x_btd.astype(jnp.float32)
+      x_f = x_f * jax.lax.rsqrt(jnp.mean(x_f * x_f, axis=-1, keepdims=True) + self.eps)
+      x_f = x_f * self.scale_d[...].astype(jnp.float32) * x_btd.shape[-1] ** -0.5
+      x_btd = x_f.astype(self.dtype)
     # Compute-dtype inputs, float32 accumulation and output: the scores feed a top-k and a
     # softmax over up to 256 experts, where bf16 ties and rounding would change the choice.
     logits_bte = jnp.einsum(
@@ -128,11 +141,14 @@ class Router(nnx.Module):
     return checkpoint_name(constrain(logits_bte, (BATCH, SEQ, None)), ROUTER_LOGITS)
 
   def __call__(self, x_btd: jax.Array, *, constrain: Constrain) -> tuple[jax.Array, jax.Array]:
-    return select_experts(
+    weights_btk, experts_btk = select_experts(
       self.logits(x_btd, constrain=constrain), k=self.k, scoring=self.scoring, norm_topk=self.norm_topk,
       scaling=self.scaling, bias_e=self.b_select_e[...] if self.use_bias else None, groups=self.groups,
       groups_per_token=self.groups_per_token,
     )
+    if self.gemma:  # Gemma4TextRouter: top_k_weights * per_expert_scale[top_k_index], after renormalising
+      weights_btk = weights_btk * self.expert_scale_e[...].astype(jnp.float32)[experts_btk]
+    return weights_btk, experts_btk
 
 
 @jax.custom_vjp
@@ -153,8 +169,12 @@ def _permute_bwd(order_m, g_md):
 _permute.defvjp(_permute_fwd, _permute_bwd)
 
 
-def _swiglu_named(gate: jax.Array, up: jax.Array) -> jax.Array:
-  return jax.nn.silu(checkpoint_name(gate, MOE_MLPWI_0)) * checkpoint_name(up, MOE_MLPWI_1)
+def _swiglu_named(gate: jax.Array, up: jax.Array, act: str = "silu") -> jax.Array:
+  """act(gate) * up: SwiGLU, or with ``act`` "gelu_tanh" GeGLU (Gemma4TextExperts, GELU's tanh
+  form); ``ModelConfig.expert_act``."""
+  gate = checkpoint_name(gate, MOE_MLPWI_0)
+  h = jax.nn.gelu(gate, approximate=True) if act == "gelu_tanh" else jax.nn.silu(gate)
+  return h * checkpoint_name(up, MOE_MLPWI_1)
 
 
 def dropless_experts(
@@ -167,6 +187,7 @@ def dropless_experts(
   *,
   constrain: Constrain,
   matmul: GroupedMatmul = ragged_dot,
+  act: str = "silu",
 ) -> jax.Array:
   """Routed experts over tokens sorted by expert, as grouped matmuls (``matmul``:
   ``jax.lax.ragged_dot`` unless given, :mod:`.moe_kernels`).
@@ -186,7 +207,7 @@ def dropless_experts(
   x_md = _permute(jnp.repeat(x_btd.reshape(b * t, d), k, axis=0), order_m)
   gate_mf = matmul(x_md, w_gate_edf, group_sizes_e)
   up_mf = matmul(x_md, w_up_edf, group_sizes_e)
-  h_mf = _swiglu_named(gate_mf, up_mf)
+  h_mf = _swiglu_named(gate_mf, up_mf, act)
   out_md = checkpoint_name(matmul(h_mf, w_down_efd, group_sizes_e), MOE_MLPWO)
   out_nkd = _permute(out_md, jnp.argsort(order_m)).reshape(b * t, k, d)
   y_nd = jnp.einsum(
@@ -211,6 +232,7 @@ def capacity_experts(
   *,
   constrain: Constrain,
   capacity_factor: float = 1.25,
+  act: str = "silu",
 ) -> jax.Array:
   """Routed experts through GShard's dispatch and combine einsums, C slots per expert per
   sequence (each batch row is one of GShard's groups); copies past C are dropped."""
@@ -238,7 +260,7 @@ def capacity_experts(
   x_ebcd = constrain(x_ebcd, (EXPERT, BATCH, None, EMBED))
   gate_ebcf = constrain(jnp.einsum("ebcd,edf->ebcf", x_ebcd, w_gate_edf), (EXPERT, BATCH, None, MLP))
   up_ebcf = constrain(jnp.einsum("ebcd,edf->ebcf", x_ebcd, w_up_edf), (EXPERT, BATCH, None, MLP))
-  h_ebcf = _swiglu_named(gate_ebcf, up_ebcf)
+  h_ebcf = _swiglu_named(gate_ebcf, up_ebcf, act)
   out_ebcd = constrain(jnp.einsum("ebcf,efd->ebcd", h_ebcf, w_down_efd), (EXPERT, BATCH, None, EMBED))
   out_ebcd = checkpoint_name(out_ebcd, MOE_MLPWO)
   out_ebcd = constrain(out_ebcd, (None, BATCH, None, EMBED))  # back to the tokens: all-to-all
@@ -253,12 +275,14 @@ def default_experts(moe_impl: str, capacity_factor: float) -> ExpertsFn:
 
 
 class MoE(nnx.Module):
-  """Router + E routed SwiGLU experts (weights stacked on "exp") + optional shared experts."""
+  """Router + E routed SwiGLU (GeGLU with ``cfg.expert_act`` gelu_tanh) experts (weights stacked on
+  "exp") + optional shared experts."""
 
   def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs):
     d, e, f, pdt = cfg.d_model, cfg.num_experts, cfg.expert_d_ff, cfg.param_jnp_dtype
     self.dtype = cfg.compute_jnp_dtype
     self.moe_impl, self.capacity_factor = cfg.moe_impl, cfg.capacity_factor
+    self.act = cfg.expert_act
     self.router = Router(cfg, rngs=rngs)
     self.w_gate_edf = param(rngs, DEFAULT_INIT, (e, d, f), (EXPERT, EMBED, MLP), pdt)
     self.w_up_edf = param(rngs, DEFAULT_INIT, (e, d, f), (EXPERT, EMBED, MLP), pdt)
@@ -271,13 +295,24 @@ class MoE(nnx.Module):
         dataclasses.replace(cfg, d_ff=cfg.num_shared_experts * f), out_init=out_init, rngs=rngs
       )
 
-  def __call__(self, x_btd: jax.Array, *, constrain: Constrain, experts: ExpertsFn | None = None) -> jax.Array:
-    """The block's output [B, T, D]; ``experts`` replaces the routed-expert implementation."""
-    weights_btk, experts_btk = self.router(x_btd, constrain=constrain)
+  def __call__(
+    self,
+    x_btd: jax.Array,
+    *,
+    constrain: Constrain,
+    experts: ExpertsFn | None = None,
+    route_btd: jax.Array | None = None,
+  ) -> jax.Array:
+    """The block's output [B, T, D]; ``experts`` replaces the routed-expert implementation.
+    ``route_btd``: the router's input where it is not the experts' (Gemma 4 routes the residual
+    and runs the experts on its pre_feedforward_layernorm_2)."""
+    weights_btk, experts_btk = self.router(x_btd if route_btd is None else route_btd, constrain=constrain)
     run = default_experts(self.moe_impl, self.capacity_factor) if experts is None else experts
+    # The activation only where it is not SwiGLU's, so an ExpertsFn written before it still serves.
+    act = {} if self.act == "silu" else {"act": self.act}
     y_btd = run(
       x_btd, weights_btk, experts_btk, self.w_gate_edf[...].astype(self.dtype),
-      self.w_up_edf[...].astype(self.dtype), self.w_down_efd[...].astype(self.dtype), constrain=constrain,
+      self.w_up_edf[...].astype(self.dtype), self.w_down_efd[...].astype(self.dtype), constrain=constrain, **act,
     )
     y_btd = constrain(y_btd.astype(self.dtype), (BATCH, SEQ, EMBED))
     if self.has_shared:

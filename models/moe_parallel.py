@@ -35,6 +35,8 @@ whole along d_model (gathered over ``fsdp`` at its edge, as MaxText's ``mlp_no_f
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -52,12 +54,20 @@ def _exclusive_cumsum(x: jax.Array, axis: int = 0) -> jax.Array:
 
 
 def _grouped_swiglu(
-  x_md, group_sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor: str | tuple[str, ...] | None, matmul: GroupedMatmul
+  x_md,
+  group_sizes_e,
+  w_gate_edf,
+  w_up_edf,
+  w_down_efd,
+  tensor: str | tuple[str, ...] | None,
+  matmul: GroupedMatmul,
+  act: str = "silu",
 ) -> jax.Array:
-  """Every expert's SwiGLU on its contiguous rows (the grouped ``matmul``), summed over ``tensor``."""
+  """Every expert's SwiGLU (GeGLU with ``act`` gelu_tanh) on its contiguous rows (the grouped
+  ``matmul``), summed over ``tensor``."""
   gate_mf = matmul(x_md, w_gate_edf, group_sizes_e)
   up_mf = matmul(x_md, w_up_edf, group_sizes_e)
-  out_md = matmul(_swiglu_named(gate_mf, up_mf), w_down_efd, group_sizes_e)
+  out_md = matmul(_swiglu_named(gate_mf, up_mf, act), w_down_efd, group_sizes_e)
   if tensor is not None:
     out_md = jax.lax.psum(out_md, tensor)  # each device held F / tensor of the hidden width
   return checkpoint_name(out_md, MOE_MLPWO)
@@ -130,7 +140,7 @@ def sharded_dropless(
   tok = axes.spec("batch", "seq", None)
   w_in, w_out = axes.spec("experts", None, "mlp"), axes.spec("experts", "mlp", None)
 
-  def local(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd):
+  def local(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd, *, act):
     b, t, d = x_btd.shape
     k, e_loc = experts_btk.shape[-1], w_gate_edf.shape[0]
     flat_m = experts_btk.reshape(-1)
@@ -141,12 +151,13 @@ def sharded_dropless(
     def run(rows_rd, ids_r, valid_r, local_sizes_l):
       regroup = _local_regroup(ids_r, valid_r, e_loc)
       out_rd = _grouped_swiglu(
-        _permute(rows_rd, regroup), local_sizes_l.astype(jnp.int32), w_gate_edf, w_up_edf, w_down_efd, tensor, matmul
+        _permute(rows_rd, regroup), local_sizes_l.astype(jnp.int32), w_gate_edf, w_up_edf, w_down_efd, tensor, matmul,
+        act,
       )
       return _permute(out_rd, jnp.argsort(regroup))
 
     if p == 1:
-      out_md = _grouped_swiglu(x_md, sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor, matmul)
+      out_md = _grouped_swiglu(x_md, sizes_e, w_gate_edf, w_up_edf, w_down_efd, tensor, matmul, act)
     else:
       me = jax.lax.axis_index(expert)
       cap = b * t * min(e_loc, k)  # the most one source can send one destination
@@ -163,10 +174,16 @@ def sharded_dropless(
   # A Pallas kernel's output carries no varying-manual-axes type, which shard_map's check refuses
   # with abstract inputs (as for the attention kernels, attention_kernels.py): off for those.
   check = {} if matmul is ragged_dot else {"check_vma": False}
-  sharded = shard_map(local, mesh=mesh, axes=axes, in_specs=(tok, tok, tok, w_in, w_in, w_out), out_specs=tok, **check)
+  # One shard_map per expert activation (ModelConfig.expert_act), made when first asked for.
+  sharded: dict[str, ExpertsFn] = {}
 
-  def experts(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd, *, constrain):
+  def experts(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd, *, constrain, act="silu"):
     del constrain  # the shard_map's specs place every input
-    return sharded(x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd)
+    if act not in sharded:
+      sharded[act] = shard_map(
+        functools.partial(local, act=act), mesh=mesh, axes=axes, in_specs=(tok, tok, tok, w_in, w_in, w_out),
+        out_specs=tok, **check,
+      )
+    return sharded[act](x_btd, weights_btk, experts_btk, w_gate_edf, w_up_edf, w_down_efd)
 
   return experts

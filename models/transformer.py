@@ -99,6 +99,16 @@ class Block(nnx.Module):
     # Gemma 4's use_double_wide_mlp: a KV-shared layer's MLP is twice as wide (Gemma4TextMLP).
     mlp_cfg = dataclasses.replace(cfg, d_ff=2 * cfg.d_ff) if kv_shared and cfg.kv_shared_double_mlp else cfg
     self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(mlp_cfg, out_init=out_init, rngs=rngs)
+    # Gemma 4's MoE block (Gemma4TextDecoderLayer with enable_moe_block): the dense MLP stays beside
+    # the experts (``mlp``), with post_feedforward_layernorm_1 on its output (post_dense_norm),
+    # pre_feedforward_layernorm_2 on the experts' input (experts_norm) and
+    # post_feedforward_layernorm_2 on their output (post_experts_norm).
+    self.beside_dense = moe and cfg.moe_beside_dense
+    if self.beside_dense:
+      self.dense_mlp = make_mlp(mlp_cfg, out_init=out_init, rngs=rngs)
+      self.post_dense_norm = make_norm(cfg, rngs=rngs)
+      self.experts_norm = make_norm(cfg, rngs=rngs)
+      self.post_experts_norm = make_norm(cfg, rngs=rngs)
     # Gemma 4's per-layer embeddings (Gemma4TextDecoderLayer: per_layer_input_gate,
     # per_layer_projection, post_per_layer_input_norm), applied after the MLP's residual.
     self.per_layer = bool(cfg.per_layer_dim)
@@ -131,6 +141,16 @@ class Block(nnx.Module):
 
   def _ffn(self, x_btd: jax.Array, constrain: Constrain, experts: ExpertsFn | None) -> jax.Array:
     h_btd = _gathered(self._pre("mlp_norm", x_btd), constrain)
+    if self.beside_dense:
+      # Gemma4TextDecoderLayer.forward: post_feedforward_layernorm(post_feedforward_layernorm_1(mlp(
+      # pre_feedforward_layernorm(x))) + post_feedforward_layernorm_2(experts(pre_feedforward_layernorm_2(x))),
+      # the router taking x itself (the residual before any norm).
+      dense_btd = self.post_dense_norm(self.dense_mlp(h_btd, constrain=constrain))
+      routed_btd = self.mlp(
+        _gathered(self.experts_norm(x_btd), constrain), constrain=constrain, experts=experts,
+        route_btd=_gathered(x_btd, constrain),
+      )
+      return self.post_mlp_norm(dense_btd + self.post_experts_norm(routed_btd))
     if self.is_moe:
       return self._post("post_mlp_norm", self.mlp(h_btd, constrain=constrain, experts=experts))
     return self._post("post_mlp_norm", self.mlp(h_btd, constrain=constrain))

@@ -2,7 +2,8 @@
 with their own head_dim, kv heads and no v projection (attention_k_eq_v), counted, built,
 compiled and cached; KV sharing (the last layers reuse an earlier layer's keys and values: no
 k/v parameters or cache of their own); per-layer embeddings (E2B, E4B: counted exactly as
-transformers' text model); the MoE block, not built, refused in one line."""
+transformers' text model); the MoE block (26B-A4B: GeGLU experts beside every layer's dense MLP,
+Gemma4TextRouter's scales), counted, built and compiled."""
 
 import dataclasses
 import json
@@ -14,7 +15,7 @@ from flax import nnx
 
 import jaxmem
 from jaxmem.errors import JaxmemError
-from jaxmem.models import Transformer, count_params, from_config
+from jaxmem.models import Transformer, count_active_params, count_params, from_config
 from jaxmem.models.model_flops import matmul_params
 
 from tests.test_hf import DATA
@@ -33,6 +34,11 @@ MEASURED_TEXT = {"gemma-4-e2b-it.json": 4_628_569_344, "gemma-4-e4b-it.json": 7_
 # embed_audio 2,359,296), stand for E4B's too (the cards list the same encoders for both).
 PUBLISHED_TOTAL = {"gemma-4-e2b-it.json": 5.1e9, "gemma-4-e4b-it.json": 8.0e9}
 TOWERS = 167_364_608 + 304_824_608 + 1_179_648 + 2_359_296
+# google/gemma-4-26B-A4B-it model card (quoted in several public copies): "25.2B total parameters"
+# and "3.8B active", with "a ~550M parameter vision encoder" listed apart, as the 31B's: the text
+# model's count (25,233,141,760 here; with the encoder it would be 25.8B, 2.3% over) and its active
+# count (embeddings and the dense MLPs included, 8 of 128 experts: 3,822,530,560).
+PUBLISHED_26B_A4B = (25.2e9, 3.8e9)
 
 
 def _tiny(**text):
@@ -64,8 +70,9 @@ def test_tiny_builds_with_the_counted_parameters_and_k_eq_v_drops_v():
   assert with_v.attention_geometry(None) == (2, 32, False) and count_params(with_v) > count_params(cfg)
 
 
-def test_decode_matches_the_training_logits_and_the_cache_has_the_global_geometry():
-  cfg = dataclasses.replace(from_config(DATA / "tiny-gemma4.json"), sliding_window=8, param_dtype="float32", dtype="float32")
+@pytest.mark.parametrize("name", ["tiny-gemma4.json", "tiny-gemma4-moe.json"])
+def test_decode_matches_the_training_logits_and_the_cache_has_the_global_geometry(name):
+  cfg = dataclasses.replace(from_config(DATA / name), sliding_window=8, param_dtype="float32", dtype="float32")
   graph, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
   tokens = jax.random.randint(jax.random.PRNGKey(1), (1, 20), 0, cfg.vocab_size)
   full = jax.jit(lambda s, t: nnx.merge(graph, s)(t))(state, tokens)
@@ -148,7 +155,10 @@ def test_kv_shared_train_step_compiles(compile_one):
   "text, feature",
   [
     ({"num_kv_shared_layers": 4}, "whole 6-layer periods"),
-    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}, "mixture-of-experts"),
+    ({"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16}, "enable_moe_block is not"),
+    ({"enable_moe_block": True, "num_experts": 4, "moe_intermediate_size": 16}, "top_k_experts"),
+    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 16,
+      "hidden_size_per_layer_input": 8}, "no MoE"),
     ({"use_bidirectional_attention": "all"}, "causal"),
     ({"num_hidden_layers": 13, "layer_types": None}, "last layer is global"),
   ],
@@ -227,3 +237,104 @@ def test_per_layer_embeddings_train_step_compiles(compile_one):
   row = compile_one(model=_ple(num_kv_shared_layers=6), target="cpu", batch=2, seq=128, attention="dot", remat="full")
   assert row.error is None and row.temp_size_in_bytes > 0
 
+
+
+def _moe(**text):
+  raw = json.loads((DATA / "tiny-gemma4-moe.json").read_text())
+  raw["text_config"].update(text)
+  return from_config(raw)
+
+
+def test_26b_a4b_counts_as_its_model_card():
+  cfg = from_config(DATA / "gemma-4-26b-a4b-it.json")
+  assert (cfg.num_experts, cfg.experts_per_token, cfg.expert_d_ff, cfg.d_ff, cfg.num_moe_layers) == (128, 8, 704, 2112, 30)
+  assert (cfg.expert_act, cfg.moe_beside_dense, cfg.global_k_eq_v) == ("gelu_tanh", True, True)
+  total, active = PUBLISHED_26B_A4B
+  assert count_params(cfg) == 25_233_141_760 and abs(count_params(cfg) / total - 1) < 0.01
+  assert count_active_params(cfg) == 3_822_530_560 and abs(count_active_params(cfg) / active - 1) < 0.015
+
+
+def test_moe_block_builds_with_the_counted_parameters_in_transformers_layout():
+  cfg = _moe()
+  model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+  assert sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param))) == count_params(cfg)
+  block = model.blocks_0_0  # position 0 of the 6-layer pattern, 2 stacked; D 64, F 128, E 8, Fe 32
+  # Gemma4TextRouter: proj [E, D], scale [D], per_expert_scale [E]; Gemma4TextExperts: gate_up [E, 2Fe, D], down [E, D, Fe]
+  assert block.mlp.router.w_router_de.shape == (2, 64, 8) and block.mlp.router.scale_d.shape == (2, 64)
+  assert block.mlp.router.expert_scale_e.shape == (2, 8)
+  assert block.mlp.w_gate_edf.shape == block.mlp.w_up_edf.shape == (2, 8, 64, 32) and block.mlp.w_down_efd.shape == (2, 8, 32, 64)
+  assert block.dense_mlp.w_gate_df.shape == (2, 64, 128)  # Gemma4TextMLP beside the experts
+  for norm in ("post_dense_norm", "experts_norm", "post_experts_norm"):  # post_ff_1, pre_ff_2, post_ff_2
+    assert getattr(block, norm).scale_d.shape == (2, 64)
+  dense = from_config(DATA / "tiny-gemma4.json")
+  d, e, fe = 64, 8, 32
+  assert count_params(cfg) - count_params(dense) == 12 * (d * e + d + e + e * 3 * d * fe + 3 * d)
+  assert count_active_params(cfg) - count_active_params(dense) == 12 * (d * e + d + e + 2 * 3 * d * fe + 3 * d)
+
+
+def _moe_numpy_ffn(block, x):
+  """Gemma4TextDecoderLayer.forward's feed-forward half, transcribed in numpy (float32), dropless."""
+  import numpy as np
+
+  def rms(v, scale=None):
+    v = v / np.sqrt(np.mean(v * v, -1, keepdims=True) + 1e-6)
+    return v if scale is None else v * scale
+
+  def gelu(v):
+    return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
+
+  p = {k: np.asarray(v) for k, v in nnx.to_flat_state(nnx.state(block, nnx.Param))}
+  p = {".".join(map(str, k)): v for k, v in p.items()}
+  h = rms(x, p["mlp_norm.scale_d"])
+  dense = (gelu(h @ p["dense_mlp.w_gate_df"]) * (h @ p["dense_mlp.w_up_df"])) @ p["dense_mlp.w_down_fd"]
+  r = rms(x) * p["mlp.router.scale_d"] * x.shape[-1] ** -0.5
+  probs = np.exp(r @ p["mlp.router.w_router_de"])
+  probs /= probs.sum(-1, keepdims=True)
+  top = np.argsort(-probs, -1)[..., :2]
+  w = np.take_along_axis(probs, top, -1)
+  w = w / w.sum(-1, keepdims=True) * p["mlp.router.expert_scale_e"][top]
+  xe = rms(x, p["experts_norm.scale_d"])
+  routed = np.zeros_like(x)
+  for j in range(2):
+    e = top[..., j]
+    g = np.einsum("btd,btdf->btf", xe, p["mlp.w_gate_edf"][e])
+    u = np.einsum("btd,btdf->btf", xe, p["mlp.w_up_edf"][e])
+    routed += w[..., j : j + 1] * np.einsum("btf,btfd->btd", gelu(g) * u, p["mlp.w_down_efd"][e])
+  return rms(rms(dense, p["post_dense_norm.scale_d"]) + rms(routed, p["post_experts_norm.scale_d"]), p["post_mlp_norm.scale_d"])
+
+
+@pytest.mark.parametrize("impl", ["dropless", "capacity"])
+def test_moe_block_computes_as_transformers(impl):
+  import numpy as np
+  from jaxmem.models.layers import no_constraint
+
+  cfg = dataclasses.replace(_moe(), param_dtype="float32", dtype="float32", moe_impl=impl, capacity_factor=8.0)
+  model = Transformer(cfg, rngs=nnx.Rngs(0))
+  block = jax.tree.map(lambda v: v[0], model.blocks_0_0)  # layer 0 of the stack
+  for name in ("scale_d", "expert_scale_e"):  # non-trivial scales, so that each one shows
+    p = getattr(block.mlp.router, name)
+    p.set_value(p.get_value() + jax.random.uniform(jax.random.PRNGKey(len(name)), p.get_value().shape))
+  x = jax.random.normal(jax.random.PRNGKey(2), (2, 8, 64))
+  got = block._ffn(x, no_constraint, None)
+  assert np.allclose(np.asarray(got), _moe_numpy_ffn(block, np.asarray(x)), atol=2e-4)
+
+
+@pytest.mark.slow  # ~20 s on two loaded cores
+def test_moe_train_step_compiles(compile_one):
+  row = compile_one(model=_moe(), target="cpu", batch=2, seq=128, attention="dot", remat="full")
+  assert row.error is None and row.temp_size_in_bytes > 0
+
+
+def test_moe_decode_step_compiles_with_int8_weights():
+  (dec,) = jaxmem.infer(model=_moe(), target="cpu", phase="decode", context=256, batch=2, weights="int8")
+  assert dec.error is None and dec.weight_bytes > 0
+
+
+@pytest.mark.slow  # ~60 s on two loaded cores
+@pytest.mark.needs_tpu_compiler
+def test_moe_compiles_for_tpu_through_megablox_and_ragged_dot():
+  from jaxmem.planning.sweep import compare
+
+  rows = compare(model=_moe(), remat="none", batch=8, seq=64, target="tpu:v5e-1", moe_kernel="auto,ragged_dot")
+  assert [(r.moe_kernel, r.error) for r in rows] == [("gmm", None), ("ragged_dot", None)]
+  assert all(1.0 < r.flops / r.model_flops < 2.0 for r in rows)

@@ -45,7 +45,8 @@ def test_gmm_in_the_interpreter_matches_ragged_dot_forward_and_gradients():
     np.testing.assert_allclose(g, r, atol=1e-3, rtol=1e-4)
 
 
-def test_dropless_layer_through_gmm_matches_ragged_dot():
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh"])  # gelu_tanh: Gemma 4's experts
+def test_dropless_layer_through_gmm_matches_ragged_dot(act):
   b, t, d, f, e, k = 2, 8, 64, 32, 8, 2
   x = normal((b, t, d), 2)
   weights = jax.nn.softmax(normal((b, t, k), 3), axis=-1)
@@ -53,7 +54,7 @@ def test_dropless_layer_through_gmm_matches_ragged_dot():
   ws = [0.1 * normal(s, i) for i, s in enumerate([(e, d, f), (e, d, f), (e, f, d)], start=5)]
 
   def layer(matmul):
-    return lambda x, *w: dropless_experts(x, weights, experts, *w, constrain=no_constraint, matmul=matmul).sum()
+    return lambda x, *w: dropless_experts(x, weights, experts, *w, constrain=no_constraint, matmul=matmul, act=act).sum()
 
   kern = lambda a, w, s: gmm(a, w, s, interpret=True)  # noqa: E731
   np.testing.assert_allclose(layer(kern)(x, *ws), layer(ragged_dot)(x, *ws), rtol=1e-5)

@@ -5,6 +5,7 @@ residuals and remat presets over the MoE names, and `jaxmem models`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -211,13 +212,21 @@ def emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, outpu
   return jnp.where(hit.any(0)[:, None], got, output)
 
 
+# Gemma 4's MoE block (ModelConfig.moe_beside_dense): GeGLU experts, its router's scales.
+_GEMMA4_MOE = {"norm_layout": "sandwich", "moe_beside_dense": True, "expert_act": "gelu_tanh"}
+
+
 @pytest.mark.parametrize(
-    "name, axes, exchange",
-    [("tiny-moe", (("data", 2), ("expert", 4)), "ragged"), ("tiny-mla", (("expert", 2), ("tensor", 2), ("fsdp", 2)), "padded")],
+    "name, axes, exchange, fields",
+    [
+      ("tiny-moe", (("data", 2), ("expert", 4)), "ragged", {}),
+      ("tiny-mla", (("expert", 2), ("tensor", 2), ("fsdp", 2)), "padded", {}),
+      ("tiny-moe", (("expert", 2), ("tensor", 2), ("data", 2)), "padded", _GEMMA4_MOE),
+    ],
 )
-def test_sharded_dropless_matches_the_plain_experts_forward_and_gradients(name, axes, exchange, monkeypatch):
+def test_sharded_dropless_matches_the_plain_experts_forward_and_gradients(name, axes, exchange, fields, monkeypatch):
   monkeypatch.setattr(moe_parallel, "_ragged_all_to_all", emulated_ragged_all_to_all)
-  cfg = get_config(name, dtype="float32")
+  cfg = dataclasses.replace(get_config(name, dtype="float32"), **fields)
   graphdef, abstract = nnx.split(nnx.eval_shape(lambda: MoE(cfg, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param)
   params = random_params(abstract)
   mesh = Mesh(np.array(jax.devices()[:8]).reshape([n for _, n in axes]), tuple(a for a, _ in axes))
