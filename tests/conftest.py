@@ -126,3 +126,31 @@ def elide_get_tuple_elements():
     return text
 
   return convert
+
+
+@pytest.fixture(scope="session")
+def decode_matches_forward():
+  """``check(cfg, *, upto, context=32) -> cache``: ``cfg``'s model prefilled with 12 tokens
+  through its KV cache, then decoding one token at a time up to ``upto``, gives the training
+  forward pass's logits (within float32 rounding); returns the empty cache it started from, for
+  the caller's shape checks. The windows, shared layers and ring buffers are what it exercises."""
+  from flax import nnx
+  import jax.numpy as jnp
+
+  import jaxmem.models
+
+  def check(cfg, *, upto: int, context: int = 32):
+    graph, state = nnx.split(jaxmem.models.Transformer(cfg, rngs=nnx.Rngs(0)))
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (1, 20), 0, cfg.vocab_size)
+    full = jax.jit(lambda s, t: nnx.merge(graph, s)(t))(state, tokens)
+    empty = jaxmem.models.cache_class(cfg).zeros(cfg, batch=1, context=context)
+    prefill = jax.jit(lambda s, t, c: nnx.merge(graph, s).cached(t, c, pos=0, last_only=False))
+    logits, cache = prefill(state, tokens[:, :12], empty)
+    assert jnp.allclose(logits, full[:, :12], atol=1e-5)
+    decode = jax.jit(lambda s, t, c, p: nnx.merge(graph, s).cached(t, c, pos=p))
+    for t in range(12, upto):
+      logits, cache = decode(state, tokens[:, t : t + 1], cache, t)
+      assert jnp.allclose(logits[:, 0], full[:, t], atol=1e-5), t
+    return empty
+
+  return check

@@ -71,19 +71,10 @@ def test_tiny_builds_with_the_counted_parameters_and_k_eq_v_drops_v():
 
 
 @pytest.mark.parametrize("name", ["tiny-gemma4.json", "tiny-gemma4-moe.json"])
-def test_decode_matches_the_training_logits_and_the_cache_has_the_global_geometry(name):
+def test_decode_matches_the_training_logits_and_the_cache_has_the_global_geometry(name, decode_matches_forward):
   cfg = dataclasses.replace(from_config(DATA / name), sliding_window=8, param_dtype="float32", dtype="float32")
-  graph, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
-  tokens = jax.random.randint(jax.random.PRNGKey(1), (1, 20), 0, cfg.vocab_size)
-  full = jax.jit(lambda s, t: nnx.merge(graph, s)(t))(state, tokens)
-  cache = jaxmem.models.cache_class(cfg).zeros(cfg, batch=1, context=32)
+  cache = decode_matches_forward(cfg, upto=16)
   assert cache.k_lbksh.shape == (2, 1, 1, 32, 32) and cache.k_local.shape == (10, 1, 2, 8, 16)
-  logits, cache = jax.jit(lambda s, t, c: nnx.merge(graph, s).cached(t, c, pos=0, last_only=False))(state, tokens[:, :12], cache)
-  assert jnp.allclose(logits, full[:, :12], atol=1e-5)
-  decode = jax.jit(lambda s, t, c, p: nnx.merge(graph, s).cached(t, c, pos=p))
-  for t in range(12, 16):
-    logits, cache = decode(state, tokens[:, t : t + 1], cache, t)
-    assert jnp.allclose(logits[:, 0], full[:, t], atol=1e-5), t
 
 
 @pytest.mark.slow  # ~20 s on two loaded cores
@@ -122,20 +113,11 @@ def test_kv_shared_layers_have_no_kv_parameters_and_are_counted():
   assert count_params(cfg) == count_params(plain) - less + 6 * 3 * 64 * 128
 
 
-def test_kv_shared_decode_matches_the_training_logits_without_a_cache_of_their_own():
+def test_kv_shared_decode_matches_the_training_logits_without_a_cache_of_their_own(decode_matches_forward):
   cfg = dataclasses.replace(_shared(), sliding_window=8, param_dtype="float32", dtype="float32")
-  graph, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
-  tokens = jax.random.randint(jax.random.PRNGKey(1), (1, 20), 0, cfg.vocab_size)
-  full = jax.jit(lambda s, t: nnx.merge(graph, s)(t))(state, tokens)
-  cache = jaxmem.models.cache_class(cfg).zeros(cfg, batch=1, context=32)
-  assert cache.k_lbksh.shape == (1, 1, 1, 32, 32) and cache.k_local.shape == (5, 1, 2, 8, 16)  # layers 0..5 only
   # a 12-token prompt past the 8-wide window: the shared windowed layers take layer 4's new keys
-  logits, cache = jax.jit(lambda s, t, c: nnx.merge(graph, s).cached(t, c, pos=0, last_only=False))(state, tokens[:, :12], cache)
-  assert jnp.allclose(logits, full[:, :12], atol=1e-5)
-  decode = jax.jit(lambda s, t, c, p: nnx.merge(graph, s).cached(t, c, pos=p))
-  for t in range(12, 16):
-    logits, cache = decode(state, tokens[:, t : t + 1], cache, t)
-    assert jnp.allclose(logits[:, 0], full[:, t], atol=1e-5), t
+  cache = decode_matches_forward(cfg, upto=16)
+  assert cache.k_lbksh.shape == (1, 1, 1, 32, 32) and cache.k_local.shape == (5, 1, 2, 8, 16)  # layers 0..5 only
 
 
 def test_kv_shared_decode_step_compiles_with_the_smaller_cache():
