@@ -33,6 +33,8 @@ DATA = ROOT / "tests" / "data" / "hf"
 HUB_IDS = {
     "google/gemma-3-27b-it": "gemma-3-27b-it",
     "google/gemma-4-31B-it": "gemma-4-31b-it",
+    "google/gemma-4-26B-A4B-it": "gemma-4-26b-a4b-it",
+    "google/gemma-4-E4B-it": "gemma-4-e4b-it",
     "openai/gpt-oss-20b": "gpt-oss-20b",
     "meta-llama/Llama-4-Scout-17B-16E": "llama-4-scout-17b-16e",
     "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
