@@ -102,7 +102,8 @@ def machine(target: Target | None) -> tuple[Machine | None, str | None]:
                    "published for its tensor cores)")
     else:
       notes.append(f"step_time_s: matmuls timed at XLA's measured GEMM throughput for their shape "
-                   f"({profile_name(spec)}, {MATMUL_RATES_SOURCE}); roofline_step_time_s at the datasheet peak")
+                   f"({profile_name(spec)}; XLA's table as shipped in {MATMUL_RATES_SOURCE}); roofline_step_time_s at the "
+                   "datasheet peak")
     fast = Link(name="NVLink", bandwidth=peaks.link_bandwidth, base_latency_s=NCCL_BASE_LATENCY_S,
                 step_latency_s=NVLINK_STEP_LATENCY_S)
     slow = None
