@@ -717,6 +717,26 @@ class Transformer(nnx.Module):
     window = self.cfg.layer_window(0)
     return [(Segment(first, num, ((stack.is_moe, window),)), [stack]) for stack, first, num in self.stacks()]
 
+  def _cache_slices(self, seg: Segment, *, local_cache: bool, n_arrays: int) -> list[tuple[int, int, int, int]]:
+    """For each layer of ``seg``'s period, (lo, hi, base, per): it reads and writes cache arrays
+    ``lo:hi`` at index ``base + group * per`` (see :meth:`_cached_segment`)."""
+    first, kinds = seg.first, seg.kinds
+    windowed = lambda i: self.cfg.layer_window(i) is not None  # noqa: E731
+    plan = []
+    for p, (_, window) in enumerate(kinds):
+      if not local_cache:
+        plan.append((0, n_arrays, first + p, len(kinds)))
+        continue
+      local = window is not None
+      if seg.kv == "reuse":  # the layer shared with: the same slice for every group
+        before = sum(windowed(i) == local for i in range(self.cfg.kv_source(first + p)))
+        plan.append((2, 4, before, 0) if local else (0, 2, before, 0))
+        continue
+      before = sum(windowed(i) == local for i in range(first + p))
+      per = sum((w is not None) == local for _, w in kinds)
+      plan.append((2, 4, before, per) if local else (0, 2, before, per))
+    return plan
+
   def _cached_segment(
     self,
     stacks: list[Block],
@@ -744,23 +764,10 @@ class Transformer(nnx.Module):
     Gemma 4's KV-shared layers (``seg.kv`` "reuse") read the slice of the layer they share with
     and write none (the cache has no slices of theirs); the "store" segment's layers they share
     with put their new tokens' keys and values in ``shared``, by window, for prefill."""
-    first, groups, kinds = seg.first, seg.groups, seg.kinds
+    groups, kinds = seg.groups, seg.kinds
     split = [nnx.split(stack) for stack in stacks]
     period = len(kinds)
-    windowed = lambda i: self.cfg.layer_window(i) is not None  # noqa: E731
-    plan = []
-    for p, (_, window) in enumerate(kinds):
-      if not local_cache:
-        plan.append((0, len(arrays), first + p, period))
-        continue
-      local = window is not None
-      if seg.kv == "reuse":  # the layer shared with: the same slice for every group
-        before = sum(windowed(i) == local for i in range(self.cfg.kv_source(first + p)))
-        plan.append((2, 4, before, 0) if local else (0, 2, before, 0))
-        continue
-      before = sum(windowed(i) == local for i in range(first + p))
-      per = sum((w is not None) == local for _, w in kinds)
-      plan.append((2, 4, before, per) if local else (0, 2, before, per))
+    plan = self._cache_slices(seg, local_cache=local_cache, n_arrays=len(arrays))
     stores = [seg.stores(p) for p in range(period)]
     reused = {w: shared[w] for _, w in kinds} if seg.kv == "reuse" else {}
 
