@@ -97,6 +97,12 @@ def test_always_compile_asks_the_compiler_where_the_shapes_alone_refuse(capsys):
   argv = ["compare", "--model", "tiny", "--target", "tpu:v5e-1", "--batch", "8", "--seq", "128", "--remat", "none",
           "--resident", str(resident), "--no-cache", "--format", "json", "--always-compile"]
   assert main(argv) == 0 and "compiler refusal" in capsys.readouterr().out
+  # explain honours it too: the compiler's refusal, not the shapes'
+  explain = {k: v for k, v in w.items() if k != "cache"}
+  with pytest.raises(JaxmemError, match="cannot fit"):
+    jaxmem.explain(**explain)
+  with pytest.raises(JaxmemError, match="the compiler refused"):
+    jaxmem.explain(**explain, always_compile=True)
 
 
 @pytest.mark.needs_tpu_compiler

@@ -125,24 +125,24 @@ def framework_names(packages: str | Sequence[str]) -> tuple[str, ...]:
 
 def explain_function(
     fn: Callable, *args: Any, target: str | Target | None = None, top: int = 10, kinds: str | Sequence[str] | None = None,
-    framework_packages: Sequence[str] = (), notes: Sequence[str] = (), **jit_kwargs: Any,
+    framework_packages: Sequence[str] = (), notes: Sequence[str] = (), always_compile: bool = False, **jit_kwargs: Any,
 ) -> Explanation:
   """:func:`explain` for a function: compiles ``jax.jit(fn, **jit_kwargs)`` for ``args`` on
-  ``target`` with XLA's dump on and explains it."""
+  ``target`` with XLA's dump on and explains it (``always_compile``: as the workload field)."""
   _check_top(top)
   parse_kinds(kinds)  # a bad kind is an error before the compile
   return explain_lowering(
       lower_for_target(fn, *args, target=target, **jit_kwargs), function=_function_name(fn), top=top, kinds=kinds,
-      framework_packages=framework_packages, notes=notes,
+      framework_packages=framework_packages, notes=notes, always_compile=always_compile,
   )
 
 
 def explain_lowering(
     lowering: Lowering, *, function: str, top: int = 10, kinds: str | Sequence[str] | None = None,
-    framework_packages: Sequence[str] = (), notes: Sequence[str] = (),
+    framework_packages: Sequence[str] = (), notes: Sequence[str] = (), always_compile: bool = False,
 ) -> Explanation:
   """:func:`explain_function` from a traced and lowered program (``notes`` added to its own)."""
-  figures, dump, optimized = compile_with_dump(lowering, notes=notes)
+  figures, dump, optimized = compile_with_dump(lowering, notes=notes, always_compile=always_compile)
   # Everything is read from the executable here, and it is not kept (report.compiled is None):
   # the executable compiled with the dump options is released now, while the backend that made
   # it is alive, not among the interpreter's last objects at exit.
@@ -182,7 +182,7 @@ def explain_workload(
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
     r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds,
-                         framework_packages=framework_packages)
+                         framework_packages=framework_packages, always_compile=w.always_compile)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
   configuration = Configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
@@ -220,6 +220,7 @@ def explain_step(
   return explain_lowering(
       lowering, function=_function_name(fn), top=top, kinds=kinds, framework_packages=framework_packages,
       notes=step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform, host_kernel=not w.maxtext),
+      always_compile=w.always_compile,
   )
 
 
@@ -241,14 +242,17 @@ def preset_consumers(consumers: dict[str, int | None], *, params: str, optimizer
   return {k: out[k] for k in CONSUMERS}
 
 
-def compile_with_dump(lowering: Lowering, *, notes: Sequence[str] = ()) -> tuple[Figures, Dump, OptimizedHlo]:
+def compile_with_dump(
+    lowering: Lowering, *, notes: Sequence[str] = (), always_compile: bool = False,
+) -> tuple[Figures, Dump, OptimizedHlo]:
   """Compiles with XLA's text and HloProto dumps on and reads them; a refused compile (or
-  arguments alone over the target's capacity, when nothing is compiled) is a
-  :class:`JaxmemError` saying what the compiler needed."""
+  arguments alone over the target's capacity, when nothing is compiled, unless
+  ``always_compile``) is a :class:`JaxmemError` saying what the compiler needed."""
   with tempfile.TemporaryDirectory(prefix="jaxmem-explain-") as d:
     # The three backends honour these options alike (checked on jaxlib 0.10.2 and 0.12.0.1).
     outcome = lowering.figures(
-        notes=notes, compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO}
+        notes=notes, compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO},
+        always_compile=always_compile,
     )
     if isinstance(outcome, Refusal):
       need = "" if outcome.required_bytes is None else f" (needs {outcome.required_bytes:,} bytes)"

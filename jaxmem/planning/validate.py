@@ -86,7 +86,8 @@ def measure(
       p, mesh, opt, rp, attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
       context_strategy=None,
   )
-  outcome = compile_figures(program.trace(), p.target, args=program.args, lowering_context=program.lowering_context())
+  outcome = compile_figures(program.trace(), p.target, args=None if p.workload.always_compile else program.args,
+                            lowering_context=program.lowering_context())
   if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit
     raise JaxmemError(f"validate: configuration {rp.name}, {opt.name}, mesh {shd.format_mesh(mesh)} was refused: {outcome.error}")
   compiled, predicted = outcome.compiled, outcome.required_bytes
