@@ -95,23 +95,30 @@ def hlo_path(hlo_dir: Path, case: str) -> Path:
 
 def compile_case(run: Run, hlo_dir: Path) -> dict:
   """Compiles the case (its one remat policy) and keeps its optimized HLO."""
+  import jaxmem.compiler.figures as figures
   import jaxmem.compiler.report as report
+  from jaxmem.compiler.steptime import placement
 
   case = published_runs.BY_NAME[run.case]
   kept: list[str] = []
-  parse = report.parse_module
+  assigned: list[tuple] = []
+  parse, assignment = report.parse_module, figures.device_assignment
 
   def keep(text: str):  # the optimized HLO the row is read from, kept for --resimulate
     kept.append(text)
     return parse(text)
 
-  report.parse_module = keep
+  def keep_devices(compiled):  # and where its devices sit, which times its collectives on their links
+    assigned.append(assignment(compiled))
+    return assigned[-1]
+
+  report.parse_module, figures.device_assignment = keep, keep_devices
   try:
     t = time.time()
     p, row = published_runs.compile_policy(shlex.split(case.args))
     wall = time.time() - t
   finally:
-    report.parse_module = parse
+    report.parse_module, figures.device_assignment = parse, assignment
   if row.error:
     return {"case": run.case, "error": row.error}
   hlo_dir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +126,8 @@ def compile_case(run: Run, hlo_dir: Path) -> dict:
     f.write(kept[-1])
   meta = {"target": p.target.name, "slices": p.target.slices if hasattr(p.target, "slices") else 1,
           "num_devices": p.target.num_devices, "batch": row.batch, "flops": row.flops,
-          "model_flops": row.model_flops, "versions": row.versions, "compile_s": wall}
+          "model_flops": row.model_flops, "versions": row.versions, "compile_s": wall,
+          "coords": placement(assigned[-1]) if assigned else None}
   (hlo_dir / f"{run.case}.json").write_text(json.dumps(meta))
   return result(run, meta, row.step_time())
 
@@ -136,7 +144,7 @@ def resimulate(run: Run, hlo_dir: Path) -> dict:
   with gzip.open(hlo_path(hlo_dir, run.case), "rt") as f:
     costs = hlo_costs_of_module(parse_module(f.read()))
   target = get_target(meta["target"], slices=meta.get("slices") or 1)
-  walk = timeline(costs, target)
+  walk = timeline(costs, target, meta.get("coords"))
   n = meta["num_devices"]
   model = None if meta["model_flops"] is None else meta["model_flops"] * n
   step, _ = estimate(flops=meta["flops"], bytes_accessed=costs.bytes_accessed, comm_bytes=costs.comm_bytes,

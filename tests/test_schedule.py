@@ -170,6 +170,9 @@ def test_more_microbatches_under_fsdp_gather_more_and_take_longer(fsdp_rows):
     assert r.step_time_s >= r.roofline_step_time_s > 0
     assert 0 < r.exposed_comm_time_s <= r.step_time_s
     assert sum((r.compute_bound_share, r.memory_bound_share, r.comm_bound_share)) == pytest.approx(1.0)
+    # The compiled program's device assignment places its devices on the slice's chips (2x2, no
+    # wraparound), so its collectives are timed over the links their groups drive.
+    assert not any("chip coordinates are not known" in n for n in r.notes)
   # Each microbatch gathers every layer's weights again: more bytes sent, a longer simulated step.
   assert two.comm_all_gather_bytes > one.comm_all_gather_bytes
   assert two.step_time_s > one.step_time_s
@@ -239,3 +242,30 @@ def test_a_gpu_target_names_its_machine_types_network_and_crossing_collectives_a
     get_target("gpu:h100x16@a3-ultra")
   with pytest.raises(JaxmemError, match="unknown GPU system 'dgx2'"):
     get_target("gpu:h100x16@dgx2")
+
+
+def _torus_machine(dims, wrap, coords):
+  from jaxmem.hlo.schedule import Torus
+
+  return _machine(fast=Link(name="ICI", bandwidth=6e9), torus=Torus(dims=dims, wrap=wrap, link_bandwidth=1e9,
+                                                                    coords=coords))
+
+
+def test_a_collective_in_a_slice_is_timed_over_the_links_its_group_drives():
+  """The SYNC all-gather over 4 devices: on a closed ring (one axis of 4 with wraparound) both
+  directions of its links, on the same axis without wraparound one, on a 2x2 plane one link an
+  axis; each below the chip's six links together (what the walk falls back to without a torus)."""
+  line = tuple((i, 0, 0) for i in range(4))
+  plane = ((0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0))
+  ring = _torus_machine((4, 1, 1), (True, False, False), line)
+  assert ring.torus.links([0, 1, 2, 3]) == 2 and ring.torus.links([0, 1]) == 1  # half the axis: a line
+  open_line = _torus_machine((4, 1, 1), (False, False, False), line)
+  square = _torus_machine((2, 2, 1), (False, False, False), plane)
+  assert square.torus.links([0, 1, 2, 3]) == 2 and square.torus.links([0, 1]) == 1
+  costs = hlo_costs(SYNC)
+  times = {name: simulate(costs, m).comm_time_s for name, m in
+           (("ring", ring), ("line", open_line), ("square", square), ("chip", _machine(fast=Link(name="ICI", bandwidth=6e9))))}
+  sent = next(o for o in costs.ops if o.name == "ag").comm_bytes
+  assert times["line"] == pytest.approx(sent / 1e9, rel=1e-6)
+  assert times["ring"] == pytest.approx(sent / 2e9, rel=1e-6) == times["square"]
+  assert times["chip"] < times["ring"] < times["line"]

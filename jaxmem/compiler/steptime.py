@@ -36,14 +36,16 @@ in a node); across slices or hosts the path is slower and the peaks' note says s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 from jaxmem.hardware.gpu import GPU_SPECS, GPU_SYSTEMS
 from jaxmem.hardware.matmul_rates import SOURCE as MATMUL_RATES_SOURCE
 from jaxmem.hardware.matmul_rates import profile_name, rate_function
 from jaxmem.hardware.targets import Attached, Gpu, Target, Tpu, target_peaks
-from jaxmem.hardware.tpu import TPU_GENERATIONS
+from jaxmem.hardware.tpu import TPU_GENERATIONS, slice_shape, slice_wrap
 from jaxmem.hlo.ops import HloCosts, MatrixTile
-from jaxmem.hlo.schedule import Link, Machine, Timeline, simulate
+from jaxmem.hlo.schedule import Link, Machine, Timeline, Torus, simulate
 from jaxmem.records import Record, StepTime
 from jaxmem.units import seconds
 
@@ -69,9 +71,11 @@ MXU_ROWS = 8
 
 
 
-def machine(target: Target | None) -> tuple[Machine | None, str | None]:
+def machine(target: Target | None, coords: Sequence[Sequence[int]] | None = None) -> tuple[Machine | None, str | None]:
   """``target``'s rates as the schedule walk (:func:`jaxmem.hlo.schedule.simulate`) times ops, or
-  ``None`` and why not. Attached devices are timed as the catalogued part of their ``device_kind``."""
+  ``None`` and why not. Attached devices are timed as the catalogued part of their ``device_kind``.
+  ``coords``: the chip coordinates of the program's devices in its device assignment's order
+  (:func:`placement`), which time a TPU slice's collectives over the links they drive."""
   peaks, why = target_peaks(target)
   if peaks is None:
     return None, why
@@ -92,6 +96,10 @@ def machine(target: Target | None) -> tuple[Machine | None, str | None]:
       slow = Link(name="DCN", bandwidth=dcn)
       notes.append("step_time_s: no latency is published for DCN; collectives across slices are timed by bandwidth alone")
     per_unit = target.num_devices // max(1, kind.slices)
+    torus = _torus(gen, kind, coords, per_unit)
+    if torus is None:
+      notes.append("step_time_s: the devices' chip coordinates are not known; collectives in a slice are timed at "
+                   "the chip's whole ICI bandwidth, every link at once (a lower bound)")
   elif isinstance(kind, Gpu):
     spec = GPU_SPECS[kind.part]
     tile = None
@@ -120,7 +128,37 @@ def machine(target: Target | None) -> tuple[Machine | None, str | None]:
   else:
     return None, f"target {target.name}: no catalogued part to time its ops on"
   return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
-                 matmul_rate=rate, fast=fast, slow=slow, devices_per_unit=per_unit, notes=tuple(notes)), None
+                 matmul_rate=rate, fast=fast, slow=slow, devices_per_unit=per_unit,
+                 torus=torus if isinstance(kind, Tpu) else None, notes=tuple(notes)), None
+
+
+def _torus(gen, kind: Tpu, coords: Sequence[Sequence[int]] | None, per_slice: int) -> Torus | None:
+  """The slice's links (:class:`jaxmem.hlo.schedule.Torus`) where ``coords`` place each of its
+  devices on its chip grid, else ``None``. A link's one-way rate is the chip's bidirectional ICI
+  over both directions of its links: six on a 3-D grid, four on a 2-D one (the Cloud figure
+  counts them all: v5p's 1200 GBps is six links of 100 GB/s each way, How to Scale Your Model's
+  table), shared by the chip's devices."""
+  if coords is None or gen.ici_bandwidth_per_chip is None:
+    return None
+  shape = slice_shape(gen, kind.size)
+  dims = tuple(int(d) for d in shape.split("x"))
+  coords = tuple(tuple(int(c) for c in xyz)[:len(dims)] for xyz in coords)
+  if len(coords) < per_slice or any(len(c) != len(dims) for c in coords):
+    return None
+  link = gen.ici_bandwidth_per_chip / 2 / (2 * len(dims)) / gen.devices_per_chip
+  return Torus(dims=dims, wrap=slice_wrap(shape), link_bandwidth=link, coords=coords)
+
+
+def placement(devices: Sequence[Any]) -> tuple[tuple[int, ...], ...] | None:
+  """The chip coordinates of ``devices`` (a compiled program's device assignment, partition
+  order), or ``None`` where a device has none (GPUs, CPUs)."""
+  out = []
+  for d in devices:
+    xyz = getattr(d, "coords", None)
+    if xyz is None:
+      return None
+    out.append(tuple(int(c) for c in xyz))
+  return tuple(out) or None
 
 
 def _catalogued(device_kind: str) -> Tpu | Gpu | None:
@@ -151,10 +189,12 @@ class Work(Record):
   note: str | None = None
 
 
-def timeline(costs: HloCosts | None, target: Target | None) -> Timeline | None:
+def timeline(costs: HloCosts | None, target: Target | None,
+             coords: Sequence[Sequence[int]] | None = None) -> Timeline | None:
   """The compiled schedule of ``costs`` walked on ``target`` (:func:`jaxmem.hlo.schedule.simulate`);
-  ``None`` without a parsed module or the target's figures."""
-  rates, _ = machine(target)
+  ``None`` without a parsed module or the target's figures. ``coords``: where the program's
+  devices sit (:func:`placement`)."""
+  rates, _ = machine(target, coords)
   if costs is None or costs.module is None or rates is None:
     return None
   walk = simulate(costs, rates)

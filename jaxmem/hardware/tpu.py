@@ -226,15 +226,22 @@ def _tpu_topology_kwargs(gen: TpuGeneration, shape: str) -> dict:
   if _product(shape) == 1:
     # The default host is 2x2x1 chips and libtpu refuses a topology smaller than one host.
     kwargs["chips_per_host_bounds"] = (1, 1, 1)
-  # Wraparound links (a torus) exist on full cubes of 3-D slices (every side a multiple of 4) and
-  # along the 16-chip sides of 2-D pods, as on Cloud; they change collective algorithms, so set them
-  # as the real slice has them.
-  if len(dims) == 3:
-    wrap = all(d % 4 == 0 for d in dims)
-    kwargs["wrap"] = (wrap, wrap, wrap)
-  else:
-    kwargs["wrap"] = (dims[0] == 16, dims[1] == 16, False)
+  # Wraparound links change collective algorithms, so the compile gets them as the real slice has them.
+  wrap = slice_wrap(shape)
+  kwargs["wrap"] = wrap if len(wrap) == 3 else (*wrap, False)
   return kwargs
+
+
+def slice_wrap(shape: str) -> tuple[bool, ...]:
+  """Which axes of a slice of chip grid ``shape`` ("4x4x8", "16x16") have wraparound links, as on
+  Cloud: every axis of a 3-D slice that is whole cubes (every side a multiple of 4: the optical
+  switches close the torus), the 16-chip sides of a 2-D pod; none on smaller slices ("Smaller
+  topologies (e.g. 2x2x1, 2x2x2) can also be requested, albeit with no wraparounds", How to Scale
+  Your Model, Part 2 "TPUs")."""
+  dims = [int(d) for d in shape.split("x")]
+  if len(dims) == 3:
+    return (all(d % 4 == 0 for d in dims),) * 3
+  return tuple(d == 16 for d in dims)
 
 
 

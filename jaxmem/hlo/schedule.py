@@ -14,13 +14,21 @@ links:
   achieved rate (never above the peak); elsewhere (TPU, whose per-shape rates are not published)
   the peak, each matmul's rows, contracted size and columns rounded up to the matrix unit's tile
   where the machine has one. Vector
-  work (elementwise ops, reductions, the insides of kernels) is timed by its HBM traffic only:
-  no datasheet of the parts jaxmem knows gives a vector unit's rate, so it is not modelled;
+  work (elementwise ops, reductions, the insides of kernels) is timed by its HBM traffic only: a
+  vector unit's rate is published for TPU v5p alone ("roughly 7e12 FLOPs / second per core", How
+  to Scale Your Model, Part 1), and at it the elementwise and reduction FLOPs of MaxText's 32B
+  step on v5p-128 come to 2% of the step and set no fusion's time (each stays bound by its HBM
+  traffic or its matmuls), so it is not modelled;
 - a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
   sends: :mod:`jaxmem.hlo.comms`), and the link carries one transfer at a time (a second waits
-  for the first); the latency is ``base + steps x step`` with the ring's steps (all-reduce
-  2(g-1), all-gather, reduce-scatter and all-to-all g-1, collective-permute 1: the step counts
-  of NCCL's tuning model, ``src/graph/tuning.cc``);
+  for the first). Inside a TPU slice whose devices' chip coordinates are known (:class:`Torus`)
+  the bandwidth is that of the links the collective's group drives: one link a direction per
+  grid axis it spans, both directions where it covers a whole axis that wraps around, so a
+  collective over one axis of a small slice (no wraparound) sends at a sixth of what the chip's
+  six links carry together; elsewhere the chip's whole ICI (or a GPU's NVLink). The latency
+  is ``base + steps x step`` with the ring's steps (all-reduce 2(g-1), all-gather,
+  reduce-scatter and all-to-all g-1, collective-permute 1: the step counts of NCCL's tuning
+  model, ``src/graph/tuning.cc``);
 - a synchronous collective blocks the stream until its transfer ends; a start lets the stream
   go on and its done waits only for what is left of the transfer: the exposed communication;
 - a collective whose group spans several slices (TPU, over DCN) or hosts (GPU, over the hosts'
@@ -68,6 +76,35 @@ class Link(Record):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Torus(Record):
+  """A TPU slice's ICI as its links: the chip grid (``dims``), which axes close into rings
+  (``wrap``), what one device sends over one link in one direction (``link_bandwidth``), and the
+  chip coordinates of each device of the compiled program (``coords[i]``: partition ``i``'s, the
+  program's device assignment)."""
+
+  dims: tuple[int, ...]
+  wrap: tuple[bool, ...]
+  link_bandwidth: float
+  coords: tuple[tuple[int, ...], ...]
+
+  def links(self, group: list[int]) -> int | None:
+    """How many of each device's links a collective over ``group`` (partition ids) drives: for
+    each axis of the grid the group spans, two where it covers the whole axis and the axis wraps
+    (a ring, both directions), one otherwise (a line; "without wraparounds ... it typically
+    doubles the time of most communication": How to Scale Your Model, Part 2 "TPUs"; a collective
+    over several axes uses each axis's links: Part 3 "Sharding"). 0: the group is on one chip.
+    ``None``: a device id outside the assignment."""
+    if any(not 0 <= i < len(self.coords) for i in group):
+      return None
+    links = 0
+    for axis, size in enumerate(self.dims):
+      seen = {self.coords[i][axis] for i in group}
+      if len(seen) > 1:
+        links += 2 if self.wrap[axis] and len(seen) == size else 1
+    return links
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Machine(Record):
   """One device's rates, as the walk times ops: the matrix peak and its tile (``None``: matmuls
   are not rounded up), a matmul's achieved rate by shape (``matmul_rate``, :data:`MatmulRate`;
@@ -84,6 +121,10 @@ class Machine(Record):
   fast: Link
   slow: Link | None = None
   devices_per_unit: int = 1 << 30
+  # A TPU slice's links and where the program's devices sit on them: a collective inside the slice
+  # is then timed over the links its group drives, not the chip's whole ICI (``fast.bandwidth``,
+  # what it falls back to where the placement or the groups are not known).
+  torus: Torus | None = None
   notes: tuple[str, ...] = ()
 
 
@@ -231,11 +272,16 @@ def _steps(kind: str, n: int) -> int:
   return 0 if n <= 1 else _STEPS.get(kind, lambda n: n - 1)(n)
 
 
-def transfer_time(machine: Machine, kind: str, sent: int, g: int, units: int) -> tuple[float | None, str]:
+def transfer_time(machine: Machine, kind: str, sent: int, g: int, units: int,
+                  links: int | None = None) -> tuple[float | None, str]:
   """Seconds a collective of ``kind`` takes on its link(s) to send ``sent`` bytes from one
   device over a group of ``g`` devices that spans ``units`` slices or hosts, and the link's name
-  (the slow one where it spans several). ``None``: the link has no published bandwidth."""
+  (the slow one where it spans several). ``links``: how many of the torus's links the group drives
+  inside a slice (:meth:`Torus.links`; ``None``: the fast link's whole bandwidth). ``None``: the
+  link has no published bandwidth."""
   fast, slow = machine.fast, machine.slow
+  if links and machine.torus is not None:
+    fast = dataclasses.replace(fast, bandwidth=links * machine.torus.link_bandwidth)
   if units <= 1 or slow is None or g <= 1:
     if fast.bandwidth is None:
       return None, fast.name
@@ -401,11 +447,34 @@ class _Walker:
     g = group_size(inner, self.module)
     if g <= 1 and not sent:
       return 0.0, None
-    seconds, link = transfer_time(self.machine, kind, sent, g, self._units(inner))
+    seconds, link = transfer_time(self.machine, kind, sent, g, self._units(inner), self._links(inner, kind, g))
     if seconds is None:
       self.note(f"comm: no published bandwidth for {link} on {self.machine.part}; its collectives are not timed")
       return 0.0, link
     return seconds, link
+
+  def _links(self, inner: Instruction, kind: str, g: int) -> int | None:
+    """The torus links a collective's group drives (the fewest any of its groups does: they run
+    at once, and the slowest sets the time), or ``None`` (no torus, groups not read, or a group
+    on one chip: the chip's whole bandwidth)."""
+    torus = self.machine.torus
+    if torus is None:
+      return None
+    if kind == "collective_permute":
+      return 1  # each device sends to one peer, over one link in one direction
+    groups = collective_groups(inner, self.module)
+    if groups is None:
+      if g != len(torus.coords):
+        self.note("comm: a collective's device groups were not read; it is timed at the chip's whole ICI bandwidth")
+        return None
+      groups = [list(range(g))]
+    counts = [torus.links(grp) for grp in groups]
+    if any(c is None for c in counts):
+      self.note("comm: a collective's device ids are outside the program's devices; it is timed at the chip's "
+                "whole ICI bandwidth")
+      return None
+    driven = [c for c in counts if c]
+    return min(driven) if driven else None
 
   def _units(self, inner: Instruction) -> int:
     """How many slices or hosts the collective's largest group spans (1 where it cannot be told)."""
