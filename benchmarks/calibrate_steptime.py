@@ -95,14 +95,12 @@ def hlo_path(hlo_dir: Path, case: str) -> Path:
 
 def compile_case(run: Run, hlo_dir: Path) -> dict:
   """Compiles the case (its one remat policy) and keeps its optimized HLO."""
-  import jaxmem.compiler.figures as figures
   import jaxmem.compiler.report as report
-  from jaxmem.compiler.steptime import placement
 
   case = published_runs.BY_NAME[run.case]
   kept: list[str] = []
   assigned: list[tuple] = []
-  parse, assignment = report.parse_module, figures.device_assignment
+  parse, assignment = report.parse_module, report.device_assignment
 
   def keep(text: str):  # the optimized HLO the row is read from, kept for --resimulate
     kept.append(text)
@@ -112,13 +110,13 @@ def compile_case(run: Run, hlo_dir: Path) -> dict:
     assigned.append(assignment(compiled))
     return assigned[-1]
 
-  report.parse_module, figures.device_assignment = keep, keep_devices
+  report.parse_module, report.device_assignment = keep, keep_devices
   try:
     t = time.time()
     p, row = published_runs.compile_policy(shlex.split(case.args))
     wall = time.time() - t
   finally:
-    report.parse_module, figures.device_assignment = parse, assignment
+    report.parse_module, report.device_assignment = parse, assignment
   if row.error:
     return {"case": run.case, "error": row.error}
   hlo_dir.mkdir(parents=True, exist_ok=True)
@@ -127,7 +125,7 @@ def compile_case(run: Run, hlo_dir: Path) -> dict:
   meta = {"target": p.target.name, "slices": p.target.slices if hasattr(p.target, "slices") else 1,
           "num_devices": p.target.num_devices, "batch": row.batch, "flops": row.flops,
           "model_flops": row.model_flops, "versions": row.versions, "compile_s": wall,
-          "coords": placement(assigned[-1]) if assigned else None}
+          "coords": report.placement(assigned[-1]) if assigned else None}
   (hlo_dir / f"{run.case}.json").write_text(json.dumps(meta))
   return result(run, meta, row.step_time())
 

@@ -202,3 +202,24 @@ def test_valid_window_positions_are_xlas_double_loop():
   for args in product([1, 3, 8], [1, 2, 8], [1, 8], [1, 7], [0, 7], [1, 8], [1, 3]):
     assert _valid_positions(*args[:3], stride=args[3], pad_low=args[4], base_dilation=args[5],
                             window_dilation=args[6]) == xla(*args), args
+
+
+@pytest.mark.needs_tpu_compiler
+def test_a_slices_collectives_are_timed_where_its_devices_sit():
+  """tpu:v5e-4 is a 2x2 grid without wraparound: an all-gather over its four chips drives one link
+  an axis, two of the chip's four. The report places each device on its chip; the op times walk
+  the same schedule as its row, over those links, slower than at the chip's whole ICI."""
+  from jaxmem.compiler.steptime import timeline
+
+  t = get_target("tpu:v5e-4")
+  mesh = t.make_mesh([("fsdp", 4)])
+  spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("fsdp"))
+  w = jax.ShapeDtypeStruct((K, K), jnp.bfloat16, sharding=spec)
+  x = jax.ShapeDtypeStruct((M, K), jnp.bfloat16, sharding=spec)
+  r = jaxmem.analyze(lambda w, x: x @ w, w, x, target=t)
+  assert sorted(r.placement) == sorted(tuple(d.coords)[:len(r.placement[0])] for d in mesh.devices.flat)
+  placed, anywhere = timeline(r.hlo_costs, t, r.placement), timeline(r.hlo_costs, t)
+  assert jaxmem.op_times(r, t).simulated_step_time_s == pytest.approx(placed.step_time_s)
+  assert placed.comm_time_s > anywhere.comm_time_s > 0
+  assert any("chip coordinates are not known" in n for n in anywhere.notes)
+  assert not any("chip coordinates are not known" in n for n in placed.notes)

@@ -40,7 +40,7 @@ from jaxmem.hardware.hostmem import HostVerdict, judge_host
 from jaxmem.hardware.margin import JUDGED_ARGUMENTS, NO, Verdict, judged_note
 from jaxmem.compiler.optimes import per_op
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, no_triton_tiling, read_compiled
-from jaxmem.compiler.steptime import Work, estimate, placement, timeline
+from jaxmem.compiler.steptime import Work, estimate, timeline
 from jaxmem.hardware.targets import Target
 from jaxmem.xla import compile_timed
 from jaxmem.records import Record, StepTime
@@ -135,7 +135,7 @@ def compile_figures(
     # The per-device share came from the HLO's matrix FLOPs with trip counts, which the
     # compiler's own loops (collective matmuls) do not undercount: no floor is needed.
     work = dataclasses.replace(work, floor_flops=None)
-  walk = timeline(report.hlo_costs, target, placement(device_assignment(compiled)))
+  walk = timeline(report.hlo_costs, target, report.placement)
   step, step_notes = estimate(
       flops=report.flops, bytes_accessed=None if report.traffic is None else report.traffic.bytes_accessed,
       comm_bytes=report.comm_bytes, num_devices=report.num_devices, target=target, work=work, walk=walk,
@@ -151,15 +151,6 @@ def compile_figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=verdict,
       step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes) + tuple(host_notes) + tuple(judged), host=host,
   )
-
-
-def device_assignment(compiled: jax.stages.Compiled) -> tuple:
-  """The devices of ``compiled`` in partition order (the HLO's device ids index it): the mesh
-  of its named shardings, all of which share it; ``()`` where none is named."""
-  for sharding in jax.tree.leaves((compiled.input_shardings, compiled.output_shardings)):
-    if isinstance(sharding, jax.sharding.NamedSharding) and isinstance(sharding.mesh, jax.sharding.Mesh):
-      return tuple(sharding.mesh.devices.flat)
-  return ()
 
 
 # The XLA option that leaves a GPU program's matmuls to cuBLAS instead of Triton GEMM fusions.

@@ -165,6 +165,7 @@ def op_times(source: Any, target: str | Target | None = None, *, top: int | None
     raise JaxmemError(f"op_times takes a MemoryReport, an Explanation or a compiled executable (got {type(source).__name__})")
   if isinstance(target, str):
     target = None if target in ("cpu", "gpu", "tpu") else get_target(target)
-  times = per_op(source.hlo_costs, target, source.num_devices)
+  walk = timeline(source.hlo_costs, target, source.placement)
+  times = per_op(source.hlo_costs, target, source.num_devices, walk=walk)
   return times if top is None else times.top(top)
 

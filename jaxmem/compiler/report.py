@@ -116,6 +116,10 @@ class MemoryReport(CompilerFigures):
   traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   # Each top-level op's FLOPs, bytes and communication (jaxmem.hlo.ops), for the per-op times.
   hlo_costs: HloCosts | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+  # The chip coordinates of the program's devices in partition order (TPU; None elsewhere): where
+  # its collectives run on the slice's links (jaxmem.compiler.steptime.timeline).
+  placement: tuple[tuple[int, ...], ...] | None = dataclasses.field(default=None, repr=False, compare=False,
+                                                                   metadata={"as_dict": False})
   # The verdict against the target's capacity, as compare's rows have it (set by jaxmem.analyze
   # for a target with a capacity; None otherwise): see jaxmem.records.Judgement.
   capacity_bytes: int | None = None
@@ -343,6 +347,7 @@ def read_compiled(
       flops=flops,
       program_flops=program_flops,
       compiler_flops=compiled_flops(compiled),
+      placement=placement(device_assignment(compiled)),
       hlo_flops=costs.flops,
       compile_seconds=compile_seconds,
       versions=compiler_versions(platform),
@@ -395,6 +400,27 @@ def array_bytes(shape, dtype, *, elements: int | None = None) -> int:
     elements *= math.prod(data.shape[len(shape):])
     dtype = data.dtype
   return -(-elements * jax.dtypes.itemsize_bits(dtype) // 8)  # sub-byte types pack (int4: 2 a byte)
+
+
+def device_assignment(compiled) -> tuple:
+  """The devices of ``compiled`` in partition order (the order the HLO's device ids index): the
+  mesh of its named shardings, which all share it; ``()`` where none is named."""
+  for s in jax.tree_util.tree_leaves((compiled.input_shardings, compiled.output_shardings)):
+    if isinstance(s, jax.sharding.NamedSharding) and isinstance(s.mesh, jax.sharding.Mesh):
+      return tuple(s.mesh.devices.flat)
+  return ()
+
+
+def placement(devices) -> tuple[tuple[int, ...], ...] | None:
+  """The chip coordinates of ``devices`` (:func:`device_assignment`'s), or ``None`` where a
+  device has none (GPUs, CPUs) or there are none."""
+  out = []
+  for d in devices:
+    xyz = getattr(d, "coords", None)
+    if xyz is None:
+      return None
+    out.append(tuple(int(c) for c in xyz))
+  return tuple(out) or None
 
 
 def _devices_of(compiled) -> list:

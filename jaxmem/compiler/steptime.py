@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from jaxmem.hardware.gpu import GPU_SPECS, GPU_SYSTEMS
 from jaxmem.hardware.matmul_rates import SOURCE as MATMUL_RATES_SOURCE
@@ -75,7 +74,8 @@ def machine(target: Target | None, coords: Sequence[Sequence[int]] | None = None
   """``target``'s rates as the schedule walk (:func:`jaxmem.hlo.schedule.simulate`) times ops, or
   ``None`` and why not. Attached devices are timed as the catalogued part of their ``device_kind``.
   ``coords``: the chip coordinates of the program's devices in its device assignment's order
-  (:func:`placement`), which time a TPU slice's collectives over the links they drive."""
+  (:func:`jaxmem.compiler.report.placement`), which time a TPU slice's collectives over the links
+  they drive."""
   peaks, why = target_peaks(target)
   if peaks is None:
     return None, why
@@ -149,18 +149,6 @@ def _torus(gen, kind: Tpu, coords: Sequence[Sequence[int]] | None, per_slice: in
   return Torus(dims=dims, wrap=slice_wrap(shape), link_bandwidth=link, coords=coords)
 
 
-def placement(devices: Sequence[Any]) -> tuple[tuple[int, ...], ...] | None:
-  """The chip coordinates of ``devices`` (a compiled program's device assignment, partition
-  order), or ``None`` where a device has none (GPUs, CPUs)."""
-  out = []
-  for d in devices:
-    xyz = getattr(d, "coords", None)
-    if xyz is None:
-      return None
-    out.append(tuple(int(c) for c in xyz))
-  return tuple(out) or None
-
-
 def _catalogued(device_kind: str) -> Tpu | Gpu | None:
   """The catalogued kind of an attached device, one slice or host, by its ``device_kind``."""
   for gen in TPU_GENERATIONS.values():
@@ -193,7 +181,7 @@ def timeline(costs: HloCosts | None, target: Target | None,
              coords: Sequence[Sequence[int]] | None = None) -> Timeline | None:
   """The compiled schedule of ``costs`` walked on ``target`` (:func:`jaxmem.hlo.schedule.simulate`);
   ``None`` without a parsed module or the target's figures. ``coords``: where the program's
-  devices sit (:func:`placement`)."""
+  devices sit (``MemoryReport.placement``)."""
   rates, _ = machine(target, coords)
   if costs is None or costs.module is None or rates is None:
     return None
