@@ -29,8 +29,10 @@ is an upper bound only for a program that overlaps nothing; the maximum is what 
 beat. Real steps land between, nearer the maximum for a well-overlapped program (the calibration
 against MaxText's published MFU in docs/examples.md says how near). Peaks are bf16 matrix rates:
 the vector work (softmax, norms) and fp32 matmuls run slower than that, which is one more way the
-figure is a lower bound. Every communication kind crosses the same link (ICI in a slice, NVLink
-in a node); across slices or hosts the path is slower and the peaks' note says so.
+figure is a lower bound. The roofline's comm term sends over the chip's whole link (every ICI link
+of the chip at once, NVLink in a node), a true lower bound; the walk times a TPU slice's
+collectives over the links their groups drive (jaxmem.hlo.schedule.Torus), and across slices or
+hosts over the slower path.
 """
 
 from __future__ import annotations
