@@ -447,8 +447,8 @@ def _driver(best: Row, second: Row, term: str) -> str:
              for k in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all", "collective_permute")]
     names = ("all-gathers", "reduce-scatters", "all-reduces", "all-to-alls", "collective-permutes")
     if max(kinds) > 0:
-      out.append(f"exposed {names[kinds.index(max(kinds))]}: {(second.comm_bytes or 0) / 2**20:,.0f} MiB sent vs "
-                 f"{(best.comm_bytes or 0) / 2**20:,.0f} MiB")
+      out.append(f"the runner-up sends {(second.comm_bytes or 0) / 2**20:,.0f} MiB a device vs "
+                 f"{(best.comm_bytes or 0) / 2**20:,.0f} MiB, most of the difference in {names[kinds.index(max(kinds))]}")
   bubbles = (getattr(best, "bubble_fraction", None) or 0.0, getattr(second, "bubble_fraction", None) or 0.0)
   if bubbles[1] > bubbles[0]:
     out.append(f"pipeline bubble {bubbles[1]:.0%} vs {bubbles[0]:.0%}")
