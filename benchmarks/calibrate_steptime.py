@@ -170,12 +170,22 @@ FIELDS = ("step_time_s", "roofline_step_time_s", "op_time_s", "compute_time_s", 
 
 
 def responsible(r: dict) -> str:
-  """The term that sets the simulated step where it is outside [0.85, 1.15]."""
+  """The term responsible where the simulated step is outside [0.85, 1.15]. Below (the walk is
+  faster than the run), the term that bounds most of the step: what the walk times at a peak the
+  run does not reach. Above (slower), the term that adds the most beyond the roofline bound:
+  each term's share of the step less what the bound already gives it (its largest term)."""
   if r.get("ratio") is None or 0.85 <= r["ratio"] <= 1.15:
     return "-"
-  shares = {t: r.get(f"{t}_bound_share") or 0.0 for t in ("compute", "memory", "comm")}
-  term = max(shares, key=shares.__getitem__)
-  return f"{term} ({shares[term]:.0%} of the simulated step)"
+  step = r["step_time_s"]
+  times = {t: (r.get(f"{t}_bound_share") or 0.0) * step for t in ("compute", "memory", "comm")}
+  if r["ratio"] < 0.85:
+    term = max(times, key=times.__getitem__)
+    return f"{term} ({times[term] / step:.0%} of the simulated step)"
+  bound = {t: r.get(f"{t}_time_s") or 0.0 for t in times}
+  largest = max(bound, key=bound.__getitem__)
+  beyond = {t: times[t] - (bound[t] if t == largest else 0.0) for t in times}
+  term = max(beyond, key=beyond.__getitem__)
+  return f"{term} ({beyond[term]:.3g} s beyond the roofline bound)"
 
 
 def table(rows: list[dict]) -> str:
