@@ -269,3 +269,42 @@ def test_a_collective_in_a_slice_is_timed_over_the_links_its_group_drives():
   assert times["line"] == pytest.approx(sent / 1e9, rel=1e-6)
   assert times["ring"] == pytest.approx(sent / 2e9, rel=1e-6) == times["square"]
   assert times["chip"] < times["ring"] < times["line"]
+
+
+_ELEMENTWISE = f"""HloModule m
+
+%fused (a: f32[{N},{N}]) -> f32[{N}] {{
+  %a = f32[{N},{N}]{{1,0}} parameter(0)
+  %e = f32[{N},{N}]{{1,0}} exponential(%a)
+  %m = f32[{N},{N}]{{1,0}} multiply(%e, %a)
+  %z = f32[] constant(0)
+  ROOT %r = f32[{N}]{{0}} reduce(%m, %z), dimensions={{1}}, to_apply=%sum
+}}
+
+%sum (x: f32[], y: f32[]) -> f32[] {{
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}}
+
+ENTRY %main (p: f32[{N},{N}]) -> f32[{N}] {{
+  %p = f32[{N},{N}]{{1,0}} parameter(0)
+  ROOT %f = f32[{N}]{{0}} fusion(%p), kind=kLoop, calls=%fused
+}}
+"""
+
+
+def test_a_fusions_elementwise_work_runs_at_the_vector_units_rate_where_the_part_publishes_one():
+  """exp, multiply and a reduce over N x N: 3 N^2 element operations. Without a vector rate the
+  fusion is timed by its HBM bytes; at a rate slow enough, by its operations, compute-bound."""
+  from jaxmem.hlo.ops import vector_ops
+  from jaxmem.hlo.text import parse_module
+
+  costs = hlo_costs(_ELEMENTWISE)
+  fusion = parse_module(_ELEMENTWISE).get("f")
+  assert vector_ops(costs.module).of(fusion) == 3 * N * N
+  unpublished = next(o for o in simulate(costs, _machine()).ops if o.name == "f")
+  slow = next(o for o in simulate(costs, _machine(vector_rate=1e6)).ops if o.name == "f")
+  assert unpublished.bound == "memory" and unpublished.vector_ops == 3 * N * N
+  assert slow.bound == "compute" and slow.compute_time_s == pytest.approx(3 * N * N / 1e6)
+  assert slow.time_s > unpublished.time_s

@@ -98,6 +98,10 @@ def machine(target: Target | None, coords: Sequence[Sequence[int]] | None = None
       slow = Link(name="DCN", bandwidth=dcn)
       notes.append("step_time_s: no latency is published for DCN; collectives across slices are timed by bandwidth alone")
     per_unit = target.num_devices // max(1, kind.slices)
+    vector = None if gen.vector_ops_per_chip is None else gen.vector_ops_per_chip / gen.devices_per_chip
+    if vector is None:
+      notes.append(f"step_time_s: no vector-unit rate is published for TPU {gen.name}; its elementwise work is timed "
+                   "by its HBM traffic alone")
     torus = _torus(gen, kind, coords, per_unit)
     if torus is None:
       notes.append("step_time_s: the devices' chip coordinates are not known; collectives in a slice are timed at "
@@ -105,6 +109,9 @@ def machine(target: Target | None, coords: Sequence[Sequence[int]] | None = None
   elif isinstance(kind, Gpu):
     spec = GPU_SPECS[kind.part]
     tile = None
+    # Elementwise work on the CUDA cores: one FP32 operation a lane a cycle (the datasheets' FP32
+    # TFLOPS count a fused multiply-add as two: H100 SXM's 67 is 2 x 132 SMs x 128 lanes x 1.98 GHz).
+    vector = spec.core_count * spec.fpus_per_core * spec.clock_rate_ghz * 1e9
     rate = rate_function(spec)
     if rate is None:
       notes.append(f"step_time_s: XLA's GEMM throughput table has no {profile_name(spec)} entries; matmuls on "
@@ -131,7 +138,7 @@ def machine(target: Target | None, coords: Sequence[Sequence[int]] | None = None
     return None, f"target {target.name}: no catalogued part to time its ops on"
   return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
                  matmul_rate=rate, fast=fast, slow=slow, devices_per_unit=per_unit,
-                 torus=torus if isinstance(kind, Tpu) else None, notes=tuple(notes)), None
+                 torus=torus if isinstance(kind, Tpu) else None, vector_rate=vector, notes=tuple(notes)), None
 
 
 def _torus(gen, kind: Tpu, coords: Sequence[Sequence[int]] | None, per_slice: int) -> Torus | None:

@@ -76,6 +76,9 @@ class TpuGeneration:
   # ("An MXU is composed of either 256 x 256 (TPU v6e) or 128 x 128 (TPU versions prior to v6e)
   # multiply-accumulators"); the v6e page: "two 256x256 matrix-multiply units". None: not published.
   mxu_size: int | None = None
+  # Elementwise operations per second the chip's vector units (VPU) run, one an ALU a cycle (the
+  # schedule walk times vector work at it). None: not published.
+  vector_ops_per_chip: float | None = None
   # The TPU VM that carries the slice's chips: chips per host and its RAM, with the page that
   # publishes them (jaxmem.hardware.hostmem: what offloaded bytes are held against).
   host: HostSpec | None = None
@@ -146,6 +149,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # bidirectional ICI 1200 GBps per chip, DCN 50 Gbps per chip.
         peak_bf16_flops_per_chip=459e12, peak_8bit_ops_per_chip=459e12, hbm_bandwidth_per_chip=2765e9,
         ici_bandwidth_per_chip=1200e9, dcn_bandwidth_per_chip=50e9 / 8,
+        # "The TPU v5p VPU can do roughly 7e12 FLOPs / second per core" (How to Scale Your Model,
+        # Part 1 "Rooflines"; an (8, 128) vector unit with 4 ALUs a lane and sublane, Part 2's
+        # appendix), two cores a chip.
+        vector_ops_per_chip=2 * 7e12,
         # https://cloud.google.com/tpu/docs/v5p-training (VM, host and slice attributes): 4 chips,
         # 208 vCPUs and 448 GB RAM per VM; the TPU7x page's comparison table gives the same.
         host=HostSpec(machine="TPU v5p VM", accelerators=4, ram_bytes=448 * GB,

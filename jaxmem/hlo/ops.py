@@ -157,6 +157,50 @@ def kernel_call_flops(ins: Instruction) -> float:
   return 0.0
 
 
+# The ops a vector unit runs an element at a time (XLA's HloCostAnalysis counts each as one FLOP or one
+# transcendental an output element): arithmetic, comparisons, selects, conversions, and the
+# transcendental functions (one op each here, the least they can cost).
+_VECTOR_OPS = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "remainder", "power", "atan2", "and", "or", "xor",
+    "not", "negate", "abs", "sign", "compare", "select", "clamp", "convert", "floor", "ceil", "round-nearest-afz",
+    "round-nearest-even", "is-finite", "shift-left", "shift-right-logical", "shift-right-arithmetic", "popcnt",
+    "count-leading-zeros", "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sqrt", "rsqrt",
+    "cbrt", "tanh", "sine", "cosine", "tan", "erf",
+})
+
+
+def vector_ops(module: Module):
+  """A counter of the vector unit's element operations in one execution of a top-level instruction
+  (its ``of``): each elementwise op of a fusion (nested fusions and calls looked into) or unfused,
+  one per output element, and each ``reduce`` one per input element (XLA's HloCostAnalysis
+  counts). Kernels' custom calls count nothing: their insides are not in the HLO."""
+  return _VectorOps(module)
+
+
+class _VectorOps:
+  def __init__(self, module: Module):
+    self.module = module
+    self._memo: dict[str, float] = {}
+
+  def of(self, ins: Instruction) -> float:
+    op = ins.opcode
+    if op in ("fusion", "call"):
+      return sum(self._computation(c) for c in ins.calls)
+    if op in _VECTOR_OPS:
+      return float(math.prod(dims(ins.shape)))
+    if op == "reduce" and ins.operands:
+      src = self.module.get(ins.operands[0], ins.computation)
+      return 0.0 if src is None else float(math.prod(dims(src.shape)) * max(1, len(ins.operands) // 2))
+    return 0.0
+
+  def _computation(self, name: str) -> float:
+    if name not in self._memo:
+      self._memo[name] = 0.0  # a cycle counts nothing
+      comp = self.module.computations.get(name)
+      self._memo[name] = 0.0 if comp is None else sum(self.of(i) for i in comp.instructions.values())
+    return self._memo[name]
+
+
 # A matmul's achieved FLOP/s from its shape: (batch, rows, columns, contracted, dtype) -> FLOP/s,
 # or None where nothing is published for it. ``dtype`` is XLA's key, the operands' and the result's
 # element types: "bf16xbf16->bf16" (jaxmem.hardware.matmul_rates.achieved_flops, bound to a part).

@@ -13,12 +13,10 @@ links:
   table, :mod:`jaxmem.hardware.matmul_rates`), each dot and cuBLAS / cuDNN GEMM at its shape's
   achieved rate (never above the peak); elsewhere (TPU, whose per-shape rates are not published)
   the peak, each matmul's rows, contracted size and columns rounded up to the matrix unit's tile
-  where the machine has one. Vector
-  work (elementwise ops, reductions, the insides of kernels) is timed by its HBM traffic only: a
-  vector unit's rate is published for TPU v5p alone ("roughly 7e12 FLOPs / second per core", How
-  to Scale Your Model, Part 1), and at it the elementwise and reduction FLOPs of MaxText's 32B
-  step on v5p-128 come to 2% of the step and set no fusion's time (each stays bound by its HBM
-  traffic or its matmuls), so it is not modelled;
+  where the machine has one. Vector work (elementwise ops and reductions,
+  :func:`jaxmem.hlo.ops.vector_ops`) runs beside the matrix work, at the vector unit's rate where
+  the part's is published (``Machine.vector_rate``), and the op's compute term is the slower of
+  the two; the insides of kernels (splash's softmax) are not in the HLO and are not counted;
 - a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
   sends: :mod:`jaxmem.hlo.comms`), and the link carries one transfer at a time (a second waits
   for the first). Inside a TPU slice whose devices' chip coordinates are known (:class:`Torus`)
@@ -52,7 +50,7 @@ import dataclasses
 import re
 
 from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
-from jaxmem.hlo.ops import HloCosts, MatmulRate, MatrixTile, matrix_flops, matrix_seconds
+from jaxmem.hlo.ops import HloCosts, MatmulRate, MatrixTile, matrix_flops, matrix_seconds, vector_ops
 from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
 from jaxmem.records import Record
 
@@ -125,6 +123,9 @@ class Machine(Record):
   # is then timed over the links its group drives, not the chip's whole ICI (``fast.bandwidth``,
   # what it falls back to where the placement or the groups are not known).
   torus: Torus | None = None
+  # Elementwise operations per second the vector unit runs (one an ALU or FP32 lane a cycle; None:
+  # not published for the part, and vector work is timed by its HBM traffic alone).
+  vector_rate: float | None = None
   notes: tuple[str, ...] = ()
 
 
@@ -132,7 +133,9 @@ class Machine(Record):
 class OpRun(Record):
   """One top-level op's simulated figures per step (all its executions). ``compute_time_s``
   times its matrix FLOPs rounded up to the tile (``padded_flops``) at the peak, or each matmul at
-  its shape's achieved rate where the machine has one (``Machine.matmul_rate``); ``comm_time_s`` its
+  its shape's achieved rate where the machine has one (``Machine.matmul_rate``), or its elementwise
+  operations (``vector_ops``) at the vector unit's rate where that takes longer (the two units
+  run at once); ``comm_time_s`` its
   transfers on their link; ``time_s`` what it adds to the step: its time on the stream, plus,
   for a collective, the wait it causes (``exposed_comm_time_s``). ``bound``: the term that sets
   its time on the stream (``comm`` for a collective)."""
@@ -145,6 +148,7 @@ class OpRun(Record):
   count: int = 0
   flops: float = 0.0
   padded_flops: float = 0.0
+  vector_ops: float = 0.0
   bytes_accessed: int = 0
   comm_bytes: int = 0
   link: str | None = None
@@ -206,6 +210,7 @@ class _Cost:
   padded: float
   bytes: int
   comm_bytes: int = 0
+  vector_ops: float = 0.0
   transfer: float = 0.0  # seconds on its link
   link: str | None = None
   start: bool = False  # a start of an asynchronous collective
@@ -311,6 +316,7 @@ class _Walker:
     self.padded = matrix_flops(self.module, machine.tile, kernels=True)
     rate = machine.matmul_rate
     self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate)
+    self.vector = vector_ops(self.module)
     self.runs: dict[tuple[str, str], dict] = {}  # (computation, op) -> accumulated figures
     self.bound_time = dict.fromkeys(TERMS, 0.0)
     self.notes: list[str] = []
@@ -425,8 +431,11 @@ class _Walker:
     flops, padded = self.flops.of(ins), self.padded.of(ins)
     m = self.machine
     compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
+    elementwise = self.vector.of(ins)
+    if m.vector_rate:
+      compute = max(compute, elementwise / m.vector_rate)
     c = _Cost(compute=compute, memory=moved / m.hbm_bandwidth, flops=flops, padded=padded, bytes=moved,
-              comm_bytes=sent)
+              comm_bytes=sent, vector_ops=elementwise)
     role = _async_role(self.module, ins)
     if ins.opcode in _ASYNC_DONE:
       c.done_of = ins.operands[0].partition("#")[0] if ins.operands else None
@@ -525,6 +534,7 @@ def _op_runs(walker: _Walker) -> list[OpRun]:
     out.append(OpRun(
         name=key[1], opcode=ins.opcode if ins else "", kind=o.kind if o else "", op_name=ins.op_name if ins else "",
         computation=key[0], count=round(n), flops=cost.flops * n, padded_flops=cost.padded * n,
+        vector_ops=cost.vector_ops * n,
         bytes_accessed=round(cost.bytes * n), comm_bytes=round(cost.comm_bytes * n), link=cost.link,
         compute_time_s=cost.compute * n, memory_time_s=cost.memory * n, comm_time_s=r["transfer"],
         exposed_comm_time_s=r["exposed"], time_s=r["stream"] + (0.0 if cost.sync else r["exposed"]), bound=bound,
