@@ -177,11 +177,26 @@ def vector_ops(module: Module):
   return _VectorOps(module)
 
 
-class _VectorOps:
+class _Counter:
+  """A figure of one execution of an instruction (``of``), a called computation's being the sum
+  over its instructions, each computation counted once."""
+
   def __init__(self, module: Module):
     self.module = module
     self._memo: dict[str, float] = {}
 
+  def of(self, ins: Instruction) -> float:
+    raise NotImplementedError
+
+  def _computation(self, name: str) -> float:
+    if name not in self._memo:
+      self._memo[name] = 0.0  # a cycle counts nothing
+      comp = self.module.computations.get(name)
+      self._memo[name] = 0.0 if comp is None else sum(self.of(i) for i in comp.instructions.values())
+    return self._memo[name]
+
+
+class _VectorOps(_Counter):
   def of(self, ins: Instruction) -> float:
     op = ins.opcode
     if op in ("fusion", "call"):
@@ -192,13 +207,6 @@ class _VectorOps:
       src = self.module.get(ins.operands[0], ins.computation)
       return 0.0 if src is None else float(math.prod(dims(src.shape)) * max(1, len(ins.operands) // 2))
     return 0.0
-
-  def _computation(self, name: str) -> float:
-    if name not in self._memo:
-      self._memo[name] = 0.0  # a cycle counts nothing
-      comp = self.module.computations.get(name)
-      self._memo[name] = 0.0 if comp is None else sum(self.of(i) for i in comp.instructions.values())
-    return self._memo[name]
 
 
 # A matmul's achieved FLOP/s from its shape: (batch, rows, columns, contracted, dtype) -> FLOP/s,
@@ -227,16 +235,15 @@ def _listed(attrs: str, key: str) -> tuple[int, ...]:
   return tuple(int(x) for x in text.split(",") if x.strip()) if text else ()
 
 
-class _Flops:
+class _Flops(_Counter):
   """Matrix FLOPs of one execution of an instruction, fused computations looked into. With
   ``tile`` (the matrix unit's (rows, contracted, columns) granule, :class:`MatrixTile`), each
   matmul's dimensions are first rounded up to it: the FLOPs the matrix unit spends on them."""
 
   def __init__(self, module: Module, tile: MatrixTile | None = None, *, kernels: bool = False):
-    self.module = module
+    super().__init__(module)
     self.tile = tile
     self.kernels = kernels
-    self._memo: dict[str, float] = {}
 
   def of(self, ins: Instruction) -> float:
     op = ins.opcode
@@ -255,12 +262,6 @@ class _Flops:
   def _kernel(self, ins: Instruction) -> float:
     return kernel_call_flops(ins)
 
-  def _computation(self, name: str) -> float:
-    if name not in self._memo:
-      self._memo[name] = 0.0  # a cycle counts nothing
-      comp = self.module.computations.get(name)
-      self._memo[name] = 0.0 if comp is None else sum(self.of(i) for i in comp.instructions.values())
-    return self._memo[name]
 
   def _operand(self, ins: Instruction, i: int) -> Instruction | None:
     return self.module.get(ins.operands[i], ins.computation) if len(ins.operands) > i else None
