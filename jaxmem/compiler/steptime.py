@@ -86,6 +86,7 @@ def machine(target: Target | None, coords: Sequence[Sequence[int]] | None = None
     kind = _catalogued(target.device_kind)
   notes = []
   rate = None  # TPU: no per-shape matmul throughput is published; its matmuls run at the peak, tiled
+  torus = None  # a TPU slice's links, where its devices' placement is known
   if isinstance(kind, Tpu):
     gen = TPU_GENERATIONS[kind.generation]
     tile = None if gen.mxu_size is None else MatrixTile(rows=MXU_ROWS, contracted=gen.mxu_size, columns=gen.mxu_size)
@@ -138,7 +139,7 @@ def machine(target: Target | None, coords: Sequence[Sequence[int]] | None = None
     return None, f"target {target.name}: no catalogued part to time its ops on"
   return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
                  matmul_rate=rate, fast=fast, slow=slow, devices_per_unit=per_unit,
-                 torus=torus if isinstance(kind, Tpu) else None, vector_rate=vector, notes=tuple(notes)), None
+                 torus=torus, vector_rate=vector, notes=tuple(notes)), None
 
 
 def _torus(gen, kind: Tpu, coords: Sequence[Sequence[int]] | None, per_slice: int) -> Torus | None:
