@@ -12,6 +12,12 @@ cache (``JAXMEM_CACHE_DIR`` in a temporary folder), so every row is compiled by 
 test, never read from rows an earlier version cached. The whole set takes a few minutes on two
 loaded cores. ``--only NAME`` runs the named commands alone (repeatable).
 
+``--rename OLD=NEW`` (repeatable) compares a change that renames fields: OLD is a field's path as
+the differences print it, list indices folded (``rows[].comm_time_s``; it matches that path at
+any depth, so ``op_times.step_time_s`` is not ``rows[].step_time_s``), NEW the field's new name;
+the saved output's fields are renamed (all at once, so two may swap names) before comparing.
+Each rename must be in the CHANGELOG.
+
 ``--ignore-added`` compares a change that adds fields (a new column, a new figure, each said in
 the CHANGELOG): a field only the new output has is listed apart (``added:``) and does not count as
 a difference; a field gone or a value changed still does.
@@ -102,6 +108,21 @@ def differences(a: Any, b: Any, path: str = "") -> list[str]:
   return [] if a == b and type(a) is type(b) else [f"{path or '.'} ({_short(a)} -> {_short(b)})"]
 
 
+def renamed(data: Any, renames: dict[str, str], path: str = "") -> Any:
+  """``data`` with each mapping key whose folded path (``rows[].x``) ends with an OLD of
+  ``renames`` (whole components) renamed to its NEW, every key of a mapping at once."""
+  if isinstance(data, list):
+    return [renamed(x, renames, f"{path}[]") for x in data]
+  if not isinstance(data, dict):
+    return data
+  out = {}
+  for k, v in data.items():
+    p = f"{path}.{k}" if path else k
+    new = next((n for old, n in renames.items() if p == old or p.endswith("." + old)), k)
+    out[new] = renamed(v, renames, p)
+  return out
+
+
 def _short(v: Any) -> str:
   s = json.dumps(v)
   return s if len(s) <= 40 else s[:37] + "..."
@@ -128,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
   ap.add_argument("--ignore-added", action="store_true",
                   help="list the fields only the new output has apart, without counting them as differences")
   ap.add_argument("--only", action="append", default=None, metavar="NAME", help=f"run only these: {', '.join(COMMANDS)}")
+  ap.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
+                  help="a renamed field: its old path (rows[].comm_time_s) and its new name")
   args = ap.parse_args(argv)
+  if any("=" not in r for r in args.rename):
+    ap.error("--rename takes OLD=NEW (rows[].comm_time_s=roofline_comm_time_s)")
+  renames = dict(r.split("=", 1) for r in args.rename)
   if not (args.save or args.against):
     ap.error("give --save DIR and/or --against DIR")
   names = args.only or list(COMMANDS)
@@ -163,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.load(f)
       if saved["argv"] != COMMANDS[name]:
         print(f"{name}: note: saved with other arguments {saved['argv']}", flush=True)
-      diff = differences(saved["output"], data)
+      diff = differences(renamed(saved["output"], renames), data)
       added = [d for d in diff if d.endswith(" (new)")] if args.ignore_added else []
       diff = [d for d in diff if d not in added]
       if diff:
