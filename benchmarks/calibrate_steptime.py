@@ -15,7 +15,7 @@ its source there) with the step time it was measured at:
   dgxc-benchmarking's llama2-70b on 64 x H100 (6.999 s/step).
 
 Nothing here is fitted: the simulated step comes from the compiled program and the datasheet
-figures jaxmem's targets carry (:mod:`jaxmem.compiler.steptime`). Each compile's optimized HLO is
+figures jaxmem's targets carry (:mod:`jaxmem.steptime`). Each compile's optimized HLO is
 kept (``--hlo-dir``, default ``$JAXMEM_CACHE_DIR``'s or ``~/.cache/jaxmem``'s ``calibration/``), so
 ``--resimulate`` times the same programs again with the current simulator without compiling.
 
@@ -132,22 +132,19 @@ def compile_case(run: Run, hlo_dir: Path) -> dict:
 
 def resimulate(run: Run, hlo_dir: Path) -> dict:
   """The kept HLO of the case timed again with the current simulator (no compile)."""
-  from jaxmem.compiler.steptime import Work, estimate, timeline
-  from jaxmem.compiler.optimes import per_op
   from jaxmem.hardware.targets import get_target
   from jaxmem.hlo.ops import hlo_costs_of_module
   from jaxmem.hlo.text import parse_module
+  from jaxmem.steptime import Work, step_time
 
   meta = json.loads((hlo_dir / f"{run.case}.json").read_text())
   with gzip.open(hlo_path(hlo_dir, run.case), "rt") as f:
     costs = hlo_costs_of_module(parse_module(f.read()))
   target = get_target(meta["target"], slices=meta.get("slices") or 1)
-  walk = timeline(costs, target, meta.get("coords"))
   n = meta["num_devices"]
   model = None if meta["model_flops"] is None else meta["model_flops"] * n
-  step, _ = estimate(flops=meta["flops"], bytes_accessed=costs.bytes_accessed, comm_bytes=costs.comm_bytes,
-                     num_devices=n, target=target, work=Work(model_flops=model, tokens=None), walk=walk)
-  step = dataclasses.replace(step, op_time_s=per_op(costs, target, n, walk=walk).op_time_s)
+  step = step_time(costs, target, flops=meta["flops"], bytes_accessed=costs.bytes_accessed, comm_bytes=costs.comm_bytes,
+                   num_devices=n, coords=meta.get("coords"), work=Work(model_flops=model, tokens=None)).step
   return result(run, meta, step)
 
 
@@ -165,8 +162,9 @@ def result(run: Run, meta: dict, step) -> dict:
   }
 
 
-FIELDS = ("step_time_s", "roofline_step_time_s", "op_time_s", "compute_time_s", "memory_time_s", "comm_time_s",
-          "exposed_comm_time_s", "compute_bound_share", "memory_bound_share", "comm_bound_share", "bound", "mfu")
+FIELDS = ("step_time_s", "roofline_step_time_s", "op_time_s", "roofline_compute_time_s", "roofline_memory_time_s",
+          "roofline_comm_time_s", "exposed_comm_time_s", "ici_comm_time_s", "dcn_comm_time_s", "nvlink_comm_time_s",
+          "network_comm_time_s", "compute_bound_share", "memory_bound_share", "comm_bound_share", "bound", "mfu")
 
 
 def responsible(r: dict) -> str:
@@ -181,7 +179,7 @@ def responsible(r: dict) -> str:
   if r["ratio"] < 0.85:
     term = max(times, key=times.__getitem__)
     return f"{term} ({times[term] / step:.0%} of the simulated step)"
-  bound = {t: r.get(f"{t}_time_s") or 0.0 for t in times}
+  bound = {t: r.get(f"roofline_{t}_time_s") or 0.0 for t in times}
   largest = max(bound, key=bound.__getitem__)
   beyond = {t: times[t] - (bound[t] if t == largest else 0.0) for t in times}
   term = max(beyond, key=beyond.__getitem__)

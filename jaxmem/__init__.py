@@ -20,7 +20,7 @@ with _quiet():
 # Nothing here configures JAX or the environment: the functions below start JAX on first use
 # (jaxmem/hardware/startup.py), so importing jaxmem leaves the user's process as it was.
 from jaxmem.compiler.analysis import analyze  # noqa: E402
-from jaxmem.compiler.optimes import OpTime, OpTimes, op_times  # noqa: E402
+from jaxmem.steptime import OpTime, OpTimes, op_times  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.hardware.targets import Target, target  # noqa: E402
 from jaxmem.errors import JaxmemError  # noqa: E402

@@ -11,9 +11,9 @@ JSON or the cache agree.
   optimizer, sequence length and dtypes (compare's rows, explain, validate's measurements).
 - :class:`Communication`: the bytes one device sends per step in collectives, by kind, read
   from the optimized HLO (declared once: the compiler's report and every row carry it).
-- :class:`StepTime`: the roofline estimate of one step's time per device (compute, memory and
-  communication terms at the target's peak rates, the bound, MFU), formed once from the
-  compiled figures (:mod:`jaxmem.compiler.steptime`) and carried flat by every compiled row.
+- :class:`StepTime`: one step's time per device, estimated (the compiled schedule simulated, its
+  roofline bound, each link's time, MFU), formed once from the compiled figures
+  (:mod:`jaxmem.steptime`) and carried flat by every compiled row.
 - :class:`CompilerFigures`: what the compiler says about one program, per device (XLA's memory
   fields, jaxmem's total, FLOPs, compile time, communication) and the compiler versions that said it.
 """
@@ -113,17 +113,23 @@ class Communication(Record):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StepTime(Record):
   """A step's time per device, ESTIMATED from the compiled program and the target's published
-  peaks (:mod:`jaxmem.compiler.steptime`; formulas in docs/fields.md). Each term is the time the
-  step would take if that resource alone limited it at its peak rate, so each is a lower bound;
-  ``roofline_step_time_s`` is the largest (perfect overlap of the others): a lower bound on the
-  step. ``step_time_s`` is the compiled schedule simulated (:mod:`jaxmem.hlo.schedule`: each op
-  at its own roofline in the device's order, collectives on their links, asynchronous ones
-  overlapping the work scheduled between their start and done), never below the roofline bound;
-  where there is no schedule to walk it is the roofline bound (a note says so). Of the simulated
-  step, ``exposed_comm_time_s`` is the communication nothing overlapped, and the
-  ``*_bound_share`` fields the fractions bound by compute, memory and communication (they sum
-  to 1). ``None``: the term cannot be had (no published figure for the target, no compiled
-  program); the row's notes say why.
+  figures (:mod:`jaxmem.steptime`; formulas in docs/fields.md). ``step_time_s`` is the compiled
+  schedule simulated (:mod:`jaxmem.steptime.walk`: each op at its own roofline in the device's
+  order, collectives on their links, asynchronous ones overlapping the work scheduled between
+  their start and done), never below the roofline bound; where there is no schedule to walk it
+  is the roofline bound (a note says so). Of the simulated step, ``exposed_comm_time_s`` is the
+  communication nothing overlapped, and the ``*_bound_share`` fields the fractions bound by
+  compute, memory and communication (they sum to 1). ``None``: the figure cannot be had (no
+  published figure for the target, no compiled program); the row's notes say why.
+
+  The ``roofline_*`` fields are the bound (:mod:`jaxmem.steptime.roofline`): each term is the
+  time the step would take if that resource alone limited it at its peak rate, every byte sent
+  at the fast link's whole rate, so each is a lower bound; ``roofline_step_time_s`` is their
+  largest (perfect overlap of the others). The ``<link>_comm_time_s`` fields are the simulated
+  transfer time on each link the target has, named by it (``None`` where it has no such link,
+  or its bandwidth is not published): ``ici_`` inside a TPU slice and ``dcn_`` across slices;
+  ``nvlink_`` inside a GPU host and ``network_`` across hosts (a collective whose group spans
+  slices or hosts counted whole on the slower link, its inside rings included).
 
   ``bytes_accessed``: HBM bytes one device reads and writes per step, from the optimized HLO with
   loop trip counts (:mod:`jaxmem.hlo.traffic`). ``model_flops``: the step's model FLOPs per
@@ -131,11 +137,8 @@ class StepTime(Record):
   for inference), against which ``mfu`` is formed. ``bound``: ``compute``, ``memory`` or
   ``comm``, the term that bounds most of ``step_time_s``. ``arithmetic_intensity`` (FLOPs per HBM byte)
   against ``ridge_point`` (peak FLOP/s over HBM bandwidth) says the same of compute and memory:
-  above the ridge, compute-bound. ``op_time_s``: the roofline per op summed over the step's ops
-  (each op at its own slowest term, ops one after another: :mod:`jaxmem.compiler.optimes`), the
-  tighter estimate beside ``step_time_s``'s max of the step's sums; its compute terms time the
-  optimized HLO's matrix FLOPs only (``hlo_flops``), so a compute-bound step's can fall below
-  ``step_time_s`` by the elementwise share.
+  above the ridge, compute-bound. ``op_time_s``: each op of the walk at its own slowest term,
+  the ops one after another (:mod:`jaxmem.steptime.ops`).
 
   The fields are flat on the rows that carry them (as :class:`Communication`'s), so JSON and CSV
   have ``step_time_s`` beside ``comm_bytes``; :meth:`step_time` gives them as their own record.
@@ -143,9 +146,9 @@ class StepTime(Record):
 
   bytes_accessed: int | None = None
   model_flops: float | None = None
-  compute_time_s: float | None = None
-  memory_time_s: float | None = None
-  comm_time_s: float | None = None
+  roofline_compute_time_s: float | None = None
+  roofline_memory_time_s: float | None = None
+  roofline_comm_time_s: float | None = None
   step_time_s: float | None = None
   bound: str | None = None
   tokens_per_s_per_device: float | None = None
@@ -155,10 +158,13 @@ class StepTime(Record):
   op_time_s: float | None = None
   roofline_step_time_s: float | None = None
   exposed_comm_time_s: float | None = None
-  # Where a target spans slices or hosts (None otherwise): the transfer time of the collectives
-  # that cross them, on the slow link, and the simulated step with every collective on the fast
-  # link instead (what the step would be as one slice or host).
-  slow_link_comm_time_s: float | None = None
+  # Each link's simulated transfer time (jaxmem.hardware.machine.Link.field names them).
+  ici_comm_time_s: float | None = None
+  dcn_comm_time_s: float | None = None
+  nvlink_comm_time_s: float | None = None
+  network_comm_time_s: float | None = None
+  # Where a target spans slices or hosts (None otherwise): the simulated step with every
+  # collective on the fast link (what the step would be as one slice or host).
   fast_link_step_time_s: float | None = None
   compute_bound_share: float | None = None
   memory_bound_share: float | None = None

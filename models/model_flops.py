@@ -67,7 +67,7 @@ def weight_flops(cfg: ModelConfig, *, tokens: int, training: bool) -> float:
   """The matrix products with the weights alone: 6 * N * T for training, 2 * N * T for a
   forward step. Every program of the model runs at least these, whatever its attention kernel
   skips (a causal kernel halves the attention term), so a per-device count below them is an
-  undercount (:func:`jaxmem.compiler.steptime.estimate`)."""
+  undercount (:func:`jaxmem.steptime.roofline.compute_flops`)."""
   return (6.0 if training else 2.0) * matmul_params(cfg) * tokens
 
 

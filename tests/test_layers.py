@@ -18,7 +18,9 @@ from test_imports import _graph, _modules
 #   kernel registers its FLOP counter there), nothing else of jaxmem.
 # - hardware: the catalogue of targets (kinds, parts, capacity, peaks, host memory, runtime terms)
 #   and what this machine can compile for.
-# - hlo: reading HLO text. compiler: compiling for a target and reading what the compiler says.
+# - hlo: reading HLO text. compiler.report and compiler.flops: reading what the compiler says
+#   (its report, FLOPs). steptime: the step time, from the report's HLO on the hardware's
+#   machine. compiler: compiling for a target (the one compile step, which forms the step time).
 # - program: building the train step. resolve: a workload's names resolved into a plan.
 # - buffers (what fills the memory), planning (sweeps, fit, scale, search, the closed forms),
 #   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
@@ -28,6 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem.models",),
     ("jaxmem.hardware",),
     ("jaxmem.hlo",),
+    ("jaxmem.compiler.report", "jaxmem.compiler.flops"),
+    ("jaxmem.steptime",),
     ("jaxmem.compiler",),
     ("jaxmem.program",),
     ("jaxmem.workload", "jaxmem.resolve"),

@@ -1,10 +1,13 @@
-"""The compiled schedule walked (jaxmem.hlo.schedule): overlap of asynchronous collectives, links,
+"""The compiled schedule walked (jaxmem.steptime.walk): overlap of asynchronous collectives, links,
 tiles, loops; and the simulated step time every compiled row carries beside the roofline bound."""
+
+import dataclasses
 
 import pytest
 
-from jaxmem.hlo.ops import MatrixTile, hlo_costs
-from jaxmem.hlo.schedule import Link, Machine, simulate, transfer_time
+from jaxmem.hardware.machine import Machine, MatrixTile, Torus, dcn, ici, network, nvlink
+from jaxmem.hlo.ops import hlo_costs
+from jaxmem.steptime.walk import simulate, transfer_time
 
 N = 1024
 
@@ -29,9 +32,14 @@ SYNC = _HEAD + (
 )
 
 
+def _bare(link):
+  """``link`` without latency: its transfers take their bytes over its bandwidth alone."""
+  return dataclasses.replace(link, base_latency_s=0.0, step_latency_s=0.0)
+
+
 def _machine(**kw):
   """Rates under which the matmul (2 N^3 FLOPs) takes longer than the all-gather's transfer."""
-  base = dict(part="test", peak_flops=1e12, hbm_bandwidth=1e12, fast=Link(name="ICI", bandwidth=1e9, step_latency_s=1e-6))
+  base = dict(part="test", peak_flops=1e12, hbm_bandwidth=1e12, fast=ici(1e9))
   return Machine(**{**base, **kw})
 
 
@@ -49,7 +57,7 @@ def test_a_start_done_pair_with_compute_between_exposes_less_than_the_same_colle
 
 
 def test_a_pair_exposes_what_the_compute_between_does_not_cover():
-  slow = _machine(fast=Link(name="ICI", bandwidth=1e7))  # the transfer now outlasts the matmul
+  slow = _machine(fast=_bare(ici(1e7)))  # the transfer now outlasts the matmul
   t = simulate(hlo_costs(ASYNC), slow)
   dot = next(o for o in t.ops if o.name == "dot")
   assert t.exposed_comm_time_s == pytest.approx(t.comm_time_s - dot.time_s, rel=1e-6)
@@ -112,7 +120,7 @@ ENTRY %main (x: bf16[{N},{N}]) -> (s32[], bf16[{N},{N}]) {{
 
 
 def test_a_group_across_slices_crosses_the_slow_link():
-  fast, slow = Link(name="ICI", bandwidth=1e11), Link(name="DCN", bandwidth=1e9)
+  fast, slow = _bare(ici(1e11)), dcn(1e9)
   m = _machine(fast=fast, slow=slow, devices_per_unit=4)
   inside, link_in = transfer_time(m, "all_reduce", 10**8, 4, 1)
   across, link_out = transfer_time(m, "all_reduce", 10**8, 8, 2)
@@ -127,14 +135,16 @@ def test_what_crosses_hosts_is_named_and_timed_on_the_slow_link():
   8 (no slow link) nothing does, and the same schedule with every collective on the fast link is
   shorter: what the row's fast_link_step_time_s walks."""
   module = SYNC.replace("num_partitions=4", "num_partitions=8").replace("[1,4]<=[4]", "[1,8]<=[8]")
-  fast, slow = Link(name="NVLink", bandwidth=1e9), Link(name="network", bandwidth=1e8)
+  fast, slow = _bare(nvlink(1e9)), _bare(network(1e8))
   two_hosts = _machine(fast=fast, slow=slow, devices_per_unit=4)
   walk = simulate(hlo_costs(module), two_hosts)
-  assert walk.slow_link == "network" and set(walk.across()) == {"all-gather"}
-  assert walk.slow_link_comm_time_s == pytest.approx(walk.across()["all-gather"])
-  assert walk.slow_link_comm_time_s > 0
+  assert walk.slow_link == slow and set(walk.across()) == {"all-gather"}
+  assert walk.link_comm_time_s == {"nvlink_comm_time_s": 0.0, "network_comm_time_s": pytest.approx(walk.comm_time_s)}
+  assert walk.link_comm_time_s["network_comm_time_s"] == pytest.approx(walk.across()["all-gather"])
+  assert walk.link_comm_time_s["network_comm_time_s"] > 0
   one_host = simulate(hlo_costs(module), _machine(fast=fast, slow=None))
-  assert one_host.slow_link_comm_time_s is None and one_host.across() == {}
+  assert one_host.link_comm_time_s == {"nvlink_comm_time_s": pytest.approx(one_host.comm_time_s)}
+  assert one_host.slow_link is None and one_host.across() == {}
   assert one_host.step_time_s < walk.step_time_s
 
 
@@ -142,16 +152,16 @@ def test_a_row_over_two_gpu_hosts_carries_its_step_with_the_network_as_fast_as_n
   """gpu:h100x16 is two hosts of 8: the walk's slow link is their network (400 Gb/s a GPU), and
   the row's fast_link_step_time_s, the same schedule with that link at NVLink's rates, is shorter;
   one host has neither figure."""
-  from jaxmem.compiler.steptime import timeline
   from jaxmem.hardware.targets import get_target
+  from jaxmem.steptime import timeline
 
   module = SYNC.replace("num_partitions=4", "num_partitions=16").replace("[1,4]<=[4]", "[1,16]<=[16]")
   walk = timeline(hlo_costs(module), get_target("gpu:h100x16"))
-  assert walk.slow_link == "network" and walk.slow_link_comm_time_s > 0
+  assert walk.slow_link.name == "network" and walk.link_comm_time_s["network_comm_time_s"] > 0
   assert walk.fast_link_step_time_s < walk.step_time_s
   node = SYNC.replace("num_partitions=4", "num_partitions=8").replace("[1,4]<=[4]", "[1,8]<=[8]")
   one = timeline(hlo_costs(node), get_target("gpu:h100x8"))
-  assert (one.slow_link, one.slow_link_comm_time_s, one.fast_link_step_time_s) == (None, None, None)
+  assert (one.slow_link, one.fast_link_step_time_s) == (None, None) and set(one.link_comm_time_s) == {"nvlink_comm_time_s"}
 
 
 @pytest.fixture(scope="module")
@@ -229,13 +239,13 @@ def test_a_gpu_target_names_its_machine_types_network_and_crossing_collectives_a
   """gpu:h100x16@a3-high is two A3 High machines: the hosts' network is the machine type's
   (1,000 Gbps over 8 GPUs), slower than the DGX H100's 400 Gb/s a GPU, so the same crossing
   all-gather takes longer; a system that does not carry the part is one line."""
-  from jaxmem.compiler.steptime import timeline
   from jaxmem.errors import JaxmemError
   from jaxmem.hardware.targets import get_target
+  from jaxmem.steptime import timeline
 
   module = SYNC.replace("num_partitions=4", "num_partitions=16").replace("[1,4]<=[4]", "[1,16]<=[16]")
   dgx, a3 = (timeline(hlo_costs(module), get_target(name)) for name in ("gpu:h100x16", "gpu:h100x16@a3-high"))
-  assert a3.slow_link_comm_time_s > dgx.slow_link_comm_time_s > 0
+  assert a3.link_comm_time_s["network_comm_time_s"] > dgx.link_comm_time_s["network_comm_time_s"] > 0
   assert any("A3 High" in n and "125 Gb/s a GPU" in n for n in a3.notes)
   assert get_target("gpu:h100x16@a3-high").name == "gpu:h100x16@a3-high"
   with pytest.raises(JaxmemError, match="carries h200, not h100"):
@@ -245,10 +255,7 @@ def test_a_gpu_target_names_its_machine_types_network_and_crossing_collectives_a
 
 
 def _torus_machine(dims, wrap, coords):
-  from jaxmem.hlo.schedule import Torus
-
-  return _machine(fast=Link(name="ICI", bandwidth=6e9), torus=Torus(dims=dims, wrap=wrap, link_bandwidth=1e9,
-                                                                    coords=coords))
+  return _machine(fast=_bare(ici(6e9)), torus=Torus(dims=dims, wrap=wrap, link_bandwidth=1e9, coords=coords))
 
 
 def test_a_collective_in_a_slice_is_timed_over_the_links_its_group_drives():
@@ -264,7 +271,7 @@ def test_a_collective_in_a_slice_is_timed_over_the_links_its_group_drives():
   assert square.torus.links([0, 1, 2, 3]) == 2 and square.torus.links([0, 1]) == 1
   costs = hlo_costs(SYNC)
   times = {name: simulate(costs, m).comm_time_s for name, m in
-           (("ring", ring), ("line", open_line), ("square", square), ("chip", _machine(fast=Link(name="ICI", bandwidth=6e9))))}
+           (("ring", ring), ("line", open_line), ("square", square), ("chip", _machine(fast=_bare(ici(6e9)))))}
   sent = next(o for o in costs.ops if o.name == "ag").comm_bytes
   assert times["line"] == pytest.approx(sent / 1e9, rel=1e-6)
   assert times["ring"] == pytest.approx(sent / 2e9, rel=1e-6) == times["square"]

@@ -1,19 +1,23 @@
-"""The step-time estimate: roofline terms on every compiled row, the
-target peaks behind them, the HBM traffic read from the optimized HLO, model FLOPs and MFU."""
+"""The step-time estimate (jaxmem.steptime): the roofline bound's terms on every compiled row, the
+target peaks behind them, the machine each target kind walks its ops on, the HBM traffic read from
+the optimized HLO, model FLOPs and MFU."""
 
 import dataclasses
 
 import pytest
 
-from jaxmem.compiler.steptime import Work, estimate
+from jaxmem.steptime import Work, estimate
 from jaxmem.hardware import targets as tg
-from jaxmem.hardware.targets import get_target, target_peaks
+from jaxmem.hardware.machine import LINKS, Machine
+from jaxmem.hardware.targets import get_target, target_machine, target_peaks
+from jaxmem.hlo.ops import hlo_costs
 from jaxmem.hlo.traffic import traffic
 from jaxmem.inference import infer
 from jaxmem.models import count_active_params, count_params, get_config
 from jaxmem.models.model_flops import inference_flops, matmul_params, training_flops
 from jaxmem.planning import sweep
 from jaxmem.records import StepTime
+from jaxmem.steptime import OpTimes, step_time, timeline
 from jaxmem.render import tables
 from jaxmem.render.inference import render_infer
 
@@ -47,6 +51,124 @@ def test_each_kind_gives_its_platforms_runtime_terms():
   assert get_target("cpu").kind.runtime_terms(get_target("cpu")) == ()
 
 
+# --- the machine each kind walks its ops on (no compile) ----------------------------------------
+
+# One target of each kind, and what its machine's links are (None: no machine, and why not). A new
+# kind without an entry here fails the test below: its step time would be unmodelled.
+KIND_EXAMPLES = {
+    tg.Cpu: ("cpu", None),
+    tg.Tpu: ("tpu:v5e-8", ("ICI", "DCN")),  # two slices (slices=2 below)
+    tg.Gpu: ("gpu:h100x64", ("NVLink", "network")),
+    tg.Attached: ("gpu:h100x8", ("NVLink",)),  # an attached H100 host, by its device kind
+}
+
+
+def _example(kind: type) -> tg.Target:
+  name = KIND_EXAMPLES[kind][0]
+  if kind is tg.Attached:
+    return dataclasses.replace(get_target(name), name="attached", kind=tg.Attached())
+  return get_target(name, slices=2) if kind is tg.Tpu else get_target(name)
+
+
+def test_every_target_kind_gives_the_machine_its_ops_are_walked_on():
+  assert set(KIND_EXAMPLES) == set(tg.TargetKind.__subclasses__())
+  for kind, (_, links) in KIND_EXAMPLES.items():
+    t = _example(kind)
+    machine, why = target_machine(t)
+    assert type(t.kind) is kind
+    if links is None:
+      assert machine is None and why == target_peaks(t)[1] is not None
+      continue
+    assert isinstance(machine, Machine) and why is None, kind
+    assert tuple(link.name for link in machine.links) == links
+    peaks, _ = target_peaks(t)
+    assert (machine.peak_flops, machine.hbm_bandwidth, machine.fast.bandwidth) == (
+        peaks.peak_flops, peaks.hbm_bandwidth, peaks.link_bandwidth)
+  # An attached device is its catalogued part's single slice or host; an unknown one has no machine.
+  attached, _ = target_machine(_example(tg.Attached))
+  host, _ = target_machine(get_target("gpu:h100x8"))
+  assert attached == host
+  unknown = dataclasses.replace(_example(tg.Attached), device_kind="Some GPU")
+  machine, why = target_machine(unknown)
+  assert machine is None and "Some GPU" in why
+
+
+def test_every_link_names_a_field_of_the_rows_and_of_the_op_times():
+  step_fields = {f.name for f in dataclasses.fields(StepTime)}
+  op_fields = {f.name for f in dataclasses.fields(OpTimes)}
+  for link in LINKS:
+    assert link.field == f"{link.name.lower()}_comm_time_s"
+    assert link.field in step_fields and link.field in op_fields
+  assert len({link.field for link in LINKS}) == len(LINKS)
+
+
+def _ids(groups):
+  return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups) + "}"
+
+
+# gpu:h100x64 is eight hosts of 8. Two all-gathers of one device's [1024, 1024] into [8192, 1024]:
+# one over each host's own 8 GPUs (NVLink), one over a GPU of each host (the hosts' network).
+_HOSTS = f"""HloModule m, num_partitions=64
+
+ENTRY %main (p: bf16[1024,1024]) -> (bf16[8192,1024], bf16[8192,1024]) {{
+  %p = bf16[1024,1024]{{1,0}} parameter(0)
+  %inside = bf16[8192,1024]{{1,0}} all-gather(%p), channel_id=1, replica_groups={_ids([range(h * 8, h * 8 + 8) for h in range(8)])}, dimensions={{0}}, use_global_device_ids=true
+  %across = bf16[8192,1024]{{1,0}} all-gather(%p), channel_id=2, replica_groups={_ids([range(g, 64, 8) for g in range(8)])}, dimensions={{0}}, use_global_device_ids=true
+  ROOT %t = (bf16[8192,1024]{{1,0}}, bf16[8192,1024]{{1,0}}) tuple(%inside, %across)
+}}
+"""
+
+
+def test_each_links_time_is_named_by_its_link_on_eight_gpu_hosts():
+  """The field named for NVLink holds the all-gather inside the hosts, at NVLink's rate; the one
+  named for the hosts' network holds the one across them, at the network's; together they are
+  the walk's whole communication. The roofline's comm term, every byte at NVLink's rate, says
+  it is a bound, below the network's time alone."""
+  target = get_target("gpu:h100x64")
+  costs = hlo_costs(_HOSTS)
+  sent = {o.name: o.comm_bytes for o in costs.ops}
+  assert sent["inside"] == sent["across"] > 0
+  machine, _ = target_machine(target)
+  nvlink, net = machine.fast, machine.slow
+  assert (nvlink.name, net.name) == ("NVLink", "network") and net.bandwidth < nvlink.bandwidth
+  est = step_time(costs, target, flops=0.0, bytes_accessed=costs.bytes_accessed, comm_bytes=costs.comm_bytes,
+                  num_devices=64)
+  st, ops = est.step, est.ops
+  walk = timeline(costs, target)
+  by_name = {o.name: o for o in walk.ops}
+  assert (by_name["inside"].link, by_name["across"].link) == ("NVLink", "network")
+  # Each link's time at its own rate: NCCL's latency, then the bytes over the link's bandwidth.
+  inside = nvlink.base_latency_s + 7 * nvlink.step_latency_s + sent["inside"] / nvlink.bandwidth
+  across = net.base_latency_s + 7 * net.step_latency_s + sent["across"] / net.bandwidth
+  assert st.nvlink_comm_time_s == pytest.approx(inside) == by_name["inside"].comm_time_s
+  assert st.network_comm_time_s == pytest.approx(across) == by_name["across"].comm_time_s
+  assert st.network_comm_time_s > 5 * st.nvlink_comm_time_s  # 50 GB/s a GPU against 450
+  assert st.nvlink_comm_time_s + st.network_comm_time_s == pytest.approx(walk.comm_time_s)
+  assert (st.ici_comm_time_s, st.dcn_comm_time_s) == (None, None)  # no such links on GPUs
+  assert st.roofline_comm_time_s == pytest.approx(costs.comm_bytes / nvlink.bandwidth)
+  assert st.roofline_comm_time_s < st.network_comm_time_s
+  # The op times name the same links with the same figures, and their comm total is the walk's.
+  assert (ops.nvlink_comm_time_s, ops.network_comm_time_s) == (st.nvlink_comm_time_s, st.network_comm_time_s)
+  assert ops.comm_time_s == pytest.approx(walk.comm_time_s)
+  assert {o.cost.name: o.link for o in ops.ops if o.cost.comm_bytes} == {"inside": "NVLink", "across": "network"}
+  # One host of 8: NVLink only, nothing on a network.
+  one = step_time(hlo_costs(_HOSTS.replace("num_partitions=64", "num_partitions=8")), get_target("gpu:h100x8"),
+                  flops=0.0, bytes_accessed=0, comm_bytes=costs.comm_bytes, num_devices=8).step
+  assert one.network_comm_time_s is None and one.nvlink_comm_time_s > 0
+
+
+def test_a_link_without_a_published_bandwidth_has_no_time():
+  """TPU v4 publishes no per-chip ICI figure: its collectives are not timed, and the ICI field
+  says unknown, not 0."""
+  module = "\n".join(line for line in _HOSTS.splitlines() if "%across" not in line)
+  module = module.replace("num_partitions=64", "num_partitions=4").replace("tuple(%inside, %across)", "tuple(%inside, %inside)")
+  module = module.replace(_ids([range(h * 8, h * 8 + 8) for h in range(8)]), "{{0,1,2,3}}")
+  costs = hlo_costs(module)
+  st = step_time(costs, get_target("tpu:v4-8"), flops=0.0, bytes_accessed=0, comm_bytes=costs.comm_bytes,
+                 num_devices=4).step
+  assert costs.comm_bytes > 0 and st.ici_comm_time_s is None and st.roofline_comm_time_s is None
+
+
 # --- the terms, from given figures (no compile) -------------------------------------------------
 
 
@@ -58,10 +180,10 @@ def _estimate(target="tpu:v5e-8", flops=1e12, bytes_accessed=10 * GB, comm=2 * G
 def test_each_term_is_its_figure_over_the_peak_and_the_bound_is_the_largest():
   peaks, _ = target_peaks(get_target("tpu:v5e-8"))
   st, notes = _estimate(work=Work(tokens=8 * 4096, model_flops=8 * 0.9e12))
-  assert st.compute_time_s == pytest.approx(1e12 / peaks.peak_flops)
-  assert st.memory_time_s == pytest.approx(10 * GB / peaks.hbm_bandwidth)
-  assert st.comm_time_s == pytest.approx(2 * GB / peaks.link_bandwidth)
-  terms = {"compute": st.compute_time_s, "memory": st.memory_time_s, "comm": st.comm_time_s}
+  assert st.roofline_compute_time_s == pytest.approx(1e12 / peaks.peak_flops)
+  assert st.roofline_memory_time_s == pytest.approx(10 * GB / peaks.hbm_bandwidth)
+  assert st.roofline_comm_time_s == pytest.approx(2 * GB / peaks.link_bandwidth)
+  terms = {"compute": st.roofline_compute_time_s, "memory": st.roofline_memory_time_s, "comm": st.roofline_comm_time_s}
   assert st.step_time_s == max(terms.values()) and st.bound == max(terms, key=terms.get)
   assert st.tokens_per_s_per_device == pytest.approx(4096 / st.step_time_s)
   assert st.mfu == pytest.approx(0.9e12 / (st.step_time_s * peaks.peak_flops))
@@ -74,11 +196,11 @@ def test_each_term_is_its_figure_over_the_peak_and_the_bound_is_the_largest():
 def test_the_compute_term_never_times_fewer_flops_than_the_model_needs():
   st, notes = _estimate(flops=1e12, work=Work(tokens=1, model_flops=8 * 2.2e12, floor_flops=8 * 2e12))
   peaks, _ = target_peaks(get_target("tpu:v5e-8"))
-  assert st.compute_time_s == pytest.approx(2e12 / peaks.peak_flops)
-  assert any(n.startswith("compute_time_s: the program's FLOPs per device") for n in notes)
+  assert st.roofline_compute_time_s == pytest.approx(2e12 / peaks.peak_flops)
+  assert any(n.startswith("roofline_compute_time_s: the program's FLOPs per device") for n in notes)
   # Above the floor (a causal kernel may run fewer FLOPs than the model's non-causal count): as counted.
   st, notes = _estimate(flops=1e12, work=Work(tokens=1, model_flops=8 * 1.2e12, floor_flops=8 * 0.9e12))
-  assert st.compute_time_s == pytest.approx(1e12 / peaks.peak_flops) and not notes
+  assert st.roofline_compute_time_s == pytest.approx(1e12 / peaks.peak_flops) and not notes
 
 
 def test_the_link_is_half_the_quoted_bidirectional_figure_and_a_device_share_of_a_chip():
@@ -99,14 +221,14 @@ def test_a_target_without_figures_gives_none_and_says_why():
   assert any(n.startswith("step time: target cpu") for n in notes)
   # TPU v4's page gives no per-chip ICI figure: no comm term, and the step leaves it out, said.
   st, notes = _estimate(target="tpu:v4-8", n=4)
-  assert st.comm_time_s is None and st.step_time_s == max(st.compute_time_s, st.memory_time_s)
+  assert st.roofline_comm_time_s is None and st.step_time_s == max(st.roofline_compute_time_s, st.roofline_memory_time_s)
   assert any("no published per-chip interconnect bandwidth for TPU v4" in n for n in notes)
 
 
 def test_multislice_communication_is_said_to_be_a_lower_bound():
   st, notes = estimate(flops=1.0, bytes_accessed=1, comm_bytes=GB, num_devices=16,
                        target=get_target("tpu:v5e-8", slices=2), work=None)
-  assert st.comm_time_s is not None and any("cross DCN" in n for n in notes)
+  assert st.roofline_comm_time_s is not None and any("cross DCN" in n for n in notes)
 
 
 def test_model_flops_are_6nt_plus_attention():
@@ -210,16 +332,17 @@ def batch_rows():
 def test_every_compiled_row_carries_the_estimate(batch_rows):
   small, large = batch_rows
   peaks, _ = target_peaks(get_target("tpu:v5e-1"))
-  assert small.compute_time_s == pytest.approx(small.flops / peaks.peak_flops)
-  assert small.memory_time_s == pytest.approx(small.bytes_accessed / peaks.hbm_bandwidth)
-  assert small.roofline_step_time_s == max(small.compute_time_s, small.memory_time_s, small.comm_time_s)
+  assert small.roofline_compute_time_s == pytest.approx(small.flops / peaks.peak_flops)
+  assert small.roofline_memory_time_s == pytest.approx(small.bytes_accessed / peaks.hbm_bandwidth)
+  terms = (small.roofline_compute_time_s, small.roofline_memory_time_s, small.roofline_comm_time_s)
+  assert small.roofline_step_time_s == max(terms)
   # The simulated schedule: never below the bound, its shares of the step summing to one.
   assert small.step_time_s >= small.roofline_step_time_s
   shares = (small.compute_bound_share, small.memory_bound_share, small.comm_bound_share)
   assert sum(shares) == pytest.approx(1.0) and small.exposed_comm_time_s == 0.0
   # The sum over ops (each op at its own bound) is at least the step's memory term: the ops' bytes sum to it.
-  assert small.op_time_s >= small.memory_time_s and small.hlo_flops <= small.flops
-  assert small.bound in ("compute", "memory") and small.comm_time_s == 0.0
+  assert small.op_time_s >= small.roofline_memory_time_s and small.hlo_flops <= small.flops
+  assert small.bound in ("compute", "memory") and small.roofline_comm_time_s == 0.0
   assert small.model_flops == pytest.approx(training_flops(get_config("tiny"), batch=2, seq=128))
   assert 0 < small.mfu < 1
   # Four times the tokens: more FLOPs, more traffic, a longer step.

@@ -23,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                  help="list only buffers of these kinds, a comma list of parameter, output, saved residual (or "
                       "residual), gradient, temporary (default every kind)")
   p.add_argument("--top-ops", type=int, default=0, metavar="N",
-                 help="also list the N slowest ops of the step by their roofline time (estimates: each op's compute, "
-                      "memory and communication terms at the target's peaks, its bound, and the step's sum over ops)")
+                 help="also list the N slowest ops of the step by their time in its simulated schedule (estimates: "
+                      "each op's compute, memory and communication terms at the target's rates, its bound, and the "
+                      "step's sum over ops)")
   p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
   p.add_argument("--framework-packages", default="", metavar="PACKAGES",
                  help="packages whose lines are library code, not yours, beside jax, flax, optax, keras, haiku and "

@@ -16,7 +16,7 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 from jaxmem.compiler.figures import Figures, compile_figures
-from jaxmem.compiler.steptime import Work
+from jaxmem.steptime import Work
 from jaxmem.compiler.report import MemoryReport, Refusal
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target

@@ -17,11 +17,10 @@ them, and a refusal reads the same everywhere:
    (:func:`jaxmem.xla.compile_timed`, with ``compiler_options`` for a dump), and the
    executable read (:func:`jaxmem.compiler.report.read_compiled`). A compile the backend refuses
    is a :class:`~jaxmem.compiler.report.Refusal`, not an exception, so a sweep goes on.
-4. The step's time is estimated from those figures and the target's published peaks
-   (:mod:`jaxmem.compiler.steptime`: compute, memory and communication terms, the bound, MFU
-   against the caller's ``work``), once, here, so every compiled row carries the same
-   :class:`jaxmem.records.StepTime` fields; ``op_time_s`` is the per-op roofline's sum
-   (:mod:`jaxmem.compiler.optimes`).
+4. The step's time is estimated from those figures and the target's published figures
+   (:func:`jaxmem.steptime.step_time`: the compiled schedule walked, its roofline bound, each
+   link's time, MFU against the caller's ``work``), once, here, so every compiled row carries the
+   same :class:`jaxmem.records.StepTime` fields.
 """
 
 from __future__ import annotations
@@ -38,12 +37,11 @@ import jax
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.hardware.hostmem import HostVerdict, judge_host
 from jaxmem.hardware.margin import JUDGED_ARGUMENTS, NO, Verdict, judged_note
-from jaxmem.compiler.optimes import per_op
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, no_triton_tiling, read_compiled
-from jaxmem.compiler.steptime import Work, estimate, timeline
 from jaxmem.hardware.targets import Target
 from jaxmem.xla import compile_timed
 from jaxmem.records import Record, StepTime
+from jaxmem.steptime import Work, step_time
 from jaxmem.versions import compiler_versions
 
 SPLIT_EVENLY = "flops: split evenly over the devices (the compile was refused)"
@@ -62,7 +60,7 @@ class Figures(Record):
   capacity_bytes: int | None
   required_bytes: int | None
   verdict: Verdict
-  step_time: StepTime = dataclasses.field(default_factory=StepTime)  # the roofline estimate
+  step_time: StepTime = dataclasses.field(default_factory=StepTime)  # the step-time estimate
   notes: tuple[str, ...] = ()
   host: HostVerdict = dataclasses.field(default_factory=HostVerdict)  # host bytes against the host's RAM
 
@@ -101,7 +99,7 @@ def compile_figures(
   ``lowered``: ``traced`` already lowered (by :func:`jaxmem.compiler.analysis.lower_for_target`,
   so that a function that fails to lower fails there, as one line).
   ``work``: the step's tokens and model FLOPs, for the step-time estimate's throughput and MFU
-  (:mod:`jaxmem.compiler.steptime`; without it those two are ``None`` with a note).
+  (:mod:`jaxmem.steptime`; without it those two are ``None`` with a note).
   """
   jaxpr = traced.jaxpr.jaxpr
   program_flops = jaxpr_flops(jaxpr)
@@ -135,21 +133,19 @@ def compile_figures(
     # The per-device share came from the HLO's matrix FLOPs with trip counts, which the
     # compiler's own loops (collective matmuls) do not undercount: no floor is needed.
     work = dataclasses.replace(work, floor_flops=None)
-  walk = timeline(report.hlo_costs, target, report.placement)
-  step, step_notes = estimate(
-      flops=report.flops, bytes_accessed=None if report.traffic is None else report.traffic.bytes_accessed,
-      comm_bytes=report.comm_bytes, num_devices=report.num_devices, target=target, work=work, walk=walk,
+  estimated = step_time(
+      report.hlo_costs, target, flops=report.flops, comm_bytes=report.comm_bytes, num_devices=report.num_devices,
+      bytes_accessed=None if report.traffic is None else report.traffic.bytes_accessed, coords=report.placement,
+      work=work,
   )
-  if report.hlo_costs is not None and step.step_time_s is not None:
-    times = per_op(report.hlo_costs, target, report.num_devices, walk=walk)
-    step = dataclasses.replace(step, op_time_s=times.op_time_s)
   host = judge_host(report.host_total_bytes, None if target is None else target.host_capacity_bytes)
   host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
   verdict = report.judge(capacity, checked=target is not None and target.capacity_checked)
   judged = [n for n in [judged_note(verdict, capacity, report.required_bytes)] if n]
   return Figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=verdict,
-      step_time=step, notes=tuple(notes) + report.notes + tuple(step_notes) + tuple(host_notes) + tuple(judged), host=host,
+      step_time=estimated.step, notes=tuple(notes) + report.notes + estimated.notes + tuple(host_notes) + tuple(judged),
+      host=host,
   )
 
 

@@ -112,12 +112,12 @@ class MemoryReport(CompilerFigures):
   notes: tuple[str, ...] = ()
   compiled: Any = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   # HBM bytes per step read from the same optimized module as the communication (one parse for
-  # both), for the step-time estimate (jaxmem.compiler.steptime); rows carry it as bytes_accessed.
+  # both), for the step-time estimate (jaxmem.steptime); rows carry it as bytes_accessed.
   traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   # Each top-level op's FLOPs, bytes and communication (jaxmem.hlo.ops), for the per-op times.
   hlo_costs: HloCosts | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   # The chip coordinates of the program's devices in partition order (TPU; None elsewhere): where
-  # its collectives run on the slice's links (jaxmem.compiler.steptime.timeline).
+  # its collectives run on the slice's links (jaxmem.steptime.timeline).
   placement: tuple[tuple[int, ...], ...] | None = dataclasses.field(default=None, repr=False, compare=False,
                                                                    metadata={"as_dict": False})
   # The verdict against the target's capacity, as compare's rows have it (set by jaxmem.analyze

@@ -68,7 +68,7 @@ class GpuSpec:
   peak_bf16_flops: float | None = None
   peak_8bit_ops: float | None = None
   # The network one GPU reaches other hosts by: its own NIC's line rate, bytes per second each way
-  # (what a collective across hosts crosses: jaxmem.hlo.schedule). None: not published.
+  # (what a collective across hosts crosses: jaxmem.hardware.machine). None: not published.
   network_bandwidth: float | None = None
   # The machine that carries 8 of the part: its GPUs and RAM, with the page that publishes them
   # (jaxmem.hardware.hostmem: what offloaded bytes are held against).

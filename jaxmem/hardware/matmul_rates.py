@@ -16,7 +16,7 @@ capability, and for sm_100 the last word of the device's name, so ``sm_100_B200`
 grid. The table has ``sm_90`` (measured on an H100; the H200 has the same GH100 die and clocks,
 so it takes the same grid) and ``sm_100_B200``; it has no ``sm_80``, so A100 and A800 have no
 rates (``None``) and keep the datasheet peak. TPU has no published per-shape table: TPU matmuls
-stay at the peak, rounded up to the MXU's tile (:mod:`jaxmem.compiler.steptime`).
+stay at the peak, rounded up to the MXU's tile (:mod:`jaxmem.steptime`).
 
 Interpolation (XLA's ``MatmulInterpolator::Create`` with ``EuclideanWeightedAverageInterpolator``,
 ``xla/backends/gpu/cost_model/interpolator.h`` at the same commit): a GEMM's point (b, m, k, n)
@@ -88,7 +88,7 @@ def achieved_flops(part: str | GpuSpec, b: int, m: int, n: int, k: int, dtype: s
 
 def rate_function(spec: GpuSpec):
   """``achieved_flops`` bound to ``spec``, or ``None`` where the table has no grid for it: what
-  the schedule walk (:class:`jaxmem.hlo.schedule.Machine`'s ``matmul_rate``) times GEMMs by."""
+  the schedule walk (:class:`jaxmem.hardware.machine.Machine`'s ``matmul_rate``) times GEMMs by."""
   if _grid(profile_name(spec), "bf16xbf16->bf16") is None:
     return None
   return functools.partial(achieved_flops, spec)

@@ -10,8 +10,9 @@ chip) and says which link a collective crosses:
   (TPU ICI) or a node (NVLink). Both are quoted bidirectional (both directions summed), and the
   communication record counts bytes *sent*, so the sending rate is half the quoted figure.
 - Multi-slice TPU targets and GPU targets over several hosts cross DCN / the hosts' network for
-  part of their collectives; the estimate still uses the fast link, which makes it a lower
-  bound, and a note says so (``link_note``).
+  part of their collectives; the roofline bound still sends every byte over the fast link, which
+  keeps it a lower bound, and a note says so (``link_note``). The schedule walk times those
+  collectives on the slow link (:mod:`jaxmem.hardware.machine`, :mod:`jaxmem.steptime`).
 
 A target without figures (``cpu``, ``attached`` devices of an unknown kind) has ``None``, and
 the reason. Which figures a target has is its kind's to say
@@ -54,8 +55,8 @@ def tpu_peaks(gen: TpuGeneration, *, slices: int = 1) -> tuple[Peaks | None, str
   ici = gen.ici_bandwidth_per_chip
   note = None
   if slices > 1:
-    note = (f"{slices} slices: collectives across slices cross DCN, slower than ICI; all are timed at "
-            "ICI bandwidth, so comm_time_s is a lower bound")
+    note = (f"{slices} slices: collectives across slices cross DCN, slower than ICI; the bound times all at "
+            "ICI bandwidth, a lower bound (dcn_comm_time_s: the simulated time of those that cross, on DCN)")
   return Peaks(
       part=f"TPU {gen.name}", peak_flops=gen.peak_bf16_flops_per_chip / share,
       peak_8bit_ops=None if gen.peak_8bit_ops_per_chip is None else gen.peak_8bit_ops_per_chip / share,
@@ -70,8 +71,9 @@ def gpu_peaks(spec: GpuSpec, *, hosts: int = 1) -> tuple[Peaks | None, str | Non
     return None, f"GPU {spec.name}: no published peak FLOP/s"
   note = None
   if hosts > 1:
-    note = (f"{hosts} hosts: collectives across hosts cross the hosts' network, slower than NVLink; "
-            "all are timed at NVLink bandwidth, so comm_time_s is a lower bound")
+    note = (f"{hosts} hosts: collectives across hosts cross the hosts' network, slower than NVLink; the bound "
+            "times all at NVLink bandwidth, a lower bound (network_comm_time_s: the simulated time of those that "
+            "cross, on the network)")
   return Peaks(
       part=spec.description, peak_flops=spec.peak_bf16_flops, peak_8bit_ops=spec.peak_8bit_ops,
       hbm_bandwidth=float(spec.memory_bandwidth), link="NVLink", link_bandwidth=spec.nvlink_bandwidth / 2,

@@ -16,8 +16,9 @@ Names:
   8 devices are laid out as hosts of 8 (``gpu:h100x16`` is two 8-GPU hosts).
 
 Each name makes a :class:`Target` of one kind (:class:`Cpu`, :class:`Attached`, :class:`Tpu`,
-:class:`Gpu`), and what differs by kind (its devices, filling its capacity, its peaks, its host,
-its runtime terms) is a method of the kind, not a test of a name.
+:class:`Gpu`), and what differs by kind (its devices, filling its capacity, its peaks, the machine
+the step time walks its ops on, its host, its runtime terms) is a method of the kind, not a test
+of a name.
 
 ``capacity_bytes`` is the memory per device a program may use: TPU, what the compiler itself
 says is available (read from its out-of-memory message); GPU, the device memory times the
@@ -43,6 +44,7 @@ from jaxmem.hardware.availability import CompilerAvailability
 from jaxmem.hardware.capacity import usable_hbm_bytes
 from jaxmem.hardware.gpu import GPU_SPECS, GPU_SYSTEMS, gpu_compiler_available, gpu_devices
 from jaxmem.hardware.hostmem import HostSpec, host_share
+from jaxmem.hardware.machine import Machine, gpu_machine, tpu_machine
 from jaxmem.hardware.margin import RuntimeTerm, terms
 from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
 from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
@@ -81,6 +83,13 @@ class TargetKind:
     """One device's published peaks, or ``None`` and why not."""
     return None, f"target {target.name}: no published peak figures for this machine's CPU"
 
+  def machine(self, target: Target, coords: Sequence[Sequence[int]] | None = None) -> tuple[Machine | None, str | None]:
+    """One device's rates and links as the step time walks ops on them
+    (:class:`jaxmem.hardware.machine.Machine`), or ``None`` and why not. ``coords``: the chip
+    coordinates of the program's devices in its device assignment's order (a TPU slice's
+    collectives are then timed over the links they drive)."""
+    return None, self.peaks(target)[1]
+
   def host(self) -> HostSpec | None:
     """The machine that carries the devices, where it is recorded."""
     return None
@@ -117,6 +126,13 @@ class Attached(TargetKind):
   def peaks(self, target: Target) -> tuple[Peaks | None, str | None]:
     return device_kind_peaks(target.device_kind)
 
+  def machine(self, target: Target, coords: Sequence[Sequence[int]] | None = None) -> tuple[Machine | None, str | None]:
+    """The machine of the catalogued part of the devices' ``device_kind``, one slice or host."""
+    kind = catalogued(target.device_kind)
+    if kind is None:
+      return None, self.peaks(target)[1]
+    return kind.machine(target, coords)
+
 
 @dataclasses.dataclass(frozen=True)
 class Tpu(TargetKind):
@@ -146,6 +162,13 @@ class Tpu(TargetKind):
   def peaks(self, target: Target) -> tuple[Peaks | None, str | None]:
     return tpu_peaks(TPU_GENERATIONS[self.generation], slices=self.slices)
 
+  def machine(self, target: Target, coords: Sequence[Sequence[int]] | None = None) -> tuple[Machine | None, str | None]:
+    peaks, why = self.peaks(target)
+    if peaks is None:
+      return None, why
+    return tpu_machine(TPU_GENERATIONS[self.generation], size=self.size, slices=self.slices,
+                       num_devices=target.num_devices, peaks=peaks, coords=coords), None
+
   def host(self) -> HostSpec | None:
     return TPU_GENERATIONS[self.generation].host
 
@@ -166,6 +189,14 @@ class Gpu(TargetKind):
 
   def peaks(self, target: Target) -> tuple[Peaks | None, str | None]:
     return gpu_peaks(GPU_SPECS[self.part], hosts=self.hosts)
+
+  def machine(self, target: Target, coords: Sequence[Sequence[int]] | None = None) -> tuple[Machine | None, str | None]:
+    peaks, why = self.peaks(target)
+    if peaks is None:
+      return None, why
+    system = None if self.system is None else GPU_SYSTEMS[self.system]
+    return gpu_machine(GPU_SPECS[self.part], system=system, hosts=self.hosts, num_devices=target.num_devices,
+                       peaks=peaks), None
 
   def host(self) -> HostSpec | None:
     return GPU_SPECS[self.part].host
@@ -497,6 +528,26 @@ def target_peaks(target: Target | None) -> tuple[Peaks | None, str | None]:
   if target is None:
     return None, "no target: no peak figures"
   return target.kind.peaks(target)
+
+
+def target_machine(target: Target | None,
+                   coords: Sequence[Sequence[int]] | None = None) -> tuple[Machine | None, str | None]:
+  """``target``'s rates and links as the step time walks ops on them (its kind's ``machine``), or
+  ``None`` and why not. Attached devices are timed as the catalogued part of their ``device_kind``."""
+  if target is None:
+    return None, "no target: no peak figures"
+  return target.kind.machine(target, coords)
+
+
+def catalogued(device_kind: str) -> Tpu | Gpu | None:
+  """The catalogued kind of an attached device, one slice or host, by its ``device_kind``."""
+  for gen in TPU_GENERATIONS.values():
+    if device_kind == gen.device_kind:
+      return Tpu(generation=gen.name, size=1)
+  for spec in GPU_SPECS.values():
+    if device_kind == spec.description:
+      return Gpu(part=spec.name, per_host=1)
+  return None
 
 
 # libtpu's cap on the HBM a program may use, in MiB: the compiler then reports "available HBM"

@@ -72,7 +72,7 @@ class TpuGeneration:
   ici_bandwidth_per_chip: float | None = None  # bytes per second, both directions together
   dcn_bandwidth_per_chip: float | None = None  # bytes per second
   # The side of the matrix unit's systolic array (MXU), what a matmul's contracted size and columns
-  # are rounded up to (jaxmem.hlo.schedule). https://cloud.google.com/tpu/docs/system-architecture-tpu-vm
+  # are rounded up to (jaxmem.steptime.walk). https://cloud.google.com/tpu/docs/system-architecture-tpu-vm
   # ("An MXU is composed of either 256 x 256 (TPU v6e) or 128 x 128 (TPU versions prior to v6e)
   # multiply-accumulators"); the v6e page: "two 256x256 matrix-multiply units". None: not published.
   mxu_size: int | None = None

@@ -1,7 +1,7 @@
 """Each top-level op's work per step, read from the optimized HLO: matrix FLOPs, HBM bytes and
 bytes sent in collectives, with loop trip counts.
 
-Why: the step-time terms of :mod:`jaxmem.compiler.steptime` are per step; which ops set them, and
+Why: the step-time terms of :mod:`jaxmem.steptime` are per step; which ops set them, and
 whether each is compute-, memory- or communication-bound, is only in the per-op figures. And
 ``cost_analysis()`` counts a while loop's body once, which misses more than the layer scan: under
 a ``tensor`` axis the TPU compiler turns matmuls into collective matmuls (``windowed_dot_general``
@@ -33,8 +33,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
 
+from jaxmem.hardware.machine import MatmulRate, MatrixTile
 from jaxmem.hlo.comms import Collectives, collectives_by_instruction
 from jaxmem.kernels import CUDNN_TERMS, SPLASH_TERMS, attention_kernel_flops, splash_part
 from jaxmem.hlo.text import Instruction, Module, braced, parse_module
@@ -81,7 +81,7 @@ class HloCosts(Record):
   # The step's totals as their walkers give them (the report's bytes_accessed and comm fields).
   traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   collectives: Collectives | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
-  # The parsed module the figures were read from: its schedule (jaxmem.hlo.schedule) is walked in it.
+  # The parsed module the figures were read from: its schedule (jaxmem.steptime.walk) is walked in it.
   module: Module | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
 
 
@@ -91,22 +91,6 @@ def dims(shape: str) -> tuple[int, ...]:
   if m is None or not m.group(1).strip():
     return ()
   return tuple(int(d.lstrip("<=")) for d in m.group(1).split(","))
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MatrixTile:
-  """The granule a matrix unit works in: a matmul's rows, contracted size and columns are each
-  rounded up to a multiple of theirs (a TPU MXU holds a ``contracted x columns`` block of the
-  right-hand side and streams the left-hand side through in blocks of ``rows``)."""
-
-  rows: int
-  contracted: int
-  columns: int
-
-  def padded(self, rows: int, contracted: int, columns: int) -> int:
-    """``rows x contracted x columns`` once each is rounded up to the tile."""
-    up = lambda n, t: -(-n // t) * t  # noqa: E731
-    return up(rows, self.rows) * up(contracted, self.contracted) * up(columns, self.columns)
 
 
 def matrix_flops(module: Module, tile: MatrixTile | None = None, *, kernels: bool = False):
@@ -128,7 +112,7 @@ def kernel_call_flops(ins: Instruction) -> float:
 
   Kept out of the op's ``flops``: the per-device share of the row's FLOPs divides the HLO's matrix
   FLOPs by the jaxpr's with kernels left out of both (:func:`jaxmem.compiler.flops.per_device_flops`);
-  the schedule walk times them (:mod:`jaxmem.hlo.schedule`)."""
+  the schedule walk times them (:mod:`jaxmem.steptime.walk`)."""
   estimate = _COST_ESTIMATE.search(ins.attrs)
   if estimate is not None:
     return float(estimate.group(1))
@@ -207,12 +191,6 @@ class _VectorOps(_Counter):
       src = self.module.get(ins.operands[0], ins.computation)
       return 0.0 if src is None else float(math.prod(dims(src.shape)) * max(1, len(ins.operands) // 2))
     return 0.0
-
-
-# A matmul's achieved FLOP/s from its shape: (batch, rows, columns, contracted, dtype) -> FLOP/s,
-# or None where nothing is published for it. ``dtype`` is XLA's key, the operands' and the result's
-# element types: "bf16xbf16->bf16" (jaxmem.hardware.matmul_rates.achieved_flops, bound to a part).
-MatmulRate = Callable[[int, int, int, int, str], "float | None"]
 
 
 def matrix_seconds(module: Module, peak_flops: float, rate: MatmulRate):

@@ -16,7 +16,7 @@ from typing import Any
 from jaxmem.axes import with_optional_fields
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
-from jaxmem.compiler.steptime import Work
+from jaxmem.steptime import Work
 from jaxmem.inference import quant
 from jaxmem.inference.kv import attention_kind
 from jaxmem.inference.program import build_infer_program

@@ -21,7 +21,7 @@ The search a performance engineer does by hand, in four steps:
    estimate scaled by what the compiler gave for that rung (:func:`calibration`), so a rung the
    closed form underestimates stops taking the budget with candidates that will not fit.
 4. Ranked by the compiled row's ``step_time_s`` (its compiled schedule simulated,
-   :mod:`jaxmem.compiler.steptime`): fitting candidates first (those at risk at the edge after
+   :mod:`jaxmem.steptime`): fitting candidates first (those at risk at the edge after
    those that are not), fastest first; the first is the recommendation, and :func:`why` says in
    one line what makes it faster than the runner-up (rows tie only where their simulated times
    are equal, and then keep the order they were compiled in).
@@ -461,7 +461,7 @@ def _ms(seconds: float) -> str:
 
 def _notes(unreached: int = 0) -> tuple[str, ...]:
   notes = (
-      "step_time_s: each compiled row's schedule simulated (jaxmem.compiler.steptime), not a measurement; "
+      "step_time_s: each compiled row's schedule simulated (jaxmem.steptime), not a measurement; "
       "roofline_step_time_s is its lower bound",
       "order of compiles: a closed-form estimate (Korthikanti et al. 2022 activations, 6NT + attention FLOPs)",
   )

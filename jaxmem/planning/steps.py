@@ -26,7 +26,7 @@ import jax
 from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import Refusal
-from jaxmem.compiler.steptime import Work
+from jaxmem.steptime import Work
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import key
 from jaxmem.resolve import Plan, Task, for_task, given_axes

@@ -16,7 +16,7 @@ from jaxmem.axes import baseline_fields, key, recorded
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import GMM_FLOPS_NOTE, KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.hardware.startup import start_jax
-from jaxmem.compiler.steptime import Work
+from jaxmem.steptime import Work
 from jaxmem.models import get_attention
 from jaxmem.models.model_flops import training_flops, weight_flops
 from jaxmem.options import RunOptions

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from jaxmem.axes import Axis
+from jaxmem.hardware.machine import LINKS
 from jaxmem.hardware.margin import AT_RISK, NO, YES
 from jaxmem.records import SWEPT_FIELDS
 from jaxmem.render.units import Unit, percent, seconds, unit_for
@@ -318,6 +319,12 @@ def _known(name: str) -> Some:
   return Some(lambda r: getattr(r, name, None) is not None)
 
 
+def _crossing(link_field: str) -> Some:
+  """A link's time column: shown where some row's collectives crossed slices or hosts (its
+  ``fast_link_step_time_s`` is set) and its target has that link."""
+  return Some(lambda r: getattr(r, "fast_link_step_time_s", None) and getattr(r, link_field, None) is not None)
+
+
 # The swept fields with a column where they vary (the pipeline's have their own columns).
 SWEPT_COLUMNS = tuple(k for k in SWEPT_FIELDS if not k.startswith("pipeline_"))
 # The shown columns whose values a compare heading does not repeat.
@@ -370,9 +377,9 @@ COMPARE: list[Column] = [
     Column(field="step_time_s", header="step (est)", format=secs, shown=HAS_STEP_TIME),
     Column(field="roofline_step_time_s", header="roofline", format=secs, shown=HAS_STEP_TIME),
     Column(field="exposed_comm_time_s", header="exposed comm", format=secs, shown=HAS_STEP_TIME),
-    # Across slices or hosts: the crossing collectives' time on the slow link, and the step as if
-    # every collective ran on the fast one.
-    Column(field="slow_link_comm_time_s", header="slow-link comm", format=secs, shown=_some("slow_link_comm_time_s")),
+    # Where collectives cross slices or hosts: each link's simulated time, named by its link, and
+    # the step as if every collective ran on the fast one.
+    *(Column(field=link.field, header=f"{link.name} comm", format=secs, shown=_crossing(link.field)) for link in LINKS),
     Column(field="fast_link_step_time_s", header="step, fast link only", format=secs,
            shown=_some("fast_link_step_time_s")),
     Column(field="bound", format=text, shown=HAS_STEP_TIME),

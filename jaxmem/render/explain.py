@@ -9,7 +9,7 @@ from typing import Any
 from jaxmem.buffers.analyse import Explanation
 from jaxmem.buffers.residuals import PolicyResiduals
 from jaxmem.render.timeline import timeline_text, title
-from jaxmem.compiler.optimes import OpTimes
+from jaxmem.steptime import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
 from jaxmem.render.tables import check_format, envelope, render_csv, render_records
 from jaxmem.render.units import unit_for
@@ -71,7 +71,7 @@ def explain_json(result: Explanation) -> dict[str, Any]:
 
 def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | None = None, framework: bool = False) -> str:
   """Consumers, the peak, the buffers live at it, by module and kind, the timeline, notes; and
-  with ``op_times`` (``explain --top-ops``) the slowest ops by their roofline time, last.
+  with ``op_times`` (``explain --top-ops``) the slowest ops by their time in the simulated step, last.
   ``framework``: the buffers' table adds the framework line each source line called."""
   check_format(fmt_name)
   if fmt_name == "json":

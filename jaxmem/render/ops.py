@@ -1,4 +1,4 @@
-"""The roofline per op (:class:`jaxmem.OpTimes`) as text: the slowest ops, each op's terms and
+"""The time per op (:class:`jaxmem.OpTimes`) as text: the slowest ops, each op's terms and
 bound, and the step's sum over ops beside its max of sums (``explain --top-ops``)."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jaxmem.compiler.optimes import TERMS, OpTimes
+from jaxmem.hardware.machine import LINKS
+from jaxmem.steptime import TERMS, OpTimes
 from jaxmem.render.tables import check_format, render_csv, render_records
 from jaxmem.render.units import seconds, unit_for
 
@@ -30,18 +31,24 @@ def summary_lines(times: OpTimes) -> list[str]:
   if times.op_time_s is None:
     return [f"op times: {n}" for n in times.notes if n.startswith("op times")]
   split = ", ".join(f"{t}-bound ops {seconds(times.time_by_bound.get(t))}" for t in TERMS if times.time_by_bound.get(t))
-  simulated = [] if times.simulated_step_time_s is None else [
-      f"step (est): the compiled schedule simulated {seconds(times.simulated_step_time_s)}, "
+  simulated = [] if times.step_time_s is None else [
+      f"step (est): the compiled schedule simulated {seconds(times.step_time_s)}, "
       f"{seconds(times.exposed_comm_time_s)} of it communication nothing overlapped"]
   return simulated + [
-      f"sum over ops {seconds(times.op_time_s)} ({split}); max of the step's sums (the roofline bound) "
-      f"{seconds(times.step_time_s)} (compute {seconds(times.compute_time_s)}, memory {seconds(times.memory_time_s)}, "
-      f"comm {seconds(times.comm_time_s)})",
+      f"sum over ops {seconds(times.op_time_s)} ({split}); max of the step's sums (the ops' roofline) "
+      f"{seconds(times.ops_roofline_step_time_s)} (compute {seconds(times.compute_time_s)}, memory "
+      f"{seconds(times.memory_time_s)}, comm {seconds(times.comm_time_s)}{_by_link(times)})",
       "each op is timed at the target's peak rates, its compute term from its matrix FLOPs (dot, convolution; "
       "rounded up to the matrix unit's tile where it has one; elementwise work and custom-call kernels count none), "
       "a collective by its transfer on its link; time is what the op adds to the simulated step (for an asynchronous "
       "collective, the wait its done causes); the sum over ops runs them one after another without overlap",
   ]
+
+
+def _by_link(times: OpTimes) -> str:
+  """Where the target has a slow link too, the comm sum on each link, named by it."""
+  links = [(link.name, getattr(times, link.field)) for link in LINKS if getattr(times, link.field) is not None]
+  return "" if len(links) < 2 else ": " + ", ".join(f"{name} {seconds(t)}" for name, t in links)
 
 
 def render_op_times(times: OpTimes, fmt: str) -> str:

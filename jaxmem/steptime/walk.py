@@ -1,5 +1,6 @@
 """The compiled schedule walked: a step's simulated time per device, op by op, with the overlap
-of asynchronous collectives the compiler scheduled (:func:`simulate`).
+of asynchronous collectives the compiler scheduled (:func:`simulate`; :func:`timeline` walks it
+a second time where the machine has a slow link, to say what that link costs).
 
 A compiled module is scheduled: each computation's instructions are printed in the order the
 device runs them, and an asynchronous collective is a start and a done with the work the
@@ -19,9 +20,9 @@ links:
   the two; the insides of kernels (splash's softmax) are not in the HLO and are not counted;
 - a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
   sends: :mod:`jaxmem.hlo.comms`), and the link carries one transfer at a time (a second waits
-  for the first). Inside a TPU slice whose devices' chip coordinates are known (:class:`Torus`)
-  the bandwidth is that of the links the collective's group drives: one link a direction per
-  grid axis it spans, both directions where it covers a whole axis that wraps around, so a
+  for the first). Inside a TPU slice whose devices' chip coordinates are known
+  (:class:`jaxmem.hardware.machine.Torus`) the bandwidth is that of the links the collective's
+  group drives: one link a direction per grid axis it spans, both directions where it covers a whole axis that wraps around, so a
   collective over one axis of a small slice (no wraparound) sends at a sixth of what the chip's
   six links carry together; elsewhere the chip's whole ICI (or a GPU's NVLink). The latency
   is ``base + steps x step`` with the ring's steps (all-reduce 2(g-1), all-gather,
@@ -39,9 +40,10 @@ links:
   collective may start in one trip and finish in the next) and the second's time stands for
   the trips after it; a ``conditional`` runs its slowest branch; a ``call`` runs its callee.
 
-The walk's time is never below the roofline's bound (:mod:`jaxmem.compiler.steptime`): each
+The walk's time is never below the roofline's bound (:mod:`jaxmem.steptime.roofline`): each
 op takes at least its own terms at the peak rates, and the stream and the links each do all
-their work.
+their work. Each op's own figures (its compute and memory terms, what it sends) are read once
+(:class:`OpWork`) and shared by every walk of the same module on the same device rates.
 """
 
 from __future__ import annotations
@@ -49,84 +51,18 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from jaxmem.hardware.machine import Link, Machine
 from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
-from jaxmem.hlo.ops import HloCosts, MatmulRate, MatrixTile, matrix_flops, matrix_seconds, vector_ops
+from jaxmem.hlo.ops import HloCosts, matrix_flops, matrix_seconds, vector_ops
 from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
 from jaxmem.records import Record
 
-TERMS = ("compute", "memory", "comm")
+TERMS = ("compute", "memory", "comm")  # the terms an op's time, and the step's, is bound by
 _ASYNC_DONE = ("all-gather-done", "all-reduce-done", "collective-permute-done", "async-done")
 _FREE = frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id", "replica-id",
     "opt-barrier", "add-dependency", "domain", "async-update",
 })
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Link(Record):
-  """A path collectives cross: the bytes per second one device sends over it, and its latency
-  per collective (``base_latency_s``) and per ring step (``step_latency_s``)."""
-
-  name: str  # "ICI", "NVLink", "DCN", "InfiniBand"
-  bandwidth: float | None
-  base_latency_s: float = 0.0
-  step_latency_s: float = 0.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Torus(Record):
-  """A TPU slice's ICI as its links: the chip grid (``dims``), which axes close into rings
-  (``wrap``), what one device sends over one link in one direction (``link_bandwidth``), and the
-  chip coordinates of each device of the compiled program (``coords[i]``: partition ``i``'s, the
-  program's device assignment)."""
-
-  dims: tuple[int, ...]
-  wrap: tuple[bool, ...]
-  link_bandwidth: float
-  coords: tuple[tuple[int, ...], ...]
-
-  def links(self, group: list[int]) -> int | None:
-    """How many of each device's links a collective over ``group`` (partition ids) drives: for
-    each axis of the grid the group spans, two where it covers the whole axis and the axis wraps
-    (a ring, both directions), one otherwise (a line; "without wraparounds ... it typically
-    doubles the time of most communication": How to Scale Your Model, Part 2 "TPUs"; a collective
-    over several axes uses each axis's links: Part 3 "Sharding"). 0: the group is on one chip.
-    ``None``: a device id outside the assignment."""
-    if any(not 0 <= i < len(self.coords) for i in group):
-      return None
-    links = 0
-    for axis, size in enumerate(self.dims):
-      seen = {self.coords[i][axis] for i in group}
-      if len(seen) > 1:
-        links += 2 if self.wrap[axis] and len(seen) == size else 1
-    return links
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Machine(Record):
-  """One device's rates, as the walk times ops: the matrix peak and its tile (``None``: matmuls
-  are not rounded up), a matmul's achieved rate by shape (``matmul_rate``, :data:`MatmulRate`;
-  ``None``: matmuls run at the peak), the HBM bandwidth, the fast link inside a slice or host,
-  the slow link across (``None`` where the target is one slice or host), and how many devices a
-  slice or host holds (device ids ``0..n-1`` in the mesh's order, a slice or host after another)."""
-
-  part: str
-  peak_flops: float
-  hbm_bandwidth: float
-  tile: MatrixTile | None = None
-  matmul_rate: MatmulRate | None = dataclasses.field(default=None, repr=False, compare=False,
-                                                      metadata={"as_dict": False})
-  fast: Link
-  slow: Link | None = None
-  devices_per_unit: int = 1 << 30
-  # A TPU slice's links and where the program's devices sit on them: a collective inside the slice
-  # is then timed over the links its group drives, not the chip's whole ICI (``fast.bandwidth``,
-  # what it falls back to where the placement or the groups are not known).
-  torus: Torus | None = None
-  # Elementwise operations per second the vector unit runs (one an ALU or FP32 lane a cycle; None:
-  # not published for the part, and vector work is timed by its HBM traffic alone).
-  vector_rate: float | None = None
-  notes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -164,8 +100,16 @@ class OpRun(Record):
 class Timeline(Record):
   """The walk's result: ``step_time_s`` (the simulated step), how much of it each term bounds
   (``*_bound_time_s``: the stream's time in ops each term bounds, and the communication the
-  stream waited for; they sum to the step), the links' busy time (``comm_time_s``) and the part
-  of it nothing overlapped (``exposed_comm_time_s``), and every op, slowest first."""
+  stream waited for; they sum to the step), the links' busy time (``comm_time_s``, every link
+  together) and the part of it nothing overlapped (``exposed_comm_time_s``), and every op,
+  slowest first.
+
+  ``link_comm_time_s``: the transfer time on each of the machine's links, keyed by the link's
+  step-time field (``{"ici_comm_time_s": ...}``, :class:`jaxmem.hardware.machine.Link`): a
+  collective whose group spans slices or hosts is counted whole on the slow link (DCN, the hosts'
+  network), its inside rings included, and every other on the fast one (ICI, NVLink); ``None``
+  for a link with no published bandwidth (its collectives are not timed). They sum to
+  ``comm_time_s`` where every link is timed."""
 
   step_time_s: float
   compute_bound_time_s: float
@@ -173,14 +117,12 @@ class Timeline(Record):
   comm_bound_time_s: float
   comm_time_s: float
   exposed_comm_time_s: float
-  # The slow link (DCN across slices, the hosts' network across hosts) and the transfer time of
-  # the collectives whose groups span slices or hosts on it (their inside parts included); None
-  # where the machine is one slice or host.
-  slow_link: str | None = None
-  slow_link_comm_time_s: float | None = None
+  link_comm_time_s: dict[str, float | None] = dataclasses.field(default_factory=dict)
+  # The slow link (DCN across slices, the hosts' network across hosts); None where the machine is
+  # one slice or host.
+  slow_link: Link | None = None
   # The same schedule walked with every collective on the fast link (ICI, NVLink), as if the
-  # slices or hosts were one: the step minus it is what the slow link costs (set by the caller
-  # that walks it twice, jaxmem.compiler.steptime.timeline).
+  # slices or hosts were one: the step minus it is what the slow link costs (:func:`timeline`).
   fast_link_step_time_s: float | None = None
   ops: tuple[OpRun, ...] = ()
   notes: tuple[str, ...] = ()
@@ -190,7 +132,7 @@ class Timeline(Record):
     largest first; empty where nothing crosses."""
     out: dict[str, float] = {}
     for o in self.ops:
-      if self.slow_link is not None and o.link == self.slow_link:
+      if self.slow_link is not None and o.link == self.slow_link.name:
         kind = o.opcode.removesuffix("-start")
         out[kind] = out.get(kind, 0.0) + o.comm_time_s
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
@@ -217,6 +159,7 @@ class _Cost:
   sync: bool = False  # a synchronous collective
   channels: tuple[str, ...] = ()  # TPU's async collective fusions: the channels a start or done carries
   done_of: str | None = None  # a done: the start it finishes
+  inner: Instruction | None = None  # a collective step: the collective whose transfer it times
 
 
 class _State:
@@ -303,8 +246,11 @@ def transfer_time(machine: Machine, kind: str, sent: int, g: int, units: int,
   return latency + fast_bytes / fast.bandwidth + slow_bytes / slow.bandwidth, slow.name
 
 
-class _Walker:
-  """Walks computations in schedule order, advancing a :class:`_State` (see the module docstring)."""
+class OpWork:
+  """Each op's own figures for one execution on ``machine``'s rates (its compute and memory terms,
+  what it sends, and what kind of collective step it is), read once and shared by every walk of
+  ``costs``'s module at those rates: they do not depend on the links (the walk's
+  :meth:`_Walker.cost` adds each collective's transfer on them)."""
 
   def __init__(self, costs: HloCosts, machine: Machine):
     self.module: Module = costs.module
@@ -317,6 +263,49 @@ class _Walker:
     rate = machine.matmul_rate
     self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate)
     self.vector = vector_ops(self.module)
+    self._memo: dict[tuple[str, str], _Cost] = {}
+
+  def of(self, comp: Computation, ins: Instruction) -> _Cost:
+    """One execution of ``ins``: its terms, and what kind of collective step it is, if any (its
+    transfer left at 0: the links' to say)."""
+    key = (comp.name, ins.name)
+    if key in self._memo:
+      return self._memo[key]
+    o = self.per_op.get(key)
+    runs = max(1, o.count) if o is not None else 1
+    moved, sent = (o.bytes_accessed // runs, o.comm_bytes // runs) if o is not None else (0, 0)
+    flops, padded = self.flops.of(ins), self.padded.of(ins)
+    m = self.machine
+    compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
+    elementwise = self.vector.of(ins)
+    if m.vector_rate:
+      compute = max(compute, elementwise / m.vector_rate)
+    c = _Cost(compute=compute, memory=moved / m.hbm_bandwidth, flops=flops, padded=padded, bytes=moved,
+              comm_bytes=sent, vector_ops=elementwise)
+    role = _async_role(self.module, ins)
+    if ins.opcode in _ASYNC_DONE:
+      c.done_of = ins.operands[0].partition("#")[0] if ins.operands else None
+    elif role == "done":
+      c.channels = _channels(_inner_collectives(self.module, ins))
+    elif sent or collective_kind(ins):
+      inner = _inner_collectives(self.module, ins)
+      if inner:
+        c.inner = inner[0]
+        c.start = role == "start" or ins.opcode.endswith("-start") or ins.opcode == "async-start"
+        c.sync = not c.start
+        c.channels = _channels(inner) if role == "start" else ()
+    self._memo[key] = c
+    return c
+
+
+class _Walker:
+  """Walks computations in schedule order, advancing a :class:`_State` (see the module docstring)."""
+
+  def __init__(self, work: OpWork, machine: Machine):
+    self.module: Module = work.module
+    self.machine = machine
+    self.work = work
+    self.per_op = work.per_op
     self.runs: dict[tuple[str, str], dict] = {}  # (computation, op) -> accumulated figures
     self.bound_time = dict.fromkeys(TERMS, 0.0)
     self.notes: list[str] = []
@@ -421,33 +410,14 @@ class _Walker:
     self.run(slowest, state, weight, record)
 
   def cost(self, comp: Computation, ins: Instruction) -> _Cost:
-    """One execution of ``ins``: its terms, and what kind of collective step it is, if any."""
+    """One execution of ``ins`` (:meth:`OpWork.of`), a collective's transfer timed on its link."""
     key = (comp.name, ins.name)
     if key in self._costs:
       return self._costs[key]
-    o = self.per_op.get(key)
-    runs = max(1, o.count) if o is not None else 1
-    moved, sent = (o.bytes_accessed // runs, o.comm_bytes // runs) if o is not None else (0, 0)
-    flops, padded = self.flops.of(ins), self.padded.of(ins)
-    m = self.machine
-    compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
-    elementwise = self.vector.of(ins)
-    if m.vector_rate:
-      compute = max(compute, elementwise / m.vector_rate)
-    c = _Cost(compute=compute, memory=moved / m.hbm_bandwidth, flops=flops, padded=padded, bytes=moved,
-              comm_bytes=sent, vector_ops=elementwise)
-    role = _async_role(self.module, ins)
-    if ins.opcode in _ASYNC_DONE:
-      c.done_of = ins.operands[0].partition("#")[0] if ins.operands else None
-    elif role == "done":
-      c.channels = _channels(_inner_collectives(self.module, ins))
-    elif sent or collective_kind(ins):
-      inner = _inner_collectives(self.module, ins)
-      if inner:
-        c.transfer, c.link = self._transfer(inner[0], sent)
-        c.start = role == "start" or ins.opcode.endswith("-start") or ins.opcode == "async-start"
-        c.sync = not c.start
-        c.channels = _channels(inner) if role == "start" else ()
+    c = self.work.of(comp, ins)
+    if c.inner is not None:
+      transfer, link = self._transfer(c.inner, c.comm_bytes)
+      c = dataclasses.replace(c, transfer=transfer, link=link)
     self._costs[key] = c
     return c
 
@@ -499,13 +469,14 @@ class _Walker:
     return max((len({i // per for i in grp}) for grp in groups), default=1)
 
 
-def simulate(costs: HloCosts, machine: Machine) -> Timeline:
+def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> Timeline:
   """The step of ``costs``'s module (:func:`jaxmem.hlo.ops.hlo_costs_of_module`, which keeps the
-  parsed module) walked on ``machine`` (see the module docstring)."""
+  parsed module) walked on ``machine`` (see the module docstring). ``work``: its ops' own figures
+  at ``machine``'s rates, where another walk already read them."""
   module = costs.module
   if module is None:
     raise ValueError("simulate needs the HloCosts of a parsed module (hlo_costs_of_module keeps it)")
-  walker = _Walker(costs, machine)
+  walker = _Walker(OpWork(costs, machine) if work is None else work, machine)
   state = _State()
   entry = module.entry or (list(module.computations)[-1] if module.computations else None)
   if entry:
@@ -513,14 +484,32 @@ def simulate(costs: HloCosts, machine: Machine) -> Timeline:
   tail = max(0.0, state.link_free - state.clock)  # transfers no done waited for: the step ends after them
   walker.bound_time["comm"] += tail
   ops = tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s))
-  slow = None if machine.slow is None else machine.slow.name
   return Timeline(
       step_time_s=state.clock + tail, compute_bound_time_s=walker.bound_time["compute"],
       memory_bound_time_s=walker.bound_time["memory"], comm_bound_time_s=walker.bound_time["comm"],
       comm_time_s=sum(r["transfer"] for r in walker.runs.values()), exposed_comm_time_s=walker.bound_time["comm"],
-      slow_link_comm_time_s=None if slow is None else sum(o.comm_time_s for o in ops if o.link == slow),
-      slow_link=slow, ops=ops, notes=tuple(machine.notes) + tuple(walker.notes),
+      link_comm_time_s={link.field: None if link.bandwidth is None else sum((o.comm_time_s for o in ops
+                                                                               if o.link == link.name), 0.0)
+                        for link in machine.links},
+      slow_link=machine.slow, ops=ops,
+      notes=tuple(machine.notes) + tuple(walker.notes),
   )
+
+
+def timeline(costs: HloCosts, machine: Machine) -> Timeline:
+  """:func:`simulate`, and where ``machine`` has a slow link that some collective crossed, the same
+  schedule walked again with that link given the fast one's rates, its collectives keeping their
+  hierarchical rings and their own queue (``fast_link_step_time_s``): never slower than the walk,
+  so the difference is what the slow link costs. The two walks share their ops' own figures."""
+  work = OpWork(costs, machine)
+  walk = simulate(costs, machine, work)
+  if machine.slow is None or not walk.link_comm_time_s.get(machine.slow.field):
+    return walk
+  fast = machine.fast
+  as_fast = dataclasses.replace(machine.slow, bandwidth=fast.bandwidth, base_latency_s=fast.base_latency_s,
+                                step_latency_s=fast.step_latency_s)
+  twin = simulate(costs, dataclasses.replace(machine, slow=as_fast), work)
+  return dataclasses.replace(walk, fast_link_step_time_s=twin.step_time_s)
 
 
 def _op_runs(walker: _Walker) -> list[OpRun]:
