@@ -66,18 +66,18 @@ def estimate(
     return StepTime(bytes_accessed=bytes_accessed, model_flops=model_flops), notes
   bound = roofline(flops=flops, bytes_accessed=bytes_accessed, comm_bytes=comm_bytes, num_devices=n, peaks=peaks,
                    floor_flops=None if work.floor_flops is None else work.floor_flops / n, notes=notes)
-  step, simulated = _simulated(bound.step_time_s, walk, n, notes)
+  step, simulated = _simulated(bound.roofline_step_time_s, walk, n, notes)
   term = bound.bound
   if simulated:
     term = max(TERMS, key=lambda t: simulated[f"{t}_bound_share"] or 0.0)
   return StepTime(
       bytes_accessed=bytes_accessed,
       model_flops=model_flops,
-      roofline_compute_time_s=bound.compute_time_s,
-      roofline_memory_time_s=bound.memory_time_s,
-      roofline_comm_time_s=bound.comm_time_s,
+      roofline_compute_time_s=bound.roofline_compute_time_s,
+      roofline_memory_time_s=bound.roofline_memory_time_s,
+      roofline_comm_time_s=bound.roofline_comm_time_s,
+      roofline_step_time_s=bound.roofline_step_time_s,
       step_time_s=step,
-      roofline_step_time_s=bound.step_time_s,
       **simulated,
       bound=term,
       tokens_per_s_per_device=None if not step or work.tokens is None else work.tokens / n / step,

@@ -44,14 +44,14 @@ class Work(Record):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Roofline(Record):
-  """The bound's terms (``None``: not published for the target, or the figure unknown), their
-  largest (``step_time_s``, the row's ``roofline_step_time_s``) and which term it is (``bound``),
-  and the FLOPs the compute term timed (the program's, or the model's floor)."""
+  """The bound's terms as the rows name them (``None``: not published for the target, or the
+  figure unknown), their largest and which term it is (``bound``), and the FLOPs the compute
+  term timed (the program's, or the model's floor)."""
 
-  compute_time_s: float | None = None
-  memory_time_s: float | None = None
-  comm_time_s: float | None = None
-  step_time_s: float | None = None
+  roofline_compute_time_s: float | None = None
+  roofline_memory_time_s: float | None = None
+  roofline_comm_time_s: float | None = None
+  roofline_step_time_s: float | None = None
   bound: str | None = None
   flops: float | None = None
 
@@ -73,8 +73,9 @@ def roofline(*, flops: float | None, bytes_accessed: int | None, comm_bytes: int
   step = max(known.values()) if known else None
   if step is not None and "compute" not in known:
     notes.append("step_time_s: the program's FLOPs are unknown, so the compute term is left out")
-  return Roofline(compute_time_s=terms["compute"], memory_time_s=terms["memory"], comm_time_s=terms["comm"],
-                  step_time_s=step, bound=max(known, key=known.__getitem__) if step else None, flops=flops)
+  return Roofline(roofline_compute_time_s=terms["compute"], roofline_memory_time_s=terms["memory"],
+                  roofline_comm_time_s=terms["comm"], roofline_step_time_s=step,
+                  bound=max(known, key=known.__getitem__) if step else None, flops=flops)
 
 
 def compute_flops(flops: float | None, floor: float | None, notes: list[str]) -> float | None:
