@@ -146,6 +146,12 @@ def test_the_first_progress_line_comes_before_the_first_compile(factory, tmp_pat
   assert "compiling 2 of 2" in seen_before[1] and "left)" in seen_before[1]  # the estimate, after the first
 
 
+def test_explain_says_nothing_of_a_step_time_it_does_not_show(factory):
+  r = jaxmem.explain(step=factory, target="cpu", batch=2, seq=8)
+  assert r.notes and not any(n.startswith(("mfu:", "step time:", "step_time_s:")) for n in r.notes)
+  assert not any(n.startswith(("mfu:", "step time:")) for n in jaxmem.explain(_grad_step, *_grad_args(), target="cpu").notes)
+
+
 def test_fit_says_how_many_compiles_its_search_expects():
   from jaxmem.planning.fit import expected_compiles_line
 
@@ -180,6 +186,12 @@ def _grad_step(w, x):
   import jax.numpy as jnp
 
   return jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
+
+
+def _grad_args():
+  import jax.numpy as jnp
+
+  return jax.ShapeDtypeStruct((256, 256), jnp.float32), jax.ShapeDtypeStruct((512, 256), jnp.float32)
 
 
 def test_analyze_and_explain_judge_against_the_capacity():

@@ -80,6 +80,9 @@ def explain(
   of the one compile, ``on_row`` given the explanation; ``jobs``, ``scheduler`` and ``cache``
   are refused (one compile in this process, nothing cached).
 
+  A target by name is resolved as the CLI's ``--target`` (:func:`jaxmem.analyze`'s), so the
+  explanation's ``capacity_bytes``, ``fits``, ``verdict`` and notes are the command's.
+
   >>> import jax, jax.numpy as jnp, jaxmem
   >>> def step(w, x):
   ...   return jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
@@ -150,7 +153,9 @@ def explain_lowering(
   mesh = _mesh_of(figures.compiled)
   verdict = dict(capacity_bytes=figures.capacity_bytes, required_bytes=figures.required_bytes,
                  judgement=figures.verdict)
-  extra = tuple(n for n in figures.notes if n not in report.notes)  # the capacity's, the caller's
+  # The caller's, the capacity's, the verdict's: not the step-time estimate's, which an
+  # explanation does not show.
+  extra = tuple(n for n in figures.memory_notes if n not in report.notes)
   del figures
   target_name = lowering.target.name if lowering.target is not None else report.platform
   r = analyse(
