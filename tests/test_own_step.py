@@ -334,19 +334,3 @@ def test_a_one_chip_v5p_equals_a_raw_one_chip_compile():
   for field in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
                 "peak_memory_in_bytes"):
     assert getattr(ours, field) == getattr(raw, field), field
-
-
-def test_scores_materialised_for_an_accelerator_get_the_kernel_note():
-  import jax
-  import jax.numpy as jnp
-
-  from jaxmem.program.step import step_notes
-
-  q = jax.ShapeDtypeStruct((2, 128, 4, 16), jnp.bfloat16)  # [B, T, N, H]
-  traced = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)).trace(q, q, q)
-  none = jaxmem.REMAT_POLICIES["none"]
-  (note,) = step_notes(traced, none, seq=128, platform="tpu")
-  assert "[2,4,128,128] scores" in note and "splash" in note and "docs/examples.md" in note
-  assert "cuDNN" in step_notes(traced, none, seq=128, platform="gpu")[0]
-  assert step_notes(traced, none, seq=128, platform="cpu") == []  # the CPU runs what it was given
-  assert step_notes(traced, none, seq=64, platform="tpu") == []  # no [..., 64, 64] value

@@ -143,9 +143,12 @@ def explain_function(
 def explain_lowering(
     lowering: Lowering, *, function: str, top: int = 10, kinds: str | Sequence[str] | None = None,
     framework_packages: Sequence[str] = (), notes: Sequence[str] = (), always_compile: bool = False,
+    kernel_named: bool = False,
 ) -> Explanation:
-  """:func:`explain_function` from a traced and lowered program (``notes`` added to its own)."""
-  figures, dump, optimized = compile_with_dump(lowering, notes=notes, always_compile=always_compile)
+  """:func:`explain_function` from a traced and lowered program (``notes`` added to its own;
+  ``kernel_named`` as :meth:`~jaxmem.compiler.analysis.Lowering.figures` takes it)."""
+  figures, dump, optimized = compile_with_dump(lowering, notes=notes, always_compile=always_compile,
+                                               kernel_named=kernel_named)
   # Everything is read from the executable here, and it is not kept (report.compiled is None):
   # the executable compiled with the dump options is released now, while the backend that made
   # it is alive, not among the interpreter's last objects at exit.
@@ -186,8 +189,10 @@ def explain_workload(
       sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
-    r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds,
-                         framework_packages=framework_packages, always_compile=w.always_compile)
+    # Its attention is the implementation named in the configuration: no note on the kernel.
+    r = explain_lowering(lower_for_target(prog.step, *prog.args, target=p.target), function=_function_name(prog.step),
+                         top=top, kinds=kinds, framework_packages=framework_packages, always_compile=w.always_compile,
+                         kernel_named=True)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
   configuration = Configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
@@ -224,8 +229,7 @@ def explain_step(
   lowering = lower_for_target(fn, *fargs, target=p.target, **jit_kwargs)
   return explain_lowering(
       lowering, function=_function_name(fn), top=top, kinds=kinds, framework_packages=framework_packages,
-      notes=step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform, host_kernel=not w.maxtext),
-      always_compile=w.always_compile,
+      notes=step_notes(lowering.traced, rp), always_compile=w.always_compile, kernel_named=bool(w.maxtext),
   )
 
 
@@ -248,7 +252,7 @@ def preset_consumers(consumers: dict[str, int | None], *, params: str, optimizer
 
 
 def compile_with_dump(
-    lowering: Lowering, *, notes: Sequence[str] = (), always_compile: bool = False,
+    lowering: Lowering, *, notes: Sequence[str] = (), always_compile: bool = False, kernel_named: bool = False,
 ) -> tuple[Figures, Dump, OptimizedHlo]:
   """Compiles with XLA's text and HloProto dumps on and reads them; a refused compile (or
   arguments alone over the target's capacity, when nothing is compiled, unless
@@ -257,7 +261,7 @@ def compile_with_dump(
     # The three backends honour these options alike (checked on jaxlib 0.10.2 and 0.12.0.1).
     outcome = lowering.figures(
         notes=notes, compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO},
-        always_compile=always_compile,
+        always_compile=always_compile, kernel_named=kernel_named,
     )
     if isinstance(outcome, Refusal):
       need = "" if outcome.required_bytes is None else f" (needs {outcome.required_bytes:,} bytes)"

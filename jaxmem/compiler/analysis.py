@@ -5,6 +5,9 @@
 (:func:`jaxmem.hardware.targets.resolved_target`: a name gets its capacity), places the
 arguments on the target's devices (replicating those that carry no sharding of their own),
 refuses, in one line, arguments sharded on other devices, and traces and lowers the function.
+:meth:`Lowering.figures` is the second: the arguments checked against the capacity, the
+compile, and the notes every such program gets (a framework trap:
+:func:`jaxmem.compiler.traps.kernel_note`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from jaxmem.compiler.figures import Figures, compile_figures
 from jaxmem.compiler.steptime import Work
 from jaxmem.compiler.report import MemoryReport, Refusal
 from jaxmem.hardware.startup import start_jax
+from jaxmem.compiler.traps import kernel_note
 from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
 
@@ -45,15 +49,24 @@ class Lowering:
 
   def figures(
       self, *, notes: Sequence[str] = (), compiler_options: Mapping[str, Any] | None = None, work: Work | None = None,
-      always_compile: bool = False,
+      always_compile: bool = False, kernel_named: bool = False,
   ) -> Figures | Refusal:
     """Compiled and read, or refused (:func:`jaxmem.compiler.figures.compile_figures`, which
     checks the arguments against the target's capacity first, unless ``always_compile``;
-    ``work`` as there)."""
+    ``work`` as there). ``notes`` come first, then the note on attention the program computes
+    in plain ops for an accelerator (:func:`jaxmem.compiler.traps.kernel_note`), unless
+    ``kernel_named``: its attention is an implementation chosen by name (jaxmem's own models,
+    MaxText's step), which the row names."""
+    note = None if kernel_named else kernel_note(self.traced.jaxpr.jaxpr, self.platform)
     return compile_figures(
-        self.traced, self.target, args=None if always_compile else self.args, argument_names=self.argument_names, notes=notes,
-        compiler_options=compiler_options, lowered=self.lowered, work=work,
+        self.traced, self.target, args=None if always_compile else self.args, argument_names=self.argument_names,
+        notes=(*notes, *([note] if note else [])), compiler_options=compiler_options, lowered=self.lowered, work=work,
     )
+
+  @property
+  def platform(self) -> str:
+    """The platform the program compiles for: the target's, else where ``jax.jit`` puts it."""
+    return self.target.platform if self.target is not None else jax.default_backend()
 
 
 def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = None, **jit_kwargs: Any) -> Lowering:
@@ -104,7 +117,8 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
   ``margin_bytes`` and ``risk_bytes``, with a note where it does not fit; arguments whose bytes
   alone exceed the capacity are a :class:`JaxmemError` without a compile. Its ``notes`` are
   those ``explain`` gives the same program for the capacity, the compiler's figures and the
-  verdict.
+  verdict, and a note where the program materialises attention scores that the target's fused
+  kernel would not (:mod:`jaxmem.compiler.traps`).
 
   >>> import jax, jax.numpy as jnp
   >>> x = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
