@@ -146,6 +146,30 @@ def test_the_first_progress_line_comes_before_the_first_compile(factory, tmp_pat
   assert "compiling 2 of 2" in seen_before[1] and "left)" in seen_before[1]  # the estimate, after the first
 
 
+def test_explain_says_it_compiles_before_the_compile(factory, monkeypatch, capsys):
+  import jaxmem.compiler.figures as figures
+
+  monkeypatch.delenv("JAXMEM_NO_PROGRESS", raising=False)
+  seen_before: list[str] = []
+  real = figures.compile_timed
+
+  def compile_timed(*args, **kwargs):
+    seen_before.append(capsys.readouterr().err)  # what stderr had when this compile started
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(figures, "compile_timed", compile_timed)
+  assert main(["explain", "--step", factory, "--target", "cpu", "--batch", "2", "--seq", "8"]) == 0
+  (before,) = seen_before
+  assert "jaxmem: compiling step:envstep:make_step for cpu: " in before and "batch 2, seq 8" in before
+  # The library's listeners hear the same event before the compile, from a function too.
+  events: list = []
+  monkeypatch.setattr(figures, "compile_timed", lambda *a, **k: (events.append("compile"), real(*a, **k))[1])
+  with jaxmem.listen(events.append):
+    jaxmem.explain(_grad_step, *_grad_args(), target="cpu")
+  assert [type(e).__name__ if e != "compile" else e for e in events] == ["Compiling", "compile"]
+  assert events[0].label == "_grad_step for cpu"
+
+
 def test_explain_says_nothing_of_a_step_time_it_does_not_show(factory):
   r = jaxmem.explain(step=factory, target="cpu", batch=2, seq=8)
   assert r.notes and not any(n.startswith(("mfu:", "step time:", "step_time_s:")) for n in r.notes)

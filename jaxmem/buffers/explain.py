@@ -31,6 +31,7 @@ from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
+from jaxmem.events import Compiling, emit
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.options import RunOptions
 from jaxmem.program.step import call_step, step_notes
@@ -78,7 +79,9 @@ def explain(
 
   ``run`` (:class:`jaxmem.options.RunOptions`, or its fields as keywords): ``on_start`` is told
   of the one compile, ``on_row`` given the explanation; ``jobs``, ``scheduler`` and ``cache``
-  are refused (one compile in this process, nothing cached).
+  are refused (one compile in this process, nothing cached). Listeners
+  (:func:`jaxmem.events.listen`) hear a :class:`~jaxmem.events.Compiling` event before the step
+  is traced and compiled, as compare's do.
 
   A target by name is resolved as the CLI's ``--target`` (:func:`jaxmem.analyze`'s), so the
   explanation's ``capacity_bytes``, ``fits``, ``verdict`` and notes are the command's.
@@ -134,6 +137,8 @@ def explain_function(
   ``target`` with XLA's dump on and explains it (``always_compile``: as the workload field)."""
   _check_top(top)
   parse_kinds(kinds)  # a bad kind is an error before the compile
+  where = target if isinstance(target, str) or target is None else target.name
+  _compiling(f"{_function_name(fn)}" + (f" for {where}" if where else ""))
   return explain_lowering(
       lower_for_target(fn, *args, target=target, **jit_kwargs), function=_function_name(fn), top=top, kinds=kinds,
       framework_packages=framework_packages, notes=notes, always_compile=always_compile,
@@ -182,6 +187,8 @@ def explain_workload(
   one_value_each(w, "explain")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
+  _compiling(f"{p.cfg.name} for {p.target.name}: mesh {shd.format_mesh(m)}, remat {rp.name}, optimizer {opt.name}, "
+             f"batch {p.batch}, seq {p.seq}")
   prog = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
       microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], options=p.step_options(), precision=p.precision,
@@ -222,6 +229,8 @@ def explain_step(
   p = plan(w)
   mesh, _, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   one = p.tasks()[-1].workload  # the configuration's own values (MaxText's step reads its names there)
+  _compiling(f"{p.workload.model_name} for {p.target.name}: mesh {shd.format_mesh(mesh)}, remat {rp.name}, "
+             f"batch {p.batch}, seq {p.seq}")
   fn, fargs, jit_kwargs = call_step(
       p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target,
       workload=one,
@@ -270,6 +279,12 @@ def compile_with_dump(
     dump = read_dump(d)
     optimized = read_optimized_hlo(d, module_name=dump.hlo.name or None)
   return outcome, dump, optimized
+
+
+def _compiling(label: str) -> None:
+  """Tells listeners the one compile is about to start (the CLI prints a line: a step's trace and
+  compile can take minutes)."""
+  emit(Compiling(index=1, total=1, label=label))
 
 
 def _check_top(top: int) -> None:
