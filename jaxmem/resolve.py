@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxmem.axes import AXES, Axis, declared, one_value_each, outer_axes
-from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target, with_capacity, with_resident
+from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, MOE_KERNELS, ModelConfig, choose_moe_kernel, get_config
 from jaxmem.models.config import MOE_IMPLS
@@ -282,12 +282,9 @@ def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelCon
 
 
 def resolve_target(w: BaseWorkload) -> Target:
-  """The workload's target with its capacity (a TPU target's costs a quick probe compile), less
-  the bytes ``w.resident`` another program holds on each device."""
-  tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
-  if w.resident and tgt.resident_bytes and tgt.resident_bytes != w.resident:
-    raise JaxmemError(f"`resident` is {w.resident:,} bytes but the target given already holds {tgt.resident_bytes:,}")
-  return with_resident(with_capacity(tgt), 0 if tgt.resident_bytes else w.resident)
+  """The workload's target with its capacity, less the bytes ``w.resident`` another program holds
+  on each device (:func:`jaxmem.hardware.targets.resolved_target`, as the API's entry points)."""
+  return resolved_target(w.target, slices=w.slices, resident=w.resident, mem_fraction=w.mem_fraction)
 
 
 def resolve_meshes(w: BaseWorkload, tgt: Target) -> tuple[shd.MeshSpec, ...]:

@@ -15,8 +15,9 @@ target needs its compiler installed, not the device) and fails, as a pytest asse
 it fits with a margin to spare; :func:`assert_memory_below` holds the compiler's figure under a
 fixed limit on any target, the CPU included (there it is the CPU compiler's allocation, which
 overstates an accelerator's). Both give back the :class:`~jaxmem.MemoryReport`, for further
-checks of your own. A compile the backend refuses for anything but memory raises as
-:func:`jaxmem.analyze` does.
+checks of your own, as :func:`jaxmem.analyze` gives it (a target by name resolved as the CLI
+resolves ``--target``, the verdict and notes its). A compile the backend refuses for anything but
+memory raises as :func:`jaxmem.analyze` does.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from jaxmem.compiler.analysis import lower_for_target
 from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import MemoryReport, Refusal
-from jaxmem.hardware.targets import Target, target as resolve
+from jaxmem.hardware.targets import Target, resolved_target
 from jaxmem.errors import JaxmemError
 from jaxmem.sizes import byte_count
 
@@ -42,7 +43,7 @@ def assert_fits(
   (``0.1``: 10% to spare), an int or a string a size (``"2GiB"``). ``resident``: bytes another
   program holds on each device (``"14.5GiB"``), out of the capacity, with a TPU compile capped to
   match. A TPU compiler's own out-of-memory refusal fails the same way. Returns the report."""
-  tgt = resolve(target, resident=resident) if isinstance(target, str) else target
+  tgt = resolved_target(target, resident=byte_count(resident, "resident"))
   if tgt.capacity_bytes is None:
     raise JaxmemError(f"assert_fits needs a target with a capacity ({tgt.name} has none); "
                       "use assert_memory_below(..., limit=...) on the CPU")
@@ -53,7 +54,7 @@ def assert_fits(
   required = outcome.required_bytes
   if figures is None or required is None or required > limit:
     raise AssertionError(_failure(outcome, tgt, limit, spare, what="capacity"))
-  return figures.report
+  return figures.judged_report()
 
 
 def assert_memory_below(
@@ -68,7 +69,7 @@ def assert_memory_below(
   if not isinstance(outcome, Figures) or required is None or required > cap:
     name = target if isinstance(target, str) or target is None else target.name
     raise AssertionError(_failure(outcome, name, cap, 0, what="limit"))
-  return outcome.report
+  return outcome.judged_report()
 
 
 def _compile(step: Callable, args: tuple, target: Any, jit_kwargs: dict[str, Any]) -> Figures | Refusal:

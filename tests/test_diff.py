@@ -97,3 +97,12 @@ def test_documents_of_two_kinds_or_not_jaxmems_are_one_line_errors(saved, tmp_pa
   assert "not a jaxmem JSON document" in capsys.readouterr().err
   with pytest.raises(jaxmem.JaxmemError, match="diff compares two of a kind"):
     jaxmem.diff(saved["none"], {"rows": []})
+
+
+def test_table_renders_a_diff_as_the_command_prints_it(saved, capsys):
+  d = jaxmem.diff(saved["none"], saved["full"])
+  assert main(["diff", str(saved["none"]), str(saved["full"])]) == 0
+  assert jaxmem.table(d) == capsys.readouterr().out.rstrip("\n")
+  assert jaxmem.table(d, "json") == render_diff(d, "json")
+  with pytest.raises(jaxmem.JaxmemError, match="table, markdown or json"):
+    jaxmem.table(d, "csv")

@@ -146,6 +146,36 @@ def test_the_first_progress_line_comes_before_the_first_compile(factory, tmp_pat
   assert "compiling 2 of 2" in seen_before[1] and "left)" in seen_before[1]  # the estimate, after the first
 
 
+def test_explain_says_it_compiles_before_the_compile(factory, monkeypatch, capsys):
+  import jaxmem.compiler.figures as figures
+
+  monkeypatch.delenv("JAXMEM_NO_PROGRESS", raising=False)
+  seen_before: list[str] = []
+  real = figures.compile_timed
+
+  def compile_timed(*args, **kwargs):
+    seen_before.append(capsys.readouterr().err)  # what stderr had when this compile started
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(figures, "compile_timed", compile_timed)
+  assert main(["explain", "--step", factory, "--target", "cpu", "--batch", "2", "--seq", "8"]) == 0
+  (before,) = seen_before
+  assert "jaxmem: compiling step:envstep:make_step for cpu: " in before and "batch 2, seq 8" in before
+  # The library's listeners hear the same event before the compile, from a function too.
+  events: list = []
+  monkeypatch.setattr(figures, "compile_timed", lambda *a, **k: (events.append("compile"), real(*a, **k))[1])
+  with jaxmem.listen(events.append):
+    jaxmem.explain(_grad_step, *_grad_args(), target="cpu")
+  assert [type(e).__name__ if e != "compile" else e for e in events] == ["Compiling", "compile"]
+  assert events[0].label == "_grad_step for cpu"
+
+
+def test_explain_says_nothing_of_a_step_time_it_does_not_show(factory):
+  r = jaxmem.explain(step=factory, target="cpu", batch=2, seq=8)
+  assert r.notes and not any(n.startswith(("mfu:", "step time:", "step_time_s:")) for n in r.notes)
+  assert not any(n.startswith(("mfu:", "step time:")) for n in jaxmem.explain(_grad_step, *_grad_args(), target="cpu").notes)
+
+
 def test_fit_says_how_many_compiles_its_search_expects():
   from jaxmem.planning.fit import expected_compiles_line
 
@@ -180,6 +210,12 @@ def _grad_step(w, x):
   import jax.numpy as jnp
 
   return jax.grad(lambda w: jnp.tanh(x @ w).sum())(w)
+
+
+def _grad_args():
+  import jax.numpy as jnp
+
+  return jax.ShapeDtypeStruct((256, 256), jnp.float32), jax.ShapeDtypeStruct((512, 256), jnp.float32)
 
 
 def test_analyze_and_explain_judge_against_the_capacity():
@@ -322,19 +358,3 @@ def test_a_one_chip_v5p_equals_a_raw_one_chip_compile():
   for field in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes",
                 "peak_memory_in_bytes"):
     assert getattr(ours, field) == getattr(raw, field), field
-
-
-def test_scores_materialised_for_an_accelerator_get_the_kernel_note():
-  import jax
-  import jax.numpy as jnp
-
-  from jaxmem.program.step import step_notes
-
-  q = jax.ShapeDtypeStruct((2, 128, 4, 16), jnp.bfloat16)  # [B, T, N, H]
-  traced = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True)).trace(q, q, q)
-  none = jaxmem.REMAT_POLICIES["none"]
-  (note,) = step_notes(traced, none, seq=128, platform="tpu")
-  assert "[2,4,128,128] scores" in note and "splash" in note and "docs/examples.md" in note
-  assert "cuDNN" in step_notes(traced, none, seq=128, platform="gpu")[0]
-  assert step_notes(traced, none, seq=128, platform="cpu") == []  # the CPU runs what it was given
-  assert step_notes(traced, none, seq=64, platform="tpu") == []  # no [..., 64, 64] value

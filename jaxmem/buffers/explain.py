@@ -31,6 +31,7 @@ from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
+from jaxmem.events import Compiling, emit
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.options import RunOptions
 from jaxmem.program.step import call_step, step_notes
@@ -78,7 +79,12 @@ def explain(
 
   ``run`` (:class:`jaxmem.options.RunOptions`, or its fields as keywords): ``on_start`` is told
   of the one compile, ``on_row`` given the explanation; ``jobs``, ``scheduler`` and ``cache``
-  are refused (one compile in this process, nothing cached).
+  are refused (one compile in this process, nothing cached). Listeners
+  (:func:`jaxmem.events.listen`) hear a :class:`~jaxmem.events.Compiling` event before the step
+  is traced and compiled, as compare's do.
+
+  A target by name is resolved as the CLI's ``--target`` (:func:`jaxmem.analyze`'s), so the
+  explanation's ``capacity_bytes``, ``fits``, ``verdict`` and notes are the command's.
 
   >>> import jax, jax.numpy as jnp, jaxmem
   >>> def step(w, x):
@@ -131,6 +137,8 @@ def explain_function(
   ``target`` with XLA's dump on and explains it (``always_compile``: as the workload field)."""
   _check_top(top)
   parse_kinds(kinds)  # a bad kind is an error before the compile
+  where = target if isinstance(target, str) or target is None else target.name
+  _compiling(f"{_function_name(fn)}" + (f" for {where}" if where else ""))
   return explain_lowering(
       lower_for_target(fn, *args, target=target, **jit_kwargs), function=_function_name(fn), top=top, kinds=kinds,
       framework_packages=framework_packages, notes=notes, always_compile=always_compile,
@@ -140,9 +148,12 @@ def explain_function(
 def explain_lowering(
     lowering: Lowering, *, function: str, top: int = 10, kinds: str | Sequence[str] | None = None,
     framework_packages: Sequence[str] = (), notes: Sequence[str] = (), always_compile: bool = False,
+    kernel_named: bool = False,
 ) -> Explanation:
-  """:func:`explain_function` from a traced and lowered program (``notes`` added to its own)."""
-  figures, dump, optimized = compile_with_dump(lowering, notes=notes, always_compile=always_compile)
+  """:func:`explain_function` from a traced and lowered program (``notes`` added to its own;
+  ``kernel_named`` as :meth:`~jaxmem.compiler.analysis.Lowering.figures` takes it)."""
+  figures, dump, optimized = compile_with_dump(lowering, notes=notes, always_compile=always_compile,
+                                               kernel_named=kernel_named)
   # Everything is read from the executable here, and it is not kept (report.compiled is None):
   # the executable compiled with the dump options is released now, while the backend that made
   # it is alive, not among the interpreter's last objects at exit.
@@ -150,7 +161,9 @@ def explain_lowering(
   mesh = _mesh_of(figures.compiled)
   verdict = dict(capacity_bytes=figures.capacity_bytes, required_bytes=figures.required_bytes,
                  judgement=figures.verdict)
-  extra = tuple(n for n in figures.notes if n not in report.notes)  # the capacity's, the caller's
+  # The caller's, the capacity's, the verdict's: not the step-time estimate's, which an
+  # explanation does not show.
+  extra = tuple(n for n in figures.memory_notes if n not in report.notes)
   del figures
   target_name = lowering.target.name if lowering.target is not None else report.platform
   r = analyse(
@@ -174,6 +187,8 @@ def explain_workload(
   one_value_each(w, "explain")
   p = plan(w)
   m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
+  _compiling(f"{p.cfg.name} for {p.target.name}: mesh {shd.format_mesh(m)}, remat {rp.name}, optimizer {opt.name}, "
+             f"batch {p.batch}, seq {p.seq}")
   prog = build_train_program(
       p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
       microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], options=p.step_options(), precision=p.precision,
@@ -181,8 +196,10 @@ def explain_workload(
       sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
   )
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
-    r = explain_function(prog.step, *prog.args, target=p.target, top=top, kinds=kinds,
-                         framework_packages=framework_packages, always_compile=w.always_compile)
+    # Its attention is the implementation named in the configuration: no note on the kernel.
+    r = explain_lowering(lower_for_target(prog.step, *prog.args, target=p.target), function=_function_name(prog.step),
+                         top=top, kinds=kinds, framework_packages=framework_packages, always_compile=w.always_compile,
+                         kernel_named=True)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
   configuration = Configuration(
       model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
@@ -212,6 +229,8 @@ def explain_step(
   p = plan(w)
   mesh, _, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
   one = p.tasks()[-1].workload  # the configuration's own values (MaxText's step reads its names there)
+  _compiling(f"{p.workload.model_name} for {p.target.name}: mesh {shd.format_mesh(mesh)}, remat {rp.name}, "
+             f"batch {p.batch}, seq {p.seq}")
   fn, fargs, jit_kwargs = call_step(
       p.workload.step, batch=p.batch, seq=p.seq, remat=rp.policy, mesh=p.target.make_mesh(mesh), target=p.target,
       workload=one,
@@ -219,8 +238,7 @@ def explain_step(
   lowering = lower_for_target(fn, *fargs, target=p.target, **jit_kwargs)
   return explain_lowering(
       lowering, function=_function_name(fn), top=top, kinds=kinds, framework_packages=framework_packages,
-      notes=step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform, host_kernel=not w.maxtext),
-      always_compile=w.always_compile,
+      notes=step_notes(lowering.traced, rp), always_compile=w.always_compile, kernel_named=bool(w.maxtext),
   )
 
 
@@ -243,7 +261,7 @@ def preset_consumers(consumers: dict[str, int | None], *, params: str, optimizer
 
 
 def compile_with_dump(
-    lowering: Lowering, *, notes: Sequence[str] = (), always_compile: bool = False,
+    lowering: Lowering, *, notes: Sequence[str] = (), always_compile: bool = False, kernel_named: bool = False,
 ) -> tuple[Figures, Dump, OptimizedHlo]:
   """Compiles with XLA's text and HloProto dumps on and reads them; a refused compile (or
   arguments alone over the target's capacity, when nothing is compiled, unless
@@ -252,7 +270,7 @@ def compile_with_dump(
     # The three backends honour these options alike (checked on jaxlib 0.10.2 and 0.12.0.1).
     outcome = lowering.figures(
         notes=notes, compiler_options={"xla_dump_to": d, "xla_dump_hlo_as_text": True, **DUMP_AS_PROTO},
-        always_compile=always_compile,
+        always_compile=always_compile, kernel_named=kernel_named,
     )
     if isinstance(outcome, Refusal):
       need = "" if outcome.required_bytes is None else f" (needs {outcome.required_bytes:,} bytes)"
@@ -261,6 +279,12 @@ def compile_with_dump(
     dump = read_dump(d)
     optimized = read_optimized_hlo(d, module_name=dump.hlo.name or None)
   return outcome, dump, optimized
+
+
+def _compiling(label: str) -> None:
+  """Tells listeners the one compile is about to start (the CLI prints a line: a step's trace and
+  compile can take minutes)."""
+  emit(Compiling(index=1, total=1, label=label))
 
 
 def _check_top(top: int) -> None:

@@ -1,8 +1,13 @@
 """``analyze``: the compiler's memory figures for any jittable function of your own.
 
-:func:`lower_for_target` is its first half, shared with ``explain(fn, ...)``: it places the
+:func:`lower_for_target` is its first half, shared with ``explain(fn, ...)``, a user's step
+(``--step``) and :mod:`jaxmem.testing`: it resolves the target as the CLI does
+(:func:`jaxmem.hardware.targets.resolved_target`: a name gets its capacity), places the
 arguments on the target's devices (replicating those that carry no sharding of their own),
 refuses, in one line, arguments sharded on other devices, and traces and lowers the function.
+:meth:`Lowering.figures` is the second: the arguments checked against the capacity, the
+compile, and the notes every such program gets (a framework trap:
+:func:`jaxmem.compiler.traps.kernel_note`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from jaxmem.compiler.figures import Figures, compile_figures
 from jaxmem.steptime import Work
 from jaxmem.compiler.report import MemoryReport, Refusal
 from jaxmem.hardware.startup import start_jax
-from jaxmem.hardware.targets import Target, cpu_devices_needed, get_target
+from jaxmem.compiler.traps import kernel_note
+from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
 
 
@@ -43,15 +49,24 @@ class Lowering:
 
   def figures(
       self, *, notes: Sequence[str] = (), compiler_options: Mapping[str, Any] | None = None, work: Work | None = None,
-      always_compile: bool = False,
+      always_compile: bool = False, kernel_named: bool = False,
   ) -> Figures | Refusal:
     """Compiled and read, or refused (:func:`jaxmem.compiler.figures.compile_figures`, which
     checks the arguments against the target's capacity first, unless ``always_compile``;
-    ``work`` as there)."""
+    ``work`` as there). ``notes`` come first, then the note on attention the program computes
+    in plain ops for an accelerator (:func:`jaxmem.compiler.traps.kernel_note`), unless
+    ``kernel_named``: its attention is an implementation chosen by name (jaxmem's own models,
+    MaxText's step), which the row names."""
+    note = None if kernel_named else kernel_note(self.traced.jaxpr.jaxpr, self.platform)
     return compile_figures(
-        self.traced, self.target, args=None if always_compile else self.args, argument_names=self.argument_names, notes=notes,
-        compiler_options=compiler_options, lowered=self.lowered, work=work,
+        self.traced, self.target, args=None if always_compile else self.args, argument_names=self.argument_names,
+        notes=(*notes, *([note] if note else [])), compiler_options=compiler_options, lowered=self.lowered, work=work,
     )
+
+  @property
+  def platform(self) -> str:
+    """The platform the program compiles for: the target's, else where ``jax.jit`` puts it."""
+    return self.target.platform if self.target is not None else jax.default_backend()
 
 
 def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = None, **jit_kwargs: Any) -> Lowering:
@@ -66,7 +81,7 @@ def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = Non
   the same one-line error rather than JAX's.
   """
   start_jax(cpu_devices_needed([target]) if isinstance(target, str) else 1)
-  tgt = get_target(target) if isinstance(target, str) else target
+  tgt = None if target is None else resolved_target(target)
   _check_devices(args, jit_kwargs, tgt)
   if tgt is not None:
     replicated = NamedSharding(tgt.make_mesh((("devices", tgt.num_devices),)), PartitionSpec())
@@ -96,9 +111,14 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
 
   The report has, besides ``memory_analysis()``'s fields, the bytes per argument and per
   argument leaf, the communication by collective kind, the FLOPs per device and the
-  ``Compiled`` itself (``report.compiled``). For a target with a capacity it is judged as
-  compare's rows are: ``capacity_bytes``, ``required_bytes``, ``fits``, ``verdict``,
-  ``margin_bytes`` and ``risk_bytes``, with a note where it does not fit.
+  ``Compiled`` itself (``report.compiled``). A target by name is resolved as the CLI resolves
+  ``--target`` (a TPU's capacity read from its compiler). For a target with a capacity it is
+  judged as compare's rows are: ``capacity_bytes``, ``required_bytes``, ``fits``, ``verdict``,
+  ``margin_bytes`` and ``risk_bytes``, with a note where it does not fit; arguments whose bytes
+  alone exceed the capacity are a :class:`JaxmemError` without a compile. Its ``notes`` are
+  those ``explain`` gives the same program for the capacity, the compiler's figures and the
+  verdict, and a note where the program materialises attention scores that the target's fused
+  kernel would not (:mod:`jaxmem.compiler.traps`).
 
   >>> import jax, jax.numpy as jnp
   >>> x = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
@@ -108,15 +128,7 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
   outcome = lower_for_target(fn, *args, target=target, **jit_kwargs).figures()
   if isinstance(outcome, Refusal):  # the compiler's own error, as jax.jit would raise it
     raise outcome.cause if outcome.cause is not None else JaxmemError(outcome.error)
-  if outcome.capacity_bytes is None:
-    return outcome.report
-  notes = outcome.report.notes
-  if outcome.fits is False:
-    notes += (f"fits: NO: the program needs {outcome.required_bytes:,} bytes per device, over the capacity of "
-              f"{outcome.capacity_bytes:,}",)
-  return dataclasses.replace(
-      outcome.report, capacity_bytes=outcome.capacity_bytes, notes=notes, **outcome.verdict.as_dict()
-  )
+  return outcome.judged_report()
 
 
 # -------------------------------------------------------------------- where the inputs live

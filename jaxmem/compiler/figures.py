@@ -54,7 +54,8 @@ class Figures(Record):
   """A compiled program's figures as a row takes them: the report (compiler, communication and
   FLOPs fields), the target's capacity, what must fit in it and the verdict (whether it does,
   with its margin and the runtime's risk terms: :mod:`jaxmem.hardware.margin`), the step-time
-  estimate, and the notes (the caller's, the capacity's, the report's, the estimate's)."""
+  estimate, and the notes (the caller's, the capacity's, the report's, the estimate's; the
+  estimate's also in ``estimate_notes``, for a result that shows no step time)."""
 
   report: MemoryReport
   capacity_bytes: int | None
@@ -63,14 +64,32 @@ class Figures(Record):
   step_time: StepTime = dataclasses.field(default_factory=StepTime)  # the step-time estimate
   notes: tuple[str, ...] = ()
   host: HostVerdict = dataclasses.field(default_factory=HostVerdict)  # host bytes against the host's RAM
+  estimate_notes: tuple[str, ...] = ()  # the step-time estimate's (in notes too)
 
   @property
   def fits(self) -> bool | None:
     return self.verdict.fits
 
   @property
+  def memory_notes(self) -> tuple[str, ...]:
+    """``notes`` less the step-time estimate's: what a result without a step time says
+    (``analyze``'s report, ``explain``'s explanation)."""
+    return tuple(n for n in self.notes if n not in self.estimate_notes)
+
+  @property
   def compiled(self) -> jax.stages.Compiled:
     return self.report.compiled
+
+  def judged_report(self) -> MemoryReport:
+    """The report as ``analyze`` gives it: with :attr:`memory_notes`, and, against a capacity,
+    the verdict (``capacity_bytes``, ``fits``, ``verdict``, margins) and a note where it does not fit."""
+    notes = self.memory_notes
+    if self.capacity_bytes is None:
+      return dataclasses.replace(self.report, notes=notes)
+    if self.fits is False:
+      notes += (f"fits: NO: the program needs {self.required_bytes:,} bytes per device, over the capacity of "
+                f"{self.capacity_bytes:,}",)
+    return dataclasses.replace(self.report, capacity_bytes=self.capacity_bytes, notes=notes, **self.verdict.as_dict())
 
   def row_fields(self) -> dict[str, Any]:
     """The fields every row type takes from a compile (splat into its constructor)."""
@@ -145,7 +164,7 @@ def compile_figures(
   return Figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=verdict,
       step_time=estimated.step, notes=tuple(notes) + report.notes + estimated.notes + tuple(host_notes) + tuple(judged),
-      host=host,
+      host=host, estimate_notes=tuple(n for n in estimated.notes if n not in notes and n not in report.notes),
   )
 
 

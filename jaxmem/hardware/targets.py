@@ -515,7 +515,24 @@ def target(name: str, *, slices: int = 1, resident: int | str = 0, mem_fraction:
   >>> t.mesh({"data": 2, "fsdp": -1}).shape
   OrderedDict([('data', 2), ('fsdp', 2)])
   """
-  return with_resident(with_capacity(get_target(name, slices=slices, mem_fraction=mem_fraction)), byte_count(resident, "resident"))
+  return resolved_target(name, slices=slices, resident=byte_count(resident, "resident"), mem_fraction=mem_fraction)
+
+
+def resolved_target(
+    target: str | Target, *, slices: int = 1, resident: int = 0, mem_fraction: float | None = None
+) -> Target:
+  """The one resolution of a target, for every entry point (the CLI's workloads, ``analyze``,
+  ``explain``, :mod:`jaxmem.testing`, :func:`target`), so a name gets the same capacity, verdict
+  and notes wherever it is given: a name looked up (:func:`get_target`, with ``slices`` and
+  ``mem_fraction``) or a :class:`Target` as given, with its capacity (:func:`with_capacity`: a
+  TPU's costs a quick probe compile, once) less ``resident`` bytes per device
+  (:func:`with_resident`). A :class:`Target` keeps the slices and memory fraction it was made
+  with (a workload re-planned on its resolved target passes them again); ``resident`` other than
+  the bytes it already holds is an error."""
+  tgt = get_target(target, slices=slices, mem_fraction=mem_fraction) if isinstance(target, str) else target
+  if resident and tgt.resident_bytes and tgt.resident_bytes != resident:
+    raise JaxmemError(f"`resident` is {resident:,} bytes but the target given already holds {tgt.resident_bytes:,}")
+  return with_resident(with_capacity(tgt), 0 if tgt.resident_bytes else resident)
 
 
 def with_capacity(target: Target) -> Target:

@@ -112,14 +112,14 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   )
   lowering = _TRACED.pop(_traced_as(p, mesh, rp), None) or lower_step(p, mesh, rp)
   maxtext = p.workload.maxtext is not None
-  notes: list[str] = step_notes(lowering.traced, rp, seq=p.seq, platform=p.target.platform, host_kernel=not maxtext)
+  notes: list[str] = step_notes(lowering.traced, rp)
   if maxtext:  # MaxText's step: its attention by MaxText's name, and what built it
     base.update(attention=p.attentions[0], microbatches=p.microbatches[0])
     notes.append(mx.note(p.workload.maxtext))
   # from the shapes: a refused step has them too
   named = mx.global_params(lowering.traced) if maxtext else _named_arguments(lowering, notes)
   outcome = lowering.figures(notes=notes, work=Work(tokens=p.batch * p.seq, note=USER_STEP_MFU_NOTE),
-                             always_compile=p.workload.always_compile)
+                             always_compile=p.workload.always_compile, kernel_named=maxtext)
   if not isinstance(outcome, Refusal) and maxtext:
     named.update(mx.state_bytes(outcome.report.argument_leaf_bytes))
   elif not isinstance(outcome, Refusal):

@@ -30,7 +30,6 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from typing import Any
 import jax
 
 from jaxmem.errors import JaxmemError
-from jaxmem.program.remat import RematPolicy, checkpoint_names_in, jaxpr_eqns, names_note
+from jaxmem.program.remat import RematPolicy, checkpoint_names_in, names_note
 
 # The row fields a step does not have: its optimizer and dtypes are its own.
 OWN = "-"
@@ -263,39 +262,8 @@ def _first_line(e: BaseException) -> str:
   return text.splitlines()[0] if text else type(e).__name__
 
 
-def step_notes(
-    traced: jax.stages.Traced, rp: RematPolicy, *, seq: int, platform: str, host_kernel: bool = True
-) -> list[str]:
-  """What a step's row (or explanation) should say about its traced program: a name-based remat
-  policy whose names it never uses, and attention scores materialised on an accelerator (unless
-  ``host_kernel`` is False: a step whose kernel is chosen by name, as MaxText's ``attention``)."""
-  jaxpr = traced.jaxpr.jaxpr
-  notes = [n for n in (names_note(rp, checkpoint_names_in(jaxpr)),) if n]
-  if host_kernel and platform in ("tpu", "gpu") and (shape := scores_shape(jaxpr, seq)) is not None:
-    notes.append(host_kernel_note(shape, platform))
-  return notes
-
-
-def scores_shape(jaxpr: object, seq: int) -> tuple[int, ...] | None:
-  """The largest value of shape ``[..., seq, seq]`` (attention scores, at least three dims) the
-  program makes, or None; a sequence of 1 makes none worth the name."""
-  best: tuple[int, ...] | None = None
-  if seq < 2:
-    return None
-  for eqn in jaxpr_eqns(jaxpr):
-    for v in eqn.outvars:
-      shape = tuple(getattr(getattr(v, "aval", None), "shape", ()) or ())
-      if len(shape) >= 3 and shape[-2:] == (seq, seq) and (best is None or math.prod(shape) > math.prod(best)):
-        best = shape
-  return best
-
-
-def host_kernel_note(shape: tuple[int, ...], platform: str) -> str:
-  """Why a step's materialised attention scores may not be what the target would run."""
-  kernel = "splash attention (Pallas)" if platform == "tpu" else "cuDNN's fused attention"
-  return (
-      f"attention: the step materialises [{','.join(map(str, shape))}] scores ([..., seq, seq]): plain attention "
-      "(jax.nn.dot_product_attention without implementation='cudnn' always is), or a kernel its framework chose "
-      f"from this compile host's jax.devices() (Keras does), not for the {platform.upper()} target, where {kernel} "
-      "keeps no such scores; force the target's kernel in the step (docs/examples.md, 'A third-party model')"
-  )
+def step_notes(traced: jax.stages.Traced, rp: RematPolicy) -> list[str]:
+  """What a step's row (or explanation) should say about its traced program beside what every
+  program gets (:meth:`jaxmem.compiler.analysis.Lowering.figures`: attention materialised for an
+  accelerator): a name-based remat policy whose names it never uses."""
+  return [n for n in (names_note(rp, checkpoint_names_in(traced.jaxpr.jaxpr)),) if n]

@@ -9,9 +9,10 @@ from jaxmem.errors import JaxmemError
 
 
 def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
-  """``result`` (what :func:`jaxmem.compare`, ``fit``, ``plan``, ``scale``, ``explain``, ``infer``
-  or ``estimate`` returned) as the matching command prints it: ``fmt`` is table, markdown, json or
-  csv; ``totals`` adds the compare table's total columns.
+  """``result`` (what :func:`jaxmem.compare`, ``fit``, ``plan``, ``scale``, ``explain``, ``infer``,
+  ``estimate`` or ``diff`` returned) as the matching command prints it: ``fmt`` is table, markdown,
+  json or csv (a diff: not csv, as ``jaxmem diff``); ``totals`` adds the compare table's total
+  columns.
 
   >>> import jaxmem
   >>> rows = jaxmem.compare(model="tiny", batch=2, seq=16, target="cpu", remat="full")
@@ -20,6 +21,7 @@ def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
   """
   # Imported here: each renderer imports the result type it renders, and those import jax.
   from jaxmem.buffers.analyse import Explanation
+  from jaxmem.buffers.diff import ResultDiff
   from jaxmem.planning.estimate import Estimate
   from jaxmem.inference.infer import InferRow
   from jaxmem.planning.fit import FitResult
@@ -27,6 +29,7 @@ def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
   from jaxmem.planning.search import PlanResult
   from jaxmem.planning.sweep import Row
   from jaxmem.render import tables
+  from jaxmem.render.diff import render_diff
   from jaxmem.render.explain import render_explain
   from jaxmem.render.inference import render_estimates, render_infer
   from jaxmem.render.plan import render_plan
@@ -34,6 +37,8 @@ def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
   tables.check_format(fmt)
   if isinstance(result, Explanation):
     return render_explain(result, fmt)
+  if isinstance(result, ResultDiff):
+    return render_diff(result, fmt)
   if isinstance(result, PlanResult):
     return render_plan(result, fmt)
   if isinstance(result, Scaling):
@@ -51,4 +56,4 @@ def table(result: Any, fmt: str = "table", *, totals: bool = False) -> str:
     return render_infer(items, fmt)
   if issubclass(kind, Estimate):
     return render_estimates(items, fmt)
-  raise JaxmemError(f"jaxmem.table cannot render {kind.__name__}; give it what compare, fit, scale, explain, infer or estimate returned")
+  raise JaxmemError(f"jaxmem.table cannot render {kind.__name__}; give it what compare, fit, scale, explain, infer, estimate or diff returned")
