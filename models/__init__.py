@@ -26,7 +26,8 @@ Public interface::
   count_params(cfg) -> int         closed form, equals the built model's parameter count
   count_checkpoint_params(cfg)     and a multimodal checkpoint's vision tower, counted, not built
   count_active_params(cfg) -> int  parameters one token uses (MoE: k of E routed experts)
-  Transformer(cfg, *, rngs, choices=None)   nnx.Module (choices: StepChoices; None, the defaults); __call__(tokens_bt, *, remat=None, constrain=None,
+  Transformer(cfg, *, rngs, choices=None)   nnx.Module (choices: StepChoices; None: the defaults);
+                                   __call__(tokens_bt, *, remat=None, constrain=None,
                                    attend=None, experts=None) -> float32 logits_btv
                                    (= logits(hidden(...)));
                                    hidden(tokens_bt, ...) -> final-normed x_btd;

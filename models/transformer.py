@@ -265,7 +265,9 @@ share) and run as ``choices`` (:class:`~.config.StepChoices`) say.
       )
     return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
-  def _positions(self, x_btd: jax.Array, where: Where, weights: WeightHook | None = None) -> tuple[jax.Array, Rope, Rope]:
+  def _positions(
+    self, x_btd: jax.Array, where: Where, weights: WeightHook | None = None
+  ) -> tuple[jax.Array, Rope, Rope]:
     """(the embeddings with the family's positions in, the RoPE tables of the windowed layers,
     of the global layers), the tables computed once outside the layers' scan and closed over."""
     x_btd = self.family.embed_positions(self, x_btd, where, weights)
@@ -369,15 +371,20 @@ share) and run as ``choices`` (:class:`~.config.StepChoices`) say.
         shared[window] = jax.tree.map(lambda a: a[-1], kv)
     return x_btd
 
-  def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
-    """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection);
-    soft-capped, c * tanh(logits / c), with ``cfg.final_softcap`` (Gemma 2)."""
+  def logits(
+    self, x_btd: jax.Array, *, constrain: Constrain | None = None, weights: WeightHook | None = None
+  ) -> jax.Array:
+    """Float32 logits [batch, seq, vocab] of final-normed hidden states: the output projection
+    (the embedding table where tied; ``weights`` makes the stored one usable), soft-capped,
+    c * tanh(logits / c), with ``cfg.final_softcap`` (Gemma 2)."""
     constrain = no_constraint if constrain is None else constrain
     if self.cfg.tie_embeddings:
-      logits_btv = self.embed.attend(x_btd)
+      # The output projection contracts with every row, so with ``weights`` the whole (tied)
+      # table is dequantized: a V x D temporary that gathering rows cannot avoid.
+      logits_btv = with_weights(self.embed, weights).attend(x_btd)
     else:
       logits_btv = jnp.einsum(
-        "btd,dv->btv", x_btd, self.unembed_dv[...].astype(x_btd.dtype), preferred_element_type=jnp.float32
+        "btd,dv->btv", x_btd, value(self.unembed_dv, weights).astype(x_btd.dtype), preferred_element_type=jnp.float32
       )
     return constrain(softcap(logits_btv, self.cfg.final_softcap), (BATCH, SEQ, VOCAB))
 
@@ -440,16 +447,7 @@ share) and run as ``choices`` (:class:`~.config.StepChoices`) say.
     if last_only:
       x_btd = x_btd[:, -1:]
     x_btd = with_weights(self.final_norm, weights)(x_btd)
-    if cfg.tie_embeddings:
-      # The output projection contracts with every row, so here the whole (tied) table is
-      # dequantized: a V x D temporary that gathering rows cannot avoid.
-      logits_btv = with_weights(self.embed, weights).attend(x_btd)
-    else:
-      logits_btv = jnp.einsum(
-        "btd,dv->btv", x_btd, value(self.unembed_dv, weights).astype(x_btd.dtype),
-        preferred_element_type=jnp.float32,
-      )
-    return constrain(softcap(logits_btv, cfg.final_softcap), (BATCH, SEQ, VOCAB)), type(cache)(*arrays)
+    return self.logits(x_btd, constrain=constrain, weights=weights), type(cache)(*arrays)
 
   def _cache_slices(self, seg: Segment, *, local_cache: bool, n_arrays: int) -> list[tuple[int, int, int, int]]:
     """For each layer of ``seg``'s period, (lo, hi, base, per): it reads and writes cache arrays
