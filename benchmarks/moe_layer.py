@@ -34,7 +34,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from jaxmem.models import get_config  # noqa: E402
+from jaxmem.models import StepChoices, get_config  # noqa: E402
 from jaxmem.models.layers import DEFAULT_INIT, no_constraint  # noqa: E402
 from jaxmem.models.moe import MoE  # noqa: E402
 from jaxmem.hardware.targets import get_target  # noqa: E402
@@ -43,9 +43,11 @@ GIB = 2**30
 
 
 def layer_temp(model: str, target: str, tokens: int, impl: str, factor: float) -> int:
-  cfg = get_config(model, moe_impl=impl, capacity_factor=factor)
+  cfg, choices = get_config(model), StepChoices(moe_impl=impl, capacity_factor=factor)
   device = jax.sharding.SingleDeviceSharding(get_target(target).devices()[0])
-  graphdef, params = nnx.split(nnx.eval_shape(lambda: MoE(cfg, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param)
+  graphdef, params = nnx.split(
+      nnx.eval_shape(lambda: MoE(cfg, choices=choices, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param
+  )
   params = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), params)
   x = jax.ShapeDtypeStruct((1, tokens, cfg.d_model), cfg.compute_jnp_dtype, sharding=device)
 

@@ -19,7 +19,7 @@ from typing import Any
 from jaxmem.axes import AXES, Axis, declared, one_value_each, outer_axes
 from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ATTENTION_NAMES, MOE_KERNELS, ModelConfig, choose_moe_kernel, get_config
+from jaxmem.models import ATTENTION_NAMES, MOE_KERNELS, ModelConfig, StepChoices, choose_moe_kernel, get_config
 from jaxmem.models.config import MOE_IMPLS
 from jaxmem.cache import key
 from jaxmem.program import maxtext as mx
@@ -95,9 +95,12 @@ class Plan:
   microbatches: tuple[int, ...] = (1,)
   vocab_tiles: tuple[int, ...] = (1,)
   # The MoE sweep (moe_variants): each entry the (moe_impl, capacity_factor) a task's workload
-  # holds; ``cfg`` is the first's, and ``moe_notes`` say how the first was chosen.
+  # holds; ``choices`` the first's, and ``moe_notes`` say how the first was chosen.
   moe: tuple[MoeVariant, ...] = (((), ()),)
   moe_notes: tuple[str, ...] = ()
+  # How the step runs the model (its dropout, its experts' implementation and capacity: the
+  # first MoE variant's), which the model is built with beside ``cfg``.
+  choices: StepChoices = StepChoices()
   model: ModelConfig | None = None  # the model before the MoE choice, which tasks carry
   # Master copy, moments and gradient-reduction dtypes: every combination the workload sweeps.
   precisions: tuple[Precision, ...] = (Precision(),)
@@ -172,11 +175,11 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
   resolved them. What differs from ``p`` (the batch) is checked again where the program is built."""
   p = variant_of(p, task)
   w = task.workload
-  cfg, notes = p.cfg, p.moe_notes
-  if cfg is not None and (w.moe_impl, w.capacity_factor) != p.moe[0]:
-    cfg, notes = moe_config(p.model or cfg, w, p.target.platform)
+  choices, notes = p.choices, p.moe_notes
+  if p.cfg is not None and (w.moe_impl, w.capacity_factor) != p.moe[0]:
+    choices, notes = moe_config(p.cfg, w, p.target.platform, p.choices)
   one = dataclasses.replace(
-      p, workload=w, cfg=cfg, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
+      p, workload=w, choices=choices, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
       microbatches=w.microbatches, vocab_tiles=w.vocab_tiles, context_strategies=w.context_strategy,
       precisions=(task_precision(w),), others=tuple((n, getattr(w, n)) for n, _ in p.others),
   )
@@ -188,12 +191,12 @@ def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematP
 def build_program(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, **given: Any) -> TrainProgram:
   """The train program of one of ``p``'s configurations: its mesh, optimizer and policy, the
   plan's model, batch and sequence, and its first value of each of the step's options, each
-  unless ``given`` (``cfg``, ``batch``, ``seq`` or an option of
+  unless ``given`` (``cfg``, ``choices``, ``batch``, ``seq`` or an option of
   :func:`jaxmem.program.train.build_train_program`; ``options`` replaces the values of the axes
   taken as given that it names, :meth:`Plan.step_options` the rest)."""
   options = dict(
-      cfg=p.cfg, batch=p.batch, seq=p.seq, attention=p.attentions[0], microbatches=p.microbatches[0],
-      vocab_tiles=p.vocab_tiles[0], precision=p.precision, pipeline=p.pipeline,
+      cfg=p.cfg, choices=p.choices, batch=p.batch, seq=p.seq, attention=p.attentions[0],
+      microbatches=p.microbatches[0], vocab_tiles=p.vocab_tiles[0], precision=p.precision, pipeline=p.pipeline,
       sequence_parallel=p.workload.sequence_parallel, context_strategy=p.context_strategies[0],
   ) | given
   options["options"] = {**p.step_options(), **given.get("options", {})}
@@ -333,9 +336,12 @@ def moe_variants(w: BaseWorkload) -> tuple[MoeVariant, ...]:
   return tuple(dict.fromkeys(out))
 
 
-def moe_config(cfg: ModelConfig, w: BaseWorkload, platform: str) -> tuple[ModelConfig, tuple[str, ...]]:
-  """``cfg`` with the MoE choice of a one-variant workload, and notes on it. A dense model with
-  MoE choices is an error: they would change nothing, and silently so.
+def moe_config(
+    cfg: ModelConfig, w: BaseWorkload, platform: str, choices: StepChoices = StepChoices()
+) -> tuple[StepChoices, tuple[str, ...]]:
+  """The step ``choices`` with the MoE choice of a one-variant workload for the model ``cfg``, and
+  notes on it. A dense model with MoE choices is an error: they would change nothing, and
+  silently so.
 
   The default on GPU targets is ``capacity``: XLA's GPU compiler expands ``ragged_dot``, so the
   dropless figure there describes a program GPU MoE training does not run (MaxText's GPU
@@ -345,21 +351,21 @@ def moe_config(cfg: ModelConfig, w: BaseWorkload, platform: str) -> tuple[ModelC
       raise JaxmemError(
           f"`moe_impl` and `capacity_factor` apply to mixture-of-experts models; {cfg.name} has no experts (drop them)"
       )
-    return cfg, ()
+    return choices, ()
   notes: list[str] = []
   if w.moe_impl:
     impl = w.moe_impl[0]
   elif w.capacity_factor:
     impl = "capacity"
-  elif platform == "gpu" and cfg.moe_impl == "dropless":
+  elif platform == "gpu" and choices.moe_impl == "dropless":
     impl = "capacity"
     notes.append(f"moe_impl: capacity, the default on GPU targets: {_GPU_RAGGED_DOT}; --moe-impl dropless compiles it anyway")
   else:
-    impl = cfg.moe_impl
+    impl = choices.moe_impl
   if impl == "dropless" and platform == "gpu" and not notes:
     notes.append(f"moe_impl dropless on GPU: {_GPU_RAGGED_DOT}; --moe-impl capacity is what GPU MoE training runs")
-  factor = w.capacity_factor[0] if w.capacity_factor else cfg.capacity_factor
-  return dataclasses.replace(cfg, moe_impl=impl, capacity_factor=factor), tuple(notes)
+  factor = w.capacity_factor[0] if w.capacity_factor else choices.capacity_factor
+  return dataclasses.replace(choices, moe_impl=impl, capacity_factor=factor), tuple(notes)
 
 
 def check_moe_kernel(w: Workload, cfg: ModelConfig, variants: tuple[MoeVariant, ...], platform: str) -> None:
@@ -394,7 +400,8 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   if len(combos) > 1:  # every combination planned (and so checked) before anything compiles
     subs = tuple(plan(v) for v in combos)
     return dataclasses.replace(subs[0], workload=w.replace(target=w.target_name), variants=subs)
-  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype, dropout=resolve_dropout(w))
+  dropout = resolve_dropout(w)
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
   tgt = resolve_target(w)
   remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
   optimizers = OPTIMIZERS.parse(w.optimizer)
@@ -408,13 +415,15 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   variants = moe_variants(w)
   impl, factor = variants[0]
   model = cfg
-  cfg, moe_notes = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), tgt.platform)
+  choices, moe_notes = moe_config(
+      cfg, w.replace(moe_impl=impl, capacity_factor=factor), tgt.platform, StepChoices(dropout=dropout)
+  )
   check_moe_kernel(w, model, variants, tgt.platform)
   for m in meshes:
     for mb, tiles in itertools.product(microbatches, vocab_tiles):
-      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles, pipeline=pipeline)
+      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles, pipeline=pipeline, choices=choices)
     check_step_options(cfg, m, w.seq, sequence_parallel=w.sequence_parallel)
-    if cfg.dropout and pipeline.schedule(m):
+    if choices.dropout and pipeline.schedule(m):
       raise JaxmemError(
           f"`dropout` with a stage axis (mesh {shd.format_mesh(m)}) is not built: the pipeline's iterations carry no "
           "dropout keys; set dropout 0 or drop the stage axis"
@@ -427,8 +436,8 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   return Plan(
       workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
       batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
-      moe_notes=moe_notes, model=model, precisions=precisions, pipeline=pipeline, context_strategies=strategies,
-      others=others,
+      moe_notes=moe_notes, choices=choices, model=model, precisions=precisions, pipeline=pipeline,
+      context_strategies=strategies, others=others,
   )
 
 
@@ -445,14 +454,14 @@ def resolve_pipeline(w: Workload, meshes: tuple[shd.MeshSpec, ...]) -> PipelineO
   return options
 
 
-def resolve_dropout(w: Workload) -> float | None:
-  """The workload's dropout rate for the model (None: the model's own, 0), checked."""
+def resolve_dropout(w: Workload) -> float:
+  """The workload's dropout rate for the step (:attr:`StepChoices.dropout`), checked."""
   d = w.dropout
   if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
     raise JaxmemError(f"`dropout` must be a probability in [0, 1), got {d!r}")
   if not isinstance(w.sequence_parallel, bool):
     raise JaxmemError(f"`sequence_parallel` is true or false, got {w.sequence_parallel!r}")
-  return float(d) or None
+  return float(d)
 
 
 def resolve_precisions(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimizer, ...]) -> tuple[Precision, ...]:

@@ -9,7 +9,12 @@ parameter and sharding-constraint hooks on the main activations.
 
 Public interface::
 
-  ModelConfig                      frozen, keyword-only dataclass; presets as classmethods
+  ModelConfig                      frozen, keyword-only record composed of its concerns (CoreSpec,
+                                   AttentionSpec, WindowSpec, NormSpec, FeedForwardSpec, MLASpec,
+                                   Gemma4Spec, RecordedSpec), built, read and written flat;
+                                   presets as classmethods
+  StepChoices                      how a step runs the model (dropout, moe_impl,
+                                   capacity_factor): given beside the config, not in it
   PRESETS: dict[str, () -> ModelConfig]   keyed by CLI name ("tiny", "gpt2-small", "llama3-8b", ...)
   get_config(name, **overrides) -> ModelConfig    JaxmemError on unknown names/fields; a name
                                    ending in .json is a Hugging Face config.json (from_config),
@@ -21,7 +26,8 @@ Public interface::
   count_params(cfg) -> int         closed form, equals the built model's parameter count
   count_checkpoint_params(cfg)     and a multimodal checkpoint's vision tower, counted, not built
   count_active_params(cfg) -> int  parameters one token uses (MoE: k of E routed experts)
-  Transformer(cfg, *, rngs)        nnx.Module; __call__(tokens_bt, *, remat=None, constrain=None,
+  Transformer(cfg, *, rngs, choices=None)   nnx.Module (choices: StepChoices; None: the defaults);
+                                   __call__(tokens_bt, *, remat=None, constrain=None,
                                    attend=None, experts=None) -> float32 logits_btv
                                    (= logits(hidden(...)));
                                    hidden(tokens_bt, ...) -> final-normed x_btd;
@@ -31,6 +37,9 @@ Public interface::
                                    cached(tokens_bt, cache, *, pos=0, constrain=None, weights=None,
                                    last_only=True, attend=None) -> (logits, KVCache): prefill and
                                    decode (attend: prefill at pos=0 only)
+  Family, FAMILIES, family_of(cfg) what a model family adds to the decoder (family.py): its
+                                   positions, blocks, layers' own inputs and KV sharing; one module
+                                   each (gpt2.py, mla.py, gemma4.py), listed in families.py
   cross_entropy(x_btd, targets_bt, logits_fn, *, vocab_tiles=1, constrain=...)  (loss.py)
   KVCache(k_lbksh, v_lbksh)        the KV cache, [layers, batch, kv_heads, context, head_dim] each;
                                    CACHE_AXES its logical axes; kv_cache_bytes(cfg, batch=, context=)
@@ -152,7 +161,20 @@ from .attention_registry import (
   get_attention,
 )
 from .cache import CACHE_AXES, KVCache, LocalKVCache, kv_cache_bytes
-from .config import ModelConfig
+from .config import (
+  AttentionSpec,
+  CoreSpec,
+  FeedForwardSpec,
+  Gemma4Spec,
+  MLASpec,
+  ModelConfig,
+  NormSpec,
+  RecordedSpec,
+  StepChoices,
+  WindowSpec,
+)
+from .families import FAMILIES, family_of
+from .family import Family
 from .counting import count_active_params, count_checkpoint_params, count_params
 from .hf import from_config
 from .layers import Constrain
@@ -220,6 +242,18 @@ __all__ = [
   "Constrain",
   "LOGICAL_AXES",
   "ModelConfig",
+  "StepChoices",
+  "AttentionSpec",
+  "CoreSpec",
+  "FeedForwardSpec",
+  "Gemma4Spec",
+  "MLASpec",
+  "NormSpec",
+  "RecordedSpec",
+  "WindowSpec",
+  "FAMILIES",
+  "Family",
+  "family_of",
   "PRESETS",
   "RematPolicy",
   "Transformer",

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import jax.numpy as jnp
 import numpy as np
 
+from jaxmem.composed import Composed, Record, composed
 from jaxmem.errors import JaxmemError
 
 Style = Literal["gpt2", "llama3"]
@@ -57,9 +58,14 @@ _GPT2_VOCAB = 50_257
 _GPT2_MAX_SEQ_LEN = 1024
 
 
+# --- the concerns a model config is composed of ------------------------------------------------
+# Each a frozen record of its own (ModelConfig reads, builds and writes them flat: jaxmem.composed).
+# Every feature defaults to off, so the GPT-2 and Llama presets name none of them.
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ModelConfig:
-  """Everything that fixes a model's parameter shapes and compute dtypes.
+class CoreSpec(Record):
+  """The sizes every model has, its style, dtypes and output head.
 
   ``style`` picks the architecture family:
 
@@ -68,14 +74,12 @@ class ModelConfig:
   * ``"llama3"``: pre-RMSNorm, RoPE (``rope_theta``), grouped-query attention
     (``num_kv_heads`` < ``num_heads``), SwiGLU MLP, no biases, final RMSNorm; embeddings tied
     only if ``tie_embeddings``. ``head_dim`` is free: ``num_heads * head_dim`` need not equal
-    ``d_model`` (Qwen3 4B: 32 heads of 128 on a 2560-wide residual stream). The architecture
-    flags ``qkv_bias`` (Qwen2) and ``qk_norm`` (Qwen3) add to this style, as do local attention
-    (``sliding_window``, ``global_every``, ``window_chunked``), norm placement, soft-capping,
-    attention sinks and interleaved MoE layers (Gemma 2/3, GPT-OSS, Llama 4, OLMo 2).
+    ``d_model`` (Qwen3 4B: 32 heads of 128 on a 2560-wide residual stream).
 
   ``param_dtype`` is the storage dtype of the parameters; ``dtype`` is the compute dtype the
   weights are cast to at use. The output logits are always float32; dot attention's scores are
   in ``dtype`` unless float32 ones are asked for (``attention_ops.dot_attend``).
+  ``final_softcap`` (Gemma 2): the logits become cap * tanh(logits / cap).
   """
 
   name: str
@@ -89,105 +93,196 @@ class ModelConfig:
   d_ff: int
   max_seq_len: int
   tie_embeddings: bool
-  norm_eps: float
   rope_theta: float  # unused by "gpt2" (learned positions)
   param_dtype: str = "float32"
   dtype: str = "bfloat16"
+  final_softcap: float | None = None
 
-  # --- architecture flags (Hugging Face families: Qwen2, Qwen3, Mistral) ----------
-  # Each defaults to off, so the GPT-2 and Llama presets are unchanged. qkv_bias and qk_norm
-  # apply to style "llama3" only (GPT-2 always has biases, and has no q/k norm).
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttentionSpec(Record):
+  """What an attention layer adds to the style's (Hugging Face families: Qwen2, Qwen3, OLMo 2,
+  GPT-OSS, Gemma 2). ``qkv_bias`` and ``qk_norm`` apply to style "llama3" only (GPT-2 always has
+  biases, and has no q/k norm)."""
+
   qkv_bias: bool = False  # biases on the q, k and v projections, none on the output (Qwen2)
   qk_norm: bool = False  # RMSNorm over head_dim of each q and k head, before RoPE (Qwen3)
-  # Local attention (models/attention_ops.py, attention_kernels.py; the KV cache in cache.py):
-  # layer i attends to the last ``sliding_window`` positions only (Mistral v0.1, Gemma 2/3,
-  # GPT-OSS, Phi-3), or, with ``window_chunked``, to its own aligned chunk of that many positions
-  # (Llama 4's attention_chunk_size). ``global_every`` 0 windows every layer; P > 0 leaves layer i
-  # global when (i + 1) % P == 0 (Gemma 3: 6, five local layers per global one; Gemma 2 and
-  # GPT-OSS: 2; Llama 4: 4). None: no window.
-  sliding_window: int | None = None
-  global_every: int = 0
-  window_chunked: bool = False
-  # --- further architecture features (Gemma, GPT-OSS, Llama 4, OLMo 2) -------------------------
-  mlp_act: MlpAct = "silu"  # the gated MLP's activation: silu (SwiGLU) or gelu_tanh (GeGLU, Gemma)
-  # Where the RMSNorms sit: pre (x + f(norm(x)); Llama), sandwich (x + norm(f(norm(x))); Gemma 2/3)
-  # or post (x + norm(f(x)); OLMo 2).
-  norm_layout: NormLayout = "pre"
   qk_norm_full: bool = False  # OLMo 2: RMSNorm over all q (N*H) and all k (K*H) channels
   out_bias: bool = False  # a bias on the attention output projection (GPT-OSS; gpt2 always has one)
   attention_sinks: bool = False  # GPT-OSS: one learned logit per head in every softmax's denominator
   attn_softcap: float | None = None  # Gemma 2: scores become cap * tanh(scores / cap)
-  final_softcap: float | None = None  # Gemma 2: the logits likewise
-  # Gemma 4 (transformers' Gemma4TextConfig / Gemma4TextAttention): the global (full-attention)
-  # layers' own attention geometry, with ``sliding_window`` and ``global_every``. 0: the same as
-  # every layer's (head_dim, num_kv_heads). ``global_k_eq_v`` (attention_k_eq_v): the global
-  # layers have no v projection, their values are the k projection's output (normed apart).
-  global_head_dim: int = 0
-  global_kv_heads: int = 0
-  global_k_eq_v: bool = False
-  v_norm: bool = False  # Gemma 4: RMSNorm without a scale over each v head (its v_norm, with_scale=False)
-  # Gemma 4's KV sharing (Gemma4TextConfig.num_kv_shared_layers, kv_sharing_modes): the last
-  # ``kv_shared_layers`` layers have no k/v projections, k_norm or cache of their own and attend
-  # to the keys and values of the last earlier layer of their attention type (window or global).
-  # ``kv_shared_double_mlp`` (use_double_wide_mlp): those layers' MLP is 2 * d_ff wide.
-  kv_shared_layers: int = 0
-  kv_shared_double_mlp: bool = False
-  # Gemma 4's per-layer embeddings (PLE; transformers' Gemma4TextModel, Gemma4TextDecoderLayer):
-  # a second table [per_layer_vocab, num_layers * per_layer_dim] (hidden_size_per_layer_input,
-  # vocab_size_per_layer_input) and a projection of the embeddings to the same width give every
-  # layer a per_layer_dim input, which the layer gates by its output and projects back to d_model
-  # after its MLP. 0: none.
-  per_layer_dim: int = 0
-  per_layer_vocab: int = 0
-  moe_every: int = 1  # Llama 4's interleave_moe_layer_step: after the dense prefix, layer i is MoE when (i + 1) % step == 0
-  # --- mixture of experts and multi-head latent attention -------------------------
-  # The defaults describe a dense model with ordinary attention, so no earlier preset changes.
-  # MoE (models/moe.py): layers first_dense_layers.. num_layers-1 replace the MLP by a router
-  # over num_experts SwiGLU experts of width expert_d_ff (experts_per_token chosen per token)
-  # plus num_shared_experts always-on experts of the same width.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WindowSpec(Record):
+  """Local attention and the layer types it makes (models/attention_ops.py, attention_kernels.py;
+  the KV cache in cache.py; the layer pattern in models/layer_plan.py): layer i attends to the
+  last ``sliding_window`` positions only (Mistral v0.1, Gemma 2/3, GPT-OSS, Phi-3), or, with
+  ``window_chunked``, to its own aligned chunk of that many positions (Llama 4's
+  attention_chunk_size). ``global_every`` 0 windows every layer; P > 0 leaves layer i global
+  when (i + 1) % P == 0 (Gemma 3: 6, five local layers per global one; Gemma 2 and GPT-OSS: 2;
+  Llama 4: 4). None: no window."""
+
+  sliding_window: int | None = None
+  global_every: int = 0
+  window_chunked: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NormSpec(Record):
+  """The norms: their epsilon, and where they sit: pre (x + f(norm(x)); Llama), sandwich
+  (x + norm(f(norm(x))); Gemma 2/3) or post (x + norm(f(x)); OLMo 2)."""
+
+  norm_eps: float
+  norm_layout: NormLayout = "pre"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FeedForwardSpec(Record):
+  """The MLP and the mixture of experts (models/mlp.py, models/moe.py). The defaults describe a
+  dense model. MoE: layers first_dense_layers.. num_layers-1 (every ``moe_every``-th of them)
+  replace the MLP by a router over num_experts gated experts of width expert_d_ff
+  (experts_per_token chosen per token) plus num_shared_experts always-on experts of the same
+  width. How the experts are run (dropless or capacity) is a step's choice, not the model's
+  (:class:`StepChoices`)."""
+
+  mlp_act: MlpAct = "silu"  # the gated MLP's activation: silu (SwiGLU) or gelu_tanh (GeGLU, Gemma)
   num_experts: int = 0  # routed experts per MoE layer; 0 means a dense model
   experts_per_token: int = 0  # top-k
   num_shared_experts: int = 0
   expert_d_ff: int = 0
   first_dense_layers: int = 0  # leading layers that keep the dense MLP (width d_ff)
+  moe_every: int = 1  # Llama 4's interleave_moe_layer_step: after the dense prefix, layer i is MoE when (i + 1) % step == 0
   router_scoring: RouterScoring = "softmax"  # softmax (Mixtral, Qwen3-MoE) or sigmoid (DeepSeek-V3)
   router_norm_topk: bool = True  # renormalise the chosen k weights to sum to 1
   routed_scaling: float = 1.0  # multiplies the routed weights (DeepSeek-V3: 2.5)
   router_bias: bool = False  # DeepSeek-V3's selection-only bias (its e_score_correction_bias)
   expert_groups: int = 1  # DeepSeek-V3's group-limited routing: n_group ...
   expert_groups_per_token: int = 1  # ... and topk_group
-  moe_impl: MoeImpl = "dropless"  # dropless (sorted tokens, ragged_dot) or capacity (GShard)
-  capacity_factor: float = 1.25  # capacity impl only: slots per expert = factor x fair share
   # The experts' gated activation: "silu" (SwiGLU: Mixtral, Qwen3-MoE, DeepSeek-V3) or "gelu_tanh"
   # (GeGLU: Gemma 4's Gemma4TextExperts, ACT2FN[hidden_activation]).
   expert_act: str = "silu"
-  # Gemma 4's MoE block (transformers' Gemma4TextDecoderLayer with enable_moe_block): every MoE
-  # layer keeps its dense MLP (width d_ff, normed by post_feedforward_layernorm_1) beside the
-  # experts, which take the residual through their own pre-norm (pre_feedforward_layernorm_2) and
-  # post-norm (post_feedforward_layernorm_2); the two sum before post_feedforward_layernorm. The
-  # router is Gemma4TextRouter: a scale-free RMSNorm of the residual times a learned [D] scale and
-  # 1/sqrt(D), softmax top-k renormalised, times a learned per-expert scale [E].
-  moe_beside_dense: bool = False
-  # Recorded, not modelled (see ``notes``): DeepSeek-V3's multi-token-prediction modules
-  # (num_nextn_predict_layers), an extra block and head per module for a training objective and
-  # speculative decoding; the 671B main model, as published, leaves them out.
-  mtp_layers: int = 0
-  # Counted, not built (see ``notes``): the parameters of a multimodal checkpoint's vision tower and
-  # its projector into the text model (Llama 4's, from its vision_config: models/hf.py), which a
-  # text train step does not run. count_params leaves them out; count_checkpoint_params adds them.
-  vision_params: int = 0
-  # MLA (models/mla.py) when kv_lora_rank > 0; then head_dim is the q/k head size
-  # qk_nope_head_dim + qk_rope_head_dim and num_kv_heads == num_heads.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MLASpec(Record):
+  """Multi-head latent attention (models/mla.py) when kv_lora_rank > 0; then head_dim is the q/k
+  head size qk_nope_head_dim + qk_rope_head_dim and num_kv_heads == num_heads."""
+
   kv_lora_rank: int = 0  # width of the cached latent c^KV; 0 means ordinary attention
   q_lora_rank: int = 0  # width of the query latent c^Q; 0 projects queries directly
   qk_nope_head_dim: int = 0
   qk_rope_head_dim: int = 0
   v_head_dim: int = 0
-  # --- dropout (models/dropout.py) ---------------------------------------------------
-  # Megatron's four dropouts (embeddings, attention probabilities, attention and MLP outputs) in
-  # the train step; 0 (the default) leaves the program exactly as without dropout. Attention
-  # probabilities are dropped under ``dot`` attention only (the fused kernels take no dropout).
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Gemma4Spec(Record):
+  """Gemma 4's own features (transformers' Gemma4TextConfig; built by models/gemma4.py).
+
+  The global (full-attention) layers' own attention geometry, with ``sliding_window`` and
+  ``global_every`` (Gemma4TextAttention): 0 is the same as every layer's (head_dim,
+  num_kv_heads); ``global_k_eq_v`` (attention_k_eq_v): the global layers have no v projection,
+  their values are the k projection's output (normed apart). ``v_norm``: RMSNorm without a scale
+  over each v head (its v_norm, with_scale=False).
+
+  KV sharing (num_kv_shared_layers, kv_sharing_modes): the last ``kv_shared_layers`` layers have
+  no k/v projections, k_norm or cache of their own and attend to the keys and values of the last
+  earlier layer of their attention type (window or global). ``kv_shared_double_mlp``
+  (use_double_wide_mlp): those layers' MLP is 2 * d_ff wide.
+
+  Per-layer embeddings (PLE; Gemma4TextModel, Gemma4TextDecoderLayer): a second table
+  [per_layer_vocab, num_layers * per_layer_dim] (hidden_size_per_layer_input,
+  vocab_size_per_layer_input) and a projection of the embeddings to the same width give every
+  layer a per_layer_dim input, which the layer gates by its output and projects back to d_model
+  after its MLP. 0: none.
+
+  The MoE block (Gemma4TextDecoderLayer with enable_moe_block), ``moe_beside_dense``: every MoE
+  layer keeps its dense MLP (width d_ff, normed by post_feedforward_layernorm_1) beside the
+  experts, which take the residual through their own pre-norm (pre_feedforward_layernorm_2) and
+  post-norm (post_feedforward_layernorm_2); the two sum before post_feedforward_layernorm. The
+  router is Gemma4TextRouter: a scale-free RMSNorm of the residual times a learned [D] scale and
+  1/sqrt(D), softmax top-k renormalised, times a learned per-expert scale [E].
+  """
+
+  global_head_dim: int = 0
+  global_kv_heads: int = 0
+  global_k_eq_v: bool = False
+  v_norm: bool = False
+  kv_shared_layers: int = 0
+  kv_shared_double_mlp: bool = False
+  per_layer_dim: int = 0
+  per_layer_vocab: int = 0
+  moe_beside_dense: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordedSpec(Record):
+  """What a checkpoint has that the step does not build (see ``ModelConfig.notes``).
+  ``mtp_layers``: DeepSeek-V3's multi-token-prediction modules (num_nextn_predict_layers), an
+  extra block and head per module for a training objective and speculative decoding; the 671B
+  main model, as published, leaves them out. ``vision_params``: the parameters of a multimodal
+  checkpoint's vision tower and its projector into the text model (Llama 4's, from its
+  vision_config: models/hf.py), which a text train step does not run; count_params leaves them
+  out, count_checkpoint_params adds them."""
+
+  mtp_layers: int = 0
+  vision_params: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepChoices(Record):
+  """How a step runs a model, chosen per step and swept beside it (``--dropout``, ``--moe-impl``,
+  ``--capacity-factor``), not what the model is: the model is built with them beside its config
+  (``Transformer(cfg, choices=..., rngs=...)``). The defaults are every model's own.
+
+  ``dropout``: Megatron's four dropouts (embeddings, attention probabilities, attention and MLP
+  outputs) in the train step (models/dropout.py); 0 leaves the program exactly as without
+  dropout. Attention probabilities are dropped under ``dot`` attention only (the fused kernels
+  take no dropout). ``moe_impl``: how a mixture of experts' routed experts run, dropless (sorted
+  tokens, ragged_dot) or capacity (GShard; models/moe.py), and ``capacity_factor`` the capacity
+  path's slots per expert, as a multiple of the fair share (both ignored by a dense model)."""
+
   dropout: float = 0.0
+  moe_impl: MoeImpl = "dropless"
+  capacity_factor: float = 1.25
+
+  def __post_init__(self):
+    d, f = self.dropout, self.capacity_factor
+    if isinstance(d, bool) or not isinstance(d, (int, float, np.floating)) or not 0 <= d < 1:
+      raise JaxmemError(f"dropout must be a probability in [0, 1), got {d!r}")
+    if self.moe_impl not in MOE_IMPLS:
+      raise JaxmemError(f"moe_impl must be one of {', '.join(MOE_IMPLS)}, got {self.moe_impl!r}")
+    if isinstance(f, bool) or not isinstance(f, (int, float, np.floating)) or not f > 0:
+      raise JaxmemError(f"capacity_factor must be > 0, got {f!r}")
+
+
+@composed
+class ModelConfig(Composed):
+  """Everything that fixes a model's parameter shapes and compute dtypes, composed of its
+  concerns: ``core`` (:class:`CoreSpec`: sizes, style, dtypes, head), ``attention``
+  (:class:`AttentionSpec`), ``windows`` (:class:`WindowSpec`: local attention and the layer
+  types), ``norms`` (:class:`NormSpec`), ``ffn`` (:class:`FeedForwardSpec`: MLP and mixture of
+  experts), ``mla`` (:class:`MLASpec`), ``gemma4`` (:class:`Gemma4Spec`: that family's own
+  features) and ``recorded`` (:class:`RecordedSpec`: what is counted or noted, not built).
+
+  Built, read and written flat, as a row is (:class:`jaxmem.composed.Composed`):
+  ``ModelConfig(name=..., d_model=..., num_experts=8, ...)``, ``cfg.num_experts``,
+  ``dataclasses.replace(cfg, d_ff=...)`` and ``cfg.as_dict()`` name the fields, whichever part
+  declares them; a part may also be given whole (``ModelConfig(core=..., norms=...)``).
+
+  How a step runs the model (dropout, the experts' implementation and capacity) is not part of
+  it: :class:`StepChoices`, which the model is built with beside its config.
+  """
+
+  core: CoreSpec
+  attention: AttentionSpec
+  windows: WindowSpec
+  norms: NormSpec
+  ffn: FeedForwardSpec
+  mla: MLASpec
+  gemma4: Gemma4Spec
+  recorded: RecordedSpec
 
   def __post_init__(self):
     if self.style not in STYLES:
@@ -211,9 +306,6 @@ class ModelConfig:
     for field in ("param_dtype", "dtype"):
       _float_dtype(self.name, field, getattr(self, field))
     self._check_architecture_flags()
-    d = self.dropout
-    if isinstance(d, bool) or not isinstance(d, (int, float, np.floating)) or not 0 <= d < 1:
-      raise JaxmemError(f"model {self.name!r}: dropout must be a probability in [0, 1), got {d!r}")
     _check_moe(self)
     _check_mla(self)
 
@@ -357,9 +449,11 @@ class ModelConfig:
     return cls(
       name="tiny-mla", style="llama3", vocab_size=256, d_model=64, num_layers=3, num_heads=4, num_kv_heads=4,
       head_dim=24, d_ff=128, max_seq_len=256, tie_embeddings=False, norm_eps=1e-6, rope_theta=10_000.0,
-      num_experts=8, experts_per_token=2, num_shared_experts=1, expert_d_ff=32, first_dense_layers=1,
-      router_scoring="sigmoid", routed_scaling=2.5, router_bias=True, expert_groups=4, expert_groups_per_token=2,
-      kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+      ffn=FeedForwardSpec(
+        num_experts=8, experts_per_token=2, num_shared_experts=1, expert_d_ff=32, first_dense_layers=1,
+        router_scoring="sigmoid", routed_scaling=2.5, router_bias=True, expert_groups=4, expert_groups_per_token=2,
+      ),
+      mla=MLASpec(kv_lora_rank=16, q_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16),
     )
 
   @classmethod
@@ -395,10 +489,12 @@ class ModelConfig:
     return cls(
       name="deepseek-v3", style="llama3", vocab_size=129_280, d_model=7168, num_layers=61, num_heads=128,
       num_kv_heads=128, head_dim=192, d_ff=18_432, max_seq_len=163_840, tie_embeddings=False, norm_eps=1e-6,
-      rope_theta=10_000.0, num_experts=256, experts_per_token=8, num_shared_experts=1, expert_d_ff=2048,
-      first_dense_layers=3, router_scoring="sigmoid", routed_scaling=2.5, router_bias=True, expert_groups=8,
-      expert_groups_per_token=4, kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64,
-      v_head_dim=128, mtp_layers=1,
+      rope_theta=10_000.0, mtp_layers=1,
+      ffn=FeedForwardSpec(
+        num_experts=256, experts_per_token=8, num_shared_experts=1, expert_d_ff=2048, first_dense_layers=3,
+        router_scoring="sigmoid", routed_scaling=2.5, router_bias=True, expert_groups=8, expert_groups_per_token=4,
+      ),
+      mla=MLASpec(kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
     )
 
   @classmethod
@@ -533,6 +629,9 @@ def _check_features(cfg: ModelConfig) -> None:
       bad = f"RoPE needs an even global_head_dim, got {h}"
   if bad is None:
     bad = _check_kv_sharing(cfg) or _check_per_layer(cfg)
+  if bad is None and cfg.gemma4 != Gemma4Spec() and (cfg.style != "llama3" or cfg.is_mla):
+    # One family builds a decoder (models/families.py): Gemma 4's is RoPE attention's.
+    bad = "Gemma 4's features (gemma4: v_norm, moe_beside_dense, ...) need style llama3 and no MLA"
   for field in ("attn_softcap", "final_softcap"):
     cap = getattr(cfg, field)
     if bad is None and cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0):
@@ -625,10 +724,6 @@ def _check_moe(cfg: ModelConfig) -> None:
     bad = f"experts_per_token ({k}) exceeds the {reachable} experts in {groups_per_token} of {groups} groups"
   elif cfg.router_bias and groups > 1 and e // groups < 2:
     bad = "group-limited routing with router_bias ranks groups by their top-2 scores: give groups 2+ experts"
-  elif cfg.moe_impl not in MOE_IMPLS:
-    bad = f"moe_impl must be one of {', '.join(MOE_IMPLS)}, got {cfg.moe_impl!r}"
-  elif not cfg.capacity_factor > 0:
-    bad = f"capacity_factor must be > 0, got {cfg.capacity_factor!r}"
   elif cfg.expert_act not in EXPERT_ACTS:
     bad = f"expert_act must be one of {', '.join(EXPERT_ACTS)}, got {cfg.expert_act!r}"
   elif not isinstance(cfg.moe_beside_dense, (bool, np.bool_)):

@@ -44,7 +44,7 @@ from typing import Any
 
 from jaxmem.errors import JaxmemError
 
-from .config import ModelConfig
+from .config import Gemma4Spec, MLASpec, ModelConfig
 
 SUPPORTED: tuple[str, ...] = (
   "LlamaForCausalLM",
@@ -510,9 +510,11 @@ def _deepseek(f: _Fields, arch: str, name: str) -> ModelConfig:
     expert_d_ff=f.integer("moe_intermediate_size"), first_dense_layers=f.integer("first_k_dense_replace", 0),
     router_scoring=f.get("scoring_func", defaults["scoring"]), router_norm_topk=f.flag("norm_topk_prob", defaults["norm_topk"]),
     routed_scaling=f.number("routed_scaling_factor", 1.0), router_bias=method == "noaux_tc",
-    expert_groups=groups, expert_groups_per_token=per_token, kv_lora_rank=f.integer("kv_lora_rank"),
-    q_lora_rank=f.integer("q_lora_rank", 0), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
-    v_head_dim=f.integer("v_head_dim"), mtp_layers=f.integer("num_nextn_predict_layers", 0),
+    expert_groups=groups, expert_groups_per_token=per_token, mtp_layers=f.integer("num_nextn_predict_layers", 0),
+    mla=MLASpec(
+      kv_lora_rank=f.integer("kv_lora_rank"), q_lora_rank=f.integer("q_lora_rank", 0), qk_nope_head_dim=nope,
+      qk_rope_head_dim=rope, v_head_dim=f.integer("v_head_dim"),
+    ),
   )
   # pretraining_tp: how matmuls were sliced in pretraining; same shapes either way.
   f.check_all_read(arch, frozenset({"pretraining_tp", "mlp_bias"}) | _MOE_IGNORED)
@@ -641,7 +643,7 @@ def _gemma4_theta(f: _Fields) -> float:
 
 
 def _gemma4_moe(f: _Fields) -> dict:
-  """The ModelConfig fields of Gemma 4's MoE block (Gemma4TextConfig.enable_moe_block: every layer
+  """The feed-forward fields of Gemma 4's MoE block (Gemma4TextConfig.enable_moe_block: every layer
   has it; Gemma4TextRouter, Gemma4TextExperts), none without it (its sizes then must be null)."""
   sizes = ("num_experts", "top_k_experts", "moe_intermediate_size", "expert_intermediate_size")
   if not f.flag("enable_moe_block", False):
@@ -664,7 +666,7 @@ def _gemma4_moe(f: _Fields) -> dict:
     "num_experts": f.get("num_experts"), "experts_per_token": f.get("top_k_experts"), "expert_d_ff": width,
     # Gemma4TextRouter: softmax over all experts, top-k renormalised (then its per-expert scale);
     # Gemma4TextExperts: ACT2FN[hidden_activation], checked to be GELU's tanh form above.
-    "router_scoring": "softmax", "router_norm_topk": True, "expert_act": "gelu_tanh", "moe_beside_dense": True,
+    "router_scoring": "softmax", "router_norm_topk": True, "expert_act": "gelu_tanh",
   }
 
 
@@ -706,19 +708,24 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
     head_dim=f.integer("head_dim", 256), d_ff=f.integer("intermediate_size", 9216),
     max_seq_len=f.integer("max_position_embeddings", 131_072), tie_embeddings=f.flag("tie_word_embeddings", True),
     norm_eps=f.number("rms_norm_eps", 1e-6), rope_theta=_gemma4_theta(f),
-    mlp_act="gelu_tanh", norm_layout="sandwich", qk_norm=True, v_norm=True,
+    mlp_act="gelu_tanh", norm_layout="sandwich", qk_norm=True,
     sliding_window=f.integer("sliding_window", 512), global_every=period,
-    # Gemma4TextConfig.__post_init__: the global layers' head_dim always, their kv heads only
-    # with attention_k_eq_v (num_global_key_value_heads is ignored without it).
-    global_head_dim=f.integer("global_head_dim", 512), global_kv_heads=global_kv if k_eq_v else 0,
-    global_k_eq_v=k_eq_v, final_softcap=_softcap(f, "final_logit_softcapping", None),
-    # Gemma4TextConfig.kv_sharing_modes / Gemma4TextMLP: the last num_kv_shared_layers reuse keys
-    # and values; use_double_wide_mlp doubles their MLP only (inert without shared layers).
-    kv_shared_layers=f.integer("num_kv_shared_layers", 0), kv_shared_double_mlp=f.flag("use_double_wide_mlp", False),
-    # Gemma4TextConfig's defaults: 256 wide, over 262,144 tokens (0 wide: no per-layer embeddings).
-    per_layer_dim=f.integer("hidden_size_per_layer_input", 256),
-    per_layer_vocab=f.integer("vocab_size_per_layer_input", 262_144),
-    **moe,
+    final_softcap=_softcap(f, "final_logit_softcapping", None), **moe,
+    gemma4=Gemma4Spec(
+      v_norm=True,
+      # Gemma4TextConfig.__post_init__: the global layers' head_dim always, their kv heads only
+      # with attention_k_eq_v (num_global_key_value_heads is ignored without it).
+      global_head_dim=f.integer("global_head_dim", 512), global_kv_heads=global_kv if k_eq_v else 0,
+      global_k_eq_v=k_eq_v,
+      # Gemma4TextConfig.kv_sharing_modes / Gemma4TextMLP: the last num_kv_shared_layers reuse keys
+      # and values; use_double_wide_mlp doubles their MLP only (inert without shared layers).
+      kv_shared_layers=f.integer("num_kv_shared_layers", 0),
+      kv_shared_double_mlp=f.flag("use_double_wide_mlp", False),
+      # Gemma4TextConfig's defaults: 256 wide, over 262,144 tokens (0 wide: no per-layer embeddings).
+      per_layer_dim=f.integer("hidden_size_per_layer_input", 256),
+      per_layer_vocab=f.integer("vocab_size_per_layer_input", 262_144),
+      moe_beside_dense=bool(moe),  # the experts beside every layer's dense MLP (enable_moe_block)
+    ),
   )
   f.check_all_read("Gemma4ForCausalLM")
   return cfg

@@ -102,3 +102,8 @@ class Embed(nnx.Module):
     return jnp.einsum(
       "btd,vd->btv", x_btd, self.table_vd[...].astype(self.dtype), preferred_element_type=jnp.float32
     )
+
+
+def softcap(x: jax.Array, cap: float | None) -> jax.Array:
+  """``cap * tanh(x / cap)`` (Gemma 2's soft-capping of scores and logits); ``x`` itself for None."""
+  return x if cap is None else cap * jnp.tanh(x / cap)

@@ -45,8 +45,10 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from .attention_ops import AttendFn, dot_attend
+from .block import Block
 from .cache import CACHE_SEQ, KVCache, LocalKVCache, kv_cache_bytes
 from .config import ModelConfig
+from .family import Family
 from .layers import DEFAULT_INIT, Constrain, param
 from .dropout import Dropout
 from .names import (
@@ -224,6 +226,27 @@ MLA_CACHE_AXES: tuple[tuple[str, ...], tuple[str, ...]] = (
   (LAYERS, BATCH, CACHE_SEQ, KV_LORA),
   (LAYERS, BATCH, CACHE_SEQ, HEAD_DIM),
 )
+
+
+class MLABlock(Block):
+  """The block with multi-head latent attention in place of grouped-query attention."""
+
+  def make_attention(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs) -> nnx.Module:
+    return MLAttention(cfg, out_init=out_init, rngs=rngs)
+
+
+class MLA(Family):
+  """DeepSeek's family (V2, V3; ``kv_lora_rank`` > 0): MLA in every block, RoPE over its decoupled
+  ``qk_rope_head_dim`` channels only (eqs. 14-15), the latent cache (:class:`MLACache`)."""
+
+  name = "mla"
+  block = MLABlock
+
+  def applies(self, cfg: ModelConfig) -> bool:
+    return cfg.is_mla
+
+  def rope_dims(self, cfg: ModelConfig) -> tuple[int, int]:
+    return cfg.qk_rope_head_dim, cfg.qk_rope_head_dim
 
 
 @jax.tree_util.register_dataclass

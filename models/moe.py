@@ -19,7 +19,7 @@ Router (:func:`select_experts`), per token, in float32:
   ``inference/model.py``); the weights are the chosen s renormalised, times
   ``routed_scaling`` (2.5; ``routed_scaling_factor`` in its config.json).
 
-Routed experts, two implementations with the same math (``ModelConfig.moe_impl``):
+Routed experts, two implementations with the same math (``StepChoices.moe_impl``):
 
 * :func:`dropless_experts`: every (token, choice) copy is sorted by expert and the experts run
   as grouped matmuls (MaxText's ``sparse_matmul`` path): ``jax.lax.ragged_dot``, or megablox's
@@ -55,7 +55,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
-from .config import ModelConfig
+from .config import ModelConfig, StepChoices
 from .layers import DEFAULT_INIT, Constrain, param
 from .mlp import SwiGLU
 from .moe_kernels import GroupedMatmul, ragged_dot
@@ -268,7 +268,7 @@ def capacity_experts(
 
 
 def default_experts(moe_impl: str, capacity_factor: float) -> ExpertsFn:
-  """The routed-expert implementation ``moe_impl`` (``ModelConfig.moe_impl``) names."""
+  """The routed-expert implementation ``moe_impl`` (``StepChoices.moe_impl``) names."""
   if moe_impl == "capacity":
     return functools.partial(capacity_experts, capacity_factor=capacity_factor)
   return dropless_experts
@@ -278,10 +278,12 @@ class MoE(nnx.Module):
   """Router + E routed SwiGLU (GeGLU with ``cfg.expert_act`` gelu_tanh) experts (weights stacked on
   "exp") + optional shared experts."""
 
-  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs):
+  def __init__(
+    self, cfg: ModelConfig, *, choices: StepChoices = StepChoices(), out_init: nnx.Initializer, rngs: nnx.Rngs
+  ):
     d, e, f, pdt = cfg.d_model, cfg.num_experts, cfg.expert_d_ff, cfg.param_jnp_dtype
     self.dtype = cfg.compute_jnp_dtype
-    self.moe_impl, self.capacity_factor = cfg.moe_impl, cfg.capacity_factor
+    self.moe_impl, self.capacity_factor = choices.moe_impl, choices.capacity_factor
     self.act = cfg.expert_act
     self.router = Router(cfg, rngs=rngs)
     self.w_gate_edf = param(rngs, DEFAULT_INIT, (e, d, f), (EXPERT, EMBED, MLP), pdt)

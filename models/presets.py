@@ -13,7 +13,7 @@ from typing import Any
 from jaxmem.errors import JaxmemError
 from jaxmem.registry import Registry
 
-from .config import ModelConfig
+from .config import ModelConfig, StepChoices
 from .hf import from_config
 from .hub import config_path, parse_hub_id
 
@@ -79,8 +79,14 @@ def get_config(name: str, **overrides: Any) -> ModelConfig:
     cfg = PRESETS[name]()
   if not overrides:
     return cfg
-  fields = [f.name for f in dataclasses.fields(ModelConfig)]
+  fields = ModelConfig.flat_fields()
   unknown = sorted(set(overrides) - set(fields))
+  steps = [k for k in unknown if k in {f.name for f in dataclasses.fields(StepChoices)}]
+  if steps:
+    raise JaxmemError(
+      f"{', '.join(steps)}: how a step runs the model, not a model field; give it as StepChoices({steps[0]}=...) "
+      "beside the config (the workload's axis of that name)"
+    )
   if unknown:
     raise JaxmemError(f"unknown model field(s) {', '.join(unknown)}; valid fields: {', '.join(fields)}")
   return dataclasses.replace(cfg, **overrides)

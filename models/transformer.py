@@ -5,13 +5,17 @@ and run with ``jax.lax.scan``. XLA therefore compiles one block body whatever th
 compile time stays flat from 8 to 126 layers, and the stacked parameters and the per-layer
 residuals saved for the backward pass show up as single [layers, ...] buffers in XLA's
 memory figures, as they do in MaxText and other scanned production models.
+
+What a model family adds (its positions, its blocks, its layers' own inputs, which layers share
+keys and values) it says through its :class:`~.family.Family` (:mod:`.families`), which this
+module calls at fixed points; the stacks and their order are the layer plan's
+(:mod:`.layer_plan`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,34 +27,25 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jaxmem.errors import JaxmemError
 
-from .attention import Attention, HeadRMSNorm
 from .attention_ops import AttendFn
+from .block import Block, KVShare, Rope
 from .cache import KVCache, LocalKVCache
-from .config import ModelConfig
-from .dropout import ATTENTION_OUT, ATTENTION_PROBS, EMBEDDINGS, MLP_OUT, Dropout, maybe
-from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param
+from .config import ModelConfig, StepChoices
+from .dropout import EMBEDDINGS, Dropout, maybe
+from .families import family_of
+from .family import NO_ROPE, WeightHook, Where, value, with_weights
+from .layer_plan import Segment, stack_names, stack_plan
+from .layers import DEFAULT_INIT, Constrain, Embed, make_norm, no_constraint, param, softcap
 from .loss import cross_entropy
-from .mla import MLACache, MLAttention
-from .mlp import make_mlp
-from .moe import ExpertsFn, MoE
-from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, MLP, NORM_SEQ, POS, SEQ, VOCAB
+from .mla import MLACache
+from .moe import ExpertsFn
+from .names import BATCH, DECODER_LAYER_INPUT, EMBED, LAYERS, NORM_SEQ, SEQ, VOCAB
 from .pipeline import Pipeline
 from .pipeline import run as run_pipeline
 from .rope import rope_tables, rope_tables_at
 
 # A jax.checkpoint policy, e.g. jax.checkpoint_policies.nothing_saveable.
 RematPolicy = Callable[..., Any]
-# weights(stored) -> usable: maps a pytree of stored parameter values (an nnx.State, or one
-# value) to the same pytree with plain arrays, e.g. dequantizing int8 values with their scales.
-WeightHook = Callable[[Any], Any]
-
-
-def _with_weights(module: nnx.Module, weights: WeightHook | None) -> nnx.Module:
-  """The module rebuilt around ``weights(its parameters)``."""
-  if weights is None:
-    return module
-  graphdef, state = nnx.split(module)
-  return nnx.merge(graphdef, weights(state))
 
 
 def _check_prefill_attend(attend: AttendFn | None, pos: Any) -> None:
@@ -61,233 +56,39 @@ def _check_prefill_attend(attend: AttendFn | None, pos: Any) -> None:
     )
 
 
-def _value(p: nnx.Param, weights: WeightHook | None) -> jax.Array:
-  v = p.get_value()
-  return v if weights is None else weights(v)
-
-
-class Block(nnx.Module):
-  """x + attn(norm(x)), then x + mlp(norm(x)): the pre-norm block of GPT-2 and Llama.
-
-  ``moe`` swaps the MLP for a mixture of experts (:class:`~.moe.MoE`); ``cfg.kv_lora_rank``
-  swaps attention for multi-head latent attention (:class:`~.mla.MLAttention`).
-  """
-
-  def __init__(
-    self, cfg: ModelConfig, *, moe: bool = False, window: int | None = None, kv_shared: bool = False, rngs: nnx.Rngs
-  ):
-    # GPT-2 scales the init of the projections that write into the residual stream by
-    # 1/sqrt(2 * num_layers) (Radford et al. 2019, section 2.3), so the stream's variance does
-    # not grow with depth.
-    out_init = nnx.initializers.normal(stddev=0.02 / math.sqrt(2 * cfg.num_layers))
-    # cfg.norm_layout: pre-norms (attn_norm, mlp_norm) unless "post"; norms of each sub-block's
-    # output (post_attn_norm, post_mlp_norm) unless "pre" (Gemma 2/3 have both, OLMo 2 the latter).
-    self.layout = cfg.norm_layout
-    if self.layout != "post":
-      self.attn_norm = make_norm(cfg, rngs=rngs)
-      self.mlp_norm = make_norm(cfg, rngs=rngs)
-    if self.layout != "pre":
-      self.post_attn_norm = make_norm(cfg, rngs=rngs)
-      self.post_mlp_norm = make_norm(cfg, rngs=rngs)
-    if cfg.is_mla:
-      self.attn = MLAttention(cfg, out_init=out_init, rngs=rngs)
-    else:  # a global layer may have attention of its own shape (Gemma 4: ModelConfig.attention_geometry)
-      self.attn = Attention(cfg, out_init=out_init, rngs=rngs, global_layer=window is None, kv_shared=kv_shared)
-    self.is_moe = moe
-    self.window = window  # this layer's local attention window (None: global)
-    self.kv_shared = kv_shared  # Gemma 4: attends to an earlier layer's keys and values
-    # Gemma 4's use_double_wide_mlp: a KV-shared layer's MLP is twice as wide (Gemma4TextMLP).
-    mlp_cfg = dataclasses.replace(cfg, d_ff=2 * cfg.d_ff) if kv_shared and cfg.kv_shared_double_mlp else cfg
-    self.mlp = MoE(cfg, out_init=out_init, rngs=rngs) if moe else make_mlp(mlp_cfg, out_init=out_init, rngs=rngs)
-    # Gemma 4's MoE block (Gemma4TextDecoderLayer with enable_moe_block): the dense MLP stays beside
-    # the experts (``mlp``), with post_feedforward_layernorm_1 on its output (post_dense_norm),
-    # pre_feedforward_layernorm_2 on the experts' input (experts_norm) and
-    # post_feedforward_layernorm_2 on their output (post_experts_norm).
-    self.beside_dense = moe and cfg.moe_beside_dense
-    if self.beside_dense:
-      self.dense_mlp = make_mlp(mlp_cfg, out_init=out_init, rngs=rngs)
-      self.post_dense_norm = make_norm(cfg, rngs=rngs)
-      self.experts_norm = make_norm(cfg, rngs=rngs)
-      self.post_experts_norm = make_norm(cfg, rngs=rngs)
-    # Gemma 4's per-layer embeddings (Gemma4TextDecoderLayer: per_layer_input_gate,
-    # per_layer_projection, post_per_layer_input_norm), applied after the MLP's residual.
-    self.per_layer = bool(cfg.per_layer_dim)
-    if self.per_layer:
-      q, pdt = cfg.per_layer_dim, cfg.param_jnp_dtype
-      self.gelu = cfg.mlp_act == "gelu_tanh"
-      self.dtype = cfg.compute_jnp_dtype
-      self.ple_gate_dq = param(rngs, DEFAULT_INIT, (cfg.d_model, q), (EMBED, MLP), pdt)
-      self.ple_proj_qd = param(rngs, out_init, (q, cfg.d_model), (MLP, EMBED), pdt)
-      self.ple_norm = make_norm(cfg, rngs=rngs)
-
-  def _per_layer(self, x_btd: jax.Array, per_layer_btq: jax.Array | None, constrain: Constrain) -> jax.Array:
-    """x + norm(proj(act(gate(x)) * this layer's per-layer input)): Gemma4TextDecoderLayer.forward's
-    last residual (before its layer_scalar, a buffer of ones)."""
-    if not self.per_layer:
-      return x_btd
-    h_btq = jnp.einsum("btd,dq->btq", x_btd, self.ple_gate_dq[...].astype(self.dtype))
-    h_btq = (jax.nn.gelu(h_btq, approximate=True) if self.gelu else jax.nn.silu(h_btq)) * per_layer_btq.astype(self.dtype)
-    y_btd = jnp.einsum("btq,qd->btd", h_btq, self.ple_proj_qd[...].astype(self.dtype))
-    return x_btd + constrain(self.ple_norm(y_btd), (BATCH, NORM_SEQ, EMBED))
-
-  def _pre(self, norm: str, x_btd: jax.Array) -> jax.Array:
-    return x_btd if self.layout == "post" else getattr(self, norm)(x_btd)
-
-  def _post(self, norm: str, y_btd: jax.Array) -> jax.Array:
-    return y_btd if self.layout == "pre" else getattr(self, norm)(y_btd)
-
-  def _window(self) -> dict:
-    return {} if self.window is None else {"window": self.window}
-
-  def _ffn(self, x_btd: jax.Array, constrain: Constrain, experts: ExpertsFn | None) -> jax.Array:
-    h_btd = _gathered(self._pre("mlp_norm", x_btd), constrain)
-    if self.beside_dense:
-      # Gemma4TextDecoderLayer.forward: post_feedforward_layernorm(post_feedforward_layernorm_1(mlp(
-      # pre_feedforward_layernorm(x))) + post_feedforward_layernorm_2(experts(pre_feedforward_layernorm_2(x))),
-      # the router taking x itself (the residual before any norm).
-      dense_btd = self.post_dense_norm(self.dense_mlp(h_btd, constrain=constrain))
-      routed_btd = self.mlp(
-        _gathered(self.experts_norm(x_btd), constrain), constrain=constrain, experts=experts,
-        route_btd=_gathered(x_btd, constrain),
-      )
-      return self.post_mlp_norm(dense_btd + self.post_experts_norm(routed_btd))
-    if self.is_moe:
-      return self._post("post_mlp_norm", self.mlp(h_btd, constrain=constrain, experts=experts))
-    return self._post("post_mlp_norm", self.mlp(h_btd, constrain=constrain))
-
-  def __call__(
-    self,
-    x_btd: jax.Array,
-    *,
-    rope_sin_tk: jax.Array | None,
-    rope_cos_tk: jax.Array | None,
-    constrain: Constrain,
-    attend: AttendFn | None = None,
-    experts: ExpertsFn | None = None,
-    dropout: Dropout | None = None,
-    kv: tuple[jax.Array, jax.Array] | None = None,
-    return_kv: bool = False,
-    per_layer_btq: jax.Array | None = None,
-  ) -> jax.Array | tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """The block in training: ``dropout`` (one layer's, :mod:`.dropout`) drops the attention
-    probabilities and both sub-blocks' outputs before they join the residual stream. ``kv``:
-    a KV-shared layer's keys and values; ``return_kv``: (x, this layer's (k, v)) (Attention).
-    ``per_layer_btq``: this layer's per-layer input (Gemma 4's per-layer embeddings)."""
-    attn = self.attn(
-      _gathered(self._pre("attn_norm", x_btd), constrain), rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-      constrain=constrain, attend=attend, dropout=None if dropout is None else dropout.at(ATTENTION_PROBS),
-      **self._window(), **self._kv(kv, return_kv),
-    )
-    attn_btd, layer_kv = attn if return_kv else (attn, None)
-    attn_btd = self._post("post_attn_norm", attn_btd)
-    x_btd = constrain(x_btd + maybe(dropout, ATTENTION_OUT, attn_btd), (BATCH, NORM_SEQ, EMBED))
-    x_btd = x_btd + maybe(dropout, MLP_OUT, self._ffn(x_btd, constrain, experts))
-    x_btd = constrain(self._per_layer(x_btd, per_layer_btq, constrain), (BATCH, NORM_SEQ, EMBED))
-    return (x_btd, layer_kv) if return_kv else x_btd
-
-  @staticmethod
-  def _kv(kv: tuple[jax.Array, jax.Array] | None, return_kv: bool) -> dict:
-    """The KV-sharing keywords for Attention, only where set (MLA takes none)."""
-    return {**({} if kv is None else {"kv": kv}), **({"return_kv": True} if return_kv else {})}
-
-  def cached(
-    self,
-    x_btd: jax.Array,
-    *layer_cache: jax.Array,
-    pos: jax.Array,
-    rope_sin_tk: jax.Array | None,
-    rope_cos_tk: jax.Array | None,
-    constrain: Constrain,
-    attend: AttendFn | None = None,
-    kv: tuple[jax.Array, jax.Array] | None = None,
-    return_kv: bool = False,
-    per_layer_btq: jax.Array | None = None,
-  ) -> tuple[jax.Array, ...]:
-    """The block for tokens at pos.. against this layer's cache arrays (KV: k, v; MLA: latent,
-    rope key; see Attention.cached and MLAttention.cached): (x_btd, *updated cache arrays).
-    ``attend`` serves prefill (see Transformer.cached). A KV-shared layer reads the cache of the
-    layer it shares with, gets that layer's new keys and values (``kv``) and returns (x_btd,);
-    ``return_kv`` appends this layer's new (k, v) (Attention.cached)."""
-    attn_btd, *layer_cache = self.attn.cached(
-      self._pre("attn_norm", x_btd), *layer_cache, pos=pos, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk,
-      constrain=constrain, attend=attend, **self._window(), **self._kv(kv, return_kv),
-    )
-    x_btd = constrain(x_btd + self._post("post_attn_norm", attn_btd), (BATCH, SEQ, EMBED))
-    x_btd = x_btd + self._ffn(x_btd, constrain, None)
-    x_btd = self._per_layer(x_btd, per_layer_btq, constrain)
-    return (constrain(x_btd, (BATCH, SEQ, EMBED)), *layer_cache)
-
-
-def _gathered(h_btd: jax.Array, constrain: Constrain) -> jax.Array:
-  """A norm's output, computed where the residual stream is (split along the sequence over the
-  tensor axis under sequence parallelism), then whole along the sequence for the column-parallel
-  matmuls that take it in: Megatron's all-gather ``g`` (Korthikanti et al. 2022, section 4.2.2,
-  figure 5). Without sequence parallelism both constraints are the one the stream already has."""
-  return constrain(constrain(h_btd, (BATCH, NORM_SEQ, EMBED)), (BATCH, SEQ, EMBED))
-
-
 def _block_stack(
-  cfg: ModelConfig, num: int, *, moe: bool, window: int | None = None, kv_shared: bool = False, rngs: nnx.Rngs
+  block: type[Block], cfg: ModelConfig, seg: Segment, p: int, *, choices: StepChoices, rngs: nnx.Rngs
 ) -> Block:
-  """``num`` Blocks stacked: split_rngs gives each layer its own key, vmap stacks the resulting
-  parameters on axis 0 and prepends "layers" to their logical axes."""
+  """The ``seg.groups`` blocks of position ``p`` of a segment, stacked: split_rngs gives each
+  layer its own key, vmap stacks the resulting parameters on axis 0 and prepends "layers" to
+  their logical axes."""
+  moe, window = seg.kinds[p]
 
-  @nnx.split_rngs(splits=num)
+  @nnx.split_rngs(splits=seg.groups)
   @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: LAYERS})
   def make_blocks(rngs: nnx.Rngs) -> Block:
-    return Block(cfg, moe=moe, window=window, kv_shared=kv_shared, rngs=rngs)
+    return block(cfg, moe=moe, window=window, kv_shared=seg.kv == "reuse", choices=choices, rngs=rngs)
 
   return make_blocks(rngs)
 
 
 @dataclasses.dataclass(frozen=True)
-class Segment:
-  """Layers first .. first + groups * len(kinds) - 1 of a model whose layers differ in a
-  repeating pattern: ``groups`` repetitions of ``kinds``, each (MoE, window) for one position of
-  the pattern. Each position is one stack of ``groups`` blocks; one scan over the groups runs
-  the positions in turn, so every layer's window and MLP are fixed when it is compiled.
+class _Cached:
+  """What every layer of one cached call shares: the tokens' first position, the RoPE tables of
+  the windowed and the global layers, the constraint, the weight hook, prefill's attend, and
+  whether the cache holds the windowed layers apart (a LocalKVCache)."""
 
-  ``kv`` (Gemma 4's KV sharing, transformers' Gemma4TextConfig.kv_sharing_modes): "own", layers
-  with their own keys and values; "store", the one period before the shared layers, whose last
-  layer of each attention type hands its keys and values on; "reuse", the shared layers."""
-
-  first: int
-  groups: int
-  kinds: tuple[tuple[bool, int | None], ...]
-  kv: str = "own"
-
-  def stores(self, p: int) -> bool:
-    """Whether position ``p`` is the last of its attention type in a "store" segment."""
-    return self.kv == "store" and all(w != self.kinds[p][1] for _, w in self.kinds[p + 1 :])
-
-
-def layer_segments(cfg: ModelConfig) -> tuple[Segment, ...]:
-  """The segments of a patterned model (``cfg.is_patterned``): the dense prefix and the rest,
-  each as whole periods of the pattern plus the remainder (Gemma 3 27B's 62 layers: 10 groups
-  of five local and one global layer, then two local layers)."""
-  every = cfg.global_every if cfg.sliding_window is not None else 0
-  period = math.lcm(every or 1, cfg.moe_every if cfg.is_moe else 1)
-  kind = lambda i: (cfg.layer_is_moe(i), cfg.layer_window(i))  # noqa: E731
-  out = []
-  dense = cfg.first_dense_layers if cfg.is_moe else 0
-  ranges = ((0, dense, "own"), (dense, cfg.num_layers, "own"))
-  if cfg.kv_shared_layers:  # whole periods before the shared layers (ModelConfig's _check_kv_sharing)
-    fs = cfg.first_kv_shared_layer
-    ranges = ((0, fs - period, "own"), (fs - period, fs, "store"), (fs, cfg.num_layers, "reuse"))
-  for a, b, kv in ranges:
-    n = b - a
-    if n <= 0:
-      continue
-    groups, rest = divmod(n, period)
-    if groups:
-      out.append(Segment(a, groups, tuple(kind(i) for i in range(a, a + period)), kv))
-    if rest:
-      out.append(Segment(a + groups * period, 1, tuple(kind(i) for i in range(b - rest, b)), kv))
-  return tuple(out)
+  pos: jax.Array
+  rope: Rope
+  rope_global: Rope
+  constrain: Constrain
+  weights: WeightHook | None
+  attend: AttendFn | None
+  local_cache: bool = False
 
 
 def _segment_slices(per_layer_btlq: jax.Array | None, seg: Segment) -> jax.Array | None:
-  """A segment's per-layer inputs as scan xs: [groups, period, batch, seq, per_layer_dim]."""
+  """A segment's per-layer inputs as scan xs: [groups, period, batch, seq, width]."""
   if per_layer_btlq is None:
     return None
   b, t, _, q = per_layer_btlq.shape
@@ -297,7 +98,9 @@ def _segment_slices(per_layer_btlq: jax.Array | None, seg: Segment) -> jax.Array
 
 
 class Transformer(nnx.Module):
-  """Decoder-only language model; ``cfg.style`` selects GPT-2 or Llama 3 (see ModelConfig).
+  """Decoder-only language model of ``cfg`` (:class:`~.config.ModelConfig`), built by its family
+(``family``, :func:`~.families.family_of`: GPT-2, MLA, Gemma 4 or the RoPE decoder the rest
+share) and run as ``choices`` (:class:`~.config.StepChoices`) say.
 
   Parameters (``nnx.Param``, logical axes in brackets; block parameters are stacked, with
   "layers" prepended):
@@ -324,71 +127,40 @@ class Transformer(nnx.Module):
   w_o_nvd (see mla.py).
   """
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, choices: StepChoices | None = None):
+    """``choices``: how a step runs the model (:class:`~.config.StepChoices`: its dropout, its
+    experts' implementation); the defaults where None."""
     self.cfg = cfg
+    self.choices = StepChoices() if choices is None else choices
+    self.family = family_of(cfg)
     self.embed = Embed(cfg, rngs=rngs)
-    if cfg.style == "gpt2":
-      # GPT-2 initialises its position table with std 0.01 (openai/gpt-2 model.py, "wpe").
-      self.pos_embed_pd = param(
-        rngs, nnx.initializers.normal(stddev=0.01), (cfg.max_seq_len, cfg.d_model), (POS, EMBED),
-        cfg.param_jnp_dtype,
-      )
-
-    # One Block per layer, in stacks of identical blocks (see _block_stack): `blocks` holds the
-    # layers with a dense MLP (every layer of a dense model, the first_dense_layers of an MoE
-    # one), `moe_blocks` the mixture-of-experts layers after them. Each stack is one scan.
-    # A patterned model (layers differing in a repeating pattern: local and global attention,
-    # MoE and dense MLPs) has one stack per position of each segment instead, blocks_{s}_{p}
-    # (layer_segments).
-    if cfg.is_patterned:
-      for s, seg in enumerate(layer_segments(cfg)):
-        for p, (moe, window) in enumerate(seg.kinds):
-          stack = _block_stack(cfg, seg.groups, moe=moe, window=window, kv_shared=seg.kv == "reuse", rngs=rngs)
-          setattr(self, f"blocks_{s}_{p}", stack)
-    else:
-      window = cfg.layer_window(0)  # every layer's, unpatterned
-      if cfg.num_dense_layers:
-        self.blocks = _block_stack(cfg, cfg.num_dense_layers, moe=False, window=window, rngs=rngs)
-      if cfg.num_moe_layers:
-        self.moe_blocks = _block_stack(cfg, cfg.num_moe_layers, moe=True, window=window, rngs=rngs)
-    if cfg.per_layer_dim:  # Gemma4TextModel: embed_tokens_per_layer, per_layer_model_projection, its norm
-      lq, pdt = cfg.num_layers * cfg.per_layer_dim, cfg.param_jnp_dtype
-      self.ple_table_vq = param(rngs, DEFAULT_INIT, (cfg.per_layer_vocab, lq), (VOCAB, EMBED), pdt)
-      self.ple_proj_dq = param(rngs, DEFAULT_INIT, (cfg.d_model, lq), (EMBED, MLP), pdt)
-      self.ple_norm = HeadRMSNorm(cfg, rngs=rngs, head_dim=cfg.per_layer_dim)
+    self.family.init_model(self, rngs)
+    # One Block per layer, in stacks of identical blocks (layer_plan.stack_plan): `blocks` holds
+    # the layers with a dense MLP (every layer of a dense model, the first_dense_layers of an MoE
+    # one), `moe_blocks` the mixture-of-experts layers after them. Each stack is one scan. A
+    # patterned model (layers differing in a repeating pattern: local and global attention, MoE
+    # and dense MLPs) has one stack per position of each segment instead, blocks_{s}_{p}.
+    for name, seg in stack_plan(cfg):
+      for p, attr in enumerate(stack_names(name, seg, cfg.is_patterned)):
+        setattr(self, attr, _block_stack(self.family.block, cfg, seg, p, choices=self.choices, rngs=rngs))
     self.final_norm = make_norm(cfg, rngs=rngs)
     if not cfg.tie_embeddings:
       self.unembed_dv = param(rngs, DEFAULT_INIT, (cfg.d_model, cfg.vocab_size), (EMBED, VOCAB), cfg.param_jnp_dtype)
 
+  def segment_stacks(self) -> list[tuple[Segment, list[Block]]]:
+    """Every segment with its stacks of blocks, one per pattern position, in layer order (an
+    unpatterned model's stacks are segments of one position)."""
+    patterned = self.cfg.is_patterned
+    return [
+      (seg, [getattr(self, attr) for attr in stack_names(name, seg, patterned)]) for name, seg in stack_plan(self.cfg)
+    ]
+
   def stacks(self) -> list[tuple[Block, int, int]]:
     """(stacked blocks, first layer, number of layers) in layer order: the dense layers, then
     the MoE layers, each when present."""
-    cfg = self.cfg
-    if cfg.is_patterned:
-      raise JaxmemError(f"model {cfg.name!r}: its layers differ in a pattern; use segment_stacks()")
-    out = []
-    if cfg.num_dense_layers:
-      out.append((self.blocks, 0, cfg.num_dense_layers))
-    if cfg.num_moe_layers:
-      out.append((self.moe_blocks, cfg.num_dense_layers, cfg.num_moe_layers))
-    return out
-
-  def segment_stacks(self) -> list[tuple[Segment, list[Block]]]:
-    """A patterned model's segments, each with its stacks of blocks, one per pattern position."""
-    return [
-      (seg, [getattr(self, f"blocks_{s}_{p}") for p in range(len(seg.kinds))])
-      for s, seg in enumerate(layer_segments(self.cfg))
-    ]
-
-  @property
-  def rope_dim(self) -> int:
-    # MLA rotates only its decoupled qk_rope_head_dim channels (mla.py, eqs. 14-15).
-    return self.cfg.qk_rope_head_dim if self.cfg.is_mla else self.cfg.head_dim
-
-  @property
-  def global_rope_dim(self) -> int:
-    """The global layers' RoPE width: their own head_dim in Gemma 4, else rope_dim."""
-    return self.cfg.attention_geometry(None)[1] if self.cfg.has_global_geometry else self.rope_dim
+    if self.cfg.is_patterned:
+      raise JaxmemError(f"model {self.cfg.name!r}: its layers differ in a pattern; use segment_stacks()")
+    return [(stack, seg.first, seg.groups) for seg, (stack,) in self.segment_stacks()]
 
   def __call__(
     self,
@@ -415,15 +187,13 @@ class Transformer(nnx.Module):
     tokens_bt: jax.Array,
     targets_bt: jax.Array,
     *,
-    remat: RematPolicy | None = None,
-    constrain: Constrain | None = None,
-    attend: AttendFn | None = None,
-    experts: ExpertsFn | None = None,
     vocab_tiles: int = 1,
-    pipeline: Pipeline | None = None,
-    dropout_key: jax.Array | None = None,
+    constrain: Constrain | None = None,
+    **run: Any,
   ) -> jax.Array:
-    """Mean next-token cross entropy (float32 scalar) of the logits against ``targets_bt``.
+    """Mean next-token cross entropy (float32 scalar) of the logits against ``targets_bt``;
+    ``run`` are :meth:`hidden`'s keywords (``remat``, ``attend``, ``experts``, ``pipeline``,
+    ``dropout_key``).
 
     ``vocab_tiles`` > 1 computes the output projection and the cross entropy tile by tile
     under ``jax.checkpoint`` (MaxText's ``num_vocab_tiling``; see :func:`.loss.cross_entropy`),
@@ -431,10 +201,7 @@ class Transformer(nnx.Module):
     ``optax.softmax_cross_entropy_with_integer_labels(self(tokens_bt), targets_bt).mean()``.
     """
     constrain = no_constraint if constrain is None else constrain
-    x_btd = self.hidden(
-      tokens_bt, remat=remat, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline,
-      dropout_key=dropout_key,
-    )
+    x_btd = self.hidden(tokens_bt, constrain=constrain, **run)
     return cross_entropy(
       x_btd, targets_bt, functools.partial(self.logits, constrain=constrain), vocab_tiles=vocab_tiles,
       constrain=constrain,
@@ -465,50 +232,60 @@ class Transformer(nnx.Module):
         ``jax.lax.with_sharding_constraint`` through the caller's logical->mesh rules.
       attend: how attention is computed (:data:`AttendFn`); None is plain einsum attention.
       experts: how an MoE layer's routed experts are computed (:data:`~.moe.ExpertsFn`, e.g.
-        a sharded one); None is the implementation ``cfg.moe_impl`` names.
+        a sharded one); None is the implementation ``choices.moe_impl`` names.
       pipeline: each stack of layers pipelined over the ``stage`` mesh axis
         (:mod:`.pipeline`: GPipe or MaxText's circular schedule); None runs the layers in one scan.
-      dropout_key: a PRNG key for ``cfg.dropout`` (training): the embeddings, attention
+      dropout_key: a PRNG key for ``choices.dropout`` (training): the embeddings, attention
         probabilities and both sub-blocks' outputs are dropped, each layer with its own key.
         None, or a rate of 0, runs without dropout.
     """
-    cfg = self.cfg
     constrain = no_constraint if constrain is None else constrain
     _, t = tokens_bt.shape
-
-    x_btd = self.embed(tokens_bt)
-    rope_sin_tk = rope_cos_tk = None
     # A context-parallel attend stores the sequence load balanced (context_attention.py): its
     # ``positions`` give each storage index's natural position, for the position encodings.
     positions = getattr(attend, "positions", None)
-    positions_t = None if positions is None else jnp.asarray(positions(t))
-    if cfg.style == "gpt2":
-      if t > cfg.max_seq_len:
-        raise JaxmemError(f"model {cfg.name!r}: sequence length {t} exceeds max_seq_len {cfg.max_seq_len}")
-      table_td = self.pos_embed_pd[:t] if positions_t is None else jnp.take(self.pos_embed_pd[...], positions_t, axis=0)
-      x_btd = x_btd + table_td.astype(x_btd.dtype)[None]
-    elif positions_t is not None:
-      rope_sin_tk, rope_cos_tk = rope_tables_at(positions_t, self.rope_dim, cfg.rope_theta)
-    else:
-      # Computed once outside the scan and closed over: identical for every layer.
-      rope_sin_tk, rope_cos_tk = rope_tables(t, self.rope_dim, cfg.rope_theta)
-    rope_global = (rope_sin_tk, rope_cos_tk)
-    if self.global_rope_dim != self.rope_dim:  # Gemma 4's global layers: their own head_dim
-      rope_global = (
-        rope_tables_at(positions_t, self.global_rope_dim, cfg.rope_theta) if positions_t is not None
-        else rope_tables(t, self.global_rope_dim, cfg.rope_theta)
-      )
-    dropout = Dropout(cfg.dropout, dropout_key) if cfg.dropout and dropout_key is not None else None
+    where = Where(t, natural=None if positions is None else jnp.asarray(positions(t)))
+    x_btd, rope, rope_global = self._positions(self.embed(tokens_bt), where)
+    rate = self.choices.dropout
+    dropout = Dropout(rate, dropout_key) if rate and dropout_key is not None else None
     x_btd = constrain(maybe(dropout, EMBEDDINGS, x_btd), (BATCH, NORM_SEQ, EMBED))
-    if cfg.is_patterned:
+    if self.cfg.is_patterned:
       if dropout is not None or pipeline is not None:
-        raise JaxmemError(f"model {cfg.name!r}: dropout and a stage axis are not built for layers that differ in a pattern")
+        raise JaxmemError(
+          f"model {self.cfg.name!r}: dropout and a stage axis are not built for layers that differ in a pattern"
+        )
       x_btd = self._patterned(
-        x_btd, remat=remat, rope=(rope_sin_tk, rope_cos_tk), rope_global=rope_global, constrain=constrain,
-        attend=attend, experts=experts, per_layer_btlq=self.per_layer_inputs(tokens_bt, x_btd),
+        x_btd, remat=remat, rope=rope, rope_global=rope_global, constrain=constrain, attend=attend, experts=experts,
+        per_layer_btlq=self.family.layer_inputs(self, tokens_bt, x_btd),
       )
-      return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
+    else:
+      x_btd = self._stacked(
+        x_btd, remat=remat, rope=rope, constrain=constrain, attend=attend, experts=experts, pipeline=pipeline,
+        dropout=dropout,
+      )
+    return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
+  def _positions(
+    self, x_btd: jax.Array, where: Where, weights: WeightHook | None = None
+  ) -> tuple[jax.Array, Rope, Rope]:
+    """(the embeddings with the family's positions in, the RoPE tables of the windowed layers,
+    of the global layers), the tables computed once outside the layers' scan and closed over."""
+    x_btd = self.family.embed_positions(self, x_btd, where, weights)
+    dims = self.family.rope_dims(self.cfg)
+    if dims is None:
+      return x_btd, NO_ROPE, NO_ROPE
+    theta, at = self.cfg.rope_theta, where.explicit()
+
+    def tables(dim: int) -> Rope:
+      return rope_tables(where.t, dim, theta) if at is None else rope_tables_at(at, dim, theta)
+
+    local, glob = dims
+    rope = tables(local)
+    # Gemma 4's global layers: their own head_dim (a cache's positions counted again for them).
+    return x_btd, rope, rope if glob == local else tables(glob)
+
+  def _stacked(self, x_btd, *, remat, rope, constrain, attend, experts, pipeline, dropout) -> jax.Array:
+    """The layers of an unpatterned model: each stack one scan (or pipelined over stages)."""
     for index, (stack, _, num) in enumerate(self.stacks()):
       # Split once: the scan carries the residual stream and slices one layer of parameters
       # per step; merging inside the body rebuilds a plain Block around that slice.
@@ -523,8 +300,8 @@ class Transformer(nnx.Module):
         carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         y_btd = block(
-          carry_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=constrain, attend=attend,
-          experts=experts, dropout=None if layer_key is None else Dropout(cfg.dropout, layer_key),
+          carry_btd, rope=rope, constrain=constrain, attend=attend, experts=experts,
+          dropout=None if layer_key is None else Dropout(dropout.rate, layer_key),
         )
         return y_btd, None
 
@@ -537,8 +314,8 @@ class Transformer(nnx.Module):
           raise JaxmemError("`dropout` with a stage axis is not built (the pipeline's iterations carry no keys); drop one")
         stage_fn = lambda state, x, body=body: jax.lax.scan(body, x, (state, None))[0]  # noqa: E731
         x_btd = run_pipeline(pipeline, stage_fn, block_state, x_btd, layer_policy=remat)
+    return x_btd
 
-    return constrain(self.final_norm(x_btd), (BATCH, NORM_SEQ, EMBED))
 
   def _patterned(self, x_btd, *, remat, rope, rope_global, constrain, attend, experts, per_layer_btlq=None) -> jax.Array:
     """The layers of a patterned model: per segment, one scan over its groups, each step
@@ -548,27 +325,27 @@ class Transformer(nnx.Module):
     Gemma 4's KV sharing: the "store" segment's scan returns the keys and values of its last
     layer of each attention type, and the "reuse" segment's layers close over them, so they stay
     live (and are saved for the backward pass) across every shared layer (Segment.kv).
-    ``per_layer_btlq``: Gemma 4's per-layer inputs (per_layer_inputs), a slice per layer riding
-    the scan beside its parameters."""
+    ``per_layer_btlq``: the layers' own inputs (the family's layer_inputs: Gemma 4's per-layer
+    inputs), a slice per layer riding the scan beside its parameters."""
     shared: dict[int | None, tuple[jax.Array, jax.Array]] = {}  # window (None: global) -> (k, v)
     for seg, stacks in self.segment_stacks():
       split = [nnx.split(stack) for stack in stacks]
       defs = [d for d, _ in split]
 
-      def layer(carry_btd, xs, block_def, rope, kv, store):
+      def layer(carry_btd, xs, block_def, rope, share):
         layer_state, per_layer_btq = xs
         carry_btd = checkpoint_name(carry_btd, DECODER_LAYER_INPUT)
         block = nnx.merge(block_def, layer_state)
         return block(
-          carry_btd, rope_sin_tk=rope[0], rope_cos_tk=rope[1], constrain=constrain, attend=attend, experts=experts,
-          kv=kv, return_kv=store, per_layer_btq=per_layer_btq,
+          carry_btd, rope=rope, constrain=constrain, attend=attend, experts=experts, share=share,
+          layer_input=per_layer_btq,
         )
 
       stores = [seg.stores(p) for p in range(len(seg.kinds))]
       runs = [
         functools.partial(
           layer, block_def=d, rope=rope_global if window is None else rope,
-          kv=shared[window] if seg.kv == "reuse" else None, store=store,
+          share=KVShare(kv=shared[window] if seg.kv == "reuse" else None, store=store),
         )
         for d, (_, window), store in zip(defs, seg.kinds, stores, strict=True)
       ]
@@ -594,37 +371,22 @@ class Transformer(nnx.Module):
         shared[window] = jax.tree.map(lambda a: a[-1], kv)
     return x_btd
 
-  def per_layer_inputs(self, tokens_bt: jax.Array, x_btd: jax.Array, weights: WeightHook | None = None) -> jax.Array | None:
-    """Every layer's per-layer input [batch, seq, layers, per_layer_dim] (Gemma 4's per-layer
-    embeddings; None without them): Gemma4TextModel.get_per_layer_inputs (the table's rows
-    scaled by sqrt(per_layer_dim)) plus project_per_layer_inputs (the embeddings projected,
-    scaled by d_model^-1/2 and RMS-normed per layer), summed and scaled by 2^-1/2. Computed
-    before the layers and live across all of them, as there."""
-    cfg = self.cfg
-    if not cfg.per_layer_dim:
-      return None
-    b, t = tokens_bt.shape
-    lq, q, dt = (cfg.num_layers, cfg.per_layer_dim), cfg.per_layer_dim, cfg.compute_jnp_dtype
-    rows = jax.tree.map(lambda a: jnp.take(a, tokens_bt, axis=0), self.ple_table_vq.get_value())
-    rows_btq = (rows if weights is None else weights(rows)).astype(dt) * math.sqrt(q)
-    proj_btq = jnp.einsum("btd,dq->btq", x_btd, _value(self.ple_proj_dq, weights).astype(dt)) * cfg.d_model**-0.5
-    norm = _with_weights(self.ple_norm, weights)
-    return (norm(proj_btq.reshape(b, t, *lq)) + rows_btq.reshape(b, t, *lq)) * 2**-0.5
-
-  def logits(self, x_btd: jax.Array, *, constrain: Constrain | None = None) -> jax.Array:
-    """Float32 logits [batch, seq, vocab] of final-normed hidden states (the output projection);
-    soft-capped, c * tanh(logits / c), with ``cfg.final_softcap`` (Gemma 2)."""
+  def logits(
+    self, x_btd: jax.Array, *, constrain: Constrain | None = None, weights: WeightHook | None = None
+  ) -> jax.Array:
+    """Float32 logits [batch, seq, vocab] of final-normed hidden states: the output projection
+    (the embedding table where tied; ``weights`` makes the stored one usable), soft-capped,
+    c * tanh(logits / c), with ``cfg.final_softcap`` (Gemma 2)."""
     constrain = no_constraint if constrain is None else constrain
     if self.cfg.tie_embeddings:
-      logits_btv = self.embed.attend(x_btd)
+      # The output projection contracts with every row, so with ``weights`` the whole (tied)
+      # table is dequantized: a V x D temporary that gathering rows cannot avoid.
+      logits_btv = with_weights(self.embed, weights).attend(x_btd)
     else:
       logits_btv = jnp.einsum(
-        "btd,dv->btv", x_btd, self.unembed_dv[...].astype(x_btd.dtype), preferred_element_type=jnp.float32
+        "btd,dv->btv", x_btd, value(self.unembed_dv, weights).astype(x_btd.dtype), preferred_element_type=jnp.float32
       )
-    if self.cfg.final_softcap is not None:
-      cap = self.cfg.final_softcap
-      logits_btv = cap * jnp.tanh(logits_btv / cap)
-    return constrain(logits_btv, (BATCH, SEQ, VOCAB))
+    return constrain(softcap(logits_btv, self.cfg.final_softcap), (BATCH, SEQ, VOCAB))
 
   def cached(
     self,
@@ -669,53 +431,23 @@ class Transformer(nnx.Module):
       # usable: the hook on the whole table would dequantize all V x D of it for B x T rows.
       rows = jax.tree.map(lambda a: jnp.take(a, tokens_bt, axis=0), self.embed.table_vd.get_value())
       x_btd = weights(rows).astype(cfg.compute_jnp_dtype)
-    rope_sin_tk = rope_cos_tk = None
-    if cfg.style == "gpt2":
-      if cache.context > cfg.max_seq_len:
-        raise JaxmemError(
-          f"model {cfg.name!r}: context {cache.context} exceeds max_seq_len {cfg.max_seq_len}"
-        )
-      pos_pd = _value(self.pos_embed_pd, weights)
-      x_btd = x_btd + jax.lax.dynamic_slice_in_dim(pos_pd, pos, t, axis=0).astype(x_btd.dtype)[None]
-    else:
-      rope_sin_tk, rope_cos_tk = rope_tables_at(pos + jnp.arange(t), self.rope_dim, cfg.rope_theta)
-    rope_global = (rope_sin_tk, rope_cos_tk)
-    if self.global_rope_dim != self.rope_dim:  # Gemma 4's global layers: their own head_dim
-      rope_global = rope_tables_at(pos + jnp.arange(t), self.global_rope_dim, cfg.rope_theta)
+    where = Where(t, start=pos, context=cache.context)
+    x_btd, rope, rope_global = self._positions(x_btd, where, weights)
     x_btd = constrain(x_btd, (BATCH, SEQ, EMBED))
 
-    per_layer_btlq = self.per_layer_inputs(tokens_bt, x_btd, weights)
+    per_layer_btlq = self.family.layer_inputs(self, tokens_bt, x_btd, weights)
     arrays = tuple(getattr(cache, f.name) for f in dataclasses.fields(cache))
     shared: dict = {}  # Gemma 4's KV sharing: window -> the new tokens' (k, v) of the layer shared
-    for seg, stacks in self._cache_segments():
+    run = _Cached(pos, rope, rope_global, constrain, weights, attend, local_cache=isinstance(cache, LocalKVCache))
+    for seg, stacks in self.segment_stacks():
       x_btd, arrays = self._cached_segment(
-        stacks, seg, x_btd, arrays, local_cache=isinstance(cache, LocalKVCache), pos=pos,
-        rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, rope_global=rope_global, constrain=constrain,
-        weights=weights, attend=attend, shared=shared, per_layer=_segment_slices(per_layer_btlq, seg),
+        stacks, seg, x_btd, arrays, run, shared=shared, per_layer=_segment_slices(per_layer_btlq, seg)
       )
 
     if last_only:
       x_btd = x_btd[:, -1:]
-    x_btd = _with_weights(self.final_norm, weights)(x_btd)
-    if cfg.tie_embeddings:
-      # The output projection contracts with every row, so here the whole (tied) table is
-      # dequantized: a V x D temporary that gathering rows cannot avoid.
-      logits_btv = _with_weights(self.embed, weights).attend(x_btd)
-    else:
-      logits_btv = jnp.einsum(
-        "btd,dv->btv", x_btd, _value(self.unembed_dv, weights).astype(x_btd.dtype),
-        preferred_element_type=jnp.float32,
-      )
-    if cfg.final_softcap is not None:
-      logits_btv = cfg.final_softcap * jnp.tanh(logits_btv / cfg.final_softcap)
-    return constrain(logits_btv, (BATCH, SEQ, VOCAB)), type(cache)(*arrays)
-
-  def _cache_segments(self) -> list[tuple[Segment, list[Block]]]:
-    """Every segment with its stacks; an unpatterned model's stacks are segments of one position."""
-    if self.cfg.is_patterned:
-      return self.segment_stacks()
-    window = self.cfg.layer_window(0)
-    return [(Segment(first, num, ((stack.is_moe, window),)), [stack]) for stack, first, num in self.stacks()]
+    x_btd = with_weights(self.final_norm, weights)(x_btd)
+    return self.logits(x_btd, constrain=constrain, weights=weights), type(cache)(*arrays)
 
   def _cache_slices(self, seg: Segment, *, local_cache: bool, n_arrays: int) -> list[tuple[int, int, int, int]]:
     """For each layer of ``seg``'s period, (lo, hi, base, per): it reads and writes cache arrays
@@ -738,22 +470,8 @@ class Transformer(nnx.Module):
     return plan
 
   def _cached_segment(
-    self,
-    stacks: list[Block],
-    seg: Segment,
-    x_btd: jax.Array,
-    arrays: tuple[jax.Array, ...],
-    *,
-    local_cache: bool,
-    pos: jax.Array,
-    rope_sin_tk: jax.Array | None,
-    rope_cos_tk: jax.Array | None,
-    rope_global: tuple[jax.Array | None, jax.Array | None],
-    constrain: Constrain,
-    weights: WeightHook | None,
-    attend: AttendFn | None = None,
-    shared: dict,
-    per_layer: jax.Array | None = None,
+    self, stacks: list[Block], seg: Segment, x_btd: jax.Array, arrays: tuple[jax.Array, ...], run: _Cached, *,
+    shared: dict, per_layer: jax.Array | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     """Scans one segment's groups over the whole-model cache arrays ([layers, ...] each),
     returning the residual stream and the updated arrays. A layer reads and writes its slice of
@@ -767,7 +485,8 @@ class Transformer(nnx.Module):
     groups, kinds = seg.groups, seg.kinds
     split = [nnx.split(stack) for stack in stacks]
     period = len(kinds)
-    plan = self._cache_slices(seg, local_cache=local_cache, n_arrays=len(arrays))
+    plan = self._cache_slices(seg, local_cache=run.local_cache, n_arrays=len(arrays))
+    pos, constrain, attend, weights = run.pos, run.constrain, run.attend, run.weights
     stores = [seg.stores(p) for p in range(period)]
     reused = {w: shared[w] for _, w in kinds} if seg.kv == "reuse" else {}
 
@@ -779,7 +498,7 @@ class Transformer(nnx.Module):
         zip(split, states, plan, kinds, stores, strict=True)
       ):
         per_layer_btq = None if per_layer_pbtq is None else per_layer_pbtq[p]
-        sin_tk, cos_tk = rope_global if window is None else (rope_sin_tk, rope_cos_tk)
+        rope = run.rope_global if window is None else run.rope
         if weights is not None:
           # Inside the body: one layer's weights are made usable (dequantized) per step.
           layer_state = weights(layer_state)
@@ -787,16 +506,16 @@ class Transformer(nnx.Module):
         i = base + g * per
         if seg.kv == "reuse":  # reads the shared slice, writes nothing
           (x_btd,) = block.cached(
-            x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
-            constrain=constrain, attend=attend, kv=reused[window], per_layer_btq=per_layer_btq,
+            x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope=rope, constrain=constrain, attend=attend,
+            share=KVShare(kv=reused[window]), layer_input=per_layer_btq,
           )
           continue
         # This layer's cache is read out, updated and written back whole. Writing only the new
         # token into the carried [layers, ...] cache instead lets TPU's layout choices for that
         # write reach the loop carry, and TPU then copies the whole cache around the loop.
         x_btd, *layer_arrays = block.cached(
-          x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope_sin_tk=sin_tk, rope_cos_tk=cos_tk,
-          constrain=constrain, attend=attend, return_kv=store, per_layer_btq=per_layer_btq,
+          x_btd, *(a[i] for a in arrays[lo:hi]), pos=pos, rope=rope, constrain=constrain, attend=attend,
+          share=KVShare(store=store), layer_input=per_layer_btq,
         )
         if store:
           *layer_arrays, k_btkh, v_btkh = layer_arrays

@@ -150,7 +150,7 @@ def test_an_outer_sweep_plans_every_combination():
 
   for t in tasks:
     one = for_task(p, t)[0]
-    assert (one.cfg.param_dtype, one.cfg.dropout or 0.0) == (t.workload.param_dtype, t.workload.dropout)
+    assert (one.cfg.param_dtype, one.choices.dropout) == (t.workload.param_dtype, t.workload.dropout)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from flax import nnx
 
 import jaxmem
 from jaxmem.errors import JaxmemError
-from jaxmem.models import Transformer, count_active_params, count_params, from_config
+from jaxmem.models import StepChoices, Transformer, count_active_params, count_params, from_config
 from jaxmem.models.model_flops import matmul_params
 
 from tests.test_hf import DATA
@@ -290,14 +290,14 @@ def test_moe_block_computes_as_transformers(impl):
   import numpy as np
   from jaxmem.models.layers import no_constraint
 
-  cfg = dataclasses.replace(_moe(), param_dtype="float32", dtype="float32", moe_impl=impl, capacity_factor=8.0)
-  model = Transformer(cfg, rngs=nnx.Rngs(0))
+  cfg = dataclasses.replace(_moe(), param_dtype="float32", dtype="float32")
+  model = Transformer(cfg, choices=StepChoices(moe_impl=impl, capacity_factor=8.0), rngs=nnx.Rngs(0))
   block = jax.tree.map(lambda v: v[0], model.blocks_0_0)  # layer 0 of the stack
   for name in ("scale_d", "expert_scale_e"):  # non-trivial scales, so that each one shows
     p = getattr(block.mlp.router, name)
     p.set_value(p.get_value() + jax.random.uniform(jax.random.PRNGKey(len(name)), p.get_value().shape))
   x = jax.random.normal(jax.random.PRNGKey(2), (2, 8, 64))
-  got = block._ffn(x, no_constraint, None)
+  got = block.ffn(x, no_constraint, None)
   assert np.allclose(np.asarray(got), _moe_numpy_ffn(block, np.asarray(x)), atol=2e-4)
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from test_imports import _graph, _modules
 
 # Bottom to top. A layer is a list of packages or modules (a package takes its submodules).
-# - leaf: modules that import nothing of jaxmem but other leaves: errors, records, the registry
-#   class, versions, byte units, the mesh description, the one compile call, the kernel FLOP
+# - leaf: modules that import nothing of jaxmem but other leaves: errors, records (and the composed
+#   records they are built with), the registry class, versions, byte units, the mesh description, the one compile call, the kernel FLOP
 #   counters' registry and the row cache.
-# - models: the Flax models; they import the leaves errors, registry and kernels (a model's
-#   kernel registers its FLOP counter there), nothing else of jaxmem.
+# - models: the Flax models; they import the leaves errors, registry, kernels (a model's kernel
+#   registers its FLOP counter there) and composed (a model config is composed of its concerns as
+#   a row is of its parts, by the same mechanism), nothing else of jaxmem.
 # - hardware: the catalogue of targets (kinds, parts, capacity, peaks, host memory, runtime terms)
 #   and what this machine can compile for.
 # - hlo: reading HLO text. compiler.report and compiler.flops: reading what the compiler says
@@ -25,7 +26,7 @@ from test_imports import _graph, _modules
 # - buffers (what fills the memory), planning (sweeps, fit, scale, search, the closed forms),
 #   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("jaxmem._quiet", "jaxmem.errors", "jaxmem.records", "jaxmem.registry", "jaxmem.versions", "jaxmem.units",
+    ("jaxmem._quiet", "jaxmem.errors", "jaxmem.composed", "jaxmem.records", "jaxmem.registry", "jaxmem.versions", "jaxmem.units",
      "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache", "jaxmem.sizes", "jaxmem.events", "jaxmem.axes", "jaxmem.options"),
     ("jaxmem.models",),
     ("jaxmem.hardware",),
@@ -43,7 +44,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem.cli", "jaxmem.__main__"),
 )
 # The only modules of jaxmem outside models/ that the models import (the dependency is one-way).
-MODELS_IMPORT = {"jaxmem.errors", "jaxmem.registry", "jaxmem.kernels"}
+# jaxmem.composed: ModelConfig is composed of its concerns' records (attention, feed-forward,
+# windows...) with the Composed rows are made with (flat constructor, reads and as_dict); it is a
+# leaf, unlike jaxmem.records, which imports the axis declarations.
+MODELS_IMPORT = {"jaxmem.errors", "jaxmem.registry", "jaxmem.kernels", "jaxmem.composed"}
 
 
 def layer_of(module: str, layers=LAYERS) -> int | None:

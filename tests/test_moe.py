@@ -23,6 +23,7 @@ from jaxmem.models import (
   LOGICAL_AXES,
   MOE_CHECKPOINT_NAMES,
   KVCache,
+  StepChoices,
   Transformer,
   count_active_params,
   count_params,
@@ -48,6 +49,10 @@ def built_params(cfg) -> nnx.State:
   return nnx.state(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
 
 
+def choosing(impl: str, **more) -> StepChoices:
+  return StepChoices(moe_impl=impl, **more)
+
+
 def random_like(abstract, seed: int = 0):
   """Values for an abstract parameter tree from numpy's generator: norm scales near 1, weights
   N(0, 0.05). Initialising through the model would compile its threefry random program, which
@@ -62,9 +67,11 @@ def random_like(abstract, seed: int = 0):
   return jax.tree_util.tree_map_with_path(one, abstract)
 
 
-def init_model(cfg) -> tuple:
-  """(graphdef, parameters) of Transformer(cfg)."""
-  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
+def init_model(cfg, choices: StepChoices | None = None) -> tuple:
+  """(graphdef, parameters) of Transformer(cfg, choices=choices)."""
+  graphdef, abstract = nnx.split(
+    nnx.eval_shape(lambda: Transformer(cfg, choices=choices, rngs=nnx.Rngs(0))), nnx.Param
+  )
   return graphdef, random_like(abstract)
 
 
@@ -114,8 +121,6 @@ def test_active_params_leave_out_unchosen_experts_of_the_built_model(name):
     ({"experts_per_token": 9}, "experts_per_token"),
     ({"expert_d_ff": 0}, "expert_d_ff"),
     ({"first_dense_layers": 2}, "first_dense_layers"),
-    ({"moe_impl": "dense"}, "moe_impl"),
-    ({"capacity_factor": 0.0}, "capacity_factor"),
     ({"router_scoring": "relu"}, "router_scoring"),
     ({"expert_groups": 3}, "expert_groups"),
     ({"style": "gpt2"}, "llama3"),
@@ -124,6 +129,20 @@ def test_active_params_leave_out_unchosen_experts_of_the_built_model(name):
 def test_bad_moe_fields_are_one_line_errors(overrides, match):
   with pytest.raises(JaxmemError, match=match) as err:
     get_config("tiny-moe", **overrides)
+  assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+  "choices, match",
+  [({"moe_impl": "dense"}, "moe_impl"), ({"capacity_factor": 0.0}, "capacity_factor"), ({"dropout": 1.0}, "dropout")],
+)
+def test_bad_step_choices_are_one_line_errors(choices, match):
+  with pytest.raises(JaxmemError, match=match) as err:
+    StepChoices(**choices)
+  assert "\n" not in str(err.value)
+  # Not the model's fields: a config override names them as the step's.
+  with pytest.raises(JaxmemError, match=f"{next(iter(choices))}: how a step runs the model") as err:
+    get_config("tiny-moe", **choices)
   assert "\n" not in str(err.value)
 
 
@@ -219,10 +238,14 @@ def test_sigmoid_router_with_groups_and_bias_matches_deepseek_gate():
 # --- the expert implementations ----------------------------------------------------------------
 
 
-def make_moe(name: str, **overrides) -> tuple:
-  """(cfg, MoE) in float32 so that exact comparisons hold; a random selection bias if any."""
-  cfg = get_config(name, dtype="float32", **overrides)
-  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: MoE(cfg, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param)
+def make_moe(name: str, **choices) -> tuple:
+  """(cfg, MoE) in float32 so that exact comparisons hold; a random selection bias if any.
+  ``choices``: the step's (StepChoices: moe_impl, capacity_factor)."""
+  cfg = get_config(name, dtype="float32")
+  graphdef, abstract = nnx.split(
+    nnx.eval_shape(lambda: MoE(cfg, choices=StepChoices(**choices), out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))),
+    nnx.Param,
+  )
   moe = nnx.merge(graphdef, random_like(abstract))
   if cfg.router_bias:
     moe.router.b_select_e.set_value(0.2 * normal((cfg.num_experts,), 7))
@@ -302,8 +325,10 @@ def test_capacity_temp_grows_with_capacity_factor():
   # A train-like step of one MoE layer (gradients for its weights and input), compiled for CPU.
   temps = []
   for factor in (1.0, 2.0, 4.0):  # 16, 32, 64 slots per expert for 64 tokens x top-2 of 8
-    cfg = get_config("tiny-moe", moe_impl="capacity", capacity_factor=factor)
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: MoE(cfg, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param)
+    cfg, choices = get_config("tiny-moe"), choosing("capacity", capacity_factor=factor)
+    graphdef, params = nnx.split(
+      nnx.eval_shape(lambda: MoE(cfg, choices=choices, out_init=DEFAULT_INIT, rngs=nnx.Rngs(0))), nnx.Param
+    )
 
     def loss(p, x_btd):
       return jnp.mean(jnp.square(nnx.merge(graphdef, p)(x_btd, constrain=no_constraint).astype(jnp.float32)))
@@ -326,12 +351,12 @@ def saved_scan_residuals(loss, *args) -> list[str]:
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_moe_checkpoint_names_are_what_a_policy_saves(impl):
-  cfg = get_config("tiny-moe", moe_impl=impl)
-  graphdef, params = init_model(cfg)
+  cfg, choices = get_config("tiny-moe"), choosing(impl)
+  graphdef, params = init_model(cfg, choices)
   b, t = 2, 8
   tokens = random_tokens(cfg, (b, t + 1), 5)
   l, e, k, f, d = cfg.num_moe_layers, cfg.num_experts, cfg.experts_per_token, cfg.expert_d_ff, cfg.d_model
-  c = expert_capacity(t, k, e, cfg.capacity_factor)
+  c = expert_capacity(t, k, e, choices.capacity_factor)
   hidden = (l, b * t * k, f) if impl == "dropless" else (l, e, b, c, f)
   expected = {"router_logits": f"f32[{l},{b},{t},{e}]", "moe_mlpwi_0": hidden, "moe_mlpwi_1": hidden}
   policies = jax.checkpoint_policies
@@ -396,10 +421,12 @@ def rules_constrain(mesh: Mesh, rules: dict[str, tuple[str, ...]]):
   return constrain, spec
 
 
-def sharded_forward(cfg, mesh, act_rules, param_rules, *, batch=8, **call):
+def sharded_forward(cfg, mesh, act_rules, param_rules, *, batch=8, choices=None, **call):
   constrain, act_spec = rules_constrain(mesh, act_rules)
   _, param_spec = rules_constrain(mesh, param_rules)
-  graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
+  graphdef, params = nnx.split(
+    nnx.eval_shape(lambda: Transformer(cfg, choices=choices, rngs=nnx.Rngs(0))), nnx.Param
+  )
   logical = nnx.get_partition_spec(params)
   on = lambda a, names: NamedSharding(mesh, param_spec(tuple(names), a.shape))  # noqa: E731
   args = jax.tree.map(
@@ -414,11 +441,11 @@ def sharded_forward(cfg, mesh, act_rules, param_rules, *, batch=8, **call):
 
 def test_expert_axis_exchanges_dispatched_tokens_with_all_to_all():
   mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "expert"))
-  cfg = get_config("tiny-moe", moe_impl="capacity")
+  cfg = get_config("tiny-moe")
   counts = {}
   for label, exp in (("expert", ("expert",)), ("replicated", ())):
     act = {"batch": ("data", "expert"), "exp": exp}
-    fn, args = sharded_forward(cfg, mesh, act, {"exp": exp})
+    fn, args = sharded_forward(cfg, mesh, act, {"exp": exp}, choices=choosing("capacity"))
     hlo = fn.lower(*args).compile().as_text()
     counts[label] = len(re.findall(r"all-to-all(?:-start)?\(", hlo))
   # Two exchanges per MoE layer's forward pass (dispatch, combine); none without the rule.
@@ -471,9 +498,12 @@ def test_both_implementations_compile_for_accelerator_targets(target):
   from jaxmem.hardware.targets import get_target
 
   device = jax.sharding.SingleDeviceSharding(get_target(target).devices()[0])
-  cfgs = [get_config("tiny-moe", moe_impl=impl) for impl in IMPLS]
-  graphdefs = [nnx.split(nnx.eval_shape(lambda c=c: Transformer(c, rngs=nnx.Rngs(0))), nnx.Param)[0] for c in cfgs]
-  params = built_params(cfgs[0])  # the implementations share every parameter shape
+  cfg = get_config("tiny-moe")
+  graphdefs = [
+    nnx.split(nnx.eval_shape(lambda impl=impl: Transformer(cfg, choices=choosing(impl), rngs=nnx.Rngs(0))), nnx.Param)[0]
+    for impl in IMPLS
+  ]
+  params = built_params(cfg)  # the implementations share every parameter shape
   args = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), params)
   tokens = jax.ShapeDtypeStruct((4, 129), jnp.int32, sharding=device)
   remat = jax.checkpoint_policies.nothing_saveable

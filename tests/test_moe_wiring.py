@@ -66,8 +66,8 @@ def test_moe_fields_are_sweep_axes_and_tasks_carry_one_variant_each():
   assert len({t.cache_key() for t in p.tasks()}) == 3
   # Capacity factors alone imply capacity; each task's own plan resolves its variant.
   one = plan(plan(Workload(**MOE, target="cpu", capacity_factor=3)).tasks()[0].workload)
-  assert (one.cfg.moe_impl, one.cfg.capacity_factor) == ("capacity", 3.0)
-  assert plan(Workload(**MOE, target="cpu")).cfg.moe_impl == "dropless"
+  assert (one.choices.moe_impl, one.choices.capacity_factor) == ("capacity", 3.0)
+  assert plan(Workload(**MOE, target="cpu")).choices.moe_impl == "dropless"
 
 
 @pytest.mark.parametrize(
@@ -88,9 +88,9 @@ def test_bad_moe_choices_are_one_line_errors(fields, match):
 
 def test_gpu_default_is_capacity_with_the_reason_and_dropless_is_noted():
   p = plan(Workload(**MOE, target="gpu:h100"))
-  assert p.cfg.moe_impl == "capacity" and any("ragged_dot" in n and "dense matmul" in n for n in p.moe_notes)
+  assert p.choices.moe_impl == "capacity" and any("ragged_dot" in n and "dense matmul" in n for n in p.moe_notes)
   explicit = plan(Workload(**MOE, target="gpu:h100", moe_impl="dropless"))
-  assert explicit.cfg.moe_impl == "dropless" and any("ragged_dot" in n for n in explicit.moe_notes)
+  assert explicit.choices.moe_impl == "dropless" and any("ragged_dot" in n for n in explicit.moe_notes)
   assert plan(Workload(**MOE, target="tpu:v5e-1")).moe_notes == ()
 
 

@@ -225,4 +225,4 @@ def test_dropout_with_a_stage_axis_is_refused_before_compiling():
   # The pipeline's iterations carry no dropout keys: dropping out there would silently do nothing.
   with pytest.raises(JaxmemError, match=r"`dropout` with a stage axis \(mesh stage=2,fsdp=4\) is not built"):
     plan(model="tiny", target="cpu:8", mesh="stage=2,fsdp=4", batch=8, seq=16, remat="none", dropout=0.1)
-  assert plan(model="tiny", target="cpu:8", mesh="fsdp=8", batch=8, seq=16, remat="none", dropout=0.1).cfg.dropout == 0.1
+  assert plan(model="tiny", target="cpu:8", mesh="fsdp=8", batch=8, seq=16, remat="none", dropout=0.1).choices.dropout == 0.1

@@ -5,7 +5,6 @@ the unmarked tests cover the same code paths by tracing or planning without comp
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +14,7 @@ import jaxmem
 from jaxmem.buffers.residuals import saved_residuals_for
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.errors import JaxmemError
-from jaxmem.models import count_params, get_config
+from jaxmem.models import StepChoices, count_params, get_config
 from jaxmem.resolve import plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import REMAT_POLICIES
@@ -54,11 +53,11 @@ def test_selective_keeps_less_and_recomputes(rows):
 def test_selective_recomputes_exactly_the_attention_core():
   """JAX's residual listing: selective keeps none of the [.., T, S] score-shaped tensors (scores,
   exponentials, the probabilities' dropout mask) and everything else none keeps."""
-  cfg = dataclasses.replace(get_config("tiny-gpt2"), dropout=0.1)
+  cfg, choices = get_config("tiny-gpt2"), StepChoices(dropout=0.1)
   t = 32
 
   def listing(remat):
-    r = saved_residuals_for(cfg, REMAT_POLICIES[remat], batch=2, seq=t)
+    r = saved_residuals_for(cfg, REMAT_POLICIES[remat], batch=2, seq=t, choices=choices)
     return [x for x in r.residuals if not x.is_input]
 
   def scores(rs):
@@ -80,7 +79,7 @@ def _step(dropout: float = 0.0, *, remat: str = "none", sequence_parallel: bool 
   w = {**dict(model="tiny-gpt2", target="cpu", batch=2, seq=16), **fields}
   p = plan(**w, remat="none", dropout=dropout, sequence_parallel=sequence_parallel)
   return build_train_program(
-      p.cfg, remat=REMAT_POLICIES[remat], optimizer=OPTIMIZERS["adamw"], batch=p.batch, seq=p.seq, target=p.target,
+      p.cfg, choices=p.choices, remat=REMAT_POLICIES[remat], optimizer=OPTIMIZERS["adamw"], batch=p.batch, seq=p.seq, target=p.target,
       mesh=p.meshes[0], attention="dot", sequence_parallel=sequence_parallel,
   )
 
@@ -114,16 +113,16 @@ def test_dropout_zero_leaves_the_step_as_it_was_and_dropout_draws_byte_masks():
 
 
 def test_dropout_masks_are_saved_one_byte_each():
-  cfg = dataclasses.replace(get_config("tiny-gpt2"), dropout=0.1)
-  from jaxmem.models.transformer import Block
+  cfg = get_config("tiny-gpt2")
+  from jaxmem.models.block import Block
   from flax import nnx
-  block = nnx.eval_shape(lambda: Block(cfg, rngs=nnx.Rngs(0)))
+  block = nnx.eval_shape(lambda: Block(cfg, choices=StepChoices(dropout=0.1), rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
   from jaxmem.models.dropout import Dropout
   from jax._src.ad_checkpoint import saved_residuals
 
   def layer(s, x, key):
-    return nnx.merge(graphdef, s)(x, rope_sin_tk=None, rope_cos_tk=None, constrain=lambda x, _: x,
+    return nnx.merge(graphdef, s)(x, rope=(None, None), constrain=lambda x, _: x,
                                   dropout=Dropout(0.1, key))
 
   x = jax.ShapeDtypeStruct((2, 32, cfg.d_model), jnp.bfloat16)

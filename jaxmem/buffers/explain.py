@@ -190,7 +190,7 @@ def explain_workload(
   _compiling(f"{p.cfg.name} for {p.target.name}: mesh {shd.format_mesh(m)}, remat {rp.name}, optimizer {opt.name}, "
              f"batch {p.batch}, seq {p.seq}")
   prog = build_train_program(
-      p.cfg, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
+      p.cfg, choices=p.choices, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
       microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], options=p.step_options(), precision=p.precision,
       pipeline=p.pipeline,
       sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
@@ -208,7 +208,7 @@ def explain_workload(
       **recorded_options(p.step_options()),
       master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=p.precision.grad_reduce_dtype,
       **p.pipeline.fields(m),
-      sequence_parallel=prog.sequence_parallel, dropout=p.cfg.dropout, context_strategy=prog.attention.strategy,
+      sequence_parallel=prog.sequence_parallel, dropout=p.choices.dropout, context_strategy=prog.attention.strategy,
   )
   return dataclasses.replace(
       r, target=p.target.name, mesh=shd.format_mesh(m), configuration=configuration,

@@ -28,9 +28,8 @@ from jaxmem.axes import one_value_each, outer_axes
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
-from jaxmem.models import AttendFn, AttentionChoice, ModelConfig
+from jaxmem.models import AttendFn, AttentionChoice, ModelConfig, StepChoices, family_of
 from jaxmem.models.dropout import Dropout
-from jaxmem.models.transformer import Block
 from jaxmem.resolve import (
     given_axes, moe_config, moe_variants, resolve_dropout, resolve_model, resolve_step_axes, workload_options,
 )
@@ -75,21 +74,33 @@ class PolicyResiduals(Record):
     ]
 
 
-def _block_fn(cfg: ModelConfig, rp: RematPolicy, attend: AttendFn | None = None, *, moe: bool = False):
-  block = nnx.eval_shape(lambda: Block(cfg, moe=moe, rngs=nnx.Rngs(0)))
+def _block_fn(
+    cfg: ModelConfig, rp: RematPolicy, attend: AttendFn | None = None, *, batch: int, seq: int, moe: bool = False,
+    choices: StepChoices = StepChoices(),
+) -> tuple[Any, Any, tuple[Any, ...]]:
+  """One layer of ``cfg`` (its family's block, run as ``choices`` say) under ``rp`` as a function
+  of its parameters and inputs, its abstract parameters, and its abstract inputs for a
+  [batch, seq] step: the residual stream, the RoPE tables (None without), the dropout key
+  (where the step drops)."""
+  family = family_of(cfg)
+  block = nnx.eval_shape(lambda: family.block(cfg, moe=moe, choices=choices, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
   attend = rp.attend(attend)  # selective: the attention core under its own checkpoint
 
   def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk, key=None):
-    # With the model's dropout, one layer's key (an argument: what it keeps is the masks).
-    dropout = None if key is None else Dropout(cfg.dropout, key)
+    # With the step's dropout, one layer's key (an argument: what it keeps is the masks).
+    dropout = None if key is None else Dropout(choices.dropout, key)
     return nnx.merge(graphdef, layer_state)(
-        x_btd, rope_sin_tk=rope_sin_tk, rope_cos_tk=rope_cos_tk, constrain=lambda x, _: x, attend=attend,
+        x_btd, rope=(rope_sin_tk, rope_cos_tk), constrain=lambda x, _: x, attend=attend,
         dropout=dropout,
     )
 
   fn = layer if rp.policy is None else jax.checkpoint(layer, policy=rp.policy, prevent_cse=False)
-  return fn, state
+  x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
+  dims = family.rope_dims(cfg)  # MLA rotates only its RoPE part; GPT-2 has no RoPE
+  rope = None if dims is None else jax.ShapeDtypeStruct((seq, dims[0] // 2), jnp.float32)
+  key = (jax.eval_shape(lambda: jax.random.key(0)),) if choices.dropout else ()
+  return fn, state, (x, rope, rope, *key)
 
 
 def _name(aval, description: str) -> tuple[str, bool]:
@@ -105,18 +116,19 @@ def _name(aval, description: str) -> tuple[str, bool]:
 
 
 def saved_residuals_for(
-    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attention: AttentionChoice | None = None
+    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attention: AttentionChoice | None = None,
+    choices: StepChoices = StepChoices(),
 ) -> PolicyResiduals:
   """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input, attention
-  computed by ``attention`` (None: dot); an MoE layer for a mixture of experts (the total counts
-  every layer at its own kind's size)."""
+  computed by ``attention`` (None: dot), the step run as ``choices`` say; an MoE layer for a
+  mixture of experts (the total counts every layer at its own kind's size)."""
   attend = None if attention is None else attention.attend
-  out = _listing(cfg, rp, batch=batch, seq=seq, attend=attend, moe=cfg.is_moe)
+  out = _listing(cfg, rp, batch=batch, seq=seq, attend=attend, moe=cfg.is_moe, choices=choices)
   out.sort(key=lambda r: -r.bytes)
   per_layer = sum(r.bytes for r in out)
   total = per_layer * (cfg.num_moe_layers if cfg.is_moe else cfg.num_layers)
   if cfg.is_moe and cfg.num_dense_layers:
-    dense = _listing(cfg, rp, batch=batch, seq=seq, attend=attend, moe=False)
+    dense = _listing(cfg, rp, batch=batch, seq=seq, attend=attend, moe=False, choices=choices)
     total += sum(r.bytes for r in dense) * cfg.num_dense_layers
   return PolicyResiduals(
       remat=rp.name, model=cfg.name, batch=batch, seq=seq, num_layers=cfg.num_layers,
@@ -126,14 +138,11 @@ def saved_residuals_for(
 
 
 def _listing(
-    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attend: AttendFn | None, moe: bool
+    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attend: AttendFn | None, moe: bool,
+    choices: StepChoices = StepChoices(),
 ) -> list[Residual]:
-  fn, state = _block_fn(cfg, rp, attend, moe=moe)
-  x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
-  k = (cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim) // 2  # MLA rotates only its RoPE part
-  rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
-  key = (jax.eval_shape(lambda: jax.random.key(0)),) if cfg.dropout else ()
-  listing = saved_residuals(fn, state, x, rope, rope, *key)
+  fn, state, args = _block_fn(cfg, rp, attend, batch=batch, seq=seq, moe=moe, choices=choices)
+  listing = saved_residuals(fn, state, *args)
   out = []
   for aval, description in listing:
     name, is_input = _name(aval, description)
@@ -170,7 +179,8 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
   if w.batch < 1 or w.seq < 1:
     raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
-  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype, dropout=resolve_dropout(w))
+  dropout = resolve_dropout(w)
+  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
   attentions, microbatches = resolve_step_axes(w)
   tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // microbatches[0])
@@ -179,18 +189,19 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
     raise JaxmemError("`residuals` takes one `moe_impl` and `capacity_factor`; run it once per choice")
   (impl, factor), = moe_variants(w)
   # The CPU's choice: the listing is JAX's, before any compiler (--moe-impl chooses another).
-  cfg, _ = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), "cpu")
+  choices, _ = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), "cpu", StepChoices(dropout=dropout))
   # Listing residuals compiles nothing, so host-offload policies are listed too.
   policies = parse_remat(w.remat, host_memory=True)
   out = []
   for name in attentions:
     choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, options=workload_options(w))
-    out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice) for rp in policies]
+    out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice, choices=choices) for rp in policies]
   return out
 
 
 def layer_step_flops(
-    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attention: AttentionChoice | None = None, moe: bool = False
+    cfg: ModelConfig, rp: RematPolicy, *, batch: int, seq: int, attention: AttentionChoice | None = None,
+    moe: bool = False, choices: StepChoices = StepChoices(),
 ) -> float:
   """FLOPs of one layer's forward and backward pass under ``rp`` (its recomputation included),
   for a [batch, seq] input, counted from the jaxpr of the block's VJP
@@ -198,14 +209,12 @@ def layer_step_flops(
   recompute per layer is this minus the same under ``none``."""
   from jaxmem.compiler.flops import jaxpr_flops  # the FLOP counter, needed here only
 
-  fn, state = _block_fn(cfg, rp, None if attention is None else attention.attend, moe=moe)
-  x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
-  k = (cfg.qk_rope_head_dim if cfg.is_mla else cfg.head_dim) // 2
-  rope = jax.ShapeDtypeStruct((seq, k), jnp.float32) if cfg.style != "gpt2" else None
-  key = (jax.eval_shape(lambda: jax.random.key(0)),) if cfg.dropout else ()
+  fn, state, args = _block_fn(
+      cfg, rp, None if attention is None else attention.attend, batch=batch, seq=seq, moe=moe, choices=choices
+  )
 
   def step(layer_state, x_btd, sin, cos, *key):
     out, vjp = jax.vjp(lambda s, x: fn(s, x, sin, cos, *key), layer_state, x_btd)
     return vjp(out)
 
-  return jaxpr_flops(jax.make_jaxpr(step)(state, x, rope, rope, *key).jaxpr)
+  return jaxpr_flops(jax.make_jaxpr(step)(state, *args).jaxpr)

@@ -26,7 +26,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.hardware.targets import Target
 from jaxmem.inference import quant
-from jaxmem.models import CACHE_AXES, MLA_CACHE_AXES, AttentionChoice, ModelConfig, cache_bytes, cache_class
+from jaxmem.models import (
+    CACHE_AXES, MLA_CACHE_AXES, AttentionChoice, ModelConfig, StepChoices, cache_bytes, cache_class,
+)
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import abstract_model
 
@@ -75,6 +77,7 @@ def abstract_cache(cfg: ModelConfig, *, batch: int, context: int, jmesh) -> tupl
 def build_infer_program(
     cfg: ModelConfig,
     *,
+    choices: StepChoices = StepChoices(),
     phase: str,
     fmt: quant.WeightFormat,
     batch: int,
@@ -83,10 +86,11 @@ def build_infer_program(
     mesh: shd.MeshSpec,
     attention: AttentionChoice | None = None,
 ) -> InferProgram:
-  """The sharded, cache-donating prefill (``context`` = prompt length) or decode step; prefill
-  attends through ``attention`` (None: einsums over the cache, as decode does)."""
+  """The sharded, cache-donating prefill (``context`` = prompt length) or decode step of ``cfg``
+  run as ``choices`` say (its experts' implementation); prefill attends through ``attention``
+  (None: einsums over the cache, as decode does)."""
   jmesh = target.make_mesh(mesh)
-  graphdef, params, logical = abstract_model(cfg)
+  graphdef, params, logical = abstract_model(cfg, choices)
   param_sh = shd.param_shardings(params, logical, jmesh)
   stored, stored_sh = quant.abstract_quantized(params, param_sh, fmt)
   cache, cache_tree_sh, notes = abstract_cache(cfg, batch=batch, context=context, jmesh=jmesh)

@@ -21,7 +21,7 @@ from jaxmem.inference import quant
 from jaxmem.inference.kv import attention_kind
 from jaxmem.inference.program import build_infer_program
 from jaxmem.inference.workload import InferPlan, InferWorkload, plan_infer
-from jaxmem.models import ModelConfig, cache_bytes, get_attention
+from jaxmem.models import StepChoices, cache_bytes, get_attention
 from jaxmem.models.model_flops import inference_flops, weight_flops
 from jaxmem.options import RunOptions
 from jaxmem.planning.sweep import moe_fields
@@ -101,15 +101,15 @@ def run_infer_config(
     phase: str,
     context: int,
     attention: str | None = None,
-    variant: tuple[ModelConfig, tuple[str, ...]] | None = None,
+    variant: tuple[StepChoices, tuple[str, ...]] | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> InferRow:
   """Compiles one configuration (:func:`jaxmem.compiler.figures.compile_figures`); a compile
   the backend refuses, or arguments alone over the device's capacity, become a row with ``error``.
   ``attention`` (prefill; the plan's first unless given) names the implementation, ``variant``
-  the MoE choice's config and notes (else the plan's), ``options`` prefill's values of the axes
+  the MoE choice's step choices and notes (else the plan's first), ``options`` prefill's values of the axes
   taken as given, by name (the plan's first of each that it does not name)."""
-  cfg, moe_notes = variant or (p.cfg, ())
+  cfg, (choices, moe_notes) = p.cfg, variant or p.variants()[0]
   options = {**p.step_options(), **(options or {})}
   attention = p.attentions[0] if attention is None else attention
   choice = None
@@ -140,10 +140,10 @@ def run_infer_config(
       num_devices=p.target.num_devices,
       attention_kind=attention_kind(cfg),
       kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1),
-      **moe_fields(cfg),
+      **moe_fields(cfg, choices),
   )
   program = build_infer_program(
-      cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
+      cfg, choices=choices, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
   )
   base.update(
       weight_bytes=program.weight_bytes,

@@ -43,9 +43,10 @@ from jaxmem.inference import quant
 from jaxmem.inference.program import build_infer_program
 from jaxmem.inference.run import InferRow, run_infer_config
 from jaxmem.inference.workload import PHASES, InferPlan, InferWorkload, _ints, plan_infer
-from jaxmem.models import ModelConfig
+from jaxmem.models import ModelConfig, StepChoices
 from jaxmem.cache import RowCache, key
 from jaxmem.options import RunOptions
+from jaxmem.planning.sweep import moe_fields
 from jaxmem.resolve import given_axes, resolve_meshes
 from jaxmem.program import sharding as shd
 from jaxmem.records import Record
@@ -239,7 +240,7 @@ def fit_serving(
   run.start(None, p.cfg)
   contexts = p.contexts if over == "batch" else (None,)
   out = []
-  for variant in p.moe or ((p.cfg, ()),):
+  for variant in p.variants():
     for mesh in p.meshes:
       for fmt in p.formats:
         for ctx in contexts:
@@ -265,11 +266,11 @@ class _Search:
   """One configuration's search: its sizes, the argument limit, the probes and the result."""
 
   def __init__(self, p: InferPlan, w: InferWorkload, *, phase: str, over: str, mesh: shd.MeshSpec,
-               fmt: quant.WeightFormat, variant: tuple[ModelConfig, tuple[str, ...]], fixed: int | None,
+               fmt: quant.WeightFormat, variant: tuple[StepChoices, tuple[str, ...]], fixed: int | None,
                cache: RowCache | None, on_row: Callable[[InferRow], None] | None):
     self.p, self.w, self.phase, self.over, self.mesh, self.fmt, self.variant = p, w, phase, over, mesh, fmt, variant
     self.cache, self.on_row = cache or RowCache(enabled=False), on_row
-    cfg = variant[0]
+    cfg = p.cfg
     if over == "batch":
       self.step, self.fixed, self.ceiling = shd.data_parallel_size(mesh), fixed, MAX_STEPS
       if cfg.style == "gpt2" and fixed > cfg.max_seq_len:
@@ -290,8 +291,8 @@ class _Search:
     (the program is built, not traced or compiled)."""
     if k not in self._arguments:
       batch, context = self.size(k)
-      program = build_infer_program(self.variant[0], phase=self.phase, fmt=self.fmt, batch=batch, context=context,
-                                    target=self.p.target, mesh=self.mesh)
+      program = build_infer_program(self.p.cfg, choices=self.variant[0], phase=self.phase, fmt=self.fmt, batch=batch,
+                                    context=context, target=self.p.target, mesh=self.mesh)
       self._arguments[k] = shape_argument_bytes(program.args, self.p.target.num_devices)
     return self._arguments[k]
 
@@ -325,9 +326,11 @@ class _Search:
   def _key(self, batch: int, context: int) -> str:
     """Everything that changes the compiled step, as infer's workload holds it (the model's
     config resolved), and the target's capacity (an environment variable can change it)."""
-    w = self.w.replace(model=self.variant[0], mesh=(shd.format_mesh(self.mesh),), weights=(self.fmt.name,),
+    moe = moe_fields(self.p.cfg, self.variant[0])  # the variant's choices (none for a dense model)
+    w = self.w.replace(model=self.p.cfg, mesh=(shd.format_mesh(self.mesh),), weights=(self.fmt.name,),
                        batch=batch, context=(str(context),), prompt=context, attention=self.p.attentions[:1],
-                       moe_impl=(), capacity_factor=())
+                       moe_impl=tuple(v for v in (moe["moe_impl"],) if v),
+                       capacity_factor=tuple(v for v in (moe["capacity_factor"],) if v))
     return key({"command": "infer", "workload": w.as_dict(), "capacity_bytes": self.p.target.capacity_bytes})
 
   def run(self) -> ServingFit:

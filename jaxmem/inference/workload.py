@@ -18,7 +18,7 @@ from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
-from jaxmem.models import ModelConfig
+from jaxmem.models import ModelConfig, StepChoices
 from jaxmem.resolve import (
     moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_others,
     resolve_target,
@@ -68,18 +68,23 @@ class InferPlan:
   contexts: tuple[int, ...]
   batch: int
   attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
-  # MoE variants as in jaxmem.resolve.Plan, each a (config, notes) to compile with.
-  moe: tuple[tuple[ModelConfig, tuple[str, ...]], ...] = ()
+  # MoE variants as in jaxmem.resolve.Plan, each the step's choices to compile the model with
+  # (jaxmem.models.StepChoices: the experts' implementation) and notes on them.
+  moe: tuple[tuple[StepChoices, tuple[str, ...]], ...] = ()
   # The sweep axes the planner takes as given, as in jaxmem.resolve.Plan: each (name, values).
   # They reach prefill's attention; decode forms no scores, so it sweeps none (its rows record none).
   others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
   always_compile: bool = False  # the workload's: compile even where the arguments alone are over the capacity
 
+  def variants(self) -> tuple[tuple[StepChoices, tuple[str, ...]], ...]:
+    """The MoE variants, or the default choices alone (a plan made without any)."""
+    return self.moe or ((StepChoices(), ()),)
+
   def step_options(self) -> dict[str, Any]:
     """The first value of each axis taken as given, by name (:meth:`jaxmem.resolve.Plan.step_options`)."""
     return {name: values[0] for name, values in self.others}
 
-  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[ModelConfig, tuple[str, ...]],
+  def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[StepChoices, tuple[str, ...]],
                                   dict[str, Any]]]:
     """(mesh, weights, phase, context, attention, MoE variant, options): prefill once per
     attention name and combination of the axes taken as given (``options``, by name), decode
@@ -88,7 +93,7 @@ class InferPlan:
     names = [n for n, _ in self.others]
     combos = [dict(zip(names, values, strict=True)) for values in itertools.product(*(vs for _, vs in self.others))]
     out = []
-    for variant in self.moe or ((self.cfg, ()),):
+    for variant in self.variants():
       for mesh, fmt, phase in itertools.product(self.meshes, self.formats, self.phases):
         prefill = phase == "prefill"
         for ctx in (self.prompt,) if prefill else self.contexts:
@@ -135,7 +140,6 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   attentions = resolve_attention(w)
   others = resolve_others(w)
   variants = tuple(moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), tgt.platform) for i, f in moe_variants(w))
-  cfg = variants[0][0]
   for m in meshes:
     shd.check_experts(m, cfg.num_experts, cfg.name)
     if dict(m).get("stage", 1) > 1:  # the cached layer scan is not pipelined (jaxmem.models.pipeline: train steps)

@@ -50,7 +50,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ModelConfig, cache_bytes, count_active_params, count_params, expert_capacity, get_config
+from jaxmem.models import (
+    ModelConfig, StepChoices, cache_bytes, count_active_params, count_params, expert_capacity, get_config,
+)
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import MOMENTS_DTYPE_OPTIMIZERS, OPTIMIZERS
 from jaxmem.program.precision import Precision, check_dtype, itemsize
@@ -97,6 +99,9 @@ PRESET_DTYPES: dict[str, tuple[str, str, str | None, str]] = {
     "bf16": ("bfloat16", "bfloat16", None, "bfloat16"),
 }
 RECOMPUTE = ("none", "selective", "full")
+# How a step runs a model where the estimate is not told (the capacity factor, the experts'
+# implementation): every model's default step choices.
+DEFAULT_CHOICES = StepChoices()
 WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 H100_80GB = 80e9  # the seeds' "H100 SXM has 80 GB of HBM3" (decimal GB, as NVIDIA quotes it)
 
@@ -268,7 +273,7 @@ def dispatch_bytes(
   if not cfg.is_moe:
     return None, None
   n, k, e, d, f = batch * seq, cfg.experts_per_token, cfg.num_experts, cfg.d_model, cfg.expert_d_ff
-  factor = cfg.capacity_factor if capacity_factor is None else capacity_factor
+  factor = DEFAULT_CHOICES.capacity_factor if capacity_factor is None else capacity_factor
   c = expert_capacity(seq, k, e, factor)
   dropless = n * k * d + 3 * n * k * f + n * k * d
   capacity = 2 * batch * seq * e * c + e * batch * c * (2 * d + 3 * f)
@@ -333,7 +338,8 @@ def estimate(
   moe = dict(
       active_params=count_active_params(cfg), expert_params=experts, expert_state_bytes=experts * (p + g + o),
       non_expert_state_bytes=(n - experts) * (p + g + o), kv_cache_bytes_per_token=kv_cache_bytes(cfg, context=1, batch=1),
-      capacity_factor=(cfg.capacity_factor if capacity_factor is None else capacity_factor) if cfg.is_moe else None,
+      capacity_factor=(DEFAULT_CHOICES.capacity_factor if capacity_factor is None else capacity_factor)
+      if cfg.is_moe else None,
       dispatch_bytes_dropless_per_layer=dropless, dispatch_bytes_capacity_per_layer=capacity,
       dispatch_bytes_dropless=None if dropless is None else dropless * cfg.num_moe_layers,
       dispatch_bytes_capacity=None if capacity is None else capacity * cfg.num_moe_layers,
@@ -423,7 +429,7 @@ def estimate_vs_compiler(row: Any, *, precision: str | None = None, cfg: ModelCo
   if cfg.is_moe:
     # The dispatch buffers of every MoE layer are saved for the backward pass; with full
     # recompute, one layer's exist at a time.
-    impl = getattr(row, "moe_impl", None) or cfg.moe_impl
+    impl = getattr(row, "moe_impl", None) or DEFAULT_CHOICES.moe_impl
     dispatch = est.dispatch_bytes_dropless_per_layer if impl == "dropless" else est.dispatch_bytes_capacity_per_layer
     acts += dispatch * (1 if recompute == "full" else cfg.num_moe_layers)
   # Logits: float32 [b, s, vocab] and their gradient, outside the per-layer formula.

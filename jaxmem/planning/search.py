@@ -41,7 +41,7 @@ from jaxmem.hardware.targets import target_peaks
 from jaxmem.compiler.report import fits as fits_in
 from jaxmem.errors import BatchDoesNotDivide, ExpertsDoNotDivide, JaxmemError, SeqDoesNotDivide, StagesRefused
 from jaxmem.planning.estimate import activation_bytes_per_layer
-from jaxmem.models import count_params
+from jaxmem.models import StepChoices, count_params
 from jaxmem.models.model_flops import training_flops
 from jaxmem.cache import RowCache
 from jaxmem.options import RunOptions
@@ -173,19 +173,22 @@ def search_axes(cfg: Any) -> tuple[str, ...]:
 
 def mesh_reason(
     mesh: shd.MeshSpec, cfg: Any, batch: int, seq: int, microbatches: int, pipeline: int | None = None,
+    choices: StepChoices = StepChoices(),
 ) -> str | None:
-  """Why the workload cannot run on ``mesh`` (a short reason, counted), or None."""
+  """Why the workload cannot run on ``mesh`` (a short reason, counted), or None; ``choices``:
+  how the step runs the model (its dropout, its experts)."""
   t = dict(mesh).get("tensor", 1)
   if cfg.num_heads % t or cfg.num_kv_heads % t:
     return "tensor does not divide the heads"
   stages = dict(mesh).get("stage", 1)
   if stages > 1:
-    if cfg.dropout:
+    if choices.dropout:
       return "dropout with a stage axis is not built"
   # Counted by the kind of refusal (jaxmem.errors); any other error is bad input on every mesh
   # alike (a batch below 1, a sequence past the model's positions) and is raised as it is.
   try:
-    check_batch(batch, seq, mesh, cfg, microbatches=microbatches, pipeline=PipelineOptions(microbatches=pipeline))
+    check_batch(batch, seq, mesh, cfg, microbatches=microbatches, pipeline=PipelineOptions(microbatches=pipeline),
+                choices=choices)
   except BatchDoesNotDivide:
     return "batch not divisible by the data axes x microbatches" + (" x pipeline microbatches" if stages > 1 else "")
   except ExpertsDoNotDivide:
@@ -253,7 +256,7 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
   for mesh in factorizations(p.target.num_devices, search_axes(p.cfg)):
     stages = dict(mesh).get("stage", 1)
     for pm in [None] if stages == 1 else [k * stages for k in PIPELINE_FACTORS]:
-      why = mesh_reason(mesh, p.cfg, p.batch, p.seq, 1, pm)
+      why = mesh_reason(mesh, p.cfg, p.batch, p.seq, 1, pm, p.choices)
       if why is not None:  # more microbatches only make it worse
         pruned[why] += len(ATTENTIONS) * len(micro) * len(rungs)
         continue
@@ -268,7 +271,7 @@ def _schedule_candidates(
   """One mesh, kernel and pipeline schedule's candidates over the microbatches and the ladder."""
   cfg, tgt, n = p.cfg, p.target, p.target.num_devices
   program = build_train_program(
-      cfg, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
+      cfg, choices=p.choices, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
       mesh=mesh, attention=kernel, options=p.step_options(), precision=p.precision,
       pipeline=PipelineOptions(microbatches=pm),
   )
@@ -276,7 +279,7 @@ def _schedule_candidates(
   fused = program.attention.name != "dot"
   out: list[Candidate] = []
   for mb, rung in itertools.product(micro, rungs):
-    why = mesh_reason(mesh, cfg, p.batch, p.seq, mb, pm)
+    why = mesh_reason(mesh, cfg, p.batch, p.seq, mb, pm, p.choices)
     if why is None and tgt.capacity_bytes is not None and not fits_in(args, tgt.capacity_bytes):
       why = "arguments alone over capacity (not compiled)"
     if why is not None:

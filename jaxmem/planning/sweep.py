@@ -106,7 +106,7 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
       param_dtype=p.cfg.param_dtype,
       dtype=p.cfg.dtype,
       num_devices=p.target.num_devices,
-      **moe_fields(p.cfg),
+      **moe_fields(p.cfg, p.choices),
   )
   program = build_program(p, mesh, opt, rp)
   base.update(  # as the program resolved them (the workload's values otherwise: asked)
@@ -183,15 +183,17 @@ def precision_fields(program: Any) -> dict[str, Any]:
   return dict(
       master_dtype=program.precision.master_dtype, moments_dtype=program.moments_dtype,
       grad_reduce_dtype=program.precision.grad_reduce_dtype, sequence_parallel=program.sequence_parallel,
-      dropout=program.cfg.dropout,
+      dropout=program.choices.dropout,
   )
 
 
-def moe_fields(cfg: Any) -> dict[str, Any]:
-  """A row's ``moe_impl`` and ``capacity_factor`` (this one for capacity only); None for a dense model."""
+def moe_fields(cfg: Any, choices: Any) -> dict[str, Any]:
+  """A row's ``moe_impl`` and ``capacity_factor`` (this one for capacity only), as the step's
+  ``choices`` (:class:`jaxmem.models.StepChoices`) run the model ``cfg``; None for a dense model."""
   if not cfg.is_moe:
     return dict(moe_impl=None, capacity_factor=None)
-  return dict(moe_impl=cfg.moe_impl, capacity_factor=cfg.capacity_factor if cfg.moe_impl == "capacity" else None)
+  impl = choices.moe_impl
+  return dict(moe_impl=impl, capacity_factor=choices.capacity_factor if impl == "capacity" else None)
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -313,7 +315,7 @@ def row_variant(p: Plan, row: Row) -> Plan:
   for v in p.variants:
     w = v.workload
     pipe = v.pipeline.fields(shd.parse_mesh(row.mesh))
-    if ((v.cfg.param_dtype, v.cfg.dtype, v.cfg.dropout, w.sequence_parallel) ==
+    if ((v.cfg.param_dtype, v.cfg.dtype, v.choices.dropout, w.sequence_parallel) ==
         (row.param_dtype, row.dtype, row.dropout, row.sequence_parallel) and
         (pipe["pipeline_microbatches"], pipe["pipeline_repeats"]) == (row.pipeline_microbatches, row.pipeline_repeats)):
       return v
@@ -338,11 +340,13 @@ def program_flops(p: Plan, row: Row, remat: str) -> float:
     return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
   p = row_variant(p, row)
   opt = next(o for o in p.optimizers if o.name == row.optimizer)
-  cfg = p.cfg
-  if row.moe_impl is not None:  # the row's own MoE variant, which a sweep's plan.cfg may not be
-    cfg = dataclasses.replace(cfg, moe_impl=row.moe_impl, capacity_factor=row.capacity_factor or cfg.capacity_factor)
+  choices = p.choices
+  if row.moe_impl is not None:  # the row's own MoE variant, which a sweep's plan.choices may not be
+    choices = dataclasses.replace(
+        choices, moe_impl=row.moe_impl, capacity_factor=row.capacity_factor or choices.capacity_factor
+    )
   program = build_program(
-      p, mesh, opt, rp, cfg=cfg, batch=row.batch, seq=row.seq, attention=row.attention or p.attentions[0],
+      p, mesh, opt, rp, choices=choices, batch=row.batch, seq=row.seq, attention=row.attention or p.attentions[0],
       microbatches=row.microbatches, vocab_tiles=row.vocab_tiles, precision=row_precision(p, row),
       context_strategy=row.context_strategy,
       options={k: getattr(row, k, v) for k, v in p.step_options().items()},  # as the row recorded each

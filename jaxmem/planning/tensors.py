@@ -134,15 +134,17 @@ def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]
   kinds = [(moe, n) for moe, n in kinds if n]
   sizes: dict[str, int] = {}
   for moe, count in kinds:
-    for r in _listing(cfg, every, batch=batch, seq=p.seq, attend=attention.attend, moe=moe):
+    for r in _listing(cfg, every, batch=batch, seq=p.seq, attend=attention.attend, moe=moe, choices=p.choices):
       if r.name in CHECKPOINT_NAMES and not r.is_input:
         sizes[r.name] = sizes.get(r.name, 0) + r.bytes * count
   # The layer input, [B, T, D] per layer (the block's listing names it x_btd: its argument).
   sizes[DECODER_LAYER_INPUT] = sum(count for _, count in kinds) * batch * p.seq * cfg.d_model * cfg.compute_jnp_dtype.itemsize
 
   def flops(rp: RematPolicy) -> float:
-    return micro * sum(count * layer_step_flops(cfg, rp, batch=batch, seq=p.seq, attention=attention, moe=moe)
-                       for moe, count in kinds)
+    return micro * sum(
+        count * layer_step_flops(cfg, rp, batch=batch, seq=p.seq, attention=attention, moe=moe, choices=p.choices)
+        for moe, count in kinds
+    )
 
   return sizes, flops
 

@@ -70,8 +70,8 @@ def _configuration(
       num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
       param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
       vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, **recorded_options(p.step_options()),
-      **dataclasses.asdict(p.precision), **moe_fields(p.cfg), **p.pipeline.fields(mesh),
-      sequence_parallel=p.workload.sequence_parallel, dropout=p.cfg.dropout,
+      **dataclasses.asdict(p.precision), **moe_fields(p.cfg, p.choices), **p.pipeline.fields(mesh),
+      sequence_parallel=p.workload.sequence_parallel, dropout=p.choices.dropout,
   )
 
 
@@ -205,10 +205,9 @@ def validate(
   out: list[Measurement] = []
   run.start(len(p.moe) * len(p.grid()) * len(p.vocab_tiles), p.cfg)
   for impl, factor in p.moe:
-    # This MoE variant's plan: its config (and so its labels) for every configuration.
-    pv = dataclasses.replace(
-        p, cfg=moe_config(p.model or p.cfg, p.workload.replace(moe_impl=impl, capacity_factor=factor), p.target.platform)[0]
-    )
+    # This MoE variant's plan: its step choices (and so its labels) for every configuration.
+    variant = p.workload.replace(moe_impl=impl, capacity_factor=factor)
+    pv = dataclasses.replace(p, choices=moe_config(p.cfg, variant, p.target.platform, p.choices)[0])
     for (mesh, opt, attention, mb, rp), tiles in itertools.product(pv.grid(), p.vocab_tiles):
       one = p.workload.replace(
           model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention,

@@ -48,8 +48,9 @@ class PipelineOptions:
     sched = self.schedule(mesh)
     return 1 if sched is None else sched[1]
 
-  def check_mesh(self, mesh: Any, cfg: Any, *, mesh_name: str) -> int:
-    """Checks the schedule on ``mesh`` against the model's layers; returns how many pipeline
+  def check_mesh(self, mesh: Any, cfg: Any, *, mesh_name: str, moe_impl: str = "dropless") -> int:
+    """Checks the schedule on ``mesh`` against the model's layers and how its experts run
+    (``moe_impl``, the step's: :class:`jaxmem.models.StepChoices`); returns how many pipeline
     microbatches each (accumulation) microbatch is cut into (1 without a stage axis)."""
     self.check()
     sched = self.schedule(mesh)
@@ -64,7 +65,7 @@ class PipelineOptions:
             f"mesh {mesh_name}: {by} does not divide {cfg.name}'s {layers} {kind}; use a stage count"
             + (" times repeats" if r > 1 else "") + f" that divides {layers}"
         )
-    if cfg.is_moe and cfg.moe_impl == "dropless":
+    if cfg.is_moe and moe_impl == "dropless":
       # Its experts' shard_map, batched over the stages by the pipeline's vmap, fails to trace
       # in jax 0.12 (a pvary over an axis the values already vary over); capacity is GSPMD's.
       raise StagesRefused(

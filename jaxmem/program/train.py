@@ -24,8 +24,8 @@ The step a production trainer runs, as MaxText builds it:
   the dtype the gradients are formed and reduced in;
 - Megatron's sequence parallelism (``sequence_parallel``: the residual stream, norms and
   dropouts split along the sequence over ``tensor``; :func:`jaxmem.program.sharding.activation_rules`)
-  and the model's dropout (``cfg.dropout``: a PRNG key is then the step's fifth argument, one
-  key per step as a training loop would pass in).
+  and the model's dropout (``choices.dropout``, the step's :class:`~jaxmem.models.StepChoices`: a
+  PRNG key is then the step's fifth argument, one key per step as a training loop would pass in).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from jaxmem.axes import AXES
 from jaxmem.program import sharding as shd
 from jaxmem.errors import BatchDoesNotDivide, JaxmemError
 from jaxmem.models import (
-    AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, Transformer, choose_attention, choose_moe_kernel,
-    dropless_experts, grouped_matmul,
+    AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, StepChoices, Transformer, choose_attention,
+    choose_moe_kernel, dropless_experts, grouped_matmul,
 )
 from jaxmem.models.moe_parallel import sharded_dropless
 from jaxmem.models.pipeline import Pipeline
@@ -60,9 +60,10 @@ from jaxmem.hardware.targets import Target
 
 
 @functools.lru_cache(maxsize=16)
-def abstract_model(cfg: ModelConfig) -> tuple[Any, Any, Any]:
-  """(graphdef, abstract params, logical specs) of the model; nothing allocated."""
-  model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+def abstract_model(cfg: ModelConfig, choices: StepChoices = StepChoices()) -> tuple[Any, Any, Any]:
+  """(graphdef, abstract params, logical specs) of the model run as ``choices`` say (the
+  parameters are the config's alone); nothing allocated."""
+  model = nnx.eval_shape(lambda: Transformer(cfg, choices=choices, rngs=nnx.Rngs(0)))
   graphdef, params = nnx.split(model, nnx.Param)
   logical = nnx.get_partition_spec(params)
   return graphdef, params, logical
@@ -84,6 +85,7 @@ class TrainProgram:
   args: tuple[Any, ...]  # ShapeDtypeStructs with shardings
   cfg: ModelConfig
   tx: optax.GradientTransformation
+  choices: StepChoices = StepChoices()  # how the step runs the model: its dropout, its experts
   param_bytes: int  # per device
   param_bytes_global: int  # the whole model, unsharded
   optimizer_state_bytes: int  # per device
@@ -129,7 +131,7 @@ class TrainProgram:
     draw = lambda k: jax.random.randint(k, tok.shape, 0, self.cfg.vocab_size, tok.dtype)  # noqa: E731
 
     def init(key):  # one program, so one compile: a compile per piece costs more than the step's
-      params = nnx.split(Transformer(self.cfg, rngs=nnx.Rngs(seed)), nnx.Param)[1]
+      params = nnx.split(Transformer(self.cfg, choices=self.choices, rngs=nnx.Rngs(seed)), nnx.Param)[1]
       k1, k2, k3 = jax.random.split(key, 3)
       return params, self.tx.init(params), draw(k1), draw(k2), k3
 
@@ -139,7 +141,7 @@ class TrainProgram:
 
 def check_batch(
     batch: int, seq: int, mesh: shd.MeshSpec, cfg: ModelConfig, *, microbatches: int = 1, vocab_tiles: int = 1,
-    pipeline: PipelineOptions = PipelineOptions(),
+    pipeline: PipelineOptions = PipelineOptions(), choices: StepChoices = StepChoices(),
 ) -> None:
   if batch < 1:
     raise JaxmemError(f"batch must be at least 1 (got {batch})")
@@ -151,7 +153,7 @@ def check_batch(
     raise JaxmemError(f"`vocab_tiles` must be a positive divisor of the sequence length {seq} (got {vocab_tiles!r})")
   ways = shd.data_parallel_size(mesh)
   # The pipeline cuts each (accumulation) microbatch again, into its pipeline microbatches.
-  piped = pipeline.check_mesh(mesh, cfg, mesh_name=shd.format_mesh(mesh))
+  piped = pipeline.check_mesh(mesh, cfg, mesh_name=shd.format_mesh(mesh), moe_impl=choices.moe_impl)
   if batch % (ways * microbatches * piped):
     what = f"{microbatches} microbatches x " if microbatches > 1 else ""
     what += f"{piped} pipeline microbatches x " if piped > 1 else ""
@@ -165,14 +167,16 @@ def check_batch(
   shd.check_experts(mesh, cfg.num_experts, cfg.name)
 
 
-def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh, kernel: str | None = None) -> ExpertsFn | None:
+def routed_experts(
+    cfg: ModelConfig, choices: StepChoices, jmesh: jax.sharding.Mesh, kernel: str | None = None
+) -> ExpertsFn | None:
   """What runs an MoE layer's routed experts in the train step: for ``dropless``, its grouped
   matmuls through ``kernel`` (:func:`moe_kernel`'s choice; None: ``ragged_dot``), and on more
   than one device the experts per device under shard_map, tokens exchanged over ``expert``
   (:func:`jaxmem.models.moe_parallel.sharded_dropless`, on the axes the sharding rules give the
   batch, sequence, experts and expert width), since a global sort cannot be split by GSPMD.
   None (the model's own) otherwise: ``capacity`` is partitioned by its sharding constraints."""
-  if not cfg.is_moe or cfg.moe_impl != "dropless":
+  if not cfg.is_moe or choices.moe_impl != "dropless":
     return None
   matmul = grouped_matmul(kernel or "ragged_dot")
   if jmesh.size == 1:
@@ -180,12 +184,14 @@ def routed_experts(cfg: ModelConfig, jmesh: jax.sharding.Mesh, kernel: str | Non
   return sharded_dropless(jmesh, shd.mesh_axes(jmesh), matmul=matmul)
 
 
-def moe_kernel(cfg: ModelConfig, target: Target, options: Mapping[str, Any] | None = None) -> str | None:
+def moe_kernel(
+    cfg: ModelConfig, choices: StepChoices, target: Target, options: Mapping[str, Any] | None = None
+) -> str | None:
   """The grouped matmul a dropless MoE model's experts run on ``target``: the ``moe_kernel``
   option (:meth:`jaxmem.resolve.Plan.step_options`; ``auto``, the default, is megablox's ``gmm``
   on TPU, ``ragged_dot`` elsewhere: :func:`jaxmem.models.choose_moe_kernel`); None where no
   dropless experts run (a dense model, ``capacity``)."""
-  if not cfg.is_moe or cfg.moe_impl != "dropless":
+  if not cfg.is_moe or choices.moe_impl != "dropless":
     return None
   return choose_moe_kernel((options or {}).get("moe_kernel"), target.platform)
 
@@ -212,19 +218,19 @@ def dropout_attend(attend: Any, name: str) -> tuple[Any, tuple[str, ...]]:
   )
 
 
-def step_attend(choice: AttentionChoice, cfg: ModelConfig, remat: RematPolicy) -> tuple[Any, tuple[str, ...]]:
+def step_attend(choice: AttentionChoice, choices: StepChoices, remat: RematPolicy) -> tuple[Any, tuple[str, ...]]:
   """The attention a layer of the step runs, and what its row must say: the choice's, taking the
-  model's dropout (:func:`dropout_attend`), wrapped by the remat policy (``selective``
+  step's dropout (:func:`dropout_attend`), wrapped by the remat policy (``selective``
   recomputes the attention core)."""
   attend, notes = choice.attend, ()
-  if cfg.dropout:
+  if choices.dropout:
     attend, notes = dropout_attend(attend, choice.name)
   return remat.attend(attend), notes
 
 
-def dropout_key_args(cfg: ModelConfig, sharding: NamedSharding) -> tuple[jax.ShapeDtypeStruct, ...]:
-  """The step's PRNG key argument for the model's dropout (one per step), or none without dropout."""
-  return (jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding),) if cfg.dropout else ()
+def dropout_key_args(choices: StepChoices, sharding: NamedSharding) -> tuple[jax.ShapeDtypeStruct, ...]:
+  """The step's PRNG key argument for its dropout (one per step), or none without dropout."""
+  return (jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding),) if choices.dropout else ()
 
 
 def pick_attention(
@@ -288,6 +294,7 @@ def accumulated(grad_fn, microbatches: int, micro_sh: NamedSharding, param_sh: A
 def build_train_program(
     cfg: ModelConfig,
     *,
+    choices: StepChoices = StepChoices(),
     remat: RematPolicy,
     optimizer: Optimizer,
     batch: int,
@@ -304,12 +311,15 @@ def build_train_program(
     context_strategy: str | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> TrainProgram:
-  """Builds the sharded, donated train step with abstract inputs. Call it once JAX has started
+  """Builds the sharded, donated train step with abstract inputs, the model ``cfg`` run as
+  ``choices`` say (its dropout and experts' implementation). Call it once JAX has started
   the target's backends (the attention choice reads them). ``options``: the values of the sweep
   axes the planner takes as given, by name (:meth:`jaxmem.resolve.Plan.step_options`; the
   attention's scores dtype, :func:`pick_attention`); an axis the step does not read changes
   nothing."""
-  check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline)
+  check_batch(
+      batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline, choices=choices
+  )
   check_step_options(cfg, mesh, seq, sequence_parallel=sequence_parallel)
   jmesh = target.make_mesh(mesh)
   sched = pipeline.schedule(mesh)
@@ -319,7 +329,7 @@ def build_train_program(
       attention, cfg, batch=batch // microbatches // (1 if pipe is None else pipe.microbatches), seq=seq,
       target=target, mesh=jmesh, context_strategy=context_strategy, options=options,
   )
-  graphdef, params, logical = abstract_model(cfg)
+  graphdef, params, logical = abstract_model(cfg, choices)
   param_sh = shd.param_shardings(params, logical, jmesh)
   precision.check(cfg.param_dtype)
   tx = optimizer.transformation(learning_rate, moments_dtype=precision.moments_dtype)
@@ -331,9 +341,9 @@ def build_train_program(
   batch_sh = NamedSharding(jmesh, batch_spec)
   micro_sh = NamedSharding(jmesh, PartitionSpec(None, *batch_spec))
   constrain = shd.activation_constrainer(jmesh, sequence_parallel=sequence_parallel)
-  kernel = moe_kernel(cfg, target, options)
-  experts = routed_experts(cfg, jmesh, kernel)
-  attend, step_notes = step_attend(choice, cfg, remat)
+  kernel = moe_kernel(cfg, choices, target, options)
+  experts = routed_experts(cfg, choices, jmesh, kernel)
+  attend, step_notes = step_attend(choice, choices, remat)
 
   def loss_fn(p, tokens_bt, targets_bt, key=None):
     model = nnx.merge(graphdef, p)
@@ -353,7 +363,7 @@ def build_train_program(
     return prec.apply(params, updates, opt_state), opt_state, loss
 
   replicated = NamedSharding(jmesh, PartitionSpec())
-  key_args = dropout_key_args(cfg, replicated)
+  key_args = dropout_key_args(choices, replicated)
   step = jax.jit(
       train_step,
       in_shardings=(param_sh, opt_sh, batch_sh, batch_sh, *(replicated for _ in key_args)),
@@ -367,6 +377,7 @@ def build_train_program(
       step=step,
       args=args,
       cfg=cfg,
+      choices=choices,
       tx=tx,
       param_bytes=tree_bytes_per_device(params, param_sh),
       param_bytes_global=sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)),
