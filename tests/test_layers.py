@@ -20,6 +20,8 @@ from test_imports import _graph, _modules
 #   and what this machine can compile for.
 # - hlo: reading HLO text. compiler: compiling for a target and reading what the compiler says.
 # - program: building the train step. resolve: a workload's names resolved into a plan.
+# - maxtext: MaxText's own step, one package across three layers: its mapping table, step and
+#   launch (emit) at program's, its planner at resolve's, its search at planning's.
 # - buffers (what fills the memory), planning (sweeps, fit, scale, search, the closed forms),
 #   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -29,10 +31,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem.hardware",),
     ("jaxmem.hlo",),
     ("jaxmem.compiler",),
-    ("jaxmem.program",),
-    ("jaxmem.workload", "jaxmem.resolve"),
+    ("jaxmem.program", "jaxmem.maxtext"),
+    ("jaxmem.workload", "jaxmem.resolve", "jaxmem.maxtext.plan"),
     ("jaxmem.buffers",),
-    ("jaxmem.planning",),
+    ("jaxmem.planning", "jaxmem.maxtext.search"),
     ("jaxmem.inference",),
     ("jaxmem.render",),
     ("jaxmem", "jaxmem.testing"),  # the package itself (the public API) and its pytest helpers
