@@ -29,6 +29,22 @@ def test_every_axis_and_field_has_a_row():
   assert set(emit.LAUNCH_ROWS) <= set(table.ROWS)
 
 
+def test_a_row_writes_only_its_own_keys():
+  """Each MaxText option is one row's: what a row writes for any configuration plan can
+  recommend is among the keys it declares, and no two rows declare the same key."""
+  for c in recommendable():
+    at = emit.at_of(c, layers=2)
+    values = {**{f: getattr(c, f) for f in emit.LAUNCH_ROWS}, "mesh": parse_mesh(c.mesh)}
+    for name in emit.LAUNCH_ROWS:
+      try:
+        written = table.ROWS[name].write(values[name], at)
+      except table.NoMaxTextMapping:
+        continue
+      assert set(written) <= set(table.ROWS[name].keys), (name, written)
+  keys = [k for r in table.ROWS.values() for k in r.keys]
+  assert sorted(k for k in set(keys) if keys.count(k) > 1) == []
+
+
 def test_a_refusal_is_typed_and_worded_for_each_reader():
   with pytest.raises(table.NoMaxTextMapping) as e:
     table.ROWS["qk_dtype"].write("float32", table.At())
