@@ -34,12 +34,8 @@ from jaxmem.mesh import parse_mesh
 from jaxmem.models import get_config
 from jaxmem.records import Configuration, Record
 
-# The rows a launch of jaxmem's model writes, in the order written (the model's first).
-LAUNCH_ROWS = ("target", "mesh", "batch", "microbatches", "seq", "remat", "attention", "vocab_tiles",
-               "pipeline_microbatches", "pipeline_repeats", "optimizer", "param_dtype", "dtype", "moments_dtype",
-               "moe_impl", "dropout", "context_strategy")
-# Configuration fields that describe the row rather than choose (or that a row above spells).
-_DESCRIBED = {"model", "num_devices", "stages", "bubble_fraction", "capacity_factor"}
+# Configuration fields that describe the row rather than choose (the model is spelt first, apart).
+_DESCRIBED = {"model", "num_devices", "stages", "bubble_fraction"}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,9 +71,9 @@ def maxtext_overrides(result: Any, *, layers: int | None = None) -> MaxTextLaunc
     notes += t.model_notes(cfg.model)
   except t.NoMaxTextMapping as e:
     notes.append(e.note)
-  values = {f: getattr(cfg, f, None) for f in LAUNCH_ROWS} | {"target": cfg.target, "mesh": parse_mesh(cfg.mesh)}
-  settings, said = t.spell(LAUNCH_ROWS, values, at_of(cfg, layers if layers is not None else
-                                                    getattr(model, "num_layers", None)))
+  values = {name: getattr(cfg, name, None) for name in t.ROWS} | {"mesh": parse_mesh(cfg.mesh)}
+  settings, said = t.spell(tuple(t.ROWS), values, at_of(cfg, layers if layers is not None else
+                                                      getattr(model, "num_layers", None)))
   out.update(settings)
   notes += said + [e.note for e in _unmapped(cfg)]
   words = f"{cfg.mesh} {cfg.remat} mb{cfg.microbatches} {cfg.attention or ''}".strip()
@@ -138,7 +134,7 @@ def _unmapped(cfg: Any) -> list[t.NoMaxTextMapping]:
   spells it (a row the launch does not write: refused, in ``--maxtext``'s words)."""
   out = []
   for f in dataclasses.fields(Configuration):
-    if f.name in LAUNCH_ROWS or f.name in _DESCRIBED or f.default is dataclasses.MISSING:
+    if f.name in t.ROWS or f.name in t.SPELT_WITH or f.name in _DESCRIBED or f.default is dataclasses.MISSING:
       continue
     v = getattr(cfg, f.name, f.default)
     if v is not None and v != f.default:

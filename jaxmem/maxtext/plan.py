@@ -19,6 +19,7 @@ MaxText's step factory when it is imported (``jaxmem`` imports it).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +27,7 @@ from jaxmem.axes import AXES, declared
 from jaxmem.errors import JaxmemError
 from jaxmem.hardware.targets import Target
 from jaxmem.maxtext import step as mx
-from jaxmem.maxtext.table import ALL_REMATS, At, OverrideDisagrees, attention, maxtext_remat, offloads, row, text
+from jaxmem.maxtext.table import ALL_REMATS, ROWS, At, OverrideDisagrees, attention, maxtext_remat, offloads, row, text
 from jaxmem.mesh import MeshSpec
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.remat import RematPolicy
@@ -56,10 +57,7 @@ def plan_maxtext(w: Workload) -> Plan:
   if w.attention != _default("attention"):
     for a in attentions:
       agree(user, "attention", {"attention": a})
-  # Not given (or empty, as a task of this plan holds it): MaxText's own.
-  strategy = None if w.context_strategy == _default("context_strategy") else AXES["context_strategy"].first(w)
-  check_tasks(w, user, meshes, attentions, strategy, given_mesh=bool(w.mesh),
-              at=At(devices=tgt.num_devices, slices=slices))
+  check_tasks(w, user, meshes, attentions, given_mesh=bool(w.mesh), at=At(devices=tgt.num_devices, slices=slices))
   # The axes set once are now in MaxText's overrides (args): back to their defaults, the step's own.
   unset = {a.name: a.normalise(a.default) for a in declared() if not row(a.name).per_task}
   unset.update(optimizer=OWN, param_dtype=None, dtype=None)
@@ -67,7 +65,7 @@ def plan_maxtext(w: Workload) -> Plan:
   return Plan(
       workload=w, cfg=None, target=tgt, meshes=meshes, optimizers=(STEP_OPTIMIZER,), remats=remats,
       batch=own.batch, seq=own.seq, attentions=attentions, microbatches=micro or (own.microbatches,),
-      context_strategies=(strategy,),  # None: MaxText's own (a task's workload holds none)
+      context_strategies=w.context_strategy,  # as given: at its default, MaxText's own (task_settings)
   )
 
 
@@ -157,25 +155,38 @@ def maxtext_remats(w: Workload, user: Mapping[str, str], own: Any, tgt: Target) 
   return tuple(out)
 
 
-def check_tasks(w: Workload, user: Mapping[str, str], meshes: tuple[MeshSpec, ...], attentions: tuple[str, ...],
-                strategy: str | None, *, given_mesh: bool, at: At) -> None:
+def check_tasks(w: Workload, user: Mapping[str, str], meshes: tuple[MeshSpec, ...], attentions: tuple[str, ...], *,
+                given_mesh: bool, at: At) -> None:
   """Every configuration's per-task settings, before anything compiles: the meshes given (their
-  ``ici_*`` and ``dcn_*``), and where they apply the context strategy (with each kernel) and the
-  pipeline schedule (refused where no mesh has a stage axis), each agreeing with the overrides."""
-  pipeline = {n: mx.given_value(w, n) for n in ("pipeline_microbatches", "pipeline_repeats")}
-  options = PipelineOptions(microbatches=pipeline["pipeline_microbatches"], repeats=pipeline["pipeline_repeats"] or 1)
+  ``ici_*`` and ``dcn_*``), and the options set only where given (:attr:`Row.when_given`: the
+  context strategy with each kernel, the pipeline schedule, refused where no mesh has a stage
+  axis), each agreeing with the overrides."""
+  given = {r.name: given_values(w, r.name) for r in ROWS.values() if r.when_given}
+  options = PipelineOptions(microbatches=mx.given_value(w, "pipeline_microbatches"),
+                            repeats=mx.given_value(w, "pipeline_repeats") or 1)
   options.check()
   if options.given and not any(options.schedule(m) for m in meshes):
     raise JaxmemError("`pipeline_microbatches` and `pipeline_repeats` apply to meshes with a stage axis (e.g. "
                       "stage=4,fsdp=2); no mesh here has one")
-  for mesh in meshes:
-    here = At(mesh=mesh, devices=at.devices, slices=at.slices)
+  for mesh, kernel in itertools.product(meshes, attentions):
+    here = At(mesh=mesh, devices=at.devices, slices=at.slices, attention=kernel)
     if given_mesh:
       agree(user, "mesh", row("mesh").write(mesh, here))
-    for name, value in pipeline.items():  # the layers per stage are MaxText's config's: the factory's to write
-      agree(user, name, row(name).write(value, here))
-    for kernel in attentions:
-      agree(user, "context_strategy", row("context_strategy").write(strategy, At(mesh=mesh, attention=kernel)))
+    for name, values in given.items():  # the layers per stage are MaxText's config's: the factory writes them
+      for value in values:
+        agree(user, name, row(name).write(value, here))
+
+
+def given_values(w: Workload, name: str) -> tuple[Any, ...]:
+  """The axis ``name``'s values as given, ``(None,)`` at its default (MaxText's own); an outer
+  axis (one plan per value for jaxmem's models) takes one value here."""
+  axis = AXES[name]
+  if getattr(w, name) == _default(name):
+    return (None,)
+  values = axis.values(w)
+  if axis.outer and len(values) > 1:
+    raise JaxmemError(f"`{name}` takes one value with `maxtext` (got {', '.join(map(str, values))})")
+  return values
 
 
 def agree(user: Mapping[str, str], field: str, settings: Mapping[str, Any]) -> dict[str, Any]:

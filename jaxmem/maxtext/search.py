@@ -27,10 +27,14 @@ from collections import Counter
 from typing import Any
 
 from jaxmem.compiler.report import fits as fits_in
-from jaxmem.errors import BatchDoesNotDivide, DoesNotDivide, ExpertsDoNotDivide, HeadsDoNotDivide, JaxmemError, TraceFailed
+from jaxmem.errors import (
+    BatchDoesNotDivide, DoesNotDivide, ExpertsDoNotDivide, HeadsDoNotDivide, JaxmemError, TraceFailed,
+)
 from jaxmem.maxtext import step as mx
 from jaxmem.maxtext.plan import plan_maxtext
-from jaxmem.maxtext.table import MESH_KEYS, REMATS, At, NoMaxTextMapping, jaxmem_attention, per_device_batch, state_moments
+from jaxmem.maxtext.table import (
+    MESH_KEYS, REMATS, At, NoMaxTextMapping, jaxmem_attention, per_device_batch, state_moments,
+)
 from jaxmem.models import count_params
 from jaxmem.options import RunOptions
 from jaxmem.planning import search as s
@@ -163,7 +167,8 @@ def check_mesh(mesh: shd.MeshSpec, cfg: Any, config: Any, batch: int, microbatch
   m = dict(mesh)
   t = m.get("tensor", 1)
   if cfg.num_heads % t or cfg.num_kv_heads % t:
-    raise HeadsDoNotDivide(f"`mesh` tensor={t} does not divide the {cfg.num_heads} heads and {cfg.num_kv_heads} kv heads")
+    raise HeadsDoNotDivide(f"`mesh` tensor={t} does not divide the {cfg.num_heads} heads and "
+                           f"{cfg.num_kv_heads} kv heads")
   if mx.experts(config) % m.get("expert", 1):
     raise ExpertsDoNotDivide(f"`mesh` expert={m['expert']} does not divide the {mx.experts(config)} experts")
   ways = m.get("data", 1) * m.get("fsdp", 1) * m.get("expert", 1)

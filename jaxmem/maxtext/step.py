@@ -38,7 +38,7 @@ from typing import Any
 from jaxmem.axes import AXES
 from jaxmem.errors import JaxmemError
 from jaxmem.maxtext.table import (
-    At, attention, maxtext_remat, mesh_of, mesh_settings, per_device_batch, row, text,
+    ROWS, At, attention, maxtext_remat, mesh_of, mesh_settings, per_device_batch, row, text,
 )
 
 # The factory a MaxText workload's step is (Workload.step), by import path like any other.
@@ -137,7 +137,6 @@ class Resolved:
   attention: str
   mesh: tuple[tuple[str, int], ...]  # the mesh MaxText makes, in jaxmem's axis names
   microbatches: int  # gradient_accumulation_steps
-  context_strategy: str  # context_parallel_strategy
   experts: int  # routed experts (1 for a dense model)
   version: str
 
@@ -185,8 +184,7 @@ def resolve(args: Sequence[str], settings: Mapping[str, str], target: Any) -> Re
       batch=int(config.global_batch_size_to_train_on), seq=int(config.max_target_length),
       remat_policy=str(config.remat_policy), attention=str(config.attention),
       mesh=mesh_of(dict(zip(config.mesh_axes, devices.shape, strict=True)), len(target.devices)),
-      microbatches=int(config.gradient_accumulation_steps), context_strategy=str(config.context_parallel_strategy),
-      experts=experts(config), version=version(),
+      microbatches=int(config.gradient_accumulation_steps), experts=experts(config), version=version(),
   )
 
 
@@ -251,8 +249,8 @@ def make_step(*, batch: int, seq: int, remat: Any, mesh: Any, target: Any, workl
 def task_settings(w: Any, target: Any, *, batch: int, seq: int, mesh: tuple[tuple[str, int], ...]) -> dict[str, str]:
   """The MaxText options one task sets (the table's rows a sweep sets per configuration): the
   topology, batch, sequence, microbatches, policy, attention, the mesh (over several slices, where
-  it is not MaxText's own: the slices' split is the overrides' then) and, where they apply, the
-  context strategy and pipeline schedule."""
+  it is not MaxText's own: the slices' split is the overrides' then) and, where given and where
+  they apply, the rest (the context strategy, the pipeline schedule)."""
   name, slices = topology(target)
   at = At(mesh=mesh, devices=target.num_devices, slices=slices, microbatches=w.microbatches[0],
           attention=attention(w.attention[0]), layers=_layers(w, target, mesh))
@@ -264,14 +262,15 @@ def task_settings(w: Any, target: Any, *, batch: int, seq: int, mesh: tuple[tupl
   out.update(row("attention").write(w.attention[0], at))
   if slices == 1 or dict(mesh) != dict(own_mesh(w.maxtext, target)):
     out.update(mesh_settings(mesh, at))
-  for r in ("context_strategy", "pipeline_microbatches", "pipeline_repeats"):
-    out.update(row(r).write(given_value(w, r), at))
+  for r in ROWS.values():
+    if r.when_given:
+      out.update(r.write(given_value(w, r.name), at))
   return {k: text(v) for k, v in out.items()}
 
 
 def given_value(w: Any, name: str) -> Any:
-  """A task's one value of the axis ``name``, None where it is at its default or empty: MaxText's
-  own (:func:`jaxmem.maxtext.plan.plan_maxtext` empties what was not given)."""
+  """A workload's one value of the axis ``name``, None where it is at its default (or empty):
+  MaxText's own."""
   axis = AXES[name]
   return None if getattr(w, name) == axis.normalise(axis.default) else axis.first(w)
 
@@ -287,7 +286,8 @@ def _layers(w: Any, target: Any, mesh: tuple[tuple[str, int], ...]) -> int | Non
   if dict(mesh).get("stage", 1) < 2 or given_value(w, "pipeline_repeats") is None:
     return None
   name, slices = topology(target)
-  return int(initialise(w.maxtext, dict(compile_topology=name, compile_topology_num_slices=str(slices))).num_decoder_layers)
+  config = initialise(w.maxtext, dict(compile_topology=name, compile_topology_num_slices=str(slices)))
+  return int(config.num_decoder_layers)
 
 
 def build(config: Any, target: Any) -> tuple:

@@ -13,8 +13,8 @@ Three readers, one table:
 
 So the overrides emit writes are ones ``--maxtext`` takes, and an option with no MaxText
 spelling is refused by both in the same words: :class:`NoMaxTextMapping`, which ``--maxtext``
-raises and emit writes as a note (its field named bare). A new axis needs a row here (mapped or
-refused): tests/test_maxtext_table.py holds the table against :data:`jaxmem.axes.AXES`.
+raises and emit writes as a note (its field named bare). An axis without a row here is refused
+whatever its value, so a new axis is refused until its row spells it.
 
 Every MaxText name is MaxText 0.2.5's (``configs/base.yml``, ``configs/types.py``,
 ``layers/nnx_decoders.py``). Values are written as emit writes them (numbers as numbers);
@@ -129,13 +129,16 @@ class Row:
   ``value`` (``{}``: MaxText's own), or :class:`NoMaxTextMapping`; ``notes(value, at)``: what the
   spelling does not carry over, in words. ``per_task``: ``--maxtext`` sets it per configuration
   of a sweep (it depends on the mesh, or the sweep varies it), else once, in the overrides; given
-  at its default it is MaxText's own. ``also``: jaxmem's other axes this row spells with it."""
+  at its default it is MaxText's own. ``when_given``: a per-task option the factory sets from the
+  task's value only where it was given (None otherwise: MaxText's own), where the mesh and kernel
+  say it applies. ``also``: jaxmem's other axes this row spells with it."""
 
   name: str
   keys: tuple[str, ...]
   write: Callable[[Any, At], dict[str, Any]]
   notes: Callable[[Any, At], tuple[str, ...]] = lambda value, at: ()
   per_task: bool = False
+  when_given: bool = False
   also: tuple[str, ...] = ()
 
 
@@ -300,8 +303,8 @@ def _optimizer(name: str | None, at: At) -> dict[str, Any]:
   if name is None:
     return {}
   if name not in OPTIMIZERS_SPELT:
-    raise NoMaxTextMapping("optimizer", name, f"MaxText has no opt_type of the same update ({', '.join(OPTIMIZERS_SPELT)} "
-                           "map by name)")
+    spelt = ", ".join(OPTIMIZERS_SPELT)
+    raise NoMaxTextMapping("optimizer", name, f"MaxText has no opt_type of the same update ({spelt} map by name)")
   return {"opt_type": name}
 
 
@@ -310,11 +313,13 @@ def state_moments(opt_type: str) -> float:
   from jaxmem's optimizer of the same name (:data:`jaxmem.program.optimizers.OPTIMIZERS`); an
   opt_type jaxmem has no optimizer for, or one whose state is not declared, is refused."""
   if opt_type not in OPTIMIZERS_SPELT or opt_type not in OPTIMIZERS:
-    raise NoMaxTextMapping("optimizer", f"(MaxText's opt_type) {opt_type}", "jaxmem has no optimizer of that name, so "
-                           f"its state per parameter is not known (MaxText's {', '.join(OPTIMIZERS_SPELT)} map by name)")
+    spelt = ", ".join(OPTIMIZERS_SPELT)
+    raise NoMaxTextMapping("optimizer", f"(MaxText's opt_type) {opt_type}", "jaxmem has no optimizer of that name, "
+                           f"so its state per parameter is not known (MaxText's {spelt} map by name)")
   moments = OPTIMIZERS.get(opt_type).state_moments
   if moments is None:
-    raise NoMaxTextMapping("optimizer", opt_type, "jaxmem's optimizer registry does not declare its state per parameter")
+    raise NoMaxTextMapping("optimizer", opt_type, "jaxmem's optimizer registry does not declare its state per "
+                           "parameter")
   return moments
 
 
@@ -469,9 +474,9 @@ _ROWS = (
     Row(name="attention", keys=("attention",), write=_attention, per_task=True),
     Row(name="vocab_tiles", keys=("num_vocab_tiling",), write=_vocab_tiles),
     Row(name="pipeline_microbatches", keys=("num_pipeline_microbatches",), write=_pipeline_microbatches,
-        per_task=True),
+        per_task=True, when_given=True),
     Row(name="pipeline_repeats", keys=("num_pipeline_repeats", "num_layers_per_pipeline_stage"),
-        write=_pipeline_repeats, notes=_pipeline_notes, per_task=True),
+        write=_pipeline_repeats, notes=_pipeline_notes, per_task=True, when_given=True),
     Row(name="optimizer", keys=("opt_type",), write=_optimizer),
     Row(name="param_dtype", keys=("weight_dtype",), write=_dtype("param_dtype", "weight_dtype")),
     Row(name="dtype", keys=("dtype",), write=_dtype("dtype", "dtype")),
@@ -479,21 +484,18 @@ _ROWS = (
     Row(name="moe_impl", keys=("sparse_matmul", "capacity_factor"), write=_moe, also=("capacity_factor",)),
     Row(name="dropout", keys=("dropout_rate",), write=_dropout),
     Row(name="context_strategy", keys=("context_parallel_strategy", "use_tokamax_splash"), write=_context_strategy,
-        per_task=True),
-    refused("qk_dtype", _OWN_OPTION),
-    refused("master_dtype", _OWN_OPTION),
-    refused("grad_reduce_dtype", _OWN_OPTION),
-    refused("sequence_parallel", _OWN_OPTION),
-    refused("moe_kernel", _OWN_OPTION),
+        per_task=True, when_given=True),
 )
-ROWS: dict[str, Row] = {r.name: r for r in _ROWS}
+ROWS: dict[str, Row] = {r.name: r for r in _ROWS}  # in the order a launch writes them
 # The axes a row spells along with its own (capacity_factor with moe_impl): no row of their own.
 SPELT_WITH = {a: r.name for r in _ROWS for a in r.also}
 
 
 def row(name: str) -> Row:
-  """The row of jaxmem's option ``name`` (one another row spells with it: that row); an axis
-  the table does not know (another package's) is refused."""
+  """The row of jaxmem's option ``name`` (one another row spells with it: that row). An option
+  with no row has no MaxText spelling (the scores' dtype, the master copy, the gradients'
+  reduction dtype, sequence parallelism, the experts' grouped-matmul kernel, another package's
+  axis): every value given is refused."""
   return ROWS.get(SPELT_WITH.get(name, name)) or refused(name, _OWN_OPTION)
 
 
