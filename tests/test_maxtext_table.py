@@ -1,8 +1,8 @@
 """The one MaxText mapping (jaxmem/maxtext/table.py), read by ``--maxtext``, ``plan --maxtext`` and
-``plan --emit maxtext``: an axis without a row is refused, and, where MaxText is installed, what emit writes
-for every configuration plan can recommend is taken by ``compare --maxtext base.yml <overrides>``
-(MaxText's own parser; tests/test_maxtext.py compiles one), while an option either spelt by both
-or refused by both in the same words."""
+``plan --emit maxtext``: an axis without a row is refused; where MaxText is installed, what emit
+writes for every configuration plan can recommend is taken by ``compare --maxtext base.yml
+<overrides>`` (MaxText's own parser; tests/test_maxtext.py compiles one), and an option is either
+spelt by both readers or refused by both in the same words."""
 
 from __future__ import annotations
 
