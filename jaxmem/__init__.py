@@ -37,7 +37,9 @@ from jaxmem.planning.fit import FitResult, fit  # noqa: E402
 from jaxmem.planning.scale import Scaling, scale  # noqa: E402
 from jaxmem.planning.planner import plan  # noqa: E402
 from jaxmem.planning.search import PlanResult  # noqa: E402
-from jaxmem.planning.emit import MaxTextLaunch, maxtext_overrides  # noqa: E402
+from jaxmem.maxtext.emit import MaxTextLaunch, maxtext_overrides  # noqa: E402
+# MaxText's planner, registered with jaxmem.resolve (STEP_PLANNERS) as its module is imported.
+from jaxmem.maxtext import plan as _maxtext_plan  # noqa: E402,F401
 from jaxmem.planning.sweep import Row, compare, with_overheads  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
 from jaxmem.program import optimizers, remat  # noqa: E402

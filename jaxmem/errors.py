@@ -60,3 +60,16 @@ class ExpertsDoNotDivide(DoesNotDivide):
 class StagesRefused(DoesNotDivide):
   """The ``stage`` axis cannot pipeline this model: it does not divide the layers, or the
   schedule or the model's layers cannot be pipelined over it."""
+
+
+class HeadsDoNotDivide(DoesNotDivide):
+  """The ``tensor`` axis does not divide the model's attention heads (or its key/value heads)."""
+
+
+class TraceFailed(JaxmemError):
+  """A step's own code (a user's factory, MaxText's train step) failed while JAX traced it:
+  ``cause`` is that error in a few words (its type and first line)."""
+
+  def __init__(self, message: str, *, cause: str):
+    self.cause = cause
+    super().__init__(message)

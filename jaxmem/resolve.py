@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxmem.axes import AXES, Axis, declared, one_value_each, outer_axes
@@ -22,7 +22,6 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import ATTENTION_NAMES, MOE_KERNELS, ModelConfig, StepChoices, choose_moe_kernel, get_config
 from jaxmem.models.config import MOE_IMPLS
 from jaxmem.cache import key
-from jaxmem.program import maxtext as mx
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
 from jaxmem.program.pipelining import PipelineOptions
@@ -485,12 +484,16 @@ def resolve_precisions(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimize
 # The optimizer column of a step's rows: the step brings its own.
 STEP_OPTIMIZER = Optimizer(name=OWN, build=lambda lr: None, description="the step's own")
 
+# Step sources that resolve their own sweep, by their factory's import path (a workload's
+# ``step``): MaxText's (jaxmem.maxtext.plan registers it; jaxmem imports that module).
+STEP_PLANNERS: dict[str, Callable[[Workload], Plan]] = {}
+
 
 def plan_step(w: Workload) -> Plan:
   """A sweep over a user's step (``w.step``): the target, remat policies and meshes as for the
   model's, the factory imported and checked before anything compiles."""
-  if w.maxtext or w.step == mx.SPEC:
-    return plan_maxtext(w)
+  if w.step in STEP_PLANNERS:
+    return STEP_PLANNERS[w.step](w)
   load_step(w.step)
   for axis in declared():
     if not axis.step and getattr(w, axis.name) != axis.normalise(axis.default):
@@ -567,129 +570,3 @@ def resolve_context_strategies(w: Workload) -> tuple[str, ...]:
     if name not in STRATEGIES:
       raise JaxmemError(f"unknown `context_strategy` {name!r}; valid: {', '.join(STRATEGIES)}")
   return tuple(dict.fromkeys(w.context_strategy))
-
-
-# The axes a MaxText step varies per task (mapped by jaxmem.program.maxtext.task_settings).
-MAXTEXT_TASK_AXES = ("mesh", "remat", "attention", "microbatches")
-
-
-def plan_maxtext(w: Workload) -> Plan:
-  """A sweep over MaxText's own step (``w.maxtext``, :mod:`jaxmem.program.maxtext`): MaxText's
-  config read once with what the workload gives mapped onto its options, so a value MaxText or
-  the mapping refuses is one line before anything compiles. What the workload does not give
-  (its batch and sequence None, the other axes at their defaults) is MaxText's own: the batch,
-  sequence, microbatches, remat policy, attention and mesh its config says (and, in the rows,
-  shows). A value given both ways must agree (a task, planned again in
-  a worker process, gives them all)."""
-  if not w.maxtext:
-    raise JaxmemError(f"step {mx.SPEC} is MaxText's; give its config with `maxtext` (base.yml key=value ...)")
-  mx.require()
-  tgt = resolve_target(w)
-  name, slices = mx.topology(tgt)
-  user = mx.overrides(w.maxtext)
-  args = (*w.maxtext, *(f"{k}={v}" for k, v in maxtext_fixed(w, user).items()))
-  micro = maxtext_microbatches(w, user)
-  given: dict[str, str] = {}
-  if w.batch is not None:  # a batch jaxmem was given (or a search set) replaces MaxText's
-    per_device = [_agree(user, "batch", "per_device_batch_size", mx.per_device_batch(w.batch, tgt.num_devices, mb))
-                  for mb in micro or (_accumulation(args),)]
-    given["per_device_batch_size"] = per_device[0]
-  if w.seq is not None:
-    given["max_target_length"] = _agree(user, "seq", "max_target_length", str(w.seq))
-  if micro:
-    given["gradient_accumulation_steps"] = str(micro[0])
-  own = mx.resolve(args, dict(compile_topology=name, compile_topology_num_slices=str(slices), **given), tgt)
-  meshes = resolve_meshes(w, tgt) if w.mesh else (own.mesh,)
-  for m in meshes if w.mesh else ():
-    if slices > 1 and m != own.mesh:
-      raise JaxmemError(
-          f"`mesh` {shd.format_mesh(m)} over several slices has no MaxText mapping (MaxText's own is "
-          f"{shd.format_mesh(own.mesh)}); set MaxText's ici_* and dcn_* in the overrides"
-      )
-    for key_, value in mx.mesh_overrides(m).items() if slices == 1 else ():
-      _agree(user, "mesh", key_, value)
-  remats = maxtext_remats(w, user, own, tgt)
-  if w.attention != AXES["attention"].normalise(AXES["attention"].default):
-    for a in w.attention:
-      _agree(user, "attention", "attention", mx.attention(a, own.attention))
-  attentions = tuple(dict.fromkeys(mx.attention(a, own.attention) for a in w.attention))
-  # The one-valued axes now in MaxText's overrides (args) go back to their defaults, the step's own.
-  unset = {a: AXES[a].normalise(AXES[a].default) for a in mx.KEYS}
-  unset.update(optimizer=OWN, param_dtype=None, dtype=None)
-  w = w.replace(model=mx.label(w.maxtext), maxtext=args, target=w.target_name, batch=own.batch, seq=own.seq, **unset)
-  return Plan(
-      workload=w, cfg=None, target=tgt, meshes=meshes, optimizers=(STEP_OPTIMIZER,), remats=remats,
-      batch=own.batch, seq=own.seq, attentions=attentions, microbatches=micro or (own.microbatches,),
-  )
-
-
-def maxtext_microbatches(w: Workload, user: dict[str, str]) -> tuple[int, ...]:
-  """The workload's microbatch counts as MaxText's gradient_accumulation_steps, each checked
-  against the overrides; () where none is given (MaxText's own)."""
-  if w.microbatches == AXES["microbatches"].normalise(AXES["microbatches"].default):
-    return ()
-  _, micro = resolve_step_axes(w)
-  for mb in micro:
-    _agree(user, "microbatches", "gradient_accumulation_steps", str(mb))
-  return micro
-
-
-def _accumulation(args: tuple[str, ...]) -> int:
-  """MaxText's gradient_accumulation_steps in ``args`` (1 where not set): its global batch is
-  per_device_batch_size x devices x these (configs/types.py, calculate_global_batch_sizes)."""
-  value = mx.overrides(args).get("gradient_accumulation_steps", "1")
-  try:
-    return max(1, int(value))
-  except ValueError:
-    raise JaxmemError(f"MaxText's gradient_accumulation_steps is a whole number (got {value!r})") from None
-
-
-def maxtext_fixed(w: Workload, user: dict[str, str]) -> dict[str, str]:
-  """The MaxText options the workload's one-valued axes set (:data:`jaxmem.program.maxtext.KEYS`);
-  an axis with no mapping, several values, or set in the overrides to another value is one line."""
-  out: dict[str, str] = {}
-  for axis in declared():
-    if axis.name in MAXTEXT_TASK_AXES or getattr(w, axis.name) == axis.normalise(axis.default):
-      continue
-    if axis.name not in mx.KEYS:
-      raise JaxmemError(f"`{axis.name}` has no MaxText mapping; set MaxText's own option in the `maxtext` overrides")
-    values = axis.values(w)
-    if len(values) > 1:
-      raise JaxmemError(f"`{axis.name}` takes one value with `maxtext` (got {', '.join(map(str, values))})")
-    value = values[0]
-    if axis.name == "optimizer" and value not in mx.OPTIMIZERS:
-      raise JaxmemError(f"`optimizer` {value} has no MaxText mapping; MaxText's opt_type takes {', '.join(mx.OPTIMIZERS)}")
-    out[mx.KEYS[axis.name]] = _agree(user, axis.name, mx.KEYS[axis.name], str(value))
-  return out
-
-
-def maxtext_remats(w: Workload, user: dict[str, str], own: Any, tgt: Target) -> tuple[RematPolicy, ...]:
-  """The workload's policies as MaxText's ``remat_policy`` names (the default list: MaxText's own)."""
-  # `none`, jaxmem's baseline in every list, has no MaxText program (every decoder layer is
-  # checkpointed): left out, as the rows' note says. The default list, or none alone, is MaxText's own.
-  chosen = tuple(dict.fromkeys(n for part in w.remat for n in (mx.ALL_REMATS if part == "all" else (part,))
-                               if n != "none"))
-  if w.remat == AXES["remat"].normalise(AXES["remat"].default) or not chosen:
-    chosen = (own.remat_policy,)
-  out = []
-  for n in chosen:
-    _agree(user, "remat", "remat_policy", mx.remat_policy(n))
-    if n in mx.OFFLOADING and not tgt.has_host_memory:
-      raise JaxmemError(f"remat {n} offloads to host memory, and target {tgt.name} has no host memory space")
-    out.append(RematPolicy(name=n, policy=None, description=f"MaxText's remat_policy {n}",
-                           needs_host_memory=n in mx.OFFLOADING))
-  return tuple(out)
-
-
-def _agree(user: dict[str, str], field: str, key_: str, value: str) -> str:
-  """``value`` for MaxText's ``key_``; one line where a MaxText override sets it to another."""
-  if key_ in user and not _same(user[key_], value):
-    raise JaxmemError(f"`{field}` gives {key_}={value} but the MaxText override says {key_}={user[key_]}; give one")
-  return value
-
-
-def _same(a: str, b: str) -> bool:
-  try:
-    return float(a) == float(b)
-  except ValueError:
-    return a.strip().strip("'\"") == b.strip().strip("'\"")

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from jaxmem.axes import AXES, declared, with_fields
 from jaxmem.errors import JaxmemError
-from jaxmem.program.maxtext import SPEC as MAXTEXT_STEP
-from jaxmem.program.maxtext import maxtext_args
+from jaxmem.maxtext.step import SPEC as MAXTEXT_STEP
+from jaxmem.maxtext.step import maxtext_args
 from jaxmem.program.step import step_spec
 from jaxmem.records import Record
 from jaxmem.sizes import byte_count
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved confi
 DEFAULT_REMAT = AXES["remat"].default
 # A train step's batch and sequence where none is given. A MaxText step's are its config's
 # (per_device_batch_size x devices, max_target_length): there they stay None until its plan
-# reads MaxText's config (jaxmem.resolve.plan_maxtext).
+# reads MaxText's config (jaxmem.maxtext.plan.plan_maxtext).
 DEFAULT_BATCH, DEFAULT_SEQ = 8, 1024
 # The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
 PRECISION_AXES = tuple(a.name for a in AXES.values() if a.group == "precision")
@@ -128,7 +128,7 @@ class Workload(BaseWorkload):
   # optimizer and the dtypes are then the step's own.
   step: str | None = None
   # MaxText's own train step instead: its config and overrides, ("base.yml", "key=value", ...)
-  # or one string "base.yml key=value ..." (jaxmem.program.maxtext, the `maxtext` extra). The
+  # or one string "base.yml key=value ..." (jaxmem.maxtext, the `maxtext` extra). The
   # step is then MaxText's factory; the axes jaxmem varies map onto MaxText's options.
   maxtext: tuple[str, ...] | None = None
   # (and a train step's sweep axes: jaxmem.axes, training True)

@@ -14,7 +14,7 @@ import types
 import pytest
 
 import jaxmem
-from jaxmem.planning import emit
+from jaxmem.maxtext import emit, table
 from jaxmem.records import Configuration
 
 
@@ -127,7 +127,7 @@ def test_maxtexts_parser_accepts_the_overrides():
     assert parsed["batch"] == c.batch
     assert math.prod(parsed["ici"]) * math.prod(parsed["dcn"]) == c.num_devices and math.prod(parsed["dcn"]) == slices
     assert parsed["remat"] == emit.maxtext_overrides(c).overrides.get("remat_policy", "full")
-  assert emit.MODEL_NAMES <= set(got["models"])  # each model_name written is one of MaxText's
+  assert table.MODEL_NAMES <= set(got["models"])  # each model_name written is one of MaxText's
 
 
 def test_emit_with_csv_is_refused_in_one_line_naming_the_formats_it_takes(capsys):
@@ -141,16 +141,13 @@ def test_emit_with_csv_is_refused_in_one_line_naming_the_formats_it_takes(capsys
 
 
 def test_one_vocabulary_with_the_maxtext_step():
-  """emit and --maxtext (jaxmem.program.maxtext) map jaxmem's names onto MaxText's through the
-  same tables, so a plan's launch and a MaxText step agree on every name."""
-  from jaxmem.program import maxtext as mx
-
-  assert emit.ATTENTIONS is mx.ATTENTIONS and emit.OPTIMIZERS is mx.OPTIMIZERS and emit.MESH_KEYS is mx.MESH_KEYS
-  assert emit.REMAT_SAME_NAME <= set(mx.REMATS)
+  """emit and --maxtext (jaxmem.maxtext.plan, step) spell jaxmem's names through the one table,
+  so a plan's launch and a MaxText step agree on every name; emit keeps no table of its own."""
+  assert not {"ATTENTIONS", "OPTIMIZERS", "MESH_KEYS", "REMAT_SAME_NAME", "MODEL_NAMES", "DTYPES"} & set(vars(emit))
   o = emit.maxtext_overrides(conf(attention="cudnn", optimizer="muon")).overrides
-  assert (o["attention"], o["opt_type"]) == (mx.attention("cudnn", "autoselected"), "muon")
+  assert (o["attention"], o["opt_type"]) == (table.attention("cudnn"), "muon")
   launch = emit.maxtext_overrides(conf(mesh="sequence=2,fsdp=4"))
   assert not any("sequence" in k for k in launch.overrides)  # MaxText's base.yml mesh has no sequence axis
-  assert any(n.startswith("mesh axis sequence") for n in launch.notes)
-  with pytest.raises(jaxmem.JaxmemError, match="mesh axis sequence has no MaxText mapping"):
-    mx.mesh_overrides((("sequence", 2), ("fsdp", 4)))
+  with pytest.raises(table.NoMaxTextMapping, match="`mesh` axis sequence has no MaxText mapping") as e:
+    table.mesh_settings((("sequence", 2), ("fsdp", 4)), table.At(devices=8))
+  assert e.value.note in launch.notes  # the words --maxtext refuses it with

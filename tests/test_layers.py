@@ -23,6 +23,8 @@ from test_imports import _graph, _modules
 #   (its report, FLOPs). steptime: the step time, from the report's HLO on the hardware's
 #   machine. compiler: compiling for a target (the one compile step, which forms the step time).
 # - program: building the train step. resolve: a workload's names resolved into a plan.
+# - maxtext: MaxText's own step, one package across three layers: its mapping table, step and
+#   launch (emit) at program's, its planner at resolve's, its search at planning's.
 # - buffers (what fills the memory), planning (sweeps, fit, scale, search, the closed forms),
 #   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -34,10 +36,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem.compiler.report", "jaxmem.compiler.flops"),
     ("jaxmem.steptime",),
     ("jaxmem.compiler",),
-    ("jaxmem.program",),
-    ("jaxmem.workload", "jaxmem.resolve"),
+    ("jaxmem.program", "jaxmem.maxtext"),
+    ("jaxmem.workload", "jaxmem.resolve", "jaxmem.maxtext.plan"),
     ("jaxmem.buffers",),
-    ("jaxmem.planning",),
+    ("jaxmem.planning", "jaxmem.maxtext.search"),
     ("jaxmem.inference",),
     ("jaxmem.render",),
     ("jaxmem", "jaxmem.testing"),  # the package itself (the public API) and its pytest helpers

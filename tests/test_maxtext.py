@@ -94,8 +94,10 @@ def test_policies_and_batch_act_on_maxtext_step():
     (dict(remat="minimal", maxtext=(*TINY, "remat_policy=full")), "`remat` gives remat_policy=minimal but the MaxText override says remat_policy=full"),
     (dict(attention="chunked"), "`attention` chunked has no MaxText mapping"),
     (dict(optimizer="lion"), "`optimizer` lion has no MaxText mapping"),
-    (dict(mesh="sequence=4"), "mesh axis sequence has no MaxText mapping"),
-    (dict(qk_dtype="float32"), "`qk_dtype` has no MaxText mapping"),
+    (dict(mesh="sequence=4"), "`mesh` axis sequence has no MaxText mapping"),
+    (dict(qk_dtype="float32"), "`qk_dtype` float32 has no MaxText mapping"),
+    (dict(moe_impl="capacity"), "`moe_impl` and `capacity_factor` apply to mixture-of-experts models"),
+    (dict(pipeline_microbatches=4), "apply to meshes with a stage axis"),
     (dict(target="cpu"), "`maxtext` compiles for TPU targets"),
     (dict(batch=8), "`batch` gives per_device_batch_size=2 but the MaxText override says per_device_batch_size=1"),
     (dict(seq=128), "`seq` gives max_target_length=128 but the MaxText override says max_target_length=64"),
@@ -144,7 +146,7 @@ def test_scale_over_seq_maps_max_target_length():
 
 def test_slices_map_onto_compile_topology_num_slices():
   """A multi-slice target is MaxText's accelerator type of one slice and its number of slices."""
-  from jaxmem.program import maxtext as mx
+  from jaxmem.maxtext import step as mx
 
   assert mx.topology(jaxmem.target("tpu:v4-128", slices=2)) == ("v4-128", 2)
   assert mx.topology(jaxmem.target("tpu:v5p-8")) == ("v5p-8", 1)
@@ -200,9 +202,9 @@ def test_plan_searches_maxtexts_options(capsys):
   """plan --maxtext: MaxText's step searched within the budget, each row fitting or refused with
   a reason, ranked as plan ranks, and the recommendation's overrides (--emit maxtext) compile,
   through compare, to the same figures."""
+  from jaxmem.maxtext.table import REMATS
   from jaxmem.planning.search import label, rank_rows
   from jaxmem.planning.sweep import row_from_dict
-  from jaxmem.program import maxtext as mx
 
   own = (*TINY[:-1], "per_device_batch_size=2")
   assert main(["plan", "--maxtext", *own, "--target", TARGET, "--budget", "3", "--emit", "maxtext",
@@ -213,7 +215,7 @@ def test_plan_searches_maxtexts_options(capsys):
   assert 1 <= out["compiles"] <= 3 and out["batch"] == 2 * 4 and out["seq"] == 64
   rows = [row_from_dict(r) for r in out["rows"]]
   for r in rows:
-    assert r.model == "maxtext:base" and r.remat in mx.REMATS
+    assert r.model == "maxtext:base" and r.remat in REMATS
     assert r.fits or r.error or (r.required_bytes or 0) > r.capacity_bytes
   assert [label(r) for r in rank_rows(rows)] == [label(r) for r in rows]
   assert any("left out" in n for n in out["notes"])
@@ -231,3 +233,22 @@ def test_plan_refuses_what_it_searches():
   with pytest.raises(JaxmemError, match="plan searches MaxText's remat_policy") as e:
     jaxmem.plan(maxtext=(*TINY, "remat_policy=full"), target=TARGET, budget=1)
   assert "\n" not in str(e.value)
+
+
+def test_a_plan_of_jaxmems_model_compiles_as_its_maxtext_launch():
+  """plan --emit maxtext on jaxmem's tiny model, given back as compare --maxtext base.yml
+  <overrides>: MaxText's step compiles at the recommended configuration (its mesh, batch,
+  sequence, microbatches and kernel), the policy the launch names (jaxmem's none has no MaxText
+  program: the launch leaves MaxText's full, and its note says so)."""
+  from jaxmem.mesh import parse_mesh
+
+  result = jaxmem.plan(model="tiny", target=TARGET, batch=8, seq=256, budget=2)
+  best, launch = result.recommended, jaxmem.maxtext_overrides(result)
+  (row,) = jaxmem.compare(maxtext=("base.yml", *launch.line().split()), target=TARGET)
+  assert row.error is None and row.fits, row.error
+  assert dict(parse_mesh(row.mesh)) == dict(parse_mesh(best.mesh))
+  assert (row.batch, row.seq, row.microbatches) == (best.batch, best.seq, best.microbatches)
+  assert row.attention == launch.overrides.get("attention", "autoselected")
+  assert row.remat == launch.overrides.get("remat_policy", "full")
+  assert best.remat in launch.overrides.get("remat_policy", "") or any(
+      n.startswith(f"remat {best.remat} has no MaxText mapping") for n in launch.notes)

@@ -11,7 +11,7 @@ import pytest
 from jaxmem import Workload
 from jaxmem.cli import main
 from jaxmem.errors import JaxmemError
-from jaxmem.program import maxtext as mx
+from jaxmem.maxtext import step as mx
 
 
 def test_written_as_a_string_or_a_list():

@@ -238,14 +238,14 @@ def test_compiling_ahead_in_parallel_takes_the_serial_searchs_rows():
     taken = {}
     for jobs in (1, 2):
       compiled.clear()
-      rows, done, skipped, unreached = search._compile_in_order(p, [over, dominated, fits], budget=2,
+      rows, done, skipped, unreached = search.compile_in_order(p, [over, dominated, fits], budget=2,
                                                                 run=jaxmem.RunOptions(jobs=jobs))
       taken[jobs] = ([r.name for r in rows], done, dict(skipped), [len(b) for b in compiled], unreached)
   assert taken[1][:3] == taken[2][:3] == (["none", "full"], [over, fits], {
       "needs at least the memory of a compiled candidate that did not fit (not compiled)": 1})
   assert taken[1][3:] == ([1, 1], 0)
   assert taken[2][3:] == ([2, 1], 1)  # `dominated` compiled ahead and left out, so said in the notes
-  assert "1 candidate(s) compiled in parallel ahead" in search._notes(1)[-1]
+  assert "1 candidate(s) compiled in parallel ahead" in search.search_notes(1)[-1]
 
 
 def _ranking(result: search.PlanResult) -> tuple:

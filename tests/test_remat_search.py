@@ -56,12 +56,12 @@ def test_maxtexts_custom_map_is_the_assignment_of_the_same_tensors():
 
 
 def test_a_custom_map_written_back_for_maxtext_is_the_map_given():
-  from jaxmem.planning.emit import _custom
+  from jaxmem.maxtext.table import ROWS
 
-  out, notes = {}, []
-  _custom(get_remat("custom:query_proj=device:mlpwo=offload"), out, notes)
+  name = get_remat("custom:query_proj=device:mlpwo=offload").name
+  out = ROWS["remat"].write(name, None)
   assert out == {"remat_policy": "custom", "query_proj": "device", "mlpwo": "offload", "moe_mlpwo": "offload"}
-  assert notes == []
+  assert ROWS["remat"].notes(name, None) == ()
 
 
 @pytest.mark.parametrize("spec, words", [

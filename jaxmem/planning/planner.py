@@ -1,6 +1,6 @@
 """``jaxmem.plan``: the fastest configuration that fits, searched for the workload's step:
 jaxmem's own model (:func:`jaxmem.planning.search.plan`) or MaxText's own step
-(:func:`jaxmem.planning.maxtext_search.plan`, a workload with ``maxtext``). The choice is made
+(:func:`jaxmem.maxtext.search.plan`, a workload with ``maxtext``). The choice is made
 here, above both searches, so neither imports the other."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 from jaxmem.errors import JaxmemError
 from jaxmem.options import RunOptions
-from jaxmem.planning import maxtext_search, search
+from jaxmem.maxtext import search as maxtext_search
+from jaxmem.planning import search
 from jaxmem.planning.search import DEFAULT_BUDGET, PlanResult
 from jaxmem.workload import Workload
 

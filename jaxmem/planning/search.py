@@ -39,7 +39,9 @@ from jaxmem.compiler.figures import shape_argument_bytes
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.hardware.targets import target_peaks
 from jaxmem.compiler.report import fits as fits_in
-from jaxmem.errors import BatchDoesNotDivide, ExpertsDoNotDivide, JaxmemError, SeqDoesNotDivide, StagesRefused
+from jaxmem.errors import (
+    BatchDoesNotDivide, DoesNotDivide, ExpertsDoNotDivide, HeadsDoNotDivide, JaxmemError, SeqDoesNotDivide, StagesRefused,
+)
 from jaxmem.planning.estimate import activation_bytes_per_layer
 from jaxmem.models import StepChoices, count_params
 from jaxmem.models.model_flops import training_flops
@@ -65,6 +67,7 @@ MODEL_AXES = {"expert": "is_moe"}  # an axis only some models use: the config fl
 ATTENTIONS = ("auto", "dot")
 MAX_MICROBATCHES = 8
 DEFAULT_BUDGET = 12
+ORDER_NOTE = "order of compiles: a closed-form estimate (Korthikanti et al. 2022 activations, 6NT + attention FLOPs)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +174,16 @@ def search_axes(cfg: Any) -> tuple[str, ...]:
   return tuple(a for a in SEARCH_AXES if a in shd.MESH_AXES and getattr(cfg, MODEL_AXES.get(a, "name"), True))
 
 
+# The reason a candidate's mesh is counted under, by the kind of refusal (jaxmem.errors).
+REASONS: dict[type[DoesNotDivide], str] = {
+    HeadsDoNotDivide: "tensor does not divide the heads",
+    BatchDoesNotDivide: "batch not divisible by the data axes x microbatches",
+    ExpertsDoNotDivide: "expert does not divide the experts",
+    StagesRefused: "the stage axis cannot pipeline this model's layers",
+    SeqDoesNotDivide: "sequence not divisible by its mesh axes",
+}
+
+
 def mesh_reason(
     mesh: shd.MeshSpec, cfg: Any, batch: int, seq: int, microbatches: int, pipeline: int | None = None,
     choices: StepChoices = StepChoices(),
@@ -179,7 +192,7 @@ def mesh_reason(
   how the step runs the model (its dropout, its experts)."""
   t = dict(mesh).get("tensor", 1)
   if cfg.num_heads % t or cfg.num_kv_heads % t:
-    return "tensor does not divide the heads"
+    return REASONS[HeadsDoNotDivide]
   stages = dict(mesh).get("stage", 1)
   if stages > 1:
     if choices.dropout:
@@ -189,14 +202,9 @@ def mesh_reason(
   try:
     check_batch(batch, seq, mesh, cfg, microbatches=microbatches, pipeline=PipelineOptions(microbatches=pipeline),
                 choices=choices)
-  except BatchDoesNotDivide:
-    return "batch not divisible by the data axes x microbatches" + (" x pipeline microbatches" if stages > 1 else "")
-  except ExpertsDoNotDivide:
-    return "expert does not divide the experts"
-  except StagesRefused:
-    return "the stage axis cannot pipeline this model's layers"
-  except SeqDoesNotDivide:
-    return "sequence not divisible by its mesh axes"
+  except DoesNotDivide as e:
+    pipelined = stages > 1 and isinstance(e, BatchDoesNotDivide)
+    return REASONS[type(e)] + (" x pipeline microbatches" if pipelined else "")
   return None
 
 
@@ -386,7 +394,7 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
   pruned: Counter = Counter()
   cands = order(candidates(p, pruned), tgt.capacity_bytes)
   run.start(min(budget, len(cands)), cfg)
-  rows, compiled, skipped, unreached = _compile_in_order(p, cands, budget=budget, run=run)
+  rows, compiled, skipped, unreached = compile_in_order(p, cands, budget=budget, run=run)
   pruned.update(skipped)
   rows = [_with_recompute(p, r) for r in rows]
   est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches): c.estimated_step_time_s
@@ -397,7 +405,7 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
       candidates=len(cands) + sum(v for k, v in pruned.items() if k not in skipped), compiles=len(rows),
       cache_hits=0 if run.cache is None else run.cache.hits, pruned=tuple(sorted(pruned.items())),
       not_compiled=len(cands) - len(compiled) - sum(skipped.values()), rows=tuple(ranked),
-      estimates=tuple(est.items()), notes=_notes(unreached), why=why(ranked),
+      estimates=tuple(est.items()), notes=search_notes(unreached), why=why(ranked),
   )
 
 
@@ -462,11 +470,13 @@ def _ms(seconds: float) -> str:
   return f"{seconds * 1e3:,.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:,.0f} us"
 
 
-def _notes(unreached: int = 0) -> tuple[str, ...]:
+def search_notes(unreached: int = 0, *, order: tuple[str, ...] = (ORDER_NOTE,)) -> tuple[str, ...]:
+  """A search's notes: what its step time is, ``order`` (how its compiles were ordered, and what
+  a search of another step left out), and the candidates compiled ahead but never reached."""
   notes = (
       "step_time_s: each compiled row's schedule simulated (jaxmem.steptime), not a measurement; "
       "roofline_step_time_s is its lower bound",
-      "order of compiles: a closed-form estimate (Korthikanti et al. 2022 activations, 6NT + attention FLOPs)",
+      *order,
   )
   if unreached:  # compiled in parallel ahead of the search, which then stopped or skipped them
     notes += (f"{unreached} candidate(s) compiled in parallel ahead of the search were not reached by it and are "
@@ -489,7 +499,7 @@ def _base_plan(w: Workload, cfg: Any, tgt: Any) -> Plan:
                               optimizer=(OPTIMIZERS.parse(w.optimizer)[0].name,), attention=("auto",), microbatches=(1,)))
 
 
-def _compile_in_order(
+def compile_in_order(
     p: Plan, cands: list[Candidate], *, budget: int, run: RunOptions,
 ) -> tuple[list[Row], list[Candidate], Counter, int]:
   """Compiles ``cands`` in order until ``budget``; skips those dominated by a compiled candidate

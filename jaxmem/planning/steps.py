@@ -27,12 +27,12 @@ from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import Refusal
 from jaxmem.steptime import Work
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import JaxmemError, TraceFailed
 from jaxmem.cache import key
 from jaxmem.resolve import Plan, Task, for_task, given_axes
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
-from jaxmem.program import maxtext as mx
+from jaxmem.maxtext import step as mx
 from jaxmem.program.step import call_step, is_local, step_notes
 
 # A user's step is a function, not a model jaxmem knows: its step time is estimated from the
@@ -63,10 +63,10 @@ def _trace(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy, *, batch: int, seq: int
   except JaxmemError:
     raise
   except Exception as e:  # the user's code failed while JAX traced it (not a compile): one line
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise JaxmemError(
-        f"step {p.workload.model_name} failed to trace at batch {batch}, seq {seq}, remat {rp.name}: "
-        f"{type(e).__name__}: {first}"
+    cause = f"{type(e).__name__}: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
+    raise TraceFailed(
+        f"step {p.workload.model_name} failed to trace at batch {batch}, seq {seq}, remat {rp.name}: {cause}",
+        cause=cause,
     ) from e
 
 

@@ -266,7 +266,7 @@ CUSTOM_PREFIX = "custom:"
 CUSTOM_PLACES = ("remat", "device", "offload")
 # MaxText's names that tag the same tensor in jaxmem's models (jaxmem.models.names). Not
 # ``mlpwi``: jaxmem's is the MLP hidden after its activation, MaxText's a fused input projection
-# before it (see CUSTOM_FUSED). jaxmem.planning.emit writes a per-tensor assignment back with these.
+# before it (see CUSTOM_FUSED). jaxmem.maxtext.emit writes a per-tensor assignment back with these.
 CUSTOM_TENSORS = ("decoder_layer_input", "context", "mlpwi_0", "mlpwi_1", "mlpwo", "moe_mlpwi_0", "moe_mlpwi_1",
                   "moe_mlpwo", "query_proj", "key_proj", "value_proj", "query_wa_proj", "kv_wa_proj", "mla_kv",
                   "mla_q", "out_proj")

@@ -17,7 +17,7 @@ from jaxmem.render.units import percent, seconds, unit_for
 
 def render_plan(result: Any, fmt: str, launch: Any = None) -> str:
   """``result`` (a :class:`jaxmem.planning.search.PlanResult`) in ``fmt``; with ``launch`` (a
-  :class:`jaxmem.planning.emit.MaxTextLaunch`, or the line that says why there is none), the
+  :class:`jaxmem.maxtext.emit.MaxTextLaunch`, or the line that says why there is none), the
   recommendation's launch overrides after the table (``maxtext`` in JSON)."""
   check_format(fmt)
   rows = list(result.rows)

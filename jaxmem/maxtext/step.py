@@ -12,14 +12,12 @@ contexts ``train_compile`` traces it in (the mesh, the logical axis rules, ``uns
 ``train_compile`` compiles, and its memory fields are the same, byte for byte
 (tests/test_maxtext.py).
 
-What jaxmem varies maps onto MaxText's options (:data:`KEYS`): the target onto
-``compile_topology`` and ``compile_topology_num_slices``, the mesh onto ``ici_*_parallelism``,
-the global batch onto ``per_device_batch_size``, the sequence onto ``max_target_length``, the
-remat policy onto ``remat_policy`` (MaxText's names, :data:`REMATS`), attention onto
-``attention``, the optimizer onto ``opt_type``, the dtypes onto ``weight_dtype`` and ``dtype``,
-microbatches onto ``gradient_accumulation_steps``, vocabulary tiles onto ``num_vocab_tiling``
-and dropout onto ``dropout_rate``. What jaxmem does not give is MaxText's own (the config's or
-the overrides'); what has no mapping, or is given both ways, is refused in one line.
+What jaxmem varies maps onto MaxText's options through the one table (:mod:`jaxmem.maxtext.table`):
+the target onto ``compile_topology`` and ``compile_topology_num_slices`` (:func:`topology`), and
+per configuration (:func:`task_settings`) the mesh, batch, sequence, microbatches, remat policy,
+attention and, where they apply, the context strategy and pipeline schedule; the options set once
+for a sweep are in the workload's overrides already (:mod:`jaxmem.maxtext.plan`). What jaxmem
+does not give is MaxText's own (the config's or the overrides').
 
 MaxText is an optional extra (``pip install 'jaxmem[maxtext]'``, Python 3.12 or later),
 imported only when a workload names it.
@@ -37,52 +35,15 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from jaxmem.axes import AXES
 from jaxmem.errors import JaxmemError
+from jaxmem.maxtext.table import (
+    ROWS, At, attention, maxtext_remat, mesh_of, mesh_settings, per_device_batch, row, text,
+)
 
 # The factory a MaxText workload's step is (Workload.step), by import path like any other.
-SPEC = "jaxmem.program.maxtext:make_step"
+SPEC = "jaxmem.maxtext.step:make_step"
 INSTALL = "pip install 'jaxmem[maxtext]' (MaxText needs Python 3.12 or later)"
-
-# MaxText's remat_policy values (MaxText 0.2.5 layers/nnx_decoders.py, get_remat_policy), which
-# the remat axis takes by these names. MaxText checkpoints every decoder layer whatever the
-# policy ("none" and "full" both save nothing a name marks), so jaxmem's `none` (no
-# jax.checkpoint at all) has no counterpart, nor have jax's own policies (dots_saveable...).
-REMATS = (
-    "full", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp", "save_dot_except_mlpwi",
-    "save_dot_except_mlp", "save_qkv_proj", "save_out_proj", "qkv_proj_offloaded", "minimal_offloaded", "custom",
-    "minimal_with_quantization", "minimal_with_context_and_quantization",
-)
-OFFLOADING = ("qkv_proj_offloaded", "minimal_offloaded")
-# `remat all`: every policy but those that need more options (custom's names, quantization).
-ALL_REMATS = tuple(n for n in REMATS if n != "custom" and "quantization" not in n)
-# MaxText's opt_type values jaxmem's optimizer axis names the same way (configs/types.py,
-# OptimizerType): MaxText's muon is optax.contrib.muon, as jaxmem's (optimizers/optimizers.py).
-OPTIMIZERS = ("adamw", "sgd", "muon")
-
-# jaxmem's attention names -> MaxText's `attention` values (configs/types.py, Attention; the
-# kernels in layers/attention_op.py); MaxText's own names are taken as they are. `auto` leaves
-# MaxText's (the config's, `autoselected` in base.yml). splash is MaxText's TPU flash; jaxmem's
-# cudnn is jax.nn.dot_product_attention's cuDNN kernel, MaxText's cudnn_flash_jax
-# (cudnn_flash_te is Transformer Engine's).
-ATTENTIONS = {"dot": "dot_product", "splash": "flash", "cudnn": "cudnn_flash_jax"}
-MAXTEXT_ATTENTIONS = ("autoselected", "dot_product", "flash", "cudnn_flash_te", "cudnn_flash_jax")
-
-# jaxmem's mesh axes -> MaxText's ICI parallelism keys (configs/types.py, ici_map; the DCN keys
-# are the same with dcn_). `sequence` (jaxmem's: activations only) has none: base.yml's
-# mesh_axes has no `sequence` axis, so MaxText ignores ici_sequence_parallelism.
-MESH_KEYS = {
-    "data": "ici_data_parallelism", "fsdp": "ici_fsdp_parallelism", "tensor": "ici_tensor_parallelism",
-    "context": "ici_context_parallelism", "expert": "ici_expert_parallelism", "stage": "ici_pipeline_parallelism",
-}
-
-# Each jaxmem axis or field given one value for the whole sweep -> the MaxText option it sets.
-KEYS = {
-    "optimizer": "opt_type", "param_dtype": "weight_dtype", "dtype": "dtype", "vocab_tiles": "num_vocab_tiling",
-    "dropout": "dropout_rate",
-}
-# What a task sets per configuration (the factory): the sweep varies these.
-TASK_KEYS = ("per_device_batch_size", "max_target_length", "gradient_accumulation_steps", "remat_policy", "attention",
-             *MESH_KEYS.values())
 
 
 def maxtext_args(v: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -163,61 +124,6 @@ def topology(target: Any) -> tuple[str, int]:
   return name, target.slices
 
 
-# ------------------------------------------------------------------ the sweep's values, mapped
-
-
-def remat_policy(name: str) -> str:
-  """jaxmem's remat name -> MaxText's ``remat_policy`` (the same name), or a one-line refusal."""
-  if name in REMATS:
-    return name
-  why = (
-      "MaxText checkpoints every decoder layer (its full saves nothing), so a step without jax.checkpoint has no "
-      "remat_policy" if name == "none" else f"MaxText has no remat_policy {name!r}"
-  )
-  raise JaxmemError(f"`remat` {name} has no MaxText mapping: {why}; MaxText's are {', '.join(REMATS)}")
-
-
-def attention(name: str, own: str) -> str:
-  """jaxmem's attention name -> MaxText's ``attention`` (``auto``: ``own``, the config's)."""
-  if name == "auto":
-    return own
-  if name in MAXTEXT_ATTENTIONS:
-    return name
-  if name in ATTENTIONS:
-    return ATTENTIONS[name]
-  raise JaxmemError(
-      f"`attention` {name} has no MaxText mapping; MaxText's are {', '.join(MAXTEXT_ATTENTIONS)} "
-      f"(jaxmem's {', '.join(ATTENTIONS)} map onto them)"
-  )
-
-
-def mesh_overrides(mesh: Sequence[tuple[str, int]]) -> dict[str, str]:
-  """A jaxmem mesh as MaxText's ICI parallelism: each axis's key its size, every other 1."""
-  out = dict.fromkeys(MESH_KEYS.values(), "1")
-  for axis, size in mesh:
-    if axis not in MESH_KEYS:
-      raise JaxmemError(
-          f"mesh axis {axis} has no MaxText mapping (MaxText's axes: {', '.join(MESH_KEYS)}); set MaxText's own "
-          "ici_*_parallelism in the overrides instead"
-      )
-    out[MESH_KEYS[axis]] = str(size)
-  return out
-
-
-def per_device_batch(batch: int, devices: int, accumulation: int = 1) -> str:
-  """The global batch as MaxText's ``per_device_batch_size``: MaxText's global batch is
-  per_device_batch_size x devices x ``accumulation`` (its gradient_accumulation_steps;
-  configs/types.py, calculate_global_batch_sizes). A fraction where the devices do not divide
-  it, as MaxText allows; refused where MaxText's global batch would differ."""
-  value = batch / (devices * accumulation)
-  if int(value * devices) * accumulation != batch:
-    raise JaxmemError(
-        f"batch {batch} over {devices} devices x {accumulation} microbatches is not a per_device_batch_size MaxText "
-        "can give back"
-    )
-  return f"{value:g}" if value == int(value) else repr(value)
-
-
 # ------------------------------------------------------------------------ MaxText's config
 
 
@@ -231,7 +137,16 @@ class Resolved:
   attention: str
   mesh: tuple[tuple[str, int], ...]  # the mesh MaxText makes, in jaxmem's axis names
   microbatches: int  # gradient_accumulation_steps
+  experts: int  # routed experts (1 for a dense model)
   version: str
+
+
+class MaxTextRefused(JaxmemError):
+  """MaxText's config parser refused the config: ``cause``, its error's type and first line."""
+
+  def __init__(self, cause: str):
+    self.cause = cause
+    super().__init__(f"MaxText refused the config: {cause}")
 
 
 def initialise(args: Sequence[str], settings: Mapping[str, str]) -> Any:
@@ -255,7 +170,7 @@ def _initialise(args: tuple[str, ...], settings: tuple[tuple[str, str], ...]) ->
     try:
       return pyconfig.initialize(argv)
     except (ValueError, TypeError, AssertionError, KeyError, FileNotFoundError) as e:
-      raise JaxmemError(f"MaxText refused the config: {type(e).__name__}: {_first_line(e)}") from e
+      raise MaxTextRefused(f"{type(e).__name__}: {_first_line(e)}") from e
 
 
 def resolve(args: Sequence[str], settings: Mapping[str, str], target: Any) -> Resolved:
@@ -265,22 +180,11 @@ def resolve(args: Sequence[str], settings: Mapping[str, str], target: Any) -> Re
 
   with quiet():
     devices = maxtext_utils.create_device_mesh(config, list(target.devices))
-  shape = dict(zip(config.mesh_axes, devices.shape, strict=True))
-  mesh = []
-  for axis, size in shape.items():
-    if size == 1:
-      continue
-    if axis not in MESH_KEYS:  # MaxText's axis names where jaxmem has the same axis
-      raise JaxmemError(
-          f"MaxText's mesh splits its {axis} axis ({size}), which jaxmem has no axis for; set its "
-          f"ici_{axis}_parallelism to 1"
-      )
-    mesh.append((axis, size))
   return Resolved(
       batch=int(config.global_batch_size_to_train_on), seq=int(config.max_target_length),
       remat_policy=str(config.remat_policy), attention=str(config.attention),
-      mesh=tuple(mesh) or (("fsdp", len(target.devices)),), microbatches=int(config.gradient_accumulation_steps),
-      version=version(),
+      mesh=mesh_of(dict(zip(config.mesh_axes, devices.shape, strict=True)), len(target.devices)),
+      microbatches=int(config.gradient_accumulation_steps), experts=experts(config), version=version(),
   )
 
 
@@ -343,21 +247,47 @@ def make_step(*, batch: int, seq: int, remat: Any, mesh: Any, target: Any, workl
 
 
 def task_settings(w: Any, target: Any, *, batch: int, seq: int, mesh: tuple[tuple[str, int], ...]) -> dict[str, str]:
-  """The MaxText options one task sets: the topology, batch, sequence, microbatches, policy,
-  attention and (one slice) the mesh."""
+  """The MaxText options one task sets (the table's rows a sweep sets per configuration): the
+  topology, batch, sequence, microbatches, policy, attention, the mesh (over several slices, where
+  it is not MaxText's own: the slices' split is the overrides' then) and, where given and where
+  they apply, the rest (the context strategy, the pipeline schedule)."""
   name, slices = topology(target)
-  micro = w.microbatches[0]
-  out = dict(
-      compile_topology=name, compile_topology_num_slices=str(slices),
-      per_device_batch_size=per_device_batch(batch, target.num_devices, micro), max_target_length=str(seq),
-      gradient_accumulation_steps=str(micro),
-      remat_policy=remat_policy(w.remat[0]),
-  )
-  if w.attention and w.attention[0] != "auto":
-    out["attention"] = w.attention[0]
-  if slices == 1:
-    out.update(mesh_overrides(mesh))
-  return out
+  at = At(mesh=mesh, devices=target.num_devices, slices=slices, microbatches=w.microbatches[0],
+          attention=attention(w.attention[0]), layers=_layers(w, target, mesh))
+  out: dict[str, object] = dict(compile_topology=name, compile_topology_num_slices=slices)
+  out.update(per_device_batch(batch, at))
+  out.update(row("seq").write(seq, at))
+  out.update(row("microbatches").write(w.microbatches[0], at))
+  out.update(maxtext_remat(w.remat[0]))
+  out.update(row("attention").write(w.attention[0], at))
+  if slices == 1 or dict(mesh) != dict(own_mesh(w.maxtext, target)):
+    out.update(mesh_settings(mesh, at))
+  for r in ROWS.values():
+    if r.when_given:
+      out.update(r.write(given_value(w, r.name), at))
+  return {k: text(v) for k, v in out.items()}
+
+
+def given_value(w: Any, name: str) -> Any:
+  """A workload's one value of the axis ``name``, None where it is at its default (or empty):
+  MaxText's own."""
+  axis = AXES[name]
+  return None if getattr(w, name) == axis.normalise(axis.default) else axis.first(w)
+
+
+def own_mesh(args: Sequence[str], target: Any) -> tuple[tuple[str, int], ...]:
+  """The mesh MaxText's config makes of ``args`` on ``target``'s topology."""
+  name, slices = topology(target)
+  return resolve(args, dict(compile_topology=name, compile_topology_num_slices=str(slices)), target).mesh
+
+
+def _layers(w: Any, target: Any, mesh: tuple[tuple[str, int], ...]) -> int | None:
+  """MaxText's decoder layers, where a pipeline schedule given over a stage axis needs them."""
+  if dict(mesh).get("stage", 1) < 2 or given_value(w, "pipeline_repeats") is None:
+    return None
+  name, slices = topology(target)
+  config = initialise(w.maxtext, dict(compile_topology=name, compile_topology_num_slices=str(slices)))
+  return int(config.num_decoder_layers)
 
 
 def build(config: Any, target: Any) -> tuple:
