@@ -303,9 +303,10 @@ class Axis:
     return values[0] if values else None
 
   def label(self, r: Any) -> str | None:
-    """The words naming a result's value of this axis, or ``None`` where they say nothing."""
+    """The words naming a result's value of this axis, or ``None`` where they say nothing (a
+    value of ``None``, unset, never does)."""
     v = getattr(r, self.name, None)
-    if self.word is None or v in self.quiet or (self.same_as and v == getattr(r, self.same_as, None)):
+    if self.word is None or v is None or v in self.quiet or (self.same_as and v == getattr(r, self.same_as, None)):
       return None
     return self.word if v is True else f"{self.word} {v:g}" if isinstance(v, float) else f"{self.word} {v}"
 
