@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from jaxmem.events import Compiling, listen
 from jaxmem.models import get_config
 from jaxmem.planning import fit, sweep
 from jaxmem.planning.boundary import Boundary
@@ -30,11 +31,13 @@ def searched(tmp_path_factory):
   model on the host CPU: a few compiles of about a second each on a quiet machine)."""
   p = _plan()
   cache = RowCache(tmp_path_factory.mktemp("rows"))
-  rows = []
-  (found,) = fit.search(p, cache=cache, on_row=rows.append)
+  rows, events = [], []
+  with listen(events.append):
+    (found,) = fit.search(p, cache=cache, on_row=rows.append)
   # A depth probe asked of a 2-layer model is not used (every probe is read from the cache).
   (unused,) = fit.search(p, cache=cache, depth_probe=True)
-  return SimpleNamespace(plan=p, cache=cache, affine=found, rows=rows, unused=unused)
+  compiling = [e for e in events if isinstance(e, Compiling)]
+  return SimpleNamespace(plan=p, cache=cache, affine=found, rows=rows, unused=unused, compiling=compiling)
 
 
 # Bisection compiles about twice as many batches (those the affine search made are read from its
@@ -54,6 +57,12 @@ def test_compiles_are_counted_and_the_answer_was_confirmed_by_compiles(searched)
   assert found.max_batch >= 3 and found.row.batch == found.max_batch and found.row.fits is True
   assert by_batch[found.max_batch].fits is True and by_batch[found.max_batch + 1].fits is False
   assert found.as_dict()["compiles"] == found.compiles and found.predicted_from_depths is None
+
+
+def test_each_compile_of_a_search_is_counted_within_the_search(searched):
+  # The search compiles a few rows per round: each compile says its place in the whole search,
+  # and no total (it is known only at the end), not "1 of 1" each round.
+  assert [(e.index, e.total) for e in searched.compiling] == [(i, None) for i in range(1, len(searched.rows) + 1)]
 
 
 def test_a_depth_probe_that_cannot_help_is_not_used_and_says_so(searched):

@@ -31,6 +31,7 @@ from jaxmem.events import notice
 from jaxmem.models import context_attention as ctx
 from jaxmem.models.attention_registry import AUTO, AUTO_PREFERENCE, FALLBACK
 from jaxmem.planning.boundary import Boundary, row_probe
+from jaxmem.planning.runner import Counting
 from jaxmem.cache import RowCache
 from jaxmem.planning.depth import depth_plan, depth_task, probe_depths
 from jaxmem.planning.depth import predict as predict_at_depth
@@ -236,7 +237,7 @@ def search(
   notice(expected_compiles_line(len(searches), strategy, depths is not None), progress=True)
   unused = depth_probe and depths is None
   why = "a user's step, whose depth jaxmem cannot change" if p.workload.step else "the stack is no deeper than the probes"
-  rounds = 0
+  rounds = asked = 0
   while True:
     probes = [(s, k) for s in searches if (k := s.next_probe()) is not None]
     if not probes:
@@ -246,7 +247,10 @@ def search(
     for d, plan_d in plans.items():
       group = [(i, t) for i, dd, t in asks if dd == d]
       if group:
-        got = run_rows(plan_d, [t for _, t in group], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
+        # Numbered within the whole search, whose number of compiles is known only at its end.
+        got = run_rows(plan_d, [t for _, t in group], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row,
+                       counting=Counting(before=asked))
+        asked += len(group)
         rows.update({(i, d): r for (i, _), r in zip(group, got, strict=True)})
     for i, (s, k) in enumerate(probes):
       s.record(k, [rows[i, d] for d in s.layers()])

@@ -12,6 +12,7 @@ interrupted sweep resumes where it stopped.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import multiprocessing
 import socket
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +26,16 @@ from jaxmem.resolve import Task
 from jaxmem.program.step import is_local
 
 Run = Callable[[Task], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Counting:
+  """Where one call's tasks stand in what the user sees as one run (a search makes several
+  calls): ``before`` tasks came before them, of ``total`` in all (``None``: not known until the
+  run ends, as in a search)."""
+
+  before: int = 0
+  total: int | None = None
 
 
 def _init_worker(cpu_devices: int, platforms: str | None) -> None:
@@ -43,6 +54,7 @@ def run_tasks(
     on_row: Callable[[int, dict[str, Any], bool], None] | None = None,
     key: Callable[[Task], str | None] | None = None,
     check: Callable[[dict[str, Any]], bool] | None = None,
+    counting: Counting | None = None,
 ) -> list[dict[str, Any]]:
   """Rows for ``tasks`` (``run(task)`` for each that the cache does not answer), in task order.
   ``on_row(index, row, from_cache)`` is called as each finishes (in completion order).
@@ -51,7 +63,8 @@ def run_tasks(
   on what it traced, which needs the sweep's plan), and ``check`` says whether a cached dict
   reads back as a row. In this process each key is taken just before its task would run, so a
   key that traces the step hands its trace on to the run; before each run a
-  :class:`jaxmem.events.Compiling` event is sent (before the first compile starts)."""
+  :class:`jaxmem.events.Compiling` event is sent (before the first compile starts), numbered
+  within ``counting`` (default: these tasks alone, of as many)."""
   cache = cache or RowCache(enabled=False)
   key = key or Task.cache_key
   if jobs < 1:
@@ -65,6 +78,10 @@ def run_tasks(
     )
   results: dict[int, dict[str, Any]] = {}
   keys: dict[int, str | None] = {}
+  counting = counting or Counting(total=len(tasks))
+
+  def compiling(i: int) -> None:
+    emit(Compiling(index=counting.before + i + 1, total=counting.total, label=task_label(tasks[i])))
 
   def lookup(i: int) -> bool:
     keys[i] = key(tasks[i])
@@ -85,12 +102,12 @@ def run_tasks(
   if not scheduler and jobs == 1:
     for i, t in enumerate(tasks):
       if not lookup(i):
-        emit(Compiling(index=i + 1, total=len(tasks), label=task_label(t)))
+        compiling(i)
         done(i, run(t))
     return [results[i] for i in range(len(tasks))]
   todo = [i for i in range(len(tasks)) if not lookup(i)]
   for i in todo:
-    emit(Compiling(index=i + 1, total=len(tasks), label=task_label(tasks[i])))
+    compiling(i)
   if todo:
     if scheduler:
       _run_dask(tasks, run, todo, scheduler, done)

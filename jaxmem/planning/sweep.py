@@ -23,7 +23,7 @@ from jaxmem.options import RunOptions
 from jaxmem.planning import steps
 from jaxmem.cache import RowCache
 from jaxmem.resolve import Plan, Task, build_program, for_task, plan
-from jaxmem.planning.runner import run_tasks
+from jaxmem.planning.runner import Counting, run_tasks
 from jaxmem.program import sharding as shd
 from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
@@ -262,9 +262,10 @@ def compare_plan(p: Plan, run: RunOptions) -> list[Row]:
 
 def run_rows(
     p: Plan, tasks: list[Task], *, jobs: int = 1, scheduler: str | None = None, cache: RowCache | None = None,
-    on_row: Callable[[Row], None] | None = None,
+    on_row: Callable[[Row], None] | None = None, counting: Counting | None = None,
 ) -> list[Row]:
-  """Rows for ``tasks`` (configurations of ``p``), in task order; ``on_row`` as each finishes.
+  """Rows for ``tasks`` (configurations of ``p``), in task order; ``on_row`` as each finishes;
+  ``counting``: where the tasks stand in the whole run (:class:`jaxmem.planning.runner.Counting`).
   A row is made once from its dict (the form the cache and worker processes hold)."""
   rows: dict[int, Row] = {}
 
@@ -275,7 +276,7 @@ def run_rows(
 
   key = functools.partial(steps.step_key, p) if p.workload.step else None
   run_tasks(tasks, runner(p, jobs=jobs, scheduler=scheduler), jobs=jobs, scheduler=scheduler, cache=cache, on_row=done,
-            key=key, check=is_row)
+            key=key, check=is_row, counting=counting)
   return [rows[i] for i in range(len(tasks))]
 
 
