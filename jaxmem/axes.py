@@ -39,10 +39,11 @@ from jaxmem.errors import JaxmemError
 
 
 def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
-  """A sweep axis as a tuple of names: ``"a,b"``, ``["a", "b,c"]`` and ``None`` (empty) alike."""
+  """A sweep axis as a tuple of names: ``"a,b"``, ``["a", "b,c"]`` and ``None`` (empty) alike
+  (a number, as in ``(2, 4)``, as its text)."""
   if v is None:
     return ()
-  parts = [v] if isinstance(v, str) else list(v)
+  parts = list(v) if isinstance(v, (list, tuple)) else [v]
   return tuple(n.strip() for p in parts for n in str(p).split(",") if n.strip())
 
 

@@ -64,6 +64,20 @@ def test_an_outer_axis_is_one_value_or_a_tuple():
     assert not isinstance(getattr(Workload(), name), tuple)
 
 
+@pytest.mark.parametrize("name", ["pipeline_microbatches", "pipeline_repeats", "dropout", "param_dtype", "sequence_parallel"])
+def test_every_axis_normal_form_is_its_own_normal_form(name):
+  # A workload is normalised again whenever a field is replaced (a task's batch, a plan's target),
+  # so a value already normal must come back unchanged: two pipeline microbatch counts did not.
+  given = {"pipeline_microbatches": "2,4", "pipeline_repeats": "1,2", "dropout": "0,0.1", "param_dtype": "bfloat16,float32",
+           "sequence_parallel": "off,on"}[name]
+  w = Workload(model="tiny", **{name: given})
+  assert isinstance(getattr(w, name), tuple) and len(getattr(w, name)) == 2
+  assert w.replace(batch=4).replace(batch=w.batch) == w
+  for axis in AXES.values():
+    value = getattr(w, axis.name)
+    assert axis.normalise(value) == value, axis.name
+
+
 def test_one_value_each_names_the_field_in_one_line():
   w = Workload(model="tiny", remat="none", qk_dtype="bfloat16,float32")
   with pytest.raises(JaxmemError, match="explain takes one `qk_dtype` .*; run it once per value") as e:
