@@ -153,7 +153,7 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
 
 
 def add_parallelism(p: argparse.ArgumentParser) -> None:
-  """Korthikanti et al. 2022's options: Megatron sequence parallelism and the models' dropout."""
+  """Korthikanti et al. 2022's options (the axes declared in the group ``parallelism``)."""
   add_axes(p, "parallelism")
 
 

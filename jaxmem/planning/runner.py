@@ -18,6 +18,7 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from jaxmem.axes import labels
 from jaxmem.hardware.startup import chosen_platforms, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import RowCache
@@ -120,15 +121,15 @@ def run_tasks(
 
 
 def task_label(t: Task) -> str:
-  """A task's configuration in a few words (its mesh, remat policy, batch and sequence, and the
-  other single values its workload gives where they are not the defaults)."""
+  """A task's configuration in a few words (its mesh, remat policy, batch and sequence, and each
+  other axis's words where it says something: :func:`jaxmem.axes.labels`)."""
   w = t.workload
   words = [w.mesh[0] if w.mesh else "", f"remat {t.remat}"]
   if t.optimizer not in ("-",):
     words.append(t.optimizer)
   if t.attention != "auto":
     words.append(f"attention {t.attention}")
-  words += [f"{k.replace('_', ' ')} {v}" for k, v in (("microbatches", t.microbatches), ("vocab_tiles", t.vocab_tiles)) if v != 1]
+  words += labels(t)
   words += [f"batch {w.batch}", f"seq {w.seq}"]
   return " ".join(x for x in words if x)
 
