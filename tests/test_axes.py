@@ -122,7 +122,7 @@ out = {"declared": "toy" in jaxmem.AXES}
 p = plan(**TINY, toy="red,blue")
 tasks = p.tasks()
 out["task_toys"] = [t.toy for t in tasks]
-out["options"] = [for_task(p, t)[0].step_options() for t in tasks]
+out["options"] = [for_task(p, t)[0].options() for t in tasks]
 out["keys"] = [t.cache_key() for t in tasks]
 cache = jaxmem.RowCache()
 rows = jaxmem.compare(**TINY, toy="red,blue", cache=cache)

@@ -14,10 +14,10 @@ from jaxmem.planning.boundary import Boundary
 from jaxmem.cache import RowCache
 from jaxmem.resolve import plan
 
-def _plan(cfg=None):
+def _plan(cfg=None, **fields):
   # The host CPU's compiler (the fastest here), with a capacity set to three times what batch 1
   # needs, so the largest batch is some steps above the smallest; `full` alone is searched.
-  p = plan(model=cfg or "tiny", remat="full", optimizer="adamw", batch=1, seq=32, target="cpu")
+  p = plan(model=cfg or "tiny", remat="full", optimizer="adamw", batch=1, seq=32, target="cpu", **fields)
   p = dataclasses.replace(p, remats=p.remats[1:])
   mesh, opt, rp = p.configs()[0]
   first = sweep.run_config(p, mesh, opt, rp)
@@ -63,6 +63,30 @@ def test_each_compile_of_a_search_is_counted_within_the_search(searched):
   # The search compiles a few rows per round: each compile says its place in the whole search,
   # and no total (it is known only at the end), not "1 of 1" each round.
   assert [(e.index, e.total) for e in searched.compiling] == [(i, None) for i in range(1, len(searched.rows) + 1)]
+
+
+def test_answers_that_differ_only_in_their_vocab_tiling_say_so(monkeypatch):
+  # Two tilings are two configurations: each answer records its own, and the table shows it (the
+  # rows were otherwise identical in every identifying column). The compiler is stood in for by
+  # a line: each batch needs 100 bytes of the 1000 the target has.
+  from jaxmem.render import tables
+
+  def run_rows(p, tasks, **kwargs):
+    return [sweep.Row(model="tiny", target="cpu", mesh=t.workload.mesh[0], batch=t.workload.batch, seq=t.workload.seq,
+                      num_devices=1, remat=t.remat, optimizer=t.optimizer, param_dtype="float32", dtype="bfloat16",
+                      vocab_tiles=t.vocab_tiles, required_bytes=100 * t.workload.batch, fits=t.workload.batch <= 10)
+            for t in tasks]
+
+  monkeypatch.setattr(fit, "run_rows", run_rows)
+  p = plan(model="tiny", remat="full", batch=1, seq=32, target="cpu", vocab_tiles="1,2")
+  p = dataclasses.replace(p, remats=p.remats[1:], target=dataclasses.replace(p.target, capacity_bytes=1000))
+  results = fit.search(p)
+  assert [r.max_batch for r in results] == [10, 10]
+  assert [r.vocab_tiles for r in results] == [1, 2]
+  assert [r.as_dict()["vocab_tiles"] for r in results] == [1, 2]
+  header, _, *lines = tables.render_fit(results, "table").split("\n\n")[1].splitlines()
+  assert "vocab tiles" in header
+  assert len(set(lines)) == 2
 
 
 def test_a_depth_probe_that_cannot_help_is_not_used_and_says_so(searched):

@@ -30,7 +30,7 @@ from jaxmem.resolve import plan
 from jaxmem.planning.sweep import compare
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import REMAT_POLICIES
-from jaxmem.program.train import abstract_model
+from jaxmem.program.train import abstract_model, moe_choice
 from jaxmem.render import tables
 from jaxmem.workload import Workload
 
@@ -66,8 +66,10 @@ def test_moe_fields_are_sweep_axes_and_tasks_carry_one_variant_each():
   assert len({t.cache_key() for t in p.tasks()}) == 3
   # Capacity factors alone imply capacity; each task's own plan resolves its variant.
   one = plan(plan(Workload(**MOE, target="cpu", capacity_factor=3)).tasks()[0].workload)
-  assert (one.cfg.moe_impl, one.cfg.capacity_factor) == ("capacity", 3.0)
-  assert plan(Workload(**MOE, target="cpu")).cfg.moe_impl == "dropless"
+  cfg, _ = moe_choice(one.cfg, "cpu", one.options())
+  assert (cfg.moe_impl, cfg.capacity_factor) == ("capacity", 3.0)
+  p = plan(Workload(**MOE, target="cpu"))
+  assert moe_choice(p.cfg, "cpu", p.options())[0].moe_impl == "dropless"
 
 
 @pytest.mark.parametrize(
@@ -87,11 +89,15 @@ def test_bad_moe_choices_are_one_line_errors(fields, match):
 
 
 def test_gpu_default_is_capacity_with_the_reason_and_dropless_is_noted():
-  p = plan(Workload(**MOE, target="gpu:h100"))
-  assert p.cfg.moe_impl == "capacity" and any("ragged_dot" in n and "dense matmul" in n for n in p.moe_notes)
-  explicit = plan(Workload(**MOE, target="gpu:h100", moe_impl="dropless"))
-  assert explicit.cfg.moe_impl == "dropless" and any("ragged_dot" in n for n in explicit.moe_notes)
-  assert plan(Workload(**MOE, target="tpu:v5e-1")).moe_notes == ()
+  def choice(**fields):
+    p = plan(Workload(**MOE, **fields))
+    return moe_choice(p.cfg, p.target.platform, p.options())
+
+  cfg, notes = choice(target="gpu:h100")
+  assert cfg.moe_impl == "capacity" and any("ragged_dot" in n and "dense matmul" in n for n in notes)
+  cfg, notes = choice(target="gpu:h100", moe_impl="dropless")
+  assert cfg.moe_impl == "dropless" and any("ragged_dot" in n for n in notes)
+  assert choice(target="tpu:v5e-1")[1] == ()
 
 
 def test_expert_count_the_axis_does_not_divide_is_one_line_through_the_cli(capsys):

@@ -81,7 +81,7 @@ def _step(dropout: float = 0.0, *, remat: str = "none", sequence_parallel: bool 
   p = plan(**w, remat="none", dropout=dropout, sequence_parallel=sequence_parallel)
   return build_train_program(
       p.cfg, remat=REMAT_POLICIES[remat], optimizer=OPTIMIZERS["adamw"], batch=p.batch, seq=p.seq, target=p.target,
-      mesh=p.meshes[0], attention="dot", sequence_parallel=sequence_parallel,
+      mesh=p.meshes[0], options={"attention": "dot", "sequence_parallel": sequence_parallel},
   )
 
 

@@ -80,7 +80,8 @@ KEYS = {
     "optimizer": "opt_type", "param_dtype": "weight_dtype", "dtype": "dtype", "vocab_tiles": "num_vocab_tiling",
     "dropout": "dropout_rate",
 }
-# What a task sets per configuration (the factory): the sweep varies these.
+# The axes a MaxText step varies per task (mapped by task_settings), and the options they set.
+TASK_AXES = ("mesh", "remat", "attention", "microbatches")
 TASK_KEYS = ("per_device_batch_size", "max_target_length", "gradient_accumulation_steps", "remat_policy", "attention",
              *MESH_KEYS.values())
 
