@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxmem.errors import JaxmemError
 from jaxmem.registry import Registry
 
 
