@@ -69,9 +69,10 @@ def planned(cs: Sequence[Case], target: str) -> list[dict[str, Any]]:
   out = []
   for c in cs:
     p = plan(Workload.of(None, {}, target=target, **c.fields()))
-    for mesh, opt, attention, mb, rp in p.grid():
-      out.append(dict(model=p.cfg.name, remat=rp.name, attention=_attention(pick_attention, attention, p, dict(mesh)),
-                      batch=p.batch, seq=p.seq, mesh=format_mesh(mesh), optimizer=opt.name, microbatches=mb))
+    for t in p.tasks():  # the configurations validate runs, in its order
+      out.append(dict(model=p.cfg.name, remat=t.remat, attention=_attention(pick_attention, t.attention, p, dict(t.mesh)),
+                      batch=p.batch, seq=p.seq, mesh=format_mesh(t.mesh), optimizer=t.optimizer,
+                      microbatches=t.microbatches))
   return out
 
 

@@ -7,15 +7,22 @@ refusing a bad one in one line), the CLI flag (``--dropout``) and its help, whet
 plans once per value (``outer``: the model's config or the step's layout changes) or makes a
 task per value within one plan, whether only a train step takes it, how a result records it
 (the field of :class:`~jaxmem.records.Configuration`, fit's and scale's summaries), the words
-that label a row with it, its column in compare's table, and the checks that a command which
-takes one configuration got one value of it. The cache key is the whole workload, so a new axis
-is keyed with no more said.
+that label a row with it, its column in the result tables (:class:`Shown`), and the checks that
+a command which takes one configuration got one value of it. The cache key is the whole
+workload, so a new axis is keyed with no more said. Its hooks say the rest of the way from flag
+to program: the names it takes, as the models publish them (``valid``); where it applies
+(``applies``: a context strategy where the mesh has a context axis; elsewhere one task, and a
+record of ``None``); the field it sets in what the model is built with, its config
+(``configures``: the dtypes) or how the step runs it (``chooses``: dropout, the experts'
+implementation and capacity), both in one place, :func:`configured`; and what it refuses in a
+configuration before anything compiles (``check``, seeing a :class:`Setting`).
 
-A new axis is one entry in :data:`AXES` (its declaration) and the program code that uses it (a
-task's workload holds one value of it: ``task.workload.<name>``; an inner axis the planner does
-not resolve itself reaches the train program as an option by its name,
-:meth:`jaxmem.resolve.Plan.step_options`). An axis of another package's is
-declared the same way, as an entry point in the group ``jaxmem.axes`` naming an :class:`Axis`
+Every axis takes one path: the planner (:func:`jaxmem.resolve.plan`) makes a task per
+combination of the inner axes' values (:func:`combinations`), a task's workload holds one value
+of each, and the program reads them by name (:func:`one_each`, the train program's ``options``).
+A new axis is one entry in :data:`AXES` (its declaration) and, where it changes the program, the
+program code that reads ``options[<name>]``. An axis of another package's is declared the same
+way, as an entry point in the group ``jaxmem.axes`` naming an :class:`Axis`
 (``[project.entry-points."jaxmem.axes"] toy = "mypkg.axes:TOY"``): the records' fields are made
 when jaxmem is imported, so an axis must be known by then.
 
@@ -29,20 +36,24 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import JaxmemError, StagesRefused
+from jaxmem.mesh import MeshSpec, parse_mesh
+from jaxmem.registry import published
 
 # --- how a value is written: the parsers the axes declare ---
 
 
 def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
-  """A sweep axis as a tuple of names: ``"a,b"``, ``["a", "b,c"]`` and ``None`` (empty) alike."""
+  """A sweep axis as a tuple of names: ``"a,b"``, ``["a", "b,c"]`` and ``None`` (empty) alike
+  (a number, as in ``(2, 4)``, as its text)."""
   if v is None:
     return ()
-  parts = [v] if isinstance(v, str) else list(v)
+  parts = list(v) if isinstance(v, (list, tuple)) else [v]
   return tuple(n.strip() for p in parts for n in str(p).split(",") if n.strip())
 
 
@@ -163,23 +174,55 @@ def _numbers(v: Any, name: str) -> tuple[float, ...]:
 
 def outer(parse: Callable[[Any, str], tuple[Any, ...]]) -> Callable[[Any, str], Any]:
   """An outer axis's parser from a list parser: a value written as a list (``"a,b"``) becomes one
-  value or a tuple of several (:func:`several`); one value as given stays as it is, for the
-  planner to check."""
+  value or a tuple of several (:func:`several`); one value as given is checked the same way and
+  stays one value."""
   def parse_outer(v: Any, name: str) -> Any:
-    return several(parse(v, name), name) if listed(v) else v
+    return several(parse(v if listed(v) else [v], name), name)
   return parse_outer
 
 
-def _optional_ints(v: Any, name: str) -> tuple[int | str | None, ...]:
-  return tuple(None if n is None else ints(n)[0] for n in optional_names(v))
+def _count(n: Any, name: str) -> int:
+  if not isinstance(n, int) or n < 1:
+    raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {n!r})")
+  return n
 
 
-def _distinct_ints(v: Any, name: str) -> tuple[int | str, ...]:
-  return tuple(dict.fromkeys(ints(v)))
+def _optional_ints(v: Any, name: str) -> tuple[int | None, ...]:
+  return tuple(None if n is None else _count(ints(n)[0], name) for n in optional_names(v))
+
+
+def _distinct_ints(v: Any, name: str) -> tuple[int, ...]:
+  return tuple(dict.fromkeys(_count(n, name) for n in ints(v)))
 
 
 def _probabilities(v: Any, name: str) -> tuple[float, ...]:
-  return numbers(v, name, "a probability in [0, 1) (several: separated by commas)")
+  out = numbers(v, name, "a probability in [0, 1) (several: separated by commas)")
+  for p in out:
+    if not 0 <= p < 1:
+      raise JaxmemError(f"`{name}` must be a probability in [0, 1), got {p!r}")
+  return out
+
+
+def _positive(v: Any, name: str) -> tuple[float, ...]:
+  out = numbers(v, name)
+  for f in out:
+    if not f > 0:
+      raise JaxmemError(f"`{name}` must be > 0 (got {f:g})")
+  return out
+
+
+def counts(example: str) -> Callable[[Any, str], tuple[int, ...]]:
+  """A parser of whole numbers of at least 1, each once (``"1,4"``); none at all, or anything
+  else, is refused in one line (``example`` shows a list)."""
+  def parse(v: Any, name: str) -> tuple[int, ...]:
+    got = ints(v)
+    if not got:
+      raise JaxmemError(f"`{name}` is empty; give whole numbers separated by commas, e.g. {example}")
+    for n in got:
+      if not isinstance(n, int) or n < 1:
+        raise JaxmemError(f"`{name}` must be whole numbers of at least 1 (got {n!r})")
+    return tuple(dict.fromkeys(got))
+  return parse
 
 
 # The dtypes dot attention can form its scores in: the compute dtype (MaxText's default) or float32.
@@ -217,6 +260,46 @@ class Recorded:
   then: tuple[str, ...] = ()
 
 
+# When a result table shows an axis's column (Shown.when), given its rows: always; where the
+# values differ between them; where some row has one; where some row's says something (is not
+# one of the axis's ``quiet`` values).
+ALWAYS, VARIES, GIVEN, SAID = "always", "varies", "given", "said"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Shown:
+  """An axis's column in the result tables (:mod:`jaxmem.render.columns` lays them out from
+  these): shown ``when`` (:data:`ALWAYS`, :data:`VARIES`, :data:`GIVEN`, :data:`SAID`, or a test
+  of the rows), headed ``header`` (its name in words unless given), a number written as ``1.25``
+  where ``number``. ``place``: where among the axes' columns, left to right (equal places in
+  declared order; the configuration's own columns sit between: the pipeline's stages at 85, its
+  bubble at 95). ``identity``: the column names what a summary (fit's answers, scale's exponents)
+  is for, so a summary's table always shows it."""
+
+  when: str | Callable[[Sequence[Any]], bool] = VARIES
+  header: str | None = None
+  number: bool = False
+  place: int = 70
+  identity: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Setting:
+  """One configuration as an axis's ``check`` sees it before anything is built: its value of
+  every axis (one each, by name; ``None`` where the axis does not apply to it; the mesh as
+  written), the model's config with these values (``None`` for a user's step; :func:`configured`),
+  the target's platform and the optimizer (a :class:`jaxmem.program.optimizers.Optimizer`)."""
+
+  values: Mapping[str, Any]
+  cfg: Any = None
+  platform: str = "cpu"
+  optimizer: Any = None
+
+  @property
+  def mesh(self) -> MeshSpec:
+    return parse_mesh(self.values["mesh"])
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Axis:
   """One sweep axis. ``name`` is the workload's field, the result records' field, the JSON key
@@ -236,13 +319,25 @@ class Axis:
   argparse settings), ``group`` (the CLI's group of flags it is added with: ``workload``,
   ``step``, ``precision``, ``parallelism``).
 
+  The sweep: ``nest``, its place in the nesting of a plan's tasks (and so of the rows), outermost
+  first (equal places nest in declared order). ``valid``: the kind of names it takes, as the
+  models publish them (:func:`jaxmem.registry.published`), checked when a sweep is planned.
+  ``applies``: a test of a configuration's values (one each, by name, the mesh as written) for
+  where it means something (a context strategy on meshes with a context axis); elsewhere the
+  configuration is planned once, with the axis at its default, and records ``None``, and a value
+  given that applies to no configuration of the sweep is refused (``applies_to`` says where it
+  applies, in the refusal). ``configures``: the field of the model's config it sets (the
+  parameters' dtype); ``chooses``: the field of how the step runs the model it sets (a
+  :class:`jaxmem.models.StepChoices`: the dropout rate); both applied in one place,
+  :func:`configured`, where a value is given. ``check(value, setting)``: refuses a value that
+  cannot be built in this configuration (:class:`Setting`), in one line, before any compile.
+
   The result: ``record`` (the field of :class:`~jaxmem.records.Configuration`; ``None`` where a
   record declares its own, as the placement's mesh), ``summary`` (fit's and scale's summaries
   carry it under its own name; ``False`` where they name it their own way), ``baseline`` (rows
   compared with a no-remat row share it).
 
-  Columns: ``column`` False where compare's table shows it in a layout of its own (the step's,
-  the pipeline's, the MoE columns); otherwise it is a column (``header``) where rows differ in it.
+  Columns: ``column`` (a :class:`Shown`), how the result tables show it; ``None``: no column.
 
   Labels: ``word`` names it in a row's label where its value is not one of ``quiet`` (nor equal
   to the field ``same_as``: the moments in the parameters' dtype); ``heading`` is the format of
@@ -266,6 +361,14 @@ class Axis:
   # A user's own step (Workload.step) takes it (the mesh, the policies) or brings its own in its
   # place (the optimizer, the dtypes); every other axis is refused beside a step.
   step: bool = False
+  # the sweep
+  nest: int = 30
+  valid: str | None = None
+  applies: Callable[[Mapping[str, Any]], bool] | None = None
+  applies_to: str = ""
+  configures: str | None = None
+  chooses: str | None = None
+  check: Callable[[Any, Setting], None] | None = None
   # the result
   record: Recorded | None = Recorded()
   summary: bool = True
@@ -276,13 +379,21 @@ class Axis:
   same_as: str | None = None
   heading: str | None = None
   heading_apart: bool = False
-  column: bool = True
-  header: str | None = None
+  column: Shown | None = Shown()
 
   @property
   def column_header(self) -> str:
-    """Its column's header in compare's table (its name in words unless declared)."""
-    return self.header or self.name.replace("_", " ")
+    """Its column's header in the result tables (its name in words unless declared)."""
+    return (self.column and self.column.header) or self.name.replace("_", " ")
+
+  @property
+  def unset(self) -> Any:
+    """What the workload holds where none is given (its default, normalised)."""
+    return self.normalise(self.default)
+
+  def applies_to_values(self, values: Mapping[str, Any]) -> bool:
+    """Whether it means something in a configuration of these values (one each, by name)."""
+    return self.applies is None or bool(self.applies(values))
 
   @property
   def flag(self) -> str:
@@ -303,9 +414,10 @@ class Axis:
     return values[0] if values else None
 
   def label(self, r: Any) -> str | None:
-    """The words naming a result's value of this axis, or ``None`` where they say nothing."""
+    """The words naming a result's value of this axis, or ``None`` where they say nothing (a
+    value of ``None``, unset, never does)."""
     v = getattr(r, self.name, None)
-    if self.word is None or v in self.quiet or (self.same_as and v == getattr(r, self.same_as, None)):
+    if self.word is None or v is None or v in self.quiet or (self.same_as and v == getattr(r, self.same_as, None)):
       return None
     return self.word if v is True else f"{self.word} {v:g}" if isinstance(v, float) else f"{self.word} {v}"
 
@@ -316,31 +428,83 @@ def _registry(*axes: Axis) -> dict[str, Axis]:
 
 _PRECISION_NOTE = "; `none` or `default` in a list for the default"
 
-# Every axis, in the order a sweep nests its outer axes, fit's and scale's summaries carry them and
-# compare's columns and flags follow; a configuration's record orders its fields by ``record.after``.
+
+# --- the hooks the declarations below use ---
+
+
+def _on_mesh_axis(axis: str) -> Callable[[Mapping[str, Any]], bool]:
+  """Applies where the configuration's mesh splits over ``axis`` (more than one device)."""
+  def applies(values: Mapping[str, Any]) -> bool:
+    mesh = values.get("mesh")
+    return mesh is not None and dict(parse_mesh(mesh)).get(axis, 1) > 1
+  return applies
+
+
+def _capacity_path(values: Mapping[str, Any]) -> bool:
+  """A capacity factor applies to ``moe_impl`` capacity, which a factor alone implies."""
+  return values.get("moe_impl") in (None, "capacity")
+
+
+def _experts_only(value: Any, s: Setting) -> None:
+  if value is not None and s.cfg is not None and not s.cfg.is_moe:
+    raise JaxmemError(
+        f"`moe_impl` and `capacity_factor` apply to mixture-of-experts models; {s.cfg.name} has no experts (drop them)"
+    )
+
+
+def _kernel_of_experts(value: Any, s: Setting) -> None:
+  if value not in (None, "auto") and s.cfg is not None and not s.cfg.is_moe:
+    raise JaxmemError(f"`moe_kernel` applies to mixture-of-experts models; {s.cfg.name} has no experts (drop it)")
+
+
+def _unstaged(value: Any, s: Setting) -> None:
+  if value and dict(s.mesh).get("stage", 1) > 1:
+    raise StagesRefused(
+        f"`dropout` with a stage axis (mesh {s.values['mesh']}) is not built: the pipeline's iterations carry no "
+        "dropout keys; set dropout 0 or drop the stage axis", reason="dropout with a stage axis is not built",
+    )
+
+
+def _optimizer_with_moments(value: Any, s: Setting) -> None:
+  refusal = None if value is None or s.optimizer is None else s.optimizer.moments_refusal()
+  if refusal is not None:
+    raise JaxmemError(f"`moments_dtype` {refusal}")
+
+
+def _mesh_shown(rows: Sequence[Any]) -> bool:
+  # Where meshes differ, or one mesh spreads over several devices (a single device's says nothing).
+  return len({r.mesh for r in rows}) > 1 or (rows[0].num_devices or 1) > 1
+
+
+# Every axis, in the order fit's and scale's summaries carry them, labels name them, compare's
+# headings and flags follow and a sweep nests its outer axes (the inner ones nest by ``nest``); a
+# configuration's record orders its fields by ``record.after``, the tables their columns by
+# ``column.place``.
 AXES: dict[str, Axis] = _registry(
     Axis(name="mesh", parse=_meshes, default=(), training=False, group="workload", record=None, summary=False,
-         column=False, step=True, flag_options={"action": "append"}, listed=False,
+         step=True, flag_options={"action": "append"}, listed=False, nest=50,
+         column=Shown(when=_mesh_shown, place=10, identity=True),
          help="mesh axes, e.g. data=4 or fsdp=2,tensor=2; repeat for one row group per mesh (default: fsdp over all "
          "devices)"),
     Axis(name="remat", default=("none", "dots_saveable", "full"), record=Recorded(annotation="str", required=True),
-         summary=False, baseline=False, column=False, step=True),
+         summary=False, baseline=False, step=True, nest=90, column=Shown(when=ALWAYS, place=100, identity=True)),
     Axis(name="optimizer", default=("adamw",), record=Recorded(annotation="str", required=True, then=("seq",)),
-         summary=False, column=False, step=True),
-    Axis(name="moe_impl", default=(), training=False, group="workload", summary=False, column=False, listed=False,
+         summary=False, step=True, nest=60, column=Shown(place=20, identity=True)),
+    Axis(name="moe_impl", default=(), training=False, group="workload", summary=False, listed=False,
+         valid="MoE implementation", chooses="moe_impl", nest=10, check=_experts_only, column=Shown(when=GIVEN, header="moe", place=80),
          record=Recorded(after="qk_dtype", doc="how a mixture of experts' routed experts ran; None for a dense model"),
          help="mixture-of-experts models: how routed experts run, dropless (tokens sorted by expert, grouped matmuls) "
          "and/or capacity (GShard dispatch; copies past capacity dropped), comma separated; default dropless, "
          "capacity on GPU targets"),
-    Axis(name="capacity_factor", parse=_numbers, default=(), training=False, group="workload", summary=False,
-         column=False, listed=False,
+    Axis(name="capacity_factor", parse=_positive, default=(), training=False, group="workload", summary=False,
+         listed=False, chooses="capacity_factor", nest=10, applies=_capacity_path, applies_to="`moe_impl` capacity; add capacity to `moe_impl`",
+         check=_experts_only, column=Shown(when=GIVEN, header="capacity factor", number=True, place=80),
          record=Recorded(annotation="float | None", doc="the capacity path's factor; None for dropless or a dense model"),
          help="capacity path: slots per expert over its fair share, comma separated (implies --moe-impl capacity); "
          "default 1.25"),
-    # The names are the models' (jaxmem.models.moe_kernels), checked by the planner as attention's
-    # are; a row records the kernel run (gmm where auto was asked on TPU), None where no dropless
-    # experts ran.
-    Axis(name="moe_kernel", default=("auto",), group="workload",
+    # A row records the kernel run (gmm where auto was asked on TPU), None where no dropless
+    # experts ran; the program refuses one the target cannot compile.
+    Axis(name="moe_kernel", default=("auto",), group="workload", valid="MoE kernel", check=_kernel_of_experts,
          flag_default="auto", listed=False, word="moe kernel",
          record=Recorded(after="capacity_factor", doc="the grouped matmul the dropless experts ran (gmm where auto "
                          "was asked on TPU); None for capacity or a dense model"),
@@ -349,18 +513,21 @@ AXES: dict[str, Axis] = _registry(
          "into a dense matmul over all experts), comma separated; default auto: gmm on TPU targets, ragged_dot "
          "elsewhere"),
     Axis(name="param_dtype", parse=outer(_optional), default=None, outer=True, group="workload", step=True,
+         configures="param_dtype",
          record=Recorded(annotation="str", required=True, after="seq"), help="parameter dtype", shown="float32",
          word="params", quiet=(None, "float32"), heading="{} params"),
     Axis(name="dtype", parse=outer(_optional), default=None, outer=True, training=False, group="workload", step=True,
+         configures="dtype",
          record=Recorded(annotation="str", required=True), help="compute dtype (infer: one)", shown="bfloat16",
          word="compute", quiet=(None, "bfloat16"), heading="{} compute"),
-    # The flag's help lists the models' kernels, which the CLI gives (jaxmem.models.attention_help).
-    Axis(name="attention", default=("auto",), training=False, group="workload", summary=False, column=False,
-         flag_default="auto", listed=False,
+    # The flag's help lists the models' kernels, which the CLI gives (jaxmem.models.attention_help);
+    # the target and mesh's kernels are the program's to refuse (jaxmem.program.train.pick_attention).
+    Axis(name="attention", default=("auto",), training=False, group="workload", summary=False, valid="attention",
+         flag_default="auto", listed=False, nest=70, column=Shown(when=GIVEN, place=30, identity=True),
          record=Recorded(doc="the implementation used (splash where auto was asked on TPU); None where not "
                          "recorded (a user's step)")),
-    Axis(name="dropout", parse=outer(_probabilities), default=0.0, outer=True, group="parallelism",
-         record=Recorded(annotation="float", default=0.0, after="sequence_parallel"), shown="0",
+    Axis(name="dropout", parse=outer(_probabilities), default=0.0, outer=True, group="parallelism", chooses="dropout",
+         check=_unstaged, record=Recorded(annotation="float", default=0.0, after="sequence_parallel"), shown="0",
          help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
          "sub-blocks' outputs; masks are one byte each)",
          word="dropout", quiet=(None, False, 0.0), heading="dropout {:g}", heading_apart=True),
@@ -371,25 +538,33 @@ AXES: dict[str, Axis] = _registry(
          "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh "
          "tensor=N; the flag alone is on, off,on compiles both",
          word="sequence parallel", heading="sequence parallel", heading_apart=True),
-    Axis(name="microbatches", parse=_ints, default=(1,), record=Recorded(annotation="int", default=1, after="attention"),
-         summary=False, column=False, flag_default="1",
+    Axis(name="microbatches", parse=counts("1,4"), default=(1,), nest=80,
+         record=Recorded(annotation="int", default=1, after="attention"), summary=False, flag_default="1",
+         column=Shown(when=SAID, place=50),
          help="gradient accumulation: split the global batch into N microbatches run in sequence",
          word="microbatches", quiet=(1,)),
-    Axis(name="vocab_tiles", parse=_ints, default=(1,), record=Recorded(annotation="int", default=1), summary=False,
-         column=False, flag_default="1",
+    Axis(name="vocab_tiles", parse=counts("1,8"), default=(1,), nest=40, record=Recorded(annotation="int", default=1),
+         flag_default="1", column=Shown(when=SAID, place=60),
          help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling)",
          word="vocab tiles", quiet=(1,)),
-    Axis(name="context_strategy", default=("all_gather",), summary=False, column=False, flag_default="all_gather",
+    Axis(name="context_strategy", default=("all_gather",), flag_default="all_gather",
+         valid="context strategy", nest=100, applies=_on_mesh_axis("context"),
+         applies_to="meshes with a context axis (e.g. context=2,fsdp=4); no mesh here has one",
+         column=Shown(when=GIVEN, place=40),
          record=Recorded(after="dropout", doc="None on a mesh without a context axis over the sequence"),
          help="how attention crosses a sequence split over a context mesh axis: all_gather (MaxText's default: "
          "keys and values gathered, causal load balanced) or ring (ppermute of key/value blocks, online softmax)"),
-    Axis(name="pipeline_microbatches", parse=outer(_optional_ints), default=None, outer=True, column=False,
+    Axis(name="pipeline_microbatches", parse=outer(_optional_ints), default=None, outer=True,
+         applies=_on_mesh_axis("stage"), applies_to="meshes with a stage axis (e.g. stage=4,fsdp=2); no mesh here has one",
+         column=Shown(when=GIVEN, header="pipeline mb", place=90),
          record=Recorded(annotation="int | None", after="stages", doc="the schedule's (None without stages)"),
          shown="the stage count",
          help="meshes with a stage axis: cut each batch (or --microbatches microbatch) into N pipeline "
          "microbatches (MaxText's num_pipeline_microbatches; at least the stages; none for the stage count)"),
     # An int flag default: fit --phase tells a given flag by its default.
-    Axis(name="pipeline_repeats", parse=outer(_distinct_ints), default=1, outer=True, column=False,
+    Axis(name="pipeline_repeats", parse=outer(_distinct_ints), default=1, outer=True, quiet=(None, 1),
+         applies=_on_mesh_axis("stage"), applies_to="meshes with a stage axis (e.g. stage=4,fsdp=2); no mesh here has one",
+         column=Shown(when=SAID, header="repeats", place=90),
          record=Recorded(annotation="int | None", then=("bubble_fraction",), doc="the schedule's (None without stages)"),
          flag_default=1, listed=False,
          help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; "
@@ -398,19 +573,19 @@ AXES: dict[str, Axis] = _registry(
          record=Recorded(annotation="str", default="bfloat16", after="vocab_tiles"),
          help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
          word="qk", quiet=(None, "bfloat16")),
-    Axis(name="master_dtype", parse=_optional, default=(None,), group="precision", shown="none",
+    Axis(name="master_dtype", parse=_optional, default=(None,), group="precision", shown="none", nest=20,
          record=Recorded(after="moe_kernel", doc="the optimizer state's master copy of the parameters (None: none)"),
          help="keep a master copy of the parameters in this dtype in the optimizer state (float32 with "
          "--param-dtype bfloat16: ZeRO's 2 + 2 + 12 bytes per parameter)", list_note=_PRECISION_NOTE,
          word="master", heading="{} master copy"),
-    Axis(name="moments_dtype", parse=_optional, default=(None,), group="precision",
+    Axis(name="moments_dtype", parse=_optional, default=(None,), group="precision", nest=20, check=_optimizer_with_moments,
          record=Recorded(doc="the dtype the optimizer's moments are stored in, as resolved (None: no moments)"),
          shown="the dtype the optimizer updates in (the master copy's, else the parameters')",
          help="store the optimizer's moments in this dtype (adam, adamw, momentum, nesterov, lion)",
          list_note=_PRECISION_NOTE, word="moments", same_as="param_dtype", heading="{} moments"),
     Axis(name="grad_reduce_dtype", parse=_optional, default=(None,), group="precision", shown="the parameters' dtype",
-         record=Recorded(then=("stages",), doc="the dtype gradients were asked to be formed and reduced in (None: the "
-                         "parameters')"),
+         nest=20, record=Recorded(then=("stages",), doc="the dtype gradients were asked to be formed and reduced in "
+                                  "(None: the parameters')"),
          help="form and reduce the gradients over the data axes in this dtype", list_note=_PRECISION_NOTE,
          word="grad reduce", heading="{} gradient reduction"),
 )
@@ -493,9 +668,109 @@ def one_value_each(w: Any, what: str, *, only: Sequence[str] | None = None, skip
       raise JaxmemError(f"{what} takes one `{a.name}` (got {got}); run it once per value")
 
 
-def given(fields: Mapping[str, Any], names: Sequence[str]) -> str | None:
-  """The first of ``names`` that ``fields`` gives a value (not ``None``) for."""
-  return next((n for n in names if fields.get(n) is not None), None)
+# --- a sweep's configurations, as the planner makes and checks them ---
+
+
+def inner_axes(w: Any) -> tuple[Axis, ...]:
+  """The axes of ``w`` (a workload) that a plan makes a task per value of, in their nesting
+  order (``nest``; equal places in declared order), outermost first."""
+  return tuple(sorted((a for a in AXES.values() if not a.outer and hasattr(w, a.name)), key=lambda a: a.nest))
+
+
+def one_each(w: Any) -> dict[str, Any]:
+  """The value of every axis ``w`` (a workload of one configuration) has, by name: its one value,
+  ``None`` where it gives none or where the axis does not apply to the configuration. What the
+  program reads its options from, and a configuration records as asked."""
+  values = {a.name: a.first(w) for a in AXES.values() if hasattr(w, a.name)}
+  return {n: v if AXES[n].applies_to_values(values) else None for n, v in values.items()}
+
+
+def combinations(inner: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+  """Every configuration of the inner axes' values ``inner`` (by name, in nesting order), each
+  as a task's workload holds it: one value of each axis, ``(v,)``, or the axis's unset value
+  where it has none or does not apply to the configuration (:attr:`Axis.applies`, tested on its
+  values with ``fixed``, the plan's one value of each outer axis); each configuration once, in
+  the order of the first of its kind."""
+  out: dict[tuple, dict[str, Any]] = {}
+  for combo in itertools.product(*(tuple((v,) for v in vs) or ((),) for vs in inner.values())):
+    chosen = dict(zip(inner, combo, strict=True))
+    one = {**(fixed or {}), **{n: v[0] if v else None for n, v in chosen.items()}}
+    for n in inner:
+      if not AXES[n].applies_to_values(one):
+        chosen[n] = AXES[n].unset
+    out.setdefault(tuple(chosen.items()), chosen)
+  return list(out.values())
+
+
+def values_of(combo: Mapping[str, tuple[Any, ...]], fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+  """A configuration as :func:`combinations` gives it, as one value of every axis (``fixed``: the
+  outer axes'), ``None`` where it has none or the axis does not apply: what its program reads and
+  its checks see (:func:`one_each` of its task's workload)."""
+  one = {**(fixed or {}), **{n: v[0] if v else None for n, v in combo.items()}}
+  return {n: v if AXES[n].applies_to_values(one) else None for n, v in one.items()}
+
+
+def check_names(w: Any) -> None:
+  """Each axis's names against the names of the kind it takes (``valid``, as published): one line
+  naming the first unknown, with the valid ones. None at all is refused, unless none is the axis's
+  default (the model's choice)."""
+  for a in AXES.values():
+    if a.valid is None or not hasattr(w, a.name):
+      continue
+    valid = published(a.valid)
+    got = a.values(w)
+    if not got and a.unset != ():
+      raise JaxmemError(f"`{a.name}` is empty; give names separated by commas from {', '.join(valid)}")
+    for n in got:
+      if n not in valid:
+        raise JaxmemError(f"unknown `{a.name}` {n!r}; valid: {', '.join(valid)}")
+
+
+def check_applies(w: Any, configurations: Sequence[Mapping[str, Any]]) -> None:
+  """A one-line error for a value given to an axis (not its default) that applies to none of the
+  sweep's ``configurations`` (their values, one each, by name): it would change nothing, and
+  silently so."""
+  for a in AXES.values():
+    if a.applies is None or not hasattr(w, a.name) or getattr(w, a.name) == a.unset:
+      continue
+    if not any(a.applies(c) for c in configurations):
+      raise JaxmemError(f"`{a.name}` applies to {a.applies_to}")
+
+
+def check_setting(s: Setting) -> None:
+  """Each axis's ``check`` of its value in the configuration ``s``: one line where it cannot be
+  built there."""
+  for a in AXES.values():
+    if a.check is not None and a.name in s.values:
+      a.check(s.values[a.name], s)
+
+
+def configured(cfg: Any, choices: Any, values: Mapping[str, Any]) -> tuple[Any, Any]:
+  """What the model is built with, given each axis's value (``values``: one each, by name): the
+  model's config ``cfg`` with the value of each axis that configures it (``configures``) and the
+  step's choices ``choices`` (a :class:`jaxmem.models.StepChoices`) with the value of each axis
+  that chooses how the step runs it (``chooses``). The one place where an axis's value becomes
+  what the model is built from; an axis left at its default leaves the config's or choices' own."""
+  given = [a for a in AXES.values() if values.get(a.name) not in (None, a.unset)]
+  model = {a.configures: values[a.name] for a in given if a.configures is not None}
+  step = {a.chooses: values[a.name] for a in given if a.chooses is not None}
+  return (dataclasses.replace(cfg, **model) if model else cfg,
+          dataclasses.replace(choices, **step) if step else choices)
+
+
+def as_configured(cfg: Any, choices: Any) -> dict[str, Any]:
+  """The value of each axis that configures the model or chooses how the step runs it, as the
+  config ``cfg`` and the choices ``choices`` hold it, by the axis's name (what a row records: the
+  model's own where the workload left it)."""
+  return {a.name: configured_value(cfg, choices, a.name) for a in AXES.values()
+          if a.configures is not None or a.chooses is not None}
+
+
+def configured_value(cfg: Any, choices: Any, name: str) -> Any:
+  """The value of the axis ``name`` (one that configures the model or chooses how the step runs
+  it) as ``cfg`` or ``choices`` holds it."""
+  axis = AXES[name]
+  return getattr(cfg, axis.configures) if axis.configures is not None else getattr(choices, axis.chooses)
 
 
 # --- the fields records and workloads are made with ---

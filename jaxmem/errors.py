@@ -6,13 +6,13 @@ A message names what was wrong by the library's own name for it, the field of a
 CLI flags; the CLI, which knows its flags, words the message for its users with
 :meth:`JaxmemError.worded` (``--microbatches``).
 
->>> e = JaxmemError("`vocab_tiles` must divide `seq` (got 3)")
+>>> e = JaxmemError("`microbatches` must divide `batch` (got 3)")
 >>> e.fields
-('vocab_tiles', 'seq')
->>> e.worded({"vocab_tiles": "--vocab-tiles", "seq": "--seq"})
-'--vocab-tiles must divide --seq (got 3)'
+('microbatches', 'batch')
+>>> e.worded({"microbatches": "--microbatches", "batch": "--batch"})
+'--microbatches must divide --batch (got 3)'
 >>> str(e)
-'`vocab_tiles` must divide `seq` (got 3)'
+'`microbatches` must divide `batch` (got 3)'
 """
 
 from __future__ import annotations
@@ -59,7 +59,12 @@ class ExpertsDoNotDivide(DoesNotDivide):
 
 class StagesRefused(DoesNotDivide):
   """The ``stage`` axis cannot pipeline this model: it does not divide the layers, or the
-  schedule or the model's layers cannot be pipelined over it."""
+  schedule or the model's layers cannot be pipelined over it. ``reason``: why, in a few words
+  (what a search counts it as)."""
+
+  def __init__(self, message: str, reason: str = "the stage axis cannot pipeline this model's layers"):
+    super().__init__(message)
+    self.reason = reason
 
 
 class HeadsDoNotDivide(DoesNotDivide):

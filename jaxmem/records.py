@@ -54,9 +54,9 @@ class Configuration(Placement):
   parallelism (:mod:`jaxmem.program.pipelining`): ``stages`` the mesh's ``stage`` axis (1: none),
   ``bubble_fraction`` the schedule's idle share, (S - 1) / (M·R + S - 1) (GPipe, Huang et al.
   2019; MaxText). A user's own step (``--step``) has ``None`` for what jaxmem did not choose: the
-  optimizer, the compute dtype (and the parameters' where no argument is named ``params``),
-  ``microbatches``, ``vocab_tiles`` and the axes the planner takes as given (the attention
-  scores' dtype: :func:`jaxmem.resolve.given_axes`)."""
+  optimizer, the compute dtype (and the parameters' where no argument is named ``params``), and
+  every axis a step does not take (:attr:`jaxmem.axes.Axis.step`). One function makes it:
+  :func:`jaxmem.resolve.configuration`."""
 
   seq: int
   stages: int = 1

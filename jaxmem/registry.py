@@ -25,6 +25,26 @@ from jaxmem.errors import JaxmemError
 T = TypeVar("T")
 _MISSING = object()
 
+# The names each kind of entry has, as their owner published them (publish).
+_PUBLISHED: dict[str, tuple[str, ...]] = {}
+
+
+def publish(kind: str, names: Sequence[str]) -> tuple[str, ...]:
+  """Makes ``names`` the names of ``kind`` (``"attention"``, ``"context strategy"``): what an
+  axis that takes them checks a value against (:func:`jaxmem.axes.registered`), so the models,
+  who own the names, publish them here and the axis, declared below the models, reads them
+  without importing them. Returns the names, as a tuple."""
+  _PUBLISHED[kind] = tuple(names)
+  return _PUBLISHED[kind]
+
+
+def published(kind: str) -> tuple[str, ...]:
+  """The names ``kind`` has (:func:`publish`)."""
+  try:
+    return _PUBLISHED[kind]
+  except KeyError:  # a programming error: the owner's module was not imported
+    raise LookupError(f"no {kind} names are published; import the module that registers them") from None
+
 
 class Registry(Mapping[str, T], Generic[T]):
   """Entries by name. ``kind`` names an entry in messages ("remat policy"); ``field`` the

@@ -1,12 +1,16 @@
 """A validated sweep (:class:`Plan`) and its configurations as portable tasks (:class:`Task`).
 
 :func:`plan` resolves a :class:`~jaxmem.workload.Workload`'s names (model, target, remat
-policies, optimizers, meshes, attention implementations) and checks every mesh, the batch
-(against the data axes times the microbatches) and every attention name on every mesh before
-anything compiles, so
-bad input is one :class:`JaxmemError` without wasted work. A :class:`Task` is one configuration
-of the plan as a workload of single values (the model as a resolved config, the target by name),
-so it can be pickled to another process or machine and hashed for the row cache.
+policies, optimizers, meshes) and checks every configuration of the sweep as it would be built
+(each axis's declared checks, :mod:`jaxmem.axes`, and the program's own,
+:func:`jaxmem.program.train.check_configuration`) before anything compiles, so bad input is one
+:class:`JaxmemError` without wasted work. Every sweep axis takes the same path: the workload holds
+its values, a plan makes a task per combination of the inner axes' values (each axis where it
+applies), a task's workload holds one value of each, and the program reads them by name
+(:func:`jaxmem.axes.one_each`). A :class:`Task` is one configuration of the plan as a workload of
+single values (the model as a resolved config, the target by name), so it can be pickled to
+another process or machine and hashed for the row cache; :func:`configuration` is the one place a
+configuration's record is made.
 """
 
 from __future__ import annotations
@@ -16,28 +20,27 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxmem.axes import AXES, Axis, declared, one_value_each, outer_axes
+from jaxmem.axes import (
+    AXES, Setting, as_configured, check_applies, check_names, check_setting, combinations, configured, declared,
+    inner_axes, one_each, one_value_each, outer_axes, recorded,
+)
 from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
-from jaxmem.models import ATTENTION_NAMES, MOE_KERNELS, ModelConfig, StepChoices, choose_moe_kernel, get_config
-from jaxmem.models.config import MOE_IMPLS
+from jaxmem.models import ModelConfig, StepChoices, get_config
 from jaxmem.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
-from jaxmem.program.pipelining import PipelineOptions
-from jaxmem.program.precision import Precision
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
-from jaxmem.program.train import (
-    TrainProgram, build_train_program, check_batch, check_step_options, pick_attention,
-)
-from jaxmem.workload import PRECISION_AXES, BaseWorkload, Workload
+from jaxmem.program.train import TrainProgram, build_train_program, check_configuration, moe_choice, moe_fields
+from jaxmem.workload import BaseWorkload, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Task:
-  """One configuration: a workload with one mesh, remat policy and optimizer, the model as its
-  resolved :class:`ModelConfig` and the target by name (another process rebuilds it)."""
+  """One configuration: a workload with one value of every sweep axis (the mesh, remat policy and
+  optimizer among them), the model as its resolved :class:`ModelConfig` and the target by name
+  (another process rebuilds it)."""
 
   workload: Workload
   cpu_devices: int = 1  # simulated CPU devices the worker must start JAX with
@@ -75,10 +78,17 @@ class Task:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Plan:
-  """A validated sweep: every name resolved and every mesh checked before anything compiles.
+  """A validated sweep: every name resolved and every configuration checked before anything
+  compiles.
 
-  ``workload`` is what was asked (target by name); the other fields are what it resolved to.
-  ``batch`` and ``seq`` are the workload's, kept here so a search can replace them."""
+  ``workload`` is what was asked (target by name; a task's plan, :func:`for_task`, holds the
+  task's); it holds every sweep axis's values. The mesh, optimizer and remat policy, the axes
+  whose names resolve to what the program is built from, are also here as resolved (``meshes``:
+  the default mesh where none was asked; ``remats``: ``none`` first). ``cfg`` is the model and
+  ``choices`` how the step runs it (:class:`jaxmem.models.StepChoices`), each with
+  the outer axes' values (:func:`jaxmem.axes.configured`); a configuration's own values are
+  applied to both where its program is built (:meth:`built`). ``batch`` and ``seq`` are the
+  workload's, kept here so a search can replace them."""
 
   workload: Workload
   cfg: ModelConfig | None  # None for a step (workload.step): its model is its own
@@ -88,118 +98,103 @@ class Plan:
   remats: tuple[RematPolicy, ...]
   batch: int
   seq: int
-  # The step's own sweep axes: attention names as asked (auto or an implementation)
-  # and microbatch counts.
-  attentions: tuple[str, ...] = ("auto",)
-  microbatches: tuple[int, ...] = (1,)
-  vocab_tiles: tuple[int, ...] = (1,)
-  # The MoE sweep (moe_variants): each entry the (moe_impl, capacity_factor) a task's workload
-  # holds; ``choices`` the first's, and ``moe_notes`` say how the first was chosen.
-  moe: tuple[MoeVariant, ...] = (((), ()),)
-  moe_notes: tuple[str, ...] = ()
-  # How the step runs the model (its dropout, its experts' implementation and capacity: the
-  # first MoE variant's), which the model is built with beside ``cfg``.
   choices: StepChoices = StepChoices()
-  model: ModelConfig | None = None  # the model before the MoE choice, which tasks carry
-  # Master copy, moments and gradient-reduction dtypes: every combination the workload sweeps.
-  precisions: tuple[Precision, ...] = (Precision(),)
-  pipeline: PipelineOptions = PipelineOptions()  # on the meshes with a stage axis (one per sweep)
-  # How attention crosses a context-sharded sequence, swept on meshes with a context axis.
-  context_strategies: tuple[str, ...] = ("all_gather",)
-  # The sweep axes the planner takes as given (declared in jaxmem.axes, checked by their parsers,
-  # used by the program code, not resolved here): each (name, values), a task per value.
-  others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
   # A sweep over the outer axes (jaxmem.axes: the model's config, the
   # step's layout): one plan per combination, each of one value per axis; this plan is then the
   # first's, with the workload as asked. Empty for one combination.
   variants: tuple[Plan, ...] = ()
 
-  @property
-  def precision(self) -> Precision:
-    """The first precision of the sweep (a task's plan, :func:`for_task`, has only its own)."""
-    return self.precisions[0]
+  def options(self) -> dict[str, Any]:
+    """The first value of every sweep axis, by name (``None`` where none is given, or where the
+    axis does not apply): one configuration's options, as the program reads them (a task's plan,
+    :func:`for_task`, has only its own)."""
+    return one_each(self.workload)
 
-  def step_options(self) -> dict[str, Any]:
-    """The first value of each axis the planner takes as given (:func:`given_axes`), by name:
-    what the program code reads them from (:func:`jaxmem.program.train.build_train_program`'s
-    ``options``); a task's plan (:func:`for_task`) has only its own."""
-    return {name: values[0] for name, values in self.others}
+  def built(self, options: Mapping[str, Any] | None = None) -> tuple[ModelConfig, StepChoices]:
+    """What one configuration's model is built with (its values: :meth:`options`, with
+    ``options`` replacing those it names): the model's config and how the step runs it, each
+    with the values (:func:`jaxmem.axes.configured`), the MoE choice resolved for the target as
+    the program resolves it (:func:`jaxmem.program.train.moe_choice`)."""
+    values = {**self.options(), **(options or {})}
+    cfg, choices = configured(self.cfg, self.choices, values)
+    return cfg, moe_choice(cfg, choices, self.target.platform, values)[0]
 
-  def strategies(self, mesh: shd.MeshSpec) -> tuple[str, ...]:
-    """The context strategies a mesh sweeps: all of them over a context axis, else the first
-    (it changes nothing there, and its rows say ``context_strategy`` None)."""
-    return self.context_strategies if "context" in shd.mesh_axes(mesh).seq else self.context_strategies[:1]
+  def sweep(self) -> dict[str, tuple[Any, ...]]:
+    """Each inner axis's values, in their nesting order, each once: the mesh, optimizer and remat
+    policy as resolved (by name), the others as the workload gives them."""
+    resolved = {"mesh": tuple(shd.format_mesh(m) for m in self.meshes), "optimizer": tuple(o.name for o in self.optimizers),
+                "remat": tuple(r.name for r in self.remats)}
+    return {a.name: resolved.get(a.name, tuple(dict.fromkeys(a.values(self.workload)))) for a in inner_axes(self.workload)}
+
+  def configurations(self) -> list[dict[str, Any]]:
+    """Every configuration of the sweep (this plan's; its variants' are their own) as a task's
+    workload holds it (:func:`jaxmem.axes.combinations`), in task order."""
+    w = self.workload
+    return combinations(self.sweep(), {a.name: getattr(w, a.name) for a in AXES.values() if a.outer and hasattr(w, a.name)})
 
   def configs(self) -> list[tuple[shd.MeshSpec, Optimizer, RematPolicy]]:
     return list(itertools.product(self.meshes, self.optimizers, self.remats))
 
-  def grid(self) -> list[tuple[shd.MeshSpec, Optimizer, str, int, RematPolicy]]:
-    """Every configuration as (mesh, optimizer, attention, microbatches, remat): ``configs()``
-    with the step's axes, the remat policy innermost so each group starts with its baseline."""
-    return list(itertools.product(self.meshes, self.optimizers, self.attentions, self.microbatches, self.remats))
-
   def tasks(self) -> list[Task]:
-    """The configurations as picklable, cacheable tasks, in ``grid()`` order for each MoE
-    variant, precision, value of each axis taken as given (``others``) and vocabulary tiling
-    (:func:`for_task` specialises the plan to one)."""
+    """The configurations as picklable, cacheable tasks, each a workload of one value of every
+    axis (:meth:`configurations`), in the sweep's nesting order (the remat policy innermost but
+    for the axes that apply to some meshes, so each group starts with its baseline)."""
     if self.variants:
       return [t for v in self.variants for t in v.tasks()]
     cpu = cpu_devices_needed([self.workload.target_name])
-    # The model before the MoE choice, so a task's cache key does not depend on the sweep's first variant.
-    one = self.workload.replace(model=self.model or self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
-    others = [dict(zip((n for n, _ in self.others), values, strict=True))
-              for values in itertools.product(*((tuple((v,) for v in vs)) for _, vs in self.others))]
-    return [
-        Task(
-            workload=one.replace(
-                mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention, microbatches=mb,
-                vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor, context_strategy=strategy,
-                **precision_axes(prec), **other,
-            ),
-            cpu_devices=cpu,
-        )
-        for impl, factor in self.moe
-        for prec in self.precisions
-        for other in others
-        for tiles in self.vocab_tiles
-        for mesh, opt, attention, mb, rp in self.grid()
-        for strategy in self.strategies(mesh)
-    ]
+    one = self.workload.replace(model=self.cfg or self.workload.model, batch=self.batch, seq=self.seq)
+    return [Task(workload=one.replace(**c), cpu_devices=cpu) for c in self.configurations()]
 
 
 def for_task(p: Plan, task: Task) -> tuple[Plan, shd.MeshSpec, Optimizer, RematPolicy]:
-  """One of ``p``'s tasks without planning it again: ``p`` with the task's workload (its batch and
-  sequence, which a search or a scale grid replaces, its vocabulary tiling and MoE variant, with
-  that variant's config and notes), and the task's mesh, optimizer and remat policy as ``p``
-  resolved them. What differs from ``p`` (the batch) is checked again where the program is built."""
+  """One of ``p``'s tasks without planning it again: ``p`` (the variant of its sweep over the outer
+  axes the task belongs to) with the task's workload (one value of every axis; its batch and
+  sequence, which a search or a scale grid replaces), and the task's mesh, optimizer and remat
+  policy as ``p`` resolved them. What differs from ``p`` (the batch) is checked again where the
+  program is built."""
   p = variant_of(p, task)
   w = task.workload
-  choices, notes = p.choices, p.moe_notes
-  if p.cfg is not None and (w.moe_impl, w.capacity_factor) != p.moe[0]:
-    choices, notes = moe_config(p.cfg, w, p.target.platform, p.choices)
-  one = dataclasses.replace(
-      p, workload=w, choices=choices, moe_notes=notes, batch=w.batch, seq=w.seq, attentions=w.attention,
-      microbatches=w.microbatches, vocab_tiles=w.vocab_tiles, context_strategies=w.context_strategy,
-      precisions=(task_precision(w),), others=tuple((n, getattr(w, n)) for n, _ in p.others),
-  )
+  one = dataclasses.replace(p, workload=w, batch=w.batch, seq=w.seq)
   opt = next(o for o in p.optimizers if o.name == task.optimizer)
   rp = next(r for r in p.remats if r.name == task.remat)
   return one, task.mesh, opt, rp
 
 
-def build_program(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, **given: Any) -> TrainProgram:
+def build_program(
+    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, options: Mapping[str, Any] | None = None,
+) -> TrainProgram:
   """The train program of one of ``p``'s configurations: its mesh, optimizer and policy, the
-  plan's model, batch and sequence, and its first value of each of the step's options, each
-  unless ``given`` (``cfg``, ``choices``, ``batch``, ``seq`` or an option of
-  :func:`jaxmem.program.train.build_train_program`; ``options`` replaces the values of the axes
-  taken as given that it names, :meth:`Plan.step_options` the rest)."""
-  options = dict(
-      cfg=p.cfg, choices=p.choices, batch=p.batch, seq=p.seq, attention=p.attentions[0],
-      microbatches=p.microbatches[0], vocab_tiles=p.vocab_tiles[0], precision=p.precision, pipeline=p.pipeline,
-      sequence_parallel=p.workload.sequence_parallel, context_strategy=p.context_strategies[0],
-  ) | given
-  options["options"] = {**p.step_options(), **given.get("options", {})}
-  return build_train_program(options.pop("cfg"), remat=rp, optimizer=opt, target=p.target, mesh=mesh, **options)
+  plan's model, step choices, batch and sequence, and the configuration's value of every axis as
+  the program's options (:meth:`Plan.options`, with ``options`` replacing those it names), which
+  the program applies to the model and its choices (:func:`jaxmem.axes.configured`)."""
+  values = {**p.options(), **(options or {})}
+  return build_train_program(p.cfg, choices=p.choices, remat=rp, optimizer=opt, target=p.target, mesh=mesh,
+                             batch=p.batch, seq=p.seq, options=values)
+
+
+def configuration(
+    p: Plan, mesh: shd.MeshSpec, opt: Optimizer | None, rp: RematPolicy, program: TrainProgram | None = None,
+) -> dict[str, Any]:
+  """One configuration's record (the fields of :class:`jaxmem.records.Configuration`), made
+  here alone: its placement, and every recorded axis as the configuration asks it (``p``'s
+  workload, a task's: :func:`for_task`; ``None`` where the axis does not apply, and for a user's
+  step where jaxmem chose nothing), then the values its model's config and step choices hold
+  (the axes that configure or choose them) and what ``program`` resolved
+  (:attr:`TrainProgram.recorded`: the implementation ``auto`` became, the MoE choice, the
+  moments' dtype, the pipeline's schedule); without a program, the MoE choice as it would make it."""
+  asked = one_each(p.workload)
+  out = {a.name: asked.get(a.name) if p.cfg is not None or a.step else None for a in recorded()}
+  out.update(
+      model=p.cfg.name if p.cfg is not None else p.workload.model_name, target=p.target.name,
+      mesh=shd.format_mesh(mesh), batch=p.batch, seq=p.seq, num_devices=p.target.num_devices,
+      remat=rp.name, optimizer=None if opt is None else opt.name,
+  )
+  if program is not None:
+    out.update(as_configured(program.cfg, program.choices), **program.recorded)
+  elif p.cfg is not None:
+    cfg, choices = p.built()
+    out.update(as_configured(cfg, choices), **moe_fields(cfg, choices))
+  return out
 
 
 def variant_of(p: Plan, task: Task) -> Plan:
@@ -225,62 +220,18 @@ def outer_variants(w: Workload) -> list[Workload]:
   return [w.replace(**dict(zip(names, combo, strict=True))) for combo in itertools.product(*values)]
 
 
-# The inner axes the planner resolves itself (the mesh against the target, remat and optimizer
-# names, the step's, MoE variants and precisions, each checked); every other is taken as given.
-RESOLVED = ("mesh", "remat", "optimizer", "attention", "microbatches", "vocab_tiles", "moe_impl",
-            "capacity_factor", *PRECISION_AXES, "context_strategy")
+def outer_values(w: BaseWorkload) -> dict[str, Any]:
+  """A workload's one value of each outer axis, by name (the model's config and the step's
+  layout: what :func:`jaxmem.axes.configured` applies to the model once per plan)."""
+  return {n: v for n, v in one_each(w).items() if AXES[n].outer}
 
 
-def given_axes(*, training: bool | None = None, recorded: bool = False) -> tuple[Axis, ...]:
-  """The inner axes the planner takes as given, in their declared order: their parsers check
-  them as the workload is made, a plan makes a task per value, and the program code reads each
-  task's one value from its options (:meth:`Plan.step_options`). ``training`` False: those every
-  workload has (inference's too); ``recorded``: only those a result records under their name."""
-  return tuple(a for a in declared(training=training) if not a.outer and a.name not in RESOLVED
-               and not (recorded and a.record is None))
-
-
-def workload_options(w: BaseWorkload) -> dict[str, Any]:
-  """A workload of one configuration's value of each axis taken as given that it has, by name
-  (the options :func:`jaxmem.program.train.pick_attention` takes)."""
-  return {a.name: a.first(w) for a in given_axes() if hasattr(w, a.name)}
-
-
-def recorded_options(options: Mapping[str, Any]) -> dict[str, Any]:
-  """Of ``options`` (axes taken as given, by name), those a result records under their name."""
-  return {k: v for k, v in options.items() if AXES[k].record is not None}
-
-
-def resolve_others(w: Workload) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-  """The values, each once, of the inner axes the planner takes as given (their declarations
-  check them as the workload is made); an empty one is an error."""
-  out = []
-  for axis in given_axes():
-    if not hasattr(w, axis.name):
-      continue
-    values = axis.values(w)
-    if not values:
-      raise JaxmemError(f"`{axis.name}` is empty; give values separated by commas")
-    out.append((axis.name, tuple(dict.fromkeys(values))))
-  return tuple(out)
-
-
-def precision_axes(prec: Precision) -> dict[str, tuple[str | None]]:
-  """A task's workload fields for one precision (each axis one value)."""
-  return {name: (getattr(prec, name),) for name in PRECISION_AXES}
-
-
-def task_precision(w: Workload) -> Precision:
-  """The precision of a task's workload (one value per axis)."""
-  return Precision(**{name: getattr(w, name)[0] for name in PRECISION_AXES})
-
-
-def resolve_model(model: str | ModelConfig, **overrides: str | None) -> ModelConfig:
-  """A preset by name (or a config as given) with the dtype overrides that are not ``None``."""
-  overrides = {k: v for k, v in overrides.items() if v is not None}
-  if isinstance(model, ModelConfig):
-    return dataclasses.replace(model, **overrides)
-  return get_config(model, **overrides)
+def resolve_model(model: str | ModelConfig, values: Mapping[str, Any] | None = None) -> tuple[ModelConfig, StepChoices]:
+  """A preset by name (or a config as given) and how a step runs it (every model's default
+  :class:`~jaxmem.models.StepChoices`), with the values of the axes that configure or choose them
+  (:func:`jaxmem.axes.configured`)."""
+  cfg = model if isinstance(model, ModelConfig) else get_config(model)
+  return configured(cfg, StepChoices(), values or {})
 
 
 def resolve_target(w: BaseWorkload) -> Target:
@@ -301,94 +252,6 @@ def resolve_meshes(w: BaseWorkload, tgt: Target) -> tuple[shd.MeshSpec, ...]:
   return meshes
 
 
-# One MoE configuration as a task's workload holds it: (moe_impl, capacity_factor), each empty
-# (the default) or one value.
-MoeVariant = tuple[tuple[str, ...], tuple[float, ...]]
-
-# Why capacity is the default on GPU targets, and what dropless costs there (benchmarks/moe_layer.py).
-_GPU_RAGGED_DOT = (
-    "XLA's GPU compiler expands jax.lax.ragged_dot (the dropless path's grouped matmul) into a dense "
-    "matmul over all E experts, so its temporaries hold E times the routed copies a grouped matmul "
-    "would (qwen3-30b-a3b, one layer, 4096 tokens, gpu:h100: 48.85 GiB dropless against 0.90-1.66 "
-    "capacity, benchmarks/moe_layer.py)"
-)
-
-
-def moe_variants(w: BaseWorkload) -> tuple[MoeVariant, ...]:
-  """The MoE configurations a workload sweeps: every ``moe_impl`` (capacity once per capacity
-  factor), or the default alone; capacity factors without ``moe_impl`` imply capacity."""
-  impls = w.moe_impl or (("capacity",) if w.capacity_factor else ())
-  for impl in impls:
-    if impl not in MOE_IMPLS:
-      raise JaxmemError(f"unknown `moe_impl` {impl!r}; valid: {', '.join(MOE_IMPLS)}")
-  if w.capacity_factor and "capacity" not in impls:
-    raise JaxmemError("`capacity_factor` applies to `moe_impl` capacity; add capacity to `moe_impl`")
-  for f in w.capacity_factor:
-    if not f > 0:
-      raise JaxmemError(f"`capacity_factor` must be > 0 (got {f:g})")
-  if not impls:
-    return (((), ()),)
-  out: list[MoeVariant] = []
-  for impl in impls:
-    factors = w.capacity_factor if impl == "capacity" else ()
-    out += [((impl,), (f,)) for f in factors] or [((impl,), ())]
-  return tuple(dict.fromkeys(out))
-
-
-def moe_config(
-    cfg: ModelConfig, w: BaseWorkload, platform: str, choices: StepChoices = StepChoices()
-) -> tuple[StepChoices, tuple[str, ...]]:
-  """The step ``choices`` with the MoE choice of a one-variant workload for the model ``cfg``, and
-  notes on it. A dense model with MoE choices is an error: they would change nothing, and
-  silently so.
-
-  The default on GPU targets is ``capacity``: XLA's GPU compiler expands ``ragged_dot``, so the
-  dropless figure there describes a program GPU MoE training does not run (MaxText's GPU
-  recipes set sparse_matmul=False, its dense capacity path; its megablox kernel is TPU-only)."""
-  if not cfg.is_moe:
-    if w.moe_impl or w.capacity_factor:
-      raise JaxmemError(
-          f"`moe_impl` and `capacity_factor` apply to mixture-of-experts models; {cfg.name} has no experts (drop them)"
-      )
-    return choices, ()
-  notes: list[str] = []
-  if w.moe_impl:
-    impl = w.moe_impl[0]
-  elif w.capacity_factor:
-    impl = "capacity"
-  elif platform == "gpu" and choices.moe_impl == "dropless":
-    impl = "capacity"
-    notes.append(f"moe_impl: capacity, the default on GPU targets: {_GPU_RAGGED_DOT}; --moe-impl dropless compiles it anyway")
-  else:
-    impl = choices.moe_impl
-  if impl == "dropless" and platform == "gpu" and not notes:
-    notes.append(f"moe_impl dropless on GPU: {_GPU_RAGGED_DOT}; --moe-impl capacity is what GPU MoE training runs")
-  factor = w.capacity_factor[0] if w.capacity_factor else choices.capacity_factor
-  return dataclasses.replace(choices, moe_impl=impl, capacity_factor=factor), tuple(notes)
-
-
-def check_moe_kernel(w: Workload, cfg: ModelConfig, variants: tuple[MoeVariant, ...], platform: str) -> None:
-  """A one-line error where the workload names a grouped-matmul kernel (``moe_kernel`` other
-  than ``auto``) that would change nothing, and silently so (a dense model; no dropless variant
-  on this target), or that the target cannot compile (``gmm`` off TPU)."""
-  if not w.moe_kernel:
-    raise JaxmemError(f"`moe_kernel` is empty; give names separated by commas from {', '.join(MOE_KERNELS)}")
-  for name in w.moe_kernel:
-    if name not in MOE_KERNELS:
-      raise JaxmemError(f"unknown `moe_kernel` {name!r}; valid: {', '.join(MOE_KERNELS)}")
-  if w.moe_kernel == AXES["moe_kernel"].normalise(AXES["moe_kernel"].default):
-    return
-  if not cfg.is_moe:
-    raise JaxmemError(f"`moe_kernel` applies to mixture-of-experts models; {cfg.name} has no experts (drop it)")
-  impls = {moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), platform)[0].moe_impl for i, f in variants}
-  if "dropless" not in impls:
-    raise JaxmemError(
-        f"`moe_kernel` applies to `moe_impl` dropless, and {cfg.name} runs capacity here; add dropless to `moe_impl`"
-    )
-  for name in w.moe_kernel:
-    choose_moe_kernel(name, platform)
-
-
 def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   """Resolves and checks a sweep: ``workload`` (or the default one) with ``fields`` replaced.
   Raises :class:`JaxmemError` on any bad input."""
@@ -399,86 +262,37 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   if len(combos) > 1:  # every combination planned (and so checked) before anything compiles
     subs = tuple(plan(v) for v in combos)
     return dataclasses.replace(subs[0], workload=w.replace(target=w.target_name), variants=subs)
-  dropout = resolve_dropout(w)
-  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  check_names(w)
+  cfg, choices = resolve_model(w.model, outer_values(w))
   tgt = resolve_target(w)
-  remats = parse_remat(w.remat, host_memory=tgt.has_host_memory)
-  optimizers = OPTIMIZERS.parse(w.optimizer)
-  meshes = resolve_meshes(w, tgt)
-  attentions, microbatches = resolve_step_axes(w)
-  vocab_tiles = resolve_vocab_tiles(w)
-  strategies = resolve_context_strategies(w)
-  precisions = resolve_precisions(w, cfg, optimizers)
-  others = resolve_others(w)
-  pipeline = resolve_pipeline(w, meshes)
-  variants = moe_variants(w)
-  impl, factor = variants[0]
-  model = cfg
-  choices, moe_notes = moe_config(
-      cfg, w.replace(moe_impl=impl, capacity_factor=factor), tgt.platform, StepChoices(dropout=dropout)
+  p = Plan(
+      workload=w.replace(target=w.target_name), cfg=cfg, choices=choices, target=tgt, meshes=resolve_meshes(w, tgt),
+      optimizers=OPTIMIZERS.parse(w.optimizer), remats=tuple(parse_remat(w.remat, host_memory=tgt.has_host_memory)),
+      batch=w.batch, seq=w.seq,
   )
-  check_moe_kernel(w, model, variants, tgt.platform)
-  for m in meshes:
-    for mb, tiles in itertools.product(microbatches, vocab_tiles):
-      check_batch(w.batch, w.seq, m, cfg, microbatches=mb, vocab_tiles=tiles, pipeline=pipeline, choices=choices)
-    check_step_options(cfg, m, w.seq, sequence_parallel=w.sequence_parallel)
-    if choices.dropout and pipeline.schedule(m):
-      raise JaxmemError(
-          f"`dropout` with a stage axis (mesh {shd.format_mesh(m)}) is not built: the pipeline's iterations carry no "
-          "dropout keys; set dropout 0 or drop the stage axis"
-      )
-    for name, strategy in itertools.product(attentions, strategies if "context" in shd.mesh_axes(m).seq else (None,)):
-      # A name the target or mesh cannot take is refused here, before the first compile.
-      pick_attention(name, cfg, batch=w.batch, seq=w.seq, target=tgt, mesh=dict(m), context_strategy=strategy,
-                     options={n: vs[0] for n, vs in others})
-  w = w.replace(target=w.target_name)
-  return Plan(
-      workload=w, cfg=cfg, target=tgt, meshes=meshes, optimizers=optimizers, remats=tuple(remats),
-      batch=w.batch, seq=w.seq, attentions=attentions, microbatches=microbatches, vocab_tiles=vocab_tiles, moe=variants,
-      moe_notes=moe_notes, choices=choices, model=model, precisions=precisions, pipeline=pipeline,
-      context_strategies=strategies, others=others,
-  )
+  check_plan(p)
+  return p
 
 
-def resolve_pipeline(w: Workload, meshes: tuple[shd.MeshSpec, ...]) -> PipelineOptions:
-  """The workload's pipeline options, checked; given without a mesh that has a stage axis, an
-  error (they would change nothing, and silently so)."""
-  options = PipelineOptions(microbatches=w.pipeline_microbatches, repeats=w.pipeline_repeats)
-  options.check()
-  if options.given and not any(options.schedule(m) for m in meshes):
-    raise JaxmemError(
-        "`pipeline_microbatches` and `pipeline_repeats` apply to meshes with a stage axis (e.g. stage=4,fsdp=2); "
-        "no mesh here has one"
-    )
-  return options
-
-
-def resolve_dropout(w: Workload) -> float:
-  """The workload's dropout rate for the step (:attr:`StepChoices.dropout`), checked."""
-  d = w.dropout
-  if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
-    raise JaxmemError(f"`dropout` must be a probability in [0, 1), got {d!r}")
-  if not isinstance(w.sequence_parallel, bool):
-    raise JaxmemError(f"`sequence_parallel` is true or false, got {w.sequence_parallel!r}")
-  return float(d)
-
-
-def resolve_precisions(w: Workload, cfg: ModelConfig, optimizers: tuple[Optimizer, ...]) -> tuple[Precision, ...]:
-  """Every combination of the workload's precision axes (master copy outermost), each checked
-  against the model's parameter dtype and every optimizer of the sweep (``moments_dtype`` on an
-  optimizer that cannot take one is refused here)."""
-  for name in PRECISION_AXES:
-    if not getattr(w, name):
-      raise JaxmemError(f"`{name}` is empty; give dtypes separated by commas (none for the default)")
-  out = []
-  for values in itertools.product(*(getattr(w, name) for name in PRECISION_AXES)):
-    precision = Precision(**dict(zip(PRECISION_AXES, values, strict=True)))
-    precision.check(cfg.param_dtype)
-    if precision.moments_dtype is not None:
-      for opt in optimizers:
-        opt.transformation(1e-3, moments_dtype=precision.moments_dtype)  # builds nothing; refuses in one line
-    out.append(precision)
-  return tuple(out)
+def check_plan(p: Plan) -> None:
+  """Every configuration of ``p`` checked as it would be built, before anything compiles: a value
+  given to an axis that applies to none of them (:func:`jaxmem.axes.check_applies`), each axis's
+  own check of its value there (:func:`jaxmem.axes.check_setting`), and what the program would
+  refuse (:func:`jaxmem.program.train.check_configuration`), each in one line."""
+  configurations = [one_each(p.workload.replace(**c)) for c in p.configurations()]
+  check_applies(p.workload, configurations)
+  optimizers = {o.name: o for o in p.optimizers}
+  meshes = {shd.format_mesh(m): m for m in p.meshes}
+  seen = set()
+  for values in configurations:
+    cfg, _ = configured(p.cfg, p.choices, values)
+    check_setting(Setting(values=values, cfg=cfg, platform=p.target.platform, optimizer=optimizers[values["optimizer"]]))
+    # The program's checks do not depend on the remat policy: once for the policies of a configuration.
+    same = tuple((k, v) for k, v in values.items() if k != "remat")
+    if same not in seen:
+      seen.add(same)
+      check_configuration(p.cfg, choices=p.choices, target=p.target, mesh=meshes[values["mesh"]], batch=p.batch,
+                          seq=p.seq, options=values)
 
 
 # The optimizer column of a step's rows: the step brings its own.
@@ -496,7 +310,7 @@ def plan_step(w: Workload) -> Plan:
     return STEP_PLANNERS[w.step](w)
   load_step(w.step)
   for axis in declared():
-    if not axis.step and getattr(w, axis.name) != axis.normalise(axis.default):
+    if not axis.step and getattr(w, axis.name) != axis.unset:
       # it changes how jaxmem builds its models' step; a user's step is built by its factory
       raise JaxmemError(f"`{axis.name}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)
@@ -526,47 +340,3 @@ def step_remats(w: Workload, remats: list[RematPolicy]) -> list[RematPolicy]:
           "compare it with `remat` none"
       )
   return [rp for rp in remats if not rp.attention_core]
-
-
-def resolve_step_axes(w: Workload) -> tuple[tuple[str, ...], tuple[int, ...]]:
-  """The workload's attention names and microbatch counts, each once, checked."""
-  attentions = resolve_attention(w)
-  if not w.microbatches:
-    raise JaxmemError("`microbatches` is empty; give whole numbers separated by commas, e.g. 1,4")
-  for mb in w.microbatches:
-    if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
-      raise JaxmemError(f"`microbatches` must be whole numbers of at least 1 (got {mb!r})")
-  return attentions, tuple(dict.fromkeys(w.microbatches))
-
-
-def resolve_attention(w: BaseWorkload) -> tuple[str, ...]:
-  """The workload's attention names, each once, checked."""
-  if not w.attention:
-    raise JaxmemError(f"`attention` is empty; give names separated by commas from {', '.join(ATTENTION_NAMES)}")
-  for name in w.attention:
-    if name not in ATTENTION_NAMES:
-      raise JaxmemError(f"unknown attention {name!r}; valid: {', '.join(ATTENTION_NAMES)}")
-  return tuple(dict.fromkeys(w.attention))
-
-
-def resolve_vocab_tiles(w: Workload) -> tuple[int, ...]:
-  """The workload's vocabulary tilings, each once, checked (each must also divide the sequence:
-  :func:`jaxmem.program.train.check_batch`)."""
-  if not w.vocab_tiles:
-    raise JaxmemError("`vocab_tiles` is empty; give whole numbers separated by commas, e.g. 1,8")
-  for tiles in w.vocab_tiles:
-    if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 1:
-      raise JaxmemError(f"`vocab_tiles` must be whole numbers of at least 1 (got {tiles!r})")
-  return tuple(dict.fromkeys(w.vocab_tiles))
-
-
-def resolve_context_strategies(w: Workload) -> tuple[str, ...]:
-  """The workload's context strategies, each once, checked (they apply on meshes with a context axis)."""
-  from jaxmem.models.context_attention import STRATEGIES
-
-  if not w.context_strategy:
-    raise JaxmemError(f"`context_strategy` is empty; give names separated by commas from {', '.join(STRATEGIES)}")
-  for name in w.context_strategy:
-    if name not in STRATEGIES:
-      raise JaxmemError(f"unknown `context_strategy` {name!r}; valid: {', '.join(STRATEGIES)}")
-  return tuple(dict.fromkeys(w.context_strategy))

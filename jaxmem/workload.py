@@ -39,8 +39,6 @@ DEFAULT_REMAT = AXES["remat"].default
 # (per_device_batch_size x devices, max_target_length): there they stay None until its plan
 # reads MaxText's config (jaxmem.maxtext.plan.plan_maxtext).
 DEFAULT_BATCH, DEFAULT_SEQ = 8, 1024
-# The precision options (jaxmem.program.precision), each a sweep axis of optional dtypes.
-PRECISION_AXES = tuple(a.name for a in AXES.values() if a.group == "precision")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

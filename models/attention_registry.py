@@ -42,6 +42,7 @@ from jax.sharding import Mesh
 
 from jaxmem.errors import JaxmemError
 from jaxmem.kernels import register_kernel_flops
+from jaxmem.registry import publish
 
 from . import attention_flops as kflops
 from . import attention_kernels as kernels
@@ -259,7 +260,7 @@ IMPLEMENTATIONS: dict[str, AttentionImpl] = {
     ),
   )
 }
-ATTENTION_NAMES: tuple[str, ...] = (AUTO, *IMPLEMENTATIONS)
+ATTENTION_NAMES: tuple[str, ...] = publish("attention", (AUTO, *IMPLEMENTATIONS))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -36,6 +36,7 @@ import numpy as np
 
 from jaxmem.composed import Composed, Record, composed
 from jaxmem.errors import JaxmemError
+from jaxmem.registry import publish
 
 Style = Literal["gpt2", "llama3"]
 STYLES: tuple[str, ...] = ("gpt2", "llama3")
@@ -48,7 +49,7 @@ MlpAct = Literal["silu", "gelu_tanh"]
 MLP_ACTS: tuple[str, ...] = ("silu", "gelu_tanh")
 NormLayout = Literal["pre", "sandwich", "post"]
 NORM_LAYOUTS: tuple[str, ...] = ("pre", "sandwich", "post")
-MOE_IMPLS: tuple[str, ...] = ("dropless", "capacity")
+MOE_IMPLS: tuple[str, ...] = publish("MoE implementation", ("dropless", "capacity"))
 
 # Llama 3.1 / 3.2 context length and RoPE base (Llama 3 paper, section 3.2 and table 3).
 _LLAMA3_ROPE_THETA = 500_000.0

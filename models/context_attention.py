@@ -38,12 +38,13 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import Mesh
 
 from jaxmem.errors import JaxmemError
+from jaxmem.registry import publish
 
 from .attention_ops import AttendFn
 from .mesh_axes import MeshAxes, require, shard_map
 from .names import CONTEXT
 
-STRATEGIES: tuple[str, ...] = ("all_gather", "ring")
+STRATEGIES: tuple[str, ...] = publish("context strategy", ("all_gather", "ring"))
 DEFAULT_STRATEGY = "all_gather"
 # The local kernel each strategy can run its queries through. ring merges partial softmaxes, so
 # its block kernel must return the log-sum-exp and take it back in the backward pass: the

@@ -34,14 +34,15 @@ import jax.numpy as jnp
 
 from jaxmem.errors import JaxmemError
 from jaxmem.kernels import register_kernel_flops
+from jaxmem.registry import publish
 
 # (x [m, k], w [E, k, n], group_sizes int32 [E]) -> [m, n]: the rows of group e (contiguous,
 # in group order) times w[e]; rows past the groups' total are zero.
 GroupedMatmul = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
 AUTO = "auto"
-# The names --moe-kernel takes (the sweep axis jaxmem.axes declares; the planner checks them here).
-MOE_KERNELS = (AUTO, "gmm", "ragged_dot")
+# The names --moe-kernel takes (the sweep axis jaxmem.axes declares checks them against these).
+MOE_KERNELS = publish("MoE kernel", (AUTO, "gmm", "ragged_dot"))
 # auto's kernel per platform (a platform not listed: ragged_dot).
 AUTO_KERNEL = {"tpu": "gmm"}
 

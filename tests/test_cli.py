@@ -91,6 +91,18 @@ def test_validate_measure_runs_real_steps_on_cpu():
   assert m.measured_bytes is None and m.ratio is None and m.notes
 
 
+def test_validate_measures_the_context_strategy_asked():
+  # validate runs the program the workload asks for: ring attention over the context axis, not
+  # the default all_gather (it built its program with no strategy, whatever was asked).
+  from jaxmem.planning import validate
+  from jaxmem.resolve import plan
+
+  p = plan(model="tiny", batch=2, seq=256, remat="none", optimizer="sgd", target="cpu:2", mesh="context=2",
+           context_strategy="ring")
+  m = validate.measure(p, p.meshes[0], p.optimizers[0], p.remats[-1], steps=1)
+  assert m.loss is not None and m.context_strategy == "ring"
+
+
 def test_validate_hands_each_configuration_to_a_fresh_process_by_flags():
   # validate runs `python -m jaxmem _measure ARGV` per configuration: the flags must give the
   # measuring process the very workload (the target is the attached devices there).

@@ -140,6 +140,24 @@ def test_a_search_without_a_total_counts_its_compiles(capsys, monkeypatch):
   assert err[2].startswith("jaxmem: [2] fsdp=1 adamw full batch 128 seq 16: refused: RESOURCE_EXHAUSTED")
 
 
+def test_a_progress_line_names_only_what_is_set(capsys, monkeypatch):
+  # A user's step records None for what jaxmem did not choose (its optimizer, how it accumulates
+  # and tiles, its scores' dtype): its line says nothing of them, not "microbatches None".
+  from jaxmem.cli import _common
+
+  monkeypatch.delenv("JAXMEM_NO_PROGRESS", raising=False)
+  progress = _common.Progress(type("Args", (), {"format": "table"})(), None)
+  progress.start(2)
+  row = sweep.Row(model="step", target="cpu", mesh="fsdp=1", batch=8, seq=64, num_devices=1, remat="full",
+                  optimizer=None, param_dtype=None, dtype=None, microbatches=None, vocab_tiles=None, qk_dtype=None,
+                  required_bytes=3 << 20, fits=None)
+  progress.row(row)
+  progress.row(dataclasses.replace(row, microbatches=4))
+  first, second = capsys.readouterr().err.splitlines()
+  assert first == "jaxmem: [1/2] fsdp=1 full batch 8 seq 64: required 3.00 MiB"
+  assert second == "jaxmem: [2/2] fsdp=1 full batch 8 seq 64 microbatches 4: required 3.00 MiB"
+
+
 @pytest.mark.slow  # a CLI sweep of several compiles
 def test_vocab_tiles_take_a_comma_list_and_sweep(capsys):
   argv = ["compare", "--model", "tiny", "--batch", "2", "--seq", "64", "--target", "tpu:v5e-1", "--remat", "full"]

@@ -37,7 +37,7 @@ MESHES = ("sequence=8", "context=8")
 def _program(mesh: str):
   return build_train_program(
       WIDE, remat=REMAT_POLICIES["none"], optimizer=OPTIMIZERS["adamw"], batch=1, seq=SEQ,
-      target=get_target("cpu:8"), mesh=shd.parse_mesh(mesh), attention="chunked",
+      target=get_target("cpu:8"), mesh=shd.parse_mesh(mesh), options={"attention": "chunked"},
   )
 
 

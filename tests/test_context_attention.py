@@ -214,9 +214,12 @@ def test_offload_on_a_target_without_host_memory_names_the_device_policy():
 
 
 def test_fit_over_seq_steps_by_the_kernel_block_and_reaches_millions():
-  assert seq_step(shd.parse_mesh("context=16,tensor=8"), "auto", "all_gather", "tpu") == 4096  # 2 x 16 x 128
-  assert seq_step(shd.parse_mesh("context=16,tensor=8"), "auto", "ring", "tpu") == 2048  # 128 x 16 (chunked)
-  step = seq_step(shd.parse_mesh("context=8"), "auto", "all_gather", "gpu", vocab_tiles=16)
+  def step_of(mesh, strategy, platform, **options):
+    return seq_step(shd.parse_mesh(mesh), {"attention": "auto", "context_strategy": strategy, **options}, platform)
+
+  assert step_of("context=16,tensor=8", "all_gather", "tpu") == 4096  # 2 x 16 x 128
+  assert step_of("context=16,tensor=8", "ring", "tpu") == 2048  # 128 x 16 (chunked)
+  step = step_of("context=8", "all_gather", "gpu", vocab_tiles=16)
   assert step == 1024 and 1 << 20 == step * 1024  # 1M is a power-of-two number of steps
   assert MAX_STEPS * step >= 1 << 24  # the doubling's ceiling is far above a million tokens
 

@@ -7,16 +7,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from jaxmem.events import Compiling, listen
 from jaxmem.models import get_config
 from jaxmem.planning import fit, sweep
 from jaxmem.planning.boundary import Boundary
 from jaxmem.cache import RowCache
 from jaxmem.resolve import plan
 
-def _plan(cfg=None):
+def _plan(cfg=None, **fields):
   # The host CPU's compiler (the fastest here), with a capacity set to three times what batch 1
   # needs, so the largest batch is some steps above the smallest; `full` alone is searched.
-  p = plan(model=cfg or "tiny", remat="full", optimizer="adamw", batch=1, seq=32, target="cpu")
+  p = plan(model=cfg or "tiny", remat="full", optimizer="adamw", batch=1, seq=32, target="cpu", **fields)
   p = dataclasses.replace(p, remats=p.remats[1:])
   mesh, opt, rp = p.configs()[0]
   first = sweep.run_config(p, mesh, opt, rp)
@@ -30,11 +31,13 @@ def searched(tmp_path_factory):
   model on the host CPU: a few compiles of about a second each on a quiet machine)."""
   p = _plan()
   cache = RowCache(tmp_path_factory.mktemp("rows"))
-  rows = []
-  (found,) = fit.search(p, cache=cache, on_row=rows.append)
+  rows, events = [], []
+  with listen(events.append):
+    (found,) = fit.search(p, cache=cache, on_row=rows.append)
   # A depth probe asked of a 2-layer model is not used (every probe is read from the cache).
   (unused,) = fit.search(p, cache=cache, depth_probe=True)
-  return SimpleNamespace(plan=p, cache=cache, affine=found, rows=rows, unused=unused)
+  compiling = [e for e in events if isinstance(e, Compiling)]
+  return SimpleNamespace(plan=p, cache=cache, affine=found, rows=rows, unused=unused, compiling=compiling)
 
 
 # Bisection compiles about twice as many batches (those the affine search made are read from its
@@ -54,6 +57,36 @@ def test_compiles_are_counted_and_the_answer_was_confirmed_by_compiles(searched)
   assert found.max_batch >= 3 and found.row.batch == found.max_batch and found.row.fits is True
   assert by_batch[found.max_batch].fits is True and by_batch[found.max_batch + 1].fits is False
   assert found.as_dict()["compiles"] == found.compiles and found.predicted_from_depths is None
+
+
+def test_each_compile_of_a_search_is_counted_within_the_search(searched):
+  # The search compiles a few rows per round: each compile says its place in the whole search,
+  # and no total (it is known only at the end), not "1 of 1" each round.
+  assert [(e.index, e.total) for e in searched.compiling] == [(i, None) for i in range(1, len(searched.rows) + 1)]
+
+
+def test_answers_that_differ_only_in_their_vocab_tiling_say_so(monkeypatch):
+  # Two tilings are two configurations: each answer records its own, and the table shows it (the
+  # rows were otherwise identical in every identifying column). The compiler is stood in for by
+  # a line: each batch needs 100 bytes of the 1000 the target has.
+  from jaxmem.render import tables
+
+  def run_rows(p, tasks, **kwargs):
+    return [sweep.Row(model="tiny", target="cpu", mesh=t.workload.mesh[0], batch=t.workload.batch, seq=t.workload.seq,
+                      num_devices=1, remat=t.remat, optimizer=t.optimizer, param_dtype="float32", dtype="bfloat16",
+                      vocab_tiles=t.vocab_tiles, required_bytes=100 * t.workload.batch, fits=t.workload.batch <= 10)
+            for t in tasks]
+
+  monkeypatch.setattr(fit, "run_rows", run_rows)
+  p = plan(model="tiny", remat="full", batch=1, seq=32, target="cpu", vocab_tiles="1,2")
+  p = dataclasses.replace(p, remats=p.remats[1:], target=dataclasses.replace(p.target, capacity_bytes=1000))
+  results = fit.search(p)
+  assert [r.max_batch for r in results] == [10, 10]
+  assert [r.vocab_tiles for r in results] == [1, 2]
+  assert [r.as_dict()["vocab_tiles"] for r in results] == [1, 2]
+  header, _, *lines = tables.render_fit(results, "table").split("\n\n")[1].splitlines()
+  assert "vocab tiles" in header
+  assert len(set(lines)) == 2
 
 
 def test_a_depth_probe_that_cannot_help_is_not_used_and_says_so(searched):

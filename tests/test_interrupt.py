@@ -99,6 +99,14 @@ def test_commands_that_cannot_honour_a_run_option_do_not_accept_it(command, flag
   assert len(err.strip().splitlines()) == 1 and "unrecognized arguments" in err and flag[0] in err, err
 
 
+def test_fit_does_not_accept_totals(capsys):
+  # fit's tables (the search's answers, a serving fit's) have no whole-mesh figures: a flag it
+  # would only read to refuse is not one it takes.
+  assert main(["fit", "--model", "tiny", "--target", "cpu", "--totals"]) == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "unrecognized arguments: --totals" in err, err
+
+
 @pytest.mark.parametrize("entry", [jaxmem.infer, jaxmem.explain, jaxmem.validate])
 def test_library_entry_points_refuse_a_run_option_they_cannot_honour(entry):
   with pytest.raises(jaxmem.JaxmemError, match="does not take `jobs`"):

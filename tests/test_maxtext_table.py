@@ -142,7 +142,7 @@ def test_what_emit_writes_compare_maxtext_takes(maxtext):
     settings = mx.task_settings(task.workload, p.target, batch=p.batch, seq=p.seq, mesh=task.mesh)
     o = {k: table.text(v) for k, v in launch.overrides.items()}
     assert {k: v for k, v in settings.items() if k in o} == {k: o[k] for k in settings if k in o}, c
-    assert (p.batch, p.seq, p.microbatches) == (c.batch, c.seq, (c.microbatches,)), c
+    assert (p.batch, p.seq, p.workload.microbatches) == (c.batch, c.seq, (c.microbatches,)), c
     assert dict(task.mesh) == dict(parse_mesh(c.mesh)), (c.mesh, task.mesh)
     assert p.remats[0].name == o.get("remat_policy", "full"), c.remat
 

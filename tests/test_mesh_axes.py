@@ -99,8 +99,8 @@ def test_a_new_batch_axis_reaches_every_shard_map(case, pod_rules, shard_maps):
   mesh = shd.parse_mesh(c["mesh"])
   program = build_train_program(
       get_config(c["model"]), remat=REMAT_POLICIES["none"], optimizer=OPTIMIZERS["sgd"], batch=c["batch"],
-      seq=c["seq"], target=get_target(c["target"]), mesh=mesh, attention=c["attention"],
-      context_strategy=c.get("context_strategy"),
+      seq=c["seq"], target=get_target(c["target"]), mesh=mesh,
+      options={"attention": c["attention"], "context_strategy": c.get("context_strategy")},
   )
   if c["attention"] != "dot":
     assert program.attention.name == c["attention"]

@@ -17,6 +17,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from jaxmem.cli import main
+from jaxmem.axes import configured
 from jaxmem.errors import JaxmemError
 from jaxmem.buffers.residuals import saved_residuals_by_policy
 from jaxmem.hlo.comms import collectives_from_hlo
@@ -30,7 +31,7 @@ from jaxmem.resolve import plan
 from jaxmem.planning.sweep import compare
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import REMAT_POLICIES
-from jaxmem.program.train import abstract_model
+from jaxmem.program.train import abstract_model, moe_choice
 from jaxmem.render import tables
 from jaxmem.workload import Workload
 
@@ -66,8 +67,9 @@ def test_moe_fields_are_sweep_axes_and_tasks_carry_one_variant_each():
   assert len({t.cache_key() for t in p.tasks()}) == 3
   # Capacity factors alone imply capacity; each task's own plan resolves its variant.
   one = plan(plan(Workload(**MOE, target="cpu", capacity_factor=3)).tasks()[0].workload)
-  assert (one.choices.moe_impl, one.choices.capacity_factor) == ("capacity", 3.0)
-  assert plan(Workload(**MOE, target="cpu")).choices.moe_impl == "dropless"
+  _, choices = one.built()
+  assert (choices.moe_impl, choices.capacity_factor) == ("capacity", 3.0)
+  assert plan(Workload(**MOE, target="cpu")).built()[1].moe_impl == "dropless"
 
 
 @pytest.mark.parametrize(
@@ -87,11 +89,15 @@ def test_bad_moe_choices_are_one_line_errors(fields, match):
 
 
 def test_gpu_default_is_capacity_with_the_reason_and_dropless_is_noted():
-  p = plan(Workload(**MOE, target="gpu:h100"))
-  assert p.choices.moe_impl == "capacity" and any("ragged_dot" in n and "dense matmul" in n for n in p.moe_notes)
-  explicit = plan(Workload(**MOE, target="gpu:h100", moe_impl="dropless"))
-  assert explicit.choices.moe_impl == "dropless" and any("ragged_dot" in n for n in explicit.moe_notes)
-  assert plan(Workload(**MOE, target="tpu:v5e-1")).moe_notes == ()
+  def choice(**fields):
+    p = plan(Workload(**MOE, **fields))
+    return moe_choice(*configured(p.cfg, p.choices, p.options()), p.target.platform, p.options())
+
+  choices, notes = choice(target="gpu:h100")
+  assert choices.moe_impl == "capacity" and any("ragged_dot" in n and "dense matmul" in n for n in notes)
+  choices, notes = choice(target="gpu:h100", moe_impl="dropless")
+  assert choices.moe_impl == "dropless" and any("ragged_dot" in n for n in notes)
+  assert choice(target="tpu:v5e-1")[1] == ()
 
 
 def test_expert_count_the_axis_does_not_divide_is_one_line_through_the_cli(capsys):

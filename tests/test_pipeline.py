@@ -82,7 +82,7 @@ def _program(mesh: str, **kw):
   spec = shd.parse_mesh(mesh)
   return build_train_program(
       DEEP, remat=REMAT_POLICIES["full"], optimizer=OPTIMIZERS["adamw"], batch=8, seq=16,
-      target=get_target(f"cpu:{shd.mesh_size(spec)}"), mesh=spec, attention="chunked", **kw,
+      target=get_target(f"cpu:{shd.mesh_size(spec)}"), mesh=spec, options={"attention": "chunked", **kw},
   )
 
 
@@ -95,7 +95,7 @@ def _layer_bytes(program) -> tuple[int, int]:
 
 @pytest.mark.parametrize("stages", [2, 4])
 def test_layer_parameters_per_device_divide_by_the_stages(stages):
-  piped = _program(f"stage={stages},fsdp=2", pipeline=PipelineOptions(microbatches=stages))
+  piped = _program(f"stage={stages},fsdp=2", pipeline_microbatches=stages)
   flat = _program(f"data={stages},fsdp=2")
   (layers_p, all_p), (layers_f, all_f) = _layer_bytes(piped), _layer_bytes(flat)
   assert layers_p * stages == layers_f
@@ -122,7 +122,7 @@ def test_bubble_fraction_and_1f1b_in_flight():
         (dict(mesh="stage=8", model=dataclasses.replace(DEEP, num_layers=6)), "does not divide"),
         (dict(mesh="stage=4,fsdp=2", pipeline_microbatches=2), "fewer than the 4 stages"),
         (dict(mesh="stage=2,fsdp=4", pipeline_microbatches=3, batch=8), "not divisible by 3 pipeline microbatches"),
-        (dict(mesh="fsdp=8", pipeline_microbatches=2), "apply to meshes with a stage axis"),
+        (dict(mesh="fsdp=8", pipeline_microbatches=2), "applies to meshes with a stage axis"),
         (dict(mesh="stage=2,fsdp=4", pipeline_repeats=4), "pipeline_repeats"),
         (dict(mesh="stage=2,fsdp=4", model="tiny-moe", moe_impl="dropless"), "use `moe_impl` capacity"),
     ],
@@ -209,7 +209,7 @@ def test_fit_and_scale_take_the_pipeline_options():
   # fit's smallest batch: the data axes (4) x the pipeline microbatches (4) on the stage mesh.
   assert template(w, "batch").batch == 16
   p, todo = tasks(w, {"batch": [16, 32]})
-  assert p.pipeline == PipelineOptions(microbatches=4)
+  assert PipelineOptions.of(p.options()) == PipelineOptions(microbatches=4)
   assert {t.workload.pipeline_microbatches for t in todo} == {4}
 
 

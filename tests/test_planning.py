@@ -266,7 +266,8 @@ def test_fit_and_compare_give_one_recompute_overhead():
       over="batch", mesh=full.mesh, optimizer=full.optimizer, remat=full.remat, max_batch=full.batch, max_seq=None,
       compiles=1, row=dataclasses.replace(full, recompute_overhead_pct=None),
   )
-  (result,) = fit.with_recompute([found], p, lambda row: sweep.baseline_flops(p, row))
+  task = next(t for t in p.tasks() if t.remat == "full")
+  result = fit.with_recompute(found, p, task)
   assert result.row.recompute_overhead_pct == pytest.approx(full.recompute_overhead_pct, rel=1e-9)
 
 

@@ -223,7 +223,7 @@ def test_the_master_copy_is_what_the_step_updates():
   p = plan(**TINY, **LAYOUTS["zero"])
   mesh, opt, rp = p.configs()[0]
   prog = build_train_program(p.cfg, remat=rp, optimizer=opt, batch=2, seq=16, target=p.target, mesh=mesh,
-                             precision=p.precision)
+                             options=p.options())
   params, state, tokens, targets = prog.concrete_args()
   assert isinstance(state, MasterState)
   before = jax.tree.map(lambda m: m.copy(), state.master)

@@ -79,8 +79,8 @@ def _step(dropout: float = 0.0, *, remat: str = "none", sequence_parallel: bool 
   w = {**dict(model="tiny-gpt2", target="cpu", batch=2, seq=16), **fields}
   p = plan(**w, remat="none", dropout=dropout, sequence_parallel=sequence_parallel)
   return build_train_program(
-      p.cfg, choices=p.choices, remat=REMAT_POLICIES[remat], optimizer=OPTIMIZERS["adamw"], batch=p.batch, seq=p.seq, target=p.target,
-      mesh=p.meshes[0], attention="dot", sequence_parallel=sequence_parallel,
+      p.cfg, choices=p.choices, remat=REMAT_POLICIES[remat], optimizer=OPTIMIZERS["adamw"], batch=p.batch,
+      seq=p.seq, target=p.target, mesh=p.meshes[0], options={"attention": "dot", "sequence_parallel": sequence_parallel},
   )
 
 

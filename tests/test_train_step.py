@@ -121,7 +121,7 @@ def test_cudnn_under_shard_map_over_data_fsdp_and_tensor():
     [
         (["--target", "cpu", "--attention", "splash"], "attention 'splash' cannot be used here: splash runs on TPU"),
         (["--target", "cpu", "--attention", "cudnn,dot"], "use one of auto, dot, chunked"),
-        (["--target", "cpu", "--attention", "flash"], "unknown attention 'flash'"),
+        (["--target", "cpu", "--attention", "flash"], "unknown --attention 'flash'"),
         (["--target", "cpu", "--batch", "6", "--microbatches", "4"], "not divisible by 4 microbatches"),
         (["--target", "cpu", "--microbatches", "0"], "at least 1"),
         (["--target", "cpu", "--seq", "128", "--vocab-tiles", "3"], "divisor of the sequence length 128"),
@@ -164,8 +164,8 @@ def test_accumulated_gradient_is_the_full_batch_gradient():
 
   def step(microbatches):
     program = build_train_program(
-        p.cfg, remat=rp, optimizer=opt, batch=8, seq=16, target=p.target, mesh=mesh, attention="dot",
-        microbatches=microbatches,
+        p.cfg, remat=rp, optimizer=opt, batch=8, seq=16, target=p.target, mesh=mesh,
+        options={"attention": "dot", "microbatches": microbatches},
     )
     params, state, tokens, targets = program.concrete_args(seed=3)
     before = [np.asarray(x) for x in jax.tree.leaves(params)]  # copied: the step donates params

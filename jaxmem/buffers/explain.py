@@ -35,9 +35,8 @@ from jaxmem.events import Compiling, emit
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.options import RunOptions
 from jaxmem.program.step import call_step, step_notes
-from jaxmem.resolve import plan, recorded_options
+from jaxmem.resolve import build_program, configuration, for_task, plan
 from jaxmem.program import sharding as shd
-from jaxmem.program.train import build_train_program
 from jaxmem.records import Configuration
 from jaxmem.workload import Workload
 
@@ -186,32 +185,19 @@ def explain_workload(
     return explain_step(w, top=top, kinds=kinds, framework_packages=framework_packages)
   one_value_each(w, "explain")
   p = plan(w)
-  m, opt, rp = p.configs()[-1]  # the remat list starts with "none"; the last is the one named
+  # The remat list starts with "none"; the last configuration is the one named.
+  one, m, opt, rp = for_task(p, p.tasks()[-1])
   _compiling(f"{p.cfg.name} for {p.target.name}: mesh {shd.format_mesh(m)}, remat {rp.name}, optimizer {opt.name}, "
              f"batch {p.batch}, seq {p.seq}")
-  prog = build_train_program(
-      p.cfg, choices=p.choices, remat=rp, optimizer=opt, batch=p.batch, seq=p.seq, target=p.target, mesh=m, attention=p.attentions[0],
-      microbatches=p.microbatches[0], vocab_tiles=w.vocab_tiles[0], options=p.step_options(), precision=p.precision,
-      pipeline=p.pipeline,
-      sequence_parallel=w.sequence_parallel, context_strategy=w.context_strategy[0],
-  )
+  prog = build_program(one, m, opt, rp)
   with prog.attention.lowering() if prog.attention is not None else contextlib.nullcontext():
     # Its attention is the implementation named in the configuration: no note on the kernel.
     r = explain_lowering(lower_for_target(prog.step, *prog.args, target=p.target), function=_function_name(prog.step),
                          top=top, kinds=kinds, framework_packages=framework_packages, always_compile=w.always_compile,
                          kernel_named=True)
   params, state = list(inspect.signature(prog.step).parameters)[:2]
-  configuration = Configuration(
-      model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(m), remat=rp.name, optimizer=opt.name,
-      batch=p.batch, seq=p.seq, param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, num_devices=p.target.num_devices,
-      attention=prog.attention.name, microbatches=prog.microbatches, vocab_tiles=prog.vocab_tiles,
-      **recorded_options(p.step_options()),
-      master_dtype=p.precision.master_dtype, moments_dtype=prog.moments_dtype, grad_reduce_dtype=p.precision.grad_reduce_dtype,
-      **p.pipeline.fields(m),
-      sequence_parallel=prog.sequence_parallel, dropout=p.choices.dropout, context_strategy=prog.attention.strategy,
-  )
   return dataclasses.replace(
-      r, target=p.target.name, mesh=shd.format_mesh(m), configuration=configuration,
+      r, target=p.target.name, mesh=shd.format_mesh(m), configuration=Configuration(**configuration(one, m, opt, rp, prog)),
       consumers=preset_consumers(r.consumers, params=params, optimizer_state=state), estimated=ESTIMATED,
       notes=prog.notes + r.notes,
   )

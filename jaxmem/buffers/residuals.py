@@ -24,17 +24,14 @@ import jax.numpy as jnp
 from flax import nnx
 from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
 
-from jaxmem.axes import one_value_each, outer_axes
+from jaxmem.axes import check_names, one_each, one_value_each
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig, StepChoices, family_of
-from jaxmem.models.dropout import Dropout
-from jaxmem.resolve import (
-    given_axes, moe_config, moe_variants, resolve_dropout, resolve_model, resolve_step_axes, workload_options,
-)
+from jaxmem.resolve import resolve_model
 from jaxmem.program.remat import RematPolicy, parse_remat
-from jaxmem.program.train import pick_attention
+from jaxmem.program.train import key_shapes, keyed, moe_choice, pick_attention
 from jaxmem.records import Record
 from jaxmem.workload import Workload
 
@@ -80,27 +77,25 @@ def _block_fn(
 ) -> tuple[Any, Any, tuple[Any, ...]]:
   """One layer of ``cfg`` (its family's block, run as ``choices`` say) under ``rp`` as a function
   of its parameters and inputs, its abstract parameters, and its abstract inputs for a
-  [batch, seq] step: the residual stream, the RoPE tables (None without), the dropout key
-  (where the step drops)."""
+  [batch, seq] step: the residual stream, the RoPE tables (None without), the PRNG key (where
+  the step draws random masks)."""
   family = family_of(cfg)
   block = nnx.eval_shape(lambda: family.block(cfg, moe=moe, choices=choices, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(block)
   attend = rp.attend(attend)  # selective: the attention core under its own checkpoint
 
   def layer(layer_state, x_btd, rope_sin_tk, rope_cos_tk, key=None):
-    # With the step's dropout, one layer's key (an argument: what it keeps is the masks).
-    dropout = None if key is None else Dropout(choices.dropout, key)
+    # Where the step draws random masks, one layer's key (an argument: what it keeps is the masks).
     return nnx.merge(graphdef, layer_state)(
         x_btd, rope=(rope_sin_tk, rope_cos_tk), constrain=lambda x, _: x, attend=attend,
-        dropout=dropout,
+        **keyed(choices, key),
     )
 
   fn = layer if rp.policy is None else jax.checkpoint(layer, policy=rp.policy, prevent_cse=False)
   x = jax.ShapeDtypeStruct((batch, seq, cfg.d_model), cfg.compute_jnp_dtype)
   dims = family.rope_dims(cfg)  # MLA rotates only its RoPE part; GPT-2 has no RoPE
   rope = None if dims is None else jax.ShapeDtypeStruct((seq, dims[0] // 2), jnp.float32)
-  key = (jax.eval_shape(lambda: jax.random.key(0)),) if choices.dropout else ()
-  return fn, state, (x, rope, rope, *key)
+  return fn, state, (x, rope, rope, *key_shapes(choices))
 
 
 def _name(aval, description: str) -> tuple[str, bool]:
@@ -151,7 +146,7 @@ def _listing(
       # residual that only points at them costs nothing extra.
       continue
     if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key):
-      continue  # a dropout key folded in: two words, from which the masks are drawn again
+      continue  # a PRNG key folded in: two words, from which the masks are drawn again
     shape = tuple(int(s) for s in getattr(aval, "shape", ()))
     dtype = jnp.dtype(aval.dtype)
     out.append(
@@ -179,22 +174,21 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
   if w.batch < 1 or w.seq < 1:
     raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
-  dropout = resolve_dropout(w)
-  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
-  attentions, microbatches = resolve_step_axes(w)
+  # It lists each remat policy and attention implementation for one layer, unsharded, before the
+  # optimizer: every other axis takes one value.
+  one_value_each(w, "`residuals`", skip=("mesh", "optimizer", "remat", "attention"))
+  check_names(w)
+  options = one_each(w)
+  cfg, choices = resolve_model(w.model, options)
   tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
-  batch = max(1, w.batch // microbatches[0])
-  one_value_each(w, "`residuals`", only=(*outer_axes(), *(a.name for a in given_axes())))
-  if len(moe_variants(w)) > 1:
-    raise JaxmemError("`residuals` takes one `moe_impl` and `capacity_factor`; run it once per choice")
-  (impl, factor), = moe_variants(w)
+  batch = max(1, w.batch // options["microbatches"])
   # The CPU's choice: the listing is JAX's, before any compiler (--moe-impl chooses another).
-  choices, _ = moe_config(cfg, w.replace(moe_impl=impl, capacity_factor=factor), "cpu", StepChoices(dropout=dropout))
+  choices, _ = moe_choice(cfg, choices, "cpu", options)
   # Listing residuals compiles nothing, so host-offload policies are listed too.
   policies = parse_remat(w.remat, host_memory=True)
   out = []
-  for name in attentions:
-    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, options=workload_options(w))
+  for name in dict.fromkeys(w.attention):
+    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, options=options)
     out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice, choices=choices) for rp in policies]
   return out
 

@@ -153,7 +153,7 @@ def add_train_step(p: argparse.ArgumentParser) -> None:
 
 
 def add_parallelism(p: argparse.ArgumentParser) -> None:
-  """Korthikanti et al. 2022's options: Megatron sequence parallelism and the models' dropout."""
+  """Korthikanti et al. 2022's options (the axes declared in the group ``parallelism``)."""
   add_axes(p, "parallelism")
 
 
@@ -308,7 +308,7 @@ class Progress:
     self.first = now if self.first is None else self.first
     total = self.total or e.total
     index = self.done + 1 if self.total else e.index
-    line = f"compiling {index} of {total}: {e.label}" if total else f"compiling {e.label}"
+    line = f"compiling {index} of {total}: {e.label}" if total else f"compiling {index}: {e.label}"
     if self.compiles > 1 and total:
       line += f" (about {_duration((now - self.first) / (self.compiles - 1) * (total - index + 1))} left)"
     if self.bar is not None:

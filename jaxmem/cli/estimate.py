@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
   rows = jaxmem.estimates(
       models, optimizer=args.optimizer, precision=args.precision, batch=args.batch, seq=args.seq,
       tensor=args.tensor, sequence_parallel=args.sequence_parallel, recompute=args.recompute, context=args.context,
-      capacity_factor=args.capacity_factor, param_dtype=args.param_dtype, master_dtype=args.master_dtype,
-      moments_dtype=args.moments_dtype, grad_reduce_dtype=args.grad_reduce_dtype, data=args.data,
+      capacity_factor=args.capacity_factor, param_dtype=args.param_dtype, data=args.data,
+      **{a.name: getattr(args, a.name) for a in jaxmem.AXES.values() if a.group == "precision"},  # c.add_precision's
   )
   c.emit(render_estimates(rows, args.format), args.output)
   return 0

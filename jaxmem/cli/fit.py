@@ -15,7 +15,7 @@ from jaxmem.render.tensors import render_tensor_search
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("fit", help="the largest batch (or sequence) that fits, per remat policy, optimizer and mesh")
   c.add_workload(p, batch=None, seq=None)
-  c.add_run_options(p)
+  c.add_run_options(p, totals=False)  # its tables have no whole-mesh figures
   c.add_step(p)
   c.add_train_step(p)
   p.add_argument("--over", default="batch", help="search the batch (default) or seq; with --phase, batch or context")
@@ -96,8 +96,8 @@ def add_serving(p: argparse.ArgumentParser) -> None:
 
 def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
   """``fit --phase``: every answer compiled (jaxmem.fit_serving); a train step's flags refused."""
-  if args.jobs != 1 or args.scheduler or args.totals:
-    given = "--jobs" if args.jobs != 1 else ("--scheduler" if args.scheduler else "--totals")
+  if args.jobs != 1 or args.scheduler:
+    given = "--jobs" if args.jobs != 1 else "--scheduler"
     raise jaxmem.JaxmemError(f"{given} does not apply to a serving fit (`phase` {args.phase}): it compiles one probe at a time here")
   training = {k: getattr(args, k) for k, default in args.training_defaults.items() if getattr(args, k) != default}
   w = c.workload(args, jaxmem.InferWorkload)  # --batch and --context go to fit_serving, which checks them

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from jaxmem.axes import with_optional_fields
+from jaxmem.axes import declared, with_optional_fields
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
 from jaxmem.steptime import Work
@@ -24,22 +24,25 @@ from jaxmem.inference.workload import InferPlan, InferWorkload, plan_infer
 from jaxmem.models import StepChoices, cache_bytes, get_attention
 from jaxmem.models.model_flops import inference_flops, weight_flops
 from jaxmem.options import RunOptions
-from jaxmem.planning.sweep import moe_fields
 from jaxmem.program import sharding as shd
-from jaxmem.program.train import pick_attention
-from jaxmem.resolve import given_axes, recorded_options
+from jaxmem.program.train import moe_fields, pick_attention
 from jaxmem.records import Communication, CompilerFigures, Composed, Judgement, Placement, Record, StepTime, composed
 
 
+# The axes an inference row carries by their own name beside those it names itself (the mesh, the
+# attention and the MoE choice: Axis.summary False): prefill's options, such as its scores' dtype.
+OPTIONS = tuple(a for a in declared(training=False) if not a.outer and a.summary and a.record is not None)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
-@with_optional_fields(given_axes(training=False, recorded=True), after="attention_kind")
+@with_optional_fields(OPTIONS, after="attention_kind")
 class InferSetup(Record):
   """What an inference step is, beside its placement: the phase, the weight format, the KV
   cache's length in positions (``context``: the prompt for prefill, the cache a decode step reads
   for decode), the prompt, the attention implementation used (prefill's kernel; ``dot`` for
   decode) and what the KV cache holds per token (``attention_kind``: MLA, MHA or GQA), then
-  each sweep axis the planner takes as given (:func:`jaxmem.resolve.given_axes`: dot attention's
-  scores' dtype) as prefill asked it (``None`` for decode, which forms no scores), and
+  each of prefill's options (:data:`OPTIONS`: dot attention's scores' dtype) as prefill asked it
+  (``None`` for decode, which forms no scores), and
   ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`."""
 
   phase: str
@@ -110,7 +113,7 @@ def run_infer_config(
   the MoE choice's step choices and notes (else the plan's first), ``options`` prefill's values of the axes
   taken as given, by name (the plan's first of each that it does not name)."""
   cfg, (choices, moe_notes) = p.cfg, variant or p.variants()[0]
-  options = {**p.step_options(), **(options or {})}
+  options = {**p.options(), **(options or {})}
   attention = p.attentions[0] if attention is None else attention
   choice = None
   notes: list[str] = []
@@ -135,7 +138,7 @@ def run_infer_config(
       context=context,
       prompt=p.prompt if phase == "prefill" else None,
       attention=choice.name if choice is not None else "dot",
-      **{k: v if phase == "prefill" else None for k, v in recorded_options(options).items()},
+      **{a.name: options.get(a.name) if phase == "prefill" else None for a in OPTIONS},
       batch=p.batch,
       num_devices=p.target.num_devices,
       attention_kind=attention_kind(cfg),

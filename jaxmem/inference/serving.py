@@ -41,13 +41,13 @@ from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.inference.program import build_infer_program
-from jaxmem.inference.run import InferRow, run_infer_config
+from jaxmem.inference.run import OPTIONS, InferRow, run_infer_config
 from jaxmem.inference.workload import PHASES, InferPlan, InferWorkload, _ints, plan_infer
 from jaxmem.models import ModelConfig, StepChoices
 from jaxmem.cache import RowCache, key
 from jaxmem.options import RunOptions
-from jaxmem.planning.sweep import moe_fields
-from jaxmem.resolve import given_axes, resolve_meshes
+from jaxmem.program.train import moe_fields
+from jaxmem.resolve import resolve_meshes
 from jaxmem.program import sharding as shd
 from jaxmem.records import Record
 
@@ -228,8 +228,8 @@ def fit_serving(
   check_serving(phase, over, fields)
   w = InferWorkload.of(workload, **fields).replace(phase=(phase,))
   p = _template_plan(w, over)
-  # One search per configuration: the axes taken as given are not swept here.
-  one_value_each(w, "a serving fit", only=[a.name for a in given_axes()])
+  # One search per configuration: prefill's options are not swept here.
+  one_value_each(w, "a serving fit", only=[a.name for a in OPTIONS])
   for mesh in p.meshes:
     check_kv_heads(p.cfg, mesh)
   if p.target.capacity_bytes is None:

@@ -13,18 +13,15 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem.axes import names
+from jaxmem.axes import Setting, check_applies, check_names, check_setting, combinations, configured, inner_axes, names
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig, StepChoices
-from jaxmem.resolve import (
-    moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_others,
-    resolve_target,
-)
+from jaxmem.resolve import one_of_each, outer_values, resolve_meshes, resolve_model, resolve_target
 from jaxmem.program import sharding as shd
-from jaxmem.program.train import pick_attention
+from jaxmem.program.train import moe_choice, pick_attention
 from jaxmem.workload import BaseWorkload
 
 PHASES = ("prefill", "decode")
@@ -68,11 +65,12 @@ class InferPlan:
   contexts: tuple[int, ...]
   batch: int
   attentions: tuple[str, ...] = ("auto",)  # prefill's implementations, as asked
-  # MoE variants as in jaxmem.resolve.Plan, each the step's choices to compile the model with
-  # (jaxmem.models.StepChoices: the experts' implementation) and notes on them.
+  # The MoE variants (each combination of the MoE axes), each the step's choices to compile the
+  # model with (jaxmem.models.StepChoices: the experts' implementation) and notes on them.
   moe: tuple[tuple[StepChoices, tuple[str, ...]], ...] = ()
-  # The sweep axes the planner takes as given, as in jaxmem.resolve.Plan: each (name, values).
-  # They reach prefill's attention; decode forms no scores, so it sweeps none (its rows record none).
+  # The other sweep axes (those a record carries by their own name, Axis.summary): each (name,
+  # values). They reach prefill's attention; decode forms no scores, so it sweeps none (its rows
+  # record none).
   others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
   always_compile: bool = False  # the workload's: compile even where the arguments alone are over the capacity
 
@@ -80,8 +78,8 @@ class InferPlan:
     """The MoE variants, or the default choices alone (a plan made without any)."""
     return self.moe or ((StepChoices(), ()),)
 
-  def step_options(self) -> dict[str, Any]:
-    """The first value of each axis taken as given, by name (:meth:`jaxmem.resolve.Plan.step_options`)."""
+  def options(self) -> dict[str, Any]:
+    """The first value of each of the other axes, by name (:meth:`jaxmem.resolve.Plan.options`)."""
     return {name: values[0] for name, values in self.others}
 
   def configs(self) -> list[tuple[shd.MeshSpec, quant.WeightFormat, str, int, str, tuple[StepChoices, tuple[str, ...]],
@@ -118,13 +116,33 @@ def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
   return tuple(dict.fromkeys(out))
 
 
+def _sweep(w: InferWorkload, cfg: ModelConfig, choices: StepChoices, platform: str) -> tuple[tuple[str, ...], tuple, tuple]:
+  """What an inference workload sweeps beside its meshes: prefill's attention implementations,
+  the other axes its rows carry by their own name (each (name, values)), and the MoE variants
+  (the axes that name the experts' choice, combined as a train step's are: each the step's
+  choices, :func:`jaxmem.axes.configured`, and notes on them). Names checked against the models'."""
+  check_names(w)
+  inner = [a for a in inner_axes(w) if a.name != "mesh"]
+  others = tuple((a.name, tuple(dict.fromkeys(a.values(w)))) for a in inner if a.summary)
+  mine = {a.name: tuple(dict.fromkeys(a.values(w))) for a in inner if not a.summary}
+  attentions = mine.pop("attention")
+  variants, ones = [], []
+  for combo in combinations(mine):
+    one = {n: v[0] if v else None for n, v in combo.items()}
+    check_setting(Setting(values=one, cfg=cfg, platform=platform))
+    variants.append(moe_choice(cfg, configured(cfg, choices, one)[1], platform, one))
+    ones.append(one)
+  check_applies(w, ones)
+  return attentions, tuple(others), tuple(dict.fromkeys(variants))
+
+
 def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> InferPlan:
   """Resolves and checks everything before a compile; :class:`JaxmemError` on bad input."""
   w = InferWorkload.of(workload, **fields)
   one_of_each(w, "infer")  # the compute dtype: one per run (a train step's sweep takes several)
   start_jax()
   # Stored weights are bf16 before any quantization: the checkpoint's precision.
-  cfg = resolve_model(w.model, param_dtype="bfloat16", dtype=w.dtype)
+  cfg, choices = resolve_model(w.model, {**outer_values(w), "param_dtype": "bfloat16"})
   tgt = resolve_target(w)
   formats = quant.WEIGHT_FORMATS.parse(w.weights)
   phases = w.phase
@@ -137,9 +155,7 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
   contexts = _ints(w.context, "context")
   (batch,) = _ints([w.batch], "batch")
   meshes = resolve_meshes(w, tgt)
-  attentions = resolve_attention(w)
-  others = resolve_others(w)
-  variants = tuple(moe_config(cfg, w.replace(moe_impl=i, capacity_factor=f), tgt.platform) for i, f in moe_variants(w))
+  attentions, others, variants = _sweep(w, cfg, choices, tgt.platform)
   for m in meshes:
     shd.check_experts(m, cfg.num_experts, cfg.name)
     if dict(m).get("stage", 1) > 1:  # the cached layer scan is not pipelined (jaxmem.models.pipeline: train steps)

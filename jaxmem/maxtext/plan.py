@@ -61,12 +61,12 @@ def plan_maxtext(w: Workload) -> Plan:
   # The axes set once are now in MaxText's overrides (args): back to their defaults, the step's own.
   unset = {a.name: a.normalise(a.default) for a in declared() if not row(a.name).per_task}
   unset.update(optimizer=OWN, param_dtype=None, dtype=None)
-  w = w.replace(model=mx.label(w.maxtext), maxtext=args, target=w.target_name, batch=own.batch, seq=own.seq, **unset)
-  return Plan(
-      workload=w, cfg=None, target=tgt, meshes=meshes, optimizers=(STEP_OPTIMIZER,), remats=remats,
-      batch=own.batch, seq=own.seq, attentions=attentions, microbatches=micro or (own.microbatches,),
-      context_strategies=w.context_strategy,  # as given: at its default, MaxText's own (task_settings)
-  )
+  # The per-task axes' values as MaxText spells them (the attention by its name, its own where not
+  # given), each a task's; the others given where they apply (task_settings), else MaxText's own.
+  w = w.replace(model=mx.label(w.maxtext), maxtext=args, target=w.target_name, batch=own.batch, seq=own.seq,
+                attention=attentions, microbatches=micro or (own.microbatches,), **unset)
+  return Plan(workload=w, cfg=None, target=tgt, meshes=meshes, optimizers=(STEP_OPTIMIZER,), remats=remats,
+              batch=own.batch, seq=own.seq)
 
 
 def sizes(w: Workload, user: Mapping[str, str], args: tuple[str, ...], micro: tuple[int, ...],

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from jaxmem.axes import AXES
 from jaxmem.errors import JaxmemError
 from jaxmem.mesh import MeshSpec
 from jaxmem.program.optimizers import OPTIMIZERS
@@ -489,6 +490,10 @@ _ROWS = (
 ROWS: dict[str, Row] = {r.name: r for r in _ROWS}  # in the order a launch writes them
 # The axes a row spells along with its own (capacity_factor with moe_impl): no row of their own.
 SPELT_WITH = {a: r.name for r in _ROWS for a in r.also}
+# The axes a MaxText step sets per configuration whatever the workload gives (the mesh, remat
+# policy, attention and microbatches: MaxText's own where not given), which its rows record as
+# each task set them (attention by MaxText's name).
+TASK_AXES = tuple(r.name for r in _ROWS if r.per_task and not r.when_given and r.name in AXES)
 
 
 def row(name: str) -> Row:

@@ -42,10 +42,9 @@ def at_depth(cfg: ModelConfig, layers: int) -> ModelConfig:
 
 
 def depth_plan(p: Plan, layers: int) -> Plan:
-  """``p`` with its model (and the model before an MoE choice) at ``layers`` layers."""
-  model = None if p.model is None else at_depth(p.model, layers)
+  """``p`` with its model at ``layers`` layers."""
   variants = tuple(depth_plan(v, layers) for v in p.variants)  # a sweep over the outer axes: each
-  return dataclasses.replace(p, cfg=at_depth(p.cfg, layers), model=model, variants=variants)
+  return dataclasses.replace(p, cfg=at_depth(p.cfg, layers), variants=variants)
 
 
 def depth_task(task: Task, layers: int) -> Task:

@@ -239,6 +239,13 @@ class StateLayout(Record):
   distributed_model_state_bytes: float = 0.0
   sources: tuple[str, ...] = tuple(f"{k}: {v}" for k, v in SOURCES.items())
 
+  def words(self, *, no_master: str = "no master, ") -> str:
+    """The layout's dtypes in words: parameters, gradients, master copy (``no_master`` where
+    none) and moments."""
+    return (f"{self.param_dtype} params, {self.gradient_dtype} gradients, "
+            + (f"{self.master_dtype} master, " if self.master_dtype else no_master)
+            + f"{self.moments_dtype or 'no'} moments")
+
 
 @composed
 class Estimate(Composed):
@@ -435,8 +442,7 @@ def estimate_vs_compiler(row: Any, *, precision: str | None = None, cfg: ModelCo
   # Logits: float32 [b, s, vocab] and their gradient, outside the per-layer formula.
   logits = 2 * 4 * est.batch * row.seq * cfg.vocab_size / t
   platform = row.target.split(":")[0]
-  layout = f"{est.precision}: {est.param_dtype} params, {est.gradient_dtype} gradients, " + (
-      f"{est.master_dtype} master, " if est.master_dtype else "") + f"{est.moments_dtype or 'no'} moments"
+  layout = f"{est.precision}: {est.layout.words(no_master='')}"
   pairs = [
       ("params", params, row.param_bytes, f"count_params x {est.param_dtype} ({layout})"),
       ("gradients", grads, None, f"count_params x {est.gradient_dtype}; the compiler's are in temp with the activations"),

@@ -24,13 +24,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem.axes import AXES, with_fields
+from jaxmem.axes import AXES, combinations, inner_axes, one_each, values_of, with_fields
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.events import notice
-from jaxmem.models import context_attention as ctx
-from jaxmem.models.attention_registry import AUTO, AUTO_PREFERENCE, FALLBACK
 from jaxmem.planning.boundary import Boundary, row_probe
+from jaxmem.planning.runner import Counting
 from jaxmem.cache import RowCache
 from jaxmem.planning.depth import depth_plan, depth_task, probe_depths
 from jaxmem.planning.depth import predict as predict_at_depth
@@ -38,7 +37,7 @@ from jaxmem.resolve import Plan, Task, outer_variants, plan, resolve_meshes, res
 from jaxmem.options import RunOptions
 from jaxmem.planning.sweep import Row, baseline_flops, compare_plan, run_rows, with_overheads
 from jaxmem.program import sharding as shd
-from jaxmem.program.pipelining import PipelineOptions
+from jaxmem.program.train import batch_multiple, seq_multiple
 from jaxmem.records import SWEPT_FIELDS
 from jaxmem.workload import Workload
 
@@ -65,7 +64,6 @@ class FitResult:
   attention: str | None = None
   microbatches: int = 1
   moe: str | None = None  # an MoE model's experts: "dropless", "capacity 1.25" (None: dense)
-  context_strategy: str | None = None  # over a context axis: all_gather or ring (None: no context axis)
   # With a depth probe (fit --depth-probe): the two num_layers each probe was predicted from,
   # whether the answer compiled at full depth agreed, and the prediction's error there (percent
   # of the compiled required bytes). None without one.
@@ -89,7 +87,6 @@ class FitResult:
         compiles=self.compiles,
         fit_note=self.note,
         moe=self.moe,
-        context_strategy=self.context_strategy,
         **{k: getattr(self, k) for k in SWEPT_FIELDS},
         predicted_from_depths=None if self.predicted_from_depths is None else list(self.predicted_from_depths),
         confirmed_full_depth=self.confirmed_full_depth,
@@ -181,20 +178,15 @@ class _Search:
       self.bound.record(kk, row_probe(r))
 
 
-def seq_step(mesh: shd.MeshSpec, attention: str, strategy: str, platform: str, vocab_tiles: int = 1) -> int:
-  """The sequence step of a ``--over seq`` search: 128 per sequence shard, a multiple of the
-  vocabulary tiles, and, over a context axis, of what the strategy's kernel needs (two
-  load-balanced chunks per device, each whole 128-lane blocks for splash:
-  :func:`jaxmem.models.context_attention.seq_multiple`)."""
-  axes = shd.mesh_axes(mesh)
-  step = math.lcm(SEQ_QUANTUM * axes.ways("seq"), vocab_tiles)
-  if "context" not in axes.seq:
-    return step
-  kernel = attention
-  if attention == AUTO:  # auto's kernel where the strategy can take it (the registry's choice)
-    preferred = AUTO_PREFERENCE.get(platform, FALLBACK)
-    kernel = preferred if ctx.strategy_problem(strategy, preferred) is None else FALLBACK
-  return math.lcm(step, ctx.seq_multiple(strategy, kernel, axes.ways("seq")))
+def seq_step(mesh: shd.MeshSpec, options: dict[str, Any], platform: str) -> int:
+  """The sequence step of a ``--over seq`` search for one configuration (``options``: its value of
+  every axis): 128 per sequence shard, and a multiple of what its program needs of the sequence
+  (:func:`jaxmem.program.train.seq_multiple`); with sequence parallelism, of the residual
+  stream's split over tensor too."""
+  step = math.lcm(SEQ_QUANTUM * shd.mesh_axes(mesh).ways("seq"), seq_multiple(mesh, options, platform))
+  if options.get("sequence_parallel"):
+    step = math.lcm(step, SEQ_QUANTUM * shd.mesh_axes(mesh).ways("seq") * dict(mesh).get("tensor", 1))
+  return step
 
 
 def check_over(over: str) -> None:
@@ -221,13 +213,16 @@ def search(
     on_row: Callable[[Row], None] | None = None,
     depth_probe: bool = False,
     strategy: str = "affine",
+    recompute: bool = False,
 ) -> list[FitResult]:
   """Largest batch (``over="batch"``) or sequence (``over="seq"``) that fits, per configuration;
   ``on_row`` is called with each compile's row as it finishes, ``on_round(round, compiles)`` after
   each round. ``depth_probe``: predict each probe from two compiles at small depths and compile
   only the answer and its neighbour at full depth (:mod:`jaxmem.planning.depth`; models deeper than
   its probes).
-  ``strategy``: ``affine`` (the default) or ``bisect`` (:mod:`jaxmem.planning.boundary`)."""
+  ``strategy``: ``affine`` (the default) or ``bisect`` (:mod:`jaxmem.planning.boundary`).
+  ``recompute``: each answer's recompute overhead against the no-remat program at its workload
+  (traced, not compiled: :func:`with_recompute`)."""
   require_capacity(p)
   check_over(over)
   depths = probe_depths(p.cfg) if depth_probe and not p.workload.step else None
@@ -236,7 +231,7 @@ def search(
   notice(expected_compiles_line(len(searches), strategy, depths is not None), progress=True)
   unused = depth_probe and depths is None
   why = "a user's step, whose depth jaxmem cannot change" if p.workload.step else "the stack is no deeper than the probes"
-  rounds = 0
+  rounds = asked = 0
   while True:
     probes = [(s, k) for s in searches if (k := s.next_probe()) is not None]
     if not probes:
@@ -246,7 +241,10 @@ def search(
     for d, plan_d in plans.items():
       group = [(i, t) for i, dd, t in asks if dd == d]
       if group:
-        got = run_rows(plan_d, [t for _, t in group], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
+        # Numbered within the whole search, whose number of compiles is known only at its end.
+        got = run_rows(plan_d, [t for _, t in group], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row,
+                       counting=Counting(before=asked))
+        asked += len(group)
         rows.update({(i, d): r for (i, _), r in zip(group, got, strict=True)})
     for i, (s, k) in enumerate(probes):
       s.record(k, [rows[i, d] for d in s.layers()])
@@ -254,6 +252,8 @@ def search(
     if on_round:
       on_round(rounds, len(asks))
   results = [_result(s, over, p) for s in searches]
+  if recompute:
+    results = [with_recompute(r, p, s.task) for r, s in zip(results, searches, strict=True)]
   if unused:  # asked for and not used: the rows say why
     results = [dataclasses.replace(r, note="; ".join(filter(None, [r.note, f"depth probe not used: {why}"]))) for r in results]
   return results
@@ -272,13 +272,12 @@ def expected_compiles_line(configurations: int, strategy: str, depth_probe: bool
 
 def _new_search(p: Plan, t: Task, over: str, strategy: str, depths: tuple[int, int] | None) -> _Search:
   """A configuration's search in steps that keep the workload valid on its mesh."""
-  p = variant_of(p, t)  # its pipeline, sequence parallelism and model, where the sweep has several
+  p = variant_of(p, t)  # its model, where the sweep has several
+  options = one_each(t.workload)
   if over == "batch":
-    step, cap = shd.data_parallel_size(t.mesh) * t.microbatches * p.pipeline.ways(t.mesh), MAX_STEPS
+    step, cap = batch_multiple(t.mesh, options), MAX_STEPS
   else:
-    step = seq_step(t.mesh, t.attention, t.context_strategy, p.target.platform, t.vocab_tiles)
-    if p.workload.sequence_parallel:  # the residual stream is split over tensor too
-      step = math.lcm(step, SEQ_QUANTUM * shd.mesh_axes(t.mesh).ways("seq") * dict(t.mesh).get("tensor", 1))
+    step = seq_step(t.mesh, options, p.target.platform)
     gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
     cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
   bound = Boundary(cap=cap, capacity=p.target.capacity_bytes, strategy=strategy)
@@ -314,7 +313,6 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
       row=s.best,
       note="; ".join(notes) or None,
       moe=_moe_label(s),
-      context_strategy=s.task.context_strategy if "context" in shd.mesh_axes(s.task.mesh).seq else None,
       predicted_from_depths=s.depths,
       confirmed_full_depth=s.confirmed,
       depth_prediction_error_pct=s.depth_error_pct,
@@ -323,8 +321,9 @@ def _result(s: _Search, over: str, p: Plan) -> FitResult:
 
 
 def _asked(w: Workload, k: str) -> Any:
-  """A swept field as the task's workload asks it, where no row records it."""
-  return AXES[k].first(w)
+  """A swept field as the task's workload asks it (None where it does not apply), where no row
+  records it."""
+  return one_each(w)[k]
 
 
 def _depth_note(s: _Search, over: str) -> str:
@@ -346,17 +345,15 @@ def _moe_label(s: _Search) -> str | None:
   return ",".join(w.moe_impl) + "".join(f" {f:g}" for f in w.capacity_factor) or None
 
 
-def with_recompute(results: list[FitResult], p: Plan, baseline_flops: Callable[[Row], float | None]) -> list[FitResult]:
-  """Fills each result's recompute overhead against the no-remat program at the same workload."""
-  out = []
-  for r in results:
-    if r.row is None or r.row.flops is None:
-      out.append(r)
-      continue
-    base = baseline_flops(r.row)
-    pct = None if not base else 100.0 * (r.row.flops - base) / base
-    out.append(dataclasses.replace(r, row=dataclasses.replace(r.row, recompute_overhead_pct=pct)))
-  return out
+def with_recompute(result: FitResult, p: Plan, task: Task) -> FitResult:
+  """``result`` with its row's recompute overhead against the no-remat program at the same
+  workload (``task``: the configuration of ``p`` that was searched)."""
+  r = result.row
+  if r is None or r.flops is None:
+    return result
+  base = baseline_flops(p, r, task)
+  pct = None if not base else 100.0 * (r.flops - base) / base
+  return dataclasses.replace(result, row=dataclasses.replace(r, recompute_overhead_pct=pct))
 
 
 def rank(rows: list[Row]) -> list[Row]:
@@ -379,17 +376,22 @@ def template(workload: Workload, over: str) -> Workload:
   smallest step (the batch the data axes times the microbatches divide, or one sequence quantum
   the vocabulary tiles divide); the other as given."""
   check_over(over)
-  if over == "batch":
-    meshes = resolve_meshes(workload, resolve_target(workload))
-    micro = [m for m in workload.microbatches if isinstance(m, int) and m > 0] or [1]
-    pipes = [PipelineOptions(microbatches=v.pipeline_microbatches, repeats=v.pipeline_repeats) for v in outer_variants(workload)]
-    ways = [shd.data_parallel_size(m) * n * piped.ways(m) for m in meshes for n in micro for piped in pipes]
-    return workload.replace(batch=math.lcm(*ways))
-  tiles = [t for t in workload.vocab_tiles if isinstance(t, int) and t > 0] or [1]
   tgt = resolve_target(workload)
-  steps = [seq_step(m, a, s, tgt.platform) for m in resolve_meshes(workload, tgt) for a in workload.attention
-           for s in workload.context_strategy or ("all_gather",)]
-  return workload.replace(seq=math.lcm(SEQ_QUANTUM, *tiles, *steps))
+  configurations = _configurations(workload, resolve_meshes(workload, tgt))
+  if over == "batch":
+    return workload.replace(batch=math.lcm(*(batch_multiple(m, values) for m, values in configurations)))
+  return workload.replace(seq=math.lcm(SEQ_QUANTUM, *(seq_step(m, values, tgt.platform) for m, values in configurations)))
+
+
+def _configurations(workload: Workload, meshes: tuple[shd.MeshSpec, ...]) -> list[tuple[shd.MeshSpec, dict[str, Any]]]:
+  """Every configuration of ``workload`` on ``meshes``: each mesh and its one value of every axis."""
+  by_name = {shd.format_mesh(m): m for m in meshes}
+  out = []
+  for w in outer_variants(workload):
+    inner = {a.name: tuple(dict.fromkeys(a.values(w))) for a in inner_axes(w)} | {"mesh": tuple(by_name)}
+    fixed = {a.name: getattr(w, a.name) for a in AXES.values() if a.outer}
+    out += [(by_name[c["mesh"][0]], values_of(c, fixed)) for c in combinations(inner, fixed)]
+  return out
 
 
 def fit(
@@ -419,11 +421,10 @@ def fit(
   p = plan(template(w, over))
   require_capacity(p)
   run.start(None, p.cfg)
-  results = search(
+  return search(
       p, over=over, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_round=run.on_round,
-      on_row=run.on_row, depth_probe=depth_probe, strategy=strategy,
+      on_row=run.on_row, depth_probe=depth_probe, strategy=strategy, recompute=True,
   )
-  return with_recompute(results, p, lambda row: baseline_flops(p, row))
 
 
 def rank_configurations(workload: Workload | None = None, /, *, run: RunOptions | None = None, **fields: Any) -> list[Row]:

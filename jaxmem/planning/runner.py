@@ -12,11 +12,13 @@ interrupted sweep resumes where it stopped.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import multiprocessing
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from jaxmem.axes import labels
 from jaxmem.hardware.startup import chosen_platforms, start_jax
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import RowCache
@@ -25,6 +27,16 @@ from jaxmem.resolve import Task
 from jaxmem.program.step import is_local
 
 Run = Callable[[Task], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Counting:
+  """Where one call's tasks stand in what the user sees as one run (a search makes several
+  calls): ``before`` tasks came before them, of ``total`` in all (``None``: not known until the
+  run ends, as in a search)."""
+
+  before: int = 0
+  total: int | None = None
 
 
 def _init_worker(cpu_devices: int, platforms: str | None) -> None:
@@ -43,6 +55,7 @@ def run_tasks(
     on_row: Callable[[int, dict[str, Any], bool], None] | None = None,
     key: Callable[[Task], str | None] | None = None,
     check: Callable[[dict[str, Any]], bool] | None = None,
+    counting: Counting | None = None,
 ) -> list[dict[str, Any]]:
   """Rows for ``tasks`` (``run(task)`` for each that the cache does not answer), in task order.
   ``on_row(index, row, from_cache)`` is called as each finishes (in completion order).
@@ -51,7 +64,8 @@ def run_tasks(
   on what it traced, which needs the sweep's plan), and ``check`` says whether a cached dict
   reads back as a row. In this process each key is taken just before its task would run, so a
   key that traces the step hands its trace on to the run; before each run a
-  :class:`jaxmem.events.Compiling` event is sent (before the first compile starts)."""
+  :class:`jaxmem.events.Compiling` event is sent (before the first compile starts), numbered
+  within ``counting`` (default: these tasks alone, of as many)."""
   cache = cache or RowCache(enabled=False)
   key = key or Task.cache_key
   if jobs < 1:
@@ -65,6 +79,10 @@ def run_tasks(
     )
   results: dict[int, dict[str, Any]] = {}
   keys: dict[int, str | None] = {}
+  counting = counting or Counting(total=len(tasks))
+
+  def compiling(i: int) -> None:
+    emit(Compiling(index=counting.before + i + 1, total=counting.total, label=task_label(tasks[i])))
 
   def lookup(i: int) -> bool:
     keys[i] = key(tasks[i])
@@ -85,12 +103,12 @@ def run_tasks(
   if not scheduler and jobs == 1:
     for i, t in enumerate(tasks):
       if not lookup(i):
-        emit(Compiling(index=i + 1, total=len(tasks), label=task_label(t)))
+        compiling(i)
         done(i, run(t))
     return [results[i] for i in range(len(tasks))]
   todo = [i for i in range(len(tasks)) if not lookup(i)]
   for i in todo:
-    emit(Compiling(index=i + 1, total=len(tasks), label=task_label(tasks[i])))
+    compiling(i)
   if todo:
     if scheduler:
       _run_dask(tasks, run, todo, scheduler, done)
@@ -103,15 +121,15 @@ def run_tasks(
 
 
 def task_label(t: Task) -> str:
-  """A task's configuration in a few words (its mesh, remat policy, batch and sequence, and the
-  other single values its workload gives where they are not the defaults)."""
+  """A task's configuration in a few words (its mesh, remat policy, batch and sequence, and each
+  other axis's words where it says something: :func:`jaxmem.axes.labels`)."""
   w = t.workload
   words = [w.mesh[0] if w.mesh else "", f"remat {t.remat}"]
   if t.optimizer not in ("-",):
     words.append(t.optimizer)
   if t.attention != "auto":
     words.append(f"attention {t.attention}")
-  words += [f"{k.replace('_', ' ')} {v}" for k, v in (("microbatches", t.microbatches), ("vocab_tiles", t.vocab_tiles)) if v != 1]
+  words += labels(t)
   words += [f"batch {w.batch}", f"seq {w.seq}"]
   return " ".join(x for x in words if x)
 

@@ -77,8 +77,6 @@ class Growth(Record):
   attention: str | None = None
   microbatches: int = 1
   moe: str | None = None  # an MoE model's experts ("dropless", "capacity 1.25"); None when dense
-  vocab_tiles: int = 1
-  context_strategy: str | None = None
   # (the group's swept fields, jaxmem.records.SWEPT_FIELDS, as its rows record them)
 
 
@@ -154,7 +152,7 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
           Growth(
               mesh=g["mesh"], optimizer=g["optimizer"], remat=g["remat"], component=comp, batch_exponent=exps["batch"],
               seq_exponent=exps["seq"], attention=g["attention"], microbatches=g["microbatches"], moe=moe,
-              vocab_tiles=g["vocab_tiles"], context_strategy=g["context_strategy"], **{k: g[k] for k in SWEPT_FIELDS},
+              **{k: g[k] for k in SWEPT_FIELDS},
           )
       )
   return out

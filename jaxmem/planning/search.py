@@ -47,13 +47,14 @@ from jaxmem.models import StepChoices, count_params
 from jaxmem.models.model_flops import training_flops
 from jaxmem.cache import RowCache
 from jaxmem.options import RunOptions
-from jaxmem.resolve import Plan, Task, one_of_each, plan as plan_sweep, resolve_model, resolve_target
+from jaxmem.axes import Setting, check_setting, configured, one_each
+from jaxmem.resolve import Plan, Task, one_of_each, outer_values, plan as plan_sweep, resolve_model, resolve_target
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.remat import REMAT_POLICIES
-from jaxmem.program.train import build_train_program, check_batch, pick_attention
+from jaxmem.program.train import build_train_program, check_batch, moe_choice, pick_attention
 from jaxmem.workload import Workload
 
 # The mesh axes a plan factorizes the devices over, in the order a mesh names them; one the
@@ -186,25 +187,26 @@ REASONS: dict[type[DoesNotDivide], str] = {
 
 def mesh_reason(
     mesh: shd.MeshSpec, cfg: Any, batch: int, seq: int, microbatches: int, pipeline: int | None = None,
-    choices: StepChoices = StepChoices(),
+    values: dict[str, Any] | None = None, choices: StepChoices = StepChoices(),
 ) -> str | None:
-  """Why the workload cannot run on ``mesh`` (a short reason, counted), or None; ``choices``:
-  how the step runs the model (its dropout, its experts)."""
+  """Why the workload cannot run on ``mesh`` (a short reason, counted), or None. ``values``: the
+  workload's one value of every axis (:func:`jaxmem.axes.one_each`), whose declared checks the
+  mesh must pass too; ``choices``: how the step runs the model (its experts)."""
   t = dict(mesh).get("tensor", 1)
   if cfg.num_heads % t or cfg.num_kv_heads % t:
     return REASONS[HeadsDoNotDivide]
   stages = dict(mesh).get("stage", 1)
-  if stages > 1:
-    if choices.dropout:
-      return "dropout with a stage axis is not built"
-  # Counted by the kind of refusal (jaxmem.errors); any other error is bad input on every mesh
-  # alike (a batch below 1, a sequence past the model's positions) and is raised as it is.
+  # Counted by the kind of refusal (jaxmem.errors; a stage axis's by its own reason, as an axis's
+  # check gives it); any other error is bad input on every mesh alike (a batch below 1, a sequence
+  # past the model's positions) and is raised as it is.
   try:
+    check_setting(Setting(values={**(values or {}), "mesh": shd.format_mesh(mesh)}, cfg=cfg))
     check_batch(batch, seq, mesh, cfg, microbatches=microbatches, pipeline=PipelineOptions(microbatches=pipeline),
                 choices=choices)
   except DoesNotDivide as e:
     pipelined = stages > 1 and isinstance(e, BatchDoesNotDivide)
-    return REASONS[type(e)] + (" x pipeline microbatches" if pipelined else "")
+    why = e.reason if isinstance(e, StagesRefused) else REASONS[type(e)]
+    return why + (" x pipeline microbatches" if pipelined else "")
   return None
 
 
@@ -264,7 +266,7 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
   for mesh in factorizations(p.target.num_devices, search_axes(p.cfg)):
     stages = dict(mesh).get("stage", 1)
     for pm in [None] if stages == 1 else [k * stages for k in PIPELINE_FACTORS]:
-      why = mesh_reason(mesh, p.cfg, p.batch, p.seq, 1, pm, p.choices)
+      why = mesh_reason(mesh, p.cfg, p.batch, p.seq, 1, pm, p.options(), p.built()[1])
       if why is not None:  # more microbatches only make it worse
         pruned[why] += len(ATTENTIONS) * len(micro) * len(rungs)
         continue
@@ -279,15 +281,15 @@ def _schedule_candidates(
   """One mesh, kernel and pipeline schedule's candidates over the microbatches and the ladder."""
   cfg, tgt, n = p.cfg, p.target, p.target.num_devices
   program = build_train_program(
-      cfg, choices=p.choices, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq, target=tgt,
-      mesh=mesh, attention=kernel, options=p.step_options(), precision=p.precision,
-      pipeline=PipelineOptions(microbatches=pm),
+      cfg, choices=p.choices, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq,
+      target=tgt, mesh=mesh,
+      options={**p.options(), "attention": kernel, "pipeline_microbatches": pm, "pipeline_repeats": None},
   )
   args = shape_argument_bytes(program.args, n)
   fused = program.attention.name != "dot"
   out: list[Candidate] = []
   for mb, rung in itertools.product(micro, rungs):
-    why = mesh_reason(mesh, cfg, p.batch, p.seq, mb, pm, p.choices)
+    why = mesh_reason(mesh, cfg, p.batch, p.seq, mb, pm, p.options(), p.built()[1])
     if why is None and tgt.capacity_bytes is not None and not fits_in(args, tgt.capacity_bytes):
       why = "arguments alone over capacity (not compiled)"
     if why is not None:
@@ -310,7 +312,7 @@ def _kernels(p: Plan, mesh: shd.MeshSpec, pruned: Counter, per_kernel: int) -> l
   for name in ATTENTIONS:
     try:
       choice = pick_attention(name, p.cfg, batch=p.batch, seq=p.seq, target=p.target, mesh=dict(mesh),
-                              options=p.step_options())
+                              options=p.options())
     except JaxmemError:
       pruned["attention kernel not available on this target or mesh"] += per_kernel
       continue
@@ -389,14 +391,15 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
   tgt = resolve_target(w)
   if tgt.capacity_bytes is None:
     raise JaxmemError(f"plan needs a target with a memory capacity; {tgt.name} has none (use a TPU or GPU target)")
-  cfg = resolve_model(w.model, param_dtype=w.param_dtype, dtype=w.dtype)
+  cfg, _ = resolve_model(w.model, outer_values(w))
   p = _base_plan(w, cfg, tgt)
   pruned: Counter = Counter()
   cands = order(candidates(p, pruned), tgt.capacity_bytes)
   run.start(min(budget, len(cands)), cfg)
   rows, compiled, skipped, unreached = compile_in_order(p, cands, budget=budget, run=run)
   pruned.update(skipped)
-  rows = [_with_recompute(p, r) for r in rows]
+  base = p.tasks()[0]
+  rows = [_with_recompute(p, r, _task(base, c)) for r, c in zip(rows, compiled, strict=True)]
   est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches): c.estimated_step_time_s
          for c in compiled}
   ranked = rank_rows(rows)
@@ -487,7 +490,10 @@ def search_notes(unreached: int = 0, *, order: tuple[str, ...] = (ORDER_NOTE,)) 
 def _base_plan(w: Workload, cfg: Any, tgt: Any) -> Plan:
   """The validated sweep every candidate's task specialises: the ladder's policies, the first
   optimizer, on the first mesh the workload can take (each task names its own)."""
-  meshes = [m for m in factorizations(tgt.num_devices, search_axes(cfg)) if mesh_reason(m, cfg, w.batch, w.seq, 1) is None]
+  values = one_each(w)
+  choices = moe_choice(cfg, configured(cfg, StepChoices(), values)[1], tgt.platform, values)[0]
+  meshes = [m for m in factorizations(tgt.num_devices, search_axes(cfg))
+            if mesh_reason(m, cfg, w.batch, w.seq, 1, values=values, choices=choices) is None]
   meshes.sort(key=lambda m: dict(m).get("stage", 1) > 1)  # the base needs no pipeline schedule
   if not meshes:
     raise JaxmemError(
@@ -551,15 +557,9 @@ def _run_candidates(
     p: Plan, base: Task, batch: list[Candidate], *, jobs: int, cache: RowCache | None,
     on_row: Callable[[Row], None] | None, scheduler: str | None = None,
 ) -> list[Row]:
-  """Rows for ``batch`` in its order: the candidates of one pipeline schedule run together, each
-  schedule under ``p`` with its own pipeline options (the plan's are a sweep's, one per plan)."""
-  rows: dict[int, Row] = {}
-  for pm in dict.fromkeys(c.pipeline_microbatches for c in batch):
-    idx = [i for i, c in enumerate(batch) if c.pipeline_microbatches == pm]
-    sched = dataclasses.replace(p, pipeline=PipelineOptions(microbatches=pm))
-    got = run_rows(sched, [_task(base, batch[i]) for i in idx], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
-    rows.update(zip(idx, got, strict=True))
-  return [rows[i] for i in range(len(batch))]
+  """Rows for ``batch`` in its order (each candidate a task of ``p``'s, its pipeline schedule
+  its own)."""
+  return run_rows(p, [_task(base, c) for c in batch], jobs=jobs, scheduler=scheduler, cache=cache, on_row=on_row)
 
 
 def _task(base: Task, c: Candidate) -> Task:
@@ -567,12 +567,12 @@ def _task(base: Task, c: Candidate) -> Task:
                       pipeline_microbatches=c.pipeline_microbatches)
 
 
-def _with_recompute(p: Plan, r: Row) -> Row:
-  """A fitting row's recompute against the no-remat program at its configuration (traced, not
-  compiled: :func:`jaxmem.planning.sweep.baseline_flops`)."""
+def _with_recompute(p: Plan, r: Row, task: Task) -> Row:
+  """A fitting row's recompute against the no-remat program at its configuration (``task``;
+  traced, not compiled: :func:`jaxmem.planning.sweep.baseline_flops`)."""
   if not r.fits or r.flops is None:
     return dataclasses.replace(r, recompute_overhead_pct=None)
   if r.remat == "none":
     return dataclasses.replace(r, recompute_overhead_pct=0.0)
-  base = baseline_flops(p, r)
+  base = baseline_flops(p, r, task)
   return dataclasses.replace(r, recompute_overhead_pct=None if not base else 100.0 * (r.flops - base) / base)

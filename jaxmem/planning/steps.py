@@ -29,10 +29,11 @@ from jaxmem.compiler.report import Refusal
 from jaxmem.steptime import Work
 from jaxmem.errors import JaxmemError, TraceFailed
 from jaxmem.cache import key
-from jaxmem.resolve import Plan, Task, for_task, given_axes
+from jaxmem.resolve import Plan, Task, configuration, for_task
 from jaxmem.program import sharding as shd
 from jaxmem.program.remat import RematPolicy
 from jaxmem.maxtext import step as mx
+from jaxmem.maxtext.table import TASK_AXES
 from jaxmem.program.step import call_step, is_local, step_notes
 
 # A user's step is a function, not a model jaxmem knows: its step time is estimated from the
@@ -103,18 +104,15 @@ def trace_fingerprint(lowering: Lowering, jit_kwargs: dict[str, Any]) -> str:
 def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
   """One configuration of a step as a row's fields. A compile the backend refuses is a row with
   ``error`` set, as for the model's steps."""
-  # What jaxmem did not choose is None (shown as -): the step's optimizer, compute dtype, how it
-  # accumulates and tiles, and its attention scores' dtype are the user's code's business.
-  base = dict(
-      model=p.workload.model_name, target=p.target.name, mesh=shd.format_mesh(mesh), remat=rp.name,
-      optimizer=None, batch=p.batch, seq=p.seq, param_dtype=None, dtype=None, num_devices=p.target.num_devices,
-      microbatches=None, vocab_tiles=None, **dict.fromkeys(a.name for a in given_axes(recorded=True)),
-  )
+  # What jaxmem did not choose is None (shown as -): the step's optimizer, its dtypes, how it
+  # accumulates and tiles, its attention scores' dtype are the user's code's business.
+  base = configuration(p, mesh, None, rp)
   lowering = _TRACED.pop(_traced_as(p, mesh, rp), None) or lower_step(p, mesh, rp)
   maxtext = p.workload.maxtext is not None
   notes: list[str] = step_notes(lowering.traced, rp)
-  if maxtext:  # MaxText's step: its attention by MaxText's name, and what built it
-    base.update(attention=p.attentions[0], microbatches=p.microbatches[0])
+  if maxtext:  # MaxText's step: what it varies per task (its attention by MaxText's name), and what built it
+    options = p.options()
+    base.update({name: options[name] for name in TASK_AXES if name in base})
     notes.append(mx.note(p.workload.maxtext))
   # from the shapes: a refused step has them too
   named = mx.global_params(lowering.traced) if maxtext else _named_arguments(lowering, notes)

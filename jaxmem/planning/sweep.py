@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from jaxmem.axes import baseline_fields, key, recorded
+from jaxmem.axes import baseline_fields, key
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import GMM_FLOPS_NOTE, KERNEL_FLOPS_NOTE, jaxpr_flops
 from jaxmem.hardware.startup import start_jax
@@ -22,8 +22,8 @@ from jaxmem.models.model_flops import training_flops, weight_flops
 from jaxmem.options import RunOptions
 from jaxmem.planning import steps
 from jaxmem.cache import RowCache
-from jaxmem.resolve import Plan, Task, build_program, for_task, plan
-from jaxmem.planning.runner import run_tasks
+from jaxmem.resolve import Plan, Task, build_program, configuration, for_task, plan
+from jaxmem.planning.runner import Counting, run_tasks
 from jaxmem.program import sharding as shd
 from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
@@ -95,54 +95,30 @@ def run_config(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy) -> 
   become a row with ``error`` set rather than an exception, so a sweep goes on."""
   if p.workload.step:  # a user's own step (jaxmem.planning.steps)
     return Row(**steps.step_row(p, mesh, rp))
-  base = asked(p.workload) | dict(
-      model=p.cfg.name,
-      target=p.target.name,
-      mesh=shd.format_mesh(mesh),
-      remat=rp.name,
-      optimizer=opt.name,
-      batch=p.batch,
-      seq=p.seq,
-      param_dtype=p.cfg.param_dtype,
-      dtype=p.cfg.dtype,
-      num_devices=p.target.num_devices,
-      **moe_fields(p.cfg, p.choices),
-  )
   program = build_program(p, mesh, opt, rp)
-  base.update(  # as the program resolved them (the workload's values otherwise: asked)
+  cfg = program.cfg  # the model as this configuration builds it (its MoE choice)
+  base = configuration(p, mesh, opt, rp, program) | dict(
       param_bytes=program.param_bytes,
       param_bytes_global=program.param_bytes_global,
       optimizer_state_bytes=program.optimizer_state_bytes,
-      attention=program.attention.name,
-      context_strategy=program.attention.strategy,
-      moe_kernel=program.moe_kernel,
-      **precision_fields(program),
-      **p.pipeline.fields(mesh),
   )
-  notes = list(p.cfg.notes)  # what the figures do not model about the architecture (config.json)
-  notes += p.moe_notes + program.notes
+  notes = list(cfg.notes)  # what the figures do not model about the architecture (config.json)
+  notes += program.notes
   if get_attention(program.attention.name).fused:  # its FLOPs are counted from its shapes
     notes.append(KERNEL_FLOPS_NOTE)
   if program.moe_kernel == "gmm":
     notes.append(GMM_FLOPS_NOTE)
-  if dict(mesh).get("expert", 1) > 1 and not p.cfg.is_moe:
-    notes.append(f"mesh axis expert: {p.cfg.name} has no experts, so it only splits the batch (data parallelism)")
+  if dict(mesh).get("expert", 1) > 1 and not cfg.is_moe:
+    notes.append(f"mesh axis expert: {cfg.name} has no experts, so it only splits the batch (data parallelism)")
   outcome = compile_figures(
       program.trace(), p.target, args=None if p.workload.always_compile else program.args, notes=notes, lowering_context=program.lowering_context(),
-      work=Work(tokens=p.batch * p.seq, model_flops=training_flops(p.cfg, batch=p.batch, seq=p.seq),
-                floor_flops=weight_flops(p.cfg, tokens=p.batch * p.seq, training=True)),
+      work=Work(tokens=p.batch * p.seq, model_flops=training_flops(cfg, batch=p.batch, seq=p.seq),
+                floor_flops=weight_flops(cfg, tokens=p.batch * p.seq, training=True)),
   )
   fields = outcome.row_fields()
   if program.pipeline is not None:
     fields.update(pipeline_figures(program.pipeline, outcome, fields))
   return Row(**base, **fields)
-
-
-def asked(w: Workload) -> dict[str, Any]:
-  """A row's sweep axes as its workload asks them (one value each), which the program's own
-  choices then replace (the attention ``auto`` became, the moments' dtype...): so an axis the
-  program only reads is recorded with nothing more said."""
-  return {a.name: a.first(w) for a in recorded()}
 
 
 def pipeline_figures(pipe: Any, outcome: Any, fields: dict[str, Any]) -> dict[str, Any]:
@@ -175,25 +151,6 @@ def pipeline_figures(pipe: Any, outcome: Any, fields: dict[str, Any]) -> dict[st
       stage_activation_bytes=per, required_1f1b_bytes=one_f_one_b(fields.get("required_bytes"), per, s, m, r),
       notes=tuple(notes),
   )
-
-
-def precision_fields(program: Any) -> dict[str, Any]:
-  """A row's ``master_dtype`` and ``grad_reduce_dtype`` (as asked) and ``moments_dtype`` (as the
-  program resolved it)."""
-  return dict(
-      master_dtype=program.precision.master_dtype, moments_dtype=program.moments_dtype,
-      grad_reduce_dtype=program.precision.grad_reduce_dtype, sequence_parallel=program.sequence_parallel,
-      dropout=program.choices.dropout,
-  )
-
-
-def moe_fields(cfg: Any, choices: Any) -> dict[str, Any]:
-  """A row's ``moe_impl`` and ``capacity_factor`` (this one for capacity only), as the step's
-  ``choices`` (:class:`jaxmem.models.StepChoices`) run the model ``cfg``; None for a dense model."""
-  if not cfg.is_moe:
-    return dict(moe_impl=None, capacity_factor=None)
-  impl = choices.moe_impl
-  return dict(moe_impl=impl, capacity_factor=choices.capacity_factor if impl == "capacity" else None)
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -264,9 +221,10 @@ def compare_plan(p: Plan, run: RunOptions) -> list[Row]:
 
 def run_rows(
     p: Plan, tasks: list[Task], *, jobs: int = 1, scheduler: str | None = None, cache: RowCache | None = None,
-    on_row: Callable[[Row], None] | None = None,
+    on_row: Callable[[Row], None] | None = None, counting: Counting | None = None,
 ) -> list[Row]:
-  """Rows for ``tasks`` (configurations of ``p``), in task order; ``on_row`` as each finishes.
+  """Rows for ``tasks`` (configurations of ``p``), in task order; ``on_row`` as each finishes;
+  ``counting``: where the tasks stand in the whole run (:class:`jaxmem.planning.runner.Counting`).
   A row is made once from its dict (the form the cache and worker processes hold)."""
   rows: dict[int, Row] = {}
 
@@ -277,7 +235,7 @@ def run_rows(
 
   key = functools.partial(steps.step_key, p) if p.workload.step else None
   run_tasks(tasks, runner(p, jobs=jobs, scheduler=scheduler), jobs=jobs, scheduler=scheduler, cache=cache, on_row=done,
-            key=key, check=is_row)
+            key=key, check=is_row, counting=counting)
   return [rows[i] for i in range(len(tasks))]
 
 
@@ -295,60 +253,26 @@ def is_row(d: dict[str, Any]) -> bool:
   return True
 
 
-def baseline_flops(p: Plan, row: Row) -> float | None:
+def baseline_flops(p: Plan, row: Row, task: Task) -> float | None:
   """FLOPs per device of the no-remat program at ``row``'s workload: its program's count
   (traced, not compiled) times the share of the program one device ran in ``row`` (``row.flops``
-  over its own program's count), so the recompute overhead compares like with like."""
+  over its own program's count), so the recompute overhead compares like with like. ``task``:
+  the configuration of ``p`` that ``row`` was compiled for (its batch and sequence the row's)."""
   if row.remat == "none" or row.flops is None:
     return row.flops
   if p.workload.maxtext:  # MaxText checkpoints every layer: it has no no-remat program
     return None
+  task = task.replace(batch=row.batch, seq=row.seq)
   # The row's own count was taken when it compiled; a step's row (or one from an older cache)
   # has none, and its program is traced again.
-  base, own = program_flops(p, row, "none"), row.program_flops or program_flops(p, row, row.remat)
+  base, own = program_flops(p, task, "none"), row.program_flops or program_flops(p, task, row.remat)
   return None if not own else row.flops * base / own
 
 
-def row_variant(p: Plan, row: Row) -> Plan:
-  """The plan of ``p``'s sweep over the outer axes that ``row`` came from (as the row records
-  its model's dtypes, dropout, sequence parallelism and pipeline)."""
-  for v in p.variants:
-    w = v.workload
-    pipe = v.pipeline.fields(shd.parse_mesh(row.mesh))
-    if ((v.cfg.param_dtype, v.cfg.dtype, v.choices.dropout, w.sequence_parallel) ==
-        (row.param_dtype, row.dtype, row.dropout, row.sequence_parallel) and
-        (pipe["pipeline_microbatches"], pipe["pipeline_repeats"]) == (row.pipeline_microbatches, row.pipeline_repeats)):
-      return v
-  return p
-
-
-def row_precision(p: Plan, row: Row) -> Any:
-  """The precision of ``p``'s sweep that ``row`` was compiled with (a row records the moments'
-  dtype as resolved, so an asked ``None`` matches any)."""
-  for prec in p.precisions:
-    if (prec.master_dtype, prec.grad_reduce_dtype) == (row.master_dtype, row.grad_reduce_dtype) and (
-        prec.moments_dtype in (None, row.moments_dtype)):
-      return prec
-  return p.precision
-
-
-def program_flops(p: Plan, row: Row, remat: str) -> float:
-  """The whole program's FLOPs at ``row``'s mesh, optimizer and workload, under ``remat``."""
-  mesh = shd.parse_mesh(row.mesh)
+def program_flops(p: Plan, task: Task, remat: str) -> float:
+  """The whole program's FLOPs of one of ``p``'s configurations (``task``), under ``remat``."""
+  one, mesh, opt, _ = for_task(p, task)
   rp = get_remat(remat)
-  if p.workload.step:
-    return steps.step_flops(p, mesh, rp, batch=row.batch, seq=row.seq)
-  p = row_variant(p, row)
-  opt = next(o for o in p.optimizers if o.name == row.optimizer)
-  choices = p.choices
-  if row.moe_impl is not None:  # the row's own MoE variant, which a sweep's plan.choices may not be
-    choices = dataclasses.replace(
-        choices, moe_impl=row.moe_impl, capacity_factor=row.capacity_factor or choices.capacity_factor
-    )
-  program = build_program(
-      p, mesh, opt, rp, choices=choices, batch=row.batch, seq=row.seq, attention=row.attention or p.attentions[0],
-      microbatches=row.microbatches, vocab_tiles=row.vocab_tiles, precision=row_precision(p, row),
-      context_strategy=row.context_strategy,
-      options={k: getattr(row, k, v) for k, v in p.step_options().items()},  # as the row recorded each
-  )
-  return jaxpr_flops(program.trace().jaxpr.jaxpr)
+  if one.workload.step:
+    return steps.step_flops(one, mesh, rp, batch=one.batch, seq=one.seq)
+  return jaxpr_flops(build_program(one, mesh, opt, rp).trace().jaxpr.jaxpr)

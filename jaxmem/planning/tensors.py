@@ -44,6 +44,7 @@ from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, plan
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
+from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy, assignment_name, get_remat
 from jaxmem.program.train import pick_attention
 from jaxmem.workload import Workload
@@ -118,23 +119,24 @@ def check_searchable(p: Plan) -> None:
   one_value_each(p.workload, "remat search", skip=("remat",))
   if p.target.capacity_bytes is None:
     raise JaxmemError(f"remat search needs a target with a memory capacity; {p.target.name} has none")
-  if p.pipeline.schedule(p.meshes[0]):
+  if PipelineOptions.of(p.options()).schedule(p.meshes[0]):
     raise JaxmemError("remat search does not take a stage axis yet (the pipeline's iterations keep their own stash)")
 
 
 def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]]:
   """The checkpoint names the model's layers save when all are saved, with their bytes over
   all layers (the global microbatch, unsharded), and the step FLOPs of an assignment's layers."""
-  cfg, micro = p.cfg, p.microbatches[0]
+  (cfg, choices), options = p.built(), p.options()
+  micro = options["microbatches"]
   batch = max(1, p.batch // micro)
-  attention = pick_attention(p.attentions[0], cfg, batch=batch, seq=p.seq, target=p.target, mesh=None,
-                             options=p.step_options())
+  attention = pick_attention(options["attention"], cfg, batch=batch, seq=p.seq, target=p.target, mesh=None,
+                             options=options)
   every = get_remat(assignment_name([n for n in CHECKPOINT_NAMES if n != DECODER_LAYER_INPUT]))
   kinds = [(True, cfg.num_moe_layers), (False, cfg.num_dense_layers)] if cfg.is_moe else [(False, cfg.num_layers)]
   kinds = [(moe, n) for moe, n in kinds if n]
   sizes: dict[str, int] = {}
   for moe, count in kinds:
-    for r in _listing(cfg, every, batch=batch, seq=p.seq, attend=attention.attend, moe=moe, choices=p.choices):
+    for r in _listing(cfg, every, batch=batch, seq=p.seq, attend=attention.attend, moe=moe, choices=choices):
       if r.name in CHECKPOINT_NAMES and not r.is_input:
         sizes[r.name] = sizes.get(r.name, 0) + r.bytes * count
   # The layer input, [B, T, D] per layer (the block's listing names it x_btd: its argument).
@@ -142,7 +144,7 @@ def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]
 
   def flops(rp: RematPolicy) -> float:
     return micro * sum(
-        count * layer_step_flops(cfg, rp, batch=batch, seq=p.seq, attention=attention, moe=moe, choices=p.choices)
+        count * layer_step_flops(cfg, rp, batch=batch, seq=p.seq, attention=attention, moe=moe, choices=choices)
         for moe, count in kinds
     )
 
@@ -398,6 +400,6 @@ def _with_overhead(p: Plan, row: Row) -> Row:
   """``row`` with its recompute overhead against the no-remat program (traced, not compiled)."""
   if row.flops is None:
     return row
-  base = baseline_flops(p, row)
+  base = baseline_flops(p, row, p.tasks()[0])
   pct = None if not base else 100.0 * (row.flops - base) / base
   return dataclasses.replace(row, recompute_overhead_pct=pct)

@@ -10,7 +10,6 @@ no peak). The measured peak includes initialisation and the allocator's own over
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import re
@@ -20,15 +19,13 @@ from typing import Any
 
 import jax
 
-from jaxmem.axes import one_value_each
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.startup import start_distributed, start_jax
 from jaxmem.hardware.targets import get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.options import RunOptions
-from jaxmem.resolve import Plan, build_program, moe_config, plan, recorded_options
-from jaxmem.planning.sweep import moe_fields
+from jaxmem.resolve import Plan, build_program, configuration, for_task, one_of_each, plan
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
@@ -61,38 +58,18 @@ class Measurement(Configuration):
 ATTACHED = {"target": "attached"}
 
 
-def _configuration(
-    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, attention: str | None = None, microbatches: int = 1,
-    vocab_tiles: int | None = None,
-) -> dict[str, Any]:
-  return dict(
-      model=p.cfg.name, target=p.target.name, mesh=shd.format_mesh(mesh), batch=p.batch,
-      num_devices=p.target.num_devices, remat=rp.name, optimizer=opt.name, seq=p.seq,
-      param_dtype=p.cfg.param_dtype, dtype=p.cfg.dtype, attention=attention, microbatches=microbatches,
-      vocab_tiles=p.vocab_tiles[0] if vocab_tiles is None else vocab_tiles, **recorded_options(p.step_options()),
-      **dataclasses.asdict(p.precision), **moe_fields(p.cfg, p.choices), **p.pipeline.fields(mesh),
-      sequence_parallel=p.workload.sequence_parallel, dropout=p.choices.dropout,
-  )
-
-
-def measure(
-    p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, steps: int = 3, attention: str | None = None,
-    microbatches: int | None = None,
-) -> Measurement:
-  """Runs one configuration in this process (``attention`` and ``microbatches``: the plan's
-  first unless given). Call it in a fresh process for a clean peak."""
-  microbatches = p.microbatches[0] if microbatches is None else microbatches
-  program = build_program(
-      p, mesh, opt, rp, attention=p.attentions[0] if attention is None else attention, microbatches=microbatches,
-      context_strategy=None,
-  )
+def measure(p: Plan, mesh: shd.MeshSpec, opt: Optimizer, rp: RematPolicy, *, steps: int = 3) -> Measurement:
+  """Runs one configuration in this process (``p``'s first value of every other axis: a task's
+  plan, :func:`jaxmem.resolve.for_task`, has its own). Call it in a fresh process for a clean
+  peak."""
+  program = build_program(p, mesh, opt, rp)
   outcome = compile_figures(program.trace(), p.target, args=None if p.workload.always_compile else program.args,
                             lowering_context=program.lowering_context())
   if isinstance(outcome, Refusal):  # nothing to run: the prediction is that it does not fit
     raise JaxmemError(f"validate: configuration {rp.name}, {opt.name}, mesh {shd.format_mesh(mesh)} was refused: {outcome.error}")
   compiled, predicted = outcome.compiled, outcome.required_bytes
   workspace = cudnn_workspace_bytes(compiled.as_text() or "")
-  params, state, tokens, targets, *key = program.concrete_args()  # key: the dropout key, where taken
+  params, state, tokens, targets, *key = program.concrete_args()  # key: the step's PRNG key, where it takes one
   loss = None
   for _ in range(steps):
     params, state, loss = compiled(params, state, tokens, targets, *key)
@@ -110,7 +87,7 @@ def measure(
     notes.append(f"{jax.local_devices()[0].platform} devices report no peak_bytes_in_use")
   ratio = None if not (measured and predicted) else measured / predicted
   return Measurement(
-      **_configuration(p, mesh, opt, rp, attention=program.attention.name, microbatches=microbatches),
+      **configuration(p, mesh, opt, rp, program),
       steps=steps,
       predicted_bytes=predicted,
       measured_bytes=measured,
@@ -143,9 +120,8 @@ def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
     raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
-  # Its configurations are measured from the plan's first of every axis but those it sweeps.
-  one_value_each(workload, "validate", skip=("mesh", "remat", "optimizer", "attention", "microbatches", "vocab_tiles",
-                                              "moe_impl", "capacity_factor"))
+  # Each configuration of the sweep is measured; the outer axes (the model's config) take one value.
+  one_of_each(workload, "validate")
   if distributed:
     start_distributed()
   start_jax()
@@ -203,19 +179,14 @@ def validate(
     raise JaxmemError(f"`steps` must be at least 1 (got {steps})")
   p = validation_plan(Workload.of(workload, ATTACHED, **fields), distributed=distributed)
   out: list[Measurement] = []
-  run.start(len(p.moe) * len(p.grid()) * len(p.vocab_tiles), p.cfg)
-  for impl, factor in p.moe:
-    # This MoE variant's plan: its step choices (and so its labels) for every configuration.
-    variant = p.workload.replace(moe_impl=impl, capacity_factor=factor)
-    pv = dataclasses.replace(p, choices=moe_config(p.cfg, variant, p.target.platform, p.choices)[0])
-    for (mesh, opt, attention, mb, rp), tiles in itertools.product(pv.grid(), p.vocab_tiles):
-      one = p.workload.replace(
-          model=p.cfg.name, mesh=shd.format_mesh(mesh), remat=rp.name, optimizer=opt.name, attention=attention,
-          microbatches=mb, vocab_tiles=tiles, moe_impl=impl, capacity_factor=factor,
-      )
-      configuration = _configuration(pv, mesh, opt, rp, attention=attention, microbatches=mb, vocab_tiles=tiles)
-      out.append(measure_in_subprocess(one, configuration, steps=steps))
-      run.row(out[-1])
+  tasks = p.tasks()
+  run.start(len(tasks), p.cfg)
+  for task in tasks:
+    one, mesh, opt, rp = for_task(p, task)
+    # The measuring process is given the model by name (its flags), as asked of this one.
+    asked = task.workload.replace(model=p.workload.model_name)
+    out.append(measure_in_subprocess(asked, configuration(one, mesh, opt, rp), steps=steps))
+    run.row(out[-1])
   return out
 
 

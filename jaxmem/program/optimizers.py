@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxmem.errors import JaxmemError
 from jaxmem.registry import Registry
 
 
@@ -40,17 +39,13 @@ class Optimizer:
   state_moments: float | None = None
   state_dtype: str | None = None
 
-  def transformation(self, lr: float, *, moments_dtype: str | None = None) -> optax.GradientTransformation:
-    """``build(lr)``, or with the moments in ``moments_dtype`` (a one-line error where this
-    optimizer keeps no moments or fixes their dtype)."""
-    if moments_dtype is None:
-      return self.build(lr)
-    if self.with_moments is None:
-      raise JaxmemError(
-          f"`moments_dtype` applies to optimizers whose moments' dtype can be chosen ({', '.join(MOMENTS_DTYPE_OPTIMIZERS)}); "
-          f"{self.name} {_NO_MOMENTS.get(self.name, 'does not take one')}"
-      )
-    return self.with_moments(lr, jnp.dtype(moments_dtype))
+  def moments_refusal(self) -> str | None:
+    """Why a dtype for its moments does not apply to this optimizer (it keeps none, or fixes
+    theirs), as the end of a sentence that names the option; ``None`` where it does."""
+    if self.with_moments is not None:
+      return None
+    return (f"applies to optimizers whose moments' dtype can be chosen ({', '.join(MOMENTS_DTYPE_OPTIMIZERS)}); "
+            f"{self.name} {_NO_MOMENTS.get(self.name, 'does not take one')}")
 
 
 class _LowpAdamState(NamedTuple):
@@ -101,7 +96,7 @@ def _adam_moments(lr: float, dtype: Any) -> optax.GradientTransformation:
   return optax.chain(scale_by_adam_lowp(dtype), optax.scale(-lr))
 
 
-# The optimizers whose moments' dtype can be set (``moments_dtype``): Adam's two moments through
+# The optimizers whose moments' dtype can be set (with_moments): Adam's two moments through
 # scale_by_adam_lowp, momentum's accumulator through optax.sgd's ``accumulator_dtype``, Lion's
 # through its ``mu_dtype``.
 _WITH_MOMENTS: dict[str, Callable[[float, Any], optax.GradientTransformation]] = {
@@ -115,7 +110,7 @@ MOMENTS_DTYPE_OPTIMIZERS = tuple(_WITH_MOMENTS)
 # Why the others do not take one, where there is a short reason.
 _NO_MOMENTS = {
     "sgd": "keeps no moments",
-    "adamw_bf16": "fixes its moments at bfloat16 (use adamw with `moments_dtype` bfloat16)",
+    "adamw_bf16": "fixes its moments at bfloat16 (use adamw with bfloat16 moments)",
 }
 
 

@@ -11,6 +11,7 @@ layers unpipelined. The schedule itself is :mod:`jaxmem.models.pipeline`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from jaxmem.errors import JaxmemError, StagesRefused
@@ -25,6 +26,13 @@ class PipelineOptions:
 
   microbatches: int | None = None
   repeats: int = 1
+
+  @classmethod
+  def of(cls, options: Mapping[str, Any]) -> PipelineOptions:
+    """The options one configuration gives (``None`` where not given, or where the mesh has no
+    stage axis)."""
+    repeats = options.get("pipeline_repeats")
+    return cls(microbatches=options.get("pipeline_microbatches"), repeats=1 if repeats is None else repeats)
 
   @property
   def given(self) -> bool:

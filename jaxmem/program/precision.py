@@ -24,6 +24,8 @@ sums would take the matmuls' own accumulation dtype, which the models do not exp
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -55,6 +57,34 @@ class Precision:
   master_dtype: str | None = None
   moments_dtype: str | None = None
   grad_reduce_dtype: str | None = None
+
+  @classmethod
+  def of(cls, options: Mapping[str, Any]) -> Precision:
+    """The precision one configuration's options give (each dtype by its axis's name; ``None``
+    where not given)."""
+    return cls(**{f.name: options.get(f.name) for f in dataclasses.fields(cls)})
+
+  def transformation(self, optimizer: Any, lr: float) -> optax.GradientTransformation:
+    """``optimizer`` (a :class:`jaxmem.program.optimizers.Optimizer`) at ``lr`` in these dtypes:
+    its moments in ``moments_dtype`` where given (a one-line error where it keeps none or fixes
+    their dtype), on a master copy in ``master_dtype`` where given."""
+    if self.moments_dtype is None:
+      tx = optimizer.build(lr)
+    elif (refusal := optimizer.moments_refusal()) is not None:
+      raise JaxmemError(f"`moments_dtype` {refusal}")
+    else:
+      tx = optimizer.with_moments(lr, jnp.dtype(self.moments_dtype))
+    return tx if self.master_dtype is None else with_master(tx, self.master_dtype)
+
+  def grads(self, grad_fn, param_sh: Any):
+    """``grad_fn`` with its gradients formed (and so reduced) in ``grad_reduce_dtype``
+    (:func:`grads_in`)."""
+    return grads_in(grad_fn, self.grad_reduce_dtype, param_sh)
+
+  def recorded(self, opt_state: Any) -> dict[str, str | None]:
+    """What a row records of these dtypes, by name: each as asked, the moments' as the optimizer
+    state holds them (:func:`stored_dtype`)."""
+    return {**dataclasses.asdict(self), "moments_dtype": stored_dtype(opt_state)}
 
   def check(self, param_dtype: str) -> None:
     """One-line errors for dtypes that are not dtypes, and for a master copy that is not wider
@@ -149,3 +179,16 @@ def grads_in(grad_fn, dtype: str | None, param_sh: Any):
     return grad_fn(jax.lax.with_sharding_constraint(cast, param_sh), *batch)
 
   return run
+
+
+def stored_dtype(opt_state: Any) -> str | None:
+  """The dtype most optimizer-state elements are in, beside a master copy (step counts and
+  other integers aside): the moments' dtype as the step resolved it; None for an optimizer
+  without state."""
+  if isinstance(opt_state, MasterState):
+    opt_state = opt_state.inner
+  counts: dict[str, int] = {}
+  for leaf in jax.tree.leaves(opt_state):
+    if jnp.issubdtype(leaf.dtype, jnp.floating):
+      counts[str(jnp.dtype(leaf.dtype))] = counts.get(str(jnp.dtype(leaf.dtype)), 0) + math.prod(leaf.shape)
+  return max(counts, key=counts.get) if counts else None

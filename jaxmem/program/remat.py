@@ -29,7 +29,6 @@ import jax
 
 from jaxmem.errors import JaxmemError
 from jaxmem.models import CHECKPOINT_NAMES, AttendFn, dot_attend
-from jaxmem.models.dropout import Dropout
 from jaxmem.registry import Registry
 
 cp = jax.checkpoint_policies
@@ -44,8 +43,8 @@ class RematPolicy:
   offloads: tuple[str, ...] = ()  # checkpoint names moved to host memory
   alias_of: str | None = None  # same policy under another name: left out of `all`
   needs_host_memory: bool = False
-  # Recompute the attention core (q k^T, softmax, its dropout, the product with v) under its own
-  # jax.checkpoint saving nothing, whatever ``policy`` does with the rest (layer_attend).
+  # Recompute the attention core (q k^T, the softmax and any mask drawn on it, the product with v)
+  # under its own jax.checkpoint saving nothing, whatever ``policy`` does with the rest (layer_attend).
   attention_core: bool = False
 
   def attend(self, attend: AttendFn | None) -> AttendFn | None:
@@ -55,19 +54,25 @@ class RematPolicy:
 
 def layer_attend(attend: AttendFn | None) -> AttendFn:
   """``attend`` (None: dot attention) under ``jax.checkpoint`` saving nothing: its backward pass
-  recomputes the scores, the softmax and the dropout mask from q, k, v and the mask's key, the
-  way Megatron's ``--recompute-granularity selective`` checkpoints its ``core_attention``
-  (Korthikanti et al. 2022, section 4.2; the same key draws the same mask again)."""
+  recomputes the scores, the softmax and any mask drawn on the probabilities from q, k, v and the
+  mask's key, the way Megatron's ``--recompute-granularity selective`` checkpoints its
+  ``core_attention`` (Korthikanti et al. 2022, section 4.2; the same key draws the same mask
+  again)."""
   attend = dot_attend if attend is None else attend
 
-  def run(q, k, v, *, causal: bool = True, dropout: Dropout | None = None, **layer):
-    # layer: the layer's own attention features (a window, soft-capping, sinks: attention_ops).
-    if dropout is None:
-      core = lambda q, k, v: attend(q, k, v, causal=causal, **layer)  # noqa: E731
-      return jax.checkpoint(core, policy=cp.nothing_saveable, prevent_cse=False)(q, k, v)
-    rate = dropout.rate
-    core = lambda q, k, v, key: attend(q, k, v, causal=causal, dropout=Dropout(rate, key), **layer)  # noqa: E731
-    return jax.checkpoint(core, policy=cp.nothing_saveable, prevent_cse=False)(q, k, v, dropout.key)
+  def run(q, k, v, *, causal: bool = True, **layer):
+    # layer: the layer's own attention features (a window, soft-capping, sinks: attention_ops),
+    # and any that draws from a PRNG key (a frozen dataclass with a `key`: the probabilities'
+    # mask), whose key is an argument of the checkpointed core so that it is kept, not the mask.
+    keyed = {n: o for n, o in layer.items() if isinstance(getattr(o, "key", None), jax.Array)}
+    fixed = {n: o for n, o in layer.items() if n not in keyed}
+
+    def core(q, k, v, keys):
+      drawn = {n: dataclasses.replace(o, key=keys[n]) for n, o in keyed.items()}
+      return attend(q, k, v, causal=causal, **fixed, **drawn)
+
+    keys = {n: o.key for n, o in keyed.items()}
+    return jax.checkpoint(core, policy=cp.nothing_saveable, prevent_cse=False)(q, k, v, keys)
 
   return run
 
@@ -190,13 +195,13 @@ def _build() -> dict[str, RematPolicy]:
       needs_host_memory=True,
   )
   # Korthikanti et al. 2022, section 4.2: the attention core's 5as^2b bytes per layer (scores,
-  # softmax, its dropout mask) are most of a long sequence's activations but few of its FLOPs, so
+  # softmax, the mask drawn on it) are most of a long sequence's activations but few of its FLOPs, so
   # recompute exactly those and keep everything else (policy None: the rest as with no remat).
   reg["selective"] = RematPolicy(
       name="selective",
       policy=None,
       description="Korthikanti et al.'s selective recomputation: recompute the attention core (QK^T, softmax, "
-      "its dropout, attention over V), keep the rest",
+      "its mask, attention over V), keep the rest",
       attention_core=True,
   )
   reg["minimal_offloaded"] = RematPolicy(

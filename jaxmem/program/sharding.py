@@ -31,7 +31,7 @@ A mesh is written ``data=2,fsdp=4``. Mesh axes and what they shard:
   reach their experts' devices by all-to-all. On a dense model it is data parallelism.
 
 Megatron's sequence parallelism (Korthikanti et al. 2022, section 4.2.2; ``sequence_parallel``
-with a ``tensor`` axis) splits the residual stream, the norms and the dropouts (the logical
+with a ``tensor`` axis) splits the residual stream, the norms and the masks on it (the logical
 ``norm_seq``, MaxText's ``activation_norm_length``) along the sequence over ``tensor`` as well:
 :func:`activation_rules` gives the rules with it, and the compiler then all-gathers before each
 column-parallel matmul and reduce-scatters after each row-parallel one, where plain tensor
@@ -80,7 +80,7 @@ ACTIVATION_RULES: dict[str, tuple[str, ...]] = {
     "batch": ("data", "fsdp", "expert"),
     "exp": ("expert",),
     "seq": ("sequence", "context"),
-    # The residual stream's sequence (norms, dropouts, residual adds): as "seq" here, and over
+    # The residual stream's sequence (norms, masks, residual adds): as "seq" here, and over
     # "tensor" too with sequence parallelism (activation_rules).
     "norm_seq": ("sequence", "context"),
     "heads": ("tensor",),

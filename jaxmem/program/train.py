@@ -24,8 +24,15 @@ The step a production trainer runs, as MaxText builds it:
   the dtype the gradients are formed and reduced in;
 - Megatron's sequence parallelism (``sequence_parallel``: the residual stream, norms and
   dropouts split along the sequence over ``tensor``; :func:`jaxmem.program.sharding.activation_rules`)
-  and the model's dropout (``choices.dropout``, the step's :class:`~jaxmem.models.StepChoices`: a
-  PRNG key is then the step's fifth argument, one key per step as a training loop would pass in).
+  and the step's dropout (``choices.dropout``, the step's :class:`~jaxmem.models.StepChoices`: a
+  PRNG key is then the step's fifth argument, one key per step as a training loop would pass in);
+- a mixture of experts' routed experts as one configuration chooses them (:func:`moe_choice`).
+
+The step's options are one configuration's value of every sweep axis, by name
+(:func:`jaxmem.axes.one_each`): each piece of the step reads those it applies, and
+:attr:`TrainProgram.recorded` says how it resolved them (the implementation ``auto`` became, the
+moments' dtype), which the configuration's record takes. The model is built from its config and
+the step's choices, each with the configuration's values (:func:`jaxmem.axes.configured`).
 """
 
 from __future__ import annotations
@@ -43,13 +50,16 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxmem.axes import AXES
-from jaxmem.program import sharding as shd
+from jaxmem.axes import AXES, configured
 from jaxmem.errors import BatchDoesNotDivide, JaxmemError
+from jaxmem.program import sharding as shd
 from jaxmem.models import (
     AttentionChoice, AttentionShapes, ExpertsFn, ModelConfig, StepChoices, Transformer, choose_attention,
     choose_moe_kernel, dropless_experts, grouped_matmul,
 )
+from jaxmem.models import context_attention as ctx
+from jaxmem.models.attention_registry import AUTO, AUTO_PREFERENCE, FALLBACK
+from jaxmem.models.dropout import Dropout
 from jaxmem.models.moe_parallel import sharded_dropless
 from jaxmem.models.pipeline import Pipeline
 from jaxmem.program import precision as prec
@@ -92,25 +102,29 @@ class TrainProgram:
   attention: AttentionChoice | None = None  # how attention is computed (None: dot, as before)
   microbatches: int = 1
   vocab_tiles: int = 1
+  # The precision asked. Where no gradient-reduction dtype is, the dtype a reduction runs in is
+  # the compiler's choice (the TPU and GPU compilers reduce a matmul's weight gradient in the
+  # compute dtype even for float32 parameters).
   precision: prec.Precision = prec.Precision()
-  # The moments' dtype the step resolved: most optimizer-state elements beside any master copy
-  # (None without moments). The gradient-reduction dtype is the one asked (precision): where none
-  # is, the dtype a reduction runs in is the compiler's choice (the TPU and GPU compilers reduce
-  # a matmul's weight gradient in the compute dtype even for float32 parameters).
-  moments_dtype: str | None = None
   # The layers pipelined over the mesh's stage axis (None: no stage axis, one scan).
   pipeline: Pipeline | None = None
   sequence_parallel: bool = False
   step_notes: tuple[str, ...] = ()  # what the step's options do here (dropout under a fused kernel)
+  moe_notes: tuple[str, ...] = ()  # how the MoE choice was made (moe_choice)
   # The grouped matmul the dropless experts run (gmm, ragged_dot); None without dropless experts.
   moe_kernel: str | None = None
+  # The sweep axes as the program resolved them, by name (the implementation auto became, the
+  # moments' dtype most optimizer-state elements are in beside any master copy, the pipeline's
+  # schedule on this mesh), with the configuration's own pipeline fields: what its record takes.
+  recorded: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
   def notes(self) -> tuple[str, ...]:
-    """What a row of this program must say: why ``auto`` fell back, what a deviceless compile
-    of the kernel leaves out, what the precision options mean for its figures."""
+    """What a row of this program must say: how the MoE choice was made, why ``auto`` fell back,
+    what a deviceless compile of the kernel leaves out, what the precision options mean for its
+    figures."""
     own = () if self.attention is None else self.attention.notes
-    return own + self.precision.notes(self.cfg.dtype) + self.step_notes
+    return self.moe_notes + own + self.precision.notes(self.cfg.dtype) + self.step_notes
 
   def trace(self) -> jax.stages.Traced:
     return self.step.trace(*self.args)
@@ -167,6 +181,30 @@ def check_batch(
   shd.check_experts(mesh, cfg.num_experts, cfg.name)
 
 
+def batch_multiple(mesh: shd.MeshSpec, options: Mapping[str, Any]) -> int:
+  """What one configuration's global batch must be a multiple of (:func:`check_batch`): the data
+  axes times the microbatches times the pipeline microbatches of each."""
+  pipeline = PipelineOptions.of(options)
+  return shd.data_parallel_size(mesh) * (options.get("microbatches") or 1) * pipeline.ways(mesh)
+
+
+def seq_multiple(mesh: shd.MeshSpec, options: Mapping[str, Any], platform: str) -> int:
+  """What one configuration's sequence must be a multiple of beside the axes that split it
+  (:func:`jaxmem.program.sharding.check_seq`): the vocabulary tiles, and over a context axis what
+  the context strategy's kernel needs (two load-balanced chunks per device, each whole 128-lane
+  blocks for splash: :func:`jaxmem.models.context_attention.seq_multiple`)."""
+  axes = shd.mesh_axes(mesh)
+  tiles = options.get("vocab_tiles") or 1
+  if "context" not in axes.seq:
+    return tiles
+  strategy = options.get("context_strategy") or ctx.DEFAULT_STRATEGY
+  kernel = options.get("attention") or AUTO
+  if kernel == AUTO:  # auto's kernel where the strategy can take it (the registry's choice)
+    preferred = AUTO_PREFERENCE.get(platform, FALLBACK)
+    kernel = preferred if ctx.strategy_problem(strategy, preferred) is None else FALLBACK
+  return math.lcm(tiles, ctx.seq_multiple(strategy, kernel, axes.ways("seq")))
+
+
 def routed_experts(
     cfg: ModelConfig, choices: StepChoices, jmesh: jax.sharding.Mesh, kernel: str | None = None
 ) -> ExpertsFn | None:
@@ -188,12 +226,82 @@ def moe_kernel(
     cfg: ModelConfig, choices: StepChoices, target: Target, options: Mapping[str, Any] | None = None
 ) -> str | None:
   """The grouped matmul a dropless MoE model's experts run on ``target``: the ``moe_kernel``
-  option (:meth:`jaxmem.resolve.Plan.step_options`; ``auto``, the default, is megablox's ``gmm``
-  on TPU, ``ragged_dot`` elsewhere: :func:`jaxmem.models.choose_moe_kernel`); None where no
-  dropless experts run (a dense model, ``capacity``)."""
+  option (``auto``, the default, is megablox's ``gmm`` on TPU, ``ragged_dot`` elsewhere:
+  :func:`jaxmem.models.choose_moe_kernel`, which refuses one the target cannot compile); None
+  where no dropless experts run (a dense model, ``capacity``), where a kernel asked is refused:
+  it would change nothing, and silently so (the default on GPU targets is capacity)."""
+  asked = (options or {}).get("moe_kernel")
   if not cfg.is_moe or choices.moe_impl != "dropless":
+    if cfg.is_moe and asked not in (None, "auto"):
+      raise JaxmemError(
+          f"`moe_kernel` applies to `moe_impl` dropless, and {cfg.name} runs capacity here; add dropless to `moe_impl`"
+      )
     return None
-  return choose_moe_kernel((options or {}).get("moe_kernel"), target.platform)
+  return choose_moe_kernel(asked, target.platform)
+
+
+# Why capacity is the default on GPU targets, and what dropless costs there (benchmarks/moe_layer.py).
+_GPU_RAGGED_DOT = (
+    "XLA's GPU compiler expands jax.lax.ragged_dot (the dropless path's grouped matmul) into a dense "
+    "matmul over all E experts, so its temporaries hold E times the routed copies a grouped matmul "
+    "would (qwen3-30b-a3b, one layer, 4096 tokens, gpu:h100: 48.85 GiB dropless against 0.90-1.66 "
+    "capacity, benchmarks/moe_layer.py)"
+)
+
+
+def moe_choice(
+    cfg: ModelConfig, choices: StepChoices, platform: str, options: Mapping[str, Any]
+) -> tuple[StepChoices, tuple[str, ...]]:
+  """How the step runs ``cfg``'s experts in one configuration: ``choices`` (with the
+  configuration's values, :func:`jaxmem.axes.configured`) with the implementation resolved where
+  ``options`` give no ``moe_impl`` (a capacity factor alone implies ``capacity``; else the
+  choices' own, but on GPU targets), and what its row must say of the choice. A dense model's
+  choices are as they are.
+
+  The default on GPU targets is ``capacity``: XLA's GPU compiler expands ``ragged_dot``, so the
+  dropless figure there describes a program GPU MoE training does not run (MaxText's GPU
+  recipes set sparse_matmul=False, its dense capacity path; its megablox kernel is TPU-only)."""
+  if not cfg.is_moe:
+    return choices, ()
+  impl = choices.moe_impl
+  notes: list[str] = []
+  if options.get("moe_impl") is None and options.get("capacity_factor") is not None:
+    impl = "capacity"
+  elif options.get("moe_impl") is None and platform == "gpu" and impl == "dropless":
+    impl = "capacity"
+    notes.append(f"moe_impl: capacity, the default on GPU targets: {_GPU_RAGGED_DOT}; --moe-impl dropless compiles it anyway")
+  if impl == "dropless" and platform == "gpu" and not notes:
+    notes.append(f"moe_impl dropless on GPU: {_GPU_RAGGED_DOT}; --moe-impl capacity is what GPU MoE training runs")
+  return dataclasses.replace(choices, moe_impl=impl), tuple(notes)
+
+
+def moe_fields(cfg: ModelConfig, choices: StepChoices) -> dict[str, Any]:
+  """A record's ``moe_impl`` and ``capacity_factor`` (this one for capacity only) as ``choices``
+  run the model ``cfg``; None for a dense model."""
+  if not cfg.is_moe:
+    return dict(moe_impl=None, capacity_factor=None)
+  impl = choices.moe_impl
+  return dict(moe_impl=impl, capacity_factor=choices.capacity_factor if impl == "capacity" else None)
+
+
+def check_configuration(
+    cfg: ModelConfig, *, choices: StepChoices = StepChoices(), target: Target, mesh: shd.MeshSpec, batch: int,
+    seq: int, options: Mapping[str, Any],
+) -> None:
+  """What :func:`build_train_program` would refuse of one configuration (``options``: its value
+  of every sweep axis, by name), refused in the same words without building anything: the batch
+  and sequence on the mesh, the pipeline's schedule, sequence parallelism, the precision's
+  dtypes, the MoE kernel and the attention implementation on the target and mesh. The planner
+  runs it on every configuration of a sweep before the first compile."""
+  cfg, choices = configured(cfg, choices, options)
+  choices, _ = moe_choice(cfg, choices, target.platform, options)
+  check_batch(batch, seq, mesh, cfg, microbatches=options.get("microbatches") or 1,
+              vocab_tiles=options.get("vocab_tiles") or 1, pipeline=PipelineOptions.of(options), choices=choices)
+  check_step_options(cfg, mesh, seq, sequence_parallel=bool(options.get("sequence_parallel")))
+  prec.Precision.of(options).check(cfg.param_dtype)
+  moe_kernel(cfg, choices, target, options)
+  pick_attention(options.get("attention") or "auto", cfg, batch=batch, seq=seq, target=target, mesh=dict(mesh),
+                 context_strategy=options.get("context_strategy"), options=options)
 
 
 def check_step_options(cfg: ModelConfig, mesh: shd.MeshSpec, seq: int, *, sequence_parallel: bool) -> None:
@@ -233,6 +341,18 @@ def dropout_key_args(choices: StepChoices, sharding: NamedSharding) -> tuple[jax
   return (jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding),) if choices.dropout else ()
 
 
+def key_shapes(choices: StepChoices) -> tuple[jax.ShapeDtypeStruct, ...]:
+  """The abstract PRNG key a layer run as ``choices`` say takes for its dropout masks, or none
+  without dropout."""
+  return (jax.eval_shape(lambda: jax.random.key(0)),) if choices.dropout else ()
+
+
+def keyed(choices: StepChoices, key: jax.Array | None) -> dict[str, Any]:
+  """A layer's keyword arguments that draw from ``key`` (the step's dropout, one layer's key),
+  none without a key."""
+  return {} if key is None else {"dropout": Dropout(choices.dropout, key)}
+
+
 def pick_attention(
     requested: str, cfg: ModelConfig, *, batch: int, seq: int, target: Target, mesh: Any,
     context_strategy: str | None = None, options: Mapping[str, Any] | None = None,
@@ -240,11 +360,10 @@ def pick_attention(
   """The attention implementation for ``requested`` on ``target`` over ``mesh`` (a Mesh, or
   axis sizes for a check before anything is built), at a (micro)batch of ``batch``.
   ``context_strategy`` applies on a mesh whose ``context`` axis splits the sequence (default
-  ``all_gather``). ``options``: the values of the sweep axes the planner takes as given
-  (:meth:`jaxmem.resolve.Plan.step_options`), by name; attention reads ``qk_dtype``, dot
-  attention's scores ("bfloat16", the default, is MaxText's: scores in the compute dtype), and
-  passes the others by."""
-  (qk_dtype,) = AXES["qk_dtype"].normalise((options or {}).get("qk_dtype", "bfloat16"))
+  ``all_gather``). ``options``: one configuration's value of every sweep axis, by name;
+  attention reads ``qk_dtype``, dot attention's scores ("bfloat16", the default, is MaxText's:
+  scores in the compute dtype), and passes the others by."""
+  (qk_dtype,) = AXES["qk_dtype"].normalise((options or {}).get("qk_dtype") or "bfloat16")
   return choose_attention(
       requested,
       platform=target.platform,
@@ -301,45 +420,39 @@ def build_train_program(
     seq: int,
     target: Target,
     mesh: shd.MeshSpec,
-    learning_rate: float = 1e-3,
-    attention: str = "auto",
-    microbatches: int = 1,
-    vocab_tiles: int = 1,
-    precision: prec.Precision = prec.Precision(),
-    pipeline: PipelineOptions = PipelineOptions(),
-    sequence_parallel: bool = False,
-    context_strategy: str | None = None,
     options: Mapping[str, Any] | None = None,
+    learning_rate: float = 1e-3,
 ) -> TrainProgram:
   """Builds the sharded, donated train step with abstract inputs, the model ``cfg`` run as
-  ``choices`` say (its dropout and experts' implementation). Call it once JAX has started
-  the target's backends (the attention choice reads them). ``options``: the values of the sweep
-  axes the planner takes as given, by name (:meth:`jaxmem.resolve.Plan.step_options`; the
-  attention's scores dtype, :func:`pick_attention`); an axis the step does not read changes
-  nothing."""
-  check_batch(
-      batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline, choices=choices
-  )
+  ``choices`` say (its dropout and experts: :func:`moe_choice`), once JAX has started the
+  target's backends (the attention choice reads them). ``options``: one configuration's value of
+  every sweep axis, by name (:func:`jaxmem.axes.one_each`; ``None`` or absent: the default), which
+  configure the model (:func:`jaxmem.axes.configured`); each piece of the step reads its own."""
+  options = options or {}
+  cfg, choices = configured(cfg, choices, options)
+  choices, moe_notes = moe_choice(cfg, choices, target.platform, options)
+  microbatches, vocab_tiles = options.get("microbatches") or 1, options.get("vocab_tiles") or 1
+  precision, pipeline = prec.Precision.of(options), PipelineOptions.of(options)
+  sequence_parallel = bool(options.get("sequence_parallel"))
+  check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline,
+              choices=choices)
   check_step_options(cfg, mesh, seq, sequence_parallel=sequence_parallel)
   jmesh = target.make_mesh(mesh)
   sched = pipeline.schedule(mesh)
   pipe = None if sched is None else Pipeline(mesh=jmesh, axes=shd.mesh_axes(jmesh), microbatches=sched[1], repeats=sched[2])
   # The kernel sees one (pipeline) microbatch at a time.
   choice = pick_attention(
-      attention, cfg, batch=batch // microbatches // (1 if pipe is None else pipe.microbatches), seq=seq,
-      target=target, mesh=jmesh, context_strategy=context_strategy, options=options,
+      options.get("attention") or "auto", cfg, batch=batch // microbatches // (1 if pipe is None else pipe.microbatches),
+      seq=seq, target=target, mesh=jmesh, context_strategy=options.get("context_strategy"), options=options,
   )
   graphdef, params, logical = abstract_model(cfg, choices)
   param_sh = shd.param_shardings(params, logical, jmesh)
   precision.check(cfg.param_dtype)
-  tx = optimizer.transformation(learning_rate, moments_dtype=precision.moments_dtype)
-  if precision.master_dtype is not None:
-    tx = prec.with_master(tx, precision.master_dtype)
+  tx = precision.transformation(optimizer, learning_rate)
   opt_state = jax.eval_shape(tx.init, params)
   opt_sh = shd.state_shardings(opt_state, params, param_sh, jmesh)
   batch_spec = shd.logical_to_spec(("batch", "seq"), (batch, seq), jmesh, shd.ACTIVATION_RULES, what="batch")
   batch_sh = NamedSharding(jmesh, batch_spec)
-  micro_sh = NamedSharding(jmesh, PartitionSpec(None, *batch_spec))
   constrain = shd.activation_constrainer(jmesh, sequence_parallel=sequence_parallel)
   kernel = moe_kernel(cfg, choices, target, options)
   experts = routed_experts(cfg, choices, jmesh, kernel)
@@ -352,9 +465,9 @@ def build_train_program(
         experts=experts, pipeline=pipe, dropout_key=key,
     )
 
-  grad_fn = prec.grads_in(jax.value_and_grad(loss_fn), precision.grad_reduce_dtype, param_sh)
+  grad_fn = precision.grads(jax.value_and_grad(loss_fn), param_sh)
   if microbatches > 1:
-    grad_fn = accumulated(grad_fn, microbatches, micro_sh, param_sh)
+    grad_fn = accumulated(grad_fn, microbatches, NamedSharding(jmesh, PartitionSpec(None, *batch_spec)), param_sh)
 
   # The argument names are what explain shows the inputs as (params['blocks'], opt_state.mu).
   def train_step(params, opt_state, tokens_bt, targets_bt, *dropout_key):
@@ -362,6 +475,25 @@ def build_train_program(
     updates, opt_state = tx.update(grads, opt_state, params)
     return prec.apply(params, updates, opt_state), opt_state, loss
 
+  step, args = _jitted(train_step, jmesh, (params, param_sh), (opt_state, opt_sh), batch_sh, (batch, seq), choices)
+  return TrainProgram(
+      step=step, args=args, cfg=cfg, choices=choices, tx=tx,
+      param_bytes=tree_bytes_per_device(params, param_sh),
+      param_bytes_global=sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)),
+      optimizer_state_bytes=tree_bytes_per_device(opt_state, opt_sh),
+      attention=choice, microbatches=microbatches, vocab_tiles=vocab_tiles, precision=precision, pipeline=pipe,
+      sequence_parallel=sequence_parallel, step_notes=step_notes, moe_notes=moe_notes, moe_kernel=kernel,
+      recorded=dict(attention=choice.name, context_strategy=choice.strategy, moe_kernel=kernel, **moe_fields(cfg, choices),
+                    **precision.recorded(opt_state), **pipeline.fields(mesh)),
+  )
+
+
+def _jitted(train_step, jmesh: jax.sharding.Mesh, params: tuple[Any, Any], opt_state: tuple[Any, Any],
+            batch_sh: NamedSharding, shape: tuple[int, int], choices: StepChoices):
+  """``train_step`` jitted, and its abstract arguments: parameters and optimizer state (each with
+  its shardings) donated, the tokens and targets at ``batch_sh``, the dropout key (where the
+  step drops, as ``choices`` say) replicated."""
+  (params, param_sh), (opt_state, opt_sh) = params, opt_state
   replicated = NamedSharding(jmesh, PartitionSpec())
   key_args = dropout_key_args(choices, replicated)
   step = jax.jit(
@@ -371,36 +503,6 @@ def build_train_program(
       donate_argnums=(0, 1),
   )
   sds = lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)  # noqa: E731
-  tokens = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=batch_sh)
+  tokens = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sh)
   args = (jax.tree.map(sds, params, param_sh), jax.tree.map(sds, opt_state, opt_sh), tokens, tokens, *key_args)
-  return TrainProgram(
-      step=step,
-      args=args,
-      cfg=cfg,
-      choices=choices,
-      tx=tx,
-      param_bytes=tree_bytes_per_device(params, param_sh),
-      param_bytes_global=sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in jax.tree.leaves(params)),
-      optimizer_state_bytes=tree_bytes_per_device(opt_state, opt_sh),
-      attention=choice,
-      microbatches=microbatches,
-      vocab_tiles=vocab_tiles,
-      precision=precision,
-      moments_dtype=moments_dtype(opt_state),
-      pipeline=pipe,
-      sequence_parallel=sequence_parallel,
-      step_notes=step_notes,
-      moe_kernel=kernel,
-  )
-
-
-def moments_dtype(opt_state: Any) -> str | None:
-  """The dtype most optimizer-state elements are in, beside a master copy (step counts and
-  other integers aside); None for an optimizer without state."""
-  if isinstance(opt_state, prec.MasterState):
-    opt_state = opt_state.inner
-  counts: dict[str, int] = {}
-  for leaf in jax.tree.leaves(opt_state):
-    if jnp.issubdtype(leaf.dtype, jnp.floating):
-      counts[str(jnp.dtype(leaf.dtype))] = counts.get(str(jnp.dtype(leaf.dtype)), 0) + math.prod(leaf.shape)
-  return max(counts, key=counts.get) if counts else None
+  return step, args

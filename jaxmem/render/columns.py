@@ -6,7 +6,10 @@ a cell is formatted and when the column is shown.
 :data:`PLAN`, :data:`INFER`); the renderers in :mod:`jaxmem.render.tables`,
 :mod:`jaxmem.render.plan` and :mod:`jaxmem.render.inference` lay out whatever the list holds, in
 order. A new column is one entry: a field the rows carry and a header, and, where the defaults
-do not fit, a formatter, a visibility rule and the cell a refused row shows.
+do not fit, a formatter, a visibility rule and the cell a refused row shows. The sweep axes'
+columns are not entries here: each axis's declaration says how it is shown
+(:class:`jaxmem.axes.Shown`), and :func:`axis_columns` makes them for every record that carries
+it.
 
 A column's visibility is data, a :class:`Rule`: :data:`ALWAYS`, :data:`VARIES` (its values differ
 between the rows), :class:`Some` (some row passes a test: a target with a capacity, several
@@ -22,12 +25,17 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from jaxmem.axes import Axis
+from jaxmem.axes import ALWAYS as SHOWN_ALWAYS
+from jaxmem.axes import GIVEN, SAID
+from jaxmem.axes import VARIES as SHOWN_VARYING
+from jaxmem.axes import AXES, Axis
 from jaxmem.hardware.machine import LINKS
 from jaxmem.hardware.margin import AT_RISK, NO, YES
-from jaxmem.records import SWEPT_FIELDS
+from jaxmem.inference.run import OPTIONS as INFER_OPTIONS
+from jaxmem.planning.fit import FitResult
+from jaxmem.planning.scale import Growth
+from jaxmem.records import Configuration
 from jaxmem.render.units import Unit, percent, seconds, unit_for
-from jaxmem.resolve import given_axes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +114,16 @@ class Asked:
 
   def __call__(self, column: Column, table: Table) -> bool:
     return self.option in table.options
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+  """Shown when ``test`` of the table's rows passes (an axis's own rule, :class:`jaxmem.axes.Shown`)."""
+
+  test: Callable[[Sequence[Any]], bool]
+
+  def __call__(self, column: Column, table: Table) -> bool:
+    return bool(table.rows) and self.test(table.rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +225,8 @@ class Column:
   value: Callable[[Cell], Any] | None = None
   refused: str | None = None
   written: bool = False
+  # Among the sweep axes' columns (axis_columns), where this one of the record's own sits.
+  place: float | None = None
 
   def raw(self, cell: Cell) -> Any:
     """The cell's value, unformatted."""
@@ -325,10 +345,49 @@ def _crossing(link_field: str) -> Some:
   return Some(lambda r: getattr(r, "fast_link_step_time_s", None) and getattr(r, link_field, None) is not None)
 
 
-# The swept fields with a column where they vary (the pipeline's have their own columns).
-SWEPT_COLUMNS = tuple(k for k in SWEPT_FIELDS if not k.startswith("pipeline_"))
+def _said(axis: Axis) -> Some:
+  return Some(lambda r: (v := getattr(r, axis.name, None)) is not None and v not in axis.quiet)
+
+
+def axis_rule(axis: Axis, *, summary: bool = False) -> Rule:
+  """When a table shows ``axis``'s column, as its declaration says (``summary``: a summary's
+  table, which always shows the columns that say what its rows are for)."""
+  when = axis.column.when
+  if summary and axis.column.identity or when == SHOWN_ALWAYS:
+    return ALWAYS
+  if callable(when):
+    return Rows(when)
+  return {SHOWN_VARYING: VARIES, GIVEN: _known(axis.name), SAID: _said(axis)}[when]
+
+
+def axis_columns(fields: Sequence[str], *, summary: bool = False, own: Sequence[Column] = ()) -> list[Column]:
+  """A column for each sweep axis a record carries under its own name (one of ``fields``), headed
+  and shown as its declaration says (:class:`jaxmem.axes.Shown`; ``summary``: see
+  :func:`axis_rule`), with the record's ``own`` columns among them by their ``place``, in place
+  order."""
+  columns = [Column(field=a.name, header=a.column_header, format=general if a.column.number else text,
+                    shown=axis_rule(a, summary=summary), place=a.column.place)
+             for a in AXES.values() if a.column is not None and a.name in fields]
+  return sorted([*columns, *own], key=lambda c: c.place)
+
+
+def swept_columns() -> tuple[str, ...]:
+  """The axes with a column where their values differ (the dtypes, the layout's options), beside
+  those that say what a row is for: in a recommendation, the words that tell it from the rest."""
+  return tuple(a.name for a in AXES.values()
+               if a.column is not None and a.column.when == SHOWN_VARYING and not a.column.identity)
+
+
+def label_fields() -> tuple[str, ...]:
+  """The fields that can tell compare's rows apart, in the table's order: the heading's, then
+  every axis's by its column's place."""
+  return (*HEADING_FIELDS, *(a.name for a in sorted((a for a in AXES.values() if a.column is not None),
+                                                     key=lambda a: a.column.place)))
+
+
 # The shown columns whose values a compare heading does not repeat.
 HEADING_FIELDS = ("model", "target", "batch", "seq")
+_CONFIGURATION = tuple(f.name for f in dataclasses.fields(Configuration))
 
 PIPELINED = _over_one("stages")
 SEVERAL_DEVICES = Some(lambda r: (r.num_devices or 1) > 1)
@@ -339,21 +398,13 @@ HOST_BYTES = _some("host_total_bytes")
 # compare's table (and scale's per-point table): one row per compiled configuration.
 COMPARE: list[Column] = [
     *(Column(field=k, format=text, shown=VARIES) for k in HEADING_FIELDS),
-    Column(field="mesh", format=text, shown=Either((VARIES, Some(lambda r: r.num_devices > 1, first=True)))),
-    Column(field="optimizer", format=text, shown=VARIES),
-    # The step's: a user's step records no attention, microbatches or vocabulary tiles.
-    Column(field="attention", format=text, shown=_some("attention")),
-    Column(field="context_strategy", format=text, shown=_some("context_strategy")),
-    Column(field="microbatches", format=text, shown=_over_one("microbatches")),
-    Column(field="vocab_tiles", format=text, shown=_over_one("vocab_tiles")),
-    *(Column(field=k, format=text, shown=VARIES) for k in SWEPT_COLUMNS),
-    Column(field="moe_impl", header="moe", format=text, shown=_some("moe_impl")),
-    Column(field="capacity_factor", header="capacity factor", format=general, shown=_known("capacity_factor")),
-    Column(field="stages", format=text, shown=PIPELINED),
-    Column(field="pipeline_microbatches", header="pipeline mb", format=text, shown=PIPELINED),
-    Column(field="pipeline_repeats", header="repeats", format=text, shown=_over_one("pipeline_repeats")),
-    Column(field="bubble_fraction", header="bubble", format=lambda v, c: "-" if v is None else f"{v:.1%}", shown=PIPELINED),
-    Column(field="remat", format=text),
+    # The sweep axes' (a user's step records no attention, microbatches or vocabulary tiles), with
+    # the pipeline's stages and bubble among them.
+    *axis_columns(_CONFIGURATION, own=(
+        Column(field="stages", format=text, shown=PIPELINED, place=85),
+        Column(field="bubble_fraction", header="bubble", format=lambda v, c: "-" if v is None else f"{v:.1%}",
+               shown=PIPELINED, place=95),
+    )),
     Column(field="param_bytes", header="params", unit=BYTES, format=size),
     Column(field="optimizer_state_bytes", header="opt state", unit=BYTES, format=size),
     Column(field="argument_size_in_bytes", header="argument", unit=BYTES, format=size, refused="error (see below)"),
@@ -427,15 +478,11 @@ def _fitted_step(i: int) -> Callable[[Any, Cell], str]:
 
 
 # fit's table: one answer (the largest fitting workload) per configuration.
+# A summary's experts, in a word ("dropless", "capacity 1.25"), where the MoE axes' columns are.
+_MOE = Column(field="moe", shown=_some("moe"), place=80)
+
 FIT: list[Column] = [
-    Column(field="mesh"),
-    Column(field="optimizer"),
-    Column(field="attention"),
-    Column(field="context_strategy", shown=_some("context_strategy")),
-    Column(field="microbatches", shown=_over_one("microbatches")),
-    *(Column(field=k, shown=VARIES) for k in SWEPT_COLUMNS),
-    Column(field="moe", shown=_some("moe")),
-    Column(field="remat"),
+    *axis_columns(tuple(f.name for f in dataclasses.fields(FitResult)), summary=True, own=(_MOE,)),
     Column(field="max", header="max {over}", value=lambda c: c.row.max_batch if c.row.over == "batch" else c.row.max_seq),
     Column(field="required_bytes", header="required {unit}", unit=BYTES, value=_fitted("required_bytes"),
            format=_fitted_cell(size)),
@@ -472,13 +519,7 @@ def _exponent(v: float | None, cell: Cell) -> str:
 
 # scale's growth table: one fitted exponent pair per (configuration, component).
 GROWTH: list[Column] = [
-    Column(field="mesh"),
-    Column(field="optimizer"),
-    Column(field="attention"),
-    Column(field="context_strategy", shown=_some("context_strategy")),
-    Column(field="moe", shown=_some("moe")),
-    *(Column(field=k, shown=VARIES) for k in SWEPT_COLUMNS),
-    Column(field="remat"),
+    *axis_columns(tuple(f.name for f in dataclasses.fields(Growth)), summary=True, own=(_MOE,)),
     Column(field="component", format=_component),
     Column(field="batch_exponent", format=_exponent),
     Column(field="seq_exponent", format=_exponent),
@@ -547,12 +588,6 @@ def _infer_bytes(field: str, header: str) -> Column:
   return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped)
 
 
-def axis_columns(axes: Sequence[Axis]) -> list[Column]:
-  """A column for each of ``axes`` (its declared header), shown where the rows that have a value
-  differ in it."""
-  return [Column(field=a.name, header=a.column_header, format=text, shown=Varies(known=True)) for a in axes]
-
-
 # infer's table: one row per (mesh, weight format, phase, context).
 INFER: list[Column] = [
     Column(field="mesh"),
@@ -574,8 +609,8 @@ INFER: list[Column] = [
     Column(field="compile_seconds", header="compile_seconds", format=_three),
     Column(field="attention_kind", header="attention kind"),
     Column(field="kv_cache_bytes_per_token", header="kv/token KiB", format=lambda v, c: "-" if v is None else f"{v / 1024:,.1f}"),
-    # The swept axes taken as given (prefill rows; decode's are None).
-    *axis_columns(given_axes(training=False, recorded=True)),
+    # Prefill's options (decode's are None), where the rows that have one differ in it.
+    *(Column(field=a.name, header=a.column_header, format=text, shown=Varies(known=True)) for a in INFER_OPTIONS),
     Column(field="moe_impl", header="moe", format=_moe, shown=_some("moe_impl")),
     # Communication only where there is some to show: several devices, a compiled row.
     Column(field="comm_bytes", header="comm {unit}", format=grouped,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from jaxmem.steptime import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
 from jaxmem.render.tables import check_format, envelope, render_csv, render_records
 from jaxmem.render.units import unit_for
-from jaxmem.resolve import given_axes
+from jaxmem.records import Configuration
 from jaxmem.versions import describe
 
 # via_loop: the while the value came out of when op_name/source are those of the op in its body.
@@ -21,13 +22,9 @@ JSON_BUFFER_KEYS = ("size_bytes", "shape", "dtype", "kind", "hlo", "op_name", "s
 # The verdict against the target's capacity (None on a target without one), as compare's rows have it.
 VERDICT_KEYS = ("capacity_bytes", "required_bytes", "fits", "verdict", "margin_bytes", "risk_bytes", "judged_figure",
                 "naive_sum_bytes", "compiler_check")
-# The configuration as explain's JSON names it (function: the explained function; empty for a
-# preset); the sweep axes the planner takes as given (jaxmem.resolve.given_axes) after the step's.
-_CONFIGURATION = ("function", "model", "target", "mesh", "remat", "optimizer", "batch", "seq", "param_dtype", "dtype",
-                  "platform", "num_devices", "attention", "microbatches", "vocab_tiles",
-                  *(a.name for a in given_axes(recorded=True)), "master_dtype",
-                  "moments_dtype", "grad_reduce_dtype", "stages", "pipeline_microbatches", "pipeline_repeats",
-                  "bubble_fraction", "sequence_parallel", "dropout", "context_strategy")
+# The configuration as explain's JSON names it: the explained function (empty for a preset), the
+# platform, and a preset's configuration (jaxmem.records.Configuration: every sweep axis it records).
+_CONFIGURATION = ("function", "platform", *(f.name for f in dataclasses.fields(Configuration)))
 
 
 # What the three figures printed side by side are, and why they differ.

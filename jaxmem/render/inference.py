@@ -133,8 +133,7 @@ def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:
 def _layout(e: Estimate) -> str:
   """The precision an estimate is for: its preset, and the dtypes of its parameters, gradients,
   master copy and moments."""
-  dtypes = f"{e.param_dtype} params, {e.gradient_dtype} gradients, " + (
-      f"{e.master_dtype} master, " if e.master_dtype else "no master, ") + f"{e.moments_dtype or 'no'} moments"
+  dtypes = e.layout.words()
   return f"{e.precision} precision ({dtypes})" if e.precision != "dtypes" else dtypes
 
 

@@ -142,10 +142,10 @@ STEP_TIME_HEADERS = ("step (est)", "roofline", "exposed comm", "bound", "MFU (es
 
 
 def varying_dtypes(rows: Sequence[Any]) -> tuple[str, ...]:
-  """The swept fields (:data:`jaxmem.records.SWEPT_FIELDS`: dtypes, dropout, sequence
-  parallelism) whose value differs between ``rows``: a column each (one every row shares stays
-  in the heading)."""
-  return tuple(k for k in cols.SWEPT_COLUMNS if len({getattr(r, k) for r in rows}) > 1)
+  """The swept fields (:data:`jaxmem.records.SWEPT_FIELDS`: the dtypes, the layout's options)
+  whose value differs between ``rows``: a column each (one every row shares stays in the
+  heading)."""
+  return tuple(k for k in cols.swept_columns() if len({getattr(r, k, None) for r in rows}) > 1)
 
 
 def _dtypes(r: Any, skip: Sequence[str] = ()) -> str:
@@ -216,15 +216,11 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> st
 # note about another instruction, or the same instruction renamed in another row's program, is
 # one note.
 _SUBJECT = re.compile(r"^((?:[a-z_]+: )?)([A-Za-z_][\w-]*\.\d+): ")
-_LABEL_FIELDS = ("model", "target", "batch", "seq", "mesh", "optimizer", "attention", "context_strategy",
-                 "microbatches", "vocab_tiles", "pipeline_microbatches", "pipeline_repeats", "moe_impl", "capacity_factor",
-                 *cols.SWEPT_COLUMNS, "remat")
-
-
 def _labels(rows: Sequence[Any]) -> tuple[tuple[str, ...], list[str]]:
-  """The fields that tell rows apart and each row's values of them (``remat full``)."""
-  keys = tuple(k for k in _LABEL_FIELDS if len({_label(getattr(r, k)) for r in rows}) > 1)
-  return keys, [" ".join(_label(getattr(r, k)) for k in keys) for r in rows]
+  """The fields that tell rows apart (:func:`jaxmem.render.columns.label_fields`) and each row's
+  values of them (``remat full``)."""
+  keys = tuple(k for k in cols.label_fields() if len({_label(getattr(r, k, None)) for r in rows}) > 1)
+  return keys, [" ".join(_label(getattr(r, k, None)) for k in keys) for r in rows]
 
 
 def _label(v: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from jaxmem.axes import labels
 from jaxmem.errors import JaxmemError
 from jaxmem.buffers.analyse import KINDS, Explanation
 from jaxmem.render.units import unit_for
@@ -85,8 +86,7 @@ def title(result: Explanation) -> str:
   r = result
   if r.model:
     step = f"attention {r.attention} · " if r.attention else ""
-    step += f"{r.microbatches} microbatches · " if r.microbatches > 1 else ""
-    step += f"{r.vocab_tiles} vocab tiles · " if r.vocab_tiles > 1 else ""
+    step += "".join(f"{w} · " for w in labels(r))  # each other axis where it says something
     if (getattr(r, "stages", 1) or 1) > 1:  # pipelined over a stage axis
       step += f"{r.stages} stages x {r.pipeline_microbatches} pipeline microbatches"
       step += f" x {r.pipeline_repeats} repeats · " if (r.pipeline_repeats or 1) > 1 else " · "
