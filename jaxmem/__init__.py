@@ -23,7 +23,7 @@ from jaxmem.compiler.analysis import analyze  # noqa: E402
 from jaxmem.steptime import OpTime, OpTimes, op_times  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.hardware.targets import Target, target  # noqa: E402
-from jaxmem.errors import JaxmemError  # noqa: E402
+from jaxmem.errors import BadValue, JaxmemError, NotAResult, NotComparable  # noqa: E402
 from jaxmem.events import Compiling, JaxmemWarning, Notice, listen  # noqa: E402
 from jaxmem.buffers.analyse import Explanation  # noqa: E402
 from jaxmem.buffers.explain import explain  # noqa: E402
@@ -43,6 +43,8 @@ from jaxmem.maxtext import plan as _maxtext_plan  # noqa: E402,F401
 from jaxmem.planning.sweep import Row, compare, with_overheads  # noqa: E402
 # The registries' modules as attributes, as the README spells them (jaxmem.remat.REMAT_POLICIES).
 from jaxmem.program import optimizers, remat  # noqa: E402
+# The parsers of every value from outside (flags, variables, config.json fields), which the CLI's flags use.
+from jaxmem import inputs  # noqa: E402
 from jaxmem.program.sharding import fsdp_shardings  # noqa: E402
 from jaxmem.program.optimizers import OPTIMIZERS  # noqa: E402
 from jaxmem.program.remat import REMAT_POLICIES  # noqa: E402
@@ -103,6 +105,7 @@ __all__ = [
     "with_overheads",
     "OPTIMIZERS",
     "REMAT_POLICIES",
+    "BadValue",
     "Compiling",
     "Estimate",
     "Explanation",
@@ -112,6 +115,8 @@ __all__ = [
     "JaxmemWarning",
     "MaxTextLaunch",
     "MemoryReport",
+    "NotAResult",
+    "NotComparable",
     "Notice",
     "OpTime",
     "OpTimes",
@@ -135,6 +140,7 @@ __all__ = [
     "fit_serving",
     "fsdp_shardings",
     "infer",
+    "inputs",
     "listen",
     "maxtext_overrides",
     "op_times",

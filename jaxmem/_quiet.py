@@ -15,11 +15,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+from jaxmem.errors import JaxmemError
+from jaxmem.inputs import env_switch
+
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
   """Silences fd 2 (C++ logs and Python warnings alike) within the block."""
-  if os.environ.get("JAXMEM_VERBOSE"):
+  if _verbose():
     yield
     return
   try:
@@ -51,3 +54,13 @@ def quiet() -> Iterator[None]:
         captured = sink.read().decode(errors="replace")
         if captured.strip():
           sys.stderr.write(captured)
+
+
+def _verbose() -> bool:
+  """``JAXMEM_VERBOSE`` on: nothing is silenced. Read leniently here, where a refusal would be
+  a traceback at ``import jaxmem`` (another word than on or off keeps the noise away); the CLI
+  refuses such a value in one line first (:func:`jaxmem.inputs.check_environment`)."""
+  try:
+    return env_switch("JAXMEM_VERBOSE")
+  except JaxmemError:
+    return False

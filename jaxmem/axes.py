@@ -42,6 +42,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from jaxmem.errors import JaxmemError, StagesRefused
+from jaxmem.inputs import Number, Whole
 from jaxmem.mesh import MeshSpec, parse_mesh
 from jaxmem.registry import published
 
@@ -123,28 +124,39 @@ def numbers(v: float | str | Sequence[float | str] | None, what: str, takes: str
       if not n.strip():
         continue
       try:
-        out.append(float(n))
-      except ValueError:
+        out.append(Number()(n))
+      except JaxmemError:  # not a number, or not a finite one
         raise JaxmemError(f"`{what}` takes {takes}, got {n.strip()!r}") from None
   return tuple(dict.fromkeys(out))
 
 
 def meshes(v: Any) -> tuple[str, ...]:
   """Meshes as written (``"data=2,fsdp=4"`` is one mesh: its commas separate axes, not meshes):
-  a string, a sequence of strings, or ``(axis, size)`` pairs; ``None`` for the default mesh."""
+  a string, a sequence of strings, or ``(axis, size)`` pairs; ``None`` for the default mesh.
+  Each is checked as a mesh (:func:`jaxmem.mesh.parse_mesh`) and kept as written."""
   if v is None:
     return ()
   if isinstance(v, str):
-    return (v,)
+    return (_mesh_checked(v),)
+  if not isinstance(v, (list, tuple)):
+    raise JaxmemError(f"`mesh` takes meshes such as data=2,fsdp=4 (a string, a list of them, or (axis, size) pairs), "
+                      f"got {v!r}")
   items = list(v)
   if items and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], int) for x in items):
-    return (_mesh_text(tuple(items)),)  # one mesh as (axis, size) pairs
-  return tuple(x if isinstance(x, str) else _mesh_text(x) for x in items)
+    return (_mesh_checked(_mesh_text(tuple(items))),)  # one mesh as (axis, size) pairs
+  return tuple(_mesh_checked(x if isinstance(x, str) else _mesh_text(x)) for x in items)
 
 
-def _mesh_text(pairs: Sequence[tuple[str, int]]) -> str:
+def _mesh_text(pairs: Any) -> str:
   # As jaxmem.program.sharding.format_mesh writes a mesh (this module sits below it).
+  if not isinstance(pairs, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+    raise JaxmemError(f"`mesh` takes meshes such as data=2,fsdp=4 or (axis, size) pairs, got {pairs!r}")
   return ",".join(f"{a}={s}" for a, s in pairs)
+
+
+def _mesh_checked(text: str) -> str:
+  parse_mesh(text)
+  return text
 
 
 def listed(v: Any) -> bool:
@@ -182,9 +194,7 @@ def outer(parse: Callable[[Any, str], tuple[Any, ...]]) -> Callable[[Any, str], 
 
 
 def _count(n: Any, name: str) -> int:
-  if not isinstance(n, int) or n < 1:
-    raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {n!r})")
-  return n
+  return Whole()(n, f"`{name}`")
 
 
 def _optional_ints(v: Any, name: str) -> tuple[int | None, ...]:
@@ -399,13 +409,22 @@ class Axis:
   def flag(self) -> str:
     return "--" + self.name.replace("_", "-")
 
+  @property
+  def flag_type(self) -> FlagValue:
+    """Its flag's parser (argparse's ``type=``)."""
+    return FlagValue(self.name)
+
   def normalise(self, value: Any) -> Any:
     """``value`` as the workload holds it."""
     return self.parse(value, self.name)
 
   def values(self, w: Any) -> tuple[Any, ...]:
     """The workload's values of this axis, as a tuple (an outer axis's one value as one)."""
-    v = getattr(w, self.name)
+    return self.values_of(getattr(w, self.name))
+
+  @staticmethod
+  def values_of(v: Any) -> tuple[Any, ...]:
+    """A normalised value as a tuple of values (an outer axis's one value as one)."""
     return v if isinstance(v, tuple) else (v,)
 
   def first(self, w: Any) -> Any:
@@ -420,6 +439,21 @@ class Axis:
     if self.word is None or v is None or v in self.quiet or (self.same_as and v == getattr(r, self.same_as, None)):
       return None
     return self.word if v is True else f"{self.word} {v:g}" if isinstance(v, float) else f"{self.word} {v}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagValue:
+  """An axis's flag's parser (its argparse ``type=``): the text is checked by the axis's own
+  parser, and its names against the names of the kind it takes (``valid``), when the command
+  line is read, so a bad value is refused before anything starts; the flag holds the text, which
+  the workload's field parses (:meth:`Axis.normalise`)."""
+
+  axis: str
+
+  def __call__(self, text: str) -> str:
+    a = AXES[self.axis]
+    check_valid(a, a.values_of(a.normalise(text)))
+    return text
 
 
 def _registry(*axes: Axis) -> dict[str, Axis]:
@@ -715,15 +749,21 @@ def check_names(w: Any) -> None:
   naming the first unknown, with the valid ones. None at all is refused, unless none is the axis's
   default (the model's choice)."""
   for a in AXES.values():
-    if a.valid is None or not hasattr(w, a.name):
-      continue
-    valid = published(a.valid)
-    got = a.values(w)
-    if not got and a.unset != ():
-      raise JaxmemError(f"`{a.name}` is empty; give names separated by commas from {', '.join(valid)}")
-    for n in got:
-      if n not in valid:
-        raise JaxmemError(f"unknown `{a.name}` {n!r}; valid: {', '.join(valid)}")
+    if a.valid is not None and hasattr(w, a.name):
+      check_valid(a, a.values(w))
+
+
+def check_valid(a: Axis, got: tuple[Any, ...]) -> None:
+  """``got``, the axis's values, against the names of the kind it takes (``valid``; nothing to
+  check for an axis that takes no registry's names)."""
+  if a.valid is None:
+    return
+  valid = published(a.valid)
+  if not got and a.unset != ():
+    raise JaxmemError(f"`{a.name}` is empty; give names separated by commas from {', '.join(valid)}")
+  for n in got:
+    if n not in valid:
+      raise JaxmemError(f"unknown `{a.name}` {n!r}; valid: {', '.join(valid)}")
 
 
 def check_applies(w: Any, configurations: Sequence[Mapping[str, Any]]) -> None:

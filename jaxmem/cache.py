@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from jaxmem.events import notice
+from jaxmem.inputs import env_text
 from jaxmem.versions import cache_versions
 
 
 def cache_dir() -> Path:
-  if d := os.environ.get("JAXMEM_CACHE_DIR"):
+  if d := env_text("JAXMEM_CACHE_DIR"):
     return Path(d)
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  base = env_text("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return Path(base) / "jaxmem"
 
 

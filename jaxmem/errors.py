@@ -39,6 +39,37 @@ class JaxmemError(ValueError):
     return FIELD.sub(lambda m: names.get(m.group(1), m.group(1)), str(self))
 
 
+class BadValue(JaxmemError):
+  """A value of the wrong type, or outside its range, refused where it enters
+  (:mod:`jaxmem.inputs`): ``subject`` is what it was given for, as the message names it (a
+  field in backticks, a CLI flag, a config.json field, an environment variable), ``expected``
+  what it must be, ``value`` what was given. :meth:`named` is the same refusal for another
+  subject (the CLI names the flag a value came in by)."""
+
+  def __init__(self, subject: str, expected: str, value: object):
+    self.subject, self.expected, self.value = subject, expected, value
+    super().__init__(f"{subject} must be {expected}, got {_shown(value)}")
+
+  def named(self, subject: str) -> BadValue:
+    return BadValue(subject, self.expected, self.value)
+
+
+def _shown(value: object) -> str:
+  """A value as a message quotes it: its repr, cut to a line's worth (a whole JSON document
+  given where a number belongs must not fill the terminal)."""
+  text = repr(value).replace("\n", " ")
+  return text if len(text) <= 80 else text[:77] + "..."
+
+
+class NotAResult(JaxmemError):
+  """A file or document given as a saved result that is not one jaxmem wrote (``jaxmem diff``)."""
+
+
+class NotComparable(JaxmemError):
+  """Two saved results that cannot be compared: made by different commands, or holding
+  different kinds of record (``jaxmem diff``)."""
+
+
 class DoesNotDivide(JaxmemError):
   """A size that a mesh splits is not a multiple of the split: the workload cannot run on that
   mesh. Its subclass says which size, so a search that tries many meshes counts why each was

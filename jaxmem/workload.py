@@ -23,12 +23,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxmem.axes import AXES, declared, with_fields
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import BadValue, JaxmemError
+from jaxmem.inputs import Fraction, Size, Text, Whole, maxtext_args, optional
 from jaxmem.maxtext.step import SPEC as MAXTEXT_STEP
-from jaxmem.maxtext.step import maxtext_args
 from jaxmem.program.step import step_spec
 from jaxmem.records import Record
-from jaxmem.sizes import byte_count
 
 if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved config or target
   from jaxmem.hardware.targets import Target
@@ -75,7 +74,7 @@ class BaseWorkload(Record):
   # (and the sweep axes every workload has: jaxmem.axes, training False)
 
   def __post_init__(self):
-    object.__setattr__(self, "resident", byte_count(self.resident, "resident"))
+    _parse_fields(self, _BASE_FIELDS)
     _normalise(self, training=False)
 
   def replace(self, **fields: Any) -> BaseWorkload:
@@ -133,6 +132,7 @@ class Workload(BaseWorkload):
 
   def __post_init__(self):
     super().__post_init__()
+    _parse_fields(self, _TRAIN_FIELDS)
     _normalise(self, training=True)
     object.__setattr__(self, "maxtext", maxtext_args(self.maxtext))
     if self.maxtext is not None:
@@ -145,6 +145,39 @@ class Workload(BaseWorkload):
           object.__setattr__(self, name, default)
     if self.step is not None:
       object.__setattr__(self, "step", step_spec(self.step))
+
+
+def _model(v: Any, subject: str) -> Any:
+  from jaxmem.models import ModelConfig
+
+  return v if isinstance(v, ModelConfig) else Text(expected="a model's name, config.json path or Hub id, or a ModelConfig")(v, subject)
+
+
+def _target(v: Any, subject: str) -> Any:
+  from jaxmem.hardware.targets import Target
+
+  return v if isinstance(v, Target) else Text(expected="a target's name (tpu:v5e-8, gpu:h100x8, cpu) or a Target")(v, subject)
+
+
+def _flag(v: Any, subject: str) -> bool:
+  if not isinstance(v, bool):
+    raise BadValue(subject, "True or False", v)
+  return v
+
+
+# Each field's parser (jaxmem.inputs), applied as a workload is made: what a keyword of an entry
+# point, or the CLI's flag, gave becomes the typed value the planner works on. None: not given
+# (the entry point's default), where a field allows it.
+_BASE_FIELDS: dict[str, Any] = {
+    "model": _model, "target": _target, "batch": lambda v, s: optional(Whole(), v, s), "slices": Whole(),
+    "resident": Size(optional=True), "mem_fraction": lambda v, s: optional(Fraction(), v, s), "always_compile": _flag,
+}
+_TRAIN_FIELDS: dict[str, Any] = {"seq": lambda v, s: optional(Whole(), v, s)}
+
+
+def _parse_fields(w: BaseWorkload, parsers: Mapping[str, Any]) -> None:
+  for name, parse in parsers.items():
+    object.__setattr__(w, name, parse(getattr(w, name), f"`{name}`"))
 
 
 def _normalise(w: BaseWorkload, *, training: bool) -> None:

@@ -36,13 +36,13 @@ while the train step's dtypes are ``param_dtype`` and ``dtype`` (``--param-dtype
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import BadValue, JaxmemError
+from jaxmem.inputs import Number, Whole, json_bool, json_list, json_object, json_string, strict_json
 
 from .config import Gemma4Spec, MLASpec, ModelConfig
 
@@ -164,13 +164,19 @@ _MISSING = object()
 
 
 class _Fields:
-  """The config's fields, read one at a time, so that whatever is left unread is refused."""
+  """The config's fields, read one at a time, so that whatever is left unread is refused; each
+  read with the parser of its kind (:mod:`jaxmem.inputs`: a JSON integer or number in its
+  range, true or false, a string, a list of its length), so a field of the wrong JSON type,
+  range or length is one line naming it."""
 
   def __init__(self, raw: Mapping[str, Any], where: str):
     self.raw, self.where, self.seen = raw, where, set()
 
   def error(self, message: str) -> JaxmemError:
     return JaxmemError(f"{self.where}: {message}")
+
+  def subject(self, key: str) -> str:
+    return f"{self.where}: field {key!r}"
 
   def get(self, key: str, default: Any = _MISSING) -> Any:
     """The value of ``key``; a null or absent field is ``default`` (required without one)."""
@@ -182,23 +188,25 @@ class _Fields:
       return default
     return value
 
-  def integer(self, key: str, default: Any = _MISSING) -> int:
-    value = self.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-      raise self.error(f"field {key!r} must be an integer, got {value!r}")
-    return value
+  def integer(self, key: str, default: Any = _MISSING, *, least: int | None = 1) -> int:
+    """A JSON integer of at least ``least`` (a size: 1; a count that may be none: 0)."""
+    return Whole(least=least, json=True)(self.get(key, default), self.subject(key))
 
-  def number(self, key: str, default: Any = _MISSING) -> float:
-    value = self.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-      raise self.error(f"field {key!r} must be a number, got {value!r}")
-    return float(value)
+  def number(self, key: str, default: Any = _MISSING, *, above: float | None = 0.0, least: float | None = None,
+             most: float | None = None) -> float:
+    """A JSON number above ``above`` (an epsilon, a RoPE base, a scale: above 0), from ``least``
+    up to ``most``."""
+    return Number(above=above, least=least, most=most, json=True)(self.get(key, default), self.subject(key))
 
   def flag(self, key: str, default: Any = _MISSING) -> bool:
-    value = self.get(key, default)
-    if not isinstance(value, bool):
-      raise self.error(f"field {key!r} must be true or false, got {value!r}")
-    return value
+    return json_bool(self.get(key, default), self.subject(key))
+
+  def text(self, key: str, default: Any = _MISSING) -> str:
+    return json_string(self.get(key, default), self.subject(key))
+
+  def listed(self, key: str, default: Any = _MISSING, *, length: int | None = None) -> list[Any]:
+    """A JSON list (of ``length`` items where given: one per layer)."""
+    return json_list(self.get(key, default), self.subject(key), length=length)
 
   def refuse_if_true(self, key: str, why: str) -> None:
     if self.flag(key, False):
@@ -230,6 +238,8 @@ def from_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], *, nam
   arch = _architecture(raw, where)
   name = name or _default_name(raw, file_name, arch)
   vision = raw.get("vision_config") if arch == "Llama4ForConditionalGeneration" else None
+  if vision is not None:
+    vision = json_object(vision, f"{where}: field 'vision_config'")
   if arch in _TEXT_OF:
     raw, arch, where = _text_config(raw, arch, where)
   fields = _Fields(raw, where)
@@ -242,7 +252,7 @@ def from_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], *, nam
     cfg = _BUILDERS[arch](fields, name)
   else:
     cfg = _llama_family(fields, arch, name)
-  if isinstance(vision, Mapping) and vision:
+  if vision:
     cfg = dataclasses.replace(cfg, vision_params=_vision_params(vision, cfg.d_model, where))
   return cfg
 
@@ -251,12 +261,17 @@ def _vision_params(vision: Mapping[str, Any], text_hidden: int, where: str) -> i
   """Llama 4's vision tower and projector, counted (:func:`.counting.llama4_vision_params`)."""
   from .counting import llama4_vision_params
 
-  need = ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size", "projector_input_dim",
-          "projector_output_dim", "vision_output_dim")
-  missing = [k for k in need if not isinstance(vision.get(k), int) or isinstance(vision.get(k), bool)]
+  missing = [k for k in _VISION_COUNTED if vision.get(k) is None and k != "num_channels"]
   if missing:
     raise JaxmemError(f"{where}: vision_config needs integer {', '.join(missing)} to count the vision tower")
-  return llama4_vision_params(dict(vision), text_hidden)
+  counted = {k: Whole(json=True)(vision.get(k, 3), f"{where}: vision_config field {k!r}") for k in _VISION_COUNTED}
+  return llama4_vision_params(counted, text_hidden)
+
+
+# The vision_config fields Llama 4's vision tower is counted from (num_channels: 3 if absent);
+# the others (its heads, activation, pixel shuffle ratio) change no parameter count.
+_VISION_COUNTED = ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size",
+                   "projector_input_dim", "projector_output_dim", "vision_output_dim", "num_channels")
 
 
 def _text_config(raw: Mapping[str, Any], arch: str, where: str) -> tuple[Mapping[str, Any], str, str]:
@@ -279,28 +294,30 @@ def _load(path_or_dict: Any) -> tuple[Mapping[str, Any], str, Path | None]:
   """(fields, where to say an error is, the file's path or None)."""
   if isinstance(path_or_dict, Mapping):
     return path_or_dict, "model config", None
+  if not isinstance(path_or_dict, (str, os.PathLike)):
+    raise BadValue("a model config", "a path to a config.json or its fields as a mapping", path_or_dict)
   path = Path(path_or_dict)
   try:
     text = path.read_text(encoding="utf-8")
   except OSError as e:
     raise JaxmemError(f"cannot read model config {path}: {e.strerror or e}") from None
-  try:
-    raw = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise JaxmemError(f"{path} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+  except (UnicodeDecodeError, ValueError):  # not text, or a path with a NUL in it
+    raise JaxmemError(f"cannot read model config {path}: not a UTF-8 text file") from None
+  raw = strict_json(text, str(path))
   if not isinstance(raw, dict):
     raise JaxmemError(f"{path}: a config.json holds a JSON object, got {type(raw).__name__}")
   return raw, str(path), path
 
 
 def _architecture(raw: Mapping[str, Any], where: str) -> str:
-  archs = raw.get("architectures")
-  if isinstance(archs, list) and archs:
-    arch = archs[0]
-  elif raw.get("model_type") in _BY_MODEL_TYPE:
-    arch = _BY_MODEL_TYPE[raw["model_type"]]
+  archs, model_type = raw.get("architectures"), raw.get("model_type")
+  if archs is not None:  # transformers writes the one class the checkpoint is for
+    arch = json_string(json_list(archs, f"{where}: field 'architectures'", length=1)[0], f"{where}: architectures[0]")
+  elif model_type is not None:
+    model_type = json_string(model_type, f"{where}: field 'model_type'")
+    arch = _BY_MODEL_TYPE.get(model_type, model_type)
   else:
-    arch = raw.get("model_type") or "no architectures or model_type"
+    arch = "no architectures or model_type"
   if arch not in SUPPORTED:
     raise JaxmemError(f"{where}: unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED)}")
   return arch
@@ -331,7 +348,7 @@ def _refuse_unbuildable(f: _Fields, arch: str) -> None:
     )
   f.refuse_if_true("is_encoder_decoder", "jaxmem's models are decoder-only")
   f.refuse_if_true("add_cross_attention", "jaxmem's models have no cross-attention")
-  if f.get("pruned_heads", {}):
+  if json_object(f.get("pruned_heads", {}), f.subject("pruned_heads")):
     raise f.error("pruned_heads is not supported: every layer here has the same number of heads")
   f.refuse_if_true("tie_encoder_decoder", "jaxmem's models are decoder-only")
 
@@ -381,18 +398,21 @@ def _sliding_window(f: _Fields, arch: str) -> int | None:
   if arch == "LlamaForCausalLM":
     # Llama has no window; a "sliding_window" in its file is left unread, so refused.
     return None
-  window = f.integer("sliding_window", 0) or None
+  window = f.integer("sliding_window", 0, least=0) or None
   if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
-    f.integer("max_window_layers", 0)
+    f.integer("max_window_layers", 0, least=0)
     if not f.flag("use_sliding_window", False):
       return None
   return window
 
 
-def _check_layer_types(f: _Fields) -> None:
-  """transformers 4.53+ lists each layer's attention; full or sliding is a mask, not a shape."""
-  layer_types = f.get("layer_types", [])
-  if not isinstance(layer_types, list) or set(layer_types) - {"full_attention", "sliding_attention"}:
+def _check_layer_types(f: _Fields, num_layers: int) -> None:
+  """transformers 4.53+ lists each layer's attention, one entry per layer; full or sliding is a
+  mask, not a shape."""
+  if f.get("layer_types", None) is None:
+    return
+  layer_types = f.listed("layer_types", length=num_layers)
+  if any(t not in ("full_attention", "sliding_attention") for t in layer_types):
     raise f.error(f"layer_types may only list full_attention and sliding_attention, got {layer_types!r}")
 
 
@@ -407,7 +427,7 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
   if arch == "Qwen2ForCausalLM":
     # transformers' Qwen2 always puts biases on q, k and v (and none on o), whatever
     # attention_bias says; reading it here keeps it from being refused as unknown.
-    f.get("attention_bias", None)
+    f.flag("attention_bias", False)
   else:
     f.refuse_if_true(
       "attention_bias", "biases on all four attention projections are not supported (Qwen2ForCausalLM's q/k/v biases are)"
@@ -424,7 +444,7 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
     default_head_dim = f.integer("head_dim")  # Qwen3MoeConfig's default is not checked here: required
   default_kv_heads = 8 if arch == "MistralForCausalLM" else heads
   default_positions = {"LlamaForCausalLM": 2048, "MistralForCausalLM": 4096 * 32}.get(arch, 32_768)
-  _check_layer_types(f)
+  _check_layer_types(f, f.integer("num_hidden_layers"))
   cfg = dict(
     name=name, style="llama3", vocab_size=f.integer("vocab_size"), d_model=d, num_layers=f.integer("num_hidden_layers"),
     num_heads=heads, num_kv_heads=f.integer("num_key_value_heads", default_kv_heads),
@@ -440,9 +460,11 @@ def _llama_family(f: _Fields, arch: str, name: str) -> ModelConfig:
   if moe_arch != arch:
     cfg.update(_moe(f, moe_arch, d_ff=cfg["d_ff"]))
   # pretraining_tp: how Llama 1/2 sliced matmuls during pretraining; same shapes either way.
-  # Phi-3's original_max_position_embeddings and partial_rotary_factor: RoPE frequencies (values).
-  ignored = {"pretraining_tp"} | ({"original_max_position_embeddings", "partial_rotary_factor"} if arch == "Phi3ForCausalLM" else set())
-  f.check_all_read(moe_arch, frozenset(ignored) | (_MOE_IGNORED if moe_arch != arch else frozenset()))
+  f.integer("pretraining_tp", 1)
+  if arch == "Phi3ForCausalLM":  # RoPE frequencies (values): its original context, the share of a head rotated
+    f.integer("original_max_position_embeddings", cfg["max_seq_len"])
+    f.number("partial_rotary_factor", 1.0, most=1.0)
+  f.check_all_read(moe_arch, _MOE_IGNORED if moe_arch != arch else frozenset())
   return ModelConfig(**cfg)
 
 
@@ -455,7 +477,7 @@ def _moe(f: _Fields, arch: str, *, d_ff: int) -> dict[str, Any]:
   else:
     if f.integer("decoder_sparse_step", 1) != 1:
       raise f.error("decoder_sparse_step other than 1 (MoE every few layers) is not supported: every layer here is MoE")
-    if f.get("mlp_only_layers", []):
+    if f.listed("mlp_only_layers", []):
       raise f.error("mlp_only_layers is not supported: dense layers between MoE ones (only a dense prefix is)")
     experts, width = f.integer("num_experts"), f.integer("moe_intermediate_size")
     norm_topk = f.flag("norm_topk_prob", False)  # transformers' Qwen3MoeConfig default
@@ -463,6 +485,17 @@ def _moe(f: _Fields, arch: str, *, d_ff: int) -> dict[str, Any]:
     num_experts=experts, experts_per_token=f.integer("num_experts_per_tok"), expert_d_ff=width,
     router_scoring="softmax", router_norm_topk=norm_topk,
   )
+
+
+# How a router scores its experts (DeepSeek's scoring_func).
+_SCORING = ("softmax", "sigmoid")
+
+
+def _scoring(f: _Fields, default: str) -> str:
+  scoring = f.text("scoring_func", default)
+  if scoring not in _SCORING:
+    raise f.error(f"scoring_func {scoring!r} is not supported; supported: {', '.join(_SCORING)}")
+  return scoring
 
 
 # DeepSeek's topk_method (configuration_deepseek.py; the Gate of its inference/model.py): greedy
@@ -491,10 +524,10 @@ def _deepseek(f: _Fields, arch: str, name: str) -> ModelConfig:
   nope, rope = f.integer("qk_nope_head_dim"), f.integer("qk_rope_head_dim")
   if f.integer("qk_head_dim", nope + rope) != nope + rope:
     raise f.error(f"qk_head_dim must be qk_nope_head_dim + qk_rope_head_dim = {nope + rope}")
-  f.integer("head_dim", 0)  # newer transformers' name for the RoPE width: qk_rope_head_dim says it
+  f.integer("head_dim", 0, least=0)  # newer transformers' name for the RoPE width: qk_rope_head_dim says it
   if f.integer("moe_layer_freq", 1) != 1:
     raise f.error("moe_layer_freq other than 1 (MoE every few layers) is not supported: every layer after the dense prefix is MoE")
-  method = f.get("topk_method", defaults["topk_method"])
+  method = f.text("topk_method", defaults["topk_method"])
   if method not in _TOPK_METHODS:
     raise f.error(f"topk_method {method!r} is not supported; supported: {', '.join(_TOPK_METHODS)}")
   groups, per_token = f.integer("n_group", 1), f.integer("topk_group", 1)
@@ -506,20 +539,19 @@ def _deepseek(f: _Fields, arch: str, name: str) -> ModelConfig:
     head_dim=nope + rope, d_ff=f.integer("intermediate_size"), max_seq_len=f.integer("max_position_embeddings"),
     tie_embeddings=f.flag("tie_word_embeddings", False), norm_eps=f.number("rms_norm_eps", 1e-6),
     rope_theta=_rope_theta(f), num_experts=f.integer("n_routed_experts"),
-    experts_per_token=f.integer("num_experts_per_tok"), num_shared_experts=f.integer("n_shared_experts", 0),
-    expert_d_ff=f.integer("moe_intermediate_size"), first_dense_layers=f.integer("first_k_dense_replace", 0),
-    router_scoring=f.get("scoring_func", defaults["scoring"]), router_norm_topk=f.flag("norm_topk_prob", defaults["norm_topk"]),
+    experts_per_token=f.integer("num_experts_per_tok"), num_shared_experts=f.integer("n_shared_experts", 0, least=0),
+    expert_d_ff=f.integer("moe_intermediate_size"), first_dense_layers=f.integer("first_k_dense_replace", 0, least=0),
+    router_scoring=_scoring(f, defaults["scoring"]), router_norm_topk=f.flag("norm_topk_prob", defaults["norm_topk"]),
     routed_scaling=f.number("routed_scaling_factor", 1.0), router_bias=method == "noaux_tc",
-    expert_groups=groups, expert_groups_per_token=per_token, mtp_layers=f.integer("num_nextn_predict_layers", 0),
+    expert_groups=groups, expert_groups_per_token=per_token, mtp_layers=f.integer("num_nextn_predict_layers", 0, least=0),
     mla=MLASpec(
-      kv_lora_rank=f.integer("kv_lora_rank"), q_lora_rank=f.integer("q_lora_rank", 0), qk_nope_head_dim=nope,
+      kv_lora_rank=f.integer("kv_lora_rank"), q_lora_rank=f.integer("q_lora_rank", 0, least=0), qk_nope_head_dim=nope,
       qk_rope_head_dim=rope, v_head_dim=f.integer("v_head_dim"),
     ),
   )
-  # pretraining_tp: how matmuls were sliced in pretraining; same shapes either way.
-  f.check_all_read(arch, frozenset({"pretraining_tp", "mlp_bias"}) | _MOE_IGNORED)
-  if f.raw.get("mlp_bias"):
-    raise f.error("mlp_bias true is not supported: the SwiGLU MLP here has no biases")
+  f.refuse_if_true("mlp_bias", "the SwiGLU MLP here has no biases")
+  f.integer("pretraining_tp", 1)  # how matmuls were sliced in pretraining; same shapes either way
+  f.check_all_read(arch, _MOE_IGNORED)
   return ModelConfig(**cfg)
 
 
@@ -533,8 +565,7 @@ def _gpt2(f: _Fields, name: str) -> ModelConfig:
   d, heads = f.integer("n_embd"), f.integer("n_head")
   if heads < 1 or d % heads:
     raise f.error(f"n_embd {d} is not a multiple of n_head {heads}")
-  positions = f.integer("n_positions", f.raw.get("n_ctx") or 1024)
-  f.get("n_ctx", None)  # the older name of n_positions, which it duplicates
+  positions = f.integer("n_positions", f.integer("n_ctx", 1024))  # n_ctx: n_positions' older name
   cfg = dict(
     name=name, style="gpt2", vocab_size=f.integer("vocab_size"), d_model=d, num_layers=f.integer("n_layer"),
     num_heads=heads, num_kv_heads=heads, head_dim=d // heads, d_ff=f.integer("n_inner", 4 * d), max_seq_len=positions,
@@ -542,9 +573,9 @@ def _gpt2(f: _Fields, name: str) -> ModelConfig:
     rope_theta=10_000.0,
   )
   # Scaling and upcasting switches of the attention scores: values, not shapes.
-  f.check_all_read(
-    "GPT2LMHeadModel", frozenset({"scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"})
-  )
+  for key in ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+    f.flag(key, False)
+  f.check_all_read("GPT2LMHeadModel")
   return ModelConfig(**cfg)
 
 
@@ -598,9 +629,9 @@ def _gemma(f: _Fields, name: str, *, gemma3: bool) -> ModelConfig:
   period = f.integer("sliding_window_pattern", 6) if gemma3 else 2
   _pattern(f, layers, period)
   # Scales and RoPE bases of the local layers: values, not shapes.
-  f.get("query_pre_attn_scalar", None)
-  f.get("rope_local_base_freq", None)
-  f.get("cache_implementation", None)
+  f.number("query_pre_attn_scalar", 1.0)
+  f.number("rope_local_base_freq", 10_000.0)
+  f.text("cache_implementation", "hybrid")
   cfg = ModelConfig(
     name=name, style="llama3", vocab_size=f.integer("vocab_size", 262_208 if gemma3 else 256_000),
     d_model=f.integer("hidden_size", 2304), num_layers=layers, num_heads=f.integer("num_attention_heads", 8),
@@ -613,7 +644,8 @@ def _gemma(f: _Fields, name: str, *, gemma3: bool) -> ModelConfig:
     attn_softcap=_softcap(f, "attn_logit_softcapping", None if gemma3 else 50.0),
     final_softcap=_softcap(f, "final_logit_softcapping", None if gemma3 else 30.0),
   )
-  f.check_all_read("Gemma3ForCausalLM" if gemma3 else "Gemma2ForCausalLM", frozenset({"use_bidirectional_attention"}))
+  f.refuse_if_true("use_bidirectional_attention", "the models here are causal")
+  f.check_all_read("Gemma3ForCausalLM" if gemma3 else "Gemma2ForCausalLM")
   return cfg
 
 
@@ -688,13 +720,13 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
   over all tokens."""
   _check_act(f, ("hidden_activation",), _TANH_GELU, "gelu_pytorch_tanh")
   f.refuse_if_true("attention_bias", "Gemma 4's projections here have no biases")
-  if f.get("use_bidirectional_attention", None) == "all":
+  if f.text("use_bidirectional_attention", "") == "all":  # "vision": the image tokens', not built here
     raise f.error("use_bidirectional_attention 'all' is not supported: the models here are causal")
   moe = _gemma4_moe(f)
   layers = f.integer("num_hidden_layers", 30)
-  listed = f.raw.get("layer_types")
+  listed = f.listed("layer_types", [])
   period = 6  # Gemma4TextConfig's default: five sliding layers per full one
-  if isinstance(listed, list) and "full_attention" in listed:
+  if "full_attention" in listed:
     period = listed.index("full_attention") + 1
   _pattern(f, layers, period)
   if layers % period:  # Gemma4TextConfig forces the last layer global, off the pattern built here
@@ -719,11 +751,11 @@ def _gemma4(f: _Fields, name: str) -> ModelConfig:
       global_k_eq_v=k_eq_v,
       # Gemma4TextConfig.kv_sharing_modes / Gemma4TextMLP: the last num_kv_shared_layers reuse keys
       # and values; use_double_wide_mlp doubles their MLP only (inert without shared layers).
-      kv_shared_layers=f.integer("num_kv_shared_layers", 0),
+      kv_shared_layers=f.integer("num_kv_shared_layers", 0, least=0),
       kv_shared_double_mlp=f.flag("use_double_wide_mlp", False),
       # Gemma4TextConfig's defaults: 256 wide, over 262,144 tokens (0 wide: no per-layer embeddings).
-      per_layer_dim=f.integer("hidden_size_per_layer_input", 256),
-      per_layer_vocab=f.integer("vocab_size_per_layer_input", 262_144),
+      per_layer_dim=f.integer("hidden_size_per_layer_input", 256, least=0),
+      per_layer_vocab=f.integer("vocab_size_per_layer_input", 262_144, least=0),
       moe_beside_dense=bool(moe),  # the experts beside every layer's dense MLP (enable_moe_block)
     ),
   )
@@ -739,12 +771,13 @@ def _gpt_oss(f: _Fields, name: str) -> ModelConfig:
   _check_act(f, ("hidden_act",), _SILU, "silu")
   layers = f.integer("num_hidden_layers", 36)
   _pattern(f, layers, 2)
-  k = f.integer("num_experts_per_tok", f.raw.get("experts_per_token") or 4)
+  k = f.integer("num_experts_per_tok", f.integer("experts_per_token", 4))  # experts_per_token: its other name
   if f.integer("experts_per_token", k) != k:
     raise f.error("experts_per_token and num_experts_per_tok differ")
-  f.get("swiglu_limit", None)  # the clamp of its SwiGLU: values
-  f.get("initial_context_length", None)  # YaRN's original context: RoPE frequencies
-  f.get("attention_bias", True)
+  f.number("swiglu_limit", 7.0)  # the clamp of its SwiGLU: values
+  f.integer("initial_context_length", 4096)  # YaRN's original context: RoPE frequencies
+  if not f.flag("attention_bias", True):
+    raise f.error("attention_bias false is not supported: GPT-OSS's attention projections here have biases")
   cfg = ModelConfig(
     name=name, style="llama3", vocab_size=f.integer("vocab_size", 201_088), d_model=f.integer("hidden_size", 2880),
     num_layers=layers, num_heads=f.integer("num_attention_heads", 64), num_kv_heads=f.integer("num_key_value_heads", 8),
@@ -768,16 +801,20 @@ def _llama4(f: _Fields, name: str) -> ModelConfig:
   f.refuse_if_true("attention_bias", "Llama 4's projections here have no biases")
   layers = f.integer("num_hidden_layers", 48)
   interval = f.integer("no_rope_layer_interval", 4)
-  no_rope = f.get("no_rope_layers", [])
-  if no_rope and list(no_rope) != [int((i + 1) % interval != 0) for i in range(layers)]:
+  no_rope = f.listed("no_rope_layers", [])
+  if no_rope and no_rope != [int((i + 1) % interval != 0) for i in range(layers)]:
     raise f.error(f"no_rope_layers must leave every {interval}th layer without RoPE (the pattern built here)")
   step = f.integer("interleave_moe_layer_step", 1)
-  moe_layers = f.get("moe_layers", None)
-  if moe_layers is not None and list(moe_layers) != list(range(step - 1, layers, step)):
+  moe_layers = f.listed("moe_layers", list(range(step - 1, layers, step)))
+  if moe_layers != list(range(step - 1, layers, step)):
     raise f.error(f"moe_layers must be every {step}th layer (interleave_moe_layer_step)")
   # Values: the L2 q/k norm without weights, attention temperature tuning, router noise.
-  for key in ("use_qk_norm", "attn_temperature_tuning", "floor_scale", "attn_scale", "for_llm_compressor"):
-    f.get(key, None)
+  for key in ("use_qk_norm", "for_llm_compressor"):
+    f.flag(key, False)
+  if not isinstance(f.get("attn_temperature_tuning", True), bool):  # a switch, or (older files) its scale
+    f.number("attn_temperature_tuning", above=None, least=0.0)
+  for key in ("floor_scale", "attn_scale"):
+    f.number(key, 1.0)
   cfg = ModelConfig(
     name=name, style="llama3", vocab_size=f.integer("vocab_size", 202_048), d_model=f.integer("hidden_size", 5120),
     num_layers=layers, num_heads=f.integer("num_attention_heads", 40), num_kv_heads=f.integer("num_key_value_heads", 8),
@@ -799,7 +836,7 @@ def _glm4_moe(f: _Fields, name: str) -> ModelConfig:
   renormalised and scaled) plus ``n_shared_experts``; q/k/v biases; optional per-head q/k
   RMSNorm (``use_qk_norm``); partial RoPE (values); the MTP layer recorded, not modelled."""
   _check_act(f, ("hidden_act",), _SILU, "silu")
-  f.get("partial_rotary_factor", None)
+  f.number("partial_rotary_factor", 0.5, most=1.0)
   groups, per_token = f.integer("n_group", 1), f.integer("topk_group", 1)
   cfg = ModelConfig(
     name=name, style="llama3", vocab_size=f.integer("vocab_size", 151_552), d_model=f.integer("hidden_size", 4096),
@@ -810,11 +847,11 @@ def _glm4_moe(f: _Fields, name: str) -> ModelConfig:
     rope_theta=_theta(f, 1_000_000.0),
     qkv_bias=f.flag("attention_bias", False), qk_norm=f.flag("use_qk_norm", False),
     num_experts=f.integer("n_routed_experts", 128), experts_per_token=f.integer("num_experts_per_tok", 8),
-    num_shared_experts=f.integer("n_shared_experts", 1), expert_d_ff=f.integer("moe_intermediate_size", 1408),
-    first_dense_layers=f.integer("first_k_dense_replace", 1), router_scoring="sigmoid",
+    num_shared_experts=f.integer("n_shared_experts", 1, least=0), expert_d_ff=f.integer("moe_intermediate_size", 1408),
+    first_dense_layers=f.integer("first_k_dense_replace", 1, least=0), router_scoring="sigmoid",
     router_norm_topk=f.flag("norm_topk_prob", True), routed_scaling=f.number("routed_scaling_factor", 1.0),
     router_bias=True, expert_groups=groups, expert_groups_per_token=per_token,
-    mtp_layers=f.integer("num_nextn_predict_layers", 0),
+    mtp_layers=f.integer("num_nextn_predict_layers", 0, least=0),
   )
   f.check_all_read("Glm4MoeForCausalLM", _MOE_IGNORED)
   return cfg

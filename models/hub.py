@@ -9,44 +9,39 @@ repositories such as Llama and Gemma need it), and the local cache (a file alrea
 not fetched again). The cache directory and offline mode are read here at each call rather than
 from the client's import-time constants, so that they follow the environment the caller has
 now: ``HF_HUB_CACHE``, else ``HF_HOME``/hub, else the client's default; ``HF_HUB_OFFLINE`` set
-(1, true, yes, on) reads only the cache.
+(1, true, yes, on) reads only the cache (another word than on or off is refused).
 """
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 from jaxmem.errors import JaxmemError
-
-# A Hub repository id: ORG/NAME with the Hub's characters (letters, digits, - _ .), optionally
-# @REVISION. A local path is told apart by existing, or by a leading / . ~.
-_REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
-_TRUE = ("1", "true", "yes", "on")
+from jaxmem.inputs import env_text, hub_id, hub_offline, looks_like_hub_id
 
 
 def parse_hub_id(name: str) -> tuple[str, str | None] | None:
   """(repo id, revision or None) if ``name`` names a Hub repository rather than a preset or a
-  local file, else None."""
-  if not isinstance(name, str) or name.startswith(("/", ".", "~")) or name.lower().endswith(".json"):
+  local file (:func:`jaxmem.inputs.looks_like_hub_id`, and no such path exists), else None. A
+  name written as a Hub id that the Hub client's own validator refuses (``a/b--c``,
+  ``a/b.git``) is a one-line error here, before the client is called
+  (:func:`jaxmem.inputs.hub_id`)."""
+  if not looks_like_hub_id(name) or Path(name).exists():
     return None
-  m = _REPO_ID.match(name)
-  if m is None or Path(name).exists():
-    return None
-  return m.group("repo"), m.group("rev")
+  hub = hub_id(name)
+  return hub.repo, hub.revision
 
 
 def _cache_dir() -> str | None:
-  if os.environ.get("HF_HUB_CACHE"):
-    return os.environ["HF_HUB_CACHE"]
-  if os.environ.get("HF_HOME"):
-    return str(Path(os.environ["HF_HOME"]) / "hub")
+  if hub_cache := env_text("HF_HUB_CACHE"):
+    return hub_cache
+  if home := env_text("HF_HOME"):
+    return str(Path(home) / "hub")
   return None  # the client's default (~/.cache/huggingface/hub)
 
 
 def offline() -> bool:
-  return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+  return hub_offline()
 
 
 def _pass_a_file(repo: str) -> str:

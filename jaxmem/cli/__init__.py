@@ -53,7 +53,10 @@ def version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
   parser = build_parser()
   args = None
+  traceback_too = False
   try:
+    jaxmem.inputs.check_environment()  # jaxmem's own variables, before anything reads them
+    traceback_too = jaxmem.inputs.env_switch("JAXMEM_TRACEBACK")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     with _common.listening():  # the library's notices and compiles, on stderr
       code = args.func(args)
@@ -71,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except JaxmemError as e:
     # A failure of the user's own code (a step factory that raised, a step that failed to trace)
     # is chained to its exception; JAXMEM_TRACEBACK=1 prints that traceback above the line.
-    if os.environ.get("JAXMEM_TRACEBACK", "") not in ("", "0"):
+    if traceback_too:
       traceback.print_exception(e, file=sys.stderr)
       print(f"jaxmem: error: {_common.flag_message(e, parser)}", file=sys.stderr)
     else:

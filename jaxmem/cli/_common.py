@@ -24,17 +24,45 @@ import jax
 from tqdm import tqdm
 
 import jaxmem
-from jaxmem import JaxmemError, Workload
+from jaxmem import BadValue, JaxmemError, Workload, inputs
+from jaxmem.render.tables import FORMATS
 from jaxmem.render.units import unit_for
 
 DEFAULT_REMAT = ",".join(Workload().remat)
 
 
 class Parser(argparse.ArgumentParser):
-  """argparse, but a usage error is a JaxmemError (one line) instead of usage + exit."""
+  """argparse, but a usage error is a JaxmemError (one line) instead of usage + exit, and a
+  flag's value is parsed by its ``type=`` (a parser of :mod:`jaxmem.inputs`) when the command
+  line is read: a bad one is that parser's refusal, naming the flag."""
+
+  def __init__(self, *args: Any, **kwargs: Any):
+    kwargs.setdefault("exit_on_error", False)  # argparse's errors reach parse_known_args below
+    super().__init__(*args, **kwargs)
+
+  def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # noqa: D102
+    try:
+      return super().parse_known_args(args, namespace)
+    except argparse.ArgumentError as e:
+      refused = e.__context__  # what the flag's type= raised, where it refused the value
+      if isinstance(refused, BadValue):
+        raise refused.named(e.argument_name or inputs.VALUE) from None
+      if isinstance(refused, JaxmemError):
+        raise refused from None
+      self.error(str(e))
+
+  def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # noqa: D102
+    try:
+      return super().parse_args(args, namespace)
+    except argparse.ArgumentError as e:  # Python 3.12+: arguments left over, without exit_on_error
+      self.error(str(e))
 
   def error(self, message: str):  # noqa: D102
     raise JaxmemError(f"{message} (see {self.prog} --help)")
+
+
+# The flags' parsers (a flag's type=): each refuses a bad value when the command line is read.
+COUNT = inputs.Whole()  # a whole number of at least 1: --batch, --seq, --slices, --jobs...
 
 
 def add_axes(p: argparse.ArgumentParser, group: str, *, sweep: bool = True, helps: dict[str, str] | None = None) -> None:
@@ -46,7 +74,8 @@ def add_axes(p: argparse.ArgumentParser, group: str, *, sweep: bool = True, help
   for axis in jaxmem.AXES.values():
     text = (helps or {}).get(axis.name, axis.help)
     if axis.group == group and text is not None:
-      p.add_argument(axis.flag, default=axis.flag_default, help=axis_help(axis, text, sweep=sweep), **axis.flag_options)
+      p.add_argument(axis.flag, default=axis.flag_default, help=axis_help(axis, text, sweep=sweep), type=axis.flag_type,
+                     **axis.flag_options)
 
 
 def axis_help(axis: jaxmem.Axis, text: str, *, sweep: bool = True) -> str:
@@ -71,9 +100,9 @@ def add_workload(
       "(only its config.json is fetched; HF_TOKEN, the Hub cache and HF_HUB_OFFLINE apply); default gpt2-small",
   )
   mx = "; with --maxtext, its config's" if own else ""
-  p.add_argument("--batch", type=int, default=None if own else batch,
+  p.add_argument("--batch", type=COUNT, default=None if own else batch,
                  help=f"global batch size; default {batch or 'searched'}{mx}")
-  p.add_argument("--seq", type=int, default=None if own else seq,
+  p.add_argument("--seq", type=COUNT, default=None if own else seq,
                  help=f"sequence length; default {seq or 'searched'}{mx}")
   p.add_argument(
       "--target",
@@ -81,14 +110,14 @@ def add_workload(
       help="where to compile: attached, tpu:v5e-8, gpu:h100x8, cpu, cpu:N (see `jaxmem targets`); "
       "default: the attached accelerator, else a representative one whose compiler is installed",
   )
-  p.add_argument("--slices", type=int, default=1, help="TPU slices (multi-slice over DCN); default 1")
+  p.add_argument("--slices", type=COUNT, default=1, help="TPU slices (multi-slice over DCN); default 1")
   p.add_argument(
-      "--resident", default=None, metavar="BYTES",
+      "--resident", default=None, metavar="BYTES", type=inputs.Size(),
       help="bytes per device another program holds beside the step (14.5GiB, 512MiB, or bytes): out of the "
       "capacity; a TPU compile is capped to match with --xla_tpu_max_hbm_size_mib (the row's note gives the flag)",
   )
   p.add_argument(
-      "--mem-fraction", type=float, default=None,
+      "--mem-fraction", type=inputs.Fraction(), default=None,
       help="GPU targets: the share of device memory JAX's allocator takes (capacity = fraction x memory); "
       "default XLA_CLIENT_MEM_FRACTION (or XLA_PYTHON_CLIENT_MEM_FRACTION), else 0.75",
   )
@@ -111,15 +140,16 @@ def add_run_options(p: argparse.ArgumentParser, *, totals: bool = True) -> None:
   fit, scale and plan (``totals``: whether the command's table has whole-mesh figures)."""
   if totals:
     p.add_argument("--totals", action="store_true", help="add whole-mesh figures (per device x devices)")
-  p.add_argument("--jobs", type=int, default=1, help="compile in this many processes; default 1")
-  p.add_argument("--scheduler", default=None, help="compile on the Dask cluster at this address (tcp://host:8786)")
+  p.add_argument("--jobs", type=COUNT, default=1, help="compile in this many processes; default 1")
+  p.add_argument("--scheduler", default=None, type=inputs.ADDRESS,
+                 help="compile on the Dask cluster at this address (tcp://host:8786)")
   p.add_argument("--no-cache", action="store_true", help="recompile everything instead of reusing cached rows")
 
 
 def add_step(p: argparse.ArgumentParser) -> None:
   """``--step``: the user's own step factory instead of ``--model`` (compare, explain, fit, scale)."""
   p.add_argument(
-      "--step", default=None, metavar="MODULE:FACTORY",
+      "--step", default=None, metavar="MODULE:FACTORY", type=inputs.STEP,
       help="your own step instead of --model: package.module:make_step or path/to/file.py:make_step, a "
       "function make_step(*, batch, seq, remat[, mesh]) returning (fn, args, jit_kwargs)",
   )
@@ -140,7 +170,7 @@ def no_step(args: argparse.Namespace, *flags: str) -> None:
 
 
 def add_output(p: argparse.ArgumentParser) -> None:
-  p.add_argument("--format", default="table", help="table, markdown, json or csv; default table")
+  p.add_argument("--format", default="table", type=inputs.Choice(FORMATS), help="table, markdown, json or csv; default table")
   p.add_argument("--output", default=None, help="also write the result to this file")
 
 
@@ -294,7 +324,7 @@ class Progress:
     self.compiles = 0  # compiles started
     self.first: float | None = None  # when the first compile started (time.monotonic)
     self.bar: tqdm | None = None
-    self.quiet = quiet or bool(os.environ.get("JAXMEM_NO_PROGRESS"))
+    self.quiet = quiet or inputs.env_switch("JAXMEM_NO_PROGRESS")
     self.lines = not self.quiet and not sys.stderr.isatty()
     _PROGRESS = self  # the sweep's compiles (jaxmem.events.Compiling) are shown by this one
 
@@ -370,12 +400,12 @@ def on_event(e: Any) -> None:
   """The CLI's listener (:func:`jaxmem.listen`): notices as lines on stderr, compiles shown by
   the command's progress (or as a line where it has none)."""
   if isinstance(e, jaxmem.Notice):
-    if not (e.progress and os.environ.get("JAXMEM_NO_PROGRESS")):
+    if not (e.progress and inputs.env_switch("JAXMEM_NO_PROGRESS")):
       say(f"jaxmem: {e.text}")
   elif isinstance(e, jaxmem.Compiling):
     if _PROGRESS is not None:
       _PROGRESS.compiling(e)
-    elif not os.environ.get("JAXMEM_NO_PROGRESS"):
+    elif not inputs.env_switch("JAXMEM_NO_PROGRESS"):
       say(f"jaxmem: compiling {e.label}")
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -50,6 +49,7 @@ from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
 from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import JaxmemError
+from jaxmem.inputs import MEM_FRACTION_VARIABLES, Fraction, env_fraction
 from jaxmem.records import Record
 from jaxmem.sizes import byte_count
 from jaxmem.units import GiB
@@ -445,27 +445,12 @@ def _tpu_target(gen_name: str, size: int, slices: int) -> Target:
   )
 
 
-# The allocator's variables, newest first: jax 0.11 renamed XLA_PYTHON_CLIENT_MEM_FRACTION to
-# XLA_CLIENT_MEM_FRACTION and deprecated the old name (both are read; the new one wins).
-MEM_FRACTION_VARIABLES = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
-
-
 def gpu_mem_fraction(mem_fraction: float | None = None) -> tuple[float, str]:
   """(fraction of device memory JAX's GPU allocator takes, where it came from): ``mem_fraction``
   if given, else the first of :data:`MEM_FRACTION_VARIABLES` set, else JAX's default 0.75."""
   if mem_fraction is not None:
-    value, source = mem_fraction, "mem_fraction"
-  else:
-    name = next((v for v in MEM_FRACTION_VARIABLES if os.environ.get(v, "").strip()), None)
-    if name is None:
-      return _DEFAULT_GPU_MEM_FRACTION, "JAX's default"
-    try:
-      value, source = float(os.environ[name]), name
-    except ValueError:
-      raise JaxmemError(f"{name}={os.environ[name]!r} is not a number (a fraction such as 0.9)") from None
-  if isinstance(value, bool) or not 0 < value <= 1:
-    raise JaxmemError(f"{source} must be a fraction in (0, 1], got {value!r}")
-  return float(value), source
+    return Fraction()(mem_fraction, "`mem_fraction`"), "mem_fraction"
+  return env_fraction(MEM_FRACTION_VARIABLES) or (_DEFAULT_GPU_MEM_FRACTION, "JAX's default")
 
 
 def _gpu_target(gpu: str, n: int, mem_fraction: float | None = None, *, system: str | None = None) -> Target:

@@ -30,13 +30,13 @@ import dataclasses
 import functools
 import importlib
 import os
-import shlex
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from jaxmem.axes import AXES
 from jaxmem.errors import JaxmemError
+from jaxmem.inputs import override
 from jaxmem.maxtext.table import (
     ROWS, At, attention, maxtext_remat, mesh_of, mesh_settings, per_device_batch, row, text,
 )
@@ -46,26 +46,9 @@ SPEC = "jaxmem.maxtext.step:make_step"
 INSTALL = "pip install 'jaxmem[maxtext]' (MaxText needs Python 3.12 or later)"
 
 
-def maxtext_args(v: str | Sequence[str] | None) -> tuple[str, ...] | None:
-  """A workload's ``maxtext`` as a tuple: the config (a name in MaxText's ``configs`` or a
-  path), then ``key=value`` overrides; a string is split as a shell would."""
-  if v is None:
-    return None
-  parts = shlex.split(v) if isinstance(v, str) else [str(p) for p in v]
-  if not parts:
-    raise JaxmemError("`maxtext` needs a MaxText config, e.g. base.yml, then its overrides key=value")
-  if "=" in parts[0]:
-    raise JaxmemError(f"`maxtext` starts with a MaxText config (base.yml or a path), then key=value; got {parts[0]!r}")
-  for p in parts[1:]:
-    key, eq, _ = p.partition("=")
-    if not eq or not key:
-      raise JaxmemError(f"`maxtext` overrides are key=value (MaxText's own options); got {p!r}")
-  return tuple(parts)
-
-
 def overrides(args: Sequence[str]) -> dict[str, str]:
   """The ``key=value`` overrides of a workload's ``maxtext``, the last of a key winning."""
-  return dict(p.split("=", 1) for p in args[1:])
+  return dict(override(p) for p in args[1:])
 
 
 def label(args: Sequence[str]) -> str:
