@@ -86,26 +86,29 @@ def _whole(value: Any, *, text: bool) -> int | None:
 
 @dataclasses.dataclass(frozen=True)
 class Number:
-  """A finite number above ``above`` (exclusive), from ``least`` up to ``most`` (inclusive):
-  an ``int`` or ``float`` (not a bool), or its text. ``json``: only a JSON number."""
+  """A finite number above ``above`` and below ``below`` (both exclusive), from ``least`` up to
+  ``most`` (inclusive): an ``int`` or ``float`` (not a bool), or its text. ``json``: only a
+  JSON number."""
 
   above: float | None = None
   least: float | None = None
   most: float | None = None
+  below: float | None = None
   json: bool = False
 
   @property
   def expected(self) -> str:
     parts = [f"above {self.above:g}" if self.above is not None else "",
              f"at least {self.least:g}" if self.least is not None else "",
-             f"at most {self.most:g}" if self.most is not None else ""]
+             f"at most {self.most:g}" if self.most is not None else "",
+             f"below {self.below:g}" if self.below is not None else ""]
     bounds = " and ".join(p for p in parts if p)
     return "a number" + (f" {bounds}" if bounds else "")
 
   def __call__(self, value: Any, subject: str = VALUE) -> float:
     x = _number(value, text=not self.json)
     if (x is None or (self.above is not None and not x > self.above) or (self.least is not None and x < self.least)
-        or (self.most is not None and x > self.most)):
+        or (self.most is not None and x > self.most) or (self.below is not None and not x < self.below)):
       raise BadValue(subject, self.expected, value)
     return x
 
@@ -426,6 +429,15 @@ def json_bool(value: Any, subject: str) -> bool:
 
 
 # --- what made a saved result ---
+
+# The kinds of record a saved result holds (its made_by.kind), one per renderer of a command's
+# JSON: a sweep's train-step rows (compare, scale, fit's ranked configurations), explain's
+# explanation, infer's rows, fit's largest workloads, a serving fit's, fit --remat search's
+# assignment, compare --residuals' policies, estimate's closed forms, plan's search, validate's
+# measurements, the presets, the targets, a diff.
+ROWS, EXPLANATION, INFERENCE, FIT, SERVING, TENSOR_SEARCH = "rows", "explanation", "inference rows", "fit results", "serving fits", "tensor search"
+RESIDUALS, ESTIMATES, PLAN, MEASUREMENTS, MODELS, TARGETS, DIFF = "residuals", "estimates", "plan", "measurements", "models", "targets", "diff"
+KV_CACHE = "kv cache"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -29,8 +29,8 @@ from jaxmem.compiler.analysis import lower_for_target
 from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import MemoryReport, Refusal
 from jaxmem.hardware.targets import Target, resolved_target
-from jaxmem.errors import JaxmemError
-from jaxmem.sizes import byte_count
+from jaxmem.errors import BadValue, JaxmemError
+from jaxmem.inputs import Number, Size
 
 
 def assert_fits(
@@ -42,12 +42,17 @@ def assert_fits(
   leaves ``margin`` of the capacity free: a float below 1 is a fraction of the capacity
   (``0.1``: 10% to spare), an int or a string a size (``"2GiB"``). ``resident``: bytes another
   program holds on each device (``"14.5GiB"``), out of the capacity, with a TPU compile capped to
-  match. A TPU compiler's own out-of-memory refusal fails the same way. Returns the report."""
-  tgt = resolved_target(target, resident=byte_count(resident, "resident"))
+  match, whether ``target`` is a name or a :class:`~jaxmem.Target`. A TPU compiler's own
+  out-of-memory refusal fails the same way. Returns the report. A bad argument (no target, a
+  ``None`` margin) is a :class:`~jaxmem.JaxmemError`, before anything compiles."""
+  if target is None:
+    raise BadValue("`target`", "a target with a capacity (a name such as tpu:v5p-8 or gpu:h100x8, or a Target)", target)
+  spare_of = _margin(margin)
+  tgt = resolved_target(target, resident=Size()(resident, "`resident`"))
   if tgt.capacity_bytes is None:
     raise JaxmemError(f"assert_fits needs a target with a capacity ({tgt.name} has none); "
                       "use assert_memory_below(..., limit=...) on the CPU")
-  spare = _margin(margin, tgt.capacity_bytes)
+  spare = spare_of(tgt.capacity_bytes)
   outcome = _compile(step, args, tgt, jit_kwargs)
   limit = tgt.capacity_bytes - spare
   figures = outcome if isinstance(outcome, Figures) else None
@@ -60,10 +65,10 @@ def assert_fits(
 def assert_memory_below(
     step: Callable, *args: Any, limit: int | str, target: str | Target | None = "cpu", **jit_kwargs: Any
 ) -> MemoryReport:
-  """Compiles ``step`` for ``args`` on ``target`` (default the CPU) and fails unless what must
-  fit (``required_bytes``) is at most ``limit`` bytes per device (an int, or ``"512MiB"``).
-  Returns the report."""
-  cap = byte_count(limit, "limit")
+  """Compiles ``step`` for ``args`` on ``target`` (default the CPU; ``None``: where ``jax.jit``
+  puts it) and fails unless what must fit (``required_bytes``) is at most ``limit`` bytes per
+  device (an int, or ``"512MiB"``; ``None`` is refused, not read as 0 bytes). Returns the report."""
+  cap = Size()(limit, "`limit`")
   outcome = _compile(step, args, target, jit_kwargs)
   required = outcome.required_bytes
   if not isinstance(outcome, Figures) or required is None or required > cap:
@@ -79,12 +84,13 @@ def _compile(step: Callable, args: tuple, target: Any, jit_kwargs: dict[str, Any
   return outcome
 
 
-def _margin(margin: float | int | str, capacity: int) -> int:
+def _margin(margin: float | int | str) -> Callable[[int], int]:
+  """The bytes to keep free of a capacity: a fraction of it (a float in [0, 1)), or a size."""
   if isinstance(margin, float):
-    if not 0 <= margin < 1:
-      raise JaxmemError(f"`margin` as a fraction of the capacity must be in [0, 1), got {margin}")
-    return int(capacity * margin)
-  return byte_count(margin, "margin")
+    fraction = Number(least=0.0, below=1.0)(margin, "`margin` as a fraction of the capacity")
+    return lambda capacity: int(capacity * fraction)
+  spare = Size()(margin, "`margin`")
+  return lambda capacity: spare
 
 
 def _failure(outcome: Figures | Refusal, target: Any, limit: int, spare: int, *, what: str) -> str:
@@ -99,3 +105,20 @@ def _failure(outcome: Figures | Refusal, target: Any, limit: int, spare: int, *,
                     ("output", r.output_size_in_bytes), ("temp", r.temp_size_in_bytes)) if v is not None)
   return (f"the step needs {(required or 0) / 2**30:.3f} GiB per device on {name}, over {what_is} "
           f"({limit / 2**30:.3f} GiB); GiB: {parts}")
+
+
+def _main(argv: list[str]) -> int:
+  """``python -m jaxmem.testing``: this module is a library for a team's tests, not a command;
+  say so in one line (exit 2) rather than run, ignore the arguments and succeed."""
+  import sys
+
+  given = f" (got {' '.join(argv)})" if argv else ""
+  print(f"jaxmem.testing: error: a library for your tests (assert_fits, assert_memory_below in a pytest test), "
+        f"not a command{given}; for the command line run `jaxmem --help`", file=sys.stderr)
+  return 2
+
+
+if __name__ == "__main__":
+  import sys
+
+  sys.exit(_main(sys.argv[1:]))

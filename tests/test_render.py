@@ -167,10 +167,11 @@ def test_no_rows_is_said():
 
 # -- JSON and CSV ---------------------------------------------------------------------------------
 
-def test_json_envelope_carries_jaxmem_jax_and_the_rows_compilers():
+def test_json_envelope_carries_what_made_it_jaxmem_jax_and_the_rows_compilers():
   rows = _sweep()
   doc = json.loads(tables.render_compare(rows, "json"))
-  assert list(doc) == ["jaxmem_version", "jax_version", "versions", "rows"]
+  assert list(doc) == ["made_by", "jaxmem_version", "jax_version", "versions", "rows"]
+  assert doc["made_by"] == {"command": "compare", "version": versions.__version__, "kind": "rows"}
   assert doc["jaxmem_version"] == versions.__version__
   assert doc["versions"] == VERSIONS
   assert doc["rows"] == [r.as_dict() for r in rows]
@@ -178,14 +179,15 @@ def test_json_envelope_carries_jaxmem_jax_and_the_rows_compilers():
 
 
 def test_json_without_row_versions_names_every_installed_compiler():
-  doc = json.loads(tables.render_records([{"target": "cpu"}], "json"))
+  doc = json.loads(tables.render_records([{"target": "cpu"}], "json", made_by=tables.made_by("targets", "targets")))
   assert doc["versions"] == versions.compiler_versions()
   assert doc["rows"] == [{"target": "cpu"}]
 
 
 def test_envelope_versions_given_win_and_extra_sections_sit_before_rows():
-  env = tables.envelope(_sweep(), versions={"jax": "9.9"}, growth=[1])
+  env = tables.envelope(_sweep(), made_by=tables.made_by("scale", "rows"), versions={"jax": "9.9"}, growth=[1])
   assert env["versions"] == {"jax": "9.9"} and list(env)[-2:] == ["growth", "rows"]
+  assert env["made_by"] == {"command": "scale", "version": versions.__version__, "kind": "rows"}
 
 
 def test_csv_has_every_field_and_readable_cells():

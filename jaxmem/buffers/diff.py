@@ -16,18 +16,29 @@ two configurations of one step, compared figure by figure, largest change first:
   left unmatched are paired by the fewest configuration fields that differ, the rest listed as
   in one document only; for each pair, the memory figures and the verdict that changed.
 
+Two results are compared only when they hold one kind of record made by one command: each says
+what made it (its ``made_by``: command, kind, version; :class:`jaxmem.inputs.MadeBy`), and a
+result written before results said is read by its shape, or refused with a line saying how to
+write it again (:func:`read_result`). A document that is not a jaxmem result, or whose fields the
+diff reads have the wrong JSON type (rows that are not objects, say), is refused in one line
+(:class:`~jaxmem.errors.NotAResult`), as are two results that cannot be compared
+(:class:`~jaxmem.errors.NotComparable`).
+
 Everything here reads plain dicts (the JSON as loaded) and never compiles.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jaxmem.buffers.analyse import short_op
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import NotAResult, NotComparable
+from jaxmem.inputs import DIFF, EXPLANATION, INFERENCE, RESIDUALS, MadeBy, Whole
+from jaxmem.inputs import ROWS as ROW_RECORDS
 from jaxmem.records import Configuration, Record
 
 EXPLAIN, ROWS = "explain", "rows"
@@ -110,27 +121,137 @@ class ResultDiff(Record):
   notes: tuple[str, ...] = ()
 
 
-def document_kind(doc: Mapping[str, Any], name: str) -> str:
-  """``explain`` or ``rows``; anything else is a one-line error naming the document."""
+@dataclasses.dataclass(frozen=True)
+class Saved:
+  """A saved result as diff reads it: what made it (its ``made_by``, or for a file written
+  before results said, what its shape says) and the document, its fields checked."""
+
+  made_by: MadeBy
+  doc: Mapping[str, Any]
+
+  @property
+  def kind(self) -> str:
+    """``explain`` or ``rows``: how the diff compares it."""
+    return EXPLAIN if self.made_by.kind == EXPLANATION else ROWS
+
+
+def read_result(doc: Any, name: str) -> Saved:
+  """``doc`` (a loaded JSON document) as a saved result jaxmem wrote: a
+  :class:`~jaxmem.errors.NotAResult` in one line where it is not one, or where a field the diff
+  reads has the wrong JSON type."""
   if not isinstance(doc, Mapping):
-    raise JaxmemError(f"{name} is not a jaxmem JSON document (a JSON object); save one with `format` json")
+    raise NotAResult(f"{name} is not a jaxmem JSON document (a JSON object); save one with `format` json")
+  made = MadeBy.read(doc["made_by"], name) if doc.get("made_by") is not None else _made_by_shape(doc, name)
+  if made.kind == DIFF:
+    raise NotAResult(f"{name} is a diff (jaxmem diff's output), not a result; diff the two results it compared")
+  _object_or_none(doc.get("versions"), f"{name}'s versions")
+  if made.kind == EXPLANATION:
+    _check_explanation(doc, name)
+  else:
+    _check_rows(doc, name)
+  return Saved(made, doc)
+
+
+def comparable(a: Saved, b: Saved, a_name: str, b_name: str) -> None:
+  """Two results diff can compare: records of one kind, made by one command (where both say).
+  Otherwise a :class:`~jaxmem.errors.NotComparable` naming what each is."""
+  ma, mb = a.made_by, b.made_by
+  if ma.kind != mb.kind or (ma.command is not None and mb.command is not None and ma.command != mb.command):
+    raise NotComparable(f"{a_name} is {_what(ma)} but {b_name} is {_what(mb)}; diff compares two of a kind "
+                        "(two results of one command)")
+
+
+def _what(m: MadeBy) -> str:
+  return f"{m.command}'s {m.kind}" if m.command else m.kind
+
+
+# How to make a result that says what made it, for a file an older jaxmem wrote.
+_REGENERATE = "run the command that wrote it again with --format json (a result now says what made it: made_by)"
+
+
+def _made_by_shape(doc: Mapping[str, Any], name: str) -> MadeBy:
+  """What made a document written before results said (no ``made_by``), where its shape tells:
+  explain's (consumers and a peak), scale's (growth), fit's ranked configurations
+  (recommended), compare's residuals (policies), infer's rows (a phase and weights each), a
+  sweep's train-step rows (a remat policy each: compare's, or fit's or scale's so far)."""
   if "consumers" in doc and "peak_bytes" in doc:
-    return EXPLAIN
-  if isinstance(doc.get("rows"), list):
-    return ROWS
-  raise JaxmemError(
-      f"{name} is neither explain's nor a sweep's JSON (no consumers, no rows); save one with `format` json"
-  )
+    return MadeBy(command="explain", kind=EXPLANATION)
+  rows = doc.get("rows")
+  if not isinstance(rows, list):
+    raise NotAResult(f"{name} is neither explain's nor a sweep's JSON (no consumers, no rows); save one with `format` json")
+  _check_rows(doc, name)
+  for key, command, kind in (("growth", "scale", ROW_RECORDS), ("recommended", "fit", ROW_RECORDS),
+                             ("policies", "compare", RESIDUALS)):
+    if key in doc:
+      return MadeBy(command=command, kind=kind)
+  if rows and all("phase" in r and "weights" in r for r in rows):
+    return MadeBy(command="infer", kind=INFERENCE)
+  if all("remat" in r for r in rows):
+    return MadeBy(command=None, kind=ROW_RECORDS)
+  raise NotAResult(f"{name} has no made_by (an older jaxmem wrote it) and its rows are not a sweep's; {_REGENERATE}")
 
 
-def diff_documents(a: Mapping[str, Any], b: Mapping[str, Any], *, a_name: str = "A", b_name: str = "B") -> ResultDiff:
-  """The diff of two loaded documents of the same kind (explain's, or a sweep's ``rows``)."""
-  kind_a, kind_b = document_kind(a, a_name), document_kind(b, b_name)
-  if kind_a != kind_b:
-    raise JaxmemError(f"{a_name} is {kind_a}'s JSON but {b_name} is {kind_b}'s; diff compares two of a kind")
+def _check_rows(doc: Mapping[str, Any], name: str) -> None:
+  rows = doc.get("rows")
+  if not isinstance(rows, list):
+    raise NotAResult(f"{name} holds no rows (a JSON list under rows); save a result with `format` json")
+  for i, r in enumerate(rows):
+    if not isinstance(r, Mapping):
+      raise NotAResult(f"{name}: rows[{i}] is {_json_type(r)} where a row (a JSON object) belongs; {_REGENERATE}")
+
+
+def _check_explanation(doc: Mapping[str, Any], name: str) -> None:
+  """The fields of explain's document the diff reads: the consumers and kinds (objects of
+  figures), the configuration, and the buffers live at the peak (lists of objects whose
+  fields are names and whole numbers)."""
+  if not isinstance(doc.get("consumers"), Mapping):
+    raise NotAResult(f"{name}'s consumers must be a JSON object of figures, got {_json_type(doc.get('consumers'))}")
+  for key in ("by_kind", "configuration"):
+    _object_or_none(doc.get(key), f"{name}'s {key}")
+  for key in ("live_set", "peak_buffer_details", "peak_buffers"):
+    listed = doc.get(key)
+    if listed is None:
+      continue
+    if not isinstance(listed, list):
+      raise NotAResult(f"{name}'s {key} must be a JSON list of buffers, got {_json_type(listed)}")
+    for i, buf in enumerate(listed):
+      _check_buffer(buf, f"{name}'s {key}[{i}]")
+
+
+def _check_buffer(buf: Any, where: str) -> None:
+  if not isinstance(buf, Mapping):
+    raise NotAResult(f"{where} must be a JSON object (a buffer), got {_json_type(buf)}")
+  for k in (*_GROUP_KEY, "op_name"):
+    if buf.get(k) is not None and not isinstance(buf[k], str):
+      raise NotAResult(f"{where}.{k} must be a string, got {_json_type(buf[k])}")
+  for k in ("count", "size_bytes"):
+    if buf.get(k) is not None:
+      Whole(least=0, json=True)(buf[k], f"{where}.{k}")
+
+
+def _object_or_none(value: Any, what: str) -> None:
+  if value is not None and not isinstance(value, Mapping):
+    raise NotAResult(f"{what} must be a JSON object, got {_json_type(value)}")
+
+
+def _json_type(v: Any) -> str:
+  """What a JSON value is, in words (``a list``, ``a number``)."""
+  for t, words in ((bool, "true or false"), (Mapping, "an object"), (list, "a list"), (str, "a string"),
+                   ((int, float), "a number")):
+    if isinstance(v, t):
+      return words
+  return "null" if v is None else type(v).__name__
+
+
+def diff_documents(a: Any, b: Any, *, a_name: str = "A", b_name: str = "B") -> ResultDiff:
+  """The diff of two loaded documents of the same kind (explain's, or a sweep's ``rows``), each
+  read as a saved result (:func:`read_result`) and checked comparable (:func:`comparable`)."""
+  ra, rb = read_result(a, a_name), read_result(b, b_name)
+  comparable(ra, rb, a_name, b_name)
+  a, b = ra.doc, rb.doc
   versions = _changed(a.get("versions") or {}, b.get("versions") or {})
-  base = dict(kind=kind_a, a=a_name, b=b_name, versions=versions)
-  if kind_a == ROWS:
+  base = dict(kind=ra.kind, a=a_name, b=b_name, versions=versions)
+  if ra.kind == ROWS:
     return ResultDiff(**base, rows=tuple(diff_rows(a["rows"], b["rows"])))
   return diff_explanations(a, b, base)
 
@@ -217,10 +338,15 @@ def _changes(before: Mapping[str, Any], after: Mapping[str, Any], *, keep_order:
   out = []
   for k in dict.fromkeys([*before, *after]):
     x, y = before.get(k), after.get(k)
-    if x == y or not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in (x, y)):
+    if x == y or not all(v is None or _figure(v) for v in (x, y)) or not math.isfinite((y or 0) - (x or 0)):
       continue
     out.append(Change(name=str(k), before=x, after=y, delta_bytes=int((y or 0) - (x or 0))))
   return tuple(out if keep_order else sorted(out, key=lambda c: (-abs(c.delta_bytes), c.name)))
+
+
+def _figure(v: Any) -> bool:
+  """A figure two documents can be compared on: a finite number (a document in hand may hold a NaN)."""
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, list[Any]]:

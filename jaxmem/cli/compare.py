@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
   extras = compare_extras(args, rows, sweep.started.model)
   if args.format == "json":
     out = [tables.with_totals(r) for r in rows] if args.totals else rows
-    c.emit(json.dumps(tables.envelope(out, **extras), indent=2), args.output)
+    c.emit(json.dumps(tables.envelope(out, made_by=tables.made_by("compare", jaxmem.inputs.ROWS), **extras), indent=2),
+           args.output)
   else:
     text = tables.render_compare(rows, args.format, totals=args.totals)
     c.emit(text + render_compare_extras(extras, args.format), args.output)

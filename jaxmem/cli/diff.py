@@ -15,16 +15,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
       "buffer and source line, op, and row",
   )
   p.add_argument("a", metavar="A.json", help="the first result, as jaxmem wrote it with --format json")
-  p.add_argument("b", metavar="B.json", help="the second result (explain's with explain's, rows with rows)")
-  p.add_argument("--top", type=int, default=20, help="list the N largest changes of each section (json: all); default 20")
-  p.add_argument("--format", default="table", help="table, markdown or json; default table")
+  p.add_argument("b", metavar="B.json", help="the second result, of the same command as A (explain's with explain's, "
+                 "compare's with compare's)")
+  p.add_argument("--top", type=c.COUNT, default=20, help="list the N largest changes of each section (json: all); default 20")
+  p.add_argument("--format", default="table", type=jaxmem.inputs.Choice(("table", "markdown", "json")),
+                 help="table, markdown or json; default table")
   p.add_argument("--output", default=None, help="also write the result to this file")
   p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-  if args.top < 1:
-    raise jaxmem.JaxmemError(f"--top takes a positive count (got {args.top})")
   c.check_outputs(args)
   c.emit(render_diff(jaxmem.diff(args.a, args.b), args.format, top=args.top), args.output)
   return 0

@@ -22,17 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--param-dtype", default=None, help="the train step's parameter dtype (instead of --precision); default float32")
   c.add_precision(p, sweep=False)
   p.add_argument(
-      "--data", type=int, default=1,
+      "--data", type=c.COUNT, default=1,
       help="data-parallel ranks d for Megatron's distributed optimizer (p + g + o/d bytes per parameter); default 1",
   )
-  p.add_argument("--batch", type=int, default=8, help="micro-batch per model replica; default 8")
-  p.add_argument("--seq", type=int, default=1024, help="sequence length; default 1024")
-  p.add_argument("--tensor", type=int, default=1, help="tensor-parallel size t; default 1")
+  p.add_argument("--batch", type=c.COUNT, default=8, help="micro-batch per model replica; default 8")
+  p.add_argument("--seq", type=c.COUNT, default=1024, help="sequence length; default 1024")
+  p.add_argument("--tensor", type=c.COUNT, default=1, help="tensor-parallel size t; default 1")
   p.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (with --tensor)")
   p.add_argument("--recompute", default="none", help="none, selective or full; default none")
-  p.add_argument("--context", type=int, default=None, help="KV cache context; default --seq")
+  p.add_argument("--context", type=c.COUNT, default=None, help="KV cache context; default --seq")
   p.add_argument(
-      "--capacity-factor", type=float, default=None, help="mixture of experts: the capacity path's factor; default the model's (1.25)"
+      "--capacity-factor", type=jaxmem.inputs.Number(above=0.0), default=None, help="mixture of experts: the capacity path's factor; default the model's (1.25)"
   )
   c.add_output(p)
   p.set_defaults(func=run)

@@ -18,11 +18,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   c.add_train_step(p)
   p.add_argument("--remat", default="none", help="one remat policy (default none)")
   p.add_argument("--optimizer", default="adamw", help="one optimizer (default adamw)")
-  p.add_argument("--top", type=int, default=10, help="how many of the buffers live at the peak to list (default 10)")
+  p.add_argument("--top", type=c.COUNT, default=10, help="how many of the buffers live at the peak to list (default 10)")
   p.add_argument("--kind", default=None, metavar="KINDS",
                  help="list only buffers of these kinds, a comma list of parameter, output, saved residual (or "
                       "residual), gradient, temporary (default every kind)")
-  p.add_argument("--top-ops", type=int, default=0, metavar="N",
+  p.add_argument("--top-ops", type=jaxmem.inputs.Whole(least=0), default=0, metavar="N",
                  help="also list the N slowest ops of the step by their time in its simulated schedule (estimates: "
                       "each op's compute, memory and communication terms at the target's rates, its bound, and the "
                       "step's sum over ops)")

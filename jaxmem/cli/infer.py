@@ -14,7 +14,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("infer", help="prefill and decode memory with a KV cache, per weight format")
   c.add_workload(p)
   p.set_defaults(batch=1)
-  p.add_argument("--prompt", type=int, default=1024, help="prefill prompt length in tokens; default 1024")
+  p.add_argument("--prompt", type=c.COUNT, default=1024, help="prefill prompt length in tokens; default 1024")
   p.add_argument("--context", default="2048", help="decode KV cache lengths, comma separated; default 2048")
   p.add_argument("--weights", default="bf16", help="bf16, fp16, fp8, int8, int4, comma separated, or all; default bf16")
   p.add_argument("--phase", default="prefill,decode", help="prefill, decode or both; default both")

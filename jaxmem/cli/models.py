@@ -11,7 +11,7 @@ from jaxmem.render import tables
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("models", help="list model presets")
-  p.add_argument("--format", default="table", help="table, markdown, json or csv")
+  p.add_argument("--format", default="table", type=jaxmem.inputs.Choice(tables.FORMATS), help="table, markdown, json or csv")
   p.set_defaults(func=run)
 
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             tied=cfg.tie_embeddings,
         )
     )
-  print(tables.render_records(records, args.format))
+  print(tables.render_records(records, args.format, made_by=tables.made_by("models", jaxmem.inputs.MODELS)))
   return 0
 
 

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--seq", type=int, default=None, help="sequence length; default 1024 (with --maxtext, its config's)")
   p.add_argument("--optimizer", default="adamw", help="the optimizer; default adamw")
   budget = jaxmem.plan.__kwdefaults__["budget"]
-  p.add_argument("--budget", type=int, default=budget, help=f"compile at most this many candidates; default {budget}")
+  p.add_argument("--budget", type=c.COUNT, default=budget, help=f"compile at most this many candidates; default {budget}")
   p.add_argument("--plot", default=None, metavar="FILE", help="write the Pareto plot (memory against estimated step time)")
   p.add_argument("--emit", default=None, choices=EMITTERS,
                  help="also write the recommendation as a launch: maxtext prints MaxText's key=value overrides after "

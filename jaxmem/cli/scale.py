@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
   chosen = c.resolve_target(args)
-  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(jaxmem.with_overheads(rows), args.format, totals=args.totals))
+  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(jaxmem.with_overheads(rows), args.format, totals=args.totals,
+                                                                 command="scale"))
   result = sweep.run(lambda run: jaxmem.scale(c.workload(args), over=args.over or [], run=run))
   rows = list(result.rows)
   if args.plot:

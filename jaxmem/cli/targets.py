@@ -12,12 +12,12 @@ from jaxmem.render import tables
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("targets", help="list compilation targets: devices, memory, compiler installed")
-  p.add_argument("--format", default="table", help="table, markdown, json or csv")
+  p.add_argument("--format", default="table", type=jaxmem.inputs.Choice(tables.FORMATS), help="table, markdown, json or csv")
   p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.start(None)
-  print(tables.render_records(jaxmem.list_targets(), args.format))
+  print(tables.render_records(jaxmem.list_targets(), args.format, made_by=tables.made_by("targets", jaxmem.inputs.TARGETS)))
   return 0

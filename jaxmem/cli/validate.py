@@ -18,14 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   c.add_workload(p)
   c.add_train_step(p)
   c.add_sweep_axes(p)
-  p.add_argument("--steps", type=int, default=3, help="train steps to run per configuration; default 3")
+  p.add_argument("--steps", type=c.COUNT, default=3, help="train steps to run per configuration; default 3")
   p.set_defaults(func=run)
   m = subparsers.add_parser("_measure")  # one configuration in a fresh process, for validate
   c.add_workload(m)
   c.add_train_step(m)
   m.add_argument("--remat", required=True)
   m.add_argument("--optimizer", required=True)
-  m.add_argument("--steps", type=int, default=3)
+  m.add_argument("--steps", type=c.COUNT, default=3)
   m.set_defaults(func=measure)
 
 
@@ -38,10 +38,11 @@ def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
   headers = None if args.format in ("json", "csv") else _COLUMNS
-  sweep = c.Sweep(args, None, lambda done: tables.render_records(done, args.format, headers=headers), cached=False,
+  made = tables.made_by("validate", jaxmem.inputs.MEASUREMENTS)
+  sweep = c.Sweep(args, None, lambda done: tables.render_records(done, args.format, headers=headers, made_by=made), cached=False,
                   progress=False)
   records = sweep.run(lambda run: jaxmem.validate(_workload(args), steps=args.steps, distributed=args.distributed, run=run))
-  c.emit(tables.render_records(records, args.format, headers=headers), args.output)
+  c.emit(tables.render_records(records, args.format, headers=headers, made_by=made), args.output)
   return 0
 
 

@@ -48,7 +48,7 @@ from jaxmem.hardware.margin import RuntimeTerm, terms
 from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
 from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import BadValue, JaxmemError
 from jaxmem.inputs import MEM_FRACTION_VARIABLES, Fraction, env_fraction
 from jaxmem.records import Record
 from jaxmem.sizes import byte_count
@@ -514,6 +514,8 @@ def resolved_target(
   (:func:`with_resident`). A :class:`Target` keeps the slices and memory fraction it was made
   with (a workload re-planned on its resolved target passes them again); ``resident`` other than
   the bytes it already holds is an error."""
+  if not isinstance(target, (str, Target)):
+    raise BadValue("`target`", "a target's name (tpu:v5e-8, gpu:h100x8, cpu) or a Target", target)
   tgt = get_target(target, slices=slices, mem_fraction=mem_fraction) if isinstance(target, str) else target
   if resident and tgt.resident_bytes and tgt.resident_bytes != resident:
     raise JaxmemError(f"`resident` is {resident:,} bytes but the target given already holds {tgt.resident_bytes:,}")

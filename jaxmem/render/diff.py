@@ -15,17 +15,20 @@ from typing import Any
 
 from jaxmem.buffers.analyse import Explanation
 from jaxmem.buffers.diff import ResultDiff, diff_documents
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import JaxmemError, NotAResult
+from jaxmem.inputs import DIFF, INFERENCE, ROWS, MadeBy, strict_json
 from jaxmem.render.explain import explain_json
-from jaxmem.render.tables import check_format, envelope, render_records
+from jaxmem.render.tables import check_format, envelope, made_by, render_records
 from jaxmem.render.units import unit_for
 from jaxmem.versions import __version__
 
 
 def diff(a: Any, b: Any) -> ResultDiff:
   """What changed from result ``a`` to result ``b``: each a path to a file jaxmem wrote with
-  ``--format json`` (explain's, or a sweep's rows: compare, fit, scale), the document as
-  loaded, a :class:`~jaxmem.Explanation`, or a list of rows. See :mod:`jaxmem.buffers.diff`.
+  ``--format json`` (explain's, or a sweep's rows: compare, fit, scale, infer), the document as
+  loaded, a :class:`~jaxmem.Explanation`, or a list of rows. Two results of different commands
+  or kinds are a :class:`~jaxmem.NotComparable`, a document that is not a jaxmem result a
+  :class:`~jaxmem.NotAResult`. See :mod:`jaxmem.buffers.diff`.
 
   >>> d = jaxmem.diff("none.json", "full.json")                      # doctest: +SKIP
   >>> [(c.name, c.before) for c in d.saved_disappeared]               # doctest: +SKIP
@@ -35,22 +38,40 @@ def diff(a: Any, b: Any) -> ResultDiff:
   return diff_documents(doc_a, doc_b, a_name=name_a, b_name=name_b)
 
 
-def _document(x: Any, which: str) -> tuple[Mapping[str, Any], str]:
+def _document(x: Any, which: str) -> tuple[Any, str]:
+  """The document ``x`` stands for (a path read as strict JSON, an explanation or rows in hand
+  as their JSON would be) and its name in messages; what it holds is checked by the diff
+  (:func:`jaxmem.buffers.diff.read_result`)."""
   if isinstance(x, (str, os.PathLike)):
     try:
-      with open(x) as f:
-        return json.load(f), str(x)
+      with open(x, encoding="utf-8") as f:
+        text = f.read()
     except OSError as e:
       raise JaxmemError(f"cannot read {x}: {e.strerror}") from None
-    except ValueError as e:
-      raise JaxmemError(f"{x} is not JSON ({e}); save it with `format` json") from None
+    except (UnicodeDecodeError, ValueError):  # not text, or a path with a NUL in it
+      raise NotAResult(f"cannot read {x!s}: not a UTF-8 text file; save a result with `format` json") from None
+    return strict_json(text, str(x)), str(x)
   if isinstance(x, Explanation):
     return explain_json(x), which
   if isinstance(x, Mapping):
     return x, which
-  if isinstance(x, Sequence):
-    return envelope(list(x)), which
+  if isinstance(x, (list, tuple)):
+    return envelope(list(x), made_by=MadeBy(command=None, kind=_kind_in_hand(x, which))), which
   raise JaxmemError(f"diff compares saved results (a JSON path, a loaded document, an Explanation or rows), got {type(x).__name__}")
+
+
+def _kind_in_hand(rows: Sequence[Any], which: str) -> str:
+  """The kind of the records in hand (what :func:`jaxmem.compare` or :func:`jaxmem.infer` returned)."""
+  from jaxmem.inference.infer import InferRow
+  from jaxmem.planning.sweep import Row
+
+  for cls, kind in ((Row, ROWS), (InferRow, INFERENCE), (Mapping, ROWS)):
+    if rows and all(isinstance(r, cls) for r in rows):
+      return kind
+  if not rows:
+    return ROWS
+  raise JaxmemError(f"{which}: diff compares rows of compare, scale or infer (records of one call), "
+                    f"got {', '.join(sorted({type(r).__name__ for r in rows}))}")
 
 
 def render_diff(d: ResultDiff, fmt: str = "table", *, top: int | None = 20) -> str:
@@ -58,7 +79,7 @@ def render_diff(d: ResultDiff, fmt: str = "table", *, top: int | None = 20) -> s
   each listing its ``top`` largest changes (``None``: all) and how many more there are."""
   check_format(fmt)
   if fmt == "json":
-    return json.dumps({"jaxmem_version": __version__, **d.as_dict()}, indent=2)
+    return json.dumps({"made_by": made_by("diff", DIFF).as_dict(), "jaxmem_version": __version__, **d.as_dict()}, indent=2)
   if fmt == "csv":
     raise JaxmemError("diff writes table, markdown or json (its sections are several tables)")
   figures = [v for group in (d.figures, d.consumers, d.kinds, d.sources, d.ops) for c in group for v in (c.before, c.after)]

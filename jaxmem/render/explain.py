@@ -12,7 +12,8 @@ from jaxmem.buffers.residuals import PolicyResiduals
 from jaxmem.render.timeline import timeline_text, title
 from jaxmem.steptime import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
-from jaxmem.render.tables import check_format, envelope, render_csv, render_records
+from jaxmem.inputs import EXPLANATION, RESIDUALS
+from jaxmem.render.tables import check_format, envelope, made_by, render_csv, render_records
 from jaxmem.render.units import unit_for
 from jaxmem.records import Configuration
 from jaxmem.versions import describe
@@ -43,6 +44,7 @@ def explain_json(result: Explanation) -> dict[str, Any]:
   d = result.as_dict()
   doc = envelope(
       [],
+      made_by=made_by("explain", EXPLANATION),
       versions=result.versions,
       consumers=d["consumers"],
       peak_bytes=d["peak_bytes"],
@@ -129,7 +131,8 @@ def residuals_table(rows: Sequence[PolicyResiduals], fmt_name: str) -> str:
   check_format(fmt_name)
   flat = [rec for p in rows for rec in p.rows()]
   if fmt_name == "json":
-    return json.dumps(envelope([], policies=[p.as_dict() for p in rows]) | {"rows": flat}, indent=2)
+    return json.dumps(envelope([], made_by=made_by("compare", RESIDUALS), policies=[p.as_dict() for p in rows]) | {"rows": flat},
+                      indent=2)
   if fmt_name == "csv":
     return render_csv([{**r, "shape": "x".join(map(str, r["shape"]))} for r in flat])
   u = unit_for([p.total_bytes for p in rows], smallest="KiB")

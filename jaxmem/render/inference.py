@@ -18,7 +18,10 @@ from jaxmem.planning.estimate import Estimate
 from jaxmem.inference.infer import InferRow
 from jaxmem.render import columns as cols
 from jaxmem.render.columns import verdict_cell
-from jaxmem.render.tables import AT_RISK_NOTE, check_format, envelope, heading_versions, markup, render_csv, render_records
+from jaxmem.inputs import ESTIMATES, INFERENCE, KV_CACHE, SERVING
+from jaxmem.render.tables import (
+    AT_RISK_NOTE, check_format, envelope, heading_versions, made_by, markup, render_csv, render_records,
+)
 from jaxmem.render.units import Unit, unit, unit_for
 
 KV_COLUMNS = ("batch", "context", "kv_heads", "kv_cache_bytes")
@@ -69,9 +72,9 @@ def _table_records(dicts: Sequence[dict[str, Any]], keys: Sequence[str], u: Unit
 
 
 def render(dicts: Sequence[dict[str, Any]], fmt_name: str, keys: Sequence[str]) -> str:
-  """Records as JSON or CSV (bytes), or a table of ``keys`` in one unit."""
+  """Records as JSON or CSV (bytes), or a table of ``keys`` in one unit (infer's KV cache table)."""
   if fmt_name in ("json", "csv"):
-    return render_records(list(dicts), fmt_name)
+    return render_records(list(dicts), fmt_name, made_by=made_by("infer", KV_CACHE))
   return render_records(_table_records(dicts, keys), fmt_name)
 
 
@@ -82,7 +85,8 @@ def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[d
   KiB, with the attention kind, and for a mixture-of-experts model how its experts run; with
   several devices, the bytes each sends per step in collectives (``comm``)."""
   if fmt_name in ("json", "csv"):
-    text = render_records(list(rows), fmt_name) if fmt_name == "json" else render_csv(rows, cols.INFER)
+    text = (render_records(list(rows), fmt_name, made_by=made_by("infer", INFERENCE)) if fmt_name == "json"
+            else render_csv(rows, cols.INFER))
   else:
     u = cols.unit_of(rows, cols.byte_fields(cols.INFER))
     headers, body = cols.lay_out(cols.INFER, cols.Table(rows, u))
@@ -103,7 +107,7 @@ def render_estimates(rows: Sequence[Estimate], fmt_name: str) -> str:
   """``estimate``'s closed forms: JSON/CSV in bytes, tables in decimal GB with their sources."""
   dicts = [r.as_dict() for r in rows]
   if fmt_name in ("json", "csv"):
-    return render_records(dicts, fmt_name)
+    return render_records(dicts, fmt_name, made_by=made_by("estimate", ESTIMATES))
   # Decimal GB, as the sources (ZeRO, Hugging Face, NVIDIA's 80 GB) quote their figures.
   recs = _table_records(dicts, ESTIMATE_COLUMNS, unit("GB"))
   for rec, d in zip(recs, dicts, strict=True):
@@ -163,7 +167,7 @@ def render_serving(results: Sequence[Any], fmt_name: str) -> str:
   up and why it does not fit, then the answers' notes."""
   check_format(fmt_name)
   if fmt_name == "json":
-    return json.dumps(envelope(results), indent=2)
+    return json.dumps(envelope(results, made_by=made_by("fit", SERVING)), indent=2)
   dicts = [r.as_dict() for r in results]
   if fmt_name == "csv":
     keys = list(dict.fromkeys(k for d in dicts for k in d))  # an answer without a row has fewer fields

@@ -11,7 +11,8 @@ from tabulate import tabulate
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.render import columns as cols
 from jaxmem.render.figures import save_figure
-from jaxmem.render.tables import check_format, envelope, markup, render_csv
+from jaxmem.inputs import PLAN
+from jaxmem.render.tables import check_format, envelope, made_by, markup, render_csv
 from jaxmem.render.units import percent, seconds, unit_for
 
 
@@ -25,7 +26,7 @@ def render_plan(result: Any, fmt: str, launch: Any = None) -> str:
     d = result.as_dict()
     if launch is not None:
       d["maxtext"] = launch.as_dict() if hasattr(launch, "as_dict") else {"error": str(launch)}
-    return json.dumps(envelope(rows, **{k: v for k, v in d.items() if k != "rows"}), indent=2)
+    return json.dumps(envelope(rows, made_by=made_by("plan", PLAN), **{k: v for k, v in d.items() if k != "rows"}), indent=2)
   if fmt == "csv":
     return render_csv(rows, cols.PLAN)
   headers, body = cols.lay_out(cols.PLAN, cols.Table(rows, cols.unit_of(rows, cols.PLAN_UNIT_FIELDS)))

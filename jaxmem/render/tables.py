@@ -24,6 +24,7 @@ from tabulate import tabulate
 from jaxmem.axes import AXES
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
+from jaxmem.inputs import FIT, ROWS, MadeBy
 from jaxmem.planning.sweep import baseline_key
 from jaxmem.render import columns as cols
 from jaxmem.render.columns import LOWER_BOUND_MARK, host_verdict_cell, step_time_cells, verdict_cell  # noqa: F401  (re-exported)
@@ -39,13 +40,21 @@ def check_format(fmt: str) -> str:
   return fmt
 
 
-def envelope(rows: Sequence[Any], *, versions: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-  """The JSON document every command writes: jaxmem's version, the compiler versions of the
-  whole run (``versions``; else those the rows carry; else every compiler installed here), any
-  ``extra`` sections, then the rows."""
+def envelope(rows: Sequence[Any], *, made_by: MadeBy, versions: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+  """The JSON document every command writes: what made it (``made_by``: the command, the kind of
+  record it holds, jaxmem's version; what ``jaxmem diff`` checks before comparing two), jaxmem's
+  version, the compiler versions of the whole run (``versions``; else those the rows carry; else
+  every compiler installed here), any ``extra`` sections, then the rows."""
   dicts = [_as_dict(r) for r in rows]
   versions = versions or run_versions(dicts) or compiler_versions()
-  return {"jaxmem_version": __version__, "jax_version": jax.__version__, "versions": versions, **extra, "rows": dicts}
+  return {"made_by": made_by.as_dict(), "jaxmem_version": __version__, "jax_version": jax.__version__,
+          "versions": versions, **extra, "rows": dicts}
+
+
+def made_by(command: str, kind: str) -> MadeBy:
+  """What made a result this jaxmem writes: ``command`` (``compare``), the ``kind`` of record it
+  holds (:data:`jaxmem.inputs.ROWS`...), this version."""
+  return MadeBy(command=command, kind=kind, version=__version__)
 
 
 def run_versions(rows: Sequence[Any]) -> dict[str, str]:
@@ -68,8 +77,8 @@ def heading_versions(rows: Sequence[Any]) -> str:
   return f" · {describe(v)}" if v else ""
 
 
-def render_json(rows: Sequence[Any], **extra: Any) -> str:
-  return json.dumps(envelope(rows, **extra), indent=2)
+def render_json(rows: Sequence[Any], *, made_by: MadeBy, **extra: Any) -> str:
+  return json.dumps(envelope(rows, made_by=made_by, **extra), indent=2)
 
 
 def render_csv(rows: Sequence[Any], columns: Sequence[cols.Column] = (), baseline: Callable[[Any], Any] | None = None) -> str:
@@ -98,11 +107,15 @@ def _csv_cell(v: Any) -> Any:
   return "" if v is None else v
 
 
-def render_records(rows: Sequence[Any], fmt: str, headers: Sequence[str] | None = None) -> str:
-  """Generic listing (models, targets): records or plain dicts, in any format."""
+def render_records(rows: Sequence[Any], fmt: str, headers: Sequence[str] | None = None, *,
+                   made_by: MadeBy | None = None) -> str:
+  """Generic listing (models, targets): records or plain dicts, in any format; JSON says what
+  made it (``made_by``, required for JSON)."""
   check_format(fmt)
   if fmt == "json":
-    return json.dumps(envelope(rows), indent=2)
+    if made_by is None:
+      raise ValueError("render_records writes JSON with the made_by of its command")
+    return json.dumps(envelope(rows, made_by=made_by), indent=2)
   if fmt == "csv":
     return render_csv(rows)
   dicts = [_as_dict(r) for r in rows]
@@ -179,18 +192,20 @@ def _compare_heading(rows: Sequence[Any], table: cols.Table, shown: Sequence[str
   return heading
 
 
-def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
+def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False, command: str = "compare") -> str:
   """Renders compare rows; table and markdown get a one-line heading and notes below.
 
   With ``totals``, whole-mesh figures are added (per-device bytes times the device count), next
   to ``param_bytes_global``, the model's own size: under data parallelism the sum over devices
   is N copies of the model, under FSDP it is one. Sharding moves ownership, not total bytes.
+  ``command``: the command whose rows these are (scale's, so far, where Ctrl-C stopped it), as
+  its JSON says.
   """
   check_format(fmt)
   if totals:
     rows = [_Dict(with_totals(r)) for r in rows]
   if fmt == "json":
-    return render_json(rows)
+    return render_json(rows, made_by=made_by(command, ROWS))
   base = {baseline_key(r): r for r in rows if r.remat == "none"}
 
   def baseline(r: Any) -> Any:
@@ -313,7 +328,8 @@ def render_ranked(rows: Sequence[Any], fmt: str) -> str:
         f"({_size(best.required_bytes, u.size)} of {_size(best.capacity_bytes, u.size)} {u.name} per device, {pct}{risk})"
     )
   if fmt == "json":
-    return json.dumps(envelope(rows, recommended=None if best is None else _as_dict(best)), indent=2)
+    return json.dumps(envelope(rows, made_by=made_by("fit", ROWS), recommended=None if best is None else _as_dict(best)),
+                      indent=2)
   if fmt == "csv":
     return render_csv(rows)
   return advice + "\n\n" + render_compare(rows, fmt)
@@ -323,7 +339,7 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
   """The largest fitting workload per configuration."""
   check_format(fmt)
   if fmt == "json":
-    return json.dumps(envelope(results), indent=2)
+    return json.dumps(envelope(results, made_by=made_by("fit", FIT)), indent=2)
   if fmt == "csv":
     return render_csv(results, cols.FIT)
   over = results[0].over if results else "batch"
@@ -347,7 +363,7 @@ def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals
   """Per-point figures, then the fitted growth exponent of each component."""
   check_format(fmt)
   if fmt == "json":
-    return json.dumps(envelope(rows, growth=[g.as_dict() for g in growth]), indent=2)
+    return json.dumps(envelope(rows, made_by=made_by("scale", ROWS), growth=[g.as_dict() for g in growth]), indent=2)
   if fmt == "csv":
     return render_compare(rows, "csv")
   table = render_compare(rows, fmt, totals=totals)

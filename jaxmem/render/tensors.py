@@ -8,7 +8,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from jaxmem.render.tables import _size, check_format, envelope, heading_versions, markup, render_csv, verdict_cell
+from jaxmem.inputs import TENSOR_SEARCH
+from jaxmem.render.tables import _size, check_format, envelope, heading_versions, made_by, markup, render_csv, verdict_cell
 from jaxmem.render.units import unit_for
 
 
@@ -21,7 +22,7 @@ def render_tensor_search(r: Any, fmt: str) -> str:
   record: the chosen row and the search's fields)."""
   check_format(fmt)
   if fmt == "json":
-    return json.dumps(envelope([r], versions=None), indent=2)
+    return json.dumps(envelope([r], made_by=made_by("fit", TENSOR_SEARCH), versions=None), indent=2)
   if fmt == "csv":
     return render_csv([r.as_dict()])
   rows = [row for row in (r.row, *r.end_points) if row is not None]
