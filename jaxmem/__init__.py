@@ -23,7 +23,7 @@ from jaxmem.compiler.analysis import analyze  # noqa: E402
 from jaxmem.steptime import OpTime, OpTimes, op_times  # noqa: E402
 from jaxmem.compiler.report import MemoryReport  # noqa: E402
 from jaxmem.hardware.targets import Target, target  # noqa: E402
-from jaxmem.errors import BadValue, JaxmemError, NotAResult, NotComparable  # noqa: E402
+from jaxmem.errors import BadValue, JaxmemError, NotAResult, NotComparable, UnknownField  # noqa: E402
 from jaxmem.events import Compiling, JaxmemWarning, Notice, listen  # noqa: E402
 from jaxmem.buffers.analyse import Explanation  # noqa: E402
 from jaxmem.buffers.explain import explain  # noqa: E402
@@ -129,6 +129,7 @@ __all__ = [
     "Started",
     "Target",
     "TensorSearchResult",
+    "UnknownField",
     "Workload",
     "__version__",
     "analyze",

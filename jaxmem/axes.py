@@ -49,13 +49,17 @@ from jaxmem.registry import published
 # --- how a value is written: the parsers the axes declare ---
 
 
+def _parts(v: Any) -> list[Any]:
+  """A value written as a list (a list or a tuple) as its items; anything else as one item."""
+  return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
 def names(v: str | Sequence[str] | None) -> tuple[str, ...]:
   """A sweep axis as a tuple of names: ``"a,b"``, ``["a", "b,c"]`` and ``None`` (empty) alike
   (a number, as in ``(2, 4)``, as its text)."""
   if v is None:
     return ()
-  parts = list(v) if isinstance(v, (list, tuple)) else [v]
-  return tuple(n.strip() for p in parts for n in str(p).split(",") if n.strip())
+  return tuple(n.strip() for p in _parts(v) for n in str(p).split(",") if n.strip())
 
 
 def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
@@ -63,9 +67,8 @@ def ints(v: int | str | Sequence[int | str] | None) -> tuple[int | str, ...]:
   not whole numbers stay as written, for :func:`jaxmem.resolve.plan` to refuse in one line."""
   if v is None:
     return ()
-  parts = [v] if isinstance(v, (int, str)) else list(v)
   out: list[int | str] = []
-  for n in names([str(p) for p in parts]):
+  for n in names([str(p) for p in _parts(v)]):
     out.append(int(n) if n.lstrip("-").isdigit() else n)
   return tuple(out)
 
@@ -80,9 +83,8 @@ def optional_names(v: str | Sequence[str | None] | None) -> tuple[str | None, ..
   in a list, as in ``"none,float32"``) for the field's default; ``None`` alone is ``(None,)``."""
   if v is None:
     return (None,)
-  parts = [v] if isinstance(v, str) else list(v)
   out: list[str | None] = []
-  for p in parts:
+  for p in _parts(v):
     out += [None] if p is None else [None if n.lower() in DEFAULT_DTYPE_NAMES else n for n in names(p)]
   return tuple(dict.fromkeys(out))
 
@@ -98,7 +100,7 @@ def several(values: tuple[Any, ...], what: str) -> Any:
 def switches(v: Any, what: str) -> tuple[bool, ...]:
   """A sweep axis of on/off values: ``True``, ``"off,on"``, ``[False, True]``."""
   out = []
-  for p in ([v] if not isinstance(v, (list, tuple)) else list(v)):
+  for p in _parts(v):
     if isinstance(p, bool):
       out.append(p)
       continue
@@ -117,9 +119,8 @@ def numbers(v: float | str | Sequence[float | str] | None, what: str, takes: str
   ``takes`` says what an item that is not a number should have been."""
   if v is None:
     return ()
-  parts = [v] if isinstance(v, (str, int, float)) else list(v)
   out = []
-  for p in parts:
+  for p in _parts(v):
     for n in str(p).split(","):
       if not n.strip():
         continue

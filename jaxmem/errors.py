@@ -61,6 +61,11 @@ def _shown(value: object) -> str:
   return text if len(text) <= 80 else text[:77] + "..."
 
 
+class UnknownField(JaxmemError, TypeError):
+  """A keyword that names no field of the workload it was given for (``remats=`` for
+  ``remat=``). A TypeError too, as Python's own answer to an unknown keyword is."""
+
+
 class NotAResult(JaxmemError):
   """A file or document given as a saved result that is not one jaxmem wrote (``jaxmem diff``)."""
 

@@ -79,7 +79,7 @@ def _whole(value: Any, *, text: bool) -> int | None:
     return None
   if isinstance(value, int):
     return value
-  if text and isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,30}\s*", value):
+  if text and isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", value):
     return int(value)
   return None
 

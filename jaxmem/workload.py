@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jaxmem.axes import AXES, declared, with_fields
-from jaxmem.errors import BadValue, JaxmemError
+from jaxmem.errors import BadValue, JaxmemError, UnknownField
 from jaxmem.inputs import Fraction, Size, Text, Whole, maxtext_args, optional
 from jaxmem.maxtext.step import SPEC as MAXTEXT_STEP
 from jaxmem.program.step import step_spec
@@ -56,6 +56,8 @@ class BaseWorkload(Record):
   :class:`~jaxmem.hardware.targets.Target`.
   """
 
+  WHAT: ClassVar[str] = "a workload"  # what one is, in messages
+
   model: str | ModelConfig = "gpt2-small"
   batch: int = 8  # global
   target: str | Target = "cpu"
@@ -87,6 +89,10 @@ class BaseWorkload(Record):
     ``defaults``), with ``fields`` replaced. ``None`` values are ignored, so a caller can pass
     optional arguments through. A workload of another kind gives the fields both have."""
     fields = {k: v for k, v in fields.items() if v is not None}
+    unknown = sorted(set(fields) - _field_names(cls))
+    if unknown:
+      raise UnknownField(f"`{unknown[0]}` is not a field of {cls.WHAT} ({cls.__name__}); its fields: "
+                        f"{', '.join(f.name for f in dataclasses.fields(cls))}")
     if workload is None:  # made in one go, so a field left unset stays so (a MaxText step's batch)
       return cls(**{**(defaults or {}), **fields})
     base = workload
@@ -115,6 +121,8 @@ class Workload(BaseWorkload):
   them (:func:`jaxmem.resolve.plan`), each its own rows; the others' every combination is a
   task of one plan.
   """
+
+  WHAT: ClassVar[str] = "a train step"
 
   # None: not given (DEFAULT_BATCH and DEFAULT_SEQ, or a MaxText step's own).
   batch: int | None = None  # global

@@ -122,6 +122,8 @@ def _cudnn_problem(shapes: AttentionShapes) -> str | None:
     return f"cudnn takes a v head size ({shapes.v_head_dim}) unlike the q/k one ({h}) only on an attached Hopper GPU"
   if shapes.causal and shapes.seq != shapes.kv_seq:
     return "cudnn's causal mask is aligned at the first key, so it needs as many queries as keys"
+  if shapes.seq % 2 or shapes.kv_seq % 2:  # check_is_flash_attention refuses odd ones in a train step (prefill alike here)
+    return f"cudnn (as jax checks it for a train step) needs even sequence lengths, got {shapes.seq}"
   if shapes.softcap is not None:
     return "cudnn does not soft-cap attention logits"
   if shapes.window is not None and shapes.window_chunked:

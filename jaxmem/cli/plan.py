@@ -20,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
       help="search MaxText's own train step instead of --model: a MaxText config (base.yml, or a path) and its "
       "overrides (the maxtext extra); the mesh, remat_policy, gradient_accumulation_steps and attention are searched",
   )
-  p.add_argument("--batch", type=int, default=None, help="global batch size; default 8 (with --maxtext, its config's)")
-  p.add_argument("--seq", type=int, default=None, help="sequence length; default 1024 (with --maxtext, its config's)")
+  p.add_argument("--batch", type=c.COUNT, default=None, help="global batch size; default 8 (with --maxtext, its config's)")
+  p.add_argument("--seq", type=c.COUNT, default=None, help="sequence length; default 1024 (with --maxtext, its config's)")
   p.add_argument("--optimizer", default="adamw", help="the optimizer; default adamw")
   budget = jaxmem.plan.__kwdefaults__["budget"]
   p.add_argument("--budget", type=c.COUNT, default=budget, help=f"compile at most this many candidates; default {budget}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from jaxmem.axes import Setting, check_applies, check_names, check_setting, combinations, configured, inner_axes, names
 from jaxmem.hardware.startup import start_jax
@@ -37,6 +37,8 @@ class InferWorkload(BaseWorkload):
   formats, phases, the prefill prompt length and the decode contexts (KV cache lengths), each a
   comma-separated string or a sequence. Stored weights start from bf16. ``attention`` is a sweep
   axis of prefill rows; decode attends with einsums."""
+
+  WHAT: ClassVar[str] = "an inference workload"
 
   batch: int = 1
   weights: tuple[str, ...] = ("bf16",)
