@@ -43,10 +43,10 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 # The property-based tests' profiles (tests/test_inputs_properties.py): ``default`` runs in CI,
 # 200 generated examples per property and no deadline (a CLI run's first example starts JAX);
-# ``slow`` ten times as many, by HYPOTHESIS_PROFILE=slow (docs/speed.md).
+# ``slow`` ten times as many, by JAXMEM_HYPOTHESIS_PROFILE=slow (docs/speed.md).
 settings.register_profile("default", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("slow", parent=settings.get_profile("default"), max_examples=2000)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+settings.load_profile(os.environ.get("JAXMEM_HYPOTHESIS_PROFILE", "default"))
 
 jax.config.update("jax_num_cpu_devices", 8)
 

@@ -10,7 +10,7 @@ milliseconds). Where a value is invalid by construction (a count below 1, a fiel
 JSON type), it must be refused, not accepted silently.
 
 The default profile runs 200 examples per property (tests/conftest.py); the slow one ten times
-as many: ``HYPOTHESIS_PROFILE=slow python -m pytest -n 0 tests/test_inputs_properties.py``.
+as many: ``JAXMEM_HYPOTHESIS_PROFILE=slow python -m pytest -n 0 tests/test_inputs_properties.py``.
 """
 
 from __future__ import annotations
