@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxmem.errors import JaxmemError
+from jaxmem.inputs import Text, optional
 from jaxmem.registry import Registry
 
 from .config import ModelConfig, StepChoices
@@ -97,6 +98,8 @@ def load_model(name: str, *, revision: str | None = None, **overrides: Any) -> M
   (``jaxmem.load_model("google/gemma-3-27b-it")``; only the repository's config.json is fetched,
   honouring ``HF_TOKEN``, the local Hub cache and ``HF_HUB_OFFLINE``: see :mod:`.hub`).
   ``revision`` is a branch, tag or commit of a Hub id (the same as ``ORG/NAME@REVISION``)."""
+  name = Text(expected="a preset's name, a config.json path or a Hub id ORG/NAME")(name, "`name`")
+  revision = optional(Text(), revision, "`revision`")
   if revision is not None:
     if parse_hub_id(name) is None or "@" in name:
       raise JaxmemError(f"revision applies to a Hub id ORG/NAME without @REVISION, got {name!r}")

@@ -657,3 +657,38 @@ def test_the_testing_helpers_answer_any_argument_with_a_typed_error(target, limi
   if limit is None or isinstance(limit, bool):
     with pytest.raises(jaxmem.JaxmemError):
       assert_memory_below(lambda a: a @ a, X, limit=limit, target="cpu")
+
+
+# The other public functions' keywords: (a call taking the value, the values of its kind). A
+# value outside them (ANY's lists, dicts, floats for a count...) must be refused or accepted, never
+# raise anything but a typed error; one of the wrong JSON type must be refused.
+COUNTS = st.integers(1, 64)
+OTHERS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
+    **{f"estimate.{k}": (lambda v, k=k: jaxmem.estimate(**{"model": "tiny", "seq": 16, k: v}), COUNTS)
+       for k in ("batch", "seq", "tensor", "data", "context", "kv_batch")},
+    "estimate.capacity_factor": (lambda v: jaxmem.estimate(model="tiny-moe", seq=16, capacity_factor=v), st.floats(0.5, 4)),
+    **{f"estimate.{k}": (lambda v, k=k: jaxmem.estimate(**{"model": "tiny", "seq": 16, k: v}), st.sampled_from(names))
+       for k, names in (("optimizer", ["adamw", "sgd"]), ("recompute", ["none", "full", "selective"]),
+                        ("precision", ["mixed", "fp32"]), ("model", ["tiny", "tiny-moe"]))},
+    "target.name": (lambda v: jaxmem.target(v), st.sampled_from(["cpu", "tpu:v5e-4", "gpu:h100x8"])),
+    "target.slices": (lambda v: jaxmem.target("tpu:v5e-4", slices=v), st.integers(1, 4)),
+    "target.resident": (lambda v: jaxmem.target("gpu:h100", resident=v), st.sampled_from([0, "1GiB", 2**20])),
+    "target.mem_fraction": (lambda v: jaxmem.target("gpu:h100", mem_fraction=v), st.floats(0.05, 1.0)),
+    "load_model.name": (lambda v: jaxmem.load_model(v), st.sampled_from(["tiny", "tiny-moe", str(DATA / "tiny-qwen2.json")])),
+    "remat_search.margin": (lambda v: jaxmem.remat_search(model="tiny", target="tpu:v5e-4", margin=v), st.floats(0, 0.5)),
+    "remat_search.max_compiles": (lambda v: jaxmem.remat_search(model="tiny", target="tpu:v5e-4", max_compiles=v), COUNTS),
+}
+WRONG_TYPE = st.one_of(st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+
+@given(data=st.data(), name=st.sampled_from(sorted(OTHERS)))
+def test_the_other_public_functions_answer_any_argument_with_a_typed_error(data, name):
+  call, good = OTHERS[name]
+  how = data.draw(st.sampled_from(["good", "wrong type", "any"]))
+  value = data.draw(good if how == "good" else WRONG_TYPE if how == "wrong type" else ANY)
+  try:
+    accepted(lambda: call(value))
+  except jaxmem.JaxmemError as e:
+    assert one_line(e), (name, value, e)
+  else:
+    assert how != "wrong type", f"{name}={value!r} was accepted"

@@ -49,9 +49,8 @@ from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
 from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import BadValue, JaxmemError
-from jaxmem.inputs import MEM_FRACTION_VARIABLES, Fraction, env_fraction
+from jaxmem.inputs import MEM_FRACTION_VARIABLES, Fraction, Size, Whole, env_fraction
 from jaxmem.records import Record
-from jaxmem.sizes import byte_count
 from jaxmem.units import GiB
 from jaxmem.mesh import MeshSpec, format_mesh
 
@@ -500,7 +499,8 @@ def target(name: str, *, slices: int = 1, resident: int | str = 0, mem_fraction:
   >>> t.mesh({"data": 2, "fsdp": -1}).shape
   OrderedDict([('data', 2), ('fsdp', 2)])
   """
-  return resolved_target(name, slices=slices, resident=byte_count(resident, "resident"), mem_fraction=mem_fraction)
+  return resolved_target(name, slices=Whole()(slices, "`slices`"), resident=Size()(resident, "`resident`"),
+                         mem_fraction=mem_fraction)
 
 
 def resolved_target(

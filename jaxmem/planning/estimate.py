@@ -49,7 +49,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import BadValue, JaxmemError
+from jaxmem.inputs import Number, Switch, Text, Whole, optional
 from jaxmem.models import (
     ModelConfig, StepChoices, cache_bytes, count_active_params, count_params, expert_capacity, get_config,
 )
@@ -317,6 +318,17 @@ def estimate(
   ``precision`` a preset (default ``mixed``); or the train step's dtypes (``param_dtype``,
   ``master_dtype``, ``moments_dtype``, ``grad_reduce_dtype``: :func:`layout_bytes_per_param`),
   not both. ``data``: the ranks Megatron's distributed optimizer shards the state over."""
+  batch, seq, tensor, data = (Whole()(v, f"`{k}`") for k, v in (("batch", batch), ("seq", seq), ("tensor", tensor), ("data", data)))
+  context, kv_batch = (optional(Whole(), v, f"`{k}`") for k, v in (("context", context), ("kv_batch", kv_batch)))
+  capacity_factor = optional(Number(above=0.0), capacity_factor, "`capacity_factor`")
+  sequence_parallel = Switch()(sequence_parallel, "`sequence_parallel`")
+  optimizer, recompute = Text()(optimizer, "`optimizer`"), Text()(recompute, "`recompute`")
+  precision, param_dtype, master_dtype, moments_dtype, grad_reduce_dtype = (
+      optional(Text(), v, f"`{k}`") for k, v in (("precision", precision), ("param_dtype", param_dtype),
+                                                  ("master_dtype", master_dtype), ("moments_dtype", moments_dtype),
+                                                  ("grad_reduce_dtype", grad_reduce_dtype)))
+  if not isinstance(model, (str, ModelConfig)):
+    raise BadValue("`model`", "a model's name, config.json path or Hub id, or a ModelConfig", model)
   cfg = get_config(model) if isinstance(model, str) else model
   if batch < 1 or seq < 1 or tensor < 1 or data < 1:
     raise JaxmemError(f"batch, seq, tensor and data must be at least 1 (got {batch}, {seq}, {tensor}, {data})")

@@ -37,6 +37,7 @@ from typing import Any
 from jaxmem.axes import one_value_each
 from jaxmem.buffers.residuals import _listing, layer_step_flops
 from jaxmem.errors import JaxmemError
+from jaxmem.inputs import Number, Whole
 from jaxmem.models import CHECKPOINT_NAMES
 from jaxmem.models.names import DECODER_LAYER_INPUT
 from jaxmem.cache import RowCache
@@ -258,6 +259,8 @@ def search(
   compiles (the row cache answers repeats). ``run`` (or its fields as keywords,
   :class:`jaxmem.options.RunOptions`): ``on_start`` is told before the first compile (no total:
   the count is known at the end), ``on_row`` each compiled (or cached) row."""
+  margin = Number(least=0.0, below=1.0)(margin, "`margin`")
+  max_compiles = Whole()(max_compiles, "`max_compiles`")
   run = RunOptions.of(run, fields)
   p = plan(Workload.of(workload, **fields).replace(remat=("full",)))
   check_searchable(p)

@@ -28,6 +28,7 @@ from typing import Any
 
 from jaxmem.compiler.report import MemoryReport, read_compiled
 from jaxmem.errors import JaxmemError
+from jaxmem.inputs import Whole, optional
 from jaxmem.hardware.targets import Target, get_target, target_machine, target_peaks
 from jaxmem.hlo.ops import HloCosts
 from jaxmem.records import Record, StepTime
@@ -160,8 +161,7 @@ def op_times(source: Any, target: str | Target | None = None, *, top: int | None
   >>> t.ops[0].bound, t.flops == 2 * 1024**3
   ('compute', True)
   """
-  if top is not None and top < 1:
-    raise JaxmemError(f"`top` must be at least 1 (got {top})")
+  top = optional(Whole(), top, "`top`")
   if isinstance(getattr(source, "report", None), MemoryReport):  # an Explanation: its report, its target
     target = source.target if target is None else target
     source = source.report
