@@ -79,8 +79,9 @@ def _whole(value: Any, *, text: bool) -> int | None:
     return None
   if isinstance(value, int):
     return value
-  if text and isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,30}\s*", value):
-    return int(value)
+  # Spaces and tabs around the digits only: re's \s takes characters int() does not (U+001F).
+  if text and isinstance(value, str) and (m := re.fullmatch(r"[ \t\r\n]*([+-]?[0-9]{1,30})[ \t\r\n]*", value)):
+    return int(m.group(1))
   return None
 
 

@@ -128,11 +128,11 @@ def _at(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
 # Text that is no number at all, and numbers written as Python's float() takes them but a count
 # or a size does not (a fraction, an exponent, Unicode digits, an underscore).
 JUNK = st.sampled_from(["", " ", "x", "1.5", "1e3", "0x10", "nan", "inf", "-inf", "-", "+", "1_000", "١٢", "½", "1 2",
-                        "8GiB", "None", "[1]", "{}", "true"]) | st.text(max_size=12)
+                        "8GiB", "None", "[1]", "{}", "true", "0\x1f", "1\u2003", "\t2\n"]) | st.text(max_size=12)
 
 
 def _is_whole(text: str) -> bool:
-  t = text.strip()
+  t = text.strip(" \t\r\n")
   return t.lstrip("+-").isascii() and t.lstrip("+-").isdigit() and t.count("-") + t.count("+") <= 1 and t[:1] in "+-0123456789" and len(t) <= 31
 
 
