@@ -280,13 +280,21 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
 
 
 def default_seq(cfg: ModelConfig) -> int:
-  """The sequence a train step of ``cfg`` takes where none is given: :data:`DEFAULT_SEQ`, or the
-  model's learned positions where it has fewer (GPT-2's 1024 cap a longer one); the change said
-  in a notice."""
-  if cfg.style == "gpt2" and cfg.max_seq_len < DEFAULT_SEQ:
-    notice(f"seq {cfg.max_seq_len}: {cfg.name}'s {cfg.max_seq_len} learned positions (default {DEFAULT_SEQ})")
-    return cfg.max_seq_len
-  return DEFAULT_SEQ
+  """The sequence a train step of ``cfg`` takes where none is given: :data:`DEFAULT_SEQ`, or
+  fewer where the model takes fewer (:func:`within_positions`)."""
+  return within_positions(cfg, DEFAULT_SEQ, "seq")
+
+
+def within_positions(cfg: ModelConfig, default: int, name: str, *, say: bool = True) -> int:
+  """``default`` for the length ``name`` (a train step's sequence, a prompt, a KV cache), or the
+  model's :attr:`~jaxmem.models.ModelConfig.position_limit` where it is shorter (GPT-2's 1024
+  learned positions); the change said in a notice where ``say``."""
+  limit = cfg.position_limit
+  if limit is None or limit >= default:
+    return default
+  if say:
+    notice(f"{name} {limit}: {cfg.name}'s {limit} learned positions (default {default})")
+  return limit
 
 
 def fitted_batch(p: Plan) -> Plan:

@@ -276,12 +276,12 @@ class _Search:
     cfg = p.cfg
     if over == "batch":
       self.step, self.fixed, self.ceiling = shd.data_parallel_size(mesh), fixed, MAX_STEPS
-      if cfg.style == "gpt2" and fixed > cfg.max_seq_len:
-        raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; `context` must not exceed it (got {fixed})")
+      if cfg.position_limit is not None and fixed > cfg.position_limit:
+        raise JaxmemError(f"{cfg.name} has {cfg.position_limit} learned positions; `context` must not exceed it (got {fixed})")
     else:
       self.step, self.fixed = math.lcm(CONTEXT_QUANTUM, shd.mesh_axes(mesh).ways("seq")), p.batch
       # Learned positions cap the context (GPT-2).
-      self.ceiling = max(1, cfg.max_seq_len // self.step) if cfg.style == "gpt2" else MAX_STEPS
+      self.ceiling = MAX_STEPS if cfg.position_limit is None else max(1, cfg.position_limit // self.step)
     self.compiles = 0
     self._arguments: dict[int, int] = {}
 

@@ -23,7 +23,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.events import notice
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig, StepChoices
-from jaxmem.resolve import one_of_each, outer_values, resolve_meshes, resolve_model, resolve_target
+from jaxmem.resolve import one_of_each, outer_values, resolve_meshes, resolve_model, resolve_target, within_positions
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import moe_choice, pick_attention
 from jaxmem.workload import BaseWorkload
@@ -125,16 +125,6 @@ def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
   return tuple(dict.fromkeys(out))
 
 
-def positions(cfg: ModelConfig, default: int, name: str, said: dict[str, bool]) -> int:
-  """``default`` for ``name`` (the prompt or the context), or the model's learned positions where
-  it has fewer; the change said in a notice where ``said[name]``."""
-  if cfg.style == "gpt2" and cfg.max_seq_len < default:
-    if said.get(name):
-      notice(f"{name} {cfg.max_seq_len}: {cfg.name}'s {cfg.max_seq_len} learned positions (default {default})")
-    return cfg.max_seq_len
-  return default
-
-
 def divided_batch(meshes: Sequence[shd.MeshSpec]) -> int:
   """:data:`DEFAULT_BATCH`, or the smallest batch every mesh's data axes divide, said in a notice."""
   ways = {shd.format_mesh(m): shd.data_parallel_size(m) for m in meshes}
@@ -196,9 +186,11 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
       raise JaxmemError(f"unknown phase {p!r}; valid: {', '.join(PHASES)}")
   if not phases:
     raise JaxmemError(f"`phase` is empty; valid: {', '.join(PHASES)}")
-  said = {"prompt": "prefill" in phases, "context": "decode" in phases}  # a default not used is not said
-  (prompt,) = _ints([w.prompt], "prompt") if w.prompt is not None else (positions(cfg, DEFAULT_PROMPT, "prompt", said),)
-  contexts = _ints(w.context, "context") if w.context else (positions(cfg, DEFAULT_CONTEXT[0], "context", said),)
+  # Not given: the defaults, within the model's positions (a default no phase reads is not said).
+  (prompt,) = (_ints([w.prompt], "prompt") if w.prompt is not None
+               else (within_positions(cfg, DEFAULT_PROMPT, "prompt", say="prefill" in phases),))
+  contexts = (_ints(w.context, "context") if w.context
+              else (within_positions(cfg, DEFAULT_CONTEXT[0], "context", say="decode" in phases),))
   meshes = resolve_meshes(w, tgt)
   (batch,) = _ints([w.batch], "batch") if w.batch is not None else (divided_batch(meshes),)
   attentions, others, variants = _sweep(w, cfg, choices, tgt.platform)
@@ -219,10 +211,10 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
           f"batch {batch} is not divisible by the data axes of mesh {shd.format_mesh(m)} ({ways} ways); "
           f"use a multiple of {ways}, or shard the model with tensor={tgt.num_devices} for small batches"
       )
-  if cfg.style == "gpt2":
+  if cfg.position_limit is not None:
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
-    if longest > cfg.max_seq_len:
-      raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
+    if longest > cfg.position_limit:
+      raise JaxmemError(f"{cfg.name} has {cfg.position_limit} learned positions; prompt and context must not exceed it (got {longest})")
   return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, moe=variants, others=others,
                    always_compile=w.always_compile)
 

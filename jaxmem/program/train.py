@@ -176,8 +176,8 @@ def check_batch(
         f"({ways} ways); use a multiple of {ways * microbatches * piped}"
     )
   shd.check_seq(mesh, seq)
-  if cfg.style == "gpt2" and seq > cfg.max_seq_len:
-    raise JaxmemError(f"`seq` {seq} exceeds {cfg.name}'s {cfg.max_seq_len} learned positions; use {cfg.max_seq_len} or less")
+  if cfg.position_limit is not None and seq > cfg.position_limit:
+    raise JaxmemError(f"`seq` {seq} exceeds {cfg.name}'s {cfg.position_limit} learned positions; use {cfg.position_limit} or less")
   shd.check_experts(mesh, cfg.num_experts, cfg.name)
 
 
