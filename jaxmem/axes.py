@@ -372,6 +372,10 @@ class Axis:
   # A user's own step (Workload.step) takes it (the mesh, the policies) or brings its own in its
   # place (the optimizer, the dtypes); every other axis is refused beside a step.
   step: bool = False
+  # What one layer saves for the backward pass, on one device, unsharded, before the optimizer
+  # (compare --residuals: jaxmem.buffers.residuals) depends on it (the policies, the attention,
+  # the microbatch, the dtypes, what the step runs the layer with); every other axis is refused there.
+  layer: bool = False
   # the sweep
   nest: int = 30
   valid: str | None = None
@@ -521,17 +525,17 @@ AXES: dict[str, Axis] = _registry(
          column=Shown(when=_mesh_shown, place=10, identity=True),
          help="mesh axes, e.g. data=4 or fsdp=2,tensor=2; repeat for one row group per mesh (default: fsdp over all "
          "devices)"),
-    Axis(name="remat", default=("none", "dots_saveable", "full"), record=Recorded(annotation="str", required=True),
+    Axis(name="remat", layer=True, default=("none", "dots_saveable", "full"), record=Recorded(annotation="str", required=True),
          summary=False, baseline=False, step=True, nest=90, column=Shown(when=ALWAYS, place=100, identity=True)),
     Axis(name="optimizer", default=("adamw",), record=Recorded(annotation="str", required=True, then=("seq",)),
          summary=False, step=True, nest=60, column=Shown(place=20, identity=True)),
-    Axis(name="moe_impl", default=(), training=False, group="workload", summary=False, listed=False,
+    Axis(name="moe_impl", layer=True, default=(), training=False, group="workload", summary=False, listed=False,
          valid="MoE implementation", chooses="moe_impl", nest=10, check=_experts_only, column=Shown(when=GIVEN, header="moe", place=80),
          record=Recorded(after="qk_dtype", doc="how a mixture of experts' routed experts ran; None for a dense model"),
          help="mixture-of-experts models: how routed experts run, dropless (tokens sorted by expert, grouped matmuls) "
          "and/or capacity (GShard dispatch; copies past capacity dropped), comma separated; default dropless, "
          "capacity on GPU targets"),
-    Axis(name="capacity_factor", parse=_positive, default=(), training=False, group="workload", summary=False,
+    Axis(name="capacity_factor", layer=True, parse=_positive, default=(), training=False, group="workload", summary=False,
          listed=False, chooses="capacity_factor", nest=10, applies=_capacity_path, applies_to="`moe_impl` capacity; add capacity to `moe_impl`",
          check=_experts_only, column=Shown(when=GIVEN, header="capacity factor", number=True, place=80),
          record=Recorded(annotation="float | None", doc="the capacity path's factor; None for dropless or a dense model"),
@@ -547,21 +551,21 @@ AXES: dict[str, Axis] = _registry(
          "MaxText's sparse_matmul path) or ragged_dot (jax.lax.ragged_dot, which XLA's TPU and GPU compilers expand "
          "into a dense matmul over all experts), comma separated; default auto: gmm on TPU targets, ragged_dot "
          "elsewhere"),
-    Axis(name="param_dtype", parse=outer(_optional), default=None, outer=True, group="workload", step=True,
+    Axis(name="param_dtype", layer=True, parse=outer(_optional), default=None, outer=True, group="workload", step=True,
          configures="param_dtype",
          record=Recorded(annotation="str", required=True, after="seq"), help="parameter dtype", shown="float32",
          word="params", quiet=(None, "float32"), heading="{} params"),
-    Axis(name="dtype", parse=outer(_optional), default=None, outer=True, training=False, group="workload", step=True,
+    Axis(name="dtype", layer=True, parse=outer(_optional), default=None, outer=True, training=False, group="workload", step=True,
          configures="dtype",
          record=Recorded(annotation="str", required=True), help="compute dtype (infer: one)", shown="bfloat16",
          word="compute", quiet=(None, "bfloat16"), heading="{} compute"),
     # The flag's help lists the models' kernels, which the CLI gives (jaxmem.models.attention_help);
     # the target and mesh's kernels are the program's to refuse (jaxmem.program.train.pick_attention).
-    Axis(name="attention", default=("auto",), training=False, group="workload", summary=False, valid="attention",
+    Axis(name="attention", layer=True, default=("auto",), training=False, group="workload", summary=False, valid="attention",
          flag_default="auto", listed=False, nest=70, column=Shown(when=GIVEN, place=30, identity=True),
          record=Recorded(doc="the implementation used (splash where auto was asked on TPU); None where not "
                          "recorded (a user's step)")),
-    Axis(name="dropout", parse=outer(_probabilities), default=0.0, outer=True, group="parallelism", chooses="dropout",
+    Axis(name="dropout", layer=True, parse=outer(_probabilities), default=0.0, outer=True, group="parallelism", chooses="dropout",
          check=_unstaged, record=Recorded(annotation="float", default=0.0, after="sequence_parallel"), shown="0",
          help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
          "sub-blocks' outputs; masks are one byte each)",
@@ -573,7 +577,7 @@ AXES: dict[str, Axis] = _registry(
          "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh "
          "tensor=N; the flag alone is on, off,on compiles both",
          word="sequence parallel", heading="sequence parallel", heading_apart=True),
-    Axis(name="microbatches", parse=counts("1,4"), default=(1,), nest=80,
+    Axis(name="microbatches", layer=True, parse=counts("1,4"), default=(1,), nest=80,
          record=Recorded(annotation="int", default=1, after="attention"), summary=False, flag_default="1",
          column=Shown(when=SAID, place=50),
          help="gradient accumulation: split the global batch into N microbatches run in sequence",
@@ -604,7 +608,7 @@ AXES: dict[str, Axis] = _registry(
          flag_default=1, listed=False,
          help="meshes with a stage axis: MaxText's circular schedule, R non-adjacent layer groups per stage; "
          "comma separated to sweep; default 1"),
-    Axis(name="qk_dtype", parse=one_of(QK_DTYPES, "dtypes"), default=("bfloat16",), training=False, group="workload", flag_default="bfloat16",
+    Axis(name="qk_dtype", layer=True, parse=one_of(QK_DTYPES, "dtypes"), default=("bfloat16",), training=False, group="workload", flag_default="bfloat16",
          record=Recorded(annotation="str", default="bfloat16", after="vocab_tiles"),
          help="dot attention's scores (prefill's, in infer): bfloat16 (MaxText's default: the compute dtype) or float32",
          word="qk", quiet=(None, "bfloat16")),

@@ -107,6 +107,11 @@ class HeadsDoNotDivide(DoesNotDivide):
   """The ``tensor`` axis does not divide the model's attention heads (or its key/value heads)."""
 
 
+class DimensionDoesNotDivide(DoesNotDivide):
+  """A tensor's dimension is not a multiple of the mesh axes its sharding rules split it over
+  (GPT-2's vocabulary of 50257 over ``tensor``, say)."""
+
+
 class TraceFailed(JaxmemError):
   """A step's own code (a user's factory, MaxText's train step) failed while JAX traced it:
   ``cause`` is that error in a few words (its type and first line)."""

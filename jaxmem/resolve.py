@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,14 +27,17 @@ from jaxmem.axes import (
 )
 from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
+from jaxmem.events import notice
 from jaxmem.models import ModelConfig, StepChoices, get_config
 from jaxmem.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
 from jaxmem.program.remat import RematPolicy, parse_remat
 from jaxmem.program.step import OWN, load_step, step_fingerprint, step_label
-from jaxmem.program.train import TrainProgram, build_train_program, check_configuration, moe_choice, moe_fields
-from jaxmem.workload import BaseWorkload, Workload
+from jaxmem.program.train import (
+    TrainProgram, batch_multiple, build_train_program, check_configuration, moe_choice, moe_fields,
+)
+from jaxmem.workload import DEFAULT_BATCH, DEFAULT_SEQ, BaseWorkload, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -268,10 +272,56 @@ def plan(workload: Workload | None = None, /, **fields: Any) -> Plan:
   p = Plan(
       workload=w.replace(target=w.target_name), cfg=cfg, choices=choices, target=tgt, meshes=resolve_meshes(w, tgt),
       optimizers=OPTIMIZERS.parse(w.optimizer), remats=tuple(parse_remat(w.remat, host_memory=tgt.has_host_memory)),
-      batch=w.batch, seq=w.seq,
+      batch=DEFAULT_BATCH if w.batch is None else w.batch, seq=default_seq(cfg) if w.seq is None else w.seq,
   )
+  p = fitted_batch(p) if w.batch is None else p
   check_plan(p)
   return p
+
+
+def default_seq(cfg: ModelConfig) -> int:
+  """The sequence a train step of ``cfg`` takes where none is given: :data:`DEFAULT_SEQ`, or
+  fewer where the model takes fewer (:func:`within_positions`)."""
+  return within_positions(cfg, DEFAULT_SEQ, "seq")
+
+
+def within_positions(cfg: ModelConfig, default: int, name: str, *, say: bool = True) -> int:
+  """``default`` for the length ``name`` (a train step's sequence, a prompt, a KV cache), or the
+  model's :attr:`~jaxmem.models.ModelConfig.position_limit` where it is shorter (GPT-2's 1024
+  learned positions); the change said in a notice where ``say``."""
+  limit = cfg.position_limit
+  if limit is None or limit >= default:
+    return default
+  if say:
+    notice(f"{name} {limit}: {cfg.name}'s {limit} learned positions (default {default})")
+  return limit
+
+
+def fitted_batch(p: Plan) -> Plan:
+  """``p`` at the batch it takes where none is given: :data:`DEFAULT_BATCH`, or the smallest
+  multiple above it of what every configuration's batch must divide (its data axes x its
+  microbatches x its pipeline microbatches: :func:`jaxmem.program.train.batch_multiple`); the
+  change said in a notice."""
+  meshes = {shd.format_mesh(m): m for m in p.meshes}
+  needs = {}
+  for values in p.configurations():
+    one = one_each(p.workload.replace(**values))
+    needs.setdefault(batch_multiple(meshes[one["mesh"]], one), one)
+  multiple = math.lcm(*needs)
+  if p.batch % multiple == 0:
+    return p
+  batch = -(-p.batch // multiple) * multiple
+  if len(needs) == 1:
+    (one,) = needs.values()
+    mesh = meshes[one["mesh"]]
+    ways, micro = shd.data_parallel_size(mesh), one["microbatches"] or 1
+    piped = multiple // (ways * micro)
+    split = [f"{micro} microbatches"] * (micro > 1) + [f"{piped} pipeline microbatches"] * (piped > 1)
+    why = " x ".join([*split, f"mesh {one['mesh']}'s {ways} data-parallel ways"])
+  else:
+    why = f"a multiple of {multiple}, what every configuration's data-parallel ways x microbatches divide"
+  notice(f"batch {batch}: {why} (default {DEFAULT_BATCH})")
+  return dataclasses.replace(p, batch=batch)
 
 
 def check_plan(p: Plan) -> None:
@@ -315,6 +365,8 @@ def plan_step(w: Workload) -> Plan:
       raise JaxmemError(f"`{axis.name}` applies to jaxmem's own models (`model`), not `step`; set it in your step factory")
   tgt = resolve_target(w)
   remats = step_remats(w, parse_remat(w.remat, host_memory=tgt.has_host_memory))
+  # A step's model is its factory's: the defaults as they are (its factory shards the batch).
+  w = w.replace(batch=DEFAULT_BATCH if w.batch is None else w.batch, seq=DEFAULT_SEQ if w.seq is None else w.seq)
   for name, v in (("batch", w.batch), ("seq", w.seq)):
     if v < 1:
       raise JaxmemError(f"{name} must be at least 1 (got {v})")

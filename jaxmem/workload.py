@@ -34,9 +34,10 @@ if TYPE_CHECKING:  # only for annotations: a workload may carry a resolved confi
   from jaxmem.models import ModelConfig
 
 DEFAULT_REMAT = AXES["remat"].default
-# A train step's batch and sequence where none is given. A MaxText step's are its config's
-# (per_device_batch_size x devices, max_target_length): there they stay None until its plan
-# reads MaxText's config (jaxmem.maxtext.plan.plan_maxtext).
+# A train step's batch and sequence where none is given. The workload holds None (not given)
+# until it is planned: the planner chooses them where it knows the model and the meshes
+# (jaxmem.resolve.fitted_defaults: these, or the nearest that fit them); a MaxText step's are
+# its config's (per_device_batch_size x devices, max_target_length: jaxmem.maxtext.plan).
 DEFAULT_BATCH, DEFAULT_SEQ = 8, 1024
 
 
@@ -59,7 +60,7 @@ class BaseWorkload(Record):
   WHAT: ClassVar[str] = "a workload"  # what one is, in messages
 
   model: str | ModelConfig = "gpt2-small"
-  batch: int = 8  # global
+  batch: int | None = None  # global; None: not given, the plan's choice (each kind's default, fitted)
   target: str | Target = "cpu"
   slices: int = 1  # TPU slices (multi-slice over DCN)
   # Bytes per device another program holds on the device beside this one (an RL sampler's weights
@@ -124,7 +125,8 @@ class Workload(BaseWorkload):
 
   WHAT: ClassVar[str] = "a train step"
 
-  # None: not given (DEFAULT_BATCH and DEFAULT_SEQ, or a MaxText step's own).
+  # None: not given; the plan chooses them (DEFAULT_BATCH and DEFAULT_SEQ where they fit the
+  # model and the meshes, a MaxText step's own).
   batch: int | None = None  # global
   seq: int | None = None
   # Your own step instead of the model's: a factory make_step(*, batch, seq, remat)
@@ -147,10 +149,6 @@ class Workload(BaseWorkload):
       if self.step is not None and self.step != MAXTEXT_STEP:
         raise JaxmemError("give `step` (your own factory) or `maxtext` (MaxText's step), not both")
       object.__setattr__(self, "step", MAXTEXT_STEP)
-    else:  # only MaxText's step has its own batch and sequence
-      for name, default in (("batch", DEFAULT_BATCH), ("seq", DEFAULT_SEQ)):
-        if getattr(self, name) is None:
-          object.__setattr__(self, name, default)
     if self.step is not None:
       object.__setattr__(self, "step", step_spec(self.step))
 

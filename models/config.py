@@ -349,6 +349,13 @@ class ModelConfig(Composed):
     return jnp.dtype(self.dtype)
 
   @property
+  def position_limit(self) -> int | None:
+    """The longest sequence the model can take: its learned positions (``max_seq_len`` rows of
+    GPT-2's position table); None where positions are computed (RoPE), which ``max_seq_len``
+    (the context it was trained to) does not bound."""
+    return self.max_seq_len if self.style == "gpt2" else None
+
+  @property
   def is_moe(self) -> bool:
     return self.num_experts > 0
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from jaxmem.cli import _common
-from jaxmem.inference.infer import InferWorkload
+from jaxmem.inference.infer import InferWorkload, plan_infer
 from jaxmem.resolve import plan
 from jaxmem.workload import Workload
 
@@ -84,4 +84,6 @@ def test_infer_workload_normalises_its_own_fields():
   w = InferWorkload(context=64, weights="bf16,int4", phase=["decode"])
   assert w.context == ("64",) and w.weights == ("bf16", "int4") and w.phase == ("decode",)
   assert InferWorkload(context="32,64").context == ("32", "64")
-  assert InferWorkload().batch == 1  # inference's own default
+  # Not given: the plan's (inference's own default, or the smallest batch its mesh divides).
+  assert InferWorkload().batch is None and Workload().batch is None and Workload().seq is None
+  assert plan_infer(model="tiny", target="cpu").batch == 1 and plan(model="tiny", target="cpu").batch == 8

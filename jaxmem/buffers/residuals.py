@@ -24,16 +24,17 @@ import jax.numpy as jnp
 from flax import nnx
 from jax._src.ad_checkpoint import saved_residuals  # the data behind print_saved_residuals
 
-from jaxmem.axes import check_names, one_each, one_value_each
+from jaxmem.axes import AXES, Setting, check_names, check_setting, one_each, one_value_each
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import cpu_devices_needed, get_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import AttendFn, AttentionChoice, ModelConfig, StepChoices, family_of
-from jaxmem.resolve import resolve_model
+from jaxmem.resolve import default_seq, resolve_model
 from jaxmem.program.remat import RematPolicy, parse_remat
-from jaxmem.program.train import key_shapes, keyed, moe_choice, pick_attention
+from jaxmem.program.sharding import default_mesh, format_mesh
+from jaxmem.program.train import check_attention_options, key_shapes, keyed, layer_attend, moe_choice, pick_attention
 from jaxmem.records import Record
-from jaxmem.workload import Workload
+from jaxmem.workload import DEFAULT_BATCH, Workload
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -117,7 +118,7 @@ def saved_residuals_for(
   """The residuals one layer of ``cfg`` saves under ``rp`` for a [batch, seq] input, attention
   computed by ``attention`` (None: dot), the step run as ``choices`` say; an MoE layer for a
   mixture of experts (the total counts every layer at its own kind's size)."""
-  attend = None if attention is None else attention.attend
+  attend = layer_attend(attention, choices)
   out = _listing(cfg, rp, batch=batch, seq=seq, attend=attend, moe=cfg.is_moe, choices=choices)
   out.sort(key=lambda r: -r.bytes)
   per_layer = sum(r.bytes for r in out)
@@ -172,25 +173,50 @@ def saved_residuals_by_policy(workload: Workload | None = None, /, **fields: Any
   """
   w = Workload.of(workload, **fields)
   start_jax(cpu_devices_needed([w.target]) if isinstance(w.target, str) else 1)
-  if w.batch < 1 or w.seq < 1:
-    raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
+  unlisted(w)
   # It lists each remat policy and attention implementation for one layer, unsharded, before the
   # optimizer: every other axis takes one value.
-  one_value_each(w, "`residuals`", skip=("mesh", "optimizer", "remat", "attention"))
+  one_value_each(w, "`residuals`", skip=("remat", "attention"))
   check_names(w)
   options = one_each(w)
   cfg, choices = resolve_model(w.model, options)
+  w = w.replace(batch=DEFAULT_BATCH if w.batch is None else w.batch, seq=default_seq(cfg) if w.seq is None else w.seq)
+  if w.batch < 1 or w.seq < 1:
+    raise JaxmemError(f"batch and seq must be at least 1 (got {w.batch} and {w.seq})")
   tgt = get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target
   batch = max(1, w.batch // options["microbatches"])
   # The CPU's choice: the listing is JAX's, before any compiler (--moe-impl chooses another).
   choices, _ = moe_choice(cfg, choices, "cpu", options)
   # Listing residuals compiles nothing, so host-offload policies are listed too.
   policies = parse_remat(w.remat, host_memory=True)
+  # The axes' own checks (the experts' options on a dense model...), on the one device it lists.
+  check_setting(Setting(values={**options, "mesh": format_mesh(default_mesh(1))}, cfg=cfg, platform=tgt.platform))
+  chosen = [pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, options=options)
+            for name in dict.fromkeys(w.attention)]
+  check_attention_options(chosen, options)
   out = []
-  for name in dict.fromkeys(w.attention):
-    choice = pick_attention(name, cfg, batch=batch, seq=w.seq, target=tgt, mesh=None, options=options)
+  for choice in chosen:
     out += [saved_residuals_for(cfg, rp, batch=batch, seq=w.seq, attention=choice, choices=choices) for rp in policies]
   return out
+
+
+# Where it runs, beside the axes (Axis.layer says which of those a layer's listing depends on):
+# nothing of it changes what one layer saves on one device, unsharded, uncompiled, but the
+# target's platform (its attention kernel).
+_PLACEMENT = ("slices", "resident", "mem_fraction", "always_compile")
+
+
+def unlisted(w: Workload) -> None:
+  """A one-line error for a field of ``w`` given (not its default) that what residuals list does
+  not depend on: an axis not declared ``layer``, or where it runs but the target."""
+  default = Workload()
+  names = [*(a.name for a in AXES.values() if not a.layer and hasattr(w, a.name)), *_PLACEMENT]
+  for name in names:
+    if getattr(w, name) != getattr(default, name):
+      raise JaxmemError(
+          f"`{name}` changes nothing `residuals` lists (what one layer saves for the backward pass, on one device, "
+          "unsharded, before the optimizer, compiling nothing); drop it"
+      )
 
 
 def layer_step_flops(
@@ -203,9 +229,7 @@ def layer_step_flops(
   recompute per layer is this minus the same under ``none``."""
   from jaxmem.compiler.flops import jaxpr_flops  # the FLOP counter, needed here only
 
-  fn, state, args = _block_fn(
-      cfg, rp, None if attention is None else attention.attend, batch=batch, seq=seq, moe=moe, choices=choices
-  )
+  fn, state, args = _block_fn(cfg, rp, layer_attend(attention, choices), batch=batch, seq=seq, moe=moe, choices=choices)
 
   def step(layer_state, x_btd, sin, cos, *key):
     out, vjp = jax.vjp(lambda s, x: fn(s, x, sin, cos, *key), layer_state, x_btd)

@@ -29,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
   sub.required = True
   for command in COMMANDS:
     command.register(sub)
+  for p in sub.choices.values():  # what each absent flag reads, so a command tells one given (_common.refuse_given)
+    p.set_defaults(flag_defaults={a.dest: a.default for a in p._actions if a.option_strings})
   return parser
 
 

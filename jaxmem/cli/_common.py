@@ -65,15 +65,19 @@ class Parser(argparse.ArgumentParser):
 COUNT = inputs.Whole()  # a whole number of at least 1: --batch, --seq, --slices, --jobs...
 
 
-def add_axes(p: argparse.ArgumentParser, group: str, *, sweep: bool = True, helps: dict[str, str] | None = None) -> None:
+def add_axes(
+    p: argparse.ArgumentParser, group: str, *, sweep: bool = True, helps: dict[str, str] | None = None,
+    training: bool = True,
+) -> None:
   """The flags of the sweep axes declared in ``group`` (``jaxmem.AXES``), in their order; an
   axis without help has a flag its commands declare themselves, or its help in ``helps``. Each
   flag sets the :class:`Workload` field of its name, which splits a comma list and checks every
   item (a bad one is named with the valid ones, in one line). ``sweep`` False: one value each
-  (a closed form, ``estimate``, compiles nothing to sweep)."""
+  (a closed form, ``estimate``, compiles nothing to sweep). ``training`` False: the command
+  compiles no train step, so a train step's axes (``Axis.training``) have no flag."""
   for axis in jaxmem.AXES.values():
     text = (helps or {}).get(axis.name, axis.help)
-    if axis.group == group and text is not None:
+    if axis.group == group and text is not None and (training or not axis.training):
       p.add_argument(axis.flag, default=axis.flag_default, help=axis_help(axis, text, sweep=sweep), type=axis.flag_type,
                      **axis.flag_options)
 
@@ -87,23 +91,32 @@ def axis_help(axis: jaxmem.Axis, text: str, *, sweep: bool = True) -> str:
   return text + (axis.list_note + "; comma separated to sweep") * sweep + (f"; default {said}" if said else "")
 
 
+# What the library chooses where --batch and --seq are not given (jaxmem.resolve.fitted_batch and
+# default_seq: the defaults, or the nearest that fit the model and the mesh, said in a line).
+TRAIN_BATCH = "8 (or the next multiple the mesh's data axes x microbatches divide)"
+TRAIN_SEQ = "1024 (or the model's learned positions, where fewer)"
+
+
 def add_workload(
-    p: argparse.ArgumentParser, *, batch: int | None = 8, seq: int | None = 1024, own: bool = False,
+    p: argparse.ArgumentParser, *, batch: str = TRAIN_BATCH, seq: str | None = TRAIN_SEQ, own: bool = False,
+    output: bool = True, training: bool = True,
 ) -> None:
   """The flags every compiling command shares. Each flag named after a :class:`Workload`
-  field sets that field (:func:`workload`); a new field needs only its flag here. ``own``: the
-  command takes --maxtext, whose step has its own batch and sequence, so --batch and --seq are
-  None unless given (the :class:`Workload` then fills ``batch`` and ``seq``)."""
+  field sets that field (:func:`workload`); a new field needs only its flag here. --batch and
+  --seq are None unless given: the library chooses them from the model and the mesh (``batch``
+  and ``seq`` say its default in the help; ``seq`` None: the command takes no --seq). ``own``:
+  the command takes --maxtext, whose step has its own batch and sequence. ``output``: the
+  command writes its result (--format, --output). ``training`` False: the command compiles no
+  train step (infer), so the train step's axes of the group have no flag."""
   p.add_argument(
       "--model", default="gpt2-small",
       help="a preset (see `jaxmem models`), a path to a Hugging Face config.json, or a Hub id ORG/NAME[@REVISION] "
       "(only its config.json is fetched; HF_TOKEN, the Hub cache and HF_HUB_OFFLINE apply); default gpt2-small",
   )
   mx = "; with --maxtext, its config's" if own else ""
-  p.add_argument("--batch", type=COUNT, default=None if own else batch,
-                 help=f"global batch size; default {batch or 'searched'}{mx}")
-  p.add_argument("--seq", type=COUNT, default=None if own else seq,
-                 help=f"sequence length; default {seq or 'searched'}{mx}")
+  p.add_argument("--batch", type=COUNT, default=None, help=f"global batch size; default {batch}{mx}")
+  if seq is not None:
+    p.add_argument("--seq", type=COUNT, default=None, help=f"sequence length; default {seq}{mx}")
   p.add_argument(
       "--target",
       default=None,
@@ -126,8 +139,9 @@ def add_workload(
       help="compile even where the arguments' shapes alone exceed the device (answered from the shapes otherwise): "
       "the compiler's own verdict and figures, at the cost of the compile",
   )
-  add_axes(p, "workload", helps={"attention": jaxmem.attention_help()})  # the kernels the models have
-  add_output(p)
+  add_axes(p, "workload", helps={"attention": jaxmem.attention_help()}, training=training)  # the models' kernels
+  if output:
+    add_output(p)
   p.add_argument(
       "--distributed",
       action="store_true",
@@ -167,6 +181,15 @@ def no_step(args: argparse.Namespace, *flags: str) -> None:
   step = "--step" if getattr(args, "step", None) else "--maxtext" if getattr(args, "maxtext", None) else None
   if step and given:
     raise JaxmemError(f"{given[0]} needs a model of jaxmem's own (--model), not {step}")
+
+
+def refuse_given(args: argparse.Namespace, flags: tuple[str, ...], where: str) -> None:
+  """A one-line error for the first of ``flags`` given (set away from its parser default, which
+  is what an absent flag reads), which does not apply ``where``."""
+  for flag in flags:
+    dest = flag.lstrip("-").replace("-", "_")
+    if getattr(args, dest) != args.flag_defaults.get(dest):
+      raise JaxmemError(f"{flag} does not apply {where}")
 
 
 def add_output(p: argparse.ArgumentParser) -> None:
@@ -333,6 +356,7 @@ class Progress:
     with, from the second on, an estimate of the time left (the mean so far times the rest)."""
     if self.chosen is not None:
       self.start(None)
+    input_good()
     now = time.monotonic()
     self.compiles += 1
     self.first = now if self.first is None else self.first
@@ -349,6 +373,7 @@ class Progress:
   def start(self, total: int | None) -> None:
     say(self.chosen)
     self.chosen = None
+    input_good()
     self.total = total
     if self.quiet or self.lines or self.fmt == "json" or (total is not None and total < 3):
       return
@@ -382,6 +407,10 @@ class Progress:
 
 
 _PROGRESS: Progress | None = None  # the command's progress, which shows the compiles
+_SAID: set[str] = set()  # the notices this command has printed (or kept to print)
+# Notices heard while the input may still be refused (the defaults a plan chose, say): printed once
+# it is known good, so a refusal stays one line (input_good).
+_PENDING: list[str] = []
 
 
 @contextlib.contextmanager
@@ -389,24 +418,45 @@ def listening() -> Iterator[None]:
   """A command's run, with the library's events shown on stderr (:func:`on_event`)."""
   global _PROGRESS
   _PROGRESS = None
+  _SAID.clear()
+  _PENDING.clear()
   try:
     with jaxmem.listen(on_event):
       yield
+  except JaxmemError:
+    _PENDING.clear()  # the input was refused: its one line is all that is said
+    raise
   finally:
+    input_good()
     _PROGRESS = None
+
+
+def input_good() -> None:
+  """The input is known good (a sweep or a compile starts, or the command ends): the notices
+  kept until then are printed."""
+  for text in _PENDING:
+    say(f"jaxmem: {text}")
+  _PENDING.clear()
 
 
 def on_event(e: Any) -> None:
   """The CLI's listener (:func:`jaxmem.listen`): notices as lines on stderr, compiles shown by
   the command's progress (or as a line where it has none)."""
   if isinstance(e, jaxmem.Notice):
-    if not (e.progress and inputs.env_switch("JAXMEM_NO_PROGRESS")):
-      say(f"jaxmem: {e.text}")
+    # Each line once: a sweep plans each point, and each plan says the defaults it chose. A
+    # progress notice is said at once (a search says it as it starts); others once the input is good.
+    if not (e.progress and inputs.env_switch("JAXMEM_NO_PROGRESS")) and e.text not in _SAID:
+      _SAID.add(e.text)
+      _PENDING.append(e.text)
+      if e.progress:
+        input_good()
   elif isinstance(e, jaxmem.Compiling):
     if _PROGRESS is not None:
       _PROGRESS.compiling(e)
-    elif not inputs.env_switch("JAXMEM_NO_PROGRESS"):
-      say(f"jaxmem: compiling {e.label}")
+    else:
+      input_good()
+      if not inputs.env_switch("JAXMEM_NO_PROGRESS"):
+        say(f"jaxmem: compiling {e.label}")
 
 
 def _duration(seconds: float) -> str:

@@ -29,14 +29,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--residuals", action="store_true", help="list what each remat policy saves for the backward pass, per layer")
   p.add_argument("--with-inference", action="store_true", help="add the decode step of the same model, target and mesh")
   p.add_argument("--with-estimate", action="store_true", help="add the closed-form estimate against the compiler, per component")
-  p.add_argument("--weights", default="bf16", help="weights for --with-inference; default bf16")
+  p.add_argument("--weights", default=None, help="weights for --with-inference; default bf16")
   p.set_defaults(func=run)
+
+
+# What --residuals does not take: it lists what each policy saves, compiling nothing, so it has
+# no sweep to run, no whole-mesh figures and no sections (the listing's own fields it refuses itself).
+_NOT_RESIDUALS = ("--totals", "--jobs", "--scheduler", "--no-cache", "--with-inference", "--with-estimate", "--weights")
 
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
   c.no_step(args, "--residuals", "--with-inference", "--with-estimate")
+  if args.residuals:
+    c.refuse_given(args, _NOT_RESIDUALS, "with --residuals, which lists what each remat policy saves and compiles nothing")
+  if args.weights is not None and not args.with_inference:
+    raise jaxmem.JaxmemError("--weights is the decode step's of --with-inference; add --with-inference or drop it")
   chosen = c.resolve_target(args)
   w = c.workload(args)
   if args.residuals:
@@ -69,7 +78,7 @@ def compare_extras(
     for mesh in dict.fromkeys(r.mesh for r in rows):
       r = [x for x in rows if x.mesh == mesh][-1]
       sides = jaxmem.training_vs_inference(
-          model=cfg, target=args.target, slices=args.slices, resident=args.resident, weights=args.weights,
+          model=cfg, target=args.target, slices=args.slices, resident=args.resident, weights=args.weights or "bf16",
           train_row=r,
       )
       pairs += [s.as_dict() for s in sides]

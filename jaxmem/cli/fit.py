@@ -14,11 +14,11 @@ from jaxmem.render.tensors import render_tensor_search
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("fit", help="the largest batch (or sequence) that fits, per remat policy, optimizer and mesh")
-  c.add_workload(p, batch=None, seq=None)
+  c.add_workload(p, batch="searched (--over batch)", seq=f"{c.TRAIN_SEQ}; searched with --over seq")
   c.add_run_options(p, totals=False)  # its tables have no whole-mesh figures
   c.add_step(p)
   c.add_train_step(p)
-  p.add_argument("--over", default="batch", help="search the batch (default) or seq; with --phase, batch or context")
+  p.add_argument("--over", default=None, help="search the batch (default) or seq; with --phase, batch or context")
   p.add_argument(
       "--depth-probe", action="store_true",
       help="predict each probe from compiles at 2 and 4 layers (memory is affine in a scanned stack's depth) "
@@ -37,19 +37,22 @@ def run(args: argparse.Namespace) -> int:
   chosen = c.resolve_target(args)
   if args.phase is not None:
     return run_serving(args, chosen)
+  over = args.over or "batch"
   # Searched: the dimension --over names when it is not given (an --over fit refuses is searched, so refused).
-  searching = {"batch": args.batch, "seq": args.seq}.get(args.over) is None
-  w = c.workload(args)  # no --seq: the Workload's default (a MaxText step's: its config's)
+  searching = {"batch": args.batch, "seq": args.seq}.get(over) is None
+  w = c.workload(args)  # no --seq: the plan's default (a MaxText step's: its config's)
   if jaxmem.remat.SEARCH in [n.strip() for n in str(args.remat).split(",")]:
     return run_tensor_search(args, chosen, w, searching)
   if not searching:  # the workload fixed: every configuration compiled once, ranked
+    c.refuse_given(args, ("--over", "--depth-probe"), f"with --batch and --seq given: fit ranks the configurations "
+                   f"at that workload and searches nothing (leave out the --{over} to search it)")
     sweep = c.Sweep(args, chosen, lambda rows: tables.render_ranked(rows, args.format))
     rows = sweep.run(lambda run: jaxmem.rank_configurations(w, run=run))
     c.emit(tables.render_ranked(rows, args.format), args.output)
     return 0
   # The number of compiles is known only at the end: the progress counts them, with no total.
   sweep = c.Sweep(args, chosen)
-  results = sweep.run(lambda run: jaxmem.fit(w, over=args.over, batch=args.batch, run=run, depth_probe=args.depth_probe))
+  results = sweep.run(lambda run: jaxmem.fit(w, over=over, batch=args.batch, run=run, depth_probe=args.depth_probe))
   c.emit(tables.render_fit(results, args.format), args.output)
   c.say(compiles_line(results))
   return 0
@@ -64,6 +67,7 @@ def run_tensor_search(args: argparse.Namespace, chosen: str | None, w: jaxmem.Wo
     raise jaxmem.JaxmemError("`remat search` runs alone (it compiles `full` itself); compare policies with fit --remat a,b")
   if args.depth_probe:
     raise jaxmem.JaxmemError("`depth_probe` is the batch search's; `remat search` compiles at full depth")
+  c.refuse_given(args, ("--over",), "to `remat search`, which searches the assignment at the --batch and --seq given")
   result = c.Sweep(args, chosen).run(lambda run: jaxmem.remat_search(w, run=run))
   c.emit(render_tensor_search(result, args.format), args.output)
   c.say(f"jaxmem: {result.compiles} compiles for the per-tensor search")
@@ -91,7 +95,6 @@ def add_serving(p: argparse.ArgumentParser) -> None:
   p.add_argument("--context", default=None,
                  help="with --phase: the KV cache length (prefill: the prompt), comma separated; default 2048")
   p.add_argument("--weights", default=None, help="with --phase: bf16, fp16, fp8, int8, int4, comma separated, or all; default bf16")
-  p.set_defaults(training_defaults={name: p.get_default(name) for name in _TRAINING_FLAGS})
 
 
 def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
@@ -99,11 +102,11 @@ def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
   if args.jobs != 1 or args.scheduler:
     given = "--jobs" if args.jobs != 1 else "--scheduler"
     raise jaxmem.JaxmemError(f"{given} does not apply to a serving fit (`phase` {args.phase}): it compiles one probe at a time here")
-  training = {k: getattr(args, k) for k, default in args.training_defaults.items() if getattr(args, k) != default}
+  training = {k: getattr(args, k) for k in _TRAINING_FLAGS if k in args.flag_defaults and getattr(args, k) != args.flag_defaults[k]}
   w = c.workload(args, jaxmem.InferWorkload)  # --batch and --context go to fit_serving, which checks them
   sweep = c.Sweep(args, chosen)
   results = sweep.run(lambda run: jaxmem.fit_serving(
-      w, phase=args.phase, over=args.over, batch=args.batch, context=args.context,
+      w, phase=args.phase, over=args.over or "batch", batch=args.batch, context=args.context,
       run=run, **training,
   ))
   c.emit(render_serving(results, args.format), args.output)

@@ -12,10 +12,12 @@ from jaxmem.render.inference import render_infer
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("infer", help="prefill and decode memory with a KV cache, per weight format")
-  c.add_workload(p)
-  p.set_defaults(batch=1)
-  p.add_argument("--prompt", type=c.COUNT, default=1024, help="prefill prompt length in tokens; default 1024")
-  p.add_argument("--context", default="2048", help="decode KV cache lengths, comma separated; default 2048")
+  # --prompt and --context instead of --seq; no train step's options (its parameters are stored bf16: --weights)
+  c.add_workload(p, batch="1 (or the smallest the mesh's data axes divide)", seq=None, training=False)
+  p.add_argument("--prompt", type=c.COUNT, default=None,
+                 help="prefill prompt length in tokens; default 1024 (or the model's learned positions, where fewer)")
+  p.add_argument("--context", default=None, help="decode KV cache lengths, comma separated; default 2048 (or the "
+                 "model's learned positions, where fewer)")
   p.add_argument("--weights", default="bf16", help="bf16, fp16, fp8, int8, int4, comma separated, or all; default bf16")
   p.add_argument("--phase", default="prefill,decode", help="prefill, decode or both; default both")
   p.add_argument("--kv-table", action="store_true", help="also list the KV cache (formula) against context and batch")
@@ -31,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
   sweep = c.Sweep(args, chosen, lambda rows: render_infer(rows, args.format), cached=False)
   rows = sweep.run(lambda run: jaxmem.infer(w, run=run))
   cfg = sweep.started.model
-  batches = sorted({1, 8, 32, args.batch})
+  batches = sorted({1, 8, 32, *(r.batch for r in rows)})  # the batch asked, or the one infer chose
   kv = []
   if args.kv_table:
-    contexts = {int(n) for n in w.context}  # checked by infer
+    contexts = {r.context for r in rows if r.phase == "decode"}
     kv = jaxmem.kv_cache_table(cfg, contexts=sorted({1024, 8192, 32768, 131072, *contexts}), batches=batches)
   if args.plot:
     kv_rows = jaxmem.kv_cache_table(cfg, contexts=[2**k for k in range(10, 18)], batches=batches)

@@ -16,7 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   c.add_run_options(p)
   c.add_step(p)
   c.add_train_step(p)
-  p.add_argument("--over", action="append", default=None, help="seq=1024,2048,4096 or batch=8,16,32 (repeatable)")
+  p.add_argument("--over", action="append", default=None,
+                 help="seq=1024,2048,4096 or batch=8,16,32 (repeatable); default the sequence at a quarter, a half "
+                 "and whole (with --seq given, the batch at once, twice and four times)")
   p.add_argument("--remat", default="none", help="policies, comma separated (default none)")
   p.add_argument("--optimizer", default="adamw", help="optimizers, comma separated; default adamw")
   p.add_argument("--plot", default=None, metavar="FILE", help="write the curves (png, svg, pdf) with the capacity as a line")
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
   chosen = c.resolve_target(args)
   sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(jaxmem.with_overheads(rows), args.format, totals=args.totals,
                                                                  command="scale"))
-  result = sweep.run(lambda run: jaxmem.scale(c.workload(args), over=args.over or [], run=run))
+  result = sweep.run(lambda run: jaxmem.scale(c.workload(args), over=args.over, run=run))
   rows = list(result.rows)
   if args.plot:
     jaxmem.plot_scaling(rows, result.over, args.plot)

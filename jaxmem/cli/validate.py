@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--steps", type=c.COUNT, default=3, help="train steps to run per configuration; default 3")
   p.set_defaults(func=run)
   m = subparsers.add_parser("_measure")  # one configuration in a fresh process, for validate
-  c.add_workload(m)
+  c.add_workload(m, output=False)  # its measurement is one JSON line on stdout
   c.add_train_step(m)
   m.add_argument("--remat", required=True)
   m.add_argument("--optimizer", required=True)

@@ -20,7 +20,7 @@ from jaxmem.steptime import Work
 from jaxmem.inference import quant
 from jaxmem.inference.kv import attention_kind
 from jaxmem.inference.program import build_infer_program
-from jaxmem.inference.workload import InferPlan, InferWorkload, plan_infer
+from jaxmem.inference.workload import InferPlan, InferWorkload, check_phase_fields, plan_infer
 from jaxmem.models import StepChoices, cache_bytes, get_attention
 from jaxmem.models.model_flops import inference_flops, weight_flops
 from jaxmem.options import RunOptions
@@ -179,7 +179,9 @@ def infer(workload: InferWorkload | None = None, /, *, run: RunOptions | None = 
   run = RunOptions.of(run, fields)
   run.refuse("infer", "it compiles in this process, one configuration after another, with no row cache",
              "jobs", "scheduler", "cache")
-  p = plan_infer(workload, **fields)
+  w = InferWorkload.of(workload, **fields)
+  check_phase_fields(w)
+  p = plan_infer(w)
   configs = p.configs()
   run.start(len(configs), p.cfg)
   rows = []

@@ -42,7 +42,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
 from jaxmem.inference.program import build_infer_program
 from jaxmem.inference.run import OPTIONS, InferRow, run_infer_config
-from jaxmem.inference.workload import PHASES, InferPlan, InferWorkload, _ints, plan_infer
+from jaxmem.inference.workload import PHASES, InferPlan, InferWorkload, _ints, check_phase_fields, plan_infer
 from jaxmem.models import ModelConfig, StepChoices
 from jaxmem.cache import RowCache, key
 from jaxmem.options import RunOptions
@@ -58,7 +58,7 @@ CONTEXT_QUANTUM = 128
 MAX_STEPS = 1 << 16  # search ceiling, in units of the step
 # A train step's options, which the inference step has none of (refused by name, one line): its
 # own step, its sequence, its sweep axes (jaxmem.axes) and fit's depth probe.
-TRAINING_ONLY = ("step", "seq", *training_only(), "depth_probe")
+TRAINING_ONLY = ("step", "maxtext", "seq", *training_only(), "depth_probe")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -230,6 +230,7 @@ def fit_serving(
   p = _template_plan(w, over)
   # One search per configuration: prefill's options are not swept here.
   one_value_each(w, "a serving fit", only=[a.name for a in OPTIONS])
+  check_phase_fields(w, prompt=False)  # its sizes are its contexts, the prompt's for prefill
   for mesh in p.meshes:
     check_kv_heads(p.cfg, mesh)
   if p.target.capacity_bytes is None:
@@ -257,6 +258,8 @@ def _template_plan(w: InferWorkload, over: str) -> InferPlan:
     start_jax()
     meshes = resolve_meshes(w, get_target(w.target, slices=w.slices, mem_fraction=w.mem_fraction) if isinstance(w.target, str) else w.target)
     w = w.replace(batch=math.lcm(*[shd.data_parallel_size(m) for m in meshes]))
+    if not w.context:  # the default context, fitted to the model (plan_infer's)
+      w = w.replace(context=plan_infer(w).contexts)
     (first, *_) = _ints(w.context, "context")  # checked here, so a bad one is named as the context
     return plan_infer(w, prompt=first if w.phase == ("prefill",) else None)
   return plan_infer(w, context=(CONTEXT_QUANTUM,), prompt=CONTEXT_QUANTUM)
@@ -273,12 +276,12 @@ class _Search:
     cfg = p.cfg
     if over == "batch":
       self.step, self.fixed, self.ceiling = shd.data_parallel_size(mesh), fixed, MAX_STEPS
-      if cfg.style == "gpt2" and fixed > cfg.max_seq_len:
-        raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; `context` must not exceed it (got {fixed})")
+      if cfg.position_limit is not None and fixed > cfg.position_limit:
+        raise JaxmemError(f"{cfg.name} has {cfg.position_limit} learned positions; `context` must not exceed it (got {fixed})")
     else:
       self.step, self.fixed = math.lcm(CONTEXT_QUANTUM, shd.mesh_axes(mesh).ways("seq")), p.batch
       # Learned positions cap the context (GPT-2).
-      self.ceiling = max(1, cfg.max_seq_len // self.step) if cfg.style == "gpt2" else MAX_STEPS
+      self.ceiling = MAX_STEPS if cfg.position_limit is None else max(1, cfg.position_limit // self.step)
     self.compiles = 0
     self._arguments: dict[int, int] = {}
 

@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from jaxmem.axes import Setting, check_applies, check_names, check_setting, combinations, configured, inner_axes, names
+from jaxmem.axes import (
+    AXES, Setting, check_applies, check_names, check_setting, combinations, configured, inner_axes, names,
+)
 from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
+from jaxmem.events import notice
 from jaxmem.inference import quant
 from jaxmem.models import ModelConfig, StepChoices
-from jaxmem.resolve import one_of_each, outer_values, resolve_meshes, resolve_model, resolve_target
+from jaxmem.resolve import one_of_each, outer_values, resolve_meshes, resolve_model, resolve_target, within_positions
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import moe_choice, pick_attention
 from jaxmem.workload import BaseWorkload
 
 PHASES = ("prefill", "decode")
+# Where none is given: these, or the model's learned positions where it has fewer (GPT-2's 1024),
+# and a batch of 1, or the smallest the meshes' data axes divide (plan_infer says which it chose).
 DEFAULT_PROMPT = 1024
 DEFAULT_CONTEXT = (2048,)
+DEFAULT_BATCH = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,15 +43,17 @@ class InferWorkload(BaseWorkload):
   scores' dtype) and inference's own: weight
   formats, phases, the prefill prompt length and the decode contexts (KV cache lengths), each a
   comma-separated string or a sequence. Stored weights start from bf16. ``attention`` is a sweep
-  axis of prefill rows; decode attends with einsums."""
+  axis of prefill rows; decode attends with einsums. ``batch``, ``prompt`` and ``context`` not
+  given (None, empty) are chosen by the plan (:data:`DEFAULT_BATCH`, :data:`DEFAULT_PROMPT`,
+  :data:`DEFAULT_CONTEXT`, or the nearest that fit the model and the meshes)."""
 
   WHAT: ClassVar[str] = "an inference workload"
 
-  batch: int = 1
+  batch: int | None = None
   weights: tuple[str, ...] = ("bf16",)
   phase: tuple[str, ...] = PHASES
-  prompt: int = DEFAULT_PROMPT
-  context: tuple[str | int, ...] = DEFAULT_CONTEXT
+  prompt: int | None = None
+  context: tuple[str | int, ...] = ()
 
   def __post_init__(self):
     super().__post_init__()
@@ -118,6 +127,32 @@ def _ints(v: Sequence[int | str], what: str) -> tuple[int, ...]:
   return tuple(dict.fromkeys(out))
 
 
+def divided_batch(meshes: Sequence[shd.MeshSpec]) -> int:
+  """:data:`DEFAULT_BATCH`, or the smallest batch every mesh's data axes divide, said in a notice."""
+  ways = {shd.format_mesh(m): shd.data_parallel_size(m) for m in meshes}
+  batch = -(-DEFAULT_BATCH // math.lcm(*ways.values())) * math.lcm(*ways.values())
+  if batch != DEFAULT_BATCH:
+    why = ", ".join(f"mesh {m}'s {n} data-parallel ways" for m, n in ways.items() if n > 1)
+    notice(f"batch {batch}: {why} (default {DEFAULT_BATCH})")
+  return batch
+
+
+def check_phase_fields(w: InferWorkload, *, prompt: bool = True) -> None:
+  """One-line errors for a field given that only a phase not asked reads: prefill's attention and
+  the axes it sweeps (decode attends to its cache with einsums and forms no scores), and with
+  ``prompt`` (infer's, not a serving fit's, whose sizes are its contexts) the prompt (prefill's)
+  and the contexts (decode's)."""
+  if "prefill" not in w.phase:
+    given = [a.name for a in inner_axes(w) if a.name == "attention" or (a.summary and a.name != "mesh")]
+    given = [n for n in given if getattr(w, n) != AXES[n].unset] + ["prompt"] * (prompt and w.prompt is not None)
+    if given:
+      raise JaxmemError(f"`{given[0]}` is prefill's (decode attends to its KV cache with einsums); add prefill to "
+                        f"`phase` or drop it")
+  if prompt and "decode" not in w.phase and w.context:
+    raise JaxmemError("`context` is decode's KV cache length (prefill's length is `prompt`); add decode to `phase` "
+                      "or drop it")
+
+
 def _sweep(w: InferWorkload, cfg: ModelConfig, choices: StepChoices, platform: str) -> tuple[tuple[str, ...], tuple, tuple]:
   """What an inference workload sweeps beside its meshes: prefill's attention implementations,
   the other axes its rows carry by their own name (each (name, values)), and the MoE variants
@@ -153,10 +188,13 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
       raise JaxmemError(f"unknown phase {p!r}; valid: {', '.join(PHASES)}")
   if not phases:
     raise JaxmemError(f"`phase` is empty; valid: {', '.join(PHASES)}")
-  (prompt,) = _ints([w.prompt], "prompt")
-  contexts = _ints(w.context, "context")
-  (batch,) = _ints([w.batch], "batch")
+  # Not given: the defaults, within the model's positions (a default no phase reads is not said).
+  (prompt,) = (_ints([w.prompt], "prompt") if w.prompt is not None
+               else (within_positions(cfg, DEFAULT_PROMPT, "prompt", say="prefill" in phases),))
+  contexts = (_ints(w.context, "context") if w.context
+              else (within_positions(cfg, DEFAULT_CONTEXT[0], "context", say="decode" in phases),))
   meshes = resolve_meshes(w, tgt)
+  (batch,) = _ints([w.batch], "batch") if w.batch is not None else (divided_batch(meshes),)
   attentions, others, variants = _sweep(w, cfg, choices, tgt.platform)
   for m in meshes:
     shd.check_experts(m, cfg.num_experts, cfg.name)
@@ -175,10 +213,10 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
           f"batch {batch} is not divisible by the data axes of mesh {shd.format_mesh(m)} ({ways} ways); "
           f"use a multiple of {ways}, or shard the model with tensor={tgt.num_devices} for small batches"
       )
-  if cfg.style == "gpt2":
+  if cfg.position_limit is not None:
     longest = max((prompt,) * ("prefill" in phases) + contexts * ("decode" in phases))
-    if longest > cfg.max_seq_len:
-      raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
+    if longest > cfg.position_limit:
+      raise JaxmemError(f"{cfg.name} has {cfg.position_limit} learned positions; prompt and context must not exceed it (got {longest})")
   return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, moe=variants, others=others,
                    always_compile=w.always_compile)
 

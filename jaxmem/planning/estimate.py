@@ -334,6 +334,10 @@ def estimate(
     raise JaxmemError(f"batch, seq, tensor and data must be at least 1 (got {batch}, {seq}, {tensor}, {data})")
   if capacity_factor is not None and not capacity_factor > 0:
     raise JaxmemError(f"`capacity_factor` must be > 0 (got {capacity_factor:g})")
+  if capacity_factor is not None and not cfg.is_moe:
+    raise JaxmemError(f"`capacity_factor` applies to mixture-of-experts models; {cfg.name} has no experts (drop it)")
+  if sequence_parallel and tensor == 1:
+    raise JaxmemError("`sequence_parallel` splits the activations over the tensor-parallel ranks: give `tensor` above 1")
   n = count_params(cfg)
   dtypes = dict(param_dtype=param_dtype, master_dtype=master_dtype, moments_dtype=moments_dtype, grad_reduce_dtype=grad_reduce_dtype)
   if any(v is not None for v in dtypes.values()):
@@ -499,4 +503,11 @@ def seed_figures(model: str = "llama3-405b") -> dict[str, float]:
 
 
 def estimates(models: Sequence[str], **kwargs: Any) -> list[Estimate]:
-  return [estimate(model=m, **kwargs) for m in models]
+  """:func:`estimate` per model; a capacity factor reaches the mixtures of experts among them,
+  and is refused where there is none."""
+  cfgs = [get_config(m) if isinstance(m, str) else m for m in models]
+  if kwargs.get("capacity_factor") is not None and not any(c.is_moe for c in cfgs):
+    names = ", ".join(c.name for c in cfgs)
+    raise JaxmemError(f"`capacity_factor` applies to mixture-of-experts models; {names}: no experts (drop it)")
+  return [estimate(model=c, **{**kwargs, "capacity_factor": kwargs.get("capacity_factor") if c.is_moe else None})
+          for c in cfgs]

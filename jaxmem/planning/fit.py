@@ -278,8 +278,8 @@ def _new_search(p: Plan, t: Task, over: str, strategy: str, depths: tuple[int, i
     step, cap = batch_multiple(t.mesh, options), MAX_STEPS
   else:
     step = seq_step(t.mesh, options, p.target.platform)
-    gpt2 = p.cfg is not None and p.cfg.style == "gpt2"  # learned positions cap the sequence
-    cap = max(1, p.cfg.max_seq_len // step) if gpt2 else MAX_STEPS
+    limit = None if p.cfg is None else p.cfg.position_limit  # learned positions cap the sequence
+    cap = MAX_STEPS if limit is None else max(1, limit // step)
   bound = Boundary(cap=cap, capacity=p.target.capacity_bytes, strategy=strategy)
   full = None if depths is None else p.cfg.num_layers
   return _Search(task=t, step=step, bound=bound, depths=depths, full_depth=full)

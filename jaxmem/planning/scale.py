@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxmem.axes import group_fields, key, with_fields
 from jaxmem.errors import JaxmemError
+from jaxmem.events import notice
 from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, Task, plan
 from jaxmem.planning.sweep import Row, run_rows, with_overheads
@@ -52,9 +53,29 @@ def parse_over(specs: Sequence[str]) -> dict[str, list[int]]:
     if name in out:
       raise JaxmemError(f"`over` {name} given twice")
     out[name] = nums
-  if not out:
-    raise JaxmemError("scale needs `over`, e.g. seq=1024,2048,4096")
   return out
+
+
+def default_over(w: Workload) -> dict[str, list[int]]:
+  """The grid where ``over`` is not given: the sequence the plan takes (the default fitted to the
+  model, or MaxText's config's) at a quarter, a half and whole; where ``seq`` is given, the batch
+  the plan takes at once, twice and four times. Said in a notice."""
+  if w.seq is not None and w.batch is not None:
+    raise JaxmemError("scale needs `over` where `batch` and `seq` are both given, e.g. seq=512,1024,2048")
+  p = plan(w)
+  name, values = ("seq", [p.seq // 4, p.seq // 2, p.seq]) if w.seq is None else ("batch", [p.batch, 2 * p.batch, 4 * p.batch])
+  if values[0] < 1:
+    raise JaxmemError(f"scale needs `over` for seq {p.seq}, e.g. seq={p.seq},{2 * p.seq}")
+  notice(f"over {name}={','.join(map(str, values))}: no `over` given (the {name} at "
+         f"{'a quarter, a half and whole' if name == 'seq' else 'once, twice and four times'})")
+  return {name: values}
+
+
+def check_fixed(w: Workload, over: dict[str, list[int]]) -> None:
+  """One line for a ``batch`` or ``seq`` given that ``over`` varies (the grid's values win)."""
+  for name in over:
+    if getattr(w, name) is not None:
+      raise JaxmemError(f"`{name}` is what `over` {name} varies; drop one of them")
 
 
 def grid(over: dict[str, list[int]], batch: int, seq: int) -> list[tuple[int, int]]:
@@ -108,18 +129,21 @@ def scale(
     workload: Workload | None = None,
     /,
     *,
-    over: Sequence[str] | dict[str, list[int]],
+    over: Sequence[str] | dict[str, list[int]] | None = None,
     run: RunOptions | None = None,
     **fields: Any,
 ) -> Scaling:
   """Compiles ``workload`` (``fields`` replaced; remat ``none`` unless named) at every point of
-  ``over`` (``["seq=1024,2048"]`` or ``{"seq": [1024, 2048]}``) and fits growth exponents.
+  ``over`` (``["seq=1024,2048"]`` or ``{"seq": [1024, 2048]}``; not given: :func:`default_over`)
+  and fits growth exponents.
   Every point is checked before the first compile. ``run`` (or its fields as keywords,
   :class:`jaxmem.options.RunOptions`): ``on_start`` is then told the number of configurations,
   and ``on_row`` each row as it finishes."""
   run = RunOptions.of(run, fields)
-  grid_over = over if isinstance(over, dict) else parse_over(over)
   w = Workload.of(workload, defaults={"remat": "none"}, **fields)
+  grid_over = over if isinstance(over, dict) else parse_over(over or [])
+  grid_over = grid_over or default_over(w)
+  check_fixed(w, grid_over)
   p, todo = tasks(w, grid_over)
   run.start(len(todo), p.cfg)
   rows = with_overheads(run_rows(p, todo, jobs=run.jobs, scheduler=run.scheduler, cache=run.cache, on_row=run.on_row))

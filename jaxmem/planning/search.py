@@ -40,7 +40,8 @@ from jaxmem.hardware.margin import AT_RISK
 from jaxmem.hardware.targets import target_peaks
 from jaxmem.compiler.report import fits as fits_in
 from jaxmem.errors import (
-    BatchDoesNotDivide, DoesNotDivide, ExpertsDoNotDivide, HeadsDoNotDivide, JaxmemError, SeqDoesNotDivide, StagesRefused,
+    BatchDoesNotDivide, DimensionDoesNotDivide, DoesNotDivide, ExpertsDoNotDivide, HeadsDoNotDivide, JaxmemError,
+    SeqDoesNotDivide, StagesRefused,
 )
 from jaxmem.planning.estimate import activation_bytes_per_layer
 from jaxmem.models import StepChoices, count_params
@@ -48,14 +49,16 @@ from jaxmem.models.model_flops import training_flops
 from jaxmem.cache import RowCache
 from jaxmem.options import RunOptions
 from jaxmem.axes import Setting, check_setting, configured, one_each
-from jaxmem.resolve import Plan, Task, one_of_each, outer_values, plan as plan_sweep, resolve_model, resolve_target
+from jaxmem.resolve import (
+    Plan, Task, default_seq, one_of_each, outer_values, plan as plan_sweep, resolve_model, resolve_target,
+)
 from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.remat import REMAT_POLICIES
 from jaxmem.program.train import build_train_program, check_batch, moe_choice, pick_attention
-from jaxmem.workload import Workload
+from jaxmem.workload import DEFAULT_BATCH, Workload
 
 # The mesh axes a plan factorizes the devices over, in the order a mesh names them; one the
 # sharding rules of this version do not know (not in shd.MESH_AXES) is skipped. A mesh with a
@@ -182,6 +185,7 @@ REASONS: dict[type[DoesNotDivide], str] = {
     ExpertsDoNotDivide: "expert does not divide the experts",
     StagesRefused: "the stage axis cannot pipeline this model's layers",
     SeqDoesNotDivide: "sequence not divisible by its mesh axes",
+    DimensionDoesNotDivide: "a parameter's dimension not divisible by its mesh axes",
 }
 
 
@@ -271,7 +275,10 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
         pruned[why] += len(ATTENTIONS) * len(micro) * len(rungs)
         continue
       for kernel in _kernels(p, mesh, pruned, len(rungs) * len(micro)):
-        out += _schedule_candidates(p, mesh, kernel, pm, rungs, micro, pruned)
+        try:
+          out += _schedule_candidates(p, mesh, kernel, pm, rungs, micro, pruned)
+        except DimensionDoesNotDivide:  # the mesh cannot shard the model's parameters (its vocabulary)
+          pruned[REASONS[DimensionDoesNotDivide]] += len(rungs) * len(micro)
   return out
 
 
@@ -382,7 +389,7 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
   compiles (the module docstring says how). :func:`jaxmem.planning.planner.plan` checks ``budget``
   and ``run`` and chooses between this search and MaxText's."""
   for name, v in (("batch", w.batch), ("seq", w.seq)):
-    if not isinstance(v, int) or v < 1:
+    if v is not None and (not isinstance(v, int) or v < 1):
       raise JaxmemError(f"`{name}` must be a whole number of at least 1 (got {v!r})")
   if w.step:
     raise JaxmemError("plan searches jaxmem's own models (`model`) and MaxText's step (`maxtext`); a user's `step` "
@@ -392,6 +399,9 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
   if tgt.capacity_bytes is None:
     raise JaxmemError(f"plan needs a target with a memory capacity; {tgt.name} has none (use a TPU or GPU target)")
   cfg, _ = resolve_model(w.model, outer_values(w))
+  # Not given: the defaults, the sequence no longer than the model's learned positions (the
+  # search chooses the meshes that take the batch).
+  w = w.replace(batch=DEFAULT_BATCH if w.batch is None else w.batch, seq=default_seq(cfg) if w.seq is None else w.seq)
   p = _base_plan(w, cfg, tgt)
   pruned: Counter = Counter()
   cands = order(candidates(p, pruned), tgt.capacity_bytes)

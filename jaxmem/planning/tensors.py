@@ -47,7 +47,7 @@ from jaxmem.planning.sweep import Row, baseline_flops, run_rows
 from jaxmem.program import sharding as shd
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.remat import REMAT_POLICIES, RematPolicy, assignment_name, get_remat
-from jaxmem.program.train import pick_attention
+from jaxmem.program.train import layer_attend, pick_attention
 from jaxmem.workload import Workload
 
 MARGIN = 0.03  # the share of the capacity a prediction leaves free (the prediction's error, measured under 1%)
@@ -116,7 +116,8 @@ class TensorSearchResult:
 def check_searchable(p: Plan) -> None:
   """One configuration per search: the assignment is chosen for one mesh, optimizer, kernel."""
   if p.workload.step:
-    raise JaxmemError("remat search needs jaxmem's own models (`model`): a user's step names its own checkpoints")
+    given, whose = ("maxtext", "MaxText's") if p.workload.maxtext else ("step", "a user's")
+    raise JaxmemError(f"remat search needs jaxmem's own models (`model`), not `{given}`: {whose} step names its own checkpoints")
   one_value_each(p.workload, "remat search", skip=("remat",))
   if p.target.capacity_bytes is None:
     raise JaxmemError(f"remat search needs a target with a memory capacity; {p.target.name} has none")
@@ -137,7 +138,8 @@ def layer_names(p: Plan) -> tuple[dict[str, int], Callable[[RematPolicy], float]
   kinds = [(moe, n) for moe, n in kinds if n]
   sizes: dict[str, int] = {}
   for moe, count in kinds:
-    for r in _listing(cfg, every, batch=batch, seq=p.seq, attend=attention.attend, moe=moe, choices=choices):
+    for r in _listing(cfg, every, batch=batch, seq=p.seq, attend=layer_attend(attention, choices), moe=moe,
+                      choices=choices):
       if r.name in CHECKPOINT_NAMES and not r.is_input:
         sizes[r.name] = sizes.get(r.name, 0) + r.bytes * count
   # The layer input, [B, T, D] per layer (the block's listing names it x_btd: its argument).

@@ -54,7 +54,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxmem.errors import ExpertsDoNotDivide, JaxmemError, SeqDoesNotDivide
+from jaxmem.errors import DimensionDoesNotDivide, ExpertsDoNotDivide, JaxmemError, SeqDoesNotDivide
 # The mesh description is the leaf jaxmem.mesh; its names stay reachable here, beside the rules.
 from jaxmem.mesh import MESH_AXES, MeshSpec, default_mesh, format_mesh, mesh_size, parse_mesh, path_keys  # noqa: F401
 from jaxmem.models.mesh_axes import MeshAxes
@@ -178,7 +178,7 @@ def logical_to_spec(
     ways = math.prod(mesh.shape[a] for a in axes)
     if dim % ways:
       by = " x ".join(f"{a}={mesh.shape[a]}" for a in axes) + (f" = {ways}" if len(axes) > 1 else "")
-      raise JaxmemError(
+      raise DimensionDoesNotDivide(
           f"{what}: dimension {name}={dim} is not divisible by mesh {by}; pick axis sizes that divide {dim}"
           + (" (or pad the vocabulary)" if name == "vocab" else "")
       )

@@ -41,7 +41,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -176,8 +176,8 @@ def check_batch(
         f"({ways} ways); use a multiple of {ways * microbatches * piped}"
     )
   shd.check_seq(mesh, seq)
-  if cfg.style == "gpt2" and seq > cfg.max_seq_len:
-    raise JaxmemError(f"`seq` {seq} exceeds {cfg.name}'s {cfg.max_seq_len} learned positions; use {cfg.max_seq_len} or less")
+  if cfg.position_limit is not None and seq > cfg.position_limit:
+    raise JaxmemError(f"`seq` {seq} exceeds {cfg.name}'s {cfg.position_limit} learned positions; use {cfg.position_limit} or less")
   shd.check_experts(mesh, cfg.num_experts, cfg.name)
 
 
@@ -326,6 +326,15 @@ def dropout_attend(attend: Any, name: str) -> tuple[Any, tuple[str, ...]]:
   )
 
 
+def layer_attend(choice: AttentionChoice | None, choices: StepChoices) -> Any:
+  """What one layer traced outside the step attends with (its saved residuals and FLOPs:
+  :mod:`jaxmem.buffers.residuals`), taking the step's dropout as the step does
+  (:func:`dropout_attend`); None: the model's own (dot)."""
+  if choice is None:
+    return None
+  return dropout_attend(choice.attend, choice.name)[0] if choices.dropout else choice.attend
+
+
 def step_attend(choice: AttentionChoice, choices: StepChoices, remat: RematPolicy) -> tuple[Any, tuple[str, ...]]:
   """The attention a layer of the step runs, and what its row must say: the choice's, taking the
   step's dropout (:func:`dropout_attend`), wrapped by the remat policy (``selective``
@@ -364,7 +373,7 @@ def pick_attention(
   attention reads ``qk_dtype``, dot attention's scores ("bfloat16", the default, is MaxText's:
   scores in the compute dtype), and passes the others by."""
   (qk_dtype,) = AXES["qk_dtype"].normalise((options or {}).get("qk_dtype") or "bfloat16")
-  return choose_attention(
+  choice = choose_attention(
       requested,
       platform=target.platform,
       shapes=AttentionShapes.of(cfg, batch=batch, seq=seq),
@@ -374,6 +383,24 @@ def pick_attention(
       deviceless=not target.kind.attached,
       strategy=context_strategy,
   )
+  if qk_dtype != "bfloat16" and choice.name != "dot":  # asked, and it changes nothing here: the row says so
+    choice = dataclasses.replace(choice, notes=(*choice.notes, _unused_scores_dtype(qk_dtype, choice.name)))
+  return choice
+
+
+def _unused_scores_dtype(qk_dtype: str, kernel: str) -> str:
+  return (f"qk_dtype {qk_dtype}: dot attention's scores; {kernel} keeps its block scores in float32 whatever it "
+          "says (--attention dot forms the scores in it)")
+
+
+def check_attention_options(chosen: Sequence[AttentionChoice], options: Mapping[str, Any]) -> None:
+  """A one-line error where an attention option given (``options``: one configuration's values)
+  changes none of the implementations ``chosen``: a scores dtype where none forms dot's scores.
+  (A sweep's rows say so instead, where it changes some of them: :func:`pick_attention`.)"""
+  (qk_dtype,) = AXES["qk_dtype"].normalise(options.get("qk_dtype") or "bfloat16")
+  if qk_dtype != "bfloat16" and all(c.name != "dot" for c in chosen):
+    raise JaxmemError(f"`qk_dtype` {qk_dtype} is the dtype of dot attention's scores; {', '.join(c.name for c in chosen)} "
+                      "keeps its block scores in float32 whatever it says: add dot to `attention` or drop it")
 
 
 def accumulated(grad_fn, microbatches: int, micro_sh: NamedSharding, param_sh: Any):

@@ -89,7 +89,7 @@ def render_diff(d: ResultDiff, fmt: str = "table", *, top: int | None = 20) -> s
   out = [f"A: {d.a}", f"B: {d.b}"]
   out += [f"versions: {k} {a or '-'} -> {b or '-'}" for k, (a, b) in d.versions.items()] or ["versions: the same"]
   if d.kind == "rows":
-    out += _rows(d, u, fmt)
+    out += _rows(d, u, fmt, top)
   else:
     out += _explain(d, u, fmt, top)
   out += [f"note: {n}" for n in d.notes]
@@ -136,9 +136,10 @@ def _explain(d: ResultDiff, u: Any, fmt: str, top: int | None) -> list[str]:
   return out
 
 
-def _rows(d: ResultDiff, u: Any, fmt: str) -> list[str]:
+def _rows(d: ResultDiff, u: Any, fmt: str, top: int | None) -> list[str]:
+  """Each row's changes, the ``top`` largest first (the rows come ordered so)."""
   out = []
-  for r in d.rows:
+  for r in d.rows[:top]:
     config = ", ".join(f"{k} {v}" for k, v in r.configuration.items() if k in _SHOWN and v is not None)
     out += ["", f"{r.status}: {config}"]
     out += [f"  configuration: {k} {a} -> {b}" for k, (a, b) in r.configuration_changes.items()]
@@ -147,7 +148,7 @@ def _rows(d: ResultDiff, u: Any, fmt: str) -> list[str]:
       out += _changes("  figures", r.figures, u, fmt, "figure")[1:]
   if not d.rows:
     out.append("rows: none in either document")
-  return out
+  return out + _more(d.rows, top)
 
 
 # The configuration fields a row's heading names.
