@@ -84,6 +84,18 @@ def test_compare_fits_the_screen_by_default_and_all_shows_every_column(rows):
   assert "error (see below)" in tables.render_compare(refused, "table")
 
 
+def test_the_first_screen_shows_the_memory_figure_the_target_gives():
+  # A target with a capacity decides by peak and required; the CPU has neither a capacity nor a
+  # peak, so its first screen shows the total rather than a column of dashes.
+  gpu = _table(tables.render_compare(_realistic()[0], "table"))[0].split()
+  assert "peak" in gpu and "required" in gpu and "total" not in gpu
+  cpu_rows = [_row(r, target="cpu", capacity_bytes=None, peak_memory_in_bytes=None, required_bytes=None, fits=None)
+              for r in ("none", "full")]
+  cpu = _table(tables.render_compare(cpu_rows, "table"))[0].split()
+  assert "total" in cpu and "peak" not in cpu and "capacity" not in cpu
+  assert "peak" in _table(tables.render_compare(cpu_rows, "table", columns=cols.ALL_CHOICE))[0].split()
+
+
 def test_json_and_csv_carry_every_field_whatever_the_table_shows():
   rows = _realistic()[1]
   doc = json.loads(tables.render_compare(rows, "json"))

@@ -74,7 +74,8 @@ class Table:
   def picks(self, column: Column) -> bool:
     """Whether the choice takes ``column``: every column with :data:`ALL`, else one of a set
     chosen (:data:`CONFIG` always), or named by its field."""
-    return ALL in self.chosen or bool(column.sets & (self.chosen | {CONFIG})) or column.field in self.chosen
+    return (ALL in self.chosen or bool(column.sets & (self.chosen | {CONFIG})) or column.field in self.chosen
+            or (DEFAULT in self.chosen and column.lead is not None and column.lead(column, self)))
 
   def cells(self) -> list[Cell]:
     """A cell context per row, in order."""
@@ -242,6 +243,9 @@ class Column:
   ``refused``: what a refused row (``error`` set) shows instead, where its figure means nothing.
   ``written``: a derived value also written to CSV (a row's own fields always are). ``sets``:
   the sets it belongs to (:data:`DEFAULT`, :data:`MEMORY`, ...; :data:`CONFIG`: every set's).
+  ``lead``: when the first screen (:data:`DEFAULT`) takes a column its ``sets`` leave out, given
+  the table (the total where no row has a capacity to give ``required``, the peak where the
+  backend reports one).
   """
 
   field: str
@@ -253,6 +257,7 @@ class Column:
   refused: str | None = None
   written: bool = False
   sets: frozenset[str] = frozenset()
+  lead: Rule | None = None
   # Among the sweep axes' columns (axis_columns), where this one of the record's own sits.
   place: float | None = None
 
@@ -453,6 +458,8 @@ SEVERAL_DEVICES = Some(lambda r: (r.num_devices or 1) > 1)
 HAS_CAPACITY = _known("capacity_bytes")
 HAS_STEP_TIME = _known("step_time_s")
 HOST_BYTES = _some("host_total_bytes")
+# No row has a capacity (a CPU target): no `required` to decide a launch by, so the total does.
+NO_CAPACITY = Rows(lambda rows: all(getattr(r, "capacity_bytes", None) is None for r in rows))
 
 _CONFIG = frozenset({CONFIG})
 _MEMORY = frozenset({MEMORY})
@@ -478,8 +485,11 @@ COMPARE: list[Column] = [
     Column(field="temp_size_in_bytes", header="temp", unit=BYTES, format=size, refused="-", sets=_MEMORY),
     Column(field="temp_delta", header="Δtemp", format=text, value=_baseline_delta("temp_size_in_bytes"), refused="-",
            sets=_MEMORY),
-    Column(field="peak_memory_in_bytes", header="peak", unit=BYTES, format=size, refused="-", sets=_MEMORY_DEFAULT),
-    Column(field="total_bytes", header="total", unit=BYTES, format=size, refused="-", sets=_MEMORY),
+    # The first screen's memory figures: the peak where the backend reports one (the CPU's does
+    # not), the total where no capacity gives `required`.
+    Column(field="peak_memory_in_bytes", header="peak", unit=BYTES, format=size, refused="-", sets=_MEMORY,
+           lead=_known("peak_memory_in_bytes")),
+    Column(field="total_bytes", header="total", unit=BYTES, format=size, refused="-", sets=_MEMORY, lead=NO_CAPACITY),
     Column(field="total_delta", header="Δtotal", format=text, value=_baseline_delta("total_bytes"), refused="-",
            sets=_MEMORY),
     Column(field="flops", header="GFLOP", format=_gflop, sets=_TIME),
@@ -667,8 +677,8 @@ def _against_ridge(v: Any, cell: Cell) -> str:
   return "-" if ai is None or ridge is None else f"{ai:,.0f} {'>' if ai > ridge else '<'} {ridge:,.0f}"
 
 
-def _infer_bytes(field: str, header: str, sets: frozenset[str] = _MEMORY) -> Column:
-  return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped, sets=sets)
+def _infer_bytes(field: str, header: str, sets: frozenset[str] = _MEMORY, lead: Rule | None = None) -> Column:
+  return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped, sets=sets, lead=lead)
 
 
 # infer's table: one row per (mesh, weight format, phase, context).
@@ -678,8 +688,9 @@ INFER: list[Column] = [
     _infer_bytes("kv_cache_bytes_per_device", "kv_cache_per_device"),
     _infer_bytes("argument_size_in_bytes", "argument"),
     _infer_bytes("temp_size_in_bytes", "temp"),
-    _infer_bytes("peak_memory_in_bytes", "peak_memory", _MEMORY_DEFAULT),
-    _infer_bytes("total_bytes", "total"),
+    # The first screen's memory figures, as compare's.
+    _infer_bytes("peak_memory_in_bytes", "peak_memory", lead=_known("peak_memory_in_bytes")),
+    _infer_bytes("total_bytes", "total", lead=NO_CAPACITY),
     _infer_bytes("capacity_bytes", "capacity"),  # the target's: one figure for the table, in its note
     Column(field="fits", format=_infer_verdict, sets=_MEMORY_DEFAULT),
     _infer_bytes("weight_bytes", "weight"),
