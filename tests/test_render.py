@@ -16,8 +16,11 @@ from jaxmem.errors import JaxmemError
 from jaxmem.planning.fit import FitResult
 from jaxmem.planning.scale import Growth
 from jaxmem.planning.sweep import Row
+from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.units import GiB, KiB, MiB
+
+ALL = cols.ALL_CHOICE  # every column, each shown by its rule: what the tests of a column look at
 
 VERSIONS = {"jax": "0.10.2", "jaxlib": "0.10.2", "jax-cuda12-plugin": "0.10.2"}
 CAPACITY_NOTE = "capacity_bytes: 0.75 of the device's 79.1 GiB"
@@ -62,7 +65,7 @@ def _markdown_table(text: str) -> list[dict[str, str]]:
 # -- compare --------------------------------------------------------------------------------------
 
 def test_one_device_sweep_has_the_sweep_columns_and_no_more():
-  text = tables.render_compare(_sweep(), "markdown")
+  text = tables.render_compare(_sweep(), "markdown", columns=ALL)
   rows = _markdown_table(text)
   assert list(rows[0]) == ["remat", "params", "opt state", "argument", "temp", "Δtemp", "peak", "total", "Δtotal",
                            "GFLOP", "recompute", "compile s", "capacity", "required", "fits"]
@@ -76,7 +79,7 @@ def test_heading_names_the_fixed_fields_the_unit_and_the_compilers():
 
 
 def test_sizes_in_the_chosen_unit_and_deltas_against_no_remat():
-  none, full, oom = _markdown_table(tables.render_compare(_sweep(), "markdown"))
+  none, full, oom = _markdown_table(tables.render_compare(_sweep(), "markdown", columns=ALL))
   assert (none["params"], none["opt state"], none["argument"], none["temp"]) == ("0.50", "1.00", "1.50", "17.00")
   assert (none["Δtemp"], none["Δtotal"]) == ("0", "0")
   assert (full["temp"], full["Δtemp"], full["Δtotal"]) == ("3.00", "-14.00", "-14.00")
@@ -99,7 +102,7 @@ def test_the_unit_follows_the_largest_figure():
   small = [_row(r, temp=t, param_bytes=3 * MiB, optimizer_state_bytes=6 * MiB, argument_size_in_bytes=9 * MiB,
                 peak_memory_in_bytes=None, total_bytes=9 * MiB + t, required_bytes=None, fits=None, capacity_bytes=None)
            for r, t in (("none", 40 * MiB), ("full", 5 * MiB))]
-  text = tables.render_compare(small, "markdown")
+  text = tables.render_compare(small, "markdown", columns=ALL)
   assert "· MiB per device" in text.splitlines()[0]
   none, full = _markdown_table(text)
   assert (none["params"], none["temp"], full["Δtemp"]) == ("3.00", "40.00", "-35.00")
@@ -107,12 +110,12 @@ def test_the_unit_follows_the_largest_figure():
   tiny = [_row("none", temp=300 * KiB, param_bytes=20 * KiB, optimizer_state_bytes=40 * KiB, argument_size_in_bytes=60 * KiB,
                total_bytes=360 * KiB, peak_memory_in_bytes=None, required_bytes=None, fits=None)]
   # Never below MiB: a tiny model's table reads 0.35 MiB rather than switching to KiB.
-  assert _markdown_table(tables.render_compare(tiny, "markdown"))[0]["total"] == "0.35"
+  assert _markdown_table(tables.render_compare(tiny, "markdown", columns=ALL))[0]["total"] == "0.35"
 
 
 def test_meshes_add_mesh_and_comm_columns_and_say_what_comm_is():
   rows = [_row("none", mesh=m, num_devices=4, target="gpu:h100x4", comm_bytes=c) for m, c in (("data=4", GiB), ("fsdp=4", 3 * GiB))]
-  text = tables.render_compare(rows, "markdown")
+  text = tables.render_compare(rows, "markdown", columns=ALL)
   heading = text.splitlines()[0]
   assert "(4 devices)" in heading and heading.endswith("; comm = bytes each device sends per step in collectives")
   table = _markdown_table(text)
@@ -122,7 +125,7 @@ def test_meshes_add_mesh_and_comm_columns_and_say_what_comm_is():
 
 def test_what_varies_becomes_a_column_and_leaves_the_heading():
   rows = [_row("none", model="gpt2-small", optimizer="sgd"), _row("none", model="gpt2-medium", optimizer="adamw")]
-  text = tables.render_compare(rows, "markdown")
+  text = tables.render_compare(rows, "markdown", columns=ALL)
   assert "model" not in text.splitlines()[0] and text.splitlines()[0].startswith("target gpu:h100 · batch 8")
   table = _markdown_table(text)
   assert list(table[0])[:3] == ["model", "optimizer", "remat"]
@@ -131,9 +134,9 @@ def test_what_varies_becomes_a_column_and_leaves_the_heading():
 
 
 def test_host_temp_column_only_when_something_is_offloaded():
-  assert "host temp" not in tables.render_compare(_sweep(), "markdown")
+  assert "host temp" not in tables.render_compare(_sweep(), "markdown", columns=ALL)
   rows = [*_sweep()[:2], _row("qkv_proj_offloaded", temp=3 * GiB, host_temp_size_in_bytes=GiB // 4)]
-  table = _markdown_table(tables.render_compare(rows, "markdown"))
+  table = _markdown_table(tables.render_compare(rows, "markdown", columns=ALL))
   assert [r["host temp"] for r in table] == ["0.00", "0.00", "0.25"]
 
 
@@ -244,7 +247,7 @@ def test_fit_table_names_the_largest_workload_per_configuration():
   results = [FitResult(over="batch", mesh="fsdp=1", optimizer="adamw", remat="full", max_batch=64, max_seq=None, compiles=5, row=best),
              FitResult(over="batch", mesh="fsdp=1", optimizer="adamw", remat="none", max_batch=None, max_seq=None, compiles=1,
                        row=None, note="the smallest batch (1) does not fit")]
-  text = tables.render_fit(results, "markdown")
+  text = tables.render_fit(results, "markdown", columns=ALL)
   assert text.splitlines()[0] == ("model gpt2-small · target gpu:h100 · seq 1024 · largest batch that fits, per device "
                                   "figures at it · jax 0.10.2, jax-cuda12-plugin 0.10.2")
   full, none = _markdown_table(text)
@@ -313,14 +316,14 @@ def test_a_comm_lower_bound_is_marked_in_the_table_the_heading_and_the_json():
   # A TPU loop whose trip count is unknown is counted once: that row's comm is a lower bound.
   rows = [_row("none", mesh=m, num_devices=4, target="tpu:v5p-8", comm_bytes=c, comm_lower_bound=lb)
           for m, c, lb in (("data=4", GiB, False), ("expert=4", 3 * GiB, True))]
-  text = tables.render_compare(rows, "markdown")
+  text = tables.render_compare(rows, "markdown", columns=ALL)
   heading = text.splitlines()[0]
   assert "lower bound" in heading and ">=" in heading
   table = _markdown_table(text)
   assert [(r["mesh"], r["comm"]) for r in table] == [("data=4", "1.00"), ("expert=4", ">=3.00")]
   assert [r["comm_lower_bound"] for r in json.loads(tables.render_compare(rows, "json"))["rows"]] == [False, True]
   # Exact figures only: no marker, and the heading says nothing of bounds.
-  exact = tables.render_compare(rows[:1], "markdown")
+  exact = tables.render_compare(rows[:1], "markdown", columns=ALL)
   assert "lower bound" not in exact and ">=" not in exact
 
 
@@ -334,7 +337,8 @@ def test_a_registered_column_appears_in_the_table_and_the_csv(monkeypatch):
     b = cell.baseline
     return None if b is None or not cell.row.temp_size_in_bytes else round(b.temp_size_in_bytes / cell.row.temp_size_in_bytes, 2)
 
-  toy = columns.Column(field="temp_saving", header="temp saving", value=ratio, refused="-", written=True)
+  toy = columns.Column(field="temp_saving", header="temp saving", value=ratio, refused="-", written=True,
+                       sets=frozenset({columns.DEFAULT}))
   registered = list(columns.COMPARE)
   monkeypatch.setattr(columns, "COMPARE", [*registered, toy])
   rows = _markdown_table(tables.render_compare(_sweep(), "markdown"))
@@ -350,7 +354,7 @@ def test_a_registered_column_appears_in_the_table_and_the_csv(monkeypatch):
 def test_tokens_per_second_is_a_compare_column_where_the_estimate_has_it():
   rows = [_row("none", tokens_per_s_per_device=12345.6, step_time_s=0.5, bound="compute", mfu=0.4),
           _row("full", tokens_per_s_per_device=None)]
-  table = _markdown_table(tables.render_compare(rows, "markdown"))
+  table = _markdown_table(tables.render_compare(rows, "markdown", columns=ALL))
   assert [r["tokens/s/device (est)"] for r in table] == ["12,346", "-"]
   assert "tokens/s" not in tables.render_compare(_sweep(), "table")  # no estimate: no column
 

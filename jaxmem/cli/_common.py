@@ -1,6 +1,8 @@
 """What every command shares: the parser class, the workload flags and the Workload they make,
-target resolution, output paths (checked before compiling) and output (emit/write), and the
-progress a sweep shows (:class:`Progress`).
+target resolution, the files a command writes (checked before compiling: :func:`check_outputs`;
+written after the result is printed: :func:`emit`), the columns a table shows (``--columns``),
+the first line a command says (:func:`starting`) and the progress a sweep shows
+(:class:`Progress`).
 
 Commands call the public library (``jaxmem.compare``, ``fit``, ``scale``, ``infer``,
 ``explain``) and pass their progress and interrupt handling in as callbacks; this package
@@ -25,7 +27,9 @@ from tqdm import tqdm
 
 import jaxmem
 from jaxmem import BadValue, JaxmemError, Workload, inputs
-from jaxmem.render.tables import FORMATS
+from jaxmem.render import columns as cols
+from jaxmem.render.figures import plot_formats
+from jaxmem.render.tables import FORMAT_EXTENSIONS, FORMATS
 from jaxmem.render.units import unit_for
 
 DEFAULT_REMAT = ",".join(Workload().remat)
@@ -194,7 +198,35 @@ def refuse_given(args: argparse.Namespace, flags: tuple[str, ...], where: str) -
 
 def add_output(p: argparse.ArgumentParser) -> None:
   p.add_argument("--format", default="table", type=inputs.Choice(FORMATS), help="table, markdown, json or csv; default table")
-  p.add_argument("--output", default=None, help="also write the result to this file")
+  p.add_argument("--output", default=None,
+                 help="also write the result to this file (checked before anything compiles; a .json, .csv or .md "
+                 "file must be of that --format)")
+
+
+def add_columns(p: argparse.ArgumentParser, *tables: list[cols.Column]) -> None:
+  """``--columns``: which of the command's table columns are shown (its ``tables``' columns
+  and sets are named in the help, and in the line refusing a name they lack)."""
+  sets = [s for s in (cols.ALL, *cols.SETS) if s in (cols.ALL, cols.DEFAULT) or any(s in c.sets for t in tables for c in t)]
+  p.add_argument(
+      "--columns", default=None, metavar="NAMES",
+      help=f"the table's columns: sets ({', '.join(sets)}) or column names (as JSON names them), comma separated; "
+      "default: the figures that decide a launch; json and csv carry every field",
+  )
+
+
+def columns(args: argparse.Namespace, *tables: list[cols.Column], why: str | None = None) -> frozenset[str]:
+  """``--columns`` read against the ``tables`` this path of a command prints (each name a set
+  or one of their columns, else one line naming the valid ones). It chooses a table's columns:
+  with ``--format json`` or ``csv`` (every field) it is refused, and on a path whose output has
+  no table it chooses for (``why`` says which) too."""
+  given = getattr(args, "columns", None)
+  if given is None:
+    return cols.DEFAULT_CHOICE
+  if args.format in ("json", "csv"):
+    raise JaxmemError(f"`columns` chooses a table's columns; --format {args.format} writes every field")
+  if not tables:
+    raise JaxmemError(f"`columns` chooses the columns of a result table; {why} has none to choose")
+  return cols.choose(given, *tables)
 
 
 def add_train_step(p: argparse.ArgumentParser) -> None:
@@ -270,17 +302,67 @@ def resolve_target(args: argparse.Namespace) -> str | None:
 def say(line: str | None) -> None:
   """A status line on stderr (the chosen target, cache hits), never on stdout."""
   if line:
-    print(line, file=sys.stderr)
+    print(line, file=sys.stderr, flush=True)
 
 
-def emit(text: str, output: str | None) -> None:
-  """The result on stdout, and in ``output`` when given; multi-host: the first host reports.
-  (A command that never started JAX, such as estimate, has one host and starts no backend.)"""
+def tell(line: str) -> None:
+  """A progress line on stderr: what the command is doing (``JAXMEM_NO_PROGRESS`` silences it)."""
+  if not os.environ.get("JAXMEM_NO_PROGRESS"):
+    say(line)
+
+
+def starting(args: argparse.Namespace, command: str, doing: str = "", *, target: str | None = None) -> None:
+  """A command's first line on stderr, once its own flags are checked and before JAX, the
+  target or a compiler starts (which can take many seconds on a fresh machine): what it is
+  about to do, ``jaxmem: compare gpt2-small on gpu:h100; starting JAX and the compiler``
+  (``target``: the words for where, when not the ``--target`` given or the default one).
+  Progress (:func:`tell`); input found bad only once JAX has started is the next line."""
+  where = target or getattr(args, "target", None) or "the default target"
+  tell(f"jaxmem: {command} {subject(args)} on {where}{doing}; starting JAX and the compiler")
+
+
+def subject(args: argparse.Namespace) -> str:
+  """What a command compiles, in words: the user's step, MaxText's, or the model."""
+  if getattr(args, "step", None):
+    return f"the step {args.step}"
+  if getattr(args, "maxtext", None):
+    return f"MaxText's step ({args.maxtext[0]})"
+  return str(args.model)
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+  """A file (or folder) a command writes beside its printed result: the flag that named it, its
+  path, and how to write it (``write()``, which returns a line to say, or None)."""
+
+  flag: str
+  path: str
+  write: Callable[[], str | None]
+
+
+def emit(text: str, output: str | None, *artifacts: Artifact) -> None:
+  """The result on stdout, then the files asked for: ``output`` (the result again) and
+  ``artifacts`` (a plot, an XProf logdir). Multi-host: the first host reports. (A command that
+  never started JAX, such as estimate, has one host and starts no backend.)
+
+  The result is printed first, so a file that cannot be written after the compile loses
+  nothing: each file is tried, and those that failed are one :class:`JaxmemError` naming them
+  (the CLI's one line on stderr, exit status 2), after the result on stdout."""
   if jaxmem.started() and jax.process_index() != 0:
     return
   print(text)
-  if output:
-    write(output, text)
+  sys.stdout.flush()  # the result is out before any file is tried
+  wanted = ([Artifact("--output", output, lambda: write(output, text))] if output else []) + list(artifacts)
+  failed = []
+  for a in wanted:
+    try:
+      say(a.write())
+    except JaxmemError as e:
+      failed.append(str(e))
+    except OSError as e:  # a writer that raised the system's error as it is (a folder made read-only since)
+      failed.append(f"cannot write {a.flag} {a.path}: {e.strerror or e}")
+  if failed:
+    raise JaxmemError("; ".join(failed) + " (the result is printed in full on stdout)")
 
 
 def write(path: str, text: str) -> None:
@@ -295,16 +377,32 @@ def write(path: str, text: str) -> None:
 OUTPUT_FLAGS = (("output", False), ("plot", False), ("xprof", True))
 
 
-def check_outputs(args: argparse.Namespace) -> None:
+def check_outputs(args: argparse.Namespace, *, formats: tuple[str, ...] | None = None) -> None:
   """Every output path given (``--output``, ``--plot``, ``--xprof``) can be written, checked
   before anything compiles, so a bad path costs no compile and loses no table. Nothing is
   left behind: the nearest existing folder above the path must be a folder a file can be made in
   (tried with a temporary file, removed at once), and the path, if it exists, a file (a folder
-  for ``--xprof``)."""
+  for ``--xprof``). The format is known from the extension: ``--plot``'s must be one of
+  ``plot_formats`` (the command's plot's; default every format matplotlib writes), and an
+  ``--output`` named ``.json``, ``.csv`` or ``.md`` must be what ``--format`` writes."""
   for name, is_dir in OUTPUT_FLAGS:
     path = getattr(args, name, None)
     if path:
       _check_output(f"--{name}", path, is_dir=is_dir)
+  if getattr(args, "plot", None):
+    _check_extension("--plot", args.plot, formats or plot_formats())
+  output, fmt = getattr(args, "output", None), getattr(args, "format", None)
+  named = FORMAT_EXTENSIONS.get(os.path.splitext(output or "")[1].lower())
+  if named is not None and fmt is not None and named != fmt:
+    raise JaxmemError(f"cannot write --output {output}: a {os.path.splitext(output)[1]} file holds --format {named}, "
+                      f"not {fmt}; give --format {named}, or another file name")
+
+
+def _check_extension(flag: str, path: str, formats: tuple[str, ...]) -> None:
+  ext = os.path.splitext(path)[1].lower().lstrip(".")
+  if ext not in formats:
+    got = f".{ext} is not a format it writes" if ext else "no extension to name its format"
+    raise JaxmemError(f"cannot write {flag} {path}: {got}; use {', '.join(formats)}")
 
 
 def _check_output(flag: str, path: str, *, is_dir: bool) -> None:
@@ -376,6 +474,9 @@ class Progress:
     input_good()
     self.total = total
     if self.quiet or self.lines or self.fmt == "json" or (total is not None and total < 3):
+      # No bar (a pipe, a log, JSON, a short run): a line per compile and per row instead, so a
+      # terminal is not left silent through a compile that takes minutes.
+      self.lines = not self.quiet
       return
     self.bar = tqdm(total=total, unit="config" if total else "compile", file=sys.stderr, dynamic_ncols=True, leave=False)
 
@@ -510,6 +611,7 @@ class Sweep:
     self.progress = Progress(args, chosen, self.cache, quiet=not progress)
     self.rows: list[Any] = []
     self.started: jaxmem.Started | None = None
+    self.unwritable = False  # --output could not be written with the rows so far
     on_interrupt(args, self.interrupted)
 
   def options(self) -> jaxmem.RunOptions:
@@ -525,8 +627,11 @@ class Sweep:
 
   def on_row(self, r: Any) -> None:
     self.rows.append(r)
-    if self.args.output and self.render is not None:
-      write(self.args.output, self.render(self.rows))
+    if self.args.output and self.render is not None and not self.unwritable:
+      try:
+        write(self.args.output, self.render(self.rows))
+      except JaxmemError:  # the file became unwritable mid-run: the sweep goes on, emit says so at its end
+        self.unwritable = True
     self.progress.row(r)
 
   def run(self, call: Callable[[jaxmem.RunOptions], Any]) -> Any:
@@ -545,7 +650,10 @@ class Sweep:
     how far it got and how to resume."""
     self.progress.close()
     if self.render is not None and self.rows:
-      emit(self.render(self.rows), self.args.output)
+      try:
+        emit(self.render(self.rows), self.args.output)
+      except JaxmemError as e:  # the rows are printed; the file is not, which is said on stderr
+        say(f"jaxmem: {e}")
     if self.render is None:
       done = f" after {len(self.rows)} compiles" if self.rows else ""
     else:

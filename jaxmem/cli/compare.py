@@ -11,6 +11,7 @@ from typing import Any
 
 import jaxmem
 from jaxmem.cli import _common as c
+from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.explain import residuals_table
 from jaxmem.render.inference import render_compare_extras
@@ -30,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--with-inference", action="store_true", help="add the decode step of the same model, target and mesh")
   p.add_argument("--with-estimate", action="store_true", help="add the closed-form estimate against the compiler, per component")
   p.add_argument("--weights", default=None, help="weights for --with-inference; default bf16")
+  c.add_columns(p, cols.COMPARE)
   p.set_defaults(func=run)
 
 
@@ -46,14 +48,20 @@ def run(args: argparse.Namespace) -> int:
     c.refuse_given(args, _NOT_RESIDUALS, "with --residuals, which lists what each remat policy saves and compiles nothing")
   if args.weights is not None and not args.with_inference:
     raise jaxmem.JaxmemError("--weights is the decode step's of --with-inference; add --with-inference or drop it")
-  chosen = c.resolve_target(args)
-  w = c.workload(args)
   if args.residuals:
-    records = jaxmem.saved_residuals_by_policy(w)
+    c.columns(args, why="--residuals' listing")
+    c.starting(args, "compare", ": the residuals each remat policy saves")
+    chosen = c.resolve_target(args)
+    records = jaxmem.saved_residuals_by_policy(c.workload(args))
     c.say(chosen)
     c.emit(residuals_table(records, args.format), args.output)
     return 0
-  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(jaxmem.with_overheads(rows), args.format, totals=args.totals))
+  columns = c.columns(args, cols.COMPARE)
+  c.starting(args, "compare")
+  chosen = c.resolve_target(args)
+  w = c.workload(args)
+  sweep = c.Sweep(args, chosen, lambda rows: tables.render_compare(jaxmem.with_overheads(rows), args.format,
+                                                                   totals=args.totals, columns=columns))
   rows = sweep.run(lambda run: jaxmem.compare(w, run=run))
   extras = compare_extras(args, rows, sweep.started.model)
   if args.format == "json":
@@ -61,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     c.emit(json.dumps(tables.envelope(out, made_by=tables.made_by("compare", jaxmem.inputs.ROWS), **extras), indent=2),
            args.output)
   else:
-    text = tables.render_compare(rows, args.format, totals=args.totals)
+    text = tables.render_compare(rows, args.format, totals=args.totals, columns=columns)
     c.emit(text + render_compare_extras(extras, args.format), args.output)
   return 0
 

@@ -7,8 +7,10 @@ import argparse
 import jaxmem
 from jaxmem.cli import _common as c
 from jaxmem import JaxmemError
+from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.explain import render_explain
+from jaxmem.render.timeline import FORMATS as TIMELINE_FORMATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                  help="also list the N slowest ops of the step by their time in its simulated schedule (estimates: "
                       "each op's compute, memory and communication terms at the target's rates, its bound, and the "
                       "step's sum over ops)")
-  p.add_argument("--plot", default=None, help="write the memory timeline to this .png or .svg file")
+  p.add_argument("--plot", default=None,
+                 help=f"write the memory timeline to this {' or '.join('.' + f for f in TIMELINE_FORMATS)} file")
   p.add_argument("--framework-packages", default="", metavar="PACKAGES",
                  help="packages whose lines are library code, not yours, beside jax, flax, optax, keras, haiku and "
                       "equinox (comma separated): a buffer's source is the first line outside them")
@@ -34,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                  help="add a column with the framework's line each buffer's source line called (JSON always has it)")
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
+  c.add_columns(p, cols.EXPLAIN_BUFFERS)
   p.set_defaults(func=run)
 
 
@@ -41,19 +45,30 @@ def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   if args.mesh and len(args.mesh) > 1:
     raise JaxmemError("explain takes one --mesh; run it once per mesh")
-  if args.plot and not args.plot.lower().endswith((".png", ".svg")):
-    raise JaxmemError(f"--plot writes .png or .svg files (got {args.plot!r})")
   if args.top_ops < 0 or (args.top_ops and args.format == "csv"):
     raise JaxmemError("--top-ops takes a positive count, and --format table, markdown or json (csv holds one table)"
                       if args.top_ops else f"--top-ops takes a positive count (got {args.top_ops})")
-  c.check_outputs(args)
-  c.say(c.resolve_target(args))
-  result = jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind, framework_packages=args.framework_packages)
-  if args.plot:
-    jaxmem.plot_timeline(result, args.plot)
-  if args.xprof:
-    path = result.to_xprof(args.xprof)
-    c.say(f"jaxmem: wrote {path}; open it with: xprof --logdir {args.xprof}")
+  c.check_outputs(args, formats=TIMELINE_FORMATS)
+  columns = c.columns(args, cols.EXPLAIN_BUFFERS)
+  c.starting(args, "explain")
+  chosen = c.resolve_target(args)
+  # One compile, shown as compare shows each of its own (the chosen target, the compile, its row).
+  sweep = c.Sweep(args, chosen, cached=False)
+  result = sweep.run(lambda run: jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind,
+                                                framework_packages=args.framework_packages, run=run))
   ops = jaxmem.op_times(result, top=args.top_ops) if args.top_ops else None
-  c.emit(render_explain(result, args.format, op_times=ops, framework=args.framework_frames), args.output)
+  text = render_explain(result, args.format, op_times=ops, framework=args.framework_frames, columns=columns)
+  c.emit(text, args.output, *artifacts(args, result))
   return 0
+
+
+def artifacts(args: argparse.Namespace, result: jaxmem.Explanation) -> list[c.Artifact]:
+  """The timeline plot and the XProf logdir asked for, written after the result is printed."""
+  out = []
+  if args.plot:
+    out.append(c.Artifact("--plot", args.plot, lambda: jaxmem.plot_timeline(result, args.plot) and None))
+  if args.xprof:
+    def xprof() -> str:
+      return f"jaxmem: wrote {result.to_xprof(args.xprof)}; open it with: xprof --logdir {args.xprof}"
+    out.append(c.Artifact("--xprof", args.xprof, xprof))
+  return out

@@ -7,6 +7,7 @@ import argparse
 
 import jaxmem
 from jaxmem.cli import _common as c
+from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.inference import render_serving
 from jaxmem.render.tensors import render_tensor_search
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   )
   c.add_sweep_axes(p)
   add_serving(p)
+  c.add_columns(p, cols.FIT, cols.COMPARE)
   p.set_defaults(func=run)
 
 
@@ -34,26 +36,33 @@ def run(args: argparse.Namespace) -> int:
   c.check_outputs(args)
   if args.phase is None and (args.context is not None or args.weights is not None):
     raise jaxmem.JaxmemError("`context` and `weights` are a serving fit's: give `phase` decode or prefill")
-  chosen = c.resolve_target(args)
   if args.phase is not None:
-    return run_serving(args, chosen)
+    c.columns(args, why="a serving fit's table (`phase`)")
+    c.starting(args, "fit", f": the most {args.over or 'batch'} that fit in {args.phase}")
+    return run_serving(args, c.resolve_target(args))
   over = args.over or "batch"
   # Searched: the dimension --over names when it is not given (an --over fit refuses is searched, so refused).
   searching = {"batch": args.batch, "seq": args.seq}.get(over) is None
-  w = c.workload(args)  # no --seq: the plan's default (a MaxText step's: its config's)
   if jaxmem.remat.SEARCH in [n.strip() for n in str(args.remat).split(",")]:
-    return run_tensor_search(args, chosen, w, searching)
+    c.columns(args, why="the per-tensor search's tables (remat search)")
+    c.starting(args, "fit", ": the per-tensor remat that fits")
+    chosen = c.resolve_target(args)
+    return run_tensor_search(args, chosen, c.workload(args), searching)
+  columns = c.columns(args, cols.FIT if searching else cols.COMPARE)
+  c.starting(args, "fit", f": the largest {over} that fits" if searching else ": the configurations ranked")
+  chosen = c.resolve_target(args)
+  w = c.workload(args)  # no --seq: the plan's default (a MaxText step's: its config's)
   if not searching:  # the workload fixed: every configuration compiled once, ranked
     c.refuse_given(args, ("--over", "--depth-probe"), f"with --batch and --seq given: fit ranks the configurations "
                    f"at that workload and searches nothing (leave out the --{over} to search it)")
-    sweep = c.Sweep(args, chosen, lambda rows: tables.render_ranked(rows, args.format))
+    sweep = c.Sweep(args, chosen, lambda rows: tables.render_ranked(rows, args.format, columns=columns))
     rows = sweep.run(lambda run: jaxmem.rank_configurations(w, run=run))
-    c.emit(tables.render_ranked(rows, args.format), args.output)
+    c.emit(tables.render_ranked(rows, args.format, columns=columns), args.output)
     return 0
   # The number of compiles is known only at the end: the progress counts them, with no total.
   sweep = c.Sweep(args, chosen)
   results = sweep.run(lambda run: jaxmem.fit(w, over=over, batch=args.batch, run=run, depth_probe=args.depth_probe))
-  c.emit(tables.render_fit(results, args.format), args.output)
+  c.emit(tables.render_fit(results, args.format, columns=columns), args.output)
   c.say(compiles_line(results))
   return 0
 

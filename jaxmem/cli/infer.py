@@ -6,6 +6,7 @@ import argparse
 
 import jaxmem
 from jaxmem.cli import _common as c
+from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.inference import render_infer
 
@@ -22,15 +23,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--phase", default="prefill,decode", help="prefill, decode or both; default both")
   p.add_argument("--kv-table", action="store_true", help="also list the KV cache (formula) against context and batch")
   p.add_argument("--plot", default=None, metavar="FILE", help="write a figure of memory against context (png, pdf, svg)")
+  c.add_columns(p, cols.INFER)
   p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
+  columns = c.columns(args, cols.INFER)
+  c.starting(args, "infer", f": {args.phase}")
   chosen = c.resolve_target(args)
   w = c.workload(args, jaxmem.InferWorkload)
-  sweep = c.Sweep(args, chosen, lambda rows: render_infer(rows, args.format), cached=False)
+  sweep = c.Sweep(args, chosen, lambda rows: render_infer(rows, args.format, columns=columns), cached=False)
   rows = sweep.run(lambda run: jaxmem.infer(w, run=run))
   cfg = sweep.started.model
   batches = sorted({1, 8, 32, *(r.batch for r in rows)})  # the batch asked, or the one infer chose
@@ -38,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
   if args.kv_table:
     contexts = {r.context for r in rows if r.phase == "decode"}
     kv = jaxmem.kv_cache_table(cfg, contexts=sorted({1024, 8192, 32768, 131072, *contexts}), batches=batches)
+  plot = []
   if args.plot:
     kv_rows = jaxmem.kv_cache_table(cfg, contexts=[2**k for k in range(10, 18)], batches=batches)
-    jaxmem.plot_inference(rows, args.plot, kv_rows=kv_rows)
-  c.emit(render_infer(rows, args.format, kv_rows=kv), args.output)
+    plot.append(c.Artifact("--plot", args.plot, lambda: jaxmem.plot_inference(rows, args.plot, kv_rows=kv_rows) and None))
+  c.emit(render_infer(rows, args.format, kv_rows=kv, columns=columns), args.output, *plot)
   return 0

@@ -6,17 +6,21 @@ from __future__ import annotations
 import argparse
 
 import jaxmem
+from jaxmem.cli import _common as c
+from jaxmem.render import columns as cols
 from jaxmem.render import tables
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
   p = subparsers.add_parser("models", help="list model presets")
   p.add_argument("--format", default="table", type=jaxmem.inputs.Choice(tables.FORMATS), help="table, markdown, json or csv")
+  c.add_columns(p, cols.MODELS)
   p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
+  columns = c.columns(args, cols.MODELS)
   records = []
   for name, make in jaxmem.PRESETS.items():
     cfg = make()
@@ -41,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
             tied=cfg.tie_embeddings,
         )
     )
-  print(tables.render_records(records, args.format, made_by=tables.made_by("models", jaxmem.inputs.MODELS)))
+  print(tables.render_listing(records, args.format, cols.MODELS, columns,
+                              made_by=tables.made_by("models", jaxmem.inputs.MODELS)))
   return 0
 
 

@@ -7,6 +7,7 @@ import argparse
 
 import jaxmem
 from jaxmem.cli import _common as c
+from jaxmem.render import columns as cols
 from jaxmem.render import plan as render
 from jaxmem.render import tables
 
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                  "the table (`maxtext` in JSON); a choice MaxText cannot spell is named in a note")
   c.add_output(p)
   c.add_run_options(p, totals=False)
+  c.add_columns(p, cols.PLAN)
   p.set_defaults(func=run)
 
 
@@ -43,14 +45,15 @@ def run(args: argparse.Namespace) -> int:
   if args.emit and args.format == "csv":
     raise jaxmem.JaxmemError("--emit writes after the table or into JSON; use --format table, markdown or json with it")
   c.check_outputs(args)
+  columns = c.columns(args, cols.PLAN)
+  c.starting(args, "plan", f": up to {args.budget} compiles")
   chosen = c.resolve_target(args)
   result = c.Sweep(args, chosen).run(lambda run: jaxmem.plan(
       model=args.model, target=args.target, batch=args.batch, seq=args.seq, optimizer=args.optimizer,
       maxtext=args.maxtext, budget=args.budget, run=run,
   ))
-  if args.plot:
-    render.plot_plan(result, args.plot)
-  c.emit(render.render_plan(result, args.format, _launch(args, result)), args.output)
+  plot = [c.Artifact("--plot", args.plot, lambda: render.plot_plan(result, args.plot))] if args.plot else []
+  c.emit(render.render_plan(result, args.format, _launch(args, result), columns=columns), args.output, *plot)
   return 0
 
 

@@ -37,6 +37,7 @@ def _workload(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
+  c.starting(args, "validate", f": {args.steps} steps of each configuration", target=args.target or "the attached devices")
   headers = None if args.format in ("json", "csv") else _COLUMNS
   made = tables.made_by("validate", jaxmem.inputs.MEASUREMENTS)
   sweep = c.Sweep(args, None, lambda done: tables.render_records(done, args.format, headers=headers, made_by=made), cached=False,

@@ -16,6 +16,7 @@ from typing import Any
 from jaxmem.axes import declared, with_optional_fields
 from jaxmem.compiler.figures import compile_figures
 from jaxmem.compiler.flops import KERNEL_FLOPS_NOTE
+from jaxmem.events import Compiling, emit
 from jaxmem.steptime import Work
 from jaxmem.inference import quant
 from jaxmem.inference.kv import attention_kind
@@ -171,11 +172,22 @@ def run_infer_config(
   return InferRow(**base, **fields)
 
 
+def config_label(mesh: shd.MeshSpec, fmt: quant.WeightFormat, phase: str, context: int, attention: str | None,
+                 *rest: Any) -> str:
+  """One configuration of :meth:`InferPlan.configs` in a few words, as a compile's progress
+  names it: its mesh, phase, weights, attention (prefill's) and context."""
+  words = [shd.format_mesh(mesh), phase, f"{fmt.name} weights"]
+  words += [f"attention {attention}"] if phase == "prefill" and attention else []
+  return " ".join([*words, f"context {context}"])
+
+
 def infer(workload: InferWorkload | None = None, /, *, run: RunOptions | None = None, **fields: Any) -> list[InferRow]:
   """Compiles every (mesh, weight format, phase, context) of ``workload`` (``fields`` replaced),
   one after another in this process. ``run`` (or its fields as keywords,
   :class:`jaxmem.options.RunOptions`): ``on_start`` is told the number of configurations before
-  the first compile, ``on_row`` each row; ``jobs``, ``scheduler`` and ``cache`` are refused."""
+  the first compile, ``on_row`` each row; ``jobs``, ``scheduler`` and ``cache`` are refused.
+  Listeners (:func:`jaxmem.events.listen`) hear a :class:`~jaxmem.events.Compiling` event before
+  each configuration compiles, counted as compare's are."""
   run = RunOptions.of(run, fields)
   run.refuse("infer", "it compiles in this process, one configuration after another, with no row cache",
              "jobs", "scheduler", "cache")
@@ -185,7 +197,8 @@ def infer(workload: InferWorkload | None = None, /, *, run: RunOptions | None = 
   configs = p.configs()
   run.start(len(configs), p.cfg)
   rows = []
-  for config in configs:
+  for i, config in enumerate(configs, 1):
+    emit(Compiling(index=i, total=len(configs), label=config_label(*config)))
     row = run_infer_config(p, *config)
     rows.append(row)
     run.row(row)

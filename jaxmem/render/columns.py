@@ -11,6 +11,13 @@ columns are not entries here: each axis's declaration says how it is shown
 (:class:`jaxmem.axes.Shown`), and :func:`axis_columns` makes them for every record that carries
 it.
 
+Which columns a table has by default, and which ``--columns`` (the ``columns`` of
+:func:`jaxmem.table`) adds, is data too: each column names the sets it belongs to (``sets``:
+:data:`DEFAULT`, the first screen's figures that decide a launch; :data:`MEMORY`, :data:`TIME`,
+:data:`COMM`), and a column of :data:`CONFIG` (what a row is: the sweep axes' columns, from their
+declarations) is in every set. :func:`choose` reads a choice of sets and column names (or
+:data:`ALL`) against a table's columns. JSON and CSV carry every field whatever is chosen.
+
 A column's visibility is data, a :class:`Rule`: :data:`ALWAYS`, :data:`VARIES` (its values differ
 between the rows), :class:`Some` (some row passes a test: a target with a capacity, several
 devices, a pipelined row), :class:`Asked` (a render option such as ``totals``). A missing figure
@@ -29,6 +36,7 @@ from jaxmem.axes import ALWAYS as SHOWN_ALWAYS
 from jaxmem.axes import GIVEN, SAID
 from jaxmem.axes import VARIES as SHOWN_VARYING
 from jaxmem.axes import AXES, Axis
+from jaxmem.errors import JaxmemError
 from jaxmem.hardware.machine import LINKS
 from jaxmem.hardware.margin import AT_RISK, NO, YES
 from jaxmem.inference.run import OPTIONS as INFER_OPTIONS
@@ -36,6 +44,17 @@ from jaxmem.planning.fit import FitResult
 from jaxmem.planning.scale import Growth
 from jaxmem.records import Configuration
 from jaxmem.render.units import Unit, percent, seconds, unit_for
+
+# The sets a column belongs to (Column.sets), by name as --columns takes them.
+CONFIG = "config"  # what a row is (the sweep axes' columns): in every set, so a row can be read
+DEFAULT = "default"  # the first screen: the figures that decide a launch
+MEMORY = "memory"  # the compiler's byte figures and the verdicts against the capacity
+TIME = "time"  # the step-time estimate and what it is made of
+COMM = "comm"  # communication: bytes sent and the time it takes on each link
+ALL = "all"  # every column (each still shown by its rule)
+SETS = (DEFAULT, MEMORY, TIME, COMM, CONFIG)
+DEFAULT_CHOICE = frozenset({DEFAULT})
+ALL_CHOICE = frozenset({ALL})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +68,14 @@ class Table:
   options: frozenset[str] = frozenset()
   words: Mapping[str, str] = dataclasses.field(default_factory=dict)
   baseline: Callable[[Any], Any] | None = None
+  # The sets and column names chosen (choose()): the table shows the columns they pick.
+  chosen: frozenset[str] = dataclasses.field(default_factory=lambda: DEFAULT_CHOICE)
+
+  def picks(self, column: Column) -> bool:
+    """Whether the choice takes ``column``: every column with :data:`ALL`, else one of a set
+    chosen (:data:`CONFIG` always), or named by its field."""
+    return (ALL in self.chosen or bool(column.sets & (self.chosen | {CONFIG})) or column.field in self.chosen
+            or (DEFAULT in self.chosen and column.lead is not None and column.lead(column, self)))
 
   def cells(self) -> list[Cell]:
     """A cell context per row, in order."""
@@ -214,7 +241,11 @@ class Column:
   ``None``). ``shown``: when the table has the column. ``value``: the cell's value where it is
   not the row's field (from the cell: a delta against the baseline, a figure of a nested row).
   ``refused``: what a refused row (``error`` set) shows instead, where its figure means nothing.
-  ``written``: a derived value also written to CSV (a row's own fields always are).
+  ``written``: a derived value also written to CSV (a row's own fields always are). ``sets``:
+  the sets it belongs to (:data:`DEFAULT`, :data:`MEMORY`, ...; :data:`CONFIG`: every set's).
+  ``lead``: when the first screen (:data:`DEFAULT`) takes a column its ``sets`` leave out, given
+  the table (the total where no row has a capacity to give ``required``, the peak where the
+  backend reports one).
   """
 
   field: str
@@ -225,6 +256,8 @@ class Column:
   value: Callable[[Cell], Any] | None = None
   refused: str | None = None
   written: bool = False
+  sets: frozenset[str] = frozenset()
+  lead: Rule | None = None
   # Among the sweep axes' columns (axis_columns), where this one of the record's own sits.
   place: float | None = None
 
@@ -245,14 +278,40 @@ class Column:
 
 
 def shown(columns: Sequence[Column], table: Table) -> list[Column]:
-  """The columns ``table`` shows, in order."""
-  return [c for c in columns if c.shown(c, table)]
+  """The columns ``table`` shows, in order: those its choice picks that their rule shows."""
+  return [c for c in columns if table.picks(c) and c.shown(c, table)]
+
+
+# What a refused row shows in the first of its table's columns that have a refused cell, so the
+# row points at its error whichever columns are chosen.
+REFUSED_MARK = "error (see below)"
 
 
 def lay_out(columns: Sequence[Column], table: Table) -> tuple[list[str], list[list[str]]]:
   """The headers and cells of ``table`` under ``columns`` (those it shows)."""
   cols = shown(columns, table)
-  return [c.heading(table) for c in cols], [[c.cell(cell) for c in cols] for cell in table.cells()]
+  mark = next((c for c in cols if c.refused is not None), None)
+
+  def cell(c: Column, cell: Cell) -> str:
+    return REFUSED_MARK if c is mark and getattr(cell.row, "error", None) else c.cell(cell)
+
+  return [c.heading(table) for c in cols], [[cell(c, x) for c in cols] for x in table.cells()]
+
+
+def choose(names: str | Sequence[str] | None, *tables: Sequence[Column]) -> frozenset[str]:
+  """A choice of columns for ``tables``: ``names`` a comma list (or a sequence) of sets
+  (:data:`SETS`, :data:`ALL`) and the fields of the tables' columns; ``None`` or empty: the
+  default. A name no table has is one line naming the valid ones."""
+  given = [n.strip() for n in (names.split(",") if isinstance(names, str) else names or ()) if n.strip()]
+  if not given:
+    return DEFAULT_CHOICE
+  sets = [s for s in (ALL, *SETS) if s == ALL or any(s in c.sets for t in tables for c in t)]
+  fields = list(dict.fromkeys(c.field for t in tables for c in t))
+  for n in given:
+    if n not in sets and n not in fields:
+      raise JaxmemError(f"`columns`: no column or set {n!r} here; valid: sets {', '.join(sets)}; "
+                        f"columns {', '.join(fields)}")
+  return frozenset(given)
 
 
 def written(columns: Sequence[Column], table: Table) -> dict[str, list[Any]]:
@@ -281,6 +340,11 @@ def verdict_cell(r: Any, unit: Unit) -> str:
   if r.verdict is None:
     return "-" if r.fits is None else ("yes" if r.fits else "NO")
   return f"{r.verdict} ({_size(r.margin_bytes, unit.size)} left)" if r.verdict == AT_RISK and r.margin_bytes is not None else r.verdict
+
+
+def _verdict(r: Any) -> str:
+  """The verdict alone: ``yes``, ``NO`` or ``at risk`` (``-`` without a capacity)."""
+  return r.verdict or ("-" if r.fits is None else ("yes" if r.fits else "NO"))
 
 
 def host_verdict_cell(r: Any) -> str:
@@ -364,9 +428,9 @@ def axis_columns(fields: Sequence[str], *, summary: bool = False, own: Sequence[
   """A column for each sweep axis a record carries under its own name (one of ``fields``), headed
   and shown as its declaration says (:class:`jaxmem.axes.Shown`; ``summary``: see
   :func:`axis_rule`), with the record's ``own`` columns among them by their ``place``, in place
-  order."""
+  order. An axis's column says what a row is (:data:`CONFIG`): every choice of columns has it."""
   columns = [Column(field=a.name, header=a.column_header, format=general if a.column.number else text,
-                    shown=axis_rule(a, summary=summary), place=a.column.place)
+                    shown=axis_rule(a, summary=summary), place=a.column.place, sets=_CONFIG)
              for a in AXES.values() if a.column is not None and a.name in fields]
   return sorted([*columns, *own], key=lambda c: c.place)
 
@@ -394,62 +458,82 @@ SEVERAL_DEVICES = Some(lambda r: (r.num_devices or 1) > 1)
 HAS_CAPACITY = _known("capacity_bytes")
 HAS_STEP_TIME = _known("step_time_s")
 HOST_BYTES = _some("host_total_bytes")
+# No row has a capacity (a CPU target): no `required` to decide a launch by, so the total does.
+NO_CAPACITY = Rows(lambda rows: all(getattr(r, "capacity_bytes", None) is None for r in rows))
+
+_CONFIG = frozenset({CONFIG})
+_MEMORY = frozenset({MEMORY})
+_MEMORY_DEFAULT = frozenset({MEMORY, DEFAULT})
+_TIME = frozenset({TIME})
+_TIME_DEFAULT = frozenset({TIME, DEFAULT})
+_COMM = frozenset({COMM})
+_TIME_COMM = frozenset({TIME, COMM})
 
 # compare's table (and scale's per-point table): one row per compiled configuration.
 COMPARE: list[Column] = [
-    *(Column(field=k, format=text, shown=VARIES) for k in HEADING_FIELDS),
+    *(Column(field=k, format=text, shown=VARIES, sets=_CONFIG) for k in HEADING_FIELDS),
     # The sweep axes' (a user's step records no attention, microbatches or vocabulary tiles), with
     # the pipeline's stages and bubble among them.
     *axis_columns(_CONFIGURATION, own=(
-        Column(field="stages", format=text, shown=PIPELINED, place=85),
+        Column(field="stages", format=text, shown=PIPELINED, place=85, sets=_CONFIG),
         Column(field="bubble_fraction", header="bubble", format=lambda v, c: "-" if v is None else f"{v:.1%}",
-               shown=PIPELINED, place=95),
+               shown=PIPELINED, place=95, sets=_TIME),
     )),
-    Column(field="param_bytes", header="params", unit=BYTES, format=size),
-    Column(field="optimizer_state_bytes", header="opt state", unit=BYTES, format=size),
-    Column(field="argument_size_in_bytes", header="argument", unit=BYTES, format=size, refused="error (see below)"),
-    Column(field="temp_size_in_bytes", header="temp", unit=BYTES, format=size, refused="-"),
-    Column(field="temp_delta", header="Δtemp", format=text, value=_baseline_delta("temp_size_in_bytes"), refused="-"),
-    Column(field="peak_memory_in_bytes", header="peak", unit=BYTES, format=size, refused="-"),
-    Column(field="total_bytes", header="total", unit=BYTES, format=size, refused="-"),
-    Column(field="total_delta", header="Δtotal", format=text, value=_baseline_delta("total_bytes"), refused="-"),
-    Column(field="flops", header="GFLOP", format=_gflop),
-    Column(field="recompute_overhead_pct", header="recompute", format=signed_pct),
+    Column(field="param_bytes", header="params", unit=BYTES, format=size, sets=_MEMORY),
+    Column(field="optimizer_state_bytes", header="opt state", unit=BYTES, format=size, sets=_MEMORY),
+    Column(field="argument_size_in_bytes", header="argument", unit=BYTES, format=size, refused="-", sets=_MEMORY),
+    Column(field="temp_size_in_bytes", header="temp", unit=BYTES, format=size, refused="-", sets=_MEMORY),
+    Column(field="temp_delta", header="Δtemp", format=text, value=_baseline_delta("temp_size_in_bytes"), refused="-",
+           sets=_MEMORY),
+    # The first screen's memory figures: the peak where the backend reports one (the CPU's does
+    # not), the total where no capacity gives `required`.
+    Column(field="peak_memory_in_bytes", header="peak", unit=BYTES, format=size, refused="-", sets=_MEMORY,
+           lead=_known("peak_memory_in_bytes")),
+    Column(field="total_bytes", header="total", unit=BYTES, format=size, refused="-", sets=_MEMORY, lead=NO_CAPACITY),
+    Column(field="total_delta", header="Δtotal", format=text, value=_baseline_delta("total_bytes"), refused="-",
+           sets=_MEMORY),
+    Column(field="flops", header="GFLOP", format=_gflop, sets=_TIME),
+    Column(field="recompute_overhead_pct", header="recompute", format=signed_pct, sets=_TIME),
     Column(field="compile_seconds", header="compile s", refused="-",
            format=lambda v, c: "cached" if c.row.cached else _one_decimal(v, c)),
-    Column(field="comm_bytes", header="comm", unit=BYTES, format=_comm, shown=SEVERAL_DEVICES, refused="-"),
+    Column(field="comm_bytes", header="comm", unit=BYTES, format=_comm, shown=SEVERAL_DEVICES, refused="-", sets=_COMM),
     Column(field="host_temp_size_in_bytes", header="host temp", unit=BYTES, format=size,
-           shown=_some("host_temp_size_in_bytes"), refused="-"),
+           shown=_some("host_temp_size_in_bytes"), refused="-", sets=_MEMORY),
     Column(field="host_total_bytes", header="host total", unit=BYTES, format=size, refused="-",
-           shown=Some(lambda r: (r.host_total_bytes or 0) != (r.host_temp_size_in_bytes or 0))),
+           shown=Some(lambda r: (r.host_total_bytes or 0) != (r.host_temp_size_in_bytes or 0)), sets=_MEMORY),
     # The step-time estimate (jaxmem.records.StepTime), labelled as an estimate: the compiled
     # schedule simulated, its roofline lower bound, the communication it leaves exposed, the term
     # that bounds most of it, and MFU.
-    Column(field="step_time_s", header="step (est)", format=secs, shown=HAS_STEP_TIME),
-    Column(field="roofline_step_time_s", header="roofline", format=secs, shown=HAS_STEP_TIME),
-    Column(field="exposed_comm_time_s", header="exposed comm", format=secs, shown=HAS_STEP_TIME),
+    Column(field="step_time_s", header="step (est)", format=secs, shown=HAS_STEP_TIME, sets=_TIME_DEFAULT),
+    Column(field="roofline_step_time_s", header="roofline", format=secs, shown=HAS_STEP_TIME, sets=_TIME),
+    Column(field="exposed_comm_time_s", header="exposed comm", format=secs, shown=HAS_STEP_TIME, sets=_TIME_COMM),
     # Where collectives cross slices or hosts: each link's simulated time, named by its link, and
     # the step as if every collective ran on the fast one.
-    *(Column(field=link.field, header=f"{link.name} comm", format=secs, shown=_crossing(link.field)) for link in LINKS),
+    *(Column(field=link.field, header=f"{link.name} comm", format=secs, shown=_crossing(link.field), sets=_TIME_COMM)
+      for link in LINKS),
     Column(field="fast_link_step_time_s", header="step, fast link only", format=secs,
-           shown=_some("fast_link_step_time_s")),
-    Column(field="bound", format=text, shown=HAS_STEP_TIME),
-    Column(field="mfu", header="MFU (est)", format=pct, shown=HAS_STEP_TIME),
+           shown=_some("fast_link_step_time_s"), sets=_TIME_COMM),
+    Column(field="bound", format=text, shown=HAS_STEP_TIME, sets=_TIME),
+    Column(field="mfu", header="MFU (est)", format=pct, shown=HAS_STEP_TIME, sets=_TIME_DEFAULT),
     Column(field="tokens_per_s_per_device", header="tokens/s/device (est)", format=lambda v, c: "-" if v is None else f"{v:,.0f}",
-           shown=_known("tokens_per_s_per_device")),
-    Column(field="capacity_bytes", header="capacity", unit=BYTES, format=size, shown=HAS_CAPACITY),
-    Column(field="required_bytes", header="required", unit=BYTES, format=size, shown=HAS_CAPACITY),
-    Column(field="fits", format=_row_verdict, shown=HAS_CAPACITY),
-    Column(field="host_capacity_bytes", header="host capacity", unit=BYTES, format=size, shown=HOST_BYTES),
-    Column(field="host_verdict", header="host fits", format=lambda v, c: host_verdict_cell(c.row), shown=HOST_BYTES),
-    Column(field="stage_activation_bytes", header="stage act", unit=BYTES, format=size, shown=PIPELINED),
-    Column(field="required_1f1b_bytes", header="1F1B required (est.)", unit=BYTES, format=size, shown=PIPELINED),
-    # --totals: the model's own size and whole-mesh figures (a per-device figure times the devices).
-    Column(field="param_bytes_global", header="model params", unit=BYTES, format=size, shown=Asked("totals")),
-    Column(field="all_devices_param_bytes", header="Σ params", unit=BYTES, format=size, shown=Asked("totals")),
-    Column(field="all_devices_optimizer_state_bytes", header="Σ opt state", unit=BYTES, format=size, shown=Asked("totals")),
-    Column(field="all_devices_argument_bytes", header="Σ argument", unit=BYTES, format=size, shown=Asked("totals")),
-    Column(field="all_devices_total_bytes", header="Σ total", unit=BYTES, format=size, shown=Asked("totals")),
+           shown=_known("tokens_per_s_per_device"), sets=_TIME),
+    Column(field="capacity_bytes", header="capacity", unit=BYTES, format=size, shown=HAS_CAPACITY, sets=_MEMORY_DEFAULT),
+    Column(field="required_bytes", header="required", unit=BYTES, format=size, shown=HAS_CAPACITY, sets=_MEMORY_DEFAULT),
+    Column(field="fits", format=_row_verdict, shown=HAS_CAPACITY, sets=_MEMORY_DEFAULT),
+    # Offloading: the host's capacity and verdict decide the launch as much as the device's.
+    Column(field="host_capacity_bytes", header="host capacity", unit=BYTES, format=size, shown=HOST_BYTES,
+           sets=_MEMORY_DEFAULT),
+    Column(field="host_verdict", header="host fits", format=lambda v, c: host_verdict_cell(c.row), shown=HOST_BYTES,
+           sets=_MEMORY_DEFAULT),
+    Column(field="stage_activation_bytes", header="stage act", unit=BYTES, format=size, shown=PIPELINED, sets=_MEMORY),
+    Column(field="required_1f1b_bytes", header="1F1B required (est.)", unit=BYTES, format=size, shown=PIPELINED,
+           sets=_MEMORY),
+    # --totals: the model's own size and whole-mesh figures (a per-device figure times the devices),
+    # in the default set too: they are shown only where asked for.
+    *(Column(field=field, header=header, unit=BYTES, format=size, shown=Asked("totals"), sets=_MEMORY_DEFAULT)
+      for field, header in (("param_bytes_global", "model params"), ("all_devices_param_bytes", "Σ params"),
+                            ("all_devices_optimizer_state_bytes", "Σ opt state"),
+                            ("all_devices_argument_bytes", "Σ argument"), ("all_devices_total_bytes", "Σ total"))),
 ]
 # The figures compare's table unit is chosen for.
 COMPARE_UNIT_FIELDS = ("total_bytes", "argument_size_in_bytes", "param_bytes")
@@ -479,30 +563,34 @@ def _fitted_step(i: int) -> Callable[[Any, Cell], str]:
 
 # fit's table: one answer (the largest fitting workload) per configuration.
 # A summary's experts, in a word ("dropless", "capacity 1.25"), where the MoE axes' columns are.
-_MOE = Column(field="moe", shown=_some("moe"), place=80)
+_MOE = Column(field="moe", shown=_some("moe"), place=80, sets=_CONFIG)
 
 FIT: list[Column] = [
     *axis_columns(tuple(f.name for f in dataclasses.fields(FitResult)), summary=True, own=(_MOE,)),
-    Column(field="max", header="max {over}", value=lambda c: c.row.max_batch if c.row.over == "batch" else c.row.max_seq),
+    # The answer: the largest workload that fits, and what it holds against the capacity.
+    Column(field="max", header="max {over}", value=lambda c: c.row.max_batch if c.row.over == "batch" else c.row.max_seq,
+           sets=_MEMORY_DEFAULT),
     Column(field="required_bytes", header="required {unit}", unit=BYTES, value=_fitted("required_bytes"),
-           format=_fitted_cell(size)),
+           format=_fitted_cell(size), sets=_MEMORY_DEFAULT),
+    # The target's capacity, one figure for the whole table (its note says where it comes from).
     Column(field="capacity_bytes", header="capacity {unit}", unit=BYTES, value=_fitted("capacity_bytes"),
-           format=_fitted_cell(size)),
+           format=_fitted_cell(size), sets=_MEMORY),
     Column(field="temp_size_in_bytes", header="temp {unit}", unit=BYTES, value=_fitted("temp_size_in_bytes"),
-           format=_fitted_cell(size)),
-    Column(field="fits", format=_fitted_cell(lambda v, c: verdict_cell(c.row.row, c.table.unit))),
+           format=_fitted_cell(size), sets=_MEMORY),
+    Column(field="fits", format=_fitted_cell(lambda v, c: verdict_cell(c.row.row, c.table.unit)), sets=_MEMORY_DEFAULT),
     Column(field="host_total_bytes", header="host {unit}", unit=BYTES, value=_fitted("host_total_bytes"),
-           format=_fitted_cell(size), shown=_fitted_any("host_total_bytes")),
+           format=_fitted_cell(size), shown=_fitted_any("host_total_bytes"), sets=_MEMORY),
     Column(field="host_capacity_bytes", header="host capacity {unit}", unit=BYTES, value=_fitted("host_capacity_bytes"),
-           format=_fitted_cell(size), shown=_fitted_any("host_total_bytes")),
+           format=_fitted_cell(size), shown=_fitted_any("host_total_bytes"), sets=_MEMORY_DEFAULT),
     Column(field="host_fits", header="host fits", format=_fitted_cell(lambda v, c: host_verdict_cell(c.row.row)),
-           shown=_fitted_any("host_total_bytes")),
-    Column(field="recompute_overhead_pct", header="recompute", value=_fitted("recompute_overhead_pct"), format=signed_pct),
-    Column(field="step_time_s", header="step (est)", format=_fitted_step(0)),
-    Column(field="roofline_step_time_s", header="roofline", format=_fitted_step(1)),
-    Column(field="exposed_comm_time_s", header="exposed comm", format=_fitted_step(2)),
-    Column(field="bound", format=_fitted_step(3)),
-    Column(field="mfu", header="MFU (est)", format=_fitted_step(4)),
+           shown=_fitted_any("host_total_bytes"), sets=_MEMORY_DEFAULT),
+    Column(field="recompute_overhead_pct", header="recompute", value=_fitted("recompute_overhead_pct"), format=signed_pct,
+           sets=_TIME),
+    Column(field="step_time_s", header="step (est)", format=_fitted_step(0), sets=_TIME_DEFAULT),
+    Column(field="roofline_step_time_s", header="roofline", format=_fitted_step(1), sets=_TIME),
+    Column(field="exposed_comm_time_s", header="exposed comm", format=_fitted_step(2), sets=_TIME_COMM),
+    Column(field="bound", format=_fitted_step(3), sets=_TIME),
+    Column(field="mfu", header="MFU (est)", format=_fitted_step(4), sets=_TIME_DEFAULT),
     Column(field="compiles"),
     Column(field="note"),
 ]
@@ -520,9 +608,10 @@ def _exponent(v: float | None, cell: Cell) -> str:
 # scale's growth table: one fitted exponent pair per (configuration, component).
 GROWTH: list[Column] = [
     *axis_columns(tuple(f.name for f in dataclasses.fields(Growth)), summary=True, own=(_MOE,)),
-    Column(field="component", format=_component),
-    Column(field="batch_exponent", format=_exponent),
-    Column(field="seq_exponent", format=_exponent),
+    Column(field="component", format=_component, sets=_CONFIG),
+    # The table's figures, whichever set is chosen (the exponents are all it says).
+    Column(field="batch_exponent", format=_exponent, sets=frozenset(SETS)),
+    Column(field="seq_exponent", format=_exponent, sets=frozenset(SETS)),
 ]
 
 
@@ -548,18 +637,22 @@ def with_unit(v: int | None) -> str:
 
 # plan's table: the compiled candidates, ranked.
 PLAN: list[Column] = [
-    Column(field="rank", header="#", value=lambda c: c.index, format=text),
-    Column(field="mesh", format=text),
-    Column(field="remat", format=text),
-    Column(field="microbatches", format=_micro_cell),
-    Column(field="attention", format=text),
-    Column(field="required_bytes", header="required / capacity", unit=BYTES, format=_against_capacity),
-    Column(field="fits", format=lambda v, c: verdict_cell(c.row, c.table.unit) if c.row.error is None else "NO (refused)"),
-    Column(field="recompute_overhead_pct", header="recompute", format=signed_pct),
-    Column(field="exposed_comm_time_s", header="exposed comm", format=secs),
-    Column(field="step_time_s", header="step (est)", format=secs),
-    Column(field="bound", format=text),
-    Column(field="mfu", header="MFU (est)", format=pct),
+    Column(field="rank", header="#", value=lambda c: c.index, format=text, sets=_CONFIG),
+    Column(field="mesh", format=text, sets=_CONFIG),
+    Column(field="remat", format=text, sets=_CONFIG),
+    Column(field="microbatches", format=_micro_cell, sets=_CONFIG),
+    Column(field="attention", format=text, sets=_CONFIG),
+    Column(field="required_bytes", header="required / capacity", unit=BYTES, format=_against_capacity,
+           sets=_MEMORY_DEFAULT),
+    # The verdict alone: the margin is the difference of the figures beside it.
+    Column(field="fits", format=lambda v, c: _verdict(c.row) if c.row.error is None else "NO (refused)",
+           sets=_MEMORY_DEFAULT),
+    Column(field="recompute_overhead_pct", header="recompute", format=signed_pct, sets=_TIME),
+    Column(field="exposed_comm_time_s", header="exposed comm", format=secs, sets=_TIME_COMM),
+    Column(field="step_time_s", header="step (est)", format=secs, sets=_TIME_DEFAULT),
+    Column(field="bound", format=text, sets=_TIME),
+    # One model, batch and sequence: MFU ranks as the step time does (the recommendation says it).
+    Column(field="mfu", header="MFU (est)", format=pct, sets=_TIME),
 ]
 PLAN_UNIT_FIELDS = ("required_bytes",)
 
@@ -584,39 +677,87 @@ def _against_ridge(v: Any, cell: Cell) -> str:
   return "-" if ai is None or ridge is None else f"{ai:,.0f} {'>' if ai > ridge else '<'} {ridge:,.0f}"
 
 
-def _infer_bytes(field: str, header: str) -> Column:
-  return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped)
+def _infer_bytes(field: str, header: str, sets: frozenset[str] = _MEMORY, lead: Rule | None = None) -> Column:
+  return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped, sets=sets, lead=lead)
 
 
 # infer's table: one row per (mesh, weight format, phase, context).
 INFER: list[Column] = [
-    Column(field="mesh"),
-    Column(field="phase"),
-    Column(field="attention"),
-    Column(field="weights"),
-    Column(field="context"),
-    Column(field="batch"),
+    *(Column(field=k, sets=_CONFIG) for k in ("mesh", "phase", "attention", "weights", "context", "batch")),
     _infer_bytes("weight_bytes_per_device", "weight_per_device"),
     _infer_bytes("kv_cache_bytes_per_device", "kv_cache_per_device"),
     _infer_bytes("argument_size_in_bytes", "argument"),
     _infer_bytes("temp_size_in_bytes", "temp"),
-    _infer_bytes("peak_memory_in_bytes", "peak_memory"),
-    _infer_bytes("total_bytes", "total"),
-    _infer_bytes("capacity_bytes", "capacity"),
-    Column(field="fits", format=_infer_verdict),
+    # The first screen's memory figures, as compare's.
+    _infer_bytes("peak_memory_in_bytes", "peak_memory", lead=_known("peak_memory_in_bytes")),
+    _infer_bytes("total_bytes", "total", lead=NO_CAPACITY),
+    _infer_bytes("capacity_bytes", "capacity"),  # the target's: one figure for the table, in its note
+    Column(field="fits", format=_infer_verdict, sets=_MEMORY_DEFAULT),
     _infer_bytes("weight_bytes", "weight"),
     _infer_bytes("kv_cache_bytes", "kv_cache"),
     Column(field="compile_seconds", header="compile_seconds", format=_three),
     Column(field="attention_kind", header="attention kind"),
-    Column(field="kv_cache_bytes_per_token", header="kv/token KiB", format=lambda v, c: "-" if v is None else f"{v / 1024:,.1f}"),
+    Column(field="kv_cache_bytes_per_token", header="kv/token KiB", format=lambda v, c: "-" if v is None else f"{v / 1024:,.1f}",
+           sets=_MEMORY),
     # Prefill's options (decode's are None), where the rows that have one differ in it.
-    *(Column(field=a.name, header=a.column_header, format=text, shown=Varies(known=True)) for a in INFER_OPTIONS),
-    Column(field="moe_impl", header="moe", format=_moe, shown=_some("moe_impl")),
+    *(Column(field=a.name, header=a.column_header, format=text, shown=Varies(known=True), sets=_CONFIG)
+      for a in INFER_OPTIONS),
+    Column(field="moe_impl", header="moe", format=_moe, shown=_some("moe_impl"), sets=_CONFIG),
     # Communication only where there is some to show: several devices, a compiled row.
     Column(field="comm_bytes", header="comm {unit}", format=grouped,
-           shown=Some(lambda r: (r.num_devices or 1) > 1 and r.comm_bytes is not None)),
-    Column(field="step_time_s", header="step (est)", format=secs),
-    Column(field="bound", format=text),
-    Column(field="arithmetic_intensity", header="FLOP/B vs ridge", format=_against_ridge),
-    Column(field="time_per_output_token_s", header="per token (est)", format=secs),
+           shown=Some(lambda r: (r.num_devices or 1) > 1 and r.comm_bytes is not None), sets=_COMM),
+    Column(field="step_time_s", header="step (est)", format=secs, sets=_TIME_DEFAULT),
+    Column(field="bound", format=text, sets=_TIME),
+    Column(field="arithmetic_intensity", header="FLOP/B vs ridge", format=_against_ridge, sets=_TIME),
+    Column(field="time_per_output_token_s", header="per token (est)", format=secs, sets=_TIME_DEFAULT),
+]
+
+
+def _listed(field: str, sets: frozenset[str] = frozenset()) -> Column:
+  """A listing's column (targets, models): headed by its field as the record names it."""
+  return Column(field=field, header=field, sets=sets, format=plain)
+
+
+_DEFAULT = frozenset({DEFAULT})
+
+# `jaxmem targets`: one line per named target (jaxmem.hardware.targets.TargetListing).
+TARGETS: list[Column] = [
+    _listed("target", _CONFIG),
+    *(_listed(k, _DEFAULT) for k in ("platform", "devices", "device_kind")),
+    *(_listed(k, _MEMORY_DEFAULT) for k in ("hbm_gib", "capacity_gib")),
+    _listed("nvlink_gb_s", _COMM),
+    *(_listed(k, _DEFAULT) for k in ("compiler", "note")),
+    *(_listed(k, _MEMORY) for k in ("host", "host_ram_gib", "host_gib_per_device", "host_note")),
+]
+
+# `jaxmem models`: one line per preset (the records jaxmem.cli.models makes).
+MODELS: list[Column] = [
+    _listed("model", _CONFIG),
+    *(_listed(k, _DEFAULT) for k in ("style", "params", "active_params", "attention", "experts")),
+    *(_listed(k) for k in ("top_k", "shared_experts", "expert_d_ff")),
+    *(_listed(k, _DEFAULT) for k in ("layers", "d_model", "heads", "kv_heads")),
+    *(_listed(k) for k in ("head_dim", "d_ff", "vocab", "tied")),
+]
+
+
+def _loop_hlo(v: Any, cell: Cell) -> str:
+  """A buffer's HLO value; one that came out of a loop says which op in the body made it."""
+  b = cell.row
+  return b.hlo if not b.via_loop else f"{b.hlo} <- {b.via_loop} body {b.producer}"
+
+
+def _or_dash(v: Any, cell: Cell) -> str:
+  return str(v) if v else "-"
+
+
+# explain's buffers live at the peak (jaxmem.buffers.analyse.PeakBuffer), largest first.
+EXPLAIN_BUFFERS: list[Column] = [
+    Column(field="size_bytes", header="{unit}", unit=BYTES, format=grouped, sets=_MEMORY_DEFAULT),
+    *(Column(field=k, format=text, sets=_CONFIG) for k in ("kind", "dtype", "shape")),
+    Column(field="hlo", format=_loop_hlo),
+    Column(field="module", format=text, sets=_DEFAULT),
+    Column(field="source", format=_or_dash, sets=_DEFAULT),
+    # The framework's line each source line called: where asked (explain --framework-frames).
+    Column(field="framework", format=_or_dash, shown=Asked("framework"), sets=_DEFAULT),
+    Column(field="op_name", header="op_name", format=_or_dash),
 ]

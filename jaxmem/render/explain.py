@@ -13,7 +13,8 @@ from jaxmem.render.timeline import timeline_text, title
 from jaxmem.steptime import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
 from jaxmem.inputs import EXPLANATION, RESIDUALS
-from jaxmem.render.tables import check_format, envelope, made_by, render_csv, render_records
+from jaxmem.render import columns as cols
+from jaxmem.render.tables import check_format, envelope, made_by, render_csv, render_records, tabulated
 from jaxmem.render.units import unit_for
 from jaxmem.records import Configuration
 from jaxmem.versions import describe
@@ -68,10 +69,13 @@ def explain_json(result: Explanation) -> dict[str, Any]:
   return doc
 
 
-def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | None = None, framework: bool = False) -> str:
+def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | None = None, framework: bool = False,
+                   columns: frozenset[str] = cols.DEFAULT_CHOICE) -> str:
   """Consumers, the peak, the buffers live at it, by module and kind, the timeline, notes; and
   with ``op_times`` (``explain --top-ops``) the slowest ops by their time in the simulated step, last.
-  ``framework``: the buffers' table adds the framework line each source line called."""
+  ``framework``: the buffers' table adds the framework line each source line called; ``columns``:
+  the buffers' table's (:data:`jaxmem.render.columns.EXPLAIN_BUFFERS`; JSON and CSV carry every
+  field)."""
   check_format(fmt_name)
   if fmt_name == "json":
     doc = explain_json(result)
@@ -98,22 +102,16 @@ def render_explain(result: Explanation, fmt_name: str, *, op_times: OpTimes | No
     peak_lines.insert(1, f"required {size(r.required_bytes)} of capacity {size(r.capacity_bytes)} {uname}: fits {r.verdict}")
   if r.kinds:
     peak_lines.append(f"buffers listed: the largest of kind {', '.join(r.kinds)} only (the tables below them count every kind)")
-  bufs = [
-      {uname: size(b.size_bytes), "kind": b.kind, "dtype": b.dtype, "shape": b.shape,
-       # A loop's output says which op in the body made it: the op_name and source are that op's.
-       "hlo": b.hlo if not b.via_loop else f"{b.hlo} <- {b.via_loop} body {b.producer}",
-       "module": b.module, "source": b.source or "-", **({"framework": b.framework or "-"} if framework else {}),
-       "op_name": b.op_name or "-"}
-      for b in r.peak_buffers
-  ]
+  buffers = cols.Table(r.peak_buffers, size, frozenset({"framework"} if framework else ()), chosen=columns)
+  shown = [c.field for c in cols.shown(cols.EXPLAIN_BUFFERS, buffers)]
   groups = [{"module": m, uname: size(v)} for m, v in r.by_module.items()]
   kinds = [{"kind": k, uname: size(v)} for k, v in r.by_kind.items() if v]
-  out = [head, "", render_records(consumers, fmt_name), "", *peak_lines, "", render_records(bufs, fmt_name),
+  out = [head, "", render_records(consumers, fmt_name), "", *peak_lines, "", tabulated(cols.EXPLAIN_BUFFERS, buffers, fmt_name),
          "", render_records(groups, fmt_name), "", render_records(kinds, fmt_name)]
   if fmt_name == "table":
     out += ["", timeline_text(r)]
   notes = list(r.notes)
-  if any(b.via_loop for b in r.peak_buffers):
+  if "hlo" in shown and any(b.via_loop for b in r.peak_buffers):
     notes.append(
         "hlo 'X <- W body P': X came out of the loop W (the scan over the layers); module, source "
         "and op_name are those of P, the instruction in W's body that computes it"

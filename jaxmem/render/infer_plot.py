@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxmem.inference.run import InferRow
+from jaxmem.render.figures import save_figure
 from jaxmem.render.units import GiB
 
 
@@ -48,8 +49,10 @@ def plot(rows: Sequence[InferRow], path: str, *, kv_rows: Sequence[dict[str, Any
     ax2.set_title(f"{kv_rows[0]['model']}: 2·L·K·H·S·B·2 bytes")
     ax2.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
+  try:
+    save_figure(fig, path)
+  finally:
+    plt.close(fig)
   return path
 
 

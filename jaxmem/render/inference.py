@@ -11,8 +11,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
-
 from jaxmem.hardware.margin import AT_RISK, NO, YES
 from jaxmem.planning.estimate import Estimate
 from jaxmem.inference.infer import InferRow
@@ -20,7 +18,7 @@ from jaxmem.render import columns as cols
 from jaxmem.render.columns import verdict_cell
 from jaxmem.inputs import ESTIMATES, INFERENCE, KV_CACHE, SERVING
 from jaxmem.render.tables import (
-    AT_RISK_NOTE, check_format, envelope, heading_versions, made_by, markup, render_csv, render_records,
+    AT_RISK_NOTE, check_format, envelope, grid, heading_versions, made_by, render_csv, render_records,
 )
 from jaxmem.render.units import Unit, unit, unit_for
 
@@ -78,19 +76,21 @@ def render(dicts: Sequence[dict[str, Any]], fmt_name: str, keys: Sequence[str]) 
   return render_records(_table_records(dicts, keys), fmt_name)
 
 
-def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[dict[str, Any]] = ()) -> str:
+def render_infer(rows: Sequence[InferRow], fmt_name: str, *, kv_rows: Sequence[dict[str, Any]] = (),
+                 columns: frozenset[str] = cols.DEFAULT_CHOICE) -> str:
   """``infer``'s rows; in table and markdown, a heading (with the compiler versions), the notes
   and errors; the KV cache table from the formula after it when ``kv_rows`` are given. Tables
   show :data:`jaxmem.render.columns.INFER`: the KV cache per token (whole model, one sequence) in
   KiB, with the attention kind, and for a mixture-of-experts model how its experts run; with
-  several devices, the bytes each sends per step in collectives (``comm``)."""
+  several devices, the bytes each sends per step in collectives (``comm``); ``columns``: the
+  ones chosen (:func:`jaxmem.render.columns.choose`; JSON and CSV carry every field)."""
   if fmt_name in ("json", "csv"):
     text = (render_records(list(rows), fmt_name, made_by=made_by("infer", INFERENCE)) if fmt_name == "json"
             else render_csv(rows, cols.INFER))
   else:
     u = cols.unit_of(rows, cols.byte_fields(cols.INFER))
-    headers, body = cols.lay_out(cols.INFER, cols.Table(rows, u))
-    text = tabulate(body, headers=headers, tablefmt=markup(fmt_name), disable_numparse=True)
+    headers, body = cols.lay_out(cols.INFER, cols.Table(rows, u, chosen=columns))
+    text = grid(body, headers, fmt_name)
     r0 = rows[0]
     text = (f"model {r0.model} · target {r0.target} · {u.name} per device (weight and kv_cache: whole model)"
             f"{heading_versions(rows)}\n\n" + text)

@@ -6,20 +6,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tabulate import tabulate
-
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.render import columns as cols
 from jaxmem.render.figures import save_figure
 from jaxmem.inputs import PLAN
-from jaxmem.render.tables import check_format, envelope, made_by, markup, render_csv
+from jaxmem.render.tables import check_format, envelope, grid, made_by, render_csv
 from jaxmem.render.units import percent, seconds, unit_for
 
 
-def render_plan(result: Any, fmt: str, launch: Any = None) -> str:
+def render_plan(result: Any, fmt: str, launch: Any = None, *, columns: frozenset[str] = cols.DEFAULT_CHOICE) -> str:
   """``result`` (a :class:`jaxmem.planning.search.PlanResult`) in ``fmt``; with ``launch`` (a
   :class:`jaxmem.maxtext.emit.MaxTextLaunch`, or the line that says why there is none), the
-  recommendation's launch overrides after the table (``maxtext`` in JSON)."""
+  recommendation's launch overrides after the table (``maxtext`` in JSON). ``columns``: the
+  table's (:func:`jaxmem.render.columns.choose`)."""
   check_format(fmt)
   rows = list(result.rows)
   if fmt == "json":
@@ -29,8 +28,8 @@ def render_plan(result: Any, fmt: str, launch: Any = None) -> str:
     return json.dumps(envelope(rows, made_by=made_by("plan", PLAN), **{k: v for k, v in d.items() if k != "rows"}), indent=2)
   if fmt == "csv":
     return render_csv(rows, cols.PLAN)
-  headers, body = cols.lay_out(cols.PLAN, cols.Table(rows, cols.unit_of(rows, cols.PLAN_UNIT_FIELDS)))
-  table = tabulate(body, headers=headers, tablefmt=markup(fmt), disable_numparse=True)
+  headers, body = cols.lay_out(cols.PLAN, cols.Table(rows, cols.unit_of(rows, cols.PLAN_UNIT_FIELDS), chosen=columns))
+  table = grid(body, headers, fmt)
   bullet = "- " if fmt == "markdown" else ""
   tail = [f"{bullet}{line}" for line in cost_lines(result) + list(result.notes)]
   head = [recommendation(result)] + ([f"why: {result.why}"] if getattr(result, "why", None) else [])

@@ -32,6 +32,8 @@ from jaxmem.render.units import unit_for
 from jaxmem.versions import __version__, compiler_versions, describe, merged
 
 FORMATS = ("table", "markdown", "json", "csv")
+# A file whose extension names a format holds that format (--output result.json: --format json).
+FORMAT_EXTENSIONS = {".json": "json", ".csv": "csv", ".md": "markdown", ".markdown": "markdown"}
 
 
 def check_format(fmt: str) -> str:
@@ -69,6 +71,18 @@ def _as_dict(r: Any) -> dict[str, Any]:
 def markup(fmt: str) -> str:
   """tabulate's style for a text format."""
   return "github" if fmt == "markdown" else "simple"
+
+
+def grid(body: Sequence[Sequence[Any]], headers: Sequence[str], fmt: str) -> str:
+  """Cells under their headers in a text format: markdown as GitHub's, a plain table as
+  tabulate's ``simple`` (a rule under the headers, columns two spaces apart) but as narrow as
+  its widest cell or header, without the two spaces ``simple`` adds after each header."""
+  if fmt == "markdown" or not headers:
+    return tabulate(body, headers=headers, tablefmt=markup(fmt), disable_numparse=True)
+  rows = [["" if c is None else str(c) for c in r] for r in body]
+  head = [str(h) for h in headers]
+  rule = ["-" * max(len(x) for x in column) for column in zip(head, *rows, strict=False)]
+  return tabulate([head, rule, *rows], tablefmt="plain", disable_numparse=True)
 
 
 def heading_versions(rows: Sequence[Any]) -> str:
@@ -121,7 +135,7 @@ def render_records(rows: Sequence[Any], fmt: str, headers: Sequence[str] | None 
   dicts = [_as_dict(r) for r in rows]
   keys = list(headers or (dicts[0].keys() if dicts else []))
   body = [[_cell(r.get(k)) for k in keys] for r in dicts]
-  return tabulate(body, headers=keys, tablefmt=markup(fmt), disable_numparse=True)
+  return grid(body, keys, fmt)
 
 
 def _cell(v: Any) -> str:
@@ -192,14 +206,16 @@ def _compare_heading(rows: Sequence[Any], table: cols.Table, shown: Sequence[str
   return heading
 
 
-def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False, command: str = "compare") -> str:
+def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False, command: str = "compare",
+                   columns: frozenset[str] = cols.DEFAULT_CHOICE) -> str:
   """Renders compare rows; table and markdown get a one-line heading and notes below.
 
   With ``totals``, whole-mesh figures are added (per-device bytes times the device count), next
   to ``param_bytes_global``, the model's own size: under data parallelism the sum over devices
   is N copies of the model, under FSDP it is one. Sharding moves ownership, not total bytes.
   ``command``: the command whose rows these are (scale's, so far, where Ctrl-C stopped it), as
-  its JSON says.
+  its JSON says. ``columns``: the table's columns (:func:`jaxmem.render.columns.choose`; JSON and
+  CSV carry every field).
   """
   check_format(fmt)
   if totals:
@@ -216,9 +232,9 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False, comma
   if not rows:
     return "no rows"
   table = cols.Table(rows, cols.unit_of(rows, cols.COMPARE_UNIT_FIELDS), frozenset({"totals"} if totals else ()),
-                     baseline=baseline)
+                     baseline=baseline, chosen=columns)
   headers, body = cols.lay_out(cols.COMPARE, table)
-  text = tabulate(body, headers=headers, tablefmt=markup(fmt), disable_numparse=True)
+  text = grid(body, headers, fmt)
   notes = _notes(rows)
   shown = [c.field for c in cols.shown(cols.COMPARE, table)]
   out = [_compare_heading(rows, table, shown), "", text]
@@ -304,7 +320,7 @@ class _Dict(dict):
     return dict(self)
 
 
-def render_ranked(rows: Sequence[Any], fmt: str) -> str:
+def render_ranked(rows: Sequence[Any], fmt: str, *, columns: frozenset[str] = cols.DEFAULT_CHOICE) -> str:
   """Configurations for one workload, ranked (fitting, cheapest recompute first), with the
   recommendation said first."""
   check_format(fmt)
@@ -332,11 +348,12 @@ def render_ranked(rows: Sequence[Any], fmt: str) -> str:
                       indent=2)
   if fmt == "csv":
     return render_csv(rows)
-  return advice + "\n\n" + render_compare(rows, fmt)
+  return advice + "\n\n" + render_compare(rows, fmt, columns=columns)
 
 
-def render_fit(results: Sequence[Any], fmt: str) -> str:
-  """The largest fitting workload per configuration."""
+def render_fit(results: Sequence[Any], fmt: str, *, columns: frozenset[str] = cols.DEFAULT_CHOICE) -> str:
+  """The largest fitting workload per configuration (``columns``: the table's, as
+  :func:`render_compare`'s)."""
   check_format(fmt)
   if fmt == "json":
     return json.dumps(envelope(results, made_by=made_by("fit", FIT)), indent=2)
@@ -344,28 +361,57 @@ def render_fit(results: Sequence[Any], fmt: str) -> str:
     return render_csv(results, cols.FIT)
   over = results[0].over if results else "batch"
   rows = [r.row for r in results if r.row is not None]
-  table = cols.Table(results, cols.unit_of(rows, cols.FIT_UNIT_FIELDS), words={"over": over})
+  table = cols.Table(results, cols.unit_of(rows, cols.FIT_UNIT_FIELDS), words={"over": over}, chosen=columns)
   r0 = next((r.row for r in results if r.row is not None), None)
   fixed = "" if r0 is None else (f" · seq {r0.seq}" if over == "batch" else f" · batch {r0.batch}")
   versions = heading_versions(rows)
   head = "" if r0 is None else f"model {r0.model} · target {r0.target}{fixed} · largest {over} that fits, per device figures at it{versions}\n\n"
   notes = _notes(rows) if rows else []  # the compared rows' notes (the cuDNN workspace's, say), as compare prints them
+  if "note" not in [c.field for c in cols.shown(cols.FIT, table)]:
+    notes = _answer_notes(results) + notes
   tail = "".join(f"\n{'- ' if fmt == 'markdown' else ''}{n}" for n in notes)
-  return head + _tabulate(cols.FIT, table, fmt) + ("\n" + tail if tail else "")
+  return head + tabulated(cols.FIT, table, fmt) + ("\n" + tail if tail else "")
 
 
-def _tabulate(columns: Sequence[cols.Column], table: cols.Table, fmt: str) -> str:
+def _answer_notes(results: Sequence[Any]) -> list[str]:
+  """The answers' own notes (where the search stopped, what the depth probe did), where the
+  table has no note column: one line per note, with the answers it applies to (none listed when
+  it applies to all)."""
+  keys, labels = _labels(results)
+  groups: dict[str, list[str]] = {}
+  for r, label in zip(results, labels, strict=True):
+    if r.note:
+      groups.setdefault(r.note, []).append(label)
+  return [f"note{_scope(keys, applies, len(results))}: {text}" for text, applies in groups.items()]
+
+
+def tabulated(columns: Sequence[cols.Column], table: cols.Table, fmt: str) -> str:
+  """``table`` laid out under ``columns`` (those it shows) in a text format."""
   headers, body = cols.lay_out(columns, table)
-  return tabulate(body, headers=headers, tablefmt=markup(fmt), disable_numparse=True)
+  return grid(body, headers, fmt)
 
 
-def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals: bool = False) -> str:
-  """Per-point figures, then the fitted growth exponent of each component."""
+def render_listing(records: Sequence[Any], fmt: str, columns: Sequence[cols.Column],
+                   chosen: frozenset[str] = cols.DEFAULT_CHOICE, *, made_by: MadeBy) -> str:
+  """A listing (``targets``, ``models``): JSON and CSV every field of ``records`` (records or
+  dicts; JSON says what made it, ``made_by``), a table the ``columns`` chosen
+  (:func:`jaxmem.render.columns.choose`)."""
+  check_format(fmt)
+  if fmt in ("json", "csv"):
+    return render_records(records, fmt, made_by=made_by)
+  rows = [_Dict(_as_dict(r)) for r in records]
+  return tabulated(columns, cols.Table(rows, unit_for([]), chosen=chosen), fmt)
+
+
+def render_scale(rows: Sequence[Any], growth: Sequence[Any], fmt: str, *, totals: bool = False,
+                 columns: frozenset[str] = cols.DEFAULT_CHOICE) -> str:
+  """Per-point figures, then the fitted growth exponent of each component (``columns``: both
+  tables', as :func:`render_compare`'s)."""
   check_format(fmt)
   if fmt == "json":
     return json.dumps(envelope(rows, made_by=made_by("scale", ROWS), growth=[g.as_dict() for g in growth]), indent=2)
   if fmt == "csv":
     return render_compare(rows, "csv")
-  table = render_compare(rows, fmt, totals=totals)
-  exps = _tabulate(cols.GROWTH, cols.Table(growth, cols.unit_of(rows, cols.COMPARE_UNIT_FIELDS)), fmt)
+  table = render_compare(rows, fmt, totals=totals, columns=columns)
+  exps = tabulated(cols.GROWTH, cols.Table(growth, cols.unit_of(rows, cols.COMPARE_UNIT_FIELDS), chosen=columns), fmt)
   return f"{table}\n\ngrowth exponents (bytes ~ batch^a x seq^b; 0 constant, 1 linear, 2 quadratic):\n\n{exps}"

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tabulate import tabulate
-
 from jaxmem.inputs import TENSOR_SEARCH
-from jaxmem.render.tables import _size, check_format, envelope, heading_versions, made_by, markup, render_csv, verdict_cell
+from jaxmem.render.tables import _size, check_format, envelope, grid, heading_versions, made_by, render_csv, verdict_cell
 from jaxmem.render.units import unit_for
 
 
@@ -39,10 +37,9 @@ def render_tensor_search(r: Any, fmt: str) -> str:
               f"recompute {_tflop(r.recompute_flops)} TFLOP ({pct}), host {_size(r.host_bytes, u.size)} {u.name} "
               f"(transfer {_size(r.host_transfer_bytes, u.size)} {u.name} per step), {r.compiles} compiles")
   choice = dict(r.assignment)
-  names = tabulate(
+  names = grid(
       [[n.name, _size(n.device_bytes, u.size), _tflop(n.recompute_flops), choice.get(n.name, "-")] for n in r.names],
-      headers=["name", f"device {u.name} (all layers)", "recompute TFLOP", "chosen"], tablefmt=markup(fmt),
-      disable_numparse=True,
+      ["name", f"device {u.name} (all layers)", "recompute TFLOP", "chosen"], fmt,
   )
   compiled = {row.remat: row for row in rows}
   tried = [[t.remat, _size(t.predicted_required_bytes, u.size), _size(t.required_bytes, u.size),
@@ -50,7 +47,6 @@ def render_tensor_search(r: Any, fmt: str) -> str:
             verdict_cell(compiled[t.remat], u) if t.remat in compiled else {True: "yes", False: "NO"}.get(t.fits, "-"), _tflop(t.recompute_flops)]
            for t in r.tried]
   tried = [[row.remat, "end point", _size(row.required_bytes, u.size), "-", verdict_cell(row, u), "-"] for row in r.end_points] + tried
-  table = tabulate(tried, headers=["remat", f"predicted {u.name}", f"compiled {u.name}", "error", "fits", "recompute TFLOP"],
-                   tablefmt=markup(fmt), disable_numparse=True)
+  table = grid(tried, ["remat", f"predicted {u.name}", f"compiled {u.name}", "error", "fits", "recompute TFLOP"], fmt)
   notes = "\n".join(f"note: {n}" for n in r.notes)
   return "\n\n".join(filter(None, [head, advice, names, table, notes]))

@@ -23,11 +23,15 @@ _COLORS = {
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
+# The files the timeline is written as, by extension.
+FORMATS = ("png", "svg")
+
+
 def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
   """Writes the timeline to ``path`` (``.png`` or ``.svg``) and returns the path."""
-  ext = os.path.splitext(path)[1].lower()
-  if ext not in (".png", ".svg"):
-    raise JaxmemError(f"`plot` writes .png or .svg files (got {path!r})")
+  ext = os.path.splitext(path)[1].lower().lstrip(".")
+  if ext not in FORMATS:
+    raise JaxmemError(f"`plot` writes {' or '.join('.' + f for f in FORMATS)} files (got {path!r})")
   tl = result.timeline
   if tl is None or tl.length == 0:
     raise JaxmemError("this explanation has no timeline to plot")
@@ -75,7 +79,7 @@ def plot_timeline(result: Explanation, path: str, *, labels: int = 3) -> str:
   ax.set_title(title(result), fontsize=10)
   ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, ncols=len(KINDS), frameon=False)
   try:
-    fig.savefig(path, format=ext[1:], dpi=110)
+    fig.savefig(path, format=ext, dpi=110)
   except OSError as e:
     raise JaxmemError(f"cannot write `plot` {path}: {e.strerror}") from None
   return path
