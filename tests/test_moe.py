@@ -517,6 +517,6 @@ def test_both_implementations_compile_for_accelerator_targets(target):
   stats = compiled.memory_analysis()
   # Arguments hold at least the float32 parameters (TPU pads small arrays), and both steps'
   # gradients come out: twice the parameters.
-  assert stats.argument_size_in_bytes >= 4 * count_params(cfgs[0])
-  assert stats.output_size_in_bytes >= 2 * 4 * count_params(cfgs[0])
+  assert stats.argument_size_in_bytes >= 4 * count_params(cfg)
+  assert stats.output_size_in_bytes >= 2 * 4 * count_params(cfg)
   assert stats.temp_size_in_bytes > 0 and "ENTRY" in text
