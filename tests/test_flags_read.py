@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from clistub import no_compiles, run, stop
-from jaxmem import AXES
+from jaxmem import AXES, inputs
 from jaxmem.cli import build_parser
 from jaxmem.registry import published
 
@@ -100,6 +100,7 @@ EXAMPLES: dict[str | tuple[str, str], tuple] = {
     "resident": ("1GiB",),
     "mesh": ("data=2,fsdp=4",),
     "format": ("json", "table"),
+    "columns": ("all", "memory"),
     "output": ("out.txt",),
     "plot": ("plot.png",),
     "xprof": ("xprof",),
@@ -182,8 +183,14 @@ def example(command: str, action: argparse.Action, path_argv: list[str]) -> list
     candidates = tuple(action.choices)
   if candidates is None and action.dest in AXES and AXES[action.dest].valid:
     candidates = published(AXES[action.dest].valid)
-  if candidates is None and action.type in (int, float):
-    candidates = ("2", "4", "16") if action.type is int else ("0.5", "2")
+  if candidates is None and isinstance(action.type, inputs.Choice):
+    candidates = action.type.values
+  if candidates is None and (action.type is int or isinstance(action.type, inputs.Whole)):
+    candidates = ("2", "4", "16")
+  if candidates is None and isinstance(action.type, inputs.Fraction):
+    candidates = ("0.5", "0.25")
+  if candidates is None and (action.type is float or isinstance(action.type, inputs.Number)):
+    candidates = ("0.5", "2")
   assert candidates is not None, f"{command} {flag}: no example value; add one to EXAMPLES in {__file__}"
   given = path_argv[path_argv.index(flag) + 1] if flag in path_argv else None
   default = action.default
