@@ -36,16 +36,19 @@ from jaxmem.records import Communication, CompilerFigures, Composed, Judgement, 
 class InferSetup(Record):
   """What an inference step is, beside its placement: the phase, the weight format, the KV
   cache's length in positions (``context``: the prompt for prefill, the cache a decode step reads
-  for decode), the prompt, the attention implementation used (prefill's kernel; ``dot`` for
-  decode) and what the KV cache holds per token (``attention_kind``: MLA, MHA or GQA), then
-  each sweep axis the planner takes as given (:func:`jaxmem.resolve.given_axes`: dot attention's
-  scores' dtype) as prefill asked it (``None`` for decode, which forms no scores), and
-  ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`."""
+  for decode), the prompt, how the cache stores keys and values (``kv_cache_dtype``: a name of
+  :data:`jaxmem.inference.kv.KV_CACHE_DTYPES`, the compute dtype's unless one was asked), the
+  attention implementation used (prefill's kernel; ``dot`` for decode) and what the KV cache
+  holds per token (``attention_kind``: MLA, MHA or GQA), then each sweep axis the planner takes
+  as given (:func:`jaxmem.resolve.given_axes`: dot attention's scores' dtype) as prefill asked it
+  (``None`` for decode, which forms no scores), and ``moe_impl`` and ``capacity_factor`` as in
+  :class:`jaxmem.records.Configuration`."""
 
   phase: str
   weights: str
   context: int
   prompt: int | None
+  kv_cache_dtype: str | None = None
   attention: str | None = None
   attention_kind: str = "GQA"
   # (the axes taken as given, after attention_kind: with_optional_fields)
@@ -134,16 +137,18 @@ def run_infer_config(
       weights=fmt.name,
       context=context,
       prompt=p.prompt if phase == "prefill" else None,
+      kv_cache_dtype=None if p.kv is None else p.kv.name,
       attention=choice.name if choice is not None else "dot",
       **{k: v if phase == "prefill" else None for k, v in recorded_options(options).items()},
       batch=p.batch,
       num_devices=p.target.num_devices,
       attention_kind=attention_kind(cfg),
-      kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1),
+      kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1,
+                                           bytes_per_element=None if p.kv is None else p.kv.bytes_per_element),
       **moe_fields(cfg),
   )
   program = build_infer_program(
-      cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
+      cfg, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice, kv=p.kv,
   )
   base.update(
       weight_bytes=program.weight_bytes,

@@ -18,6 +18,7 @@ from jaxmem.hardware.startup import start_jax
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.inference import quant
+from jaxmem.inference.kv import KvCacheDtype, kv_cache_dtype
 from jaxmem.models import ModelConfig
 from jaxmem.resolve import (
     moe_config, moe_variants, one_of_each, resolve_attention, resolve_meshes, resolve_model, resolve_others,
@@ -38,7 +39,8 @@ class InferWorkload(BaseWorkload):
   ``mesh``, ``dtype``, ``attention``, the MoE variant, the axes taken as given: the attention
   scores' dtype) and inference's own: weight
   formats, phases, the prefill prompt length and the decode contexts (KV cache lengths), each a
-  comma-separated string or a sequence. Stored weights start from bf16. ``attention`` is a sweep
+  comma-separated string or a sequence, and the KV cache's dtype (one; the compute dtype unless
+  named). Stored weights start from bf16. ``attention`` is a sweep
   axis of prefill rows; decode attends with einsums."""
 
   batch: int = 1
@@ -46,6 +48,9 @@ class InferWorkload(BaseWorkload):
   phase: tuple[str, ...] = PHASES
   prompt: int = DEFAULT_PROMPT
   context: tuple[str | int, ...] = DEFAULT_CONTEXT
+  # How the KV cache stores keys and values (jaxmem.inference.kv.KV_CACHE_DTYPES); None: the
+  # compute dtype, as vLLM's "auto" is the model's dtype.
+  kv_cache_dtype: str | None = None
 
   def __post_init__(self):
     super().__post_init__()
@@ -74,6 +79,7 @@ class InferPlan:
   # They reach prefill's attention; decode forms no scores, so it sweeps none (its rows record none).
   others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
   always_compile: bool = False  # the workload's: compile even where the arguments alone are over the capacity
+  kv: KvCacheDtype | None = None  # the KV cache's storage (None: the compute dtype)
 
   def step_options(self) -> dict[str, Any]:
     """The first value of each axis taken as given, by name (:meth:`jaxmem.resolve.Plan.step_options`)."""
@@ -158,6 +164,6 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     if longest > cfg.max_seq_len:
       raise JaxmemError(f"{cfg.name} has {cfg.max_seq_len} learned positions; prompt and context must not exceed it (got {longest})")
   return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, moe=variants, others=others,
-                   always_compile=w.always_compile)
+                   always_compile=w.always_compile, kv=kv_cache_dtype(w.kv_cache_dtype, cfg))
 
 
