@@ -52,7 +52,8 @@ def engine_capacity(
   run.refuse("an engine's capacity", "it compiles its programs one after another, in this process",
              "jobs", "scheduler", "cache")
   given = {k: fields.pop(k) for k in EngineSettings.__dataclass_fields__ if k in fields}
-  settings = EngineSettings(**{**(settings.given() if settings else {}), **{k: v for k, v in given.items() if v is not None}})
+  given = {k: v for k, v in given.items() if v is not None}
+  settings = EngineSettings(**{**(settings.given() if settings else {}), **given})
   e = ENGINES.get(engine)
   for name in NOT_AN_ENGINE_FIELD:
     if fields.get(name) is not None:

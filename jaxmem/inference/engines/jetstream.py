@@ -51,7 +51,8 @@ class JetStream(Engine):
   """JetStream over MaxText's MaxEngine: slots of ``max_target_length`` beside the weights."""
 
   name: ClassVar[str] = "jetstream"
-  description: ClassVar[str] = "JetStream with MaxText's engine: decode slots of max_target_length, prompts of max_prefill_predict_length"
+  description: ClassVar[str] = ("JetStream with MaxText's engine: decode slots of max_target_length, prompts of "
+                                 "max_prefill_predict_length")
   settings: ClassVar[tuple[str, ...]] = ("max_prefill_length",)
 
   def capacity(self, request: EngineRequest) -> list[EngineCapacity]:
@@ -66,8 +67,8 @@ class JetStream(Engine):
     for mesh in p.meshes:
       other = [a for a, n in mesh if n > 1 and a not in MESH_KEYS]
       if other:
-        raise JaxmemError(f"`mesh` {shd.format_mesh(mesh)}: engine jetstream maps {', '.join(MESH_KEYS)} onto MaxText's "
-                          f"ICI axes, not {other[0]}")
+        raise JaxmemError(f"`mesh` {shd.format_mesh(mesh)}: engine jetstream maps {', '.join(MESH_KEYS)} onto "
+                          f"MaxText's ICI axes, not {other[0]}")
     out = []
     for mesh in p.meshes:
       for fmt in p.formats:
@@ -140,8 +141,9 @@ class JetStream(Engine):
         Term(name="decode state", bytes=state, origin=ENGINE,
              what=f"{slots} slots x {ctx} positions of KV cache (per_device_batch_size x devices slots)",
              source="maxengine.py MaxEngine.max_concurrent_decodes, init_decode_state"),
-        Term(name="generate temporaries", bytes=None if decode is None else compiled_bytes(decode, "temp_size_in_bytes"),
-             origin=COMPILER, what="the decode step's temporaries at the slots", source="jaxmem's compiled decode step"),
+        Term(name="generate temporaries",
+             bytes=None if decode is None else compiled_bytes(decode, "temp_size_in_bytes"), origin=COMPILER,
+             what="the decode step's temporaries at the slots", source="jaxmem's compiled decode step"),
         Term(name="prefill program", bytes=compiled_bytes(pre, "temp_size_in_bytes"), origin=COMPILER,
              what=f"the prefill step's temporaries at one prompt of {prefill} tokens (its prompt cache is an argument)",
              source="MaxEngine.prefill; jaxmem's compiled prefill step"),
@@ -171,6 +173,7 @@ def launch(r: EngineCapacity) -> Launch:
     keys.update(quantize_kvcache="True", kv_quant_dtype=KV_QUANT[r.kv_cache_dtype])
   argv = ["python3", "-m", "maxtext.inference.maxengine.maxengine_server", "src/maxtext/configs/base.yml",
           *(f"{k}={v}" for k, v in keys.items())]
-  notes = ("model_name is jaxmem's model name: give MaxText's name for it, and load_parameters_path for the checkpoint",)
+  notes = ("model_name is jaxmem's model name: give MaxText's name for it, and load_parameters_path for the "
+           "checkpoint",)
   return Launch(tool="jetstream", argv=tuple(argv), notes=notes)
 

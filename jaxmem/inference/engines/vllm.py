@@ -181,14 +181,16 @@ class Vllm(Engine):
   """vLLM: its KV budget, pages and blocks on TPU (tpu-inference) and GPU (module docstring)."""
 
   name: ClassVar[str] = "vllm"
-  description: ClassVar[str] = "vLLM (vllm serve): KV blocks from gpu_memory_utilization, on TPU (tpu-inference) and GPU"
+  description: ClassVar[str] = ("vLLM (vllm serve): KV blocks from gpu_memory_utilization, on TPU (tpu-inference) "
+                                 "and GPU")
   settings: ClassVar[tuple[str, ...]] = ("gpu_memory_utilization", "block_size", "max_num_batched_tokens")
 
   def capacity(self, request: EngineRequest) -> list[EngineCapacity]:
     self.check(request)
     p = request.plan
     if p.target.platform not in ("tpu", "gpu") or p.target.capacity_bytes is None:
-      raise JaxmemError(f"engine vllm sizes a TPU's or a GPU's memory; {p.target.name} is neither (use tpu:... or gpu:...)")
+      raise JaxmemError(f"engine vllm sizes a TPU's or a GPU's memory; {p.target.name} is neither "
+                        "(use tpu:... or gpu:...)")
     if p.kv.name not in KV_FLAGS:
       raise JaxmemError(f"engine vllm: a {p.kv.name} KV cache keeps a scale a token and head, which jaxmem does not "
                         f"store; use `kv_cache_dtype` {', '.join(KV_FLAGS)}")
@@ -302,12 +304,14 @@ class _Answer:
     if t.platform == "tpu":
       limit = t.capacity_bytes
       terms = [
-          Term(name="hbm limit", bytes=limit, origin=TARGET, what="the runtime's bytes_limit a device (the TPU compiler's available HBM)",
+          Term(name="hbm limit", bytes=limit, origin=TARGET,
+               what="the runtime's bytes_limit a device (the TPU compiler's available HBM)",
                source="tpu_inference/utils.py hbm_usage_bytes (memory_stats bytes_limit)"),
           Term(name="utilization cap", bytes=int(limit * self.util), origin=ENGINE,
                what=f"gpu_memory_utilization {self.util} x the limit",
                source="tpu_inference/worker/tpu_worker.py TPUWorker.determine_available_memory"),
-          Term(name="weights", bytes=weights, origin=COMPILER, what="the stored weights a device: bytes_in_use after load",
+          Term(name="weights", bytes=weights, origin=COMPILER,
+               what="the stored weights a device: bytes_in_use after load",
                source="jaxmem's compiled program (argument bytes of the weights)"),
           Term(name="program reservation", bytes=None if temp is None or code is None else temp + code, origin=COMPILER,
                what=f"temporaries and code of the forward pass at max_num_batched_tokens ({self.tokens}): out of the "
@@ -330,7 +334,8 @@ class _Answer:
                what=f"temporaries of the forward pass at max_num_batched_tokens ({self.tokens}) tokens",
                source="GPUModelRunner.profile_run; jaxmem's compiled prefill program"),
           Term(name="sampler logits", bytes=logits, origin=ENGINE,
-               what=f"min(max_num_seqs, max_num_batched_tokens) = {min(seqs, self.tokens)} float32 rows of the vocabulary",
+               what=f"min(max_num_seqs, max_num_batched_tokens) = {min(seqs, self.tokens)} float32 rows of the "
+               "vocabulary",
                source="GPUModelRunner._dummy_sampler_run"),
           Term(name="non-torch memory", bytes=None, origin=UNMODELLED,
                what="CUDA context, NCCL and cuBLAS buffers vLLM measures during profiling: not counted, so the budget "
