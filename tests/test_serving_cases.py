@@ -43,3 +43,16 @@ def test_the_smoke_case_runs_and_the_table_has_a_line_a_case(suite):
   assert skipped.value is None and "not modelled" in skipped.figure
   table = suite.markdown([o, skipped]).splitlines()
   assert len(table) == 4 and all(line.count("|") == 8 for line in table)
+
+
+@pytest.mark.slow
+@pytest.mark.needs_tpu_compiler
+def test_llama3_8b_on_v6e_4_is_within_5_percent_of_the_logged_tokens_with_the_logged_weights(suite):
+  # Issue 42's done-when: tpu-inference PR #145 logged 811,008 tokens and 3.74 GiB of weights a
+  # device (Llama 3 8B, tpu:v6e-4, TP 4, vLLM's defaults). A heavy compile: benchmarks/slow_tests.sh.
+  import jaxmem
+
+  (r,) = jaxmem.engine_capacity(**{k: v for k, v in suite.BY_NAME["llama3-8b-v6e-4-vllm"].run.items()})
+  assert abs(r.kv_tokens / 811_008 - 1) < 0.05
+  assert round(r.term("weights").bytes / 2**30, 2) == 3.74
+  assert r.block_size == 256 and r.settings["gpu_memory_utilization"] == 0.9
