@@ -29,7 +29,8 @@ from test_imports import _graph, _modules
 #   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem._quiet", "jaxmem.errors", "jaxmem.composed", "jaxmem.records", "jaxmem.registry", "jaxmem.versions", "jaxmem.units",
-     "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache", "jaxmem.sizes", "jaxmem.events", "jaxmem.axes", "jaxmem.options"),
+     "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache", "jaxmem.sizes", "jaxmem.events", "jaxmem.axes", "jaxmem.options",
+     "jaxmem.launch"),
     ("jaxmem.models",),
     ("jaxmem.hardware",),
     ("jaxmem.hlo",),

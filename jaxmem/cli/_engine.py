@@ -1,0 +1,81 @@
+"""The serving-engine flags ``infer`` and ``fit --phase`` share: ``--engine`` (a serving engine's
+capacity rule, :func:`jaxmem.engine_capacity`), its settings, ``--kv-cache-dtype`` and ``--emit``
+(the engine's serve command for the answer, through the one ``--emit`` registry,
+:func:`jaxmem.emitters`)."""
+
+from __future__ import annotations
+
+import argparse
+
+import jaxmem
+from jaxmem.cli import _common as c
+from jaxmem.render import tables
+from jaxmem.render.inference import render_engine
+
+# The launch writers --emit names (the engines'; a training launch would join them here).
+EMITTERS = jaxmem.emitters(jaxmem.ENGINE_EMITTERS)
+# Each engine setting's flag field (jaxmem.EngineSettings' fields).
+SETTINGS = ("gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_prefill_length")
+
+
+def add_engine(p: argparse.ArgumentParser) -> None:
+  """``--engine``, its settings, ``--kv-cache-dtype`` and ``--emit``."""
+  p.add_argument(
+      "--engine", default=None,
+      help=f"a serving engine's own capacity rule ({', '.join(jaxmem.ENGINES)}): its KV budget, blocks and the "
+      "concurrent sequences x context that fit, from the compiled weights and forward pass",
+  )
+  p.add_argument("--kv-cache-dtype", default=None,
+                 help=f"how the KV cache stores keys and values: {', '.join(jaxmem.KV_CACHE_DTYPES)}; default the "
+                 "compute dtype")
+  p.add_argument("--gpu-memory-utilization", type=float, default=None,
+                 help="--engine vllm: its share of each device (TPU and GPU); default 0.9")
+  p.add_argument("--block-size", type=int, default=None,
+                 help="--engine vllm: tokens a KV block; default vLLM's (GPU 16; TPU from max_model_len, 16 to 256)")
+  p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                 help="--engine vllm: the tokens of its largest forward pass (the pass it profiles); default vLLM's "
+                 "for the device")
+  p.add_argument("--max-prefill-length", type=int, default=None,
+                 help="--engine jetstream: the longest prompt (MaxText's max_prefill_predict_length); default 64")
+  p.add_argument("--emit", default=None,
+                 help=f"with --engine: also write the serve command for the answer ({', '.join(EMITTERS)}); "
+                 "in JSON as `launches`")
+
+
+def check_engine(args: argparse.Namespace) -> None:
+  """One line for an engine flag without ``--engine`` (``--kv-cache-dtype`` stands alone)."""
+  if args.engine is not None:
+    return
+  for name in (*SETTINGS, "emit"):
+    if getattr(args, name) is not None:
+      raise jaxmem.JaxmemError(f"`{name}` is a serving engine's: give `engine` ({', '.join(jaxmem.ENGINES)})")
+
+
+def run_engine(args: argparse.Namespace, chosen: str | None, *, batch: int | None, refused: dict[str, object]) -> int:
+  """The engine's answer (one per mesh, weights and context), and ``--emit``'s launch for each
+  that fits. ``refused``: this command's flags an engine has no use for, given (each one line)."""
+  tables.check_format(args.format)
+  for name, value in refused.items():
+    if value:
+      raise jaxmem.JaxmemError(f"`{name}` does not apply with `engine` {args.engine}: it compiles the engine's own "
+                               "programs (its settings set them)")
+  if args.emit and args.format == "csv":
+    raise jaxmem.JaxmemError("`emit` writes after the table or into JSON; use `format` table, markdown or json with it")
+  emitter = None if args.emit is None else EMITTERS.get(args.emit)
+  jaxmem.ENGINES.get(args.engine)  # a bad name is one line before anything starts
+  if emitter is not None and args.emit in jaxmem.ENGINES and args.emit != args.engine:
+    raise jaxmem.JaxmemError(f"`emit` {args.emit} writes engine {args.emit}'s launch; this answer is engine "
+                             f"{args.engine}'s (give `emit` {args.engine})")
+  w = c.workload(args, jaxmem.InferWorkload)
+  settings = {name: getattr(args, name) for name in SETTINGS}
+  results = c.Sweep(args, chosen, cached=False).run(lambda run: jaxmem.engine_capacity(
+      w, engine=args.engine, batch=batch, context=args.context, run=run, **settings,
+  ))
+  launches = []
+  if emitter is not None:
+    fitting = [r for r in results if r.fits]
+    if not fitting:
+      c.say(f"jaxmem: nothing fits, so there is no {args.emit} launch to write")
+    launches = [emitter(r) for r in fitting]
+  c.emit(render_engine(results, args.format, launches=launches), args.output)
+  return 0
