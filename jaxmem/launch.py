@@ -1,12 +1,15 @@
 """A recommendation written as the command that launches it: the flags of a serving engine's serve
-command (vLLM's ``vllm serve``, JetStream's MaxEngine server) or a trainer's overrides.
+command (vLLM's ``vllm serve``, JetStream's MaxEngine server) or a trainer's overrides (MaxText's).
 
-:class:`Launch` is what every writer returns: the tool, its argument vector and the notes that say
-what it could not spell. :class:`Emitter` is one tool's writer, named as ``--emit`` names it, with
-the kind of result it writes (``takes``), so asking one to write another command's result is one
-line, not a wrong launch. Emitters live with what they write (a serving engine's with the engine,
-:mod:`jaxmem.inference.engines`); :func:`emitters` gathers several layers' into one registry, so
-``--emit NAME`` is dispatched once, whichever command's result it writes.
+:class:`Launch` is what a serve command's writer returns: the tool, its argument vector and the
+notes that say what it could not spell (MaxText's writer returns its overrides,
+:class:`jaxmem.maxtext.emit.MaxTextLaunch`). :class:`Emitter` is one tool's writer, named as
+``--emit`` names it, with the kind of result it writes (``takes``), so asking one to write another
+command's result is one line, not a wrong launch. Emitters live with what they write (a serving
+engine's with the engine, :mod:`jaxmem.inference.engines`; MaxText's with its search,
+:mod:`jaxmem.maxtext.search`); :func:`emitters` gathers several layers' into one registry
+(``jaxmem.EMITTERS``), so ``--emit NAME`` is dispatched once, whichever command's result it
+writes, and :func:`taking` names those a command's result can be written by.
 """
 
 from __future__ import annotations
@@ -38,15 +41,16 @@ class Launch(Record):
 @dataclasses.dataclass(frozen=True)
 class Emitter:
   """One tool's launch writer: ``write(result)`` for a result of the kind ``takes`` (a type or a
-  tuple of types), ``what`` the words for that kind in the refusal of any other."""
+  tuple of types), ``what`` the words for that kind in the refusal of any other; it returns the
+  tool's launch record (a :class:`Launch`, or the tool's own: MaxText's overrides)."""
 
   name: str
   help: str
   takes: type | tuple[type, ...]
   what: str
-  write: Callable[[Any], Launch]
+  write: Callable[[Any], Any]
 
-  def __call__(self, result: Any) -> Launch:
+  def __call__(self, result: Any) -> Any:
     if not isinstance(result, self.takes):
       raise JaxmemError(f"`emit` {self.name} writes {self.what}; this command's result is not one")
     return self.write(result)
@@ -60,3 +64,9 @@ def emitters(*groups: Iterable[Emitter]) -> Registry[Emitter]:
       raise JaxmemError(f"two emitters are named {e.name!r}")
     out[e.name] = e
   return Registry("launch", out, field="emit")
+
+
+def taking(registry: Registry[Emitter], kind: type) -> tuple[str, ...]:
+  """The names of ``registry``'s emitters that write a result of ``kind`` (a command's ``--emit``
+  choices)."""
+  return tuple(name for name, e in registry.items() if issubclass(kind, e.takes))

@@ -214,6 +214,20 @@ def test_emit_refuses_another_engines_answer_and_a_result_of_another_kind(tpu_an
     jaxmem.emitters(jaxmem.ENGINE_EMITTERS, jaxmem.ENGINE_EMITTERS[:1])
 
 
+def test_one_emit_registry_serves_every_command_and_each_refuses_the_others_writer(capsys):
+  # plan's --emit and the engines' choose from one registry, each the writers of its own result.
+  assert set(jaxmem.EMITTERS) == {"maxtext", *jaxmem.ENGINES}
+  assert jaxmem.taking(jaxmem.EMITTERS, jaxmem.PlanResult) == ("maxtext",)
+  assert set(jaxmem.taking(jaxmem.EMITTERS, jaxmem.EngineCapacity)) == set(jaxmem.ENGINES)
+  with pytest.raises(JaxmemError, match="`emit` maxtext writes a plan's recommendation"):
+    jaxmem.EMITTERS["maxtext"]("an engine's answer")
+  # Refused in one line before anything compiles (no target is resolved for a bad name either).
+  assert main(["infer", "--model", "tiny", "--engine", "vllm", "--emit", "maxtext"]) == 2
+  assert "--emit maxtext writes a plan's recommendation" in capsys.readouterr().err
+  assert main(["plan", "--model", "tiny", "--emit", "vllm"]) == 2
+  assert "invalid choice: 'vllm' (choose from 'maxtext')" in capsys.readouterr().err
+
+
 # --- the GPUs teams rent for serving ---------------------------------------------------------------
 
 
@@ -238,6 +252,12 @@ def test_a_kv_cache_dtype_stores_the_cache_in_its_bytes():
   assert rows["int4"].kv_cache_bytes_per_device * 4 == rows["bf16"].kv_cache_bytes_per_device
   assert [rows[k].kv_cache_dtype for k in rows] == ["bf16", "fp8", "int4"]
   assert rows["fp8"].kv_cache_bytes_per_token * 2 == rows["bf16"].kv_cache_bytes_per_token
+  # infer's table shows the stored dtype where it is not the compute dtype's (a column of the registry).
+  from jaxmem.render.inference import render_infer
+
+  assert "kv dtype" not in render_infer([rows["bf16"]], "table")
+  table = render_infer([rows["fp8"], rows["int4"]], "table")
+  assert "kv dtype" in table and " fp8 " in table and " int4 " in table
 
 
 # --- bad input: one line, exit 2, before any compile --------------------------------------------------

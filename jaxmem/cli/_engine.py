@@ -12,8 +12,8 @@ from jaxmem.cli import _common as c
 from jaxmem.render import tables
 from jaxmem.render.inference import render_engine
 
-# The launch writers --emit names (the engines'; a training launch would join them here).
-EMITTERS = jaxmem.emitters(jaxmem.ENGINE_EMITTERS)
+# The launch writers --emit names for an engine's answer (jaxmem.EMITTERS, the one registry).
+EMITTERS = jaxmem.taking(jaxmem.EMITTERS, jaxmem.EngineCapacity)
 # Each engine setting's flag field (jaxmem.EngineSettings' fields).
 SETTINGS = ("gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_prefill_length")
 
@@ -61,7 +61,10 @@ def run_engine(args: argparse.Namespace, chosen: str | None, *, batch: int | Non
                                "programs (its settings set them)")
   if args.emit and args.format == "csv":
     raise jaxmem.JaxmemError("`emit` writes after the table or into JSON; use `format` table, markdown or json with it")
-  emitter = None if args.emit is None else EMITTERS.get(args.emit)
+  emitter = None if args.emit is None else jaxmem.EMITTERS.get(args.emit)
+  if emitter is not None and args.emit not in EMITTERS:  # another command's writer: one line before any compile
+    raise jaxmem.JaxmemError(f"`emit` {args.emit} writes {emitter.what}; an engine's answer is written by "
+                             f"{', '.join(EMITTERS)}")
   jaxmem.ENGINES.get(args.engine)  # a bad name is one line before anything starts
   if emitter is not None and args.emit in jaxmem.ENGINES and args.emit != args.engine:
     raise jaxmem.JaxmemError(f"`emit` {args.emit} writes engine {args.emit}'s launch; this answer is engine "

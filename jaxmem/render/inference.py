@@ -242,10 +242,9 @@ def render_engine(results: Sequence[EngineCapacity], fmt_name: str, *, launches:
             | {f"setting_{k}": v for k, v in r.settings.items()} for r in results]
     return render_csv(flat)
   u = unit_for([r.kv_bytes for r in results if r.kv_bytes] + [t.bytes for r in results for t in r.terms if t.bytes])
-  recs = [_engine_record(r, u) for r in results]
-  r0 = results[0] if results else None
-  text = render_records(recs, fmt_name)
-  if r0 is not None:
+  text = _laid_out(cols.ENGINE, results, u, fmt_name)
+  if results:
+    r0 = results[0]
     rows = [r.row for r in results if r.row is not None]
     text = (f"engine {r0.engine} · model {r0.model} · target {r0.target} · KV {r0.kv_cache_dtype}, {u.name} over "
             f"all {r0.num_devices} devices{heading_versions(rows)}\n\n" + text)
@@ -254,9 +253,8 @@ def render_engine(results: Sequence[EngineCapacity], fmt_name: str, *, launches:
     key = tuple((t.name, t.bytes) for t in r.terms)
     if key not in seen:
       seen.append(key)
-      text += f"\n\nterms a device ({r.mesh} {r.weights} {r.context}):\n\n" + render_records(
-          [{"term": t.name, u.name: "-" if t.bytes is None else f"{u(t.bytes)}", "from": t.origin, "what": t.what,
-            "source": t.source} for t in r.terms], fmt_name)
+      text += f"\n\nterms a device ({r.mesh} {r.weights} {r.context}):\n\n" + _laid_out(cols.ENGINE_TERMS, r.terms, u,
+                                                                                        fmt_name)
   pairs = dict.fromkeys(f"{r.mesh} {r.weights}: " + ", ".join(f"{c:,} x {n:,}" for c, n in r.pairs)
                         for r in results if r.pairs)
   if pairs:
@@ -266,15 +264,7 @@ def render_engine(results: Sequence[EngineCapacity], fmt_name: str, *, launches:
   return text + ("\n\n" + "\n".join(lines) if lines else "")
 
 
-def _engine_record(r: EngineCapacity, u: Unit) -> dict[str, Any]:
-  """One answer's line: the engine's units, then the budget and pages."""
-  rec: dict[str, Any] = {"mesh": r.mesh, "weights": r.weights, "context": r.context, "max seqs": r.max_seqs,
-                         "fits": "-" if r.fits is None else ("yes" if r.fits else "NO")}
-  if r.block_size is not None:
-    rec.update({"block": r.block_size, "blocks": r.num_blocks, "engine blocks": r.engine_blocks,
-                "kv tokens": r.kv_tokens, f"kv {u.name}": u(r.kv_bytes), "page B": r.page_bytes,
-                "kernel page B": r.kernel_page_bytes, "max util": r.max_utilization})
-  else:
-    rec.update({"kv tokens": r.kv_tokens, f"kv {u.name}": u(r.kv_bytes)})
-    rec.update({k: v for k, v in r.settings.items() if k == "per_device_batch_size"})
-  return rec
+def _laid_out(columns: Sequence[cols.Column], rows: Sequence[Any], u: Unit, fmt_name: str) -> str:
+  """``rows`` as a table (or markdown) of ``columns`` (those it shows), byte cells in ``u``."""
+  headers, body = cols.lay_out(columns, cols.Table(rows, u))
+  return tabulate(body, headers=headers, tablefmt=markup(fmt_name), disable_numparse=True)
