@@ -6,6 +6,7 @@ capacity rule, :func:`jaxmem.engine_capacity`), its settings, ``--kv-cache-dtype
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import jaxmem
 from jaxmem.cli import _common as c
@@ -14,12 +15,14 @@ from jaxmem.render.inference import render_engine
 
 # The launch writers --emit names for an engine's answer (jaxmem.EMITTERS, the one registry).
 EMITTERS = jaxmem.taking(jaxmem.EMITTERS, jaxmem.EngineCapacity)
-# Each engine setting's flag field (jaxmem.EngineSettings' fields).
-SETTINGS = ("gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_prefill_length")
+# Each engine setting's flag field (jaxmem.EngineSettings' fields, each with its flag's help).
+SETTINGS = tuple(f.name for f in dataclasses.fields(jaxmem.EngineSettings))
+_TYPES = {"float | None": float, "int | None": int}
 
 
 def add_engine(p: argparse.ArgumentParser) -> None:
-  """``--engine``, its settings, ``--kv-cache-dtype`` and ``--emit``."""
+  """``--engine``, its settings (one flag each field of :class:`jaxmem.EngineSettings`),
+  ``--kv-cache-dtype`` and ``--emit``."""
   p.add_argument(
       "--engine", default=None,
       help=f"a serving engine's own capacity rule ({', '.join(jaxmem.ENGINES)}): its KV budget, blocks and the "
@@ -28,15 +31,9 @@ def add_engine(p: argparse.ArgumentParser) -> None:
   p.add_argument("--kv-cache-dtype", default=None,
                  help=f"how the KV cache stores keys and values: {', '.join(jaxmem.KV_CACHE_DTYPES)}; default the "
                  "compute dtype")
-  p.add_argument("--gpu-memory-utilization", type=float, default=None,
-                 help="--engine vllm: its share of each device (TPU and GPU); default 0.9")
-  p.add_argument("--block-size", type=int, default=None,
-                 help="--engine vllm: tokens a KV block; default vLLM's (GPU 16; TPU from max_model_len, 16 to 256)")
-  p.add_argument("--max-num-batched-tokens", type=int, default=None,
-                 help="--engine vllm: the tokens of its largest forward pass (the pass it profiles); default vLLM's "
-                 "for the device")
-  p.add_argument("--max-prefill-length", type=int, default=None,
-                 help="--engine jetstream: the longest prompt (MaxText's max_prefill_predict_length); default 64")
+  for f in dataclasses.fields(jaxmem.EngineSettings):
+    p.add_argument("--" + f.name.replace("_", "-"), type=_TYPES[str(f.type)], default=None,
+                   help=f"--engine {f.metadata['engine']}: {f.metadata['help']}")
   p.add_argument("--emit", default=None,
                  help=f"with --engine: also write the serve command for the answer ({', '.join(EMITTERS)}); "
                  "in JSON as `launches`")

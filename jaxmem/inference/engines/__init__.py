@@ -17,7 +17,7 @@ from jaxmem.inference.engines.base import (
 )
 from jaxmem.inference.engines.jetstream import JetStream
 from jaxmem.inference.engines.vllm import Vllm
-from jaxmem.inference.workload import DEFAULT_CONTEXT, InferWorkload, _ints, plan_infer
+from jaxmem.inference.workload import InferWorkload, _ints, plan_infer
 from jaxmem.options import RunOptions
 from jaxmem.registry import Registry
 from jaxmem.program import sharding as shd
@@ -68,16 +68,10 @@ def engine_capacity(
   # at the smallest batch every mesh's data axes divide (the engine's programs set their own).
   least = math.lcm(*[shd.data_parallel_size(m) for m in resolve_meshes(w, t)])
   p = plan_infer(w.replace(batch=least, phase=("decode",)))
-  ctx = _ints(w.context, "context") if fields.get("context") is not None else (_default_context(e, p.cfg),)
+  ctx = _ints(w.context, "context") if fields.get("context") is not None else (e.default_context(p.cfg),)
   run.start(None, p.cfg)
   request = EngineRequest(plan=p, workload=w, contexts=ctx, max_seqs=batch, settings=settings, on_row=run.on_row)
   return e.capacity(request)
-
-
-def _default_context(e: Engine, cfg: Any) -> int:
-  """vLLM's max_model_len defaults to the model's positions (its ModelConfig's derived maximum);
-  JetStream's max_target_length to infer's default context."""
-  return cfg.max_seq_len if isinstance(e, Vllm) else int(DEFAULT_CONTEXT[0])
 
 
 __all__ = [

@@ -59,10 +59,16 @@ class EngineSettings(Record):
   ``max_num_batched_tokens``: the tokens of vLLM's largest forward pass (its profiling batch);
   ``max_prefill_length``: JetStream's prompt length (MaxText's ``max_prefill_predict_length``)."""
 
-  gpu_memory_utilization: float | None = None
-  block_size: int | None = None
-  max_num_batched_tokens: int | None = None
-  max_prefill_length: int | None = None
+  # Each field's metadata: the engine it is for and its flag's help (the CLI adds a flag for each).
+  gpu_memory_utilization: float | None = dataclasses.field(default=None, metadata={
+      "engine": "vllm", "help": "its share of each device (TPU and GPU); default 0.9"})
+  block_size: int | None = dataclasses.field(default=None, metadata={
+      "engine": "vllm", "help": "tokens a KV block; default vLLM's (GPU 16; TPU from max_model_len, 16 to 256)"})
+  max_num_batched_tokens: int | None = dataclasses.field(default=None, metadata={
+      "engine": "vllm", "help": "the tokens of its largest forward pass (the pass it profiles); default vLLM's for "
+      "the device"})
+  max_prefill_length: int | None = dataclasses.field(default=None, metadata={
+      "engine": "jetstream", "help": "the longest prompt (MaxText's max_prefill_predict_length); default 64"})
 
   def given(self) -> dict[str, Any]:
     return {f.name: v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
@@ -154,6 +160,10 @@ class Engine:
       if name not in self.settings:
         takes = ", ".join(f"`{s}`" for s in self.settings) or "none"
         raise JaxmemError(f"`{name}` is not an engine {self.name} setting (it takes {takes})")
+
+  def default_context(self, cfg: Any) -> int:
+    """The longest sequence where none is given (the engine's own default)."""
+    raise NotImplementedError
 
   def capacity(self, request: EngineRequest) -> list[EngineCapacity]:
     raise NotImplementedError

@@ -33,6 +33,7 @@ from jaxmem.inference.engines.base import (
 )
 from jaxmem.inference.run import InferRow
 from jaxmem.inference.serving import fit_serving
+from jaxmem.inference.workload import DEFAULT_CONTEXT
 from jaxmem.launch import Emitter, Launch
 from jaxmem.options import RunOptions
 from jaxmem.program import sharding as shd
@@ -54,6 +55,10 @@ class JetStream(Engine):
   description: ClassVar[str] = ("JetStream with MaxText's engine: decode slots of max_target_length, prompts of "
                                  "max_prefill_predict_length")
   settings: ClassVar[tuple[str, ...]] = ("max_prefill_length",)
+
+  def default_context(self, cfg: Any) -> int:
+    """max_target_length: infer's default context (MaxText's own default is its config's)."""
+    return int(DEFAULT_CONTEXT[0])
 
   def capacity(self, request: EngineRequest) -> list[EngineCapacity]:
     self.check(request)

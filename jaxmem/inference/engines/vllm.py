@@ -185,6 +185,10 @@ class Vllm(Engine):
                                  "and GPU")
   settings: ClassVar[tuple[str, ...]] = ("gpu_memory_utilization", "block_size", "max_num_batched_tokens")
 
+  def default_context(self, cfg: ModelConfig) -> int:
+    """max_model_len defaults to the model's positions (vLLM's ModelConfig derives its maximum)."""
+    return cfg.max_seq_len
+
   def capacity(self, request: EngineRequest) -> list[EngineCapacity]:
     self.check(request)
     p = request.plan
