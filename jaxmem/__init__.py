@@ -154,3 +154,19 @@ __all__ = [
     "target",
     "timeline_text",
 ]
+
+# Serving as the engines run it (issue 42; the `serving` branch): an engine's capacity rule
+# (--engine), the KV cache's stored dtype (--kv-cache-dtype) and the launch writers (--emit).
+from jaxmem.inference.engines import EMITTERS as ENGINE_EMITTERS  # noqa: E402
+from jaxmem.inference.engines import ENGINES, EngineCapacity, EngineSettings, engine_capacity  # noqa: E402
+from jaxmem.inference.kv import KV_CACHE_DTYPES  # noqa: E402
+from jaxmem.launch import Emitter, Launch, emitters, taking  # noqa: E402
+from jaxmem.maxtext.search import EMITTER as _MAXTEXT_EMITTER  # noqa: E402
+
+# Every --emit writer, by name: the serving engines' serve commands and MaxText's overrides.
+EMITTERS = emitters(ENGINE_EMITTERS, (_MAXTEXT_EMITTER,))
+
+__all__ += [
+    "EMITTERS", "ENGINES", "ENGINE_EMITTERS", "KV_CACHE_DTYPES", "Emitter", "EngineCapacity", "EngineSettings",
+    "Launch", "emitters", "engine_capacity", "taking",
+]

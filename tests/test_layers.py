@@ -30,7 +30,7 @@ from test_imports import _graph, _modules
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem._quiet", "jaxmem.errors", "jaxmem.composed", "jaxmem.records", "jaxmem.registry", "jaxmem.versions", "jaxmem.units",
      "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache", "jaxmem.sizes", "jaxmem.events", "jaxmem.axes", "jaxmem.options",
-     "jaxmem.inputs"),
+     "jaxmem.inputs", "jaxmem.launch"),
     ("jaxmem.models",),
     ("jaxmem.hardware",),
     ("jaxmem.hlo",),

@@ -7,6 +7,7 @@ import argparse
 
 import jaxmem
 from jaxmem.cli import _common as c
+from jaxmem.cli import _engine
 from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.inference import render_serving
@@ -34,8 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
   tables.check_format(args.format)
   c.check_outputs(args)
-  if args.phase is None and (args.context is not None or args.weights is not None):
-    raise jaxmem.JaxmemError("`context` and `weights` are a serving fit's: give `phase` decode or prefill")
+  if args.phase is None and (args.context is not None or args.weights is not None or args.kv_cache_dtype is not None
+                             or args.engine is not None):
+    given = next(f for f in ("context", "weights", "kv_cache_dtype", "engine") if getattr(args, f) is not None)
+    raise jaxmem.JaxmemError(f"`{given}` is a serving fit's: give `phase` decode or prefill")
+  _engine.check_engine(args)
   if args.phase is not None:
     c.columns(args, why="a serving fit's table (`phase`)")
     c.starting(args, "fit", f": the most {args.over or 'batch'} that fit in {args.phase}")
@@ -104,6 +108,7 @@ def add_serving(p: argparse.ArgumentParser) -> None:
   p.add_argument("--context", default=None,
                  help="with --phase: the KV cache length (prefill: the prompt), comma separated; default 2048")
   p.add_argument("--weights", default=None, help="with --phase: bf16, fp16, fp8, int8, int4, comma separated, or all; default bf16")
+  _engine.add_engine(p)  # with --phase decode: a serving engine's capacity instead of jaxmem's decode step
 
 
 def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
@@ -112,6 +117,8 @@ def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
     given = "--jobs" if args.jobs != 1 else "--scheduler"
     raise jaxmem.JaxmemError(f"{given} does not apply to a serving fit (`phase` {args.phase}): it compiles one probe at a time here")
   training = {k: getattr(args, k) for k in _TRAINING_FLAGS if k in args.flag_defaults and getattr(args, k) != args.flag_defaults[k]}
+  if args.engine is not None:
+    return run_engine(args, chosen, training)
   w = c.workload(args, jaxmem.InferWorkload)  # --batch and --context go to fit_serving, which checks them
   sweep = c.Sweep(args, chosen)
   results = sweep.run(lambda run: jaxmem.fit_serving(
@@ -120,3 +127,16 @@ def run_serving(args: argparse.Namespace, chosen: str | None) -> int:
   ))
   c.emit(render_serving(results, args.format), args.output)
   return 0
+
+
+def run_engine(args: argparse.Namespace, chosen: str | None, training: dict[str, object]) -> int:
+  """``fit --phase decode --engine``: the most concurrent sequences at each --context, by the
+  engine's rule (cli/_engine.py); what it does not search is refused in one line."""
+  if args.phase != "decode":
+    raise jaxmem.JaxmemError(f"`engine` {args.engine} sizes a server for decode: give `phase` decode (not {args.phase})")
+  if args.over != "batch":
+    raise jaxmem.JaxmemError(f"`engine` {args.engine} answers the most sequences at each `context` (`over` batch); "
+                             "its pairs give every context's")
+  if args.batch is not None:
+    raise jaxmem.JaxmemError("`batch` is what `over` batch searches; leave it out (infer --engine checks a given batch)")
+  return _engine.run_engine(args, chosen, batch=None, refused={**training})

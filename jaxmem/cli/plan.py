@@ -27,17 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   budget = jaxmem.plan.__kwdefaults__["budget"]
   p.add_argument("--budget", type=c.COUNT, default=budget, help=f"compile at most this many candidates; default {budget}")
   p.add_argument("--plot", default=None, metavar="FILE", help="write the Pareto plot (memory against estimated step time)")
-  p.add_argument("--emit", default=None, choices=EMITTERS,
+  p.add_argument("--emit", default=None, choices=jaxmem.taking(jaxmem.EMITTERS, jaxmem.PlanResult),
                  help="also write the recommendation as a launch: maxtext prints MaxText's key=value overrides after "
                  "the table (`maxtext` in JSON); a choice MaxText cannot spell is named in a note")
   c.add_output(p)
   c.add_run_options(p, totals=False)
   c.add_columns(p, cols.PLAN)
   p.set_defaults(func=run)
-
-
-# --emit NAME -> the function that writes a plan's recommendation as that tool's launch.
-EMITTERS = {"maxtext": jaxmem.maxtext_overrides}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,4 +60,4 @@ def _launch(args: argparse.Namespace, result: jaxmem.PlanResult) -> jaxmem.MaxTe
     return None
   if result.recommended is None:
     return f"no compiled configuration fits, so there is no {args.emit} launch to write"
-  return EMITTERS[args.emit](result)
+  return jaxmem.EMITTERS.get(args.emit)(result)

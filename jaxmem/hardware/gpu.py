@@ -59,8 +59,11 @@ class GpuSpec:
   memory_bandwidth: int              # bytes per second
   # NVLink bytes per second per GPU, both directions together, as NVIDIA quotes it (A100:
   # "600GB/s"). Not given to the compiler (XLA's target config has no interconnect field); it is
-  # what sets a mesh's collective time on the part, and what tells an A800 from an A100.
+  # what sets a mesh's collective time on the part, and what tells an A800 from an A100. A part
+  # without NVLink (``interconnect`` "PCIe": the L4, L40S, A10G) gives its PCIe link's figure here,
+  # as its datasheet quotes it ("PCIe Gen4 x16: 64GB/s bidirectional").
   nvlink_bandwidth: int
+  interconnect: str = "NVLink"  # what the GPUs of one host talk over: "NVLink" or "PCIe"
   accelerated_features: bool = False # sm_90a / sm_100a: arch-specific instructions (wgmma, tcgen05)
   # Dense (no structured sparsity) tensor-core peaks, FLOP/s, from the datasheets cited per part:
   # what the step-time estimate divides by (jaxmem.hardware.peaks). peak_8bit_ops: fp8 where the
@@ -185,6 +188,59 @@ GPU_SPECS: dict[str, GpuSpec] = {s.name: s for s in (
         # DGX B200: 8 B200, "System Memory 2 TB, configurable to 4 TB" (the base figure).
         host=HostSpec(machine="DGX B200", accelerators=8, ram_bytes=2000 * GB,
                       source="https://www.nvidia.com/en-us/data-center/dgx-b200/")),
+    # The PCIe parts teams rent for serving (issue 42): no NVLink, GDDR6 memory, one to eight a VM.
+    # XLA records no target spec for them: the byte counts are the totals nvidia-smi reports on the
+    # parts (MiB x 2**20; the CUDA driver's total, which vLLM's gpu_memory_utilization multiplies),
+    # as quoted in modal-labs/modal-client PR #2797 ("A10: 23028MiB", "L40S: 46068MiB",
+    # "L4: 23034MiB"), and for each part in a public log of its own: vllm-project/vllm #10156 (an L4,
+    # "0MiB / 23034MiB"), NVIDIA/DCGM #232 (an A10G, "8722MiB / 23028MiB"),
+    # akash-network/provider-configs #99 (an L40S, "memory.total [MiB] 46068 MiB"). Shared memory:
+    # the CUDA C++ Programming Guide's table of compute capabilities (8.6 and 8.9: 100 KB a
+    # multiprocessor, 99 KB a block). FP32 lanes: 128 a multiprocessor on sm_86 and sm_89 (the same
+    # guide). Neither XLA's compile nor its memory figures read the SM count, L2 or clock (they feed
+    # its cost model, and the step-time estimate's vector rate): each is cited where it is given.
+    # L4: NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4/): 24GB GDDR6, 300
+    # GB/s, "BF16 Tensor Core 242 teraFLOPS*", "FP8 Tensor Core 485 teraFLOPS*" (* with sparsity;
+    # dense is half), PCIe Gen4 x16 64GB/s. 58 SMs of 128 lanes (7,424 CUDA cores), 48 MB L2 and a
+    # 2,040 MHz boost, as public tables of the L4's AD104 list them (the datasheet gives none).
+    GpuSpec(
+        name="l4", description="NVIDIA L4", hbm_bytes=23034 * 2**20,
+        compute_capability=(8, 9), core_count=58, fpus_per_core=128,
+        shared_memory_per_core=102_400, shared_memory_per_block_optin=101_376,
+        l2_cache_bytes=48 * 2**20, clock_rate_ghz=2.04, memory_bandwidth=300_000_000_000,
+        nvlink_bandwidth=64_000_000_000, interconnect="PCIe",
+        peak_bf16_flops=121e12, peak_8bit_ops=242.5e12,
+        # Google Cloud G2 g2-standard-96: 8 L4, 96 vCPUs, 384 GB.
+        host=HostSpec(machine="g2-standard-96", accelerators=8, ram_bytes=384 * GB, source=_GCE_GPU_VMS)),
+    # L40S: NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s/): 48GB GDDR6 with ECC, 864GB/s,
+    # "BFLOAT16 Tensor Core TFLOPS 362.05 | 733*", "FP8 Tensor Core 733 | 1,466*" (* with sparsity),
+    # 18,176 CUDA cores (142 SMs of 128), PCIe Gen4 x16 64GB/s bidirectional, no NVLink. AD102: 96 MB
+    # L2, 2,520 MHz boost (public AD102 tables).
+    GpuSpec(
+        name="l40s", description="NVIDIA L40S", hbm_bytes=46068 * 2**20,
+        compute_capability=(8, 9), core_count=142, fpus_per_core=128,
+        shared_memory_per_core=102_400, shared_memory_per_block_optin=101_376,
+        l2_cache_bytes=96 * 2**20, clock_rate_ghz=2.52, memory_bandwidth=864_000_000_000,
+        nvlink_bandwidth=64_000_000_000, interconnect="PCIe",
+        peak_bf16_flops=362.05e12, peak_8bit_ops=733e12,
+        # AWS g6e.48xlarge: 8 L40S, 192 vCPUs, 1,536 GiB (aws.amazon.com/ec2/instance-types/g6e/).
+        host=HostSpec(machine="g6e.48xlarge", accelerators=8, ram_bytes=1536 * 2**30,
+                      source="https://aws.amazon.com/ec2/instance-types/g6e/")),
+    # A10G: the A10 variant made for AWS's G5 instances. Memory and bandwidth as the A10's: 24 GB
+    # GDDR6 at 600 GB/s (www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/: "The A10
+    # and A10G share the same GPU memory stats: 24 gigabytes of GDDR6 VRAM with a memory bandwidth
+    # of 600 gigabytes per second"); 80 SMs (AWS G5: "80 ray tracing cores", one an SM), 6 MB L2
+    # (GA102), sm_86. NVIDIA publishes no datasheet for the A10G and AWS no tensor-core peak: its
+    # peaks are left unset (the A10's 125 TFLOPS are another part's), so its step time has none.
+    GpuSpec(
+        name="a10g", description="NVIDIA A10G", hbm_bytes=23028 * 2**20,
+        compute_capability=(8, 6), core_count=80, fpus_per_core=128,
+        shared_memory_per_core=102_400, shared_memory_per_block_optin=101_376,
+        l2_cache_bytes=6 * 2**20, clock_rate_ghz=1.71, memory_bandwidth=600_000_000_000,
+        nvlink_bandwidth=64_000_000_000, interconnect="PCIe",
+        # AWS g5.48xlarge: 8 A10G, 192 vCPUs, 768 GiB (aws.amazon.com/ec2/instance-types/g5/).
+        host=HostSpec(machine="g5.48xlarge", accelerators=8, ram_bytes=768 * 2**30,
+                      source="https://aws.amazon.com/ec2/instance-types/g5/")),
 )}
 
 

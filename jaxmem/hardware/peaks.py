@@ -76,7 +76,7 @@ def gpu_peaks(spec: GpuSpec, *, hosts: int = 1) -> tuple[Peaks | None, str | Non
             "cross, on the network)")
   return Peaks(
       part=spec.description, peak_flops=spec.peak_bf16_flops, peak_8bit_ops=spec.peak_8bit_ops,
-      hbm_bandwidth=float(spec.memory_bandwidth), link="NVLink", link_bandwidth=spec.nvlink_bandwidth / 2,
+      hbm_bandwidth=float(spec.memory_bandwidth), link=spec.interconnect, link_bandwidth=spec.nvlink_bandwidth / 2,
       link_note=note,
   ), None
 

@@ -201,7 +201,8 @@ class Gpu(TargetKind):
     return GPU_SPECS[self.part].host
 
   def nvlink_bandwidth(self) -> float | None:
-    return GPU_SPECS[self.part].nvlink_bandwidth
+    spec = GPU_SPECS[self.part]
+    return spec.nvlink_bandwidth if spec.interconnect == "NVLink" else None  # a PCIe part has none
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -26,6 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxmem.hardware.targets import Target
 from jaxmem.inference import quant
+from jaxmem.inference.kv import KvCacheDtype
 from jaxmem.models import (
     CACHE_AXES, MLA_CACHE_AXES, AttentionChoice, ModelConfig, StepChoices, cache_bytes, cache_class,
 )
@@ -54,10 +55,11 @@ def _lenient_spec(logical: Sequence[str | None], shape: Sequence[int], jmesh) ->
   return spec, notes
 
 
-def abstract_cache(cfg: ModelConfig, *, batch: int, context: int, jmesh) -> tuple[Any, Any, list[str]]:
+def abstract_cache(cfg: ModelConfig, *, batch: int, context: int, jmesh, dtype: Any = None) -> tuple[Any, Any, list[str]]:
   """(abstract cache, its tree of shardings, notes) for the model's kind of attention: a KVCache
   (keys and values per kv head) or, for multi-head latent attention, an MLACache (the latent and
-  the RoPE key; ``models.cache_class``), each array sharded by its logical axes."""
+  the RoPE key; ``models.cache_class``), each array sharded by its logical axes and stored in
+  ``dtype`` (the compute dtype unless given)."""
   kind = cache_class(cfg)
   if cfg.is_mla:
     shapes, axes = kind.shapes(cfg, batch=batch, context=context), MLA_CACHE_AXES
@@ -69,7 +71,7 @@ def abstract_cache(cfg: ModelConfig, *, batch: int, context: int, jmesh) -> tupl
     shapes, axes = (shape, shape), (CACHE_AXES, CACHE_AXES)
   specs = [_lenient_spec(a, shp, jmesh) for a, shp in zip(axes, shapes, strict=True)]
   shardings = [NamedSharding(jmesh, spec) for spec, _ in specs]
-  dtype = cfg.compute_jnp_dtype
+  dtype = cfg.compute_jnp_dtype if dtype is None else jnp.dtype(dtype)
   cache = kind(*(jax.ShapeDtypeStruct(shp, dtype, sharding=sh) for shp, sh in zip(shapes, shardings, strict=True)))
   return cache, kind(*shardings), list(dict.fromkeys(n for _, ns in specs for n in ns))
 
@@ -85,15 +87,18 @@ def build_infer_program(
     target: Target,
     mesh: shd.MeshSpec,
     attention: AttentionChoice | None = None,
+    kv: KvCacheDtype | None = None,
 ) -> InferProgram:
   """The sharded, cache-donating prefill (``context`` = prompt length) or decode step of ``cfg``
   run as ``choices`` say (its experts' implementation); prefill attends through ``attention``
-  (None: einsums over the cache, as decode does)."""
+  (None: einsums over the cache, as decode does); the cache is stored as ``kv`` says (the compute
+  dtype unless given)."""
   jmesh = target.make_mesh(mesh)
   graphdef, params, logical = abstract_model(cfg, choices)
   param_sh = shd.param_shardings(params, logical, jmesh)
   stored, stored_sh = quant.abstract_quantized(params, param_sh, fmt)
-  cache, cache_tree_sh, notes = abstract_cache(cfg, batch=batch, context=context, jmesh=jmesh)
+  cache, cache_tree_sh, notes = abstract_cache(cfg, batch=batch, context=context, jmesh=jmesh,
+                                               dtype=None if kv is None else kv.dtype)
   t = context if phase == "prefill" else 1
   tok_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq"), (batch, t), jmesh)[0])
   logits_sh = NamedSharding(jmesh, _lenient_spec(("batch", "seq", "vocab"), (batch, 1, cfg.vocab_size), jmesh)[0])
@@ -103,11 +108,11 @@ def build_infer_program(
 
   attend = None if attention is None or phase != "prefill" else attention.attend
 
-  def step(p, kv, tokens_bt, pos):
+  def step(p, cache_tree, tokens_bt, pos):
     model = nnx.merge(graphdef, p)
     if attend is not None:  # prefill starts at position 0: a Python 0, as attend requires
-      return model.cached(tokens_bt, kv, pos=0, constrain=constrain, weights=hook, attend=attend)
-    return model.cached(tokens_bt, kv, pos=pos, constrain=constrain, weights=hook)
+      return model.cached(tokens_bt, cache_tree, pos=0, constrain=constrain, weights=hook, attend=attend)
+    return model.cached(tokens_bt, cache_tree, pos=pos, constrain=constrain, weights=hook)
 
   jitted = jax.jit(
       step,
@@ -131,7 +136,8 @@ def build_infer_program(
       weight_bytes=int(values + scales),
       weight_scale_bytes=int(scales),
       weight_bytes_per_device=int(quant.tree_stored_bytes_per_device(stored, stored_sh)),
-      kv_cache_bytes=cache_bytes(cfg, batch=batch, context=context),
+      kv_cache_bytes=cache_bytes(cfg, batch=batch, context=context,
+                                 bytes_per_element=None if kv is None else kv.bytes_per_element),
       kv_cache_bytes_per_device=int(kv_dev),
       notes=tuple(f"kv cache: {n}" for n in notes),
   )

@@ -40,16 +40,19 @@ OPTIONS = tuple(a for a in declared(training=False) if not a.outer and a.summary
 class InferSetup(Record):
   """What an inference step is, beside its placement: the phase, the weight format, the KV
   cache's length in positions (``context``: the prompt for prefill, the cache a decode step reads
-  for decode), the prompt, the attention implementation used (prefill's kernel; ``dot`` for
-  decode) and what the KV cache holds per token (``attention_kind``: MLA, MHA or GQA), then
-  each of prefill's options (:data:`OPTIONS`: dot attention's scores' dtype) as prefill asked it
-  (``None`` for decode, which forms no scores), and
-  ``moe_impl`` and ``capacity_factor`` as in :class:`jaxmem.records.Configuration`."""
+  for decode), the prompt, how the cache stores keys and values (``kv_cache_dtype``: a name of
+  :data:`jaxmem.inference.kv.KV_CACHE_DTYPES`, the compute dtype's unless one was asked), the
+  attention implementation used (prefill's kernel; ``dot`` for decode) and what the KV cache
+  holds per token (``attention_kind``: MLA, MHA or GQA), then each of prefill's options
+  (:data:`OPTIONS`: dot attention's scores' dtype) as prefill asked it (``None`` for decode,
+  which forms no scores), and ``moe_impl`` and ``capacity_factor`` as in
+  :class:`jaxmem.records.Configuration`."""
 
   phase: str
   weights: str
   context: int
   prompt: int | None
+  kv_cache_dtype: str | None = None
   attention: str | None = None
   attention_kind: str = "GQA"
   # (the axes taken as given, after attention_kind: with_optional_fields)
@@ -138,16 +141,19 @@ def run_infer_config(
       weights=fmt.name,
       context=context,
       prompt=p.prompt if phase == "prefill" else None,
+      kv_cache_dtype=None if p.kv is None else p.kv.name,
       attention=choice.name if choice is not None else "dot",
       **{a.name: options.get(a.name) if phase == "prefill" else None for a in OPTIONS},
       batch=p.batch,
       num_devices=p.target.num_devices,
       attention_kind=attention_kind(cfg),
-      kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1),
+      kv_cache_bytes_per_token=cache_bytes(cfg, batch=1, context=1,
+                                           bytes_per_element=None if p.kv is None else p.kv.bytes_per_element),
       **moe_fields(cfg, choices),
   )
   program = build_infer_program(
-      cfg, choices=choices, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh, attention=choice
+      cfg, choices=choices, phase=phase, fmt=fmt, batch=p.batch, context=context, target=p.target, mesh=mesh,
+      attention=choice, kv=p.kv,
   )
   base.update(
       weight_bytes=program.weight_bytes,

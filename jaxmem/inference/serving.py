@@ -295,7 +295,7 @@ class _Search:
     if k not in self._arguments:
       batch, context = self.size(k)
       program = build_infer_program(self.p.cfg, choices=self.variant[0], phase=self.phase, fmt=self.fmt, batch=batch,
-                                    context=context, target=self.p.target, mesh=self.mesh)
+                                    context=context, target=self.p.target, mesh=self.mesh, kv=self.p.kv)
       self._arguments[k] = shape_argument_bytes(program.args, self.p.target.num_devices)
     return self._arguments[k]
 

@@ -22,6 +22,7 @@ from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.events import notice
 from jaxmem.inference import quant
+from jaxmem.inference.kv import KvCacheDtype, kv_cache_dtype
 from jaxmem.models import ModelConfig, StepChoices
 from jaxmem.resolve import one_of_each, outer_values, resolve_meshes, resolve_model, resolve_target, within_positions
 from jaxmem.program import sharding as shd
@@ -42,7 +43,8 @@ class InferWorkload(BaseWorkload):
   ``mesh``, ``dtype``, ``attention``, the MoE variant, the axes taken as given: the attention
   scores' dtype) and inference's own: weight
   formats, phases, the prefill prompt length and the decode contexts (KV cache lengths), each a
-  comma-separated string or a sequence. Stored weights start from bf16. ``attention`` is a sweep
+  comma-separated string or a sequence, and the KV cache's dtype (one; the compute dtype unless
+  named). Stored weights start from bf16. ``attention`` is a sweep
   axis of prefill rows; decode attends with einsums. ``batch``, ``prompt`` and ``context`` not
   given (None, empty) are chosen by the plan (:data:`DEFAULT_BATCH`, :data:`DEFAULT_PROMPT`,
   :data:`DEFAULT_CONTEXT`, or the nearest that fit the model and the meshes)."""
@@ -54,6 +56,9 @@ class InferWorkload(BaseWorkload):
   phase: tuple[str, ...] = PHASES
   prompt: int | None = None
   context: tuple[str | int, ...] = ()
+  # How the KV cache stores keys and values (jaxmem.inference.kv.KV_CACHE_DTYPES); None: the
+  # compute dtype, as vLLM's "auto" is the model's dtype.
+  kv_cache_dtype: str | None = None
 
   def __post_init__(self):
     super().__post_init__()
@@ -84,6 +89,7 @@ class InferPlan:
   # record none).
   others: tuple[tuple[str, tuple[Any, ...]], ...] = ()
   always_compile: bool = False  # the workload's: compile even where the arguments alone are over the capacity
+  kv: KvCacheDtype | None = None  # the KV cache's storage (None: the compute dtype)
 
   def variants(self) -> tuple[tuple[StepChoices, tuple[str, ...]], ...]:
     """The MoE variants, or the default choices alone (a plan made without any)."""
@@ -218,6 +224,6 @@ def plan_infer(workload: InferWorkload | None = None, /, **fields: Any) -> Infer
     if longest > cfg.position_limit:
       raise JaxmemError(f"{cfg.name} has {cfg.position_limit} learned positions; prompt and context must not exceed it (got {longest})")
   return InferPlan(cfg, tgt, meshes, formats, phases, prompt, contexts, batch, attentions, moe=variants, others=others,
-                   always_compile=w.always_compile)
+                   always_compile=w.always_compile, kv=kv_cache_dtype(w.kv_cache_dtype, cfg))
 
 

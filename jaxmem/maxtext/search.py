@@ -30,7 +30,9 @@ from jaxmem.compiler.report import fits as fits_in
 from jaxmem.errors import (
     BatchDoesNotDivide, DoesNotDivide, ExpertsDoNotDivide, HeadsDoNotDivide, JaxmemError, TraceFailed,
 )
+from jaxmem.launch import Emitter
 from jaxmem.maxtext import step as mx
+from jaxmem.maxtext.emit import maxtext_overrides
 from jaxmem.maxtext.plan import plan_maxtext
 from jaxmem.maxtext.table import (
     MESH_KEYS, REMATS, At, NoMaxTextMapping, jaxmem_attention, per_device_batch, state_moments,
@@ -185,3 +187,9 @@ def _itemsize(dtype: str) -> int:
 
   return jnp.dtype(dtype).itemsize
 
+
+
+# ``plan --emit maxtext``: a plan's recommendation as MaxText's overrides, in the one --emit
+# registry (jaxmem.launch.emitters) beside the serving engines'.
+EMITTER = Emitter(name="maxtext", help="MaxText's key=value overrides for the recommendation", takes=s.PlanResult,
+                  what="a plan's recommendation (`plan`)", write=maxtext_overrides)

@@ -39,6 +39,7 @@ from jaxmem.axes import AXES, Axis
 from jaxmem.errors import JaxmemError
 from jaxmem.hardware.machine import LINKS
 from jaxmem.hardware.margin import AT_RISK, NO, YES
+from jaxmem.inference.kv import KV_CACHE_DTYPES
 from jaxmem.inference.run import OPTIONS as INFER_OPTIONS
 from jaxmem.planning.fit import FitResult
 from jaxmem.planning.scale import Growth
@@ -677,13 +678,22 @@ def _against_ridge(v: Any, cell: Cell) -> str:
   return "-" if ai is None or ridge is None else f"{ai:,.0f} {'>' if ai > ridge else '<'} {ridge:,.0f}"
 
 
+def _kv_said(r: Any) -> bool:
+  # Stored in a dtype other than the compute dtype's default (the dtype axis's quiet values).
+  kv = KV_CACHE_DTYPES.get(r.kv_cache_dtype) if r.kv_cache_dtype in KV_CACHE_DTYPES else None
+  return r.kv_cache_dtype is not None and (kv is None or kv.dtype not in AXES["dtype"].quiet)
+
+
 def _infer_bytes(field: str, header: str, sets: frozenset[str] = _MEMORY, lead: Rule | None = None) -> Column:
   return Column(field=field, header=f"{header} {{unit}}", unit=BYTES, format=grouped, sets=sets, lead=lead)
 
 
 # infer's table: one row per (mesh, weight format, phase, context).
 INFER: list[Column] = [
-    *(Column(field=k, sets=_CONFIG) for k in ("mesh", "phase", "attention", "weights", "context", "batch")),
+    *(Column(field=k, sets=_CONFIG) for k in ("mesh", "phase", "attention", "weights")),
+    # The KV cache's stored dtype where it says something: not the default compute dtype's.
+    Column(field="kv_cache_dtype", header="kv dtype", format=text, shown=Some(_kv_said), sets=_CONFIG),
+    *(Column(field=k, sets=_CONFIG) for k in ("context", "batch")),
     _infer_bytes("weight_bytes_per_device", "weight_per_device"),
     _infer_bytes("kv_cache_bytes_per_device", "kv_cache_per_device"),
     _infer_bytes("argument_size_in_bytes", "argument"),
@@ -760,4 +770,42 @@ EXPLAIN_BUFFERS: list[Column] = [
     # The framework's line each source line called: where asked (explain --framework-frames).
     Column(field="framework", format=_or_dash, shown=Asked("framework"), sets=_DEFAULT),
     Column(field="op_name", header="op_name", format=_or_dash),
+]
+
+
+def _yes_no(v: bool | None, cell: Cell) -> str:
+  return "-" if v is None else ("yes" if v else "NO")
+
+
+_PAGED = Some(lambda r: r.block_size is not None)  # an engine that allocates its cache in blocks (vLLM)
+
+
+# A serving engine's answer (--engine; jaxmem.inference.engines.EngineCapacity): one row per
+# (mesh, weights, context), in the engine's units.
+ENGINE: list[Column] = [
+    Column(field="mesh"),
+    Column(field="weights"),
+    Column(field="context"),
+    Column(field="max_seqs", header="max seqs"),
+    Column(field="fits", format=_yes_no),
+    Column(field="block_size", header="block", shown=_PAGED),
+    Column(field="num_blocks", header="blocks", shown=_PAGED),
+    Column(field="engine_blocks", header="engine blocks", shown=_PAGED),
+    Column(field="kv_tokens", header="kv tokens"),
+    Column(field="kv_bytes", header="kv {unit}", unit=BYTES, format=grouped),
+    Column(field="page_bytes", header="page B", shown=_PAGED),
+    Column(field="kernel_page_bytes", header="kernel page B", shown=_PAGED),
+    Column(field="max_utilization", header="max util", shown=_PAGED),
+    # JetStream's slots a device (MaxText's per_device_batch_size), one of its settings.
+    Column(field="per_device_batch_size", value=lambda cell: cell.row.settings.get("per_device_batch_size"),
+           shown=Some(lambda r: "per_device_batch_size" in r.settings)),
+]
+
+# An engine's terms (jaxmem.inference.engines.base.Term), a device's bytes each.
+ENGINE_TERMS: list[Column] = [
+    Column(field="name", header="term"),
+    Column(field="bytes", header="{unit}", unit=BYTES, format=grouped),
+    Column(field="origin", header="from"),
+    Column(field="what"),
+    Column(field="source"),
 ]

@@ -1,4 +1,5 @@
-"""``infer`` and ``estimate`` output, and the sections ``compare --with-inference/--with-estimate`` add.
+"""``infer`` and ``estimate`` output, the sections ``compare --with-inference/--with-estimate`` add, and
+a serving engine's answer (``--engine``: :func:`render_engine`).
 
 Rendering goes through :mod:`jaxmem.render.tables`' generic record renderer. Tables show one
 binary unit chosen for the figures (:mod:`jaxmem.render.units`), ``estimate`` decimal GB as its
@@ -13,12 +14,15 @@ from typing import Any
 
 from jaxmem.hardware.margin import AT_RISK, NO, YES
 from jaxmem.planning.estimate import Estimate
+from jaxmem.inference.engines import EngineCapacity
 from jaxmem.inference.infer import InferRow
+from jaxmem.launch import Launch
 from jaxmem.render import columns as cols
 from jaxmem.render.columns import verdict_cell
 from jaxmem.inputs import ESTIMATES, INFERENCE, KV_CACHE, SERVING
 from jaxmem.render.tables import (
     AT_RISK_NOTE, check_format, envelope, grid, heading_versions, made_by, render_csv, render_records,
+    run_versions,
 )
 from jaxmem.render.units import Unit, unit, unit_for
 
@@ -223,3 +227,48 @@ def _next_cell(r: Any, u: Unit) -> str:
   if n.required_bytes is None:
     return f"{size}: refused ({(n.error or '').splitlines()[0][:60]})"
   return f"{size}: {n.verdict or ('NO' if n.fits is False else '-')}, {u(n.required_bytes)} {u.name}"
+
+
+def render_engine(results: Sequence[EngineCapacity], fmt_name: str, *, launches: Sequence[Launch] = ()) -> str:
+  """An engine's answers (:class:`jaxmem.inference.engines.EngineCapacity`): JSON as the envelope
+  of their dicts (bytes; ``launches`` beside the rows), CSV one line each (the terms and pairs
+  left to JSON); tables one line a (mesh, weights, context) in the engine's units, then each
+  distinct set of terms per device (what the compiler, the engine and the target each give, and
+  the rule's source), the pairs that fit, the notes and the launch lines."""
+  check_format(fmt_name)
+  if fmt_name == "json":
+    rows = [r.row for r in results if r.row is not None]
+    return json.dumps(envelope(results, versions=run_versions(rows) or None, launches=[x.as_dict() for x in launches]),
+                      indent=2)
+  if fmt_name == "csv":
+    flat = [{k: v for k, v in r.as_dict().items() if k not in ("terms", "pairs", "row", "settings", "notes")}
+            | {f"setting_{k}": v for k, v in r.settings.items()} for r in results]
+    return render_csv(flat)
+  u = unit_for([r.kv_bytes for r in results if r.kv_bytes] + [t.bytes for r in results for t in r.terms if t.bytes])
+  text = _laid_out(cols.ENGINE, results, u, fmt_name)
+  if results:
+    r0 = results[0]
+    rows = [r.row for r in results if r.row is not None]
+    text = (f"engine {r0.engine} · model {r0.model} · target {r0.target} · KV {r0.kv_cache_dtype}, {u.name} over "
+            f"all {r0.num_devices} devices{heading_versions(rows)}\n\n" + text)
+  seen: list[tuple[Any, ...]] = []
+  for r in results:
+    key = tuple((t.name, t.bytes) for t in r.terms)
+    if key not in seen:
+      seen.append(key)
+      text += f"\n\nterms a device ({r.mesh} {r.weights} {r.context}):\n\n" + _laid_out(cols.ENGINE_TERMS, r.terms, u,
+                                                                                        fmt_name)
+  pairs = dict.fromkeys(f"{r.mesh} {r.weights}: " + ", ".join(f"{c:,} x {n:,}" for c, n in r.pairs)
+                        for r in results if r.pairs)
+  if pairs:
+    text += "\n\ncontext x the most concurrent sequences of it that fit:\n" + "\n".join(pairs)
+  notes = dict.fromkeys([*(n for r in results for n in r.notes), *(n for x in launches for n in x.notes)])
+  lines = [f"note: {n}" for n in notes] + [f"{x.tool}: {x.text()}" for x in launches]
+  return text + ("\n\n" + "\n".join(lines) if lines else "")
+
+
+def _laid_out(columns: Sequence[cols.Column], rows: Sequence[Any], u: Unit, fmt_name: str) -> str:
+  """``rows`` as a table (or markdown) of ``columns`` (every one it shows: an engine's table is
+  asked for by name, --engine, and has no wider set to choose from), byte cells in ``u``."""
+  headers, body = cols.lay_out(columns, cols.Table(rows, u, chosen=frozenset({cols.ALL})))
+  return grid(body, headers, fmt_name)
