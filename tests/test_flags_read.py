@@ -52,6 +52,7 @@ PATHS: dict[str, dict[str, list[str]]] = {
         "remat search": [*TINY, "--batch", "32", "--seq", "64", "--remat", "search"],
         "serving decode": [*TINY, "--phase", "decode"],
         "serving prefill": [*TINY, "--phase", "prefill"],
+        "serving engine": [*TINY, "--phase", "decode", "--engine", "vllm"],
         "own step": ["--step", STEP, "--target", TARGET],
         "maxtext": [*MAXTEXT, "--target", TARGET],
     },
@@ -60,6 +61,8 @@ PATHS: dict[str, dict[str, list[str]]] = {
         "decode": [*TINY, "--phase", "decode"],
         "prefill": [*TINY, "--phase", "prefill"],
         "as json": [*TINY, "--format", "json"],
+        "engine vllm": [*TINY, "--engine", "vllm"],
+        "engine jetstream": [*TINY, "--engine", "jetstream"],
     },
     "plan": {
         "model": TINY,

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 
 import jaxmem
+from jaxmem import inputs
 from jaxmem.cli import _common as c
 from jaxmem.render import tables
 from jaxmem.render.inference import render_engine
@@ -17,24 +18,25 @@ from jaxmem.render.inference import render_engine
 EMITTERS = jaxmem.taking(jaxmem.EMITTERS, jaxmem.EngineCapacity)
 # Each engine setting's flag field (jaxmem.EngineSettings' fields, each with its flag's help).
 SETTINGS = tuple(f.name for f in dataclasses.fields(jaxmem.EngineSettings))
-_TYPES = {"float | None": float, "int | None": int}
+# Each setting's parser (jaxmem.inputs): a share of the device is a fraction, the rest counts.
+_TYPES = {"gpu_memory_utilization": inputs.Fraction()}
 
 
 def add_engine(p: argparse.ArgumentParser) -> None:
   """``--engine``, its settings (one flag each field of :class:`jaxmem.EngineSettings`),
   ``--kv-cache-dtype`` and ``--emit``."""
   p.add_argument(
-      "--engine", default=None,
+      "--engine", default=None, type=inputs.Choice(tuple(jaxmem.ENGINES)),
       help=f"a serving engine's own capacity rule ({', '.join(jaxmem.ENGINES)}): its KV budget, blocks and the "
       "concurrent sequences x context that fit, from the compiled weights and forward pass",
   )
-  p.add_argument("--kv-cache-dtype", default=None,
+  p.add_argument("--kv-cache-dtype", default=None, type=inputs.Choice(tuple(jaxmem.KV_CACHE_DTYPES)),
                  help=f"how the KV cache stores keys and values: {', '.join(jaxmem.KV_CACHE_DTYPES)}; default the "
                  "compute dtype")
   for f in dataclasses.fields(jaxmem.EngineSettings):
-    p.add_argument("--" + f.name.replace("_", "-"), type=_TYPES[str(f.type)], default=None,
+    p.add_argument("--" + f.name.replace("_", "-"), type=_TYPES.get(f.name, inputs.Whole()), default=None,
                    help=f"--engine {f.metadata['engine']}: {f.metadata['help']}")
-  p.add_argument("--emit", default=None,
+  p.add_argument("--emit", default=None, type=inputs.Choice(tuple(EMITTERS)),
                  help=f"with --engine: also write the serve command for the answer ({', '.join(EMITTERS)}); "
                  "in JSON as `launches`")
 
