@@ -27,6 +27,7 @@ from jaxmem.axes import (
 from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
 from jaxmem.models import ModelConfig, StepChoices, get_config
+from jaxmem import compilers
 from jaxmem.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
@@ -73,7 +74,9 @@ class Task:
       parts["step_source"] = step_fingerprint(self.workload.step)
       if parts["step_source"] is None:
         return None
-    return key(parts)
+    # A task under another compiler release is keyed on that release, not this process's.
+    spec = getattr(self, "compiler", None)
+    return key(parts, compilers=compilers.versions_of(spec) if spec else None)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
