@@ -253,9 +253,11 @@ def describe(versions: dict[str, str]) -> str:
 
 
 def merged(many: list[dict[str, str]]) -> dict[str, str]:
-  """One dict from several rows' versions (a sweep over one target has one set)."""
-  out: dict[str, str] = {}
+  """One dict from several rows' versions (a sweep over one target has one set); a compiler
+  whose rows name several releases (a ``compiler`` sweep) has them all, ``0.0.50.1 / 0.0.52``."""
+  seen: dict[str, list[str]] = {}
   for d in many:
     for k, v in (d or {}).items():
-      out.setdefault(k, v)
-  return out
+      if v not in seen.setdefault(k, []):
+        seen[k].append(v)
+  return {k: vs[0] if len(vs) == 1 else " / ".join("unknown" if v is None else v for v in vs) for k, vs in seen.items()}

@@ -24,7 +24,7 @@ from typing import Any
 
 from jaxmem import compilers
 from jaxmem.axes import labels
-from jaxmem.hardware.startup import chosen_platforms, start_jax
+from jaxmem.hardware.startup import chosen_platforms, init_worker
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import RowCache
 from jaxmem.events import Compiling, emit
@@ -42,16 +42,6 @@ class Counting:
 
   before: int = 0
   total: int | None = None
-
-
-def _init_worker(cpu_devices: int, platforms: str | None, environment: compilers.Environment | None = None) -> None:
-  # The parent's platform list, given explicitly: a spawned worker inherits the environment but
-  # not jax.config, where the parent's start_jax (or the user) chose it. A compiler release's
-  # environment is applied first: JAX reads TPU_LIBRARY_PATH and finds its plugins when a
-  # backend or topology first needs them, after this.
-  if environment is not None:
-    environment.apply()
-  start_jax(cpu_devices, platforms=platforms)
 
 
 def release(t: Task) -> str | None:
@@ -177,7 +167,7 @@ def _run_pool(tasks: Sequence[Task], run: Run, todo: Iterable[int], jobs: int, d
   ctx = multiprocessing.get_context("spawn")
   cpu = max(t.cpu_devices for t in tasks)
   pool = cf.ProcessPoolExecutor(
-      max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(cpu, chosen_platforms(), environment)
+      max_workers=jobs, mp_context=ctx, initializer=init_worker, initargs=(cpu, chosen_platforms(), environment)
   )
   try:
     futures = {pool.submit(run, tasks[i]): i for i in todo}
