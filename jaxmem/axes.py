@@ -601,7 +601,7 @@ AXES: dict[str, Axis] = _registry(
          help="form and reduce the gradients over the data axes in this dtype", list_note=_PRECISION_NOTE,
          word="grad reduce", heading="{} gradient reduction"),
     # Innermost, so the releases of one configuration sit side by side.
-    Axis(name="compiler", parse=_compilers, default=(), nest=110, check=_compiler_here, summary=True,
+    Axis(name="compiler", parse=_compilers, default=(), nest=110, check=_compiler_here, summary=True, step=True,
          column=Shown(when=GIVEN, place=5, identity=True),
          record=Recorded(after="remat", doc="the compiler release it was compiled under, in a worker process that "
                          "loads it (libtpu==0.0.52); None: the one this process loads (its versions say which)"),

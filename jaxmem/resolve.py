@@ -74,9 +74,13 @@ class Task:
       parts["step_source"] = step_fingerprint(self.workload.step)
       if parts["step_source"] is None:
         return None
-    # A task under another compiler release is keyed on that release, not this process's.
+    return key(parts, compilers=self.release_versions())
+
+  def release_versions(self) -> dict[str, str] | None:
+    """The compiler versions of the release the task is compiled under (``compiler``), which key
+    its row in place of this process's; ``None`` for this process's own compiler."""
     spec = getattr(self, "compiler", None)
-    return key(parts, compilers=compilers.versions_of(spec) if spec else None)
+    return compilers.versions_of(spec) if spec else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
