@@ -295,3 +295,21 @@ def test_an_environment_puts_a_plugin_first_on_the_path(monkeypatch):
   env = compilers.Environment(spec=compilers.parse_spec("jax-cuda12-plugin==0.11.0"), path=("/x/plugin",))
   env.apply()
   assert sys.path[0] == "/x/plugin" and os.environ["PYTHONPATH"] == os.pathsep.join(["/x/plugin", "/elsewhere"])
+
+
+@pytest.mark.slow  # downloads libtpu 0.0.52's wheel once and compiles eight small programs in subprocesses
+def test_a_real_second_libtpu():
+  import importlib.util
+
+  path = Path(__file__).resolve().parent.parent / "benchmarks" / "compiler_versions.py"
+  spec = importlib.util.spec_from_file_location("compiler_versions", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert module.main() == 0
+
+
+def test_validate_refuses_a_release(capsys):
+  from jaxmem.cli import main
+
+  assert main(["validate", "--model", "tiny", "--batch", "2", "--seq", "16", "--compiler", "libtpu==0.0.52"]) == 2
+  assert "drop --compiler" in capsys.readouterr().err

@@ -120,6 +120,9 @@ def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
   """The workload on the attached devices; a one-line error where none is attached."""
   if workload.target != "attached":
     raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
+  if workload.compiler:
+    raise JaxmemError("validate runs real steps on the attached devices with the compiler this process loads; drop "
+                      "`compiler` (compare takes it)")
   # Each configuration of the sweep is measured; the outer axes (the model's config) take one value.
   one_of_each(workload, "validate")
   if distributed:
