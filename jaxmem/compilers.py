@@ -113,7 +113,6 @@ class Environment:
 
 
 # How a wheel is fetched into a folder: (requirement, folder) -> None, raising CompilerUnavailable.
-# A module-level hook so that tests replace it and never download.
 Fetch = Callable[[str, Path], None]
 
 
@@ -141,7 +140,8 @@ def _pip_reason(stderr: str) -> str:
   return reason
 
 
-FETCH: list[Fetch] = [pip_download]  # the one in use (tests put a fake first)
+# The fetcher in use, looked up when a release is first needed (tests replace it and never download).
+FETCH: Fetch = pip_download
 
 
 def compilers_dir() -> Path:
@@ -181,7 +181,7 @@ def unpacked(spec: CompilerSpec, root: Path) -> Path:
     wheels, into = Path(tmp) / "wheels", Path(tmp) / "unpacked"
     wheels.mkdir()
     for wheel in _WHEELS[spec.name][1]:
-      FETCH[0](f"{wheel}=={spec.version}", wheels)
+      FETCH(f"{wheel}=={spec.version}", wheels)
     found = sorted(wheels.glob("*.whl"))
     if not found:
       raise CompilerUnavailable(f"`compiler` {spec.text}: no wheel was fetched")

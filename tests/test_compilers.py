@@ -100,9 +100,8 @@ def test_the_cuda_plugin_first_on_the_path_is_the_one_named(monkeypatch, fresh):
   fake_wheel_tree(site, "jax-cuda12-pjrt", "0.11.0", "jax_plugins/xla_cuda12/xla_cuda_plugin.so", b"\1" * 32)
   (site / "jax_plugins" / "xla_cuda12" / "__init__.py").write_text("")
   monkeypatch.syspath_prepend(str(site))
-  import importlib
-
-  importlib.invalidate_caches()
+  # As a process that has not loaded a plugin yet finds it (one that has: the module it loaded).
+  monkeypatch.delitem(sys.modules, "jax_plugins.xla_cuda12", raising=False)
   found = {lib.name: lib for lib in versions.loaded("gpu")}
   assert found["jax-cuda12-plugin"].version == "0.11.0"
   assert found["jax-cuda12-plugin"].path == str((site / "jax_plugins/xla_cuda12/xla_cuda_plugin.so").resolve())
@@ -171,7 +170,7 @@ def _fake_fetch(calls, available=("libtpu==0.0.52",)):
 
 def test_a_release_is_fetched_once_and_its_worker_loads_its_library(monkeypatch, fresh):
   calls = []
-  monkeypatch.setattr(compilers, "FETCH", [_fake_fetch(calls)])
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch(calls))
   env = compilers.environment("libtpu==0.0.52")
   (name, path), = env.variables
   assert name == "TPU_LIBRARY_PATH" and Path(path).is_file()
@@ -185,7 +184,7 @@ def test_the_installed_release_is_not_fetched(monkeypatch, fresh):
   installed = versions._version("libtpu")
   if installed is None:
     pytest.skip("libtpu is not installed")
-  monkeypatch.setattr(compilers, "FETCH", [_fake_fetch(calls := [])])
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch(calls := []))
   env = compilers.environment(f"libtpu=={installed}")
   assert calls == [] and dict(env.variables)["TPU_LIBRARY_PATH"] == versions.installed_libtpu()
 
@@ -194,7 +193,7 @@ def test_a_release_not_installable_is_one_line_exit_2_before_anything_compiles(m
   from jaxmem.cli import main
   from jaxmem.events import Compiling, listen
 
-  monkeypatch.setattr(compilers, "FETCH", [_fake_fetch([])])
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
   heard = []
   with listen(lambda e: heard.append(e) if isinstance(e, Compiling) else None):
     code = main(["compare", "--model", "tiny", "--target", "tpu:v5e-4", "--batch", "8", "--seq", "64", "--remat", "full",
@@ -207,7 +206,7 @@ def test_a_release_not_installable_is_one_line_exit_2_before_anything_compiles(m
 def test_a_release_for_another_platform_is_refused(monkeypatch, fresh):
   from jaxmem.resolve import plan
 
-  monkeypatch.setattr(compilers, "FETCH", [_fake_fetch([])])
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
   with pytest.raises(JaxmemError, match="compiles for tpu targets; this target is cpu"):
     plan(model="tiny", target="cpu", batch=2, seq=16, remat="full", compiler="libtpu==0.0.52")
 
@@ -218,7 +217,7 @@ def test_a_release_for_another_platform_is_refused(monkeypatch, fresh):
 def test_each_release_runs_in_its_own_workers_and_rows_sit_side_by_side(monkeypatch, fresh):
   from jaxmem.planning import runner, sweep
 
-  monkeypatch.setattr(compilers, "FETCH", [_fake_fetch([])])
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
   sent = []
 
   def pool(tasks, run, todo, jobs, done, environment=None):

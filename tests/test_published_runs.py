@@ -95,7 +95,7 @@ def releases_mocked(monkeypatch, tmp_path):
 
   monkeypatch.setenv("JAXMEM_CACHE_DIR", str(tmp_path))
   compilers.forget()
-  monkeypatch.setattr(compilers, "FETCH", [_fake_fetch([])])
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
   sent = []
 
   def pool(tasks, run, todo, jobs, done, environment=None):
