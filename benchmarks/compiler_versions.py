@@ -54,7 +54,7 @@ def line(r: dict) -> str:
 def main() -> int:
   from jaxmem import compilers, versions
 
-  installed = versions._version("libtpu")
+  installed = versions.installed_version("libtpu")
   other = compilers.environment(f"libtpu=={OTHER}")  # fetched into jaxmem's cache once
   so = dict(other.variables)["TPU_LIBRARY_PATH"]
   failures = []

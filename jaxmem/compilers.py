@@ -38,7 +38,7 @@ from typing import Any
 
 from jaxmem.cache import cache_dir
 from jaxmem.errors import CompilerUnavailable, JaxmemError
-from jaxmem.versions import _version, installed_libtpu
+from jaxmem.versions import installed_libtpu, installed_version
 
 # The compilers a release of which may be asked for: the platform each compiles for, and the
 # wheels that make it (the first names the release).
@@ -77,7 +77,7 @@ def parse_spec(text: str) -> CompilerSpec:
   if name in _STACKS:
     raise JaxmemError(
         f"`compiler` {text.strip()}: whole jax stacks are not swept (a worker runs this process's jax "
-        f"{_version('jax')}); give the compiler's release: {', '.join(f'{n}==X' for n in _WHEELS)}"
+        f"{installed_version('jax')}); give the compiler's release: {', '.join(f'{n}==X' for n in _WHEELS)}"
     )
   if name not in _WHEELS:
     raise JaxmemError(f"`compiler` {text.strip()}: not a compiler jaxmem can sweep; give one of "
@@ -159,13 +159,13 @@ def environment(text: str) -> Environment:
 @functools.cache
 def _environment(spec: CompilerSpec, root: str) -> Environment:
   if spec.platform == "tpu":
-    path = installed_libtpu() if _version("libtpu") == spec.version else None
+    path = installed_libtpu() if installed_version("libtpu") == spec.version else None
     if path is None:
       path = str(unpacked(spec, Path(root)) / "libtpu" / "libtpu.so")
       if not os.path.isfile(path):
         raise CompilerUnavailable(f"`compiler` {spec.text}: its wheel has no libtpu/libtpu.so")
     return Environment(spec=spec, variables=(("TPU_LIBRARY_PATH", path),))
-  if _version(spec.name) == spec.version:
+  if installed_version(spec.name) == spec.version:
     return Environment(spec=spec)  # the installed plugin, as sys.path finds it
   return Environment(spec=spec, path=(str(unpacked(spec, Path(root))),))
 

@@ -52,6 +52,11 @@ def _version(distribution: str) -> str | None:
     return None
 
 
+def installed_version(distribution: str) -> str | None:
+  """The installed version of a distribution (``libtpu``), or None."""
+  return _version(distribution)
+
+
 def _platform_key(name: str) -> str:
   # Devices say "cuda" or "rocm" where targets say "gpu".
   return "gpu" if name in ("gpu", "cuda", "rocm") else name

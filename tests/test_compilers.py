@@ -181,7 +181,7 @@ def test_a_release_is_fetched_once_and_its_worker_loads_its_library(monkeypatch,
 
 
 def test_the_installed_release_is_not_fetched(monkeypatch, fresh):
-  installed = versions._version("libtpu")
+  installed = versions.installed_version("libtpu")
   if installed is None:
     pytest.skip("libtpu is not installed")
   monkeypatch.setattr(compilers, "FETCH", _fake_fetch(calls := []))
@@ -227,7 +227,7 @@ def test_each_release_runs_in_its_own_workers_and_rows_sit_side_by_side(monkeypa
       done(i, {"compiler": tasks[i].compiler, "remat": tasks[i].remat})
 
   monkeypatch.setattr(runner, "_run_pool", pool)
-  installed = versions._version("libtpu") or pytest.skip("libtpu is not installed")
+  installed = versions.installed_version("libtpu") or pytest.skip("libtpu is not installed")
   p = sweep.plan(model="tiny", target="tpu:v5e-4", batch=8, seq=64, remat="full", compiler=f"libtpu=={installed}")
   tasks = p.tasks()
   assert [(t.remat, t.compiler) for t in tasks] == [("none", f"libtpu=={installed}"), ("full", f"libtpu=={installed}")]
@@ -275,7 +275,7 @@ class _Explained:
 def test_explain_under_a_release_runs_in_a_worker_of_it(monkeypatch, fresh):
   from jaxmem.buffers import explain as ex
 
-  installed = versions._version("libtpu") or pytest.skip("libtpu is not installed")
+  installed = versions.installed_version("libtpu") or pytest.skip("libtpu is not installed")
   seen = {}
 
   def worker(fn, w, *, environment, cpu_devices, **options):

@@ -116,7 +116,7 @@ def releases_mocked(monkeypatch, tmp_path):
 def test_a_case_judged_on_releases_compiles_under_each_and_is_judged_across_them(suite, releases_mocked, outcome, status):
   from jaxmem import versions
 
-  installed = versions._version("libtpu")
+  installed = versions.installed_version("libtpu")
   case = suite.dataclasses.replace(suite.BY_NAME["tiny-v5e-1"], outcome=outcome,
                                    judged_on=(f"libtpu=={installed}", "libtpu==0.0.52"))
   r = suite.run_case(case)
