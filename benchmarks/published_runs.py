@@ -1,10 +1,15 @@
 """Published training runs as a suite: does jaxmem agree with what happened on the hardware?
 
 Each case is a run whose outcome someone published (it ran, it ran out of memory, the AOT compile
-was refused), with its source, its configuration written as jaxmem arguments, and the versions
-it ran on where the source gives them. Running a case compiles that one configuration for its
-compile-only target (no accelerator needed) and prints whether jaxmem's verdict agrees; where it
-does not, the line says what jaxmem knows of why (the versions differ, a runtime term, a flag).
+was refused), with its source, its configuration written as jaxmem arguments, the versions it
+ran on where the source gives them, and the compiler releases it is judged on (``judged_on``):
+the published ones where they install beside jaxmem's jax, else the releases a team would run
+now; each is compiled in a worker process that loads it (``--compiler``), one row per release.
+Running a case compiles that one configuration for its compile-only target (no accelerator
+needed) and prints whether jaxmem's verdict agrees: a run that ran (or compiled) must fit under
+every release it is judged on, a run that failed must be refused under at least one (an outcome
+belongs to its versions, and the versions move the boundary by more than any margin). Where it
+does not agree, the line says what jaxmem knows of why (the versions differ, a runtime term, a flag).
 Cases whose model jaxmem cannot build yet say so ("skipped: needs ...") rather than fail.
 MaxText's cases compile MaxText's own train step (``--maxtext``, the ``maxtext`` extra) with the
 overrides of the script each cites; where MaxText is not installed they are skipped in one line.
@@ -58,6 +63,12 @@ def maxtext_overrides(case: Case) -> dict[str, str]:
   return dict(w.split("=", 1) for w in words[words.index("--maxtext") + 2:])
 
 
+# The libtpu releases installable beside jax 0.12.0.1 that the MaxText cases are judged on: 0.0.50.1
+# (what jax 0.12.0.1 pins) and 0.0.52 (MaxText 0.2.5's; shared/notes/maxtext-parity.md). Older
+# stacks (2024, jax 0.7) are whole jax stacks, which a worker does not run (jaxmem.compilers).
+LIBTPU_NOW = ("libtpu==0.0.50.1", "libtpu==0.0.52")
+INSTALLED = "the installed compiler: the published stack is a whole jax stack, which --compiler does not sweep"
+
 # configs/tpu/v4/22b.sh and 52b.sh (MaxText 0.2.5) carry the fix, attention=flash num_vocab_tiling=8;
 # the default cases are the scripts without it.
 V4_22B = ("ici_fsdp_parallelism=64", "per_device_batch_size=13", "remat_policy=full", "base_emb_dim=6144",
@@ -82,7 +93,9 @@ V5P = {"32b": ("6", "71.47% MFU"), "64b": ("3", "70.31% MFU")}
 class Case:
   """One published run: ``args`` its configuration as jaxmem arguments (``None`` where jaxmem
   cannot express it yet, with ``needs`` saying what it lacks), ``outcome`` as published with
-  ``measured`` (what the source reports in figures), ``versions`` the stack it ran on."""
+  ``measured`` (what the source reports in figures), ``versions`` the stack it ran on,
+  ``judged_on`` the compiler releases it is compiled and judged under (``--compiler``: the
+  published ones where they install; empty: the installed compiler, ``judged_note`` saying why)."""
 
   name: str
   platform: str  # tpu or gpu
@@ -91,6 +104,8 @@ class Case:
   outcome: str  # RAN, COMPILED, OOM or REFUSED
   measured: str = ""
   versions: str = "not published"
+  judged_on: tuple[str, ...] = ()
+  judged_note: str = INSTALLED
   args: str | None = None
   needs: str | None = None  # why it is skipped, where it is
   needs_file: Path | None = None  # a config.json the case needs, skipped while absent
@@ -113,6 +128,7 @@ CASES = (
         name="tiny-v5e-1", platform="tpu", heavy=False,
         source="jaxmem's smoke case (not a published run): the suite's machinery on the tiny preset",
         configuration="tiny, batch 8, seq 512, remat none, one v5e chip", outcome=COMPILED,
+        judged_note="the installed compiler (a smoke case, not a published run)",
         args="--model tiny --target tpu:v5e-1 --batch 8 --seq 512 --remat none",
     ),
     Case(
@@ -134,13 +150,15 @@ CASES = (
         "48 layers, default attention, no vocab tiling",
         outcome=OOM, versions="the June 2026 MaxText stack (its AOT compile OOM); MaxText 0.2.5 with jax 0.12.0.1 "
         "and libtpu 0.0.52 compiles it (peak 28.88 GiB of 30.75)",
-        measured="AOT compile out of memory", needs_maxtext=True, args=maxtext("tpu:v4-128", *V4_22B, slices=2),
+        measured="AOT compile out of memory; MaxText 0.2.5's train_compile: 40.13 of 30.75 GiB on libtpu 0.0.50.1 "
+        "(refused), 28.88 GiB on libtpu 0.0.52", needs_maxtext=True, judged_on=LIBTPU_NOW,
+        args=maxtext("tpu:v4-128", *V4_22B, slices=2),
         why_it_may_differ=f"the outcome belongs to its versions: MaxText 0.2.5 with libtpu 0.0.52 compiles it too; {V4_FLAGS}",
     ),
     Case(
         name="maxtext-22b-v4-flash", platform="tpu", source="MaxText PR #4081 (June 2026); configs/tpu/v4/22b.sh",
         configuration="as maxtext-22b-v4-default with attention=flash num_vocab_tiling=8", outcome=COMPILED,
-        versions="the June 2026 MaxText stack", needs_maxtext=True,
+        versions="the June 2026 MaxText stack", needs_maxtext=True, judged_on=LIBTPU_NOW,
         args=maxtext("tpu:v4-128", *V4_22B, *V4_FIX, slices=2), why_it_may_differ=V4_FLAGS,
     ),
     Case(
@@ -148,13 +166,13 @@ CASES = (
         configuration="2 x v4-384, ici_fsdp 192, per-device batch 7, remat full, emb 12288, 32 heads, mlp 49152, "
         "32 layers, default attention",
         outcome=OOM, measured='AOT compile: "Used 33.27G of 30.75G"', versions="the June 2026 MaxText stack",
-        needs_maxtext=True, args=maxtext("tpu:v4-384", *V4_52B, slices=2),
+        needs_maxtext=True, judged_on=LIBTPU_NOW, args=maxtext("tpu:v4-384", *V4_52B, slices=2),
         why_it_may_differ=f"the outcome belongs to its versions (the 22B default compiles on MaxText 0.2.5); {V4_FLAGS}",
     ),
     Case(
         name="maxtext-52b-v4-flash", platform="tpu", source="MaxText PR #4117; configs/tpu/v4/52b.sh",
         configuration="as maxtext-52b-v4-default with attention=flash num_vocab_tiling=8", outcome=COMPILED,
-        versions="the June 2026 MaxText stack", needs_maxtext=True,
+        versions="the June 2026 MaxText stack", needs_maxtext=True, judged_on=LIBTPU_NOW,
         args=maxtext("tpu:v4-384", *V4_52B, *V4_FIX, slices=2), why_it_may_differ=V4_FLAGS,
     ),
     Case(
@@ -163,6 +181,7 @@ CASES = (
         configuration="MaxText llama3.1-70b, v6e-256 (FSDP 256), per-device batch 5, seq 8192, remat custom: decoder "
         "layer input and q/k/v offloaded to host, the rest recomputed, splash attention",
         outcome=RAN, measured="34.56 s/step, 456 TFLOP/s/device",
+        judged_note="the installed compiler: the recipe's versions are not published",
         args="--model llama3-70b --target tpu:v6e-256 --mesh fsdp=256 --batch 1280 --seq 8192 "
         "--remat custom:decoder_layer_input=offload:query_proj=offload:key_proj=offload:value_proj=offload",
         why_it_may_differ="the recipe's LIBTPU_INIT_ARGS (collective and offload flags) are not passed here",
@@ -188,6 +207,22 @@ CASES = (
                      "max_target_length=2048", "use_iota_embed=true", "attention=flash"),
         why_it_may_differ=f"the run's versions are not published; {V5_FLAGS}",
     ) for size, (batch, mfu) in V5P.items()),
+    *(Case(
+        name=f"maxtext-llama2-70b-v5p-128-batch{batch}", platform="tpu",
+        source="MaxText PR #2957 and commit 8c9fede (January 2026), benchmarks/maxtext_v5p_model_configs.py",
+        configuration=f"MaxText llama2-70b on v5p-128, FSDP 64 (ici_fsdp -1), seq 4096, remat save_dot_except_mlpwi, "
+        f"synthetic data, base.yml defaults, per-device batch {batch}",
+        outcome=outcome, measured=measured, versions="the January 2026 MaxText stack (its versions not published "
+        "in the PR)", judged_on=LIBTPU_NOW, needs_maxtext=True,
+        args=maxtext("tpu:v5p-128", "model_name=llama2-70b", "ici_fsdp_parallelism=-1", "max_target_length=4096",
+                     "remat_policy=save_dot_except_mlpwi", f"per_device_batch_size={batch}"),
+        why_it_may_differ=why,
+    ) for batch, outcome, measured, why in (
+        (2, RAN, "ran on the slice", f"{V5_FLAGS}"),
+        (4, OOM, "out of memory on the slice; MaxText 0.2.5's train_compile on libtpu 0.0.52: 89.07 GiB of 95.74, "
+         "no OOM", "a compile-time verdict is the compiler's for one program on an empty device: the runtime's "
+         f"own terms (the heap it holds beside the program, the program's contiguous block) are not in it; {V5_FLAGS}"),
+    )),
     Case(
         name="llama2-7b-h100x8", platform="gpu",
         source="NVIDIA JAX-Toolbox, docs/frameworks/maxtext/README.md (Configs: LLaMA)",
@@ -218,7 +253,7 @@ CASES = (
         configuration="MaxText llama3-8b, compile_topology v5p-8 (FSDP 4), per-device batch 4, seq 2048, remat "
         "full, dot_product attention, AdamW, f32 weights",
         outcome=COMPILED, measured="peak 38.60 GiB of 95.74 (argument 22.44, temp 16.75)",
-        versions="MaxText 0.2.5, jax 0.12.0.1, libtpu 0.0.52",
+        versions="MaxText 0.2.5, jax 0.12.0.1, libtpu 0.0.52", judged_on=("libtpu==0.0.52",),
         needs_maxtext=True,
         args=maxtext("tpu:v5p-8", "model_name=llama3-8b", "per_device_batch_size=4", "max_target_length=2048",
                      "remat_policy=full", "attention=dot_product"),
@@ -250,8 +285,23 @@ def compile_policy(argv: list[str]):
   return p, sweep.run_config(*for_task(p, task))
 
 
+def compile_releases(argv: list[str], releases: tuple[str, ...]):
+  """The plan of ``compare ARGV --compiler RELEASES`` and the rows of its last remat policy, one
+  per release, each compiled in a worker process that loads it (jaxmem.compilers)."""
+  from jaxmem.cli import _common, build_parser
+  from jaxmem.planning import sweep
+  from jaxmem.resolve import plan
+
+  ns = build_parser().parse_args(["compare", *argv, "--compiler", ",".join(releases)])
+  _common.start(ns.target)
+  p = plan(_common.workload(ns))
+  tasks = [t for t in p.tasks() if t.remat == p.remats[-1].name]
+  return p, sweep.run_rows(p, tasks)
+
+
 def run_case(case: Case) -> Result:
-  """Compiles the case's configuration (its named remat policy only) and judges agreement."""
+  """Compiles the case's configuration (its named remat policy only), under each release it is
+  judged on, and judges agreement."""
   why = case.skipped()
   if why is not None:
     return Result(case=case, status="skipped", line=f"skipped: needs {why}")
@@ -260,30 +310,43 @@ def run_case(case: Case) -> Result:
   os.chdir(ROOT)  # the cases' config.json paths are the repository's
   start = time.perf_counter()
   try:
-    _, row = compile_policy(shlex.split(case.args))
+    if case.judged_on:
+      _, rows = compile_releases(shlex.split(case.args), case.judged_on)
+    else:
+      rows = [compile_policy(shlex.split(case.args))[1]]
   except jaxmem.JaxmemError as e:
     return Result(case=case, status="error", line=f"error: {e}")
   seconds = time.perf_counter() - start
-  return judge(case, row, seconds)
+  return judge(case, rows, seconds)
 
 
-def judge(case: Case, row, seconds: float) -> Result:
-  """Whether the row's verdict is the published outcome, and the figures behind it."""
+def judge(case: Case, rows: list, seconds: float) -> Result:
+  """Whether the rows' verdicts are the published outcome (a run that ran fits under every
+  release, one that failed is refused under at least one), and the figures behind each."""
   import jaxmem
 
-  said = {True: "fits", False: "does not fit", None: "no verdict"}[row.fits]
-  figures = (f"required {_gib(row.required_bytes)} of {_gib(row.capacity_bytes)} GiB "
-             f"({row.judged_figure or '-'}), naive sum {_gib(row.naive_sum_bytes)} GiB, "
-             f"compiler check {row.compiler_check or '-'}")
-  versions = ", ".join(f"{k} {v}" for k, v in (row.versions or jaxmem.compiler_versions()).items())
-  head = f"jaxmem: {said}; {figures}; {seconds:.0f} s on {versions}"
-  if row.fits is None:
-    return Result(case=case, status="disagrees", line=f"{head}; no verdict: {row.error or 'no capacity'}")
-  if row.fits == FITS[case.outcome]:
+  heads = []
+  for row in rows:
+    said = {True: "fits", False: "does not fit", None: "no verdict"}[row.fits]
+    if getattr(row, "verdict", None) == "at risk":
+      said = "at risk"
+    versions = ", ".join(f"{k} {v}" for k, v in (row.versions or jaxmem.compiler_versions()).items())
+    heads.append(f"{said}; required {_gib(row.required_bytes)} of {_gib(row.capacity_bytes)} GiB "
+                 f"({row.judged_figure or '-'}), naive sum {_gib(row.naive_sum_bytes)} GiB, "
+                 f"compiler check {row.compiler_check or '-'} on {versions}")
+  head = f"jaxmem ({seconds:.0f} s): " + " | ".join(heads)
+  if any(r.fits is None for r in rows):
+    errors = "; ".join(r.error or "no capacity" for r in rows if r.fits is None)
+    return Result(case=case, status="disagrees", line=f"{head}; no verdict: {errors}")
+  if FITS[case.outcome]:
+    agrees = all(r.fits and getattr(r, "verdict", None) != "at risk" for r in rows)
+  else:
+    agrees = any(not r.fits or getattr(r, "verdict", None) == "at risk" for r in rows)
+  if agrees:
     return Result(case=case, status="agrees", line=f"agrees ({case.outcome}); {head}")
   causes = [case.why_it_may_differ] if case.why_it_may_differ else []
-  causes.append(f"the case ran on {case.versions}; these figures come from {versions}")
-  if case.outcome in (RAN, COMPILED) and row.naive_sum_bytes and row.capacity_bytes and row.error is None:
+  causes.append(f"the case ran on {case.versions}; these figures come from the releases named")
+  if case.outcome in (RAN, COMPILED) and all(r.naive_sum_bytes and r.capacity_bytes and r.error is None for r in rows):
     causes.append("a runtime term jaxmem holds against the capacity (docs/backends.md) or a flag the run set")
   return Result(case=case, status="disagrees", line=f"DISAGREES (published: {case.outcome}); {head}; suspected: "
                 + "; ".join(causes))
@@ -293,12 +356,17 @@ def _gib(v: int | None) -> str:
   return "-" if v is None else f"{v / GiB:.2f}"
 
 
+def judged_on(case: Case) -> str:
+  """The compiler releases a case is judged on, in words."""
+  return ", ".join(case.judged_on) if case.judged_on else case.judged_note
+
+
 def list_line(case: Case) -> str:
   weight = "heavy" if case.heavy else "light"
   run = case.args if case.args is not None else "-"
   skip = case.skipped()
   return (f"{case.name} [{case.platform}, {weight}]: {case.outcome}" + (f" ({case.measured})" if case.measured else "")
-          + f"; source: {case.source}; versions: {case.versions}; jaxmem arguments: {run}"
+          + f"; source: {case.source}; versions: {case.versions}; judged on: {judged_on(case)}; jaxmem arguments: {run}"
           + (f"; skipped: needs {skip}" if skip else ""))
 
 

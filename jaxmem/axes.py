@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from jaxmem import compilers
 from jaxmem.errors import JaxmemError, StagesRefused
 from jaxmem.inputs import Number, Whole
 from jaxmem.mesh import MeshSpec, parse_mesh
@@ -510,6 +511,17 @@ def _optimizer_with_moments(value: Any, s: Setting) -> None:
     raise JaxmemError(f"`moments_dtype` {refusal}")
 
 
+def _compilers(v: Any, name: str) -> tuple[str, ...]:
+  return compilers.parse(v, name)
+
+
+def _compiler_here(value: Any, s: Setting) -> None:
+  # Before anything compiles: the release is for the target's platform and can be had (fetched
+  # now where it is neither installed nor fetched before), else one line.
+  if value is not None:
+    compilers.check(value, s.platform)
+
+
 def _mesh_shown(rows: Sequence[Any]) -> bool:
   # Where meshes differ, or one mesh spreads over several devices (a single device's says nothing).
   return len({r.mesh for r in rows}) > 1 or (rows[0].num_devices or 1) > 1
@@ -627,6 +639,14 @@ AXES: dict[str, Axis] = _registry(
                                   "(None: the parameters')"),
          help="form and reduce the gradients over the data axes in this dtype", list_note=_PRECISION_NOTE,
          word="grad reduce", heading="{} gradient reduction"),
+    # Innermost, so the releases of one configuration sit side by side.
+    Axis(name="compiler", parse=_compilers, default=(), nest=110, check=_compiler_here, summary=True, step=True,
+         column=Shown(when=GIVEN, place=5, identity=True),
+         record=Recorded(after="remat", doc="the compiler release it was compiled under, in a worker process that "
+                         "loads it (libtpu==0.0.52); None: the one this process loads (its versions say which)"),
+         help="compile each configuration under these compiler releases, one row each: libtpu==X for TPU targets, "
+         "jax-cuda12-plugin==X for GPU ones (fetched once from the package index, each compiled in a worker process "
+         "that loads it); comma separated", listed=False, word="compiler"),
 )
 
 

@@ -6,8 +6,9 @@ the compiled program or its reading: the whole workload (the model's full config
 sequence, target and slices, mesh, remat policy, optimizer, dtypes), a fingerprint of jaxmem's
 own code and its models' (:func:`jaxmem.versions.code_fingerprint`: any edit to a ``.py`` file
 of the package gives new rows, so two checkouts share rows only when their code is the same),
-the versions of Python, jax, jaxlib, flax, optax, libtpu and the CUDA plugin, and the
-environment variables in
+the versions of Python, jax, jaxlib, flax and optax, those of the libtpu and CUDA plugin the
+process loads (``TPU_LIBRARY_PATH`` followed: :func:`jaxmem.versions.loaded`; a library of unknown
+version by its file's hash), and the environment variables in
 :data:`KEYED_ENVIRONMENT` that are set. A row that failed (out of memory, say) is cached too:
 the compiler's answer does not change on a retry.
 """
@@ -40,11 +41,13 @@ def cache_dir() -> Path:
 KEYED_ENVIRONMENT = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 
 
-def key(parts: dict[str, Any]) -> str:
-  """A stable hash of a configuration's description, the installed versions and the keyed
-  environment variables that are set."""
+def key(parts: dict[str, Any], *, compilers: dict[str, str] | None = None) -> str:
+  """A stable hash of a configuration's description, the versions it compiles with (the loaded
+  compilers', or ``compilers``: a worker's of another release) and the keyed environment
+  variables that are set."""
   env = {name: os.environ[name] for name in KEYED_ENVIRONMENT if name in os.environ}
-  blob = json.dumps({"config": parts, "versions": cache_versions(), "environment": env}, sort_keys=True, default=str)
+  blob = json.dumps({"config": parts, "versions": cache_versions(compilers), "environment": env}, sort_keys=True,
+                    default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 

@@ -75,6 +75,11 @@ class NotComparable(JaxmemError):
   different kinds of record (``jaxmem diff``)."""
 
 
+class CompilerUnavailable(JaxmemError):
+  """A compiler release asked for (``compiler``) cannot be had here: not on the package index for
+  this interpreter and machine, or no index reachable (:mod:`jaxmem.compilers`)."""
+
+
 class DoesNotDivide(JaxmemError):
   """A size that a mesh splits is not a multiple of the split: the workload cannot run on that
   mesh. Its subclass says which size, so a search that tries many meshes counts why each was

@@ -29,6 +29,7 @@ from jaxmem.hardware.targets import Target, cpu_devices_needed, resolved_target
 from jaxmem.errors import JaxmemError
 from jaxmem.events import notice
 from jaxmem.models import ModelConfig, StepChoices, get_config
+from jaxmem import compilers
 from jaxmem.cache import key
 from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS, Optimizer
@@ -77,7 +78,13 @@ class Task:
       parts["step_source"] = step_fingerprint(self.workload.step)
       if parts["step_source"] is None:
         return None
-    return key(parts)
+    return key(parts, compilers=self.release_versions())
+
+  def release_versions(self) -> dict[str, str] | None:
+    """The compiler versions of the release the task is compiled under (``compiler``), which key
+    its row in place of this process's; ``None`` for this process's own compiler."""
+    spec = getattr(self, "compiler", None)
+    return compilers.versions_of(spec) if spec else None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,8 @@ from test_imports import _graph, _modules
 # Bottom to top. A layer is a list of packages or modules (a package takes its submodules).
 # - leaf: modules that import nothing of jaxmem but other leaves: errors, records (and the composed
 #   records they are built with), the registry class, versions, byte units, the mesh description, the one compile call, the kernel FLOP
-#   counters' registry, the row cache and the parsers of every input (jaxmem.inputs).
+#   counters' registry, the row cache, the parsers of every input (jaxmem.inputs) and the
+#   compiler releases (jaxmem.compilers).
 # - models: the Flax models; they import the leaves errors, registry, kernels (a model's kernel
 #   registers its FLOP counter there) and composed (a model config is composed of its concerns as
 #   a row is of its parts, by the same mechanism), nothing else of jaxmem.
@@ -29,7 +30,7 @@ from test_imports import _graph, _modules
 #   inference, render (text and figures), then the public API (jaxmem/__init__) and the CLI.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("jaxmem._quiet", "jaxmem.errors", "jaxmem.composed", "jaxmem.records", "jaxmem.registry", "jaxmem.versions", "jaxmem.units",
-     "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache", "jaxmem.sizes", "jaxmem.events", "jaxmem.axes", "jaxmem.options",
+     "jaxmem.mesh", "jaxmem.xla", "jaxmem.kernels", "jaxmem.cache", "jaxmem.compilers", "jaxmem.sizes", "jaxmem.events", "jaxmem.axes", "jaxmem.options",
      "jaxmem.inputs", "jaxmem.launch"),
     ("jaxmem.models",),
     ("jaxmem.hardware",),

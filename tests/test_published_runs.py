@@ -60,3 +60,66 @@ def test_the_light_case_runs_and_agrees(suite, capsys):
   assert suite.main(["--case", "tiny-v5e-1"]) == 0
   out = capsys.readouterr().out
   assert "tiny-v5e-1: agrees (compiled)" in out and "naive sum" in out and "compiler check accepted" in out
+
+
+def test_every_case_names_the_releases_it_is_judged_on(suite, capsys):
+  from jaxmem import compilers
+
+  for c in suite.CASES:
+    assert compilers.parse(c.judged_on) == c.judged_on, c.name  # each a release --compiler takes
+    assert c.judged_on or c.judged_note, c.name
+  assert suite.main(["--list"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert all("; judged on: " in line for line in lines)
+  assert any("judged on: libtpu==0.0.50.1, libtpu==0.0.52" in line for line in lines)
+
+
+def test_the_llama2_70b_v5p_128_cases_are_as_published(suite):
+  ran, oom = (suite.BY_NAME[f"maxtext-llama2-70b-v5p-128-batch{b}"] for b in (2, 4))
+  assert (ran.outcome, oom.outcome) == (suite.RAN, suite.OOM)
+  a, b = suite.maxtext_overrides(ran), suite.maxtext_overrides(oom)
+  assert (a.pop("per_device_batch_size"), b.pop("per_device_batch_size")) == ("2", "4") and a == b
+  assert a["remat_policy"] == "save_dot_except_mlpwi" and a["max_target_length"] == "4096"
+  assert ran.judged_on == oom.judged_on == suite.LIBTPU_NOW
+
+
+@pytest.fixture
+def releases_mocked(monkeypatch, tmp_path):
+  """The fetcher writes a fake wheel (no download) and each release's worker compiles in this
+  process with the installed libtpu (no foreign compile), its row then named as the release's
+  and marked refused, as an older or newer compiler might answer."""
+  from test_compilers import _fake_fetch
+
+  from jaxmem import compilers
+  from jaxmem.planning import runner, sweep
+
+  monkeypatch.setenv("JAXMEM_CACHE_DIR", str(tmp_path))
+  compilers.forget()
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
+  sent = []
+
+  def pool(tasks, run, todo, jobs, done, environment=None):
+    for i in todo:
+      sent.append(dict(environment.variables)["TPU_LIBRARY_PATH"])
+      row = sweep.run_task(tasks[i])
+      if tasks[i].compiler == "libtpu==0.0.52":
+        row = {**row, "fits": False, "versions": {**row["versions"], "libtpu": "0.0.52"}}
+      done(i, row)
+
+  monkeypatch.setattr(runner, "_run_pool", pool)
+  yield sent
+  compilers.forget()
+
+
+@pytest.mark.needs_tpu_compiler
+@pytest.mark.parametrize("outcome,status", [("out of memory", "agrees"), ("compiled", "disagrees")])
+def test_a_case_judged_on_releases_compiles_under_each_and_is_judged_across_them(suite, releases_mocked, outcome, status):
+  from jaxmem import versions
+
+  installed = versions.installed_version("libtpu")
+  case = suite.dataclasses.replace(suite.BY_NAME["tiny-v5e-1"], outcome=outcome,
+                                   judged_on=(f"libtpu=={installed}", "libtpu==0.0.52"))
+  r = suite.run_case(case)
+  assert r.status == status, r.line
+  assert len(releases_mocked) == 2 and releases_mocked[0] == versions.installed_libtpu()
+  assert "fits; required" in r.line and "does not fit; required" in r.line and "libtpu 0.0.52" in r.line

@@ -23,12 +23,14 @@ from typing import Any
 
 import jax
 
+from jaxmem import compilers
 from jaxmem.axes import one_value_each
 from jaxmem.buffers.analyse import Explanation, analyse, parse_kinds
 from jaxmem.buffers.xprof import DUMP_AS_PROTO, OptimizedHlo, read_optimized_hlo
 from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import Refusal
+from jaxmem.hardware.startup import in_worker
 from jaxmem.hardware.targets import Target
 from jaxmem.errors import JaxmemError
 from jaxmem.events import Compiling, emit
@@ -184,7 +186,9 @@ def explain_workload(
   if w.step:
     return explain_step(w, top=top, kinds=kinds, framework_packages=framework_packages)
   one_value_each(w, "explain")
-  p = plan(w)
+  p = plan(w)  # the compiler release, if one is named, is fetched here, before anything compiles
+  if w.compiler:
+    return _under_release(w, p.tasks()[-1].cpu_devices, top=top, kinds=kinds, framework_packages=framework_packages)
   # The remat list starts with "none"; the last configuration is the one named.
   one, m, opt, rp = for_task(p, p.tasks()[-1])
   _compiling(f"{p.cfg.name} for {p.target.name}: mesh {shd.format_mesh(m)}, remat {rp.name}, optimizer {opt.name}, "
@@ -201,6 +205,15 @@ def explain_workload(
       consumers=preset_consumers(r.consumers, params=params, optimizer_state=state), estimated=ESTIMATED,
       notes=prog.notes + r.notes,
   )
+
+
+def _under_release(w: Workload, cpu_devices: int, **options: Any) -> Explanation:
+  """:func:`explain_workload` of ``w`` in a worker process that loads its compiler release
+  (:mod:`jaxmem.compilers`); the explanation records the release it was compiled under."""
+  (spec,) = w.compiler
+  r = in_worker(explain_workload, w.replace(compiler=()), environment=compilers.environment(spec),
+                cpu_devices=cpu_devices, **options)
+  return dataclasses.replace(r, configuration=dataclasses.replace(r.configuration, compiler=spec))
 
 
 def explain_step(

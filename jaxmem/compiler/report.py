@@ -80,7 +80,7 @@ from jaxmem.hlo.text import parse_module
 from jaxmem.hlo.traffic import Traffic
 from jaxmem.mesh import path_keys
 from jaxmem.records import CompilerFigures, Record
-from jaxmem.versions import compiler_versions
+from jaxmem.versions import compiler_notes, compiler_versions
 
 # XLA's own field names, as memory_analysis() spells them.
 MEMORY_FIELDS = (
@@ -356,7 +356,8 @@ def read_compiled(
       comm_bytes=comm.total_bytes,
       **{f"comm_{k}_bytes": v for k, v in comm.bytes_by_kind.items()},
       comm_lower_bound=comm.lower_bound,
-      notes=tuple(notes) + tuple(f"comm: {n}" for n in comm.notes) + tuple(f"bytes_accessed: {n}" for n in hbm.notes),
+      notes=tuple(notes) + tuple(f"comm: {n}" for n in comm.notes) + tuple(f"bytes_accessed: {n}" for n in hbm.notes)
+      + compiler_notes(platform),
       compiled=compiled,
       traffic=hbm,
       hlo_costs=costs,

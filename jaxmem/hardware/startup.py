@@ -26,10 +26,14 @@ Worker processes (``--jobs``) are started with the parent's platform list explic
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
 
@@ -37,6 +41,7 @@ from jaxmem._quiet import quiet
 from jaxmem.errors import JaxmemError
 
 _started = False
+T = TypeVar("T")
 
 
 def start_jax(cpu_devices: int = 1, *, platforms: str | None = None) -> None:
@@ -64,6 +69,26 @@ def start_jax(cpu_devices: int = 1, *, platforms: str | None = None) -> None:
   with quiet():
     jax.devices()
   _started = True
+
+
+def init_worker(cpu_devices: int, platforms: str | None, environment: Any = None) -> None:
+  """A worker process's start: ``environment`` applied (a compiler release's,
+  :class:`jaxmem.compilers.Environment`: JAX reads ``TPU_LIBRARY_PATH`` and finds its plugins
+  when a backend or topology first needs them, after this), then :func:`start_jax` with the
+  parent's platform list, given explicitly: a spawned worker inherits the environment but not
+  ``jax.config``, where the parent's :func:`start_jax` (or the user) chose it."""
+  if environment is not None:
+    environment.apply()
+  start_jax(cpu_devices, platforms=platforms)
+
+
+def in_worker(fn: Callable[..., T], /, *args: Any, environment: Any = None, cpu_devices: int = 1, **kwargs: Any) -> T:
+  """``fn(*args, **kwargs)`` in a fresh worker process (spawned: JAX's threads do not survive a
+  fork) started by :func:`init_worker`; ``fn``, its arguments and its result travel by pickle."""
+  ctx = multiprocessing.get_context("spawn")
+  with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker,
+                              initargs=(cpu_devices, chosen_platforms(), environment)) as pool:
+    return pool.submit(fn, *args, **kwargs).result()
 
 
 def chosen_platforms() -> str | None:

@@ -93,7 +93,10 @@ def once(w: Workload, user: Mapping[str, str]) -> dict[str, Any]:
   """The MaxText options the workload's axes set once for the sweep (the table's rows that are
   not per task), each given away from its default: one value each, agreeing with the overrides;
   an axis the table refuses is one line in its words (:class:`NoMaxTextMapping`)."""
-  given = {a.name: a for a in declared() if not row(a.name).per_task and getattr(w, a.name) != a.normalise(a.default)}
+  # A workload this planner made (planned again in a worker process) holds the step's own
+  # optimizer, which sets nothing.
+  given = {a.name: a for a in declared() if not row(a.name).per_task and getattr(w, a.name) != a.normalise(a.default)
+           and not (a.name == "optimizer" and getattr(w, a.name) == (OWN,))}
   out: dict[str, Any] = {}
   at = At(param_dtype=AXES["param_dtype"].first(w), optimizer=AXES["optimizer"].first(w),
           capacity_factor=AXES["capacity_factor"].first(w))

@@ -486,6 +486,8 @@ _ROWS = (
     Row(name="dropout", keys=("dropout_rate",), write=_dropout),
     Row(name="context_strategy", keys=("context_parallel_strategy", "use_tokamax_splash"), write=_context_strategy,
         per_task=True, when_given=True),
+    # The compiler release is no MaxText option: a task's worker process loads it (jaxmem.compilers).
+    Row(name="compiler", keys=(), write=lambda value, at: {}, per_task=True, when_given=True),
 )
 ROWS: dict[str, Row] = {r.name: r for r in _ROWS}  # in the order a launch writes them
 # The axes a row spells along with its own (capacity_factor with moe_impl): no row of their own.

@@ -7,6 +7,10 @@ module-level function so that worker processes can import it: the sweep's
 :func:`jaxmem.planning.sweep.run_task`). Workers start JAX the way the CLI does
 (:func:`jaxmem.hardware.startup.start_jax`). Every finished row goes to the cache at once, so an
 interrupted sweep resumes where it stopped.
+
+A task with a ``compiler`` (a release other than the one this process loads:
+:mod:`jaxmem.compilers`) runs in a worker process that loads that release, one pool per release,
+the same portable task a ``jobs`` worker gets; ``run`` must then be importable by workers.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from jaxmem import compilers
 from jaxmem.axes import labels
-from jaxmem.hardware.startup import chosen_platforms, start_jax
+from jaxmem.hardware.startup import chosen_platforms, init_worker
 from jaxmem.errors import JaxmemError
 from jaxmem.cache import RowCache
 from jaxmem.events import Compiling, emit
@@ -39,10 +44,9 @@ class Counting:
   total: int | None = None
 
 
-def _init_worker(cpu_devices: int, platforms: str | None) -> None:
-  # The parent's platform list, given explicitly: a spawned worker inherits the environment but
-  # not jax.config, where the parent's start_jax (or the user) chose it.
-  start_jax(cpu_devices, platforms=platforms)
+def release(t: Task) -> str | None:
+  """The compiler release a task is compiled under (``None``: this process's)."""
+  return getattr(t, "compiler", None)
 
 
 def run_tasks(
@@ -72,7 +76,13 @@ def run_tasks(
     raise JaxmemError(f"`jobs` must be at least 1 (got {jobs})")
   if (jobs > 1 or scheduler) and any(t.target == "attached" for t in tasks):
     raise JaxmemError("the attached target runs in this process only; drop `jobs` and `scheduler`")
-  if (jobs > 1 or scheduler) and any(is_local(t.workload.step) for t in tasks):
+  foreign = any(release(t) for t in tasks)
+  if foreign and scheduler:
+    raise JaxmemError("`compiler` compiles each release in a worker process of this machine that loads it; drop "
+                      "`scheduler`")
+  if foreign and any(t.target == "attached" for t in tasks):
+    raise JaxmemError("`compiler` compiles for a compile-only target; the attached target runs this process's compiler")
+  if (jobs > 1 or scheduler or foreign) and any(is_local(t.workload.step) for t in tasks):
     raise JaxmemError(
         "this step factory has no import path (a lambda, a closure or a notebook's function), so worker "
         "processes cannot import it; define make_step in a module and pass 'module:make_step', or drop jobs"
@@ -100,6 +110,9 @@ def run_tasks(
     if on_row:
       on_row(i, row, False)
 
+  if foreign:
+    _run_releases(tasks, run, [i for i in range(len(tasks)) if not lookup(i)], jobs, done, compiling)
+    return [results[i] for i in range(len(tasks))]
   if not scheduler and jobs == 1:
     for i, t in enumerate(tasks):
       if not lookup(i):
@@ -134,12 +147,27 @@ def task_label(t: Task) -> str:
   return " ".join(x for x in words if x)
 
 
-def _run_pool(tasks: Sequence[Task], run: Run, todo: Iterable[int], jobs: int, done) -> None:
+def _run_releases(tasks: Sequence[Task], run: Run, todo: list[int], jobs: int, done, compiling) -> None:
+  """Each release's tasks in worker processes that load it (``jobs`` of them), one release after
+  another; a task without one in a worker of this process's compiler. Every release is had (its
+  wheel fetched) before the first compile."""
+  by_release: dict[str | None, list[int]] = {}
+  for i in todo:
+    by_release.setdefault(release(tasks[i]), []).append(i)
+  environments = {r: compilers.environment(r) if r else None for r in by_release}
+  for r, todo_r in by_release.items():
+    for i in todo_r:
+      compiling(i)
+    _run_pool(tasks, run, todo_r, min(jobs, len(todo_r)), done, environment=environments[r])
+
+
+def _run_pool(tasks: Sequence[Task], run: Run, todo: Iterable[int], jobs: int, done,
+              environment: compilers.Environment | None = None) -> None:
   # spawn, not fork: JAX's runtime threads do not survive a fork.
   ctx = multiprocessing.get_context("spawn")
   cpu = max(t.cpu_devices for t in tasks)
   pool = cf.ProcessPoolExecutor(
-      max_workers=jobs, mp_context=ctx, initializer=_init_worker, initargs=(cpu, chosen_platforms())
+      max_workers=jobs, mp_context=ctx, initializer=init_worker, initargs=(cpu, chosen_platforms(), environment)
   )
   try:
     futures = {pool.submit(run, tasks[i]): i for i in todo}

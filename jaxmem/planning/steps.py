@@ -84,7 +84,8 @@ def step_key(p: Plan, task: Task) -> str | None:
   lowering, jit_kwargs = _trace(one, mesh, rp, batch=one.batch, seq=one.seq)
   _TRACED.clear()
   _TRACED[_traced_as(one, mesh, rp)] = lowering
-  return key({**task.workload.as_dict(), "step_trace": trace_fingerprint(lowering, jit_kwargs)})
+  return key({**task.workload.as_dict(), "step_trace": trace_fingerprint(lowering, jit_kwargs)},
+             compilers=task.release_versions())
 
 
 def trace_fingerprint(lowering: Lowering, jit_kwargs: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from jaxmem.options import RunOptions
 from jaxmem.planning import steps
 from jaxmem.cache import RowCache
 from jaxmem.resolve import Plan, Task, build_program, configuration, for_task, plan
-from jaxmem.planning.runner import Counting, run_tasks
+from jaxmem.planning.runner import Counting, release, run_tasks
 from jaxmem.program import sharding as shd
 from jaxmem.hlo.stash import per_iteration_bytes
 from jaxmem.program.optimizers import Optimizer
@@ -167,10 +167,11 @@ def run_planned(p: Plan, task: Task) -> dict[str, Any]:
   return run_config(one, mesh, opt, rp).as_dict()
 
 
-def runner(p: Plan, *, jobs: int = 1, scheduler: str | None = None) -> Callable[[Task], dict[str, Any]]:
+def runner(p: Plan, *, jobs: int = 1, scheduler: str | None = None, workers: bool = False) -> Callable[[Task], dict[str, Any]]:
   """The run function for ``p``'s tasks: in this process the plan is reused; tasks sent to
-  worker processes or a cluster are planned there (:func:`run_task`)."""
-  return run_task if jobs > 1 or scheduler else functools.partial(run_planned, p)
+  worker processes or a cluster (``workers``: a compiler release's) are planned there
+  (:func:`run_task`)."""
+  return run_task if jobs > 1 or scheduler or workers else functools.partial(run_planned, p)
 
 
 def with_overheads(rows: list[Row]) -> list[Row]:
@@ -234,7 +235,8 @@ def run_rows(
       on_row(rows[i])
 
   key = functools.partial(steps.step_key, p) if p.workload.step else None
-  run_tasks(tasks, runner(p, jobs=jobs, scheduler=scheduler), jobs=jobs, scheduler=scheduler, cache=cache, on_row=done,
+  workers = any(release(t) for t in tasks)
+  run_tasks(tasks, runner(p, jobs=jobs, scheduler=scheduler, workers=workers), jobs=jobs, scheduler=scheduler, cache=cache, on_row=done,
             key=key, check=is_row, counting=counting)
   return [rows[i] for i in range(len(tasks))]
 

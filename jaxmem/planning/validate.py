@@ -122,6 +122,9 @@ def validation_plan(workload: Workload, *, distributed: bool = False) -> Plan:
     raise JaxmemError(f"validate runs on the attached devices, not {workload.target_name}; drop `target`")
   if workload.slices != 1:
     raise JaxmemError("validate runs on the attached devices, the slices they are; drop `slices`")
+  if workload.compiler:
+    raise JaxmemError("validate runs real steps on the attached devices with the compiler this process loads; drop "
+                      "`compiler` (compare takes it)")
   # Each configuration of the sweep is measured; the outer axes (the model's config) take one value.
   one_of_each(workload, "validate")
   if distributed:

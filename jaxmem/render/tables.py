@@ -237,10 +237,37 @@ def render_compare(rows: Sequence[Any], fmt: str, *, totals: bool = False, comma
   text = grid(body, headers, fmt)
   notes = _notes(rows)
   shown = [c.field for c in cols.shown(cols.COMPARE, table)]
-  out = [_compare_heading(rows, table, shown), "", text]
+  out = [*release_disagreements(rows), _compare_heading(rows, table, shown), "", text]
   if notes:
     out += [""] + [f"{'- ' if fmt == 'markdown' else ''}{n}" for n in notes]
   return "\n".join(out)
+
+
+def release_disagreements(rows: Sequence[Any]) -> list[str]:
+  """One line for each configuration whose verdict differs between the compiler releases it was
+  compiled under (the ``compiler`` axis), first in compare's table: the verdict depends on the
+  release a team runs, more than on any margin."""
+  groups: dict[tuple, list[Any]] = {}
+  for r in rows:
+    if getattr(r, "compiler", None) is not None:
+      groups.setdefault(tuple(getattr(r, f, None) for f in cols.label_fields() if f != "compiler"), []).append(r)
+  keys = [k for k in _labels(rows)[0] if k != "compiler"]
+  out = []
+  for group in groups.values():
+    said = {r.compiler: _said(r) for r in group}
+    if len(set(said.values())) > 1:
+      where = " ".join(f"{k} {_label(getattr(group[0], k, None))}" for k in keys)
+      out.append(f"the compiler releases disagree{f' on {where}' if where else ''}: "
+                 + "; ".join(f"{v} under {c}" for c, v in said.items()))
+  return out
+
+
+def _said(r: Any) -> str:
+  if getattr(r, "verdict", None) == "at risk":
+    return "at risk"
+  if r.fits is None:
+    return "no verdict" if r.error is None else "refused"
+  return "fits" if r.fits else "does not fit"
 
 
 # An HLO instruction named at the head of a note ("comm: while.12: while loop ..."): the same
