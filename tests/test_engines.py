@@ -264,13 +264,13 @@ def test_a_kv_cache_dtype_stores_the_cache_in_its_bytes():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["infer", "--engine", "nope"], "unknown serving engine 'nope'"),
-    (["infer", "--kv-cache-dtype", "nope"], "unknown KV cache dtype 'nope'"),
+    (["infer", "--engine", "nope"], "--engine must be one of vllm, jetstream, got 'nope'"),
+    (["infer", "--kv-cache-dtype", "nope"], "--kv-cache-dtype must be one of"),
     (["infer", "--engine", "vllm", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be a fraction"),
-    (["infer", "--engine", "vllm", "--gpu-memory-utilization", "most"], "argument --gpu-memory-utilization: invalid float"),
-    (["infer", "--engine", "vllm", "--block-size", "0"], "--block-size must be at least 1"),
-    (["infer", "--engine", "vllm", "--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be at least 1"),
-    (["infer", "--engine", "jetstream", "--max-prefill-length", "0"], "--max-prefill-length must be at least 1"),
+    (["infer", "--engine", "vllm", "--gpu-memory-utilization", "most"], "--gpu-memory-utilization must be a fraction in (0, 1]"),
+    (["infer", "--engine", "vllm", "--block-size", "0"], "--block-size must be a whole number of at least 1"),
+    (["infer", "--engine", "vllm", "--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be a whole number of at least 1"),
+    (["infer", "--engine", "jetstream", "--max-prefill-length", "0"], "--max-prefill-length must be a whole number of at least 1"),
     (["infer", "--engine", "vllm", "--max-prefill-length", "8"], "--max-prefill-length is not an engine vllm setting"),
     (["infer", "--block-size", "16"], "--block-size is a serving engine's: give --engine"),
     (["infer", "--emit", "vllm"], "--emit is a serving engine's: give --engine"),

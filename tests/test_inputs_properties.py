@@ -476,6 +476,7 @@ FREE: dict[str, st.SearchStrategy[str]] = {
     "param_dtype": st.sampled_from(["float32", "bfloat16", "int8", "", "none"]),
     "output": PATHS, "plot": PATHS, "xprof": PATHS,
     "emit": st.sampled_from(["maxtext", "bogus"]),
+    "columns": st.sampled_from(["all", "memory", "default,time", "bogus", "", ",", "peak_bytes"]),
 }
 # Each axis flag's values: some of its own kind (published names where it takes a registry's)
 # and some it must refuse at parse time (INVALID, by the axis's parser).

@@ -36,7 +36,8 @@ def add_engine(p: argparse.ArgumentParser) -> None:
   for f in dataclasses.fields(jaxmem.EngineSettings):
     p.add_argument("--" + f.name.replace("_", "-"), type=_TYPES.get(f.name, inputs.Whole()), default=None,
                    help=f"--engine {f.metadata['engine']}: {f.metadata['help']}")
-  p.add_argument("--emit", default=None, type=inputs.Choice(tuple(EMITTERS)),
+  # Not a choice of this command's writers: run_engine names what another command's writer writes.
+  p.add_argument("--emit", default=None,
                  help=f"with --engine: also write the serve command for the answer ({', '.join(EMITTERS)}); "
                  "in JSON as `launches`")
 

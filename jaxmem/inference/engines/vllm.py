@@ -196,8 +196,8 @@ class Vllm(Engine):
       raise JaxmemError(f"engine vllm sizes a TPU's or a GPU's memory; {p.target.name} is neither "
                         "(use tpu:... or gpu:...)")
     if p.kv.name not in KV_FLAGS:
-      raise JaxmemError(f"engine vllm: a {p.kv.name} KV cache keeps a scale a token and head, which jaxmem does not "
-                        f"store; use `kv_cache_dtype` {', '.join(KV_FLAGS)}")
+      raise JaxmemError(f"engine vllm: a {p.kv.name} KV cache (`kv_cache_dtype`, else the compute `dtype`) keeps a "
+                        f"scale a token and head, which jaxmem does not store; use `kv_cache_dtype` {', '.join(KV_FLAGS)}")
     one_mesh_axis(p, "tensor", self.name)
     for mesh in p.meshes:  # a cache this rule does not describe is refused before any compile
       geometry(p.cfg, dict(mesh).get("tensor", 1), p.kv, p.target.platform)
