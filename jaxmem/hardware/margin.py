@@ -12,7 +12,9 @@ same list):
 - ``not modelled``: no size can be had without the device (and no source gives one).
 
 :func:`judge` gives a row's verdict: ``NO`` when ``required_bytes`` exceeds the capacity,
-``at risk`` when the margin (capacity - required) is below ``risk_bytes``, ``yes`` otherwise.
+``at risk`` when the margin (capacity - required) is below ``risk_bytes``, ``yes`` otherwise;
+:func:`with_runtime` then makes a ``yes`` at risk where the runtime account
+(:mod:`jaxmem.hardware.runtime`: the device as the runtime holds it, term by term) is.
 No term is tuned to a case: each size is the row's own figure or the compiler's own constant.
 """
 
@@ -169,6 +171,16 @@ def judge(required: int | None, capacity: int | None, risk: int | None) -> Verdi
   margin = capacity - required
   verdict = NO if margin < 0 else (AT_RISK if margin < (risk or 0) else YES)
   return Verdict(fits=margin >= 0, verdict=verdict, margin_bytes=margin, risk_bytes=risk)
+
+
+def with_runtime(v: Verdict, runtime_verdict: str | None) -> Verdict:
+  """``v`` as the runtime account (:mod:`jaxmem.hardware.runtime`) leaves it: a program the
+  compiler's figures say fits, with room to spare, is at risk where the account of the device as
+  the runtime holds it is (its term named there); the account never makes a fitting program NO,
+  nor a refused one fit."""
+  if v.verdict == YES and runtime_verdict == AT_RISK:
+    return dataclasses.replace(v, verdict=AT_RISK)
+  return v
 
 
 def judged_note(v: Verdict, capacity: int | None, required: int | None) -> str | None:
