@@ -92,6 +92,14 @@ class Figures(Record):
                 f"{self.capacity_bytes:,}",)
     return dataclasses.replace(self.report, capacity_bytes=self.capacity_bytes, notes=notes, **self.verdict.as_dict())
 
+  def with_account(self, account: RuntimeAccount) -> Figures:
+    """These figures with the runtime account ``account`` (the step's, with what its job keeps
+    beside it: :func:`jaxmem.hardware.runtime.with_job`), the verdict and notes following it."""
+    notes = tuple(n for n in self.notes if n != runtime_note(self.runtime))
+    extra = runtime_note(account)
+    return dataclasses.replace(self, runtime=account, verdict=with_runtime(self.verdict, account.runtime_verdict),
+                               notes=notes + ((extra,) if extra else ()))
+
   def row_fields(self) -> dict[str, Any]:
     """The fields every row type takes from a compile (splat into its constructor)."""
     return {**self.report.figures(), **self.step_time.as_dict(), **self.verdict.as_dict(), **self.host.as_dict(),
@@ -162,7 +170,7 @@ def compile_figures(
   host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
   verdict = report.judge(capacity, checked=target is not None and target.capacity_checked)
   account = RuntimeAccount() if target is None else target.kind.runtime_account(
-      target, report, communicators=report.communicators, cudnn=report.calls_cudnn)
+      target, report, required=report.required_bytes, communicators=report.communicators, cudnn=report.calls_cudnn)
   verdict = with_runtime(verdict, account.runtime_verdict)
   judged = [n for n in [judged_note(verdict, capacity, report.required_bytes), runtime_note(account)] if n]
   return Figures(

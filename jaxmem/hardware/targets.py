@@ -103,10 +103,11 @@ class TargetKind:
     """What the runtime of ``target``'s platform holds on a device beside the program."""
     return terms(target.platform)
 
-  def runtime_account(self, target: Target, figures: CompilerFigures, *, communicators: int = 0,
-                      cudnn: bool = False) -> RuntimeAccount:
+  def runtime_account(self, target: Target, figures: CompilerFigures, *, required: int | None = None,
+                      communicators: int = 0, cudnn: bool = False) -> RuntimeAccount:
     """The device as this kind's runtime will hold the program of ``figures`` (its compiled
-    figures), per device (:mod:`jaxmem.hardware.runtime`); none for the CPU. ``communicators``:
+    figures), per device (:mod:`jaxmem.hardware.runtime`); none for the CPU. ``required``: the bytes
+    its verdict judges (the compiler's peak); ``communicators``:
     the distinct device groups of its collectives; ``cudnn``: whether it calls cuDNN (GPU)."""
     return RuntimeAccount()
 
@@ -180,13 +181,13 @@ class Tpu(TargetKind):
   def host(self) -> HostSpec | None:
     return TPU_GENERATIONS[self.generation].host
 
-  def runtime_account(self, target: Target, figures: CompilerFigures, *, communicators: int = 0,
-                      cudnn: bool = False) -> RuntimeAccount:
+  def runtime_account(self, target: Target, figures: CompilerFigures, *, required: int | None = None,
+                      communicators: int = 0, cudnn: bool = False) -> RuntimeAccount:
     f = figures
     held = runtime.tpu_terms(
         generation=self.generation, argument=f.argument_size_in_bytes, output=f.output_size_in_bytes,
         alias=f.alias_size_in_bytes, temp=f.temp_size_in_bytes, code=f.generated_code_size_in_bytes,
-        resident=target.resident_bytes,
+        required=required, resident=target.resident_bytes,
     )
     alone = target.alone_capacity_bytes or target.capacity_bytes
     return runtime.tpu_account(held, alone, cap_option=TPU_HBM_CAP_OPTION)
@@ -223,8 +224,8 @@ class Gpu(TargetKind):
   def nvlink_bandwidth(self) -> float | None:
     return GPU_SPECS[self.part].nvlink_bandwidth
 
-  def runtime_account(self, target: Target, figures: CompilerFigures, *, communicators: int = 0,
-                      cudnn: bool = False) -> RuntimeAccount:
+  def runtime_account(self, target: Target, figures: CompilerFigures, *, required: int | None = None,
+                      communicators: int = 0, cudnn: bool = False) -> RuntimeAccount:
     spec = GPU_SPECS[self.part]
     held = runtime.gpu_terms(compute_capability=spec.compute_capability[0], communicators=communicators, cudnn=cudnn,
                              env=os.environ)
