@@ -210,3 +210,13 @@ def tiny_tpu_row():
   (row,) = [r for r in compare(model="tiny", target="tpu:v5e-4", batch=8, seq=64, remat="full", cache=None)
             if r.remat == "full"]
   return row
+
+
+def test_the_runtime_columns_show_only_where_the_account_puts_a_row_at_risk(tiny_tpu_row):
+  from jaxmem.render.tables import render_compare
+
+  assert "program block" not in render_compare([tiny_tpu_row], "table")
+  risky = dataclasses.replace(tiny_tpu_row, runtime_verdict=margin.AT_RISK, runtime_term=runtime.FRAGMENTATION,
+                              verdict=margin.AT_RISK)
+  text = render_compare([tiny_tpu_row, risky], "table")
+  assert "program block" in text and f"{margin.AT_RISK} ({runtime.FRAGMENTATION})" in text
