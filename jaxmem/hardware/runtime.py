@@ -20,7 +20,8 @@ Program requirement + Available after request``, to the byte):
 - **program**: a loaded program reserves its memory (HLO temporaries, scoped, global, code) as
   one contiguous block at the bottom of memory; it fails to load when no contiguous block that
   large is free, even where the free total would hold it (fragmentation: pytorch/xla #3470, 6.78G
-  free and 3.33G reservable for a 6.48G program).
+  free and 3.33G reservable for a 6.48G program). Its size is what the compiler's own check
+  counts beside the arguments (:func:`tpu_terms` says why), and the code beside it.
 
 The heap buffers a step allocates anew each time and frees after (its outputs not donated, the
 batches it is fed) can leave holes the size of themselves between the heap and the program's
@@ -57,8 +58,6 @@ FRAGMENTATION, PROGRAM_BLOCK = "fragmentation", "program block"
 ERROR_0100 = "openxla/xla docs/errors/error_0100.md (buffers are heap allocations)"
 ERROR_0101 = ("openxla/xla docs/errors/error_0101.md (a loaded program reserves its instructions, static data and "
               "constants as one contiguous block at the bottom of memory)")
-RUNTIME_ACCOUNT = ("https://github.com/pytorch/xla/issues/1735 (the TPU runtime's accounting: HBM capacity = "
-                   "Top-of-Memory reserved + Currently allocated + Program requirement + Available after request)")
 
 
 class Printed(NamedTuple):
