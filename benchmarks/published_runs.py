@@ -263,6 +263,33 @@ CASES = (
 BY_NAME = {c.name: c for c in CASES}
 
 
+def llama2_70b_v5p_cases() -> tuple[Case, ...]:
+  """MaxText PR #2957 (commit 8c9fede, benchmarks/maxtext_v5p_model_configs.py): Llama 2 70B on
+  v5p-128, FSDP 64 (ici_fsdp=-1), seq 4096, remat save_dot_except_mlpwi, synthetic data, base.yml
+  defaults; per-device batch 2 ran, 4 ran out of memory on the slice (January 2026). Written with
+  jaxmem's own model of it (Llama 2 70B's config.json); the runtime account
+  (jaxmem.hardware.runtime, benchmarks/runtime_account.py) gives the device as the runtime holds it."""
+  source = "MaxText PR #2957 (January 2026; commit 8c9fede, benchmarks/maxtext_v5p_model_configs.py)"
+  shared = ("MaxText llama2-70b, v5p-128 (FSDP 64), seq 4096, remat save_dot_except_mlpwi, synthetic data, "
+            "base.yml defaults (f32 weights, bf16 compute, AdamW)")
+  args = (f"--model {HF / 'llama2-70b.json'} --target tpu:v5p-128 --mesh fsdp=64 --batch {{batch}} --seq 4096 "
+          "--remat save_dot_except_mlpwi")
+  why = ("the run's versions (January 2026) and its XLA flags are not these; the runtime account (runtime_terms) "
+         "leaves 6.08 GiB once every cited term is placed at per-device batch 4, so none of its terms explains it")
+  return (
+      Case(name="llama2-70b-v5p-128-b2", platform="tpu", source=source, configuration=f"{shared}, per-device batch 2",
+           outcome=RAN, versions="January 2026 MaxText stack (not published)", args=args.format(batch=128),
+           why_it_may_differ=why),
+      Case(name="llama2-70b-v5p-128-b4", platform="tpu", source=source, configuration=f"{shared}, per-device batch 4",
+           outcome=OOM, measured="out of memory on the slice (the log is not public)",
+           versions="January 2026 MaxText stack (not published)", args=args.format(batch=256), why_it_may_differ=why),
+  )
+
+
+CASES = CASES + llama2_70b_v5p_cases()
+BY_NAME = {c.name: c for c in CASES}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Result:
   case: Case
@@ -333,7 +360,9 @@ def judge(case: Case, rows: list, seconds: float) -> Result:
     versions = ", ".join(f"{k} {v}" for k, v in (row.versions or jaxmem.compiler_versions()).items())
     heads.append(f"{said}; required {_gib(row.required_bytes)} of {_gib(row.capacity_bytes)} GiB "
                  f"({row.judged_figure or '-'}), naive sum {_gib(row.naive_sum_bytes)} GiB, "
-                 f"compiler check {row.compiler_check or '-'} on {versions}")
+                 f"compiler check {row.compiler_check or '-'}, runtime account {row.runtime_verdict or '-'}"
+                 + (f" ({row.runtime_term})" if row.runtime_term else "")
+                 + f", {_gib(row.runtime_available_bytes)} GiB left, on {versions}")
   head = f"jaxmem ({seconds:.0f} s): " + " | ".join(heads)
   if any(r.fits is None for r in rows):
     errors = "; ".join(r.error or "no capacity" for r in rows if r.fits is None)

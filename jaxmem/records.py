@@ -16,6 +16,8 @@ JSON or the cache agree.
   (:mod:`jaxmem.steptime`) and carried flat by every compiled row.
 - :class:`CompilerFigures`: what the compiler says about one program, per device (XLA's memory
   fields, jaxmem's total, FLOPs, compile time, communication) and the compiler versions that said it.
+- :class:`RuntimeAccount`: the device as the runtime will hold it beside the compiled figures
+  (:mod:`jaxmem.hardware.runtime`): each term in bytes with its source, and its verdict.
 """
 
 from __future__ import annotations
@@ -222,3 +224,32 @@ class Judgement(Record):
   judged_figure: str | None = None
   naive_sum_bytes: int | None = None
   compiler_check: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RuntimeAccount(Record):
+  """The device as its runtime will hold the program (:mod:`jaxmem.hardware.runtime`), per device,
+  beside the compiler's figures. ``runtime_terms``: each term by name, ``{"bytes", "part",
+  "source"}`` (``bytes`` ``None`` where no source gives a size); its ``part`` says where it sits:
+  ``top`` (reserved at the top of memory, already out of ``capacity_bytes``), ``heap`` (buffers
+  held while the step runs), ``step heap`` (heap buffers each step allocates anew and frees,
+  which can leave holes), ``program`` (the program's one contiguous block), and on GPU ``outside
+  pool`` (held outside the allocator's preallocated share) and ``room`` (the memory the pool
+  leaves for them).
+
+  TPU: ``runtime_heap_bytes`` and ``runtime_program_bytes`` sum their parts and
+  ``runtime_available_bytes`` is what the capacity leaves once both are placed (the runtime's
+  "Available after request"). GPU: ``runtime_available_bytes`` is what the memory outside the
+  allocator's pool leaves once the ``outside pool`` terms are placed. ``runtime_verdict``
+  (``yes``, ``at risk``, ``NO``) with ``runtime_term`` naming the term that decides it and
+  ``runtime_remedy`` the change that restores room. All ``None`` where there is no account (the
+  CPU, a refused program, a figure it needs unknown)."""
+
+  runtime_top_reserved_bytes: int | None = None
+  runtime_heap_bytes: int | None = None
+  runtime_program_bytes: int | None = None
+  runtime_available_bytes: int | None = None
+  runtime_verdict: str | None = None
+  runtime_term: str | None = None
+  runtime_remedy: str | None = None
+  runtime_terms: dict[str, dict] = dataclasses.field(default_factory=dict)

@@ -36,11 +36,11 @@ import jax
 
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.hardware.hostmem import HostVerdict, judge_host
-from jaxmem.hardware.margin import JUDGED_ARGUMENTS, NO, Verdict, judged_note
+from jaxmem.hardware.margin import AT_RISK, JUDGED_ARGUMENTS, NO, Verdict, judged_note, with_runtime
 from jaxmem.compiler.report import MemoryReport, Refusal, array_bytes, fits, no_triton_tiling, read_compiled
 from jaxmem.hardware.targets import Target
 from jaxmem.xla import compile_timed
-from jaxmem.records import Record, StepTime
+from jaxmem.records import Record, RuntimeAccount, StepTime
 from jaxmem.steptime import Work, step_time
 from jaxmem.versions import compiler_versions
 
@@ -65,6 +65,7 @@ class Figures(Record):
   notes: tuple[str, ...] = ()
   host: HostVerdict = dataclasses.field(default_factory=HostVerdict)  # host bytes against the host's RAM
   estimate_notes: tuple[str, ...] = ()  # the step-time estimate's (in notes too)
+  runtime: RuntimeAccount = dataclasses.field(default_factory=RuntimeAccount)  # the device as the runtime holds it
 
   @property
   def fits(self) -> bool | None:
@@ -91,10 +92,18 @@ class Figures(Record):
                 f"{self.capacity_bytes:,}",)
     return dataclasses.replace(self.report, capacity_bytes=self.capacity_bytes, notes=notes, **self.verdict.as_dict())
 
+  def with_account(self, account: RuntimeAccount) -> Figures:
+    """These figures with the runtime account ``account`` (the step's, with what its job keeps
+    beside it: :func:`jaxmem.hardware.runtime.with_job`), the verdict and notes following it."""
+    notes = tuple(n for n in self.notes if n != runtime_note(self.runtime))
+    extra = runtime_note(account)
+    return dataclasses.replace(self, runtime=account, verdict=with_runtime(self.verdict, account.runtime_verdict),
+                               notes=notes + ((extra,) if extra else ()))
+
   def row_fields(self) -> dict[str, Any]:
     """The fields every row type takes from a compile (splat into its constructor)."""
     return {**self.report.figures(), **self.step_time.as_dict(), **self.verdict.as_dict(), **self.host.as_dict(),
-            "capacity_bytes": self.capacity_bytes, "required_bytes": self.required_bytes, "error": None, "notes": self.notes}
+            **self.runtime.as_dict(), "capacity_bytes": self.capacity_bytes, "required_bytes": self.required_bytes, "error": None, "notes": self.notes}
 
 
 def compile_figures(
@@ -160,12 +169,26 @@ def compile_figures(
   host = judge_host(report.host_total_bytes, None if target is None else target.host_capacity_bytes)
   host_notes = [target.host_capacity_note] if report.host_total_bytes and target and target.host_capacity_note else []
   verdict = report.judge(capacity, checked=target is not None and target.capacity_checked)
-  judged = [n for n in [judged_note(verdict, capacity, report.required_bytes)] if n]
+  account = RuntimeAccount() if target is None else target.kind.runtime_account(
+      target, report, required=report.required_bytes, communicators=report.communicators, cudnn=report.calls_cudnn)
+  verdict = with_runtime(verdict, account.runtime_verdict)
+  judged = [n for n in [judged_note(verdict, capacity, report.required_bytes), runtime_note(account)] if n]
   return Figures(
       report=report, capacity_bytes=capacity, required_bytes=report.required_bytes, verdict=verdict,
       step_time=estimated.step, notes=tuple(notes) + report.notes + estimated.notes + tuple(host_notes) + tuple(judged),
       host=host, estimate_notes=tuple(n for n in estimated.notes if n not in notes and n not in report.notes),
+      runtime=account,
   )
+
+
+def runtime_note(account: RuntimeAccount) -> str | None:
+  """Why the runtime account puts a program at risk (its term, its figures, the remedy); ``None``
+  where it does not."""
+  if account.runtime_verdict != AT_RISK:
+    return None
+  left = account.runtime_available_bytes
+  return (f"runtime: at risk ({account.runtime_term}): with the device as the runtime holds it (runtime_terms), "
+          f"{left:,} bytes are left once everything is placed, fewer than its terms need; {account.runtime_remedy}")
 
 
 # The XLA option that leaves a GPU program's matmuls to cuBLAS instead of Triton GEMM fusions.

@@ -75,6 +75,7 @@ from jaxmem.compiler.flops import compiled_flops, jaxpr_flops, per_device_flops
 from jaxmem.hardware.margin import (
     ACCEPTED, AT_RISK, JUDGED_CHECK, JUDGED_PEAK, JUDGED_REFUSAL, JUDGED_TOTAL, NO, REFUSED, Verdict, judge, risk_bytes,
 )
+from jaxmem.hlo.comms import communicator_groups
 from jaxmem.hlo.ops import HloCosts, hlo_costs_of_module
 from jaxmem.hlo.text import parse_module
 from jaxmem.hlo.traffic import Traffic
@@ -82,6 +83,8 @@ from jaxmem.mesh import path_keys
 from jaxmem.records import CompilerFigures, Record
 from jaxmem.versions import compiler_notes, compiler_versions
 
+# The custom-call target prefix of XLA:GPU's cuDNN calls (__cudnn$fmha..., __cudnn$conv...).
+CUDNN_CALL = "__cudnn$"
 # XLA's own field names, as memory_analysis() spells them.
 MEMORY_FIELDS = (
     "argument_size_in_bytes",
@@ -116,6 +119,11 @@ class MemoryReport(CompilerFigures):
   traffic: Traffic | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
   # Each top-level op's FLOPs, bytes and communication (jaxmem.hlo.ops), for the per-op times.
   hlo_costs: HloCosts | None = dataclasses.field(default=None, repr=False, compare=False, metadata={"as_dict": False})
+  # The device groups one device runs collectives in (jaxmem.hlo.comms.communicator_groups: on GPU,
+  # an NCCL communicator each) and whether the program calls cuDNN, for the runtime account
+  # (jaxmem.hardware.runtime).
+  communicators: int = dataclasses.field(default=0, repr=False, compare=False, metadata={"as_dict": False})
+  calls_cudnn: bool = dataclasses.field(default=False, repr=False, compare=False, metadata={"as_dict": False})
   # The chip coordinates of the program's devices in partition order (TPU; None elsewhere): where
   # its collectives run on the slice's links (jaxmem.steptime.timeline).
   placement: tuple[tuple[int, ...], ...] | None = dataclasses.field(default=None, repr=False, compare=False,
@@ -336,6 +344,8 @@ def read_compiled(
   return MemoryReport(
       platform=platform,
       num_devices=len(devices),
+      communicators=communicator_groups(module),
+      calls_cudnn=any(CUDNN_CALL in i.attrs for i in module.instructions.values() if i.opcode == "custom-call"),
       **values,
       total_bytes=total,
       host_total_bytes=_total(

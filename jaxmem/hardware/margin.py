@@ -9,10 +9,14 @@ same list):
   runtime's reserve; a GPU's capacity is the share JAX's allocator takes);
 - ``risk``: jaxmem knows its size for the row but not whether the compiler's peak holds it, or
   the compiler itself sets it aside as a margin: it is the row's ``risk_bytes``;
+- ``account``: a term of the row's runtime account (:mod:`jaxmem.hardware.runtime`): sized there
+  from its source where one gives a size, and judged there;
 - ``not modelled``: no size can be had without the device (and no source gives one).
 
 :func:`judge` gives a row's verdict: ``NO`` when ``required_bytes`` exceeds the capacity,
-``at risk`` when the margin (capacity - required) is below ``risk_bytes``, ``yes`` otherwise.
+``at risk`` when the margin (capacity - required) is below ``risk_bytes``, ``yes`` otherwise;
+:func:`with_runtime` then makes a ``yes`` at risk where the runtime account
+(:mod:`jaxmem.hardware.runtime`: the device as the runtime holds it, term by term) is.
 No term is tuned to a case: each size is the row's own figure or the compiler's own constant.
 """
 
@@ -39,7 +43,7 @@ class RuntimeTerm(Record):
   platforms: tuple[str, ...]
   what: str
   source: str
-  accounted: str  # "capacity", "required", "risk" or "not modelled"
+  accounted: str  # "capacity", "risk", "account" or "not modelled"
 
 
 RUNTIME_TERMS = (
@@ -64,9 +68,18 @@ RUNTIME_TERMS = (
         source="https://openxla.org/xla/errors/error_0101; https://openxla.org/xla/errors/error_0100",
     ),
     RuntimeTerm(
-        name="fragmentation", platforms=("tpu",), accounted="not modelled",
-        what="free HBM in no contiguous block large enough; the runtime defragments and retries before failing",
-        source="https://openxla.org/xla/errors/error_0100",
+        name="fragmentation", platforms=("tpu",), accounted="account",
+        what="free HBM in no contiguous block large enough: a program's block must be contiguous, so it fails to "
+        "load where the free total would hold it (pytorch/xla #3470: 6.78G free, 3.33G reservable, for 6.48G); the "
+        "runtime account is at risk where what is left is under the buffers a step allocates anew",
+        source="https://openxla.org/xla/errors/error_0100; https://github.com/pytorch/xla/issues/3470",
+    ),
+    RuntimeTerm(
+        name="top-of-memory reserve", platforms=("tpu",), accounted="account",
+        what="the top of HBM the runtime reserves for infeed, outfeed and continuations, as published "
+        "out-of-memory reports print it per generation (v4: 1.25G); out of the capacity already",
+        source="https://github.com/pytorch/xla/issues/1735 (Top-of-Memory reserved); "
+        "https://github.com/erfanzar/EasyDeL/issues/166",
     ),
     RuntimeTerm(
         name="allocator share", platforms=("gpu",), accounted="capacity",
@@ -83,15 +96,30 @@ RUNTIME_TERMS = (
         "xla/debug_options_flags.cc (xla_gpu_memory_limit_slop_factor = 95)",
     ),
     RuntimeTerm(
-        name="collective buffers", platforms=("gpu",), accounted="not modelled",
+        name="collective buffers", platforms=("gpu",), accounted="account",
         what="NCCL's communicator buffers (outside the allocator's pool by default; in it with "
-        "--xla_gpu_enable_nccl_user_buffers, which also pins the pool at its initial size)",
+        "--xla_gpu_enable_nccl_user_buffers, which also pins the pool at its initial size): NCCL_BUFFSIZE (4 MiB) x "
+        "channels (at most 32) x 2 ring peers per communicator, one communicator per device group of the collectives",
+        source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html; "
+        "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html (NCCL_BUFFSIZE)",
+    ),
+    RuntimeTerm(
+        name="cuBLAS workspace", platforms=("gpu",), accounted="account",
+        what="the workspace cuBLAS allocates per handle, outside the allocator's pool: 32 MiB on Hopper, 4 MiB on "
+        "earlier architectures",
+        source="https://docs.nvidia.com/cuda/cublas/index.html#cublassetworkspace",
+    ),
+    RuntimeTerm(
+        name="CUDA context", platforms=("gpu",), accounted="not modelled",
+        what="the CUDA context and the loaded kernels, outside the allocator's pool; listed in the runtime account "
+        "without a size, since NVIDIA publishes none",
         source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html",
     ),
     RuntimeTerm(
         name="cuDNN workspace", platforms=("gpu",), accounted="not modelled",
-        what="a deviceless compile sizes cuDNN attention's workspace at 0 (XLA sizes it only with a GPU attached); "
-        "rows using cudnn carry a note",
+        what="a deviceless compile sizes cuDNN attention's workspace at 0 (XLA sizes it only with a GPU attached), "
+        "and cuDNN publishes no bound for its attention graphs'; rows whose program calls cuDNN list it in the "
+        "runtime account without a size, and rows using cudnn carry a note",
         source="docs/backends.md (GPU, cuDNN attention); jaxmem's cuDNN note",
     ),
     RuntimeTerm(
@@ -101,9 +129,10 @@ RUNTIME_TERMS = (
         source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html",
     ),
     RuntimeTerm(
-        name="prefetched batch and held arrays", platforms=("tpu", "gpu"), accounted="not modelled",
+        name="prefetched batch and held arrays", platforms=("tpu", "gpu"), accounted="account",
         what="arrays the training loop keeps beside the step: a next batch prefetched to the device, "
-        "parameters not donated, or the previous state held by the caller",
+        "parameters not donated, or the previous state held by the caller; the runtime account has the step's "
+        "outputs not donated, and for --maxtext the batch MaxText's loop puts anew each step (read from its source)",
         source="https://docs.jax.dev/en/latest/gpu_memory_allocation.html (Common causes of OOM failures); "
         "https://openxla.org/xla/errors/error_0100",
     ),
@@ -169,6 +198,16 @@ def judge(required: int | None, capacity: int | None, risk: int | None) -> Verdi
   margin = capacity - required
   verdict = NO if margin < 0 else (AT_RISK if margin < (risk or 0) else YES)
   return Verdict(fits=margin >= 0, verdict=verdict, margin_bytes=margin, risk_bytes=risk)
+
+
+def with_runtime(v: Verdict, runtime_verdict: str | None) -> Verdict:
+  """``v`` as the runtime account (:mod:`jaxmem.hardware.runtime`) leaves it: a program the
+  compiler's figures say fits, with room to spare, is at risk where the account of the device as
+  the runtime holds it is (its term named there); the account never makes a fitting program NO,
+  nor a refused one fit."""
+  if v.verdict == YES and runtime_verdict == AT_RISK:
+    return dataclasses.replace(v, verdict=AT_RISK)
+  return v
 
 
 def judged_note(v: Verdict, capacity: int | None, required: int | None) -> str | None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -44,13 +45,14 @@ from jaxmem.hardware.capacity import usable_hbm_bytes
 from jaxmem.hardware.gpu import GPU_SPECS, GPU_SYSTEMS, gpu_compiler_available, gpu_devices
 from jaxmem.hardware.hostmem import HostSpec, host_share
 from jaxmem.hardware.machine import Machine, gpu_machine, tpu_machine
+from jaxmem.hardware import runtime
 from jaxmem.hardware.margin import RuntimeTerm, terms
 from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
 from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import BadValue, JaxmemError
 from jaxmem.inputs import MEM_FRACTION_VARIABLES, Fraction, Size, Whole, env_fraction
-from jaxmem.records import Record
+from jaxmem.records import CompilerFigures, Record, RuntimeAccount
 from jaxmem.units import GiB
 from jaxmem.mesh import MeshSpec, format_mesh
 
@@ -100,6 +102,14 @@ class TargetKind:
   def runtime_terms(self, target: Target) -> tuple[RuntimeTerm, ...]:
     """What the runtime of ``target``'s platform holds on a device beside the program."""
     return terms(target.platform)
+
+  def runtime_account(self, target: Target, figures: CompilerFigures, *, required: int | None = None,
+                      communicators: int = 0, cudnn: bool = False) -> RuntimeAccount:
+    """The device as this kind's runtime will hold the program of ``figures`` (its compiled
+    figures), per device (:mod:`jaxmem.hardware.runtime`); none for the CPU. ``required``: the bytes
+    its verdict judges (the compiler's peak); ``communicators``:
+    the distinct device groups of its collectives; ``cudnn``: whether it calls cuDNN (GPU)."""
+    return RuntimeAccount()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +181,17 @@ class Tpu(TargetKind):
   def host(self) -> HostSpec | None:
     return TPU_GENERATIONS[self.generation].host
 
+  def runtime_account(self, target: Target, figures: CompilerFigures, *, required: int | None = None,
+                      communicators: int = 0, cudnn: bool = False) -> RuntimeAccount:
+    f = figures
+    held = runtime.tpu_terms(
+        generation=self.generation, argument=f.argument_size_in_bytes, output=f.output_size_in_bytes,
+        alias=f.alias_size_in_bytes, temp=f.temp_size_in_bytes, code=f.generated_code_size_in_bytes,
+        required=required, resident=target.resident_bytes,
+    )
+    alone = target.alone_capacity_bytes or target.capacity_bytes
+    return runtime.tpu_account(held, alone, cap_option=TPU_HBM_CAP_OPTION)
+
 
 @dataclasses.dataclass(frozen=True)
 class Gpu(TargetKind):
@@ -203,6 +224,14 @@ class Gpu(TargetKind):
   def nvlink_bandwidth(self) -> float | None:
     spec = GPU_SPECS[self.part]
     return spec.nvlink_bandwidth if spec.interconnect == "NVLink" else None  # a PCIe part has none
+
+  def runtime_account(self, target: Target, figures: CompilerFigures, *, required: int | None = None,
+                      communicators: int = 0, cudnn: bool = False) -> RuntimeAccount:
+    spec = GPU_SPECS[self.part]
+    held = runtime.gpu_terms(compute_capability=spec.compute_capability[0], communicators=communicators, cudnn=cudnn,
+                             env=os.environ)
+    pool = target.alone_capacity_bytes or target.capacity_bytes
+    return runtime.gpu_account(held, memory=target.hbm_bytes, pool=pool)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -462,3 +462,24 @@ def collectives(compiled) -> Collectives:
   """:func:`collectives_from_hlo` of a ``jax.stages.Compiled`` (``compiled.as_text()``)."""
   return collectives_from_hlo(compiled.as_text())
 
+
+
+def communicator_groups(module: Module) -> int:
+  """How many distinct device groups one device (partition 0) runs the module's collectives in:
+  XLA:GPU keeps an NCCL communicator for each (a clique per device group), so this is the count
+  of communicators a device holds buffers for (:func:`jaxmem.hardware.runtime.nccl_bytes`).
+  A collective with empty groups counts as the group of every device; a collective-permute (point
+  to point, its pairs not a group) is not counted."""
+  seen: set[tuple[int, ...]] = set()
+  for inst in module.instructions.values():
+    kind = collective_kind(inst)
+    if kind is None or kind == "collective_permute":
+      continue
+    groups = collective_groups(inst, module)
+    if groups is None:
+      seen.add(())  # every device
+      continue
+    mine = next((g for g in groups if 0 in g), None)
+    if mine is not None and len(mine) > 1:
+      seen.add(tuple(sorted(mine)))
+  return len(seen)

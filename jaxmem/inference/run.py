@@ -27,7 +27,9 @@ from jaxmem.models.model_flops import inference_flops, weight_flops
 from jaxmem.options import RunOptions
 from jaxmem.program import sharding as shd
 from jaxmem.program.train import moe_fields, pick_attention
-from jaxmem.records import Communication, CompilerFigures, Composed, Judgement, Placement, Record, StepTime, composed
+from jaxmem.records import (
+    Communication, CompilerFigures, Composed, Judgement, Placement, Record, RuntimeAccount, StepTime, composed,
+)
 
 
 # The axes an inference row carries by their own name beside those it names itself (the mesh, the
@@ -93,6 +95,7 @@ class InferRow(Composed):
   judgement: Judgement = dataclasses.field(default_factory=Judgement)
   setup: InferSetup
   sizes: InferSizes = dataclasses.field(default_factory=InferSizes)
+  runtime: RuntimeAccount = dataclasses.field(default_factory=RuntimeAccount)
 
   def communication(self) -> Communication:
     return self.compiled.communication()

@@ -36,6 +36,7 @@ from typing import Any
 
 from jaxmem.axes import AXES
 from jaxmem.errors import JaxmemError
+from jaxmem.hardware import runtime
 from jaxmem.inputs import override
 from jaxmem.maxtext.table import (
     ROWS, At, attention, maxtext_remat, mesh_of, mesh_settings, per_device_batch, row, text,
@@ -389,3 +390,31 @@ def _dtype_name(dtype: Any) -> str:
   import numpy as np
 
   return np.dtype(dtype).name
+
+
+# What MaxText's train loop holds beside its train step, read from its source (MaxText 0.2.5):
+# maxtext/common/data_loader.py, DataLoader.load_next_batch, puts each step's batch on the device
+# with jax.device_put (the previous one freed when the loop rebinds it), and
+# maxtext/trainers/pre_train/train.py, train_loop, loads the initialisation program
+# (train_utils.setup_train_loop), the eval step where eval_interval > 0, and jax.jit helpers
+# (jax.random.fold_in under DiLoCo) beside the train step, whose state it donates
+# (maxtext_utils.get_functional_train_with_signature). The buffers are the step's own arguments;
+# the other programs are evicted when buffers need room (openxla/xla docs/errors/error_0101.md).
+LOOP_BATCH_SOURCE = ("MaxText 0.2.5 maxtext/common/data_loader.py (DataLoader.load_next_batch: jax.device_put of each "
+                     "step's batch; the previous one freed when the loop rebinds it)")
+LOOP_PROGRAMS_SOURCE = (
+    "MaxText 0.2.5 maxtext/trainers/pre_train/train.py (train_loop: the initialisation program of "
+    "train_utils.setup_train_loop, the eval step where eval_interval > 0, jax.jit(jax.random.fold_in) under DiLoCo, "
+    "beside the train step); evicted for buffers, each reloads into its own contiguous block "
+    "(openxla/xla docs/errors/error_0101.md): their size is not known without compiling them")
+
+
+def loop_terms(argument_bytes: Mapping[str, int]) -> tuple[dict[str, dict], int]:
+  """The terms MaxText's train loop adds to its step's runtime account
+  (:func:`jaxmem.hardware.runtime.with_job`), and the bytes of the step's arguments they move:
+  the batch, put on the device anew each step, is a per-step buffer."""
+  batch = argument_bytes.get("batch", 0)
+  return {
+      "batch (MaxText's loop: put anew each step)": runtime.term(runtime.STEP_HEAP, batch, LOOP_BATCH_SOURCE),
+      "programs loaded besides the step (MaxText's loop)": runtime.term(runtime.PROGRAMS, None, LOOP_PROGRAMS_SOURCE),
+  }, batch

@@ -26,6 +26,7 @@ import jax
 from jaxmem.compiler.analysis import Lowering, lower_for_target
 from jaxmem.compiler.flops import jaxpr_flops
 from jaxmem.compiler.report import Refusal
+from jaxmem.hardware import runtime
 from jaxmem.steptime import Work
 from jaxmem.errors import JaxmemError, TraceFailed
 from jaxmem.cache import key
@@ -121,6 +122,8 @@ def step_row(p: Plan, mesh: shd.MeshSpec, rp: RematPolicy) -> dict[str, Any]:
                              always_compile=p.workload.always_compile, kernel_named=maxtext)
   if not isinstance(outcome, Refusal) and maxtext:
     named.update(mx.state_bytes(outcome.report.argument_leaf_bytes))
+    job, moved = mx.loop_terms(outcome.report.argument_bytes)
+    outcome = outcome.with_account(runtime.with_job(outcome.runtime, job, from_arguments=moved))
   elif not isinstance(outcome, Refusal):
     by_name = outcome.report.argument_bytes
     named.update(param_bytes=by_name.get(PARAMS), optimizer_state_bytes=by_name.get(OPT_STATE))

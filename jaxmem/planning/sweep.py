@@ -30,7 +30,8 @@ from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.pipelining import ONE_F_ONE_B_NOTE, one_f_one_b
 from jaxmem.program.remat import RematPolicy, get_remat
 from jaxmem.records import (
-    Communication, CompilerFigures, Composed, Configuration, Judgement, Record, StepTime, composed,
+    Communication, CompilerFigures, Composed, Configuration, Judgement, Record, RuntimeAccount, StepTime,
+    composed,
 )
 from jaxmem.workload import Workload
 
@@ -79,6 +80,7 @@ class Row(Composed):
   timing: StepTime = dataclasses.field(default_factory=StepTime)
   judgement: Judgement = dataclasses.field(default_factory=Judgement)
   train: TrainFigures = dataclasses.field(default_factory=TrainFigures)
+  runtime: RuntimeAccount = dataclasses.field(default_factory=RuntimeAccount)
 
   def communication(self) -> Communication:
     return self.compiled.communication()

@@ -470,6 +470,16 @@ _TIME_DEFAULT = frozenset({TIME, DEFAULT})
 _COMM = frozenset({COMM})
 _TIME_COMM = frozenset({TIME, COMM})
 
+RUNTIME_AT_RISK = Some(lambda r: getattr(r, "runtime_verdict", None) == AT_RISK)
+
+
+def runtime_cell(r: Any) -> str:
+  """The runtime account's verdict, with the term that decides it where it is at risk."""
+  verdict = getattr(r, "runtime_verdict", None)
+  if verdict is None:
+    return "-"
+  return f"{verdict} ({r.runtime_term})" if r.runtime_term else verdict
+
 # compare's table (and scale's per-point table): one row per compiled configuration.
 COMPARE: list[Column] = [
     *(Column(field=k, format=text, shown=VARIES, sets=_CONFIG) for k in HEADING_FIELDS),
@@ -525,6 +535,17 @@ COMPARE: list[Column] = [
     Column(field="host_capacity_bytes", header="host capacity", unit=BYTES, format=size, shown=HOST_BYTES,
            sets=_MEMORY_DEFAULT),
     Column(field="host_verdict", header="host fits", format=lambda v, c: host_verdict_cell(c.row), shown=HOST_BYTES,
+           sets=_MEMORY_DEFAULT),
+    # The runtime account (jaxmem.hardware.runtime), where it puts some row at risk: its heap, the
+    # program's block, what is left once both are placed, and its verdict with the term deciding it
+    # (JSON and CSV carry every term with its source). The verdict decides a launch: in the default set.
+    Column(field="runtime_heap_bytes", header="heap (runtime)", unit=BYTES, format=size, shown=RUNTIME_AT_RISK,
+           sets=_MEMORY),
+    Column(field="runtime_program_bytes", header="program block", unit=BYTES, format=size, shown=RUNTIME_AT_RISK,
+           sets=_MEMORY),
+    Column(field="runtime_available_bytes", header="left (runtime)", unit=BYTES, format=size, shown=RUNTIME_AT_RISK,
+           sets=_MEMORY),
+    Column(field="runtime_verdict", header="runtime", format=lambda v, c: runtime_cell(c.row), shown=RUNTIME_AT_RISK,
            sets=_MEMORY_DEFAULT),
     Column(field="stage_activation_bytes", header="stage act", unit=BYTES, format=size, shown=PIPELINED, sets=_MEMORY),
     Column(field="required_1f1b_bytes", header="1F1B required (est.)", unit=BYTES, format=size, shown=PIPELINED,
