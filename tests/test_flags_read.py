@@ -104,6 +104,8 @@ EXAMPLES: dict[str | tuple[str, str], tuple] = {
     "mesh": ("data=2,fsdp=4",),
     "format": ("json", "table"),
     "columns": ("all", "memory"),
+    # A whole jax stack is refused before anything is fetched: no wheel is downloaded by the suite.
+    "compiler": ("jax==0.1",),
     "output": ("out.txt",),
     "plot": ("plot.png",),
     "xprof": ("xprof",),
