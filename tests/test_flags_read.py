@@ -104,6 +104,8 @@ EXAMPLES: dict[str | tuple[str, str], tuple] = {
     "mesh": ("data=2,fsdp=4",),
     "format": ("json", "table"),
     "columns": ("all", "memory"),
+    # --emit names a writer of the registry: another command's is refused in one line naming it.
+    "emit": ("vllm", "maxtext"),
     "output": ("out.txt",),
     "plot": ("plot.png",),
     "xprof": ("xprof",),
