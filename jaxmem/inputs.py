@@ -326,7 +326,9 @@ def hub_id(name: str, subject: str = "`model`") -> HubId:
   ``.git``) and a revision of branch, tag or commit characters; a bad one is refused in one line
   here instead of raising the client's ``HFValidationError``."""
   m = _HUB_LIKE.match(name) if isinstance(name, str) else None
-  if m is None:
+  # Whitespace is in no repository id; older Hub clients' validate_repo_id let it through to the
+  # request, which then raised HFValidationError (seen with huggingface_hub beside jax 0.10.2).
+  if m is None or any(ch.isspace() for ch in name):
     raise BadValue(subject, "a Hub id ORG/NAME or ORG/NAME@REVISION", name)
   repo, revision = m.group("repo"), m.group("rev")
   try:

@@ -162,3 +162,18 @@ def decode_matches_forward():
     return empty
 
   return check
+
+
+@pytest.fixture
+def no_compile(monkeypatch):
+  """Any compile, or JAX's backends starting, fails the test: what is checked before compiling
+  (inputs, output paths) must not get that far. A test file may hold its own narrower one."""
+  import jax
+
+  import jaxmem
+
+  def refuse(*a, **k):
+    raise AssertionError("compiled, or started JAX, before the input and output paths were checked")
+
+  monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
+  monkeypatch.setattr(jaxmem, "start_jax", refuse)

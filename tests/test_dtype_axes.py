@@ -160,7 +160,7 @@ def test_an_outer_sweep_plans_every_combination():
         (dict(dropout="0,x"), "got 'x'"),
         (dict(sequence_parallel="off,maybe"), "takes on or off, comma separated, got 'maybe'"),
         (dict(param_dtype="bfloat16,int8"), "must name a float dtype (e.g. float32, bfloat16), got 'int8'"),
-        (dict(pipeline_repeats="1,0"), "`pipeline_repeats` must be a whole number of at least 1 (got 0)"),
+        (dict(pipeline_repeats="1,0"), "`pipeline_repeats` must be a whole number of at least 1, got 0"),
         (dict(param_dtype="bfloat16,float32", master_dtype="float32"), "not wider than the parameters' float32"),
     ],
 )

@@ -186,17 +186,6 @@ def test_a_bad_column_is_one_line_naming_the_valid_ones():
   assert "\n" not in msg and "'tempp'" in msg and "temp_size_in_bytes" in msg and "memory" in msg and "all" in msg
 
 
-@pytest.fixture
-def no_compile(monkeypatch):
-  """Any compile, or JAX's backends starting, fails the test."""
-
-  def refuse(*a, **k):
-    raise AssertionError("compiled, or started JAX, before the input was checked")
-
-  monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
-  monkeypatch.setattr(jaxmem, "start_jax", refuse)
-
-
 TINY = ["--model", "tiny", "--batch", "2", "--seq", "16", "--target", "cpu"]
 
 

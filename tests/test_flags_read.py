@@ -106,6 +106,8 @@ EXAMPLES: dict[str | tuple[str, str], tuple] = {
     "columns": ("all", "memory"),
     # A whole jax stack is refused before anything is fetched: no wheel is downloaded by the suite.
     "compiler": ("jax==0.1",),
+    # --emit names a writer of the registry: another command's is refused in one line naming it.
+    "emit": ("vllm", "maxtext"),
     "output": ("out.txt",),
     "plot": ("plot.png",),
     "xprof": ("xprof",),

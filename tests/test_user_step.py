@@ -130,7 +130,7 @@ def test_scale_over_a_step():
     [
         ("no_such_module_xyz:make_step", "cannot import step module 'no_such_module_xyz'"),
         ("test_user_step:nothing_here", "has no 'nothing_here'"),
-        ("make_step", "write package.module:make_step"),
+        ("make_step", "--step must be an import path package.module:make_step"),
         ("test_user_step:returns_two", r"must return \(fn, args, jit_kwargs\); it returned a tuple of 2"),
         ("test_user_step:raises", "raised at batch 8, seq 16: KeyError"),
         ("test_user_step:fails_to_trace", "failed to trace at batch 8, seq 16, remat none: TypeError"),

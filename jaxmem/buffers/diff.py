@@ -393,7 +393,7 @@ def _configuration_changes(ra: Mapping[str, Any], rb: Mapping[str, Any]) -> dict
 
 def _row_change(ra: Mapping[str, Any] | None, rb: Mapping[str, Any] | None) -> RowChange:
   if ra is None or rb is None:
-    return RowChange(status="only in B" if ra is None else "only in A", configuration=_configuration(ra or rb))
+    return RowChange(status="only in B" if ra is None else "only in A", configuration=_configuration(rb if ra is None else ra))
   config = _configuration_changes(ra, rb)
   return RowChange(
       status="paired" if config else "matched", configuration=_configuration(ra), configuration_changes=config,

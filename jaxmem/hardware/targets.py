@@ -30,7 +30,6 @@ older name ``XLA_PYTHON_CLIENT_MEM_FRACTION``, else 0.75); attached,
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -445,8 +444,9 @@ def _attached_target() -> Target:
   )
 
 
-@functools.cache
 def _tpu_capacity(gen: str) -> int:
+  # Not cached here: the probe under it is (capacity._tpu_available_hbm), and a second cache
+  # would keep a figure read while that probe was replaced (the test stubs do) past its restoring.
   return usable_hbm_bytes(gen)
 
 
