@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 
 import jaxmem
 from jaxmem.cli import _common as c
 from jaxmem import JaxmemError
 from jaxmem.render import tables
-from jaxmem.render.explain import render_explain
+from jaxmem.render.explain import render_explain, render_refusal
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                  help="add a column with the framework's line each buffer's source line called (JSON always has it)")
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
+  changes = inspect.signature(jaxmem.explain).parameters["changes"].default
+  p.add_argument("--changes", type=int, default=changes, metavar="N",
+                 help="where the compiler refuses the configuration: compile at most N changes that the extrapolation "
+                      f"puts within the capacity (remat, microbatches, batch, devices, vocab tiles; default "
+                      f"{changes}, 0: none)")
   p.set_defaults(func=run)
 
 
@@ -48,7 +54,14 @@ def run(args: argparse.Namespace) -> int:
                       if args.top_ops else f"--top-ops takes a positive count (got {args.top_ops})")
   c.check_outputs(args)
   c.say(c.resolve_target(args))
-  result = jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind, framework_packages=args.framework_packages)
+  result = jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind, framework_packages=args.framework_packages,
+                          changes=args.changes)
+  if isinstance(result, jaxmem.RefusalExplanation):
+    unwritten = [f for f, v in (("--plot", args.plot), ("--xprof", args.xprof), ("--top-ops", args.top_ops)) if v]
+    if unwritten:
+      c.say(f"jaxmem: the compiler refused this configuration, so nothing compiled for {', '.join(unwritten)}")
+    c.emit(render_refusal(result, args.format), args.output)
+    return 0
   if args.plot:
     jaxmem.plot_timeline(result, args.plot)
   if args.xprof:
