@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     unwritten = [f for f, v in (("--plot", args.plot), ("--xprof", args.xprof), ("--top-ops", args.top_ops)) if v]
     if unwritten:
       c.say(f"jaxmem: the compiler refused this configuration, so nothing compiled for {', '.join(unwritten)}")
-    c.emit(render_refusal(result, args.format), args.output)
+    c.emit(render_refusal(result, args.format, top=args.top), args.output)
     return 0
   if args.plot:
     jaxmem.plot_timeline(result, args.plot)

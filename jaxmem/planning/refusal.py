@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jaxmem.buffers.analyse import BufferGroup, Explanation
+from jaxmem.buffers.analyse import BufferGroup, Explanation, parse_kinds
 from jaxmem.buffers.explain import explain as explain_compiled
 from jaxmem.buffers.explain import explain_workload
 from jaxmem.errors import CompilerRefused, DoesNotDivide, JaxmemError
@@ -43,6 +43,7 @@ from jaxmem.hardware.tpu import TPU_GENERATIONS
 from jaxmem.planning.depth import PROBE_LAYERS, at_depth, probe_depths
 from jaxmem.planning.search import REMAT_LADDER
 from jaxmem.planning.sweep import run_rows, with_overheads
+from jaxmem.options import RunOptions
 from jaxmem.records import Configuration, Record
 from jaxmem.resolve import plan
 from jaxmem.versions import compiler_versions
@@ -132,6 +133,7 @@ class RefusalExplanation(Record):
   error: str = ""
   versions: dict[str, str] = dataclasses.field(default_factory=dict)
   notes: tuple[str, ...] = ()
+  kinds: tuple[str, ...] = ()  # the kinds a table lists (empty: every kind); the sum is every buffer's
   fits = property(lambda self: False)
   verdict = property(lambda self: "NO")
 
@@ -175,15 +177,17 @@ def explain(
   'Explanation'
   """
   _check_changes(changes)
+  run = RunOptions.of(kwargs.pop("run", None), kwargs)
   try:
-    return explain_compiled(fn_or_workload, *args, **kwargs)
+    return explain_compiled(fn_or_workload, *args, run=run, **kwargs)
   except CompilerRefused as refused:
     if callable(fn_or_workload) or args or not refused.out_of_memory:
       raise
-    keep = {k: kwargs.pop(k) for k in ("top", "kinds", "framework_packages", "run") if k in kwargs}
+    keep = {k: kwargs.pop(k) for k in ("top", "kinds", "framework_packages") if k in kwargs}
     w = Workload.of(fn_or_workload, {"remat": "none"}, **kwargs)
-    return explain_refusal(w, refused, changes=changes, top=keep.get("top", 10), kinds=keep.get("kinds"),
-                           framework_packages=keep.get("framework_packages", ()))
+    result = explain_refusal(w, refused, changes=changes, **keep)
+    run.row(result)
+    return result
 
 
 def explain_refusal(
@@ -210,7 +214,7 @@ def explain_refusal(
   corners, batches, tried = probe_compiles(compile_at, depths, p.batch, valid=lambda b: _batch_divides(w, b))
   if corners is None:
     raise JaxmemError(
-        f"the compiler refused this configuration{_needs(refused.required_bytes)} and the step does not fit at "
+        f"this configuration does not fit{_needs(refused.required_bytes)}, and the step does not fit at "
         f"{depths[-1]} layers even at batch {batches[0]}: there is no smaller compile to explain it from")
   at = (full, p.batch)
   buffers = extrapolate_groups(corners, depths, batches, at)
@@ -223,6 +227,7 @@ def explain_refusal(
       extrapolated_bytes=sum(b.size_bytes for b in buffers), extrapolated_in=("depth",) + (("batch",) * (len(batches) > 1)),
       buffers=buffers, probes=tuple(_probe(k, v) for k, v in tried), error=str(refused),
       versions=first.versions or compiler_versions(p.target.platform), notes=_notes(buffers, corners, depths, batches),
+      kinds=parse_kinds(kinds),
   )
   if changes:
     r = dataclasses.replace(r, changes=find_changes(w, p.target, r, lines, budget=changes))

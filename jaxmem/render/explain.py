@@ -25,8 +25,6 @@ VERDICT_KEYS = ("capacity_bytes", "required_bytes", "fits", "verdict", "margin_b
                 "naive_sum_bytes", "compiler_check")
 # The configuration as explain's JSON names it: the explained function (empty for a preset), the
 # platform, and a preset's configuration (jaxmem.records.Configuration: every sweep axis it records).
-# The buffer groups a refused configuration's table lists (JSON and CSV carry every one).
-REFUSAL_BUFFERS_SHOWN = 12
 _CONFIGURATION = ("function", "platform", *(f.name for f in dataclasses.fields(Configuration)))
 
 
@@ -162,10 +160,10 @@ def refusal_json(r: RefusalExplanation) -> dict[str, Any]:
   return doc
 
 
-def render_refusal(r: RefusalExplanation, fmt_name: str) -> str:
+def render_refusal(r: RefusalExplanation, fmt_name: str, *, top: int = 10) -> str:
   """``explain`` of a configuration the compiler refused: the requirement the refusal states, the
-  buffers that fill it (extrapolated, largest first: every group in JSON and CSV, the largest
-  :data:`REFUSAL_BUFFERS_SHOWN` in a table and the rest as one line), their sum beside the
+  buffers that fill it (extrapolated, largest first: every group in JSON and CSV, the ``top``
+  largest in a table, of ``r.kinds`` where given, and the rest as one line), their sum beside the
   requirement, the compiles they were extrapolated from, and the changes compiled, those that fit first."""
   check_format(fmt_name)
   if fmt_name == "json":
@@ -175,10 +173,10 @@ def render_refusal(r: RefusalExplanation, fmt_name: str) -> str:
   size = unit_for([r.required_bytes, r.extrapolated_bytes], smallest="KiB")
   uname = size.name
   head = f"{title(r)} · refused by the compiler · {uname} per device" + (f" · {describe(r.versions)}" if r.versions else "")
-  shown = r.buffers[:REFUSAL_BUFFERS_SHOWN]
+  shown = [b for b in r.buffers if not r.kinds or b.kind in r.kinds][:top]
   bufs = [{uname: size(b.size_bytes), "how": b.how, "kind": b.kind, "dtype": b.dtype, "shape": b.shape or "-",
            "module": b.module, "source": b.source or "-", "op": b.op or "-"} for b in shown]
-  rest = r.buffers[len(shown):]
+  rest = [b for b in r.buffers if b not in shown]
   if rest:
     bufs.append({uname: size(sum(b.size_bytes for b in rest)), "how": rest[0].how, "kind": f"{len(rest)} more groups"})
   bufs.append({uname: size(r.extrapolated_bytes), "how": "sum", "kind": "the buffers above"})
