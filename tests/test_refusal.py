@@ -107,3 +107,31 @@ def test_bilinear_groups_recover_an_affine_law_in_depth_and_batch():
   assert {k: b.size_bytes for k, b in got.items()} == {g.kind: g.size_bytes for g in want}
   assert got["saved residual"].shape == "[16,32,64]" and got["temporary"].shape == "[32,100]"
   assert bilinear({(2, 8): 5, (4, 8): 9}, (2, 4), (8,), (16, 8)) == 33
+
+
+def test_probes_halve_the_batch_until_the_deeper_depth_fits_then_take_half_of_it():
+  # A step that fits under 100 units, needing layers x batch: at batch 64, 2 layers do not fit;
+  # 4 layers first fit at batch 16, so the corners are 2 and 4 layers at batches 8 and 16.
+  def compile_at(layers, batch):
+    need = layers * batch
+    return types.SimpleNamespace(live_set=()) if need < 100 else _refusal(need)
+
+  fitting = (types.SimpleNamespace,)
+  corners, batches, tried = _probe_compiles(compile_at, fitting, batch=64)
+  assert batches == (8, 16) and set(corners) == {(2, 16), (4, 16), (2, 8), (4, 8)}
+  assert [k for k, _ in tried] == [(2, 64), (4, 32), (4, 16), (2, 16), (2, 8), (4, 8)]
+  # Where the deeper depth fits at no batch the mesh takes: nothing to extrapolate from.
+  corners, batches, _ = _probe_compiles(lambda l, b: _refusal(l * b * 100), fitting, batch=64)
+  assert corners is None and batches == (1,)
+
+
+def _refusal(need):
+  from jaxmem.errors import CompilerRefused
+
+  return CompilerRefused("refused", required_bytes=need, capacity_bytes=100, out_of_memory=True, compiled=True)
+
+
+def _probe_compiles(compile_at, fitting, *, batch):
+  from jaxmem.planning import refusal
+
+  return refusal.probe_compiles(compile_at, (2, 4), batch, valid=lambda b: b >= 1, fitting=fitting)

@@ -236,18 +236,19 @@ def explain_refusal(
 
 def probe_compiles(
     compile_at: Callable[[int, int], Explanation | CompilerRefused], depths: tuple[int, int], batch: int, *,
-    valid: Callable[[int], bool],
+    valid: Callable[[int], bool], fitting: tuple[type, ...] = (Explanation,),
 ) -> tuple[dict[tuple[int, int], Explanation] | None, tuple[int, ...], list[tuple[tuple[int, int], Any]]]:
   """The compiles to extrapolate from: ``depths`` at ``batch`` where both fit; else both depths at
   the largest batch the deeper fits at (halving from ``batch`` while ``valid``) and at half of
   it. Returns the fitting compiles by (layers, batch) (None where too few fit), the batches
-  they are at, and every compile tried in order."""
+  they are at, and every compile tried in order. ``fitting``: the types a compile that fit returns
+  (anything else is a refusal)."""
   tried: list[tuple[tuple[int, int], Any]] = []
 
   def at(layers: int, b: int) -> Explanation | None:
     r = compile_at(layers, b)
     tried.append(((layers, b), r))
-    return r if isinstance(r, Explanation) else None
+    return r if isinstance(r, fitting) else None
 
   a, b = depths
   shallow = at(a, batch)
