@@ -36,11 +36,11 @@ from typing import Any
 
 from jaxmem.buffers.analyse import BufferGroup, Explanation, parse_kinds
 from jaxmem.buffers.explain import explain as explain_compiled
-from jaxmem.buffers.explain import explain_workload
+from jaxmem.buffers.explain import explain_workload, framework_names
 from jaxmem.errors import CompilerRefused, DoesNotDivide, JaxmemError
 from jaxmem.hardware.targets import Target, Tpu, get_target
 from jaxmem.hardware.tpu import TPU_GENERATIONS
-from jaxmem.planning.depth import PROBE_LAYERS, at_depth, probe_depths
+from jaxmem.planning.depth import at_depth, probe_depths
 from jaxmem.planning.search import REMAT_LADDER
 from jaxmem.planning.sweep import run_rows, with_overheads
 from jaxmem.options import RunOptions
@@ -197,9 +197,9 @@ def explain_refusal(
   """The refusal ``refused`` of workload ``w`` (one configuration) explained from compiles that fit."""
   p = plan(w)
   depths = None if w.step or w.maxtext else probe_depths(p.cfg)
-  if depths is None:
-    raise JaxmemError(f"{refused} (jaxmem explains a refusal from the same step at fewer layers; this step's depth "
-                      f"cannot be changed, or its stack is no deeper than {PROBE_LAYERS[-1]} layers)")
+  if depths is None:  # a step whose depth jaxmem cannot change, or no deeper than the probes: as before
+    raise refused
+  framework_packages = framework_names(framework_packages)
   full = p.cfg.num_layers
 
   def compile_at(layers: int, batch: int) -> Explanation | CompilerRefused:
