@@ -155,7 +155,8 @@ def residuals_table(rows: Sequence[PolicyResiduals], fmt_name: str) -> str:
 def refusal_json(r: RefusalExplanation) -> dict[str, Any]:
   """A refused configuration explained, as JSON: the envelope, then the explanation's fields
   (the configuration's flat at the top, as explain's JSON has them)."""
-  doc = envelope([], versions=r.versions, **r.as_dict())
+  d = r.as_dict()
+  doc = envelope([], versions=d.pop("versions"), **d)
   doc.pop("rows", None)
   return doc
 
