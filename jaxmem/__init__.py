@@ -26,7 +26,7 @@ from jaxmem.hardware.targets import Target, target  # noqa: E402
 from jaxmem.errors import BadValue, JaxmemError, NotAResult, NotComparable, UnknownField  # noqa: E402
 from jaxmem.events import Compiling, JaxmemWarning, Notice, listen  # noqa: E402
 from jaxmem.buffers.analyse import Explanation  # noqa: E402
-from jaxmem.buffers.explain import explain  # noqa: E402
+from jaxmem.planning.refusal import RefusalExplanation, explain  # noqa: E402
 from jaxmem.render.timeline import plot_timeline, timeline_text  # noqa: E402
 from jaxmem.planning.estimate import Estimate, estimate  # noqa: E402
 from jaxmem.inference.infer import InferRow, infer  # noqa: E402
@@ -109,6 +109,7 @@ __all__ = [
     "Compiling",
     "Estimate",
     "Explanation",
+    "RefusalExplanation",
     "FitResult",
     "InferRow",
     "JaxmemError",

@@ -124,3 +124,19 @@ class TraceFailed(JaxmemError):
   def __init__(self, message: str, *, cause: str):
     self.cause = cause
     super().__init__(message)
+
+
+class CompilerRefused(JaxmemError):
+  """The compiler refused a program, or jaxmem did not compile it because its arguments alone
+  exceed the device: ``required_bytes`` is what the refusal says the program needs (None where it
+  says nothing), ``capacity_bytes`` what the target holds, ``out_of_memory`` whether it was for
+  memory (a refusal for anything else cannot be explained by the bytes), ``compiled`` whether a
+  compile ran (False: the arguments' shapes alone were judged). A caller that can explain a
+  refusal for memory (:mod:`jaxmem.planning.refusal`) tells it from every other error by this
+  type."""
+
+  def __init__(self, message: str, *, required_bytes: int | None, capacity_bytes: int | None,
+               out_of_memory: bool, compiled: bool):
+    super().__init__(message)
+    self.required_bytes, self.capacity_bytes = required_bytes, capacity_bytes
+    self.out_of_memory, self.compiled = out_of_memory, compiled

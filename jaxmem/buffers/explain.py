@@ -32,7 +32,7 @@ from jaxmem.compiler.figures import Figures
 from jaxmem.compiler.report import Refusal
 from jaxmem.hardware.startup import in_worker
 from jaxmem.hardware.targets import Target
-from jaxmem.errors import JaxmemError
+from jaxmem.errors import CompilerRefused, JaxmemError
 from jaxmem.events import Compiling, emit
 from jaxmem.hlo.dump import Dump, read_dump
 from jaxmem.options import RunOptions
@@ -264,7 +264,7 @@ def compile_with_dump(
 ) -> tuple[Figures, Dump, OptimizedHlo]:
   """Compiles with XLA's text and HloProto dumps on and reads them; a refused compile (or
   arguments alone over the target's capacity, when nothing is compiled, unless
-  ``always_compile``) is a :class:`JaxmemError` saying what the compiler needed."""
+  ``always_compile``) is a :class:`~jaxmem.errors.CompilerRefused` saying what the compiler needed."""
   with tempfile.TemporaryDirectory(prefix="jaxmem-explain-") as d:
     # The three backends honour these options alike (checked on jaxlib 0.10.2 and 0.12.0.1).
     outcome = lowering.figures(
@@ -274,7 +274,9 @@ def compile_with_dump(
     if isinstance(outcome, Refusal):
       need = "" if outcome.required_bytes is None else f" (needs {outcome.required_bytes:,} bytes)"
       who = "the compiler refused this configuration" if outcome.cause is not None else "this configuration cannot fit"
-      raise JaxmemError(f"{who}{need}, so there is no plan to explain: {outcome.error}")
+      raise CompilerRefused(f"{who}{need}, so there is no plan to explain: {outcome.error}",
+                            required_bytes=outcome.required_bytes, capacity_bytes=outcome.capacity_bytes,
+                            out_of_memory=outcome.fits is False, compiled=outcome.cause is not None)
     dump = read_dump(d)
     optimized = read_optimized_hlo(d, module_name=dump.hlo.name or None)
   return outcome, dump, optimized

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 
 import jaxmem
 from jaxmem.cli import _common as c
 from jaxmem import JaxmemError
 from jaxmem.render import columns as cols
 from jaxmem.render import tables
-from jaxmem.render.explain import render_explain
+from jaxmem.render.explain import render_explain, render_refusal
 from jaxmem.render.timeline import FORMATS as TIMELINE_FORMATS
 
 
@@ -38,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
   c.add_columns(p, cols.EXPLAIN_BUFFERS)
+  changes = inspect.signature(jaxmem.explain).parameters["changes"].default
+  p.add_argument("--changes", type=jaxmem.inputs.Whole(least=0), default=changes, metavar="N",
+                 help="where the compiler refuses the configuration: compile at most N changes that the extrapolation "
+                      f"puts within the capacity (remat, microbatches, batch, devices, vocab tiles; default "
+                      f"{changes}, 0: none)")
   p.set_defaults(func=run)
 
 
@@ -55,7 +61,14 @@ def run(args: argparse.Namespace) -> int:
   # One compile, shown as compare shows each of its own (the chosen target, the compile, its row).
   sweep = c.Sweep(args, chosen, cached=False)
   result = sweep.run(lambda run: jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind,
-                                                framework_packages=args.framework_packages, run=run))
+                                                framework_packages=args.framework_packages, changes=args.changes,
+                                                run=run))
+  if isinstance(result, jaxmem.RefusalExplanation):
+    unwritten = [f for f, v in (("--plot", args.plot), ("--xprof", args.xprof), ("--top-ops", args.top_ops)) if v]
+    if unwritten:
+      c.say(f"jaxmem: the compiler refused this configuration, so nothing compiled for {', '.join(unwritten)}")
+    c.emit(render_refusal(result, args.format, top=args.top), args.output)
+    return 0
   ops = jaxmem.op_times(result, top=args.top_ops) if args.top_ops else None
   text = render_explain(result, args.format, op_times=ops, framework=args.framework_frames, columns=columns)
   c.emit(text, args.output, *artifacts(args, result))

@@ -9,6 +9,7 @@ from typing import Any
 
 from jaxmem.buffers.analyse import Explanation
 from jaxmem.buffers.residuals import PolicyResiduals
+from jaxmem.planning.refusal import RefusalExplanation
 from jaxmem.render.timeline import timeline_text, title
 from jaxmem.steptime import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
@@ -150,3 +151,61 @@ def residuals_table(rows: Sequence[PolicyResiduals], fmt_name: str) -> str:
     p0 = rows[0]
     head = f"saved for the backward pass · model {p0.model} · batch {p0.batch} x seq {p0.seq}, one device, unsharded · {uname}\n\n"
   return head + render_records(summary, fmt_name) + "\n\n" + render_records(detail, fmt_name)
+
+
+def refusal_json(r: RefusalExplanation) -> dict[str, Any]:
+  """A refused configuration explained, as JSON: the envelope, then the explanation's fields
+  (the configuration's flat at the top, as explain's JSON has them)."""
+  d = r.as_dict()
+  doc = envelope([], versions=d.pop("versions"), **d)
+  doc.pop("rows", None)
+  return doc
+
+
+def render_refusal(r: RefusalExplanation, fmt_name: str, *, top: int = 10) -> str:
+  """``explain`` of a configuration the compiler refused: the requirement the refusal states, the
+  buffers that fill it (extrapolated, largest first: every group in JSON and CSV, the ``top``
+  largest in a table, of ``r.kinds`` where given, and the rest as one line), their sum beside the
+  requirement, the compiles they were extrapolated from, and the changes compiled, those that fit first."""
+  check_format(fmt_name)
+  if fmt_name == "json":
+    return json.dumps(refusal_json(r), indent=2)
+  if fmt_name == "csv":
+    return render_csv([{k: v for k, v in b.as_dict().items() if k != "probe_bytes"} for b in r.buffers])
+  size = unit_for([r.required_bytes, r.extrapolated_bytes], smallest="KiB")
+  uname = size.name
+  head = f"{title(r)} · refused by the compiler · {uname} per device" + (f" · {describe(r.versions)}" if r.versions else "")
+  shown = [b for b in r.buffers if not r.kinds or b.kind in r.kinds][:top]
+  bufs = [{uname: size(b.size_bytes), "how": b.how, "kind": b.kind, "dtype": b.dtype, "shape": b.shape or "-",
+           "module": b.module, "source": b.source or "-", "op": b.op or "-"} for b in shown]
+  rest = [b for b in r.buffers if b not in shown]
+  if rest:
+    bufs.append({uname: size(sum(b.size_bytes for b in rest)), "how": rest[0].how, "kind": f"{len(rest)} more groups"})
+  bufs.append({uname: size(r.extrapolated_bytes), "how": "sum", "kind": "the buffers above"})
+  if r.required_bytes is not None:
+    bufs.append({uname: size(r.required_bytes), "how": "compiler", "kind": "the requirement the refusal states"})
+  gap = "" if r.error_pct is None else f" ({r.error_pct:+.1f}% of the requirement the compiler states)"
+  lines = [
+      f"the compiler refused it: {r.error}",
+      f"required {size(r.required_bytes) if r.required_bytes is not None else '?'} of capacity "
+      f"{size(r.capacity_bytes) if r.capacity_bytes is not None else '?'} {uname}: fits NO",
+      f"what fills it, extrapolated in the {' and '.join(r.extrapolated_in)} from the compiles below: "
+      f"{size(r.extrapolated_bytes)} {uname}{gap}",
+  ]
+  probes = [{"layers": p.layers, "batch": p.batch, "fits": "yes" if p.fits else "NO",
+             f"required {uname}": size(p.required_bytes) if p.required_bytes is not None else "-",
+             f"live at peak {uname}": size(p.live_bytes_at_peak) if p.live_bytes_at_peak is not None else "-"}
+            for p in r.probes]
+  out = [head, "", *lines, "", render_records(bufs, fmt_name), "", "compiled to extrapolate from:",
+         render_records(probes, fmt_name)]
+  if r.changes:
+    changes = [{"change": c.change, f"required {uname}": size(c.required_bytes) if c.required_bytes is not None else "-",
+                "fits": c.verdict or ("yes" if c.fits else "NO"), "how": c.how,
+                f"extrapolated {uname}": size(c.extrapolated_bytes) if c.extrapolated_bytes is not None else "-",
+                "step s": f"{c.step_time_s:.3f}" if c.step_time_s is not None else "-",
+                "tokens/s/device": f"{c.tokens_per_s_per_device:,.0f}" if c.tokens_per_s_per_device else "-"}
+               for c in r.changes]
+    out += ["", "changes, compiled at full depth (those that fit first, the most tokens per second per device first):",
+            render_records(changes, fmt_name)]
+  out += [""] + [f"{'- ' if fmt_name == 'markdown' else ''}note: {n}" for n in r.notes]
+  return "\n".join(out).rstrip()
