@@ -215,8 +215,15 @@ def tiny_tpu_row():
 def test_the_runtime_columns_show_only_where_the_account_puts_a_row_at_risk(tiny_tpu_row):
   from jaxmem.render.tables import render_compare
 
-  assert "program block" not in render_compare([tiny_tpu_row], "table")
+  from jaxmem.render import columns as cols
+
+  memory = frozenset({cols.MEMORY})
+  assert "program block" not in render_compare([tiny_tpu_row], "table", columns=memory)
   risky = dataclasses.replace(tiny_tpu_row, runtime_verdict=margin.AT_RISK, runtime_term=runtime.FRAGMENTATION,
                               verdict=margin.AT_RISK)
-  text = render_compare([tiny_tpu_row, risky], "table")
+  # The verdict with its deciding term decides a launch: on the first screen; the account's
+  # byte terms are in the memory set.
+  first = render_compare([tiny_tpu_row, risky], "table")
+  assert f"{margin.AT_RISK} ({runtime.FRAGMENTATION})" in first and "program block" not in first
+  text = render_compare([tiny_tpu_row, risky], "table", columns=memory)
   assert "program block" in text and f"{margin.AT_RISK} ({runtime.FRAGMENTATION})" in text
