@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxmem.cache import cache_dir
-from jaxmem.errors import CompilerUnavailable, JaxmemError
+from jaxmem.errors import BadValue, CompilerUnavailable, JaxmemError
 from jaxmem.versions import installed_libtpu, installed_version
 
 # The compilers a release of which may be asked for: the platform each compiles for, and the
@@ -90,6 +90,8 @@ def parse(v: Any, name: str = "compiler") -> tuple[str, ...]:
   texts, each checked for form and once."""
   if v is None:
     return ()
+  if not isinstance(v, (str, list, tuple)) or not all(isinstance(p, str) for p in ([v] if isinstance(v, str) else v)):
+    raise BadValue(f"`{name}`", "compiler releases NAME==VERSION (a comma list or a list of them)", v)
   parts = [v] if isinstance(v, str) else list(v)
   return tuple(dict.fromkeys(parse_spec(n).text for p in parts for n in str(p).split(",") if n.strip()))
 

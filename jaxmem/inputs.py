@@ -435,12 +435,13 @@ def json_bool(value: Any, subject: str) -> bool:
 
 # The kinds of record a saved result holds (its made_by.kind), one per renderer of a command's
 # JSON: a sweep's train-step rows (compare, scale, fit's ranked configurations), explain's
-# explanation, infer's rows, fit's largest workloads, a serving fit's, fit --remat search's
+# explanation (and of a configuration the compiler refused), infer's rows, fit's largest workloads, a serving fit's, fit --remat search's
 # assignment, compare --residuals' policies, estimate's closed forms, plan's search, validate's
 # measurements, the presets, the targets, a diff.
 ROWS, EXPLANATION, INFERENCE, FIT, SERVING, TENSOR_SEARCH = "rows", "explanation", "inference rows", "fit results", "serving fits", "tensor search"
 RESIDUALS, ESTIMATES, PLAN, MEASUREMENTS, MODELS, TARGETS, DIFF = "residuals", "estimates", "plan", "measurements", "models", "targets", "diff"
 KV_CACHE = "kv cache"
+REFUSAL = "refusal explanation"  # explain's account of a configuration the compiler refused
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -79,6 +79,19 @@ def test_json_and_table_carry_the_extrapolated_buffers_and_the_requirement(refus
 
 
 @pytest.mark.needs_tpu_compiler
+def test_a_refusal_saved_as_json_says_what_made_it_and_diff_refuses_it_in_one_line(refused, tmp_path, capsys):
+  doc = json.loads(render_refusal(refused, "json"))
+  from jaxmem.inputs import REFUSAL
+
+  assert doc["made_by"]["command"] == "explain" and doc["made_by"]["kind"] == REFUSAL
+  saved = tmp_path / "refused.json"
+  saved.write_text(render_refusal(refused, "json"))
+  assert main(["diff", str(saved), str(saved)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "refused" in err[0]
+
+
+@pytest.mark.needs_tpu_compiler
 def test_a_step_that_fits_at_no_smaller_compile_is_one_line(capsys):
   # Under the arguments alone even at the probe depths: judged from shapes, nothing compiles.
   argv = ["explain", "--model", "gpt2-small", "--target", "tpu:v5e-1", "--batch", "2", "--seq", "64",

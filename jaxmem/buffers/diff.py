@@ -37,7 +37,7 @@ from typing import Any
 
 from jaxmem.buffers.analyse import short_op
 from jaxmem.errors import NotAResult, NotComparable
-from jaxmem.inputs import DIFF, EXPLANATION, INFERENCE, RESIDUALS, MadeBy, Whole
+from jaxmem.inputs import DIFF, EXPLANATION, INFERENCE, REFUSAL, RESIDUALS, MadeBy, Whole
 from jaxmem.inputs import ROWS as ROW_RECORDS
 from jaxmem.records import Configuration, Record
 
@@ -144,6 +144,10 @@ def read_result(doc: Any, name: str) -> Saved:
   made = MadeBy.read(doc["made_by"], name) if doc.get("made_by") is not None else _made_by_shape(doc, name)
   if made.kind == DIFF:
     raise NotAResult(f"{name} is a diff (jaxmem diff's output), not a result; diff the two results it compared")
+  if made.kind == REFUSAL:
+    # Its buffers are extrapolated, not compiled: diff compares what two compiles hold.
+    raise NotComparable(f"{name} explains a configuration the compiler refused (extrapolated buffers, no compile); "
+                        "diff compares compiled results: diff the probes' explanations, or two configurations that fit")
   _object_or_none(doc.get("versions"), f"{name}'s versions")
   if made.kind == EXPLANATION:
     _check_explanation(doc, name)

@@ -13,7 +13,7 @@ from jaxmem.planning.refusal import RefusalExplanation
 from jaxmem.render.timeline import timeline_text, title
 from jaxmem.steptime import OpTimes
 from jaxmem.render.ops import op_times_json, render_op_times
-from jaxmem.inputs import EXPLANATION, RESIDUALS
+from jaxmem.inputs import EXPLANATION, REFUSAL, RESIDUALS
 from jaxmem.render import columns as cols
 from jaxmem.render.tables import check_format, envelope, made_by, render_csv, render_records, tabulated
 from jaxmem.render.units import unit_for
@@ -157,7 +157,7 @@ def refusal_json(r: RefusalExplanation) -> dict[str, Any]:
   """A refused configuration explained, as JSON: the envelope, then the explanation's fields
   (the configuration's flat at the top, as explain's JSON has them)."""
   d = r.as_dict()
-  doc = envelope([], versions=d.pop("versions"), **d)
+  doc = envelope([], made_by=made_by("explain", REFUSAL), versions=d.pop("versions"), **d)
   doc.pop("rows", None)
   return doc
 
