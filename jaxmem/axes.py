@@ -295,6 +295,11 @@ class Shown:
   identity: bool = False
 
 
+class Apart(str):
+  """An axis's heading format shown as its own part of compare's heading, not in the list of
+  dtypes (``dropout 0.1``, ``sequence parallel``)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Setting:
   """One configuration as an axis's ``check`` sees it before anything is built: its value of
@@ -353,7 +358,7 @@ class Axis:
 
   Labels: ``word`` names it in a row's label where its value is not one of ``quiet`` (nor equal
   to the field ``same_as``: the moments in the parameters' dtype); ``heading`` is the format of
-  compare's heading where every row shares it (``heading_apart``: its own part, not in the dtype
+  compare's heading where every row shares it (an :class:`Apart`: its own part, not in the dtype
   list).
   """
 
@@ -385,6 +390,9 @@ class Axis:
   configures: str | None = None
   chooses: str | None = None
   check: Callable[[Any, Setting], None] | None = None
+  # A value that frees memory where the axis is at its default: one of the changes explain tries
+  # for a configuration the compiler refuses for memory (jaxmem.planning.refusal); None: none.
+  relief: Any = None
   # the result
   record: Recorded | None = Recorded()
   summary: bool = True
@@ -393,8 +401,7 @@ class Axis:
   word: str | None = None
   quiet: tuple[Any, ...] = (None, False)
   same_as: str | None = None
-  heading: str | None = None
-  heading_apart: bool = False
+  heading: str | Apart | None = None
   column: Shown | None = Shown()
 
   @property
@@ -581,21 +588,21 @@ AXES: dict[str, Axis] = _registry(
          check=_unstaged, record=Recorded(annotation="float", default=0.0, after="sequence_parallel"), shown="0",
          help="the models' dropout probability (embeddings, attention probabilities under --attention dot, both "
          "sub-blocks' outputs; masks are one byte each)",
-         word="dropout", quiet=(None, False, 0.0), heading="dropout {:g}", heading_apart=True),
+         word="dropout", quiet=(None, False, 0.0), heading=Apart("dropout {:g}")),
     Axis(name="sequence_parallel", parse=outer(switches), default=False, outer=True, group="parallelism",
          record=Recorded(annotation="bool", default=False, after="bubble_fraction"), listed=False,
          flag_options={"nargs": "?", "const": "on", "metavar": "off,on"},
          help="Megatron sequence parallelism: split the residual stream, norms and dropouts along the sequence over "
          "the tensor axis (all-gather before, reduce-scatter after the tensor-parallel matmuls); needs --mesh "
          "tensor=N; the flag alone is on, off,on compiles both",
-         word="sequence parallel", heading="sequence parallel", heading_apart=True),
+         word="sequence parallel", heading=Apart("sequence parallel")),
     Axis(name="microbatches", layer=True, parse=counts("1,4"), default=(1,), nest=80,
          record=Recorded(annotation="int", default=1, after="attention"), summary=False, flag_default="1",
          column=Shown(when=SAID, place=50),
          help="gradient accumulation: split the global batch into N microbatches run in sequence",
          word="microbatches", quiet=(1,)),
     Axis(name="vocab_tiles", parse=counts("1,8"), default=(1,), nest=40, record=Recorded(annotation="int", default=1),
-         flag_default="1", column=Shown(when=SAID, place=60),
+         flag_default="1", relief=8, column=Shown(when=SAID, place=60),
          help="compute the output projection and loss in N tiles of the tokens (MaxText's num_vocab_tiling)",
          word="vocab tiles", quiet=(1,)),
     Axis(name="context_strategy", default=("all_gather",), flag_default="all_gather",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 
 import jaxmem
 from jaxmem.cli import _common as c
 from jaxmem import JaxmemError
+from jaxmem.planning.refusal import DEFAULT_CHANGES
 from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.explain import render_explain, render_refusal
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
   c.add_columns(p, cols.EXPLAIN_BUFFERS)
-  changes = inspect.signature(jaxmem.explain).parameters["changes"].default
+  changes = DEFAULT_CHANGES
   p.add_argument("--changes", type=jaxmem.inputs.Whole(least=0), default=changes, metavar="N",
                  help="where the compiler refuses the configuration: compile at most N changes that the extrapolation "
                       f"puts within the capacity (remat, microbatches, batch, devices, vocab tiles; default "

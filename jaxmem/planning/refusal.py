@@ -34,6 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jaxmem.axes import AXES
 from jaxmem.buffers.analyse import BufferGroup, Explanation, parse_kinds
 from jaxmem.buffers.explain import explain as explain_compiled
 from jaxmem.buffers.explain import explain_workload, framework_names
@@ -423,7 +424,8 @@ def find_changes(w: Workload, target: Target, r: RefusalExplanation, lines: Line
 def candidates(w: Workload, target: Target, r: RefusalExplanation, lines: Lines):
   """(change in words, fields, extrapolated bytes) for each kind of change, cheapest kind first:
   the least recomputing remat policy the lines put within the capacity, the fewest microbatches,
-  the largest smaller batch, twice the devices of the same TPU generation, and vocab tiles."""
+  the largest smaller batch, twice the devices of the same TPU generation, and each option's
+  declared relief (:attr:`jaxmem.axes.Axis.relief`: vocab tiles)."""
   capacity, batch = r.capacity_bytes, r.configuration.batch if r.configuration else w.batch
   total = lines.at(batch)
   saved = lines.kind("saved residual", batch)
@@ -446,8 +448,9 @@ def candidates(w: Workload, target: Target, r: RefusalExplanation, lines: Lines)
   bigger = _bigger_target(target)
   if bigger is not None:
     yield f"target {bigger}", {"target": bigger, "mesh": ()}, None
-  if w.vocab_tiles == (1,) and batch:
-    yield "vocab tiles 8", {"vocab_tiles": 8}, None
+  for axis in AXES.values():  # the options whose declaration names a value that frees memory
+    if axis.relief is not None and batch and getattr(w, axis.name) == axis.unset:
+      yield f"{axis.word or axis.column_header} {axis.relief}", {axis.name: axis.relief}, None
 
 
 def compile_change(w: Workload, change: str, fields: dict[str, Any], extrapolated: int | None, *,

@@ -416,10 +416,13 @@ def _said(axis: Axis) -> Some:
 
 def axis_rule(axis: Axis, *, summary: bool = False) -> Rule:
   """When a table shows ``axis``'s column, as its declaration says (``summary``: a summary's
-  table, which always shows the columns that say what its rows are for)."""
+  table, which shows the columns that say what its rows are for wherever some row has a value:
+  a column of dashes says nothing)."""
   when = axis.column.when
-  if summary and axis.column.identity or when == SHOWN_ALWAYS:
+  if when == SHOWN_ALWAYS:
     return ALWAYS
+  if summary and axis.column.identity:
+    return _known(axis.name)
   if callable(when):
     return Rows(when)
   return {SHOWN_VARYING: VARIES, GIVEN: _known(axis.name), SAID: _said(axis)}[when]

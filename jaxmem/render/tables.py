@@ -21,7 +21,7 @@ from typing import Any
 import jax
 from tabulate import tabulate
 
-from jaxmem.axes import AXES
+from jaxmem.axes import AXES, Apart
 from jaxmem.hardware.margin import AT_RISK
 from jaxmem.errors import JaxmemError
 from jaxmem.inputs import FIT, ROWS, MadeBy
@@ -185,7 +185,7 @@ def _dtypes(r: Any, skip: Sequence[str] = ()) -> str:
     v = getattr(r, a.name, None)
     if a.heading is None or a.name in skip or v in (None, False) or (a.same_as and v == getattr(r, a.same_as, None)):
       continue
-    (apart if a.heading_apart else listed).append(a.heading.format(v))
+    (apart if isinstance(a.heading, Apart) else listed).append(a.heading.format(v))
   return (f" · {', '.join(listed)}" if listed else "") + "".join(f" · {w}" for w in apart)
 
 
