@@ -311,6 +311,19 @@ def test_the_table_says_first_where_releases_disagree_on_the_verdict():
   assert release_disagreements(rows[:1]) == []
 
 
+def test_a_release_that_could_not_compile_is_not_said_to_refuse():
+  from jaxmem.render.tables import release_disagreements
+
+  def row(compiler, fits, error=None):
+    return SimpleNamespace(model="tiny", target="tpu:v5e-4", remat="full", compiler=compiler, fits=fits, error=error,
+                           verdict=None)
+
+  # libtpu 0.0.33 under jax 0.12.0.1: the splash kernel's bytecode, not the program's size.
+  (line,) = release_disagreements([row("libtpu==0.0.33", None, "INVALID_ARGUMENT: Failed to parse the Mosaic module"),
+                                   row("libtpu==0.0.50.1", True)])
+  assert "did not compile under libtpu==0.0.33" in line and "refused" not in line
+
+
 @dataclasses.dataclass(frozen=True)
 class _Configured:
   compiler: str | None = None
