@@ -274,8 +274,12 @@ def llama2_70b_v5p_cases() -> tuple[Case, ...]:
             "base.yml defaults (f32 weights, bf16 compute, AdamW)")
   args = (f"--model {HF / 'llama2-70b.json'} --target tpu:v5p-128 --mesh fsdp=64 --batch {{batch}} --seq 4096 "
           "--remat save_dot_except_mlpwi")
-  why = ("the run's versions (January 2026) and its XLA flags are not these; the runtime account (runtime_terms) "
-         "leaves 6.08 GiB once every cited term is placed at per-device batch 4, so none of its terms explains it")
+  why = ("the run's versions (January 2026) and its XLA flags are not these; the releases of January 2026 (libtpu "
+         "0.0.32 to 0.0.35) cannot compile its splash kernel under jax 0.12.0.1 or 0.10.2, and the nearest that can "
+         "(0.0.39, April 2026, under jax 0.10.2) fits per-device batch 4 too, 89.81 of 95.00 GiB, as does 0.0.33 "
+         "with XLA-only (chunked) attention, 89.92 of 95.00 GiB (docs/versions.md); "
+         "the runtime account (runtime_terms) leaves 6.08 GiB once every cited term is placed at per-device batch 4, "
+         "so none of its terms explains it")
   return (
       Case(name="llama2-70b-v5p-128-b2", platform="tpu", source=source, configuration=f"{shared}, per-device batch 2",
            outcome=RAN, versions="January 2026 MaxText stack (not published)", args=args.format(batch=128),

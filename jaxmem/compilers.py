@@ -219,6 +219,23 @@ def forget() -> None:
   _environment.cache_clear()
 
 
+def worker_died(text: str, *, returned: int = 0, total: int = 1) -> CompilerUnavailable:
+  """The one line for a worker process of the release ``text`` that died (a crash in the library,
+  or the process killed) after returning ``returned`` of its ``total`` results. A worker that dies
+  before its first result most often could not load the release: a libtpu older than this jax's
+  PJRT interface can crash the process as it compiles (libtpu 0.0.20 under jax 0.12.0.1, a
+  segmentation fault in ``PjRtTopology::GetDefaultLayout``; docs/versions.md)."""
+  spec = parse_spec(text)
+  if returned == 0:
+    return CompilerUnavailable(
+        f"`compiler` {spec.text}: the worker process that loads it died before it compiled anything (the library "
+        f"crashed or the process was killed); a release older than jax {installed_version('jax')}'s plugin interface "
+        "can crash as it loads (docs/versions.md says which releases load)")
+  return CompilerUnavailable(
+      f"`compiler` {spec.text}: a worker process compiling under it died after {returned} of {total} results (the "
+      "library crashed or the process was killed, e.g. for host memory)")
+
+
 def versions_of(text: str) -> dict[str, str]:
   """The compiler versions a worker of release ``text`` loads, for the row cache's key."""
   spec = parse_spec(text)

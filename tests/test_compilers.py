@@ -240,6 +240,55 @@ def test_each_release_runs_in_its_own_workers_and_rows_sit_side_by_side(monkeypa
   assert {dict(e.variables)["TPU_LIBRARY_PATH"] for _, e in sent} == {versions.installed_libtpu()}
 
 
+def _dying_pool(rows_first: int):
+  """A worker pool that returns ``rows_first`` rows and then breaks, as one whose worker process
+  died does (libtpu 0.0.20 under jax 0.12.0.1 crashes the worker as it compiles)."""
+  from concurrent.futures.process import BrokenProcessPool
+
+  def pool(tasks, run, todo, jobs, done, environment=None):
+    for i in list(todo)[:rows_first]:
+      done(i, {"compiler": tasks[i].compiler, "remat": tasks[i].remat})
+    raise BrokenProcessPool("A process in the process pool was terminated abruptly")
+  return pool
+
+
+@pytest.mark.parametrize("rows_first, said", [(0, "died before it compiled anything"), (1, "died after 1 of 2 results")])
+def test_a_release_whose_worker_dies_is_one_line_naming_it(monkeypatch, fresh, rows_first, said):
+  from jaxmem.planning import runner, sweep
+
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
+  monkeypatch.setattr(runner, "_run_pool", _dying_pool(rows_first))
+  p = sweep.plan(model="tiny", target="tpu:v5e-4", batch=8, seq=64, remat="full", compiler="libtpu==0.0.52")
+  with pytest.raises(CompilerUnavailable) as e:
+    runner.run_tasks(p.tasks(), sweep.runner(p, workers=True))
+  (line,) = str(e.value).splitlines()
+  assert line.startswith("`compiler` libtpu==0.0.52: ") and said in line
+
+
+def test_a_release_whose_worker_dies_is_one_line_exit_2(monkeypatch, fresh, capsys):
+  from jaxmem.cli import main
+  from jaxmem.planning import runner
+
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
+  monkeypatch.setattr(runner, "_run_pool", _dying_pool(0))
+  code = main(["compare", "--model", "tiny", "--target", "tpu:v5e-4", "--batch", "8", "--seq", "64", "--remat", "full",
+               "--compiler", "libtpu==0.0.52", "--no-cache"])
+  err = capsys.readouterr().err
+  assert code == 2 and "Traceback" not in err
+  last = err.strip().splitlines()[-1]
+  assert "--compiler libtpu==0.0.52: the worker process that loads it died before it compiled anything" in last
+  assert "docs/versions.md" in last
+
+
+def test_a_worker_of_a_fake_release_that_really_dies_is_one_line(monkeypatch, fresh):
+  from jaxmem.hardware.startup import in_worker
+
+  monkeypatch.setattr(compilers, "FETCH", _fake_fetch([]))
+  env = compilers.environment("libtpu==0.0.52")  # the fake wheel's library: the worker loads it, then aborts
+  with pytest.raises(CompilerUnavailable, match=r"^`compiler` libtpu==0\.0\.52: the worker process that loads it died"):
+    in_worker(os.abort, environment=env)
+
+
 def test_the_release_axis_refuses_a_scheduler():
   from jaxmem.planning import runner
   from jaxmem.resolve import Task
@@ -264,6 +313,19 @@ def test_the_table_says_first_where_releases_disagree_on_the_verdict():
   assert "does not fit under libtpu==0.0.50.1" in line and "fits under libtpu==0.0.52" in line
   assert release_disagreements(rows[2:]) == []
   assert release_disagreements(rows[:1]) == []
+
+
+def test_a_release_that_could_not_compile_is_not_said_to_refuse():
+  from jaxmem.render.tables import release_disagreements
+
+  def row(compiler, fits, error=None):
+    return SimpleNamespace(model="tiny", target="tpu:v5e-4", remat="full", compiler=compiler, fits=fits, error=error,
+                           verdict=None)
+
+  # libtpu 0.0.33 under jax 0.12.0.1: the splash kernel's bytecode, not the program's size.
+  (line,) = release_disagreements([row("libtpu==0.0.33", None, "INVALID_ARGUMENT: Failed to parse the Mosaic module"),
+                                   row("libtpu==0.0.50.1", True)])
+  assert "did not compile under libtpu==0.0.33" in line and "refused" not in line
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,10 +33,12 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
 import jax
 
+from jaxmem import compilers
 from jaxmem._quiet import quiet
 from jaxmem.errors import JaxmemError
 
@@ -88,7 +90,12 @@ def in_worker(fn: Callable[..., T], /, *args: Any, environment: Any = None, cpu_
   ctx = multiprocessing.get_context("spawn")
   with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker,
                               initargs=(cpu_devices, chosen_platforms(), environment)) as pool:
-    return pool.submit(fn, *args, **kwargs).result()
+    try:
+      return pool.submit(fn, *args, **kwargs).result()
+    except BrokenProcessPool:
+      if environment is None:
+        raise
+      raise compilers.worker_died(environment.spec.text) from None  # a release's worker died as it ran
 
 
 def chosen_platforms() -> str | None:

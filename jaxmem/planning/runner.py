@@ -20,6 +20,7 @@ import dataclasses
 import multiprocessing
 import socket
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from jaxmem import compilers
@@ -158,7 +159,16 @@ def _run_releases(tasks: Sequence[Task], run: Run, todo: list[int], jobs: int, d
   for r, todo_r in by_release.items():
     for i in todo_r:
       compiling(i)
-    _run_pool(tasks, run, todo_r, min(jobs, len(todo_r)), done, environment=environments[r])
+    returned: list[int] = []
+    try:
+      _run_pool(tasks, run, todo_r, min(jobs, len(todo_r)), lambda i, row: (returned.append(i), done(i, row)),
+                environment=environments[r])
+    except BrokenProcessPool:
+      # A worker of a release died (the library crashed as it loaded, or the process was killed):
+      # one line naming the release, not the pool's traceback.
+      if r is None:
+        raise
+      raise compilers.worker_died(r, returned=len(returned), total=len(todo_r)) from None
 
 
 def _run_pool(tasks: Sequence[Task], run: Run, todo: Iterable[int], jobs: int, done,

@@ -266,7 +266,9 @@ def _said(r: Any) -> str:
   if getattr(r, "verdict", None) == "at risk":
     return "at risk"
   if r.fits is None:
-    return "no verdict" if r.error is None else "refused"
+    # An error that is not the compiler's memory refusal (that one is fits False) is no verdict on
+    # memory: a release that cannot compile the program (a Pallas kernel written for a later libtpu).
+    return "no verdict" if r.error is None else "did not compile"
   return "fits" if r.fits else "does not fit"
 
 
