@@ -56,6 +56,8 @@ from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
 from jaxmem.hlo.ops import HloCosts, matrix_flops, matrix_seconds, vector_ops
 from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
 from jaxmem.records import Record
+from jaxmem.steptime.kernels import GroupedMatmul, grouped_matmul
+from jaxmem.steptime.moe import MoeTerms, moe_terms
 
 TERMS = ("compute", "memory", "comm")  # the terms an op's time, and the step's, is bound by
 _ASYNC_DONE = ("all-gather-done", "all-reduce-done", "collective-permute-done", "async-done")
@@ -126,6 +128,9 @@ class Timeline(Record):
   fast_link_step_time_s: float | None = None
   ops: tuple[OpRun, ...] = ()
   notes: tuple[str, ...] = ()
+  # What a mixture-of-experts step spends its time on, by term (jaxmem.steptime.moe); None for a
+  # program without grouped matmul kernels.
+  moe: MoeTerms | None = None
 
   def across(self) -> dict[str, float]:
     """The collectives that cross slices or hosts, by kind, with their transfer seconds per step,
@@ -264,6 +269,21 @@ class OpWork:
     self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate)
     self.vector = vector_ops(self.module)
     self._memo: dict[tuple[str, str], _Cost] = {}
+    # The grouped matmul kernels (megablox), timed by their tiles where the machine's matmuls are
+    # timed at the peak (a measured rate by shape, a GPU's, holds no such kernel).
+    self.grouped: dict[tuple[str, str], GroupedMatmul] = {} if rate is not None else self._grouped()
+
+  def _grouped(self) -> dict[tuple[str, str], GroupedMatmul]:
+    out = {}
+    for comp in self.module.computations.values():
+      for ins in comp.instructions.values():
+        if ins.opcode != "custom-call" or '"tpu_custom_call"' not in ins.attrs:
+          continue
+        shapes = [src.shape if (src := self.module.get(o.partition("#")[0], comp.name)) else "" for o in ins.operands]
+        kernel = grouped_matmul(ins, shapes, self.machine.tile)
+        if kernel is not None:
+          out[(comp.name, ins.name)] = kernel
+    return out
 
   def of(self, comp: Computation, ins: Instruction) -> _Cost:
     """One execution of ``ins``: its terms, and what kind of collective step it is, if any (its
@@ -277,6 +297,10 @@ class OpWork:
     flops, padded = self.flops.of(ins), self.padded.of(ins)
     m = self.machine
     compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
+    kernel = self.grouped.get(key)
+    if kernel is not None:  # its tiles' work and the blocks it fetches (jaxmem.steptime.kernels)
+      padded, moved = kernel.flops, round(kernel.bytes)
+      compute = padded / m.peak_flops
     elementwise = self.vector.of(ins)
     if m.vector_rate:
       compute = max(compute, elementwise / m.vector_rate)
@@ -484,6 +508,9 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
   tail = max(0.0, state.link_free - state.clock)  # transfers no done waited for: the step ends after them
   walker.bound_time["comm"] += tail
   ops = tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s))
+  moe = moe_terms(module, ops, walker.work.grouped, machine.peak_flops)
+  if moe is not None:
+    walker.note(moe.summary())
   return Timeline(
       step_time_s=state.clock + tail, compute_bound_time_s=walker.bound_time["compute"],
       memory_bound_time_s=walker.bound_time["memory"], comm_bound_time_s=walker.bound_time["comm"],
@@ -492,7 +519,7 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
                                                                                if o.link == link.name), 0.0)
                         for link in machine.links},
       slow_link=machine.slow, ops=ops,
-      notes=tuple(machine.notes) + tuple(walker.notes),
+      notes=tuple(machine.notes) + tuple(walker.notes), moe=moe,
   )
 
 
