@@ -7,8 +7,9 @@ rows (``m`` = tokens x top-k) taken from the grouped matmul kernels themselves
 (:mod:`jaxmem.steptime.kernels`); a program without such a kernel has no MoE terms.
 
 - ``grouped_matmul``: the experts' kernels, timed as their tiles do the work; ``tile_fill`` is
-  the part of it the padding adds (row tiles part filled at group boundaries, blocks of ``k`` and
-  ``n`` past the dimension), what the kernel would take less with every tile full.
+  the part of it the padding takes (row tiles part filled at group boundaries, blocks of ``k`` and
+  ``n`` past the dimension): the kernels' time times the padding's share of their tiles' work,
+  ``1 - 2mkn / (the tiles' FLOPs)``.
 - ``permutation``: the token permutation, MaxText's and jaxmem's sparse path (MaxText layers/moe.py
   ``permute`` / ``unpermute``: an argsort of the expert ids, a gather of the rows into expert
   order, the inverse gather and the weighted sum over k, the group sizes by counting): every sort,
@@ -136,11 +137,10 @@ def _per_token(dims: tuple[int, ...], experts: int, rows: int) -> bool:
   return len(dims) >= 2 and dims[-1] == experts and rows % tokens == 0 and rows // tokens <= experts
 
 
-def moe_terms(module: Module, ops: Iterable, kernels: dict, peak_flops: float) -> MoeTerms | None:
+def moe_terms(module: Module, ops: Iterable, kernels: dict) -> MoeTerms | None:
   """The MoE terms of a walk's ``ops`` (:class:`jaxmem.steptime.walk.OpRun`) over ``module``;
   ``kernels``: the grouped matmul calls, ``(computation, name) ->``
-  :class:`jaxmem.steptime.kernels.GroupedMatmul`; ``peak_flops``: the rate their tiles were timed
-  at. ``None`` without a grouped matmul."""
+  :class:`jaxmem.steptime.kernels.GroupedMatmul`. ``None`` without a grouped matmul."""
   if not kernels:
     return None
   first = next(iter(kernels.values()))
@@ -154,7 +154,8 @@ def moe_terms(module: Module, ops: Iterable, kernels: dict, peak_flops: float) -
       continue
     if (o.computation, o.name) in kernels:
       acc["grouped_matmul_time_s"] += o.time_s
-      acc["tile_fill_time_s"] += max(0.0, o.time_s - max(o.flops / peak_flops, o.memory_time_s))
+      # The padding's share of the kernel's steps (its matmuls and the blocks they fetch alike).
+      acc["tile_fill_time_s"] += o.time_s * max(0.0, 1.0 - o.flops / o.padded_flops) if o.padded_flops else 0.0
       continue
     term = classify(module, ins, experts=experts, rows=rows, collective=o.link is not None)
     if term is None:

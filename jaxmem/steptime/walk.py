@@ -508,7 +508,7 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
   tail = max(0.0, state.link_free - state.clock)  # transfers no done waited for: the step ends after them
   walker.bound_time["comm"] += tail
   ops = tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s))
-  moe = moe_terms(module, ops, walker.work.grouped, machine.peak_flops)
+  moe = moe_terms(module, ops, walker.work.grouped)
   if moe is not None:
     walker.note(moe.summary())
   return Timeline(
