@@ -136,20 +136,18 @@ def kernel_plan(ins: Instruction) -> KernelPlan | None:
 
 @lru_cache(maxsize=256)
 def _plan(body: str) -> KernelPlan | None:
-  text = _mosaic_text(body)
-  if text is None:
+  attrs = _kernel_attributes(body)
+  if attrs is None or not {"iteration_bounds", "function_type", "window_params"} <= attrs.keys():
     return None
-  bounds = re.search(r"iteration_bounds = array<i64(?::\s*([^>]*))?>", text)
-  signature = re.search(r"function_type = \(([^)]*)\)", text)
-  prefetch = re.search(r"scalar_prefetch = (\d+)", text)
-  windows = re.search(r"window_params = \[(.*?)\]\s*(?:,|\}|$)", text, re.S)
-  if bounds is None or signature is None or windows is None:
+  bounds = re.search(r"array<i64(?::\s*([^>]*))?>", attrs["iteration_bounds"])
+  signature = re.match(r"\s*\(([^)]*)\)", attrs["function_type"])
+  if bounds is None or signature is None:
     return None
   grid = tuple(None if int(b) == _DYNAMIC else int(b) for b in (bounds.group(1) or "").split(",") if b.strip())
-  args = re.findall(r"(i32|memref<([^,>]*)(?:,[^>]*)?>)", signature.group(1))
-  memrefs = [shape for full, shape in args if full.startswith("memref")]
+  memrefs = re.findall(r"memref<([^,>]*)", signature.group(1))
+  prefetch = re.match(r"\s*(\d+)", attrs.get("scalar_prefetch", "0"))
   n_prefetch = int(prefetch.group(1)) if prefetch else 0
-  n_blocks = len(re.findall(r"window_bounds", windows.group(1)))
+  n_blocks = attrs["window_params"].count("window_bounds")
   if len(memrefs) < n_prefetch + n_blocks:
     return None
   parsed = [_memref(m) for m in memrefs]
@@ -164,10 +162,13 @@ def _memref(spec: str) -> tuple[tuple[int, ...], int]:
   return tuple(int(d) for d in dims_ if d.isdigit()), _BYTES.get(element.lower(), 4)
 
 
-def _mosaic_text(body: str) -> str | None:
-  """The Mosaic module of a call's body (base64 MLIR bytecode), printed, read with jaxlib's own
-  MLIR bindings (the ``tpu`` dialect left unregistered: only the attributes are read)."""
-  from jax._src.lib.mlir import ir  # private, but jaxlib's own bindings; there since jax 0.4
+def _kernel_attributes(body: str) -> dict[str, str] | None:
+  """The attributes of the kernel function in a call's body (base64 MLIR bytecode), each printed,
+  read with jaxlib's own MLIR bindings and its Mosaic ``tpu`` dialect (jax 0.10's reader needs it
+  for the blocks' memory spaces; other dialects are left unregistered: only the attributes are
+  read): the function that declares ``window_params``."""
+  from jax._src import lib  # private, but jaxlib's own bindings; there since jax 0.4
+  from jax._src.lib.mlir import ir
 
   try:
     data = base64.b64decode(body)
@@ -175,11 +176,19 @@ def _mosaic_text(body: str) -> str | None:
     return None
   ctx = ir.Context()
   ctx.allow_unregistered_dialects = True
+  if getattr(lib, "tpu", None) is not None:
+    lib.tpu.register_dialect(ctx)
   with ctx:
     try:
-      return str(ir.Module.parse(data))
+      module = ir.Module.parse(data)
     except ir.MLIRError:  # a body this jaxlib's bytecode reader does not know
       return None
+    for op in module.body.operations:
+      named = [op.attributes[i] for i in range(len(op.attributes))]
+      attrs = {a.name: str(a.attr) for a in named}
+      if "window_params" in attrs:
+        return attrs
+  return None
 
 
 def grouped_matmul(ins: Instruction, operand_shapes: list[str], tile: MatrixTile | None) -> GroupedMatmul | None:
