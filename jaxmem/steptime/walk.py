@@ -17,7 +17,11 @@ links:
   where the machine has one. Vector work (elementwise ops and reductions,
   :func:`jaxmem.hlo.ops.vector_ops`) runs beside the matrix work, at the vector unit's rate where
   the part's is published (``Machine.vector_rate``), and the op's compute term is the slower of
-  the two; the insides of kernels (splash's softmax) are not in the HLO and are not counted;
+  the two; the insides of kernels (splash's softmax) are not in the HLO and are not counted.
+  Kernels' matrix work counts at the peak: megablox's grouped matmuls as their tiles do the work
+  (:mod:`jaxmem.steptime.kernels`: every row-tile visit over the ragged groups a whole block,
+  each grid step the slower of its block matmul and the blocks it fetches), the fused attention
+  kernels by their FLOP count;
 - a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
   sends: :mod:`jaxmem.hlo.comms`), and the link carries one transfer at a time (a second waits
   for the first). Inside a TPU slice whose devices' chip coordinates are known
@@ -261,8 +265,9 @@ class OpWork:
     self.module: Module = costs.module
     self.machine = machine
     self.per_op = {(o.computation, o.name): o for o in costs.ops}
-    # Kernels' matrix work (fused attention, grouped matmuls) is timed too (at the peak, unpadded: they
-    # tile their own blocks), though the module's matrix FLOPs leave it out (jaxmem.hlo.ops).
+    # Kernels' matrix work (fused attention, grouped matmuls) is timed too (at the peak), though the
+    # module's matrix FLOPs leave it out (jaxmem.hlo.ops): fused attention by its count, unpadded;
+    # the grouped matmuls by their tiles (self.grouped, below).
     self.flops = matrix_flops(self.module, kernels=True)
     self.padded = matrix_flops(self.module, machine.tile, kernels=True)
     rate = machine.matmul_rate
