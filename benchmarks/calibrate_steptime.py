@@ -127,7 +127,7 @@ def compile_case(run: Run, hlo_dir: Path) -> dict:
           "model_flops": row.model_flops, "versions": row.versions, "compile_s": wall,
           "coords": report.placement(assigned[-1]) if assigned else None}
   (hlo_dir / f"{run.case}.json").write_text(json.dumps(meta))
-  return result(run, meta, row.step_time())
+  return result(run, meta, row.step_time(), moe=next((n for n in row.notes if n.startswith("moe (")), None))
 
 
 def resimulate(run: Run, hlo_dir: Path) -> dict:
@@ -143,12 +143,14 @@ def resimulate(run: Run, hlo_dir: Path) -> dict:
   target = get_target(meta["target"], slices=meta.get("slices") or 1)
   n = meta["num_devices"]
   model = None if meta["model_flops"] is None else meta["model_flops"] * n
-  step = step_time(costs, target, flops=meta["flops"], bytes_accessed=costs.bytes_accessed, comm_bytes=costs.comm_bytes,
-                   num_devices=n, coords=meta.get("coords"), work=Work(model_flops=model, tokens=None)).step
-  return result(run, meta, step)
+  est = step_time(costs, target, flops=meta["flops"], bytes_accessed=costs.bytes_accessed, comm_bytes=costs.comm_bytes,
+                  num_devices=n, coords=meta.get("coords"), work=Work(model_flops=model, tokens=None))
+  return result(run, meta, est.step, moe=None if est.moe is None else est.moe.summary())
 
 
-def result(run: Run, meta: dict, step) -> dict:
+def result(run: Run, meta: dict, step, moe: str | None = None) -> dict:
+  """One run's JSON line; ``moe``: the walk's MoE terms (jaxmem.steptime.MoeTerms.summary), for a
+  step with grouped matmul kernels."""
   chips = meta["num_devices"]
   measured = run.step_s if run.step_s is not None else rate_step_s(run, meta["batch"], chips)
   fields = step.as_dict()
@@ -158,7 +160,7 @@ def result(run: Run, meta: dict, step) -> dict:
       "roofline_ratio": None if not step.roofline_step_time_s else step.roofline_step_time_s / measured,
       "op_time_ratio": None if not step.op_time_s else step.op_time_s / measured,
       **{k: fields.get(k) for k in FIELDS}, "flops": meta["flops"], "versions": meta["versions"],
-      "compile_s": meta.get("compile_s"),
+      "compile_s": meta.get("compile_s"), "moe": moe,
   }
 
 
@@ -178,7 +180,9 @@ def responsible(r: dict) -> str:
   times = {t: (r.get(f"{t}_bound_share") or 0.0) * step for t in ("compute", "memory", "comm")}
   if r["ratio"] < 0.85:
     term = max(times, key=times.__getitem__)
-    return f"{term} ({times[term] / step:.0%} of the simulated step)"
+    moe = r.get("moe")  # the MoE term that decides, where the step has grouped matmuls
+    decides = "" if not moe else "; " + moe.split(": ", 1)[1].split(";", 1)[0]
+    return f"{term} ({times[term] / step:.0%} of the simulated step{decides})"
   bound = {t: r.get(f"roofline_{t}_time_s") or 0.0 for t in times}
   largest = max(bound, key=bound.__getitem__)
   beyond = {t: times[t] - (bound[t] if t == largest else 0.0) for t in times}

@@ -3,6 +3,8 @@
 - :mod:`~jaxmem.steptime.walk`: the compiled schedule walked op by op on the target's machine
   (:class:`jaxmem.hardware.machine.Machine`, which its kind gives), collectives on the links
   they cross, asynchronous ones overlapping the work between their start and done.
+- :mod:`~jaxmem.steptime.kernels`: the grouped matmul kernels (megablox) timed as their tiles
+  do the work; :mod:`~jaxmem.steptime.moe`: a mixture-of-experts step's time by named term.
 - :mod:`~jaxmem.steptime.roofline`: the bound, every resource at its datasheet peak.
 - :mod:`~jaxmem.steptime.ops`: the time per op, read off the same walk.
 - :mod:`~jaxmem.steptime.model`: the three as one :class:`Estimate` (:func:`step_time`), what
@@ -19,9 +21,12 @@ compiler's report (:mod:`jaxmem.compiler.report`); the compile step
 (:func:`jaxmem.compiler.figures.compile_figures`) calls it.
 """
 
+from jaxmem.steptime.kernels import GroupedMatmul
 from jaxmem.steptime.model import Estimate, estimate, op_times, step_time, timeline
+from jaxmem.steptime.moe import MoeTerms
 from jaxmem.steptime.ops import OpTime, OpTimes
 from jaxmem.steptime.roofline import Work
 from jaxmem.steptime.walk import TERMS
 
-__all__ = ["TERMS", "Estimate", "OpTime", "OpTimes", "Work", "estimate", "op_times", "step_time", "timeline"]
+__all__ = ["TERMS", "Estimate", "GroupedMatmul", "MoeTerms", "OpTime", "OpTimes", "Work", "estimate", "op_times",
+           "step_time", "timeline"]

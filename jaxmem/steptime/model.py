@@ -32,6 +32,7 @@ from jaxmem.inputs import Whole, optional
 from jaxmem.hardware.targets import Target, get_target, target_machine, target_peaks
 from jaxmem.hlo.ops import HloCosts
 from jaxmem.records import Record, StepTime
+from jaxmem.steptime.moe import MoeTerms
 from jaxmem.steptime.ops import OpTimes, per_op
 from jaxmem.steptime.roofline import Work, roofline
 from jaxmem.steptime.walk import TERMS, Timeline
@@ -125,6 +126,9 @@ class Estimate(Record):
   step: StepTime
   ops: OpTimes | None = None
   notes: tuple[str, ...] = ()
+  # A mixture-of-experts step's time by term (jaxmem.steptime.moe), from the same walk; None
+  # without grouped matmul kernels or a walk.
+  moe: MoeTerms | None = None
 
 
 def step_time(costs: HloCosts | None, target: Target | None, *, flops: float | None, bytes_accessed: int | None,
@@ -144,7 +148,7 @@ def step_time(costs: HloCosts | None, target: Target | None, *, flops: float | N
   ops = per_op(costs, peaks, num_devices, walk, why=why)
   if step.step_time_s is not None:
     step = dataclasses.replace(step, op_time_s=ops.op_time_s)
-  return Estimate(step=step, ops=ops, notes=tuple(notes))
+  return Estimate(step=step, ops=ops, notes=tuple(notes), moe=None if walk is None else walk.moe)
 
 
 def op_times(source: Any, target: str | Target | None = None, *, top: int | None = None) -> OpTimes:

@@ -17,7 +17,11 @@ links:
   where the machine has one. Vector work (elementwise ops and reductions,
   :func:`jaxmem.hlo.ops.vector_ops`) runs beside the matrix work, at the vector unit's rate where
   the part's is published (``Machine.vector_rate``), and the op's compute term is the slower of
-  the two; the insides of kernels (splash's softmax) are not in the HLO and are not counted;
+  the two; the insides of kernels (splash's softmax) are not in the HLO and are not counted.
+  Kernels' matrix work counts at the peak: megablox's grouped matmuls as their tiles do the work
+  (:mod:`jaxmem.steptime.kernels`: every row-tile visit over the ragged groups a whole block,
+  each grid step the slower of its block matmul and the blocks it fetches), the fused attention
+  kernels by their FLOP count;
 - a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
   sends: :mod:`jaxmem.hlo.comms`), and the link carries one transfer at a time (a second waits
   for the first). Inside a TPU slice whose devices' chip coordinates are known
@@ -56,6 +60,8 @@ from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
 from jaxmem.hlo.ops import HloCosts, matrix_flops, matrix_seconds, vector_ops
 from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
 from jaxmem.records import Record
+from jaxmem.steptime.kernels import GroupedMatmul, grouped_matmul
+from jaxmem.steptime.moe import MoeTerms, moe_terms
 
 TERMS = ("compute", "memory", "comm")  # the terms an op's time, and the step's, is bound by
 _ASYNC_DONE = ("all-gather-done", "all-reduce-done", "collective-permute-done", "async-done")
@@ -126,6 +132,9 @@ class Timeline(Record):
   fast_link_step_time_s: float | None = None
   ops: tuple[OpRun, ...] = ()
   notes: tuple[str, ...] = ()
+  # What a mixture-of-experts step spends its time on, by term (jaxmem.steptime.moe); None for a
+  # program without grouped matmul kernels.
+  moe: MoeTerms | None = None
 
   def across(self) -> dict[str, float]:
     """The collectives that cross slices or hosts, by kind, with their transfer seconds per step,
@@ -256,14 +265,30 @@ class OpWork:
     self.module: Module = costs.module
     self.machine = machine
     self.per_op = {(o.computation, o.name): o for o in costs.ops}
-    # Kernels' matrix work (fused attention, grouped matmuls) is timed too (at the peak, unpadded: they
-    # tile their own blocks), though the module's matrix FLOPs leave it out (jaxmem.hlo.ops).
+    # Kernels' matrix work (fused attention, grouped matmuls) is timed too (at the peak), though the
+    # module's matrix FLOPs leave it out (jaxmem.hlo.ops): fused attention by its count, unpadded;
+    # the grouped matmuls by their tiles (self.grouped, below).
     self.flops = matrix_flops(self.module, kernels=True)
     self.padded = matrix_flops(self.module, machine.tile, kernels=True)
     rate = machine.matmul_rate
     self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate)
     self.vector = vector_ops(self.module)
     self._memo: dict[tuple[str, str], _Cost] = {}
+    # The grouped matmul kernels (megablox), timed by their tiles where the machine's matmuls are
+    # timed at the peak (a measured rate by shape, a GPU's, holds no such kernel).
+    self.grouped: dict[tuple[str, str], GroupedMatmul] = {} if rate is not None else self._grouped()
+
+  def _grouped(self) -> dict[tuple[str, str], GroupedMatmul]:
+    out = {}
+    for comp in self.module.computations.values():
+      for ins in comp.instructions.values():
+        if ins.opcode != "custom-call" or '"tpu_custom_call"' not in ins.attrs:
+          continue
+        shapes = [src.shape if (src := self.module.get(o.partition("#")[0], comp.name)) else "" for o in ins.operands]
+        kernel = grouped_matmul(ins, shapes, self.machine.tile)
+        if kernel is not None:
+          out[(comp.name, ins.name)] = kernel
+    return out
 
   def of(self, comp: Computation, ins: Instruction) -> _Cost:
     """One execution of ``ins``: its terms, and what kind of collective step it is, if any (its
@@ -277,6 +302,10 @@ class OpWork:
     flops, padded = self.flops.of(ins), self.padded.of(ins)
     m = self.machine
     compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
+    kernel = self.grouped.get(key)
+    if kernel is not None:  # its tiles' work and the blocks it fetches (jaxmem.steptime.kernels)
+      padded, moved = kernel.flops, round(kernel.bytes)
+      compute = padded / m.peak_flops
     elementwise = self.vector.of(ins)
     if m.vector_rate:
       compute = max(compute, elementwise / m.vector_rate)
@@ -484,6 +513,9 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
   tail = max(0.0, state.link_free - state.clock)  # transfers no done waited for: the step ends after them
   walker.bound_time["comm"] += tail
   ops = tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s))
+  moe = moe_terms(module, ops, walker.work.grouped)
+  if moe is not None:
+    walker.note(moe.summary())
   return Timeline(
       step_time_s=state.clock + tail, compute_bound_time_s=walker.bound_time["compute"],
       memory_bound_time_s=walker.bound_time["memory"], comm_bound_time_s=walker.bound_time["comm"],
@@ -492,7 +524,7 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
                                                                                if o.link == link.name), 0.0)
                         for link in machine.links},
       slow_link=machine.slow, ops=ops,
-      notes=tuple(machine.notes) + tuple(walker.notes),
+      notes=tuple(machine.notes) + tuple(walker.notes), moe=moe,
   )
 
 
