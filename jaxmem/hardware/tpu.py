@@ -219,6 +219,16 @@ def slice_shape(gen: TpuGeneration, size: int) -> str:
   return gen.shapes[gen.sizes.index(size)]
 
 
+def slice_size(gen: TpuGeneration, shape: str) -> int:
+  """The accelerator-type size of the slice of chip grid ``shape``, as the recipes name slices
+  ("tpu7x-4x4x4", xpk's ``--device-type``): ("v7x", "4x4x4") -> 128 (64 chips, TensorCores
+  counted). A grid Cloud sells no slice of is refused, listing the grids there are."""
+  if shape not in gen.shapes:
+    grids = ", ".join(f"{g} ({gen.name}-{n})" for g, n in zip(gen.shapes, gen.sizes))
+    raise JaxmemError(f"no {gen.name} slice of chip grid {shape}; valid grids: {grids}")
+  return gen.sizes[gen.shapes.index(shape)]
+
+
 def tpu_topology_name(generation: str, size: int) -> str:
   """Cloud slice name to libtpu topology: ("v5e", 8) -> "v5e:2x4", ("v5p", 8) -> "v5p:2x2x1"."""
   gen = tpu_generation(generation)
