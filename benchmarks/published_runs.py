@@ -286,42 +286,28 @@ def llama2_70b_v5p_cases() -> tuple[Case, ...]:
   )
 
 
-# tpu-recipes (AI-Hypercomputer/tpu-recipes @c8cfe2f, 2026-08-07), training/ironwood/README.md's
-# table: each row's MAXTEXT_ARGS from its run_recipe.sh at the commit that published its number,
-# less the options that set no part of the program (as above). Their LIBTPU_INIT_ARGS (SparseCore
-# collective offload, scheduler and host-transfer flags) are not passed.
-IRONWOOD = "tpu-recipes @c8cfe2f, training/ironwood/README.md and "
-IRONWOOD_FLAGS = "the recipe's XLA_FLAGS (SparseCore collective offload, scoped VMEM, scheduler flags) are not passed"
-LLAMA31_70B_8K = (
-    "model_name=llama3.1-70b", "dtype=bfloat16", "per_device_batch_size=2", "use_iota_embed=True",
-    "remat_policy=custom", "decoder_layer_input=device", "context=device", "query_proj=device", "key_proj=device",
-    "value_proj=device", "qkv_proj=device", "ici_fsdp_parallelism=-1", "opt_type=adamw", "mu_dtype=bfloat16")
-LLAMA31_70B_8K_TAIL = ("sa_use_fused_bwd_kernel=True", "use_tokamax_splash=True", "max_target_length=8192",
-                       "attention=flash")
+def recipe_cases() -> tuple[Case, ...]:
+  """tpu-recipes' runs with a measured step (:mod:`recipe_runs`: the Ironwood table and DeepSeek-V3
+  on v5p-1024), each MaxText's own step with its recipe's overrides, on the slice as the recipe
+  names it (``tpu7x-4x4x4``); the keys MaxText 0.2.5 renamed or dropped are said."""
+  here = str(Path(__file__).resolve().parent)  # benchmarks/ is not a package
+  if here not in sys.path:
+    sys.path.insert(0, here)
+  import recipe_runs
+
+  cases = []
+  for r in recipe_runs.RECIPES:
+    overrides, changed = recipe_runs.for_maxtext(r.overrides)
+    why = [f"the run's stack ({r.versions}) is not this one", "the recipe's XLA flags (LIBTPU_INIT_ARGS) are not passed",
+           *changed]
+    cases.append(Case(
+        name=r.name, platform="tpu", source=f"{recipe_runs.TR}, {r.script} (at {r.commit})",
+        configuration=r.configuration, outcome=RAN, measured=r.measured, versions=r.versions, needs=r.needs,
+        needs_maxtext=True, args=maxtext(r.slice, *overrides), why_it_may_differ="; ".join(why)))
+  return tuple(cases)
 
 
-def ironwood_cases() -> tuple[Case, ...]:
-  """The Ironwood (TPU7x) runs of tpu-recipes' table and DeepSeek-V3 on v5p-1024, each as its
-  recipe runs it through MaxText's own step, on the slice named as the recipe names it."""
-  return (
-      Case(
-          name="llama3.1-70b-tpu7x-4x4x4-bf16", platform="tpu",
-          source=IRONWOOD + "training/ironwood/llama3.1-70b/8k-bf16-tpu7x-4x4x4/xpk/run_recipe.sh (published by edf6fa7)",
-          configuration="MaxText llama3.1-70b on tpu7x-4x4x4 (64 chips, 128 devices), FSDP 128, per-device batch 2, "
-          "seq 8192, remat custom with everything on device, AdamW with bf16 moments, tokamax splash",
-          outcome=RAN, measured="12.20 s/step, 1,207.05 TFLOP/s/chip, 2,686.98 tokens/s/chip (the README's table)",
-          versions="MaxText maxtext-tutorial-v1.4.0 (relabelled v1.5.0), jax 0.8.2.dev20251215, "
-          "libtpu 0.0.32.dev20251215", needs_maxtext=True,
-          args=maxtext("tpu7x-4x4x4", *LLAMA31_70B_8K, "sa_block_q=2048", "sa_block_kv=2048",
-                       "sa_block_kv_compute=2048", "sa_block_q_dkv=2048", "sa_block_kv_dkv=2048",
-                       "sa_block_kv_dkv_compute=2048", "sa_q_layout=SEQ_MINOR", "sa_k_layout=SEQ_MINOR",
-                       "sa_v_layout=HEAD_DIM_MINOR", *LLAMA31_70B_8K_TAIL),
-          why_it_may_differ=f"the run's stack (jax 0.8.2 nightly, libtpu 0.0.32) is not this one; {IRONWOOD_FLAGS}",
-      ),
-  )
-
-
-CASES = CASES + llama2_70b_v5p_cases() + ironwood_cases()
+CASES = CASES + llama2_70b_v5p_cases() + recipe_cases()
 BY_NAME = {c.name: c for c in CASES}
 
 
