@@ -13,6 +13,11 @@ its source there) with the step time it was measured at:
 - MaxText's deepseek2-16b on v5p-8 (5.667 s/step, its logs guide), tpu-recipes' Llama 3.1 70B on
   v6e-256 (34.56 s/step), NVIDIA JAX-Toolbox's llama2-7b on 8 x H100 (0.721 s/step) and
   dgxc-benchmarking's llama2-70b on 64 x H100 (6.999 s/step).
+- tpu-recipes' Ironwood (TPU7x) table and DeepSeek-V3 on v5p-1024 (``recipe_runs.py``: each run's
+  overrides as its recipe published them, its measured step, source and versions), MaxText's own
+  step on the slice as the recipe names it (``tpu7x-4x4x4``), with the XLA flags its recipe passes
+  libtpu (``--without-recipe-flags``: without). These compiles are hundreds of devices of
+  MaxText's step: they run by name only, one at a time (``--case NAME``).
 
 Nothing here is fitted: the simulated step comes from the compiled program and the datasheet
 figures jaxmem's targets carry (:mod:`jaxmem.steptime`). Each compile's optimized HLO is
@@ -20,7 +25,7 @@ kept (``--hlo-dir``, default ``$JAXMEM_CACHE_DIR``'s or ``~/.cache/jaxmem``'s ``
 ``--resimulate`` times the same programs again with the current simulator without compiling.
 
 Run from the repository root, in a venv with the ``maxtext`` extra:
-``nice -n 10 python benchmarks/calibrate_steptime.py [--resimulate] [--table] [CASE ...]``;
+``nice -n 10 python benchmarks/calibrate_steptime.py [--resimulate] [--table] [CASE ...] [--case NAME]``;
 one JSON line per run, and with ``--table`` the markdown table of docs/examples.md.
 """
 
@@ -31,6 +36,7 @@ import dataclasses
 import gzip
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -38,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import published_runs  # noqa: E402  (benchmarks/ is not a package)
+import recipe_runs  # noqa: E402
 
 SEQ = 2048  # MaxText's reference configurations' max_target_length
 
@@ -65,6 +72,9 @@ RUNS = (
     Run(case="llama3.1-70b-v6e-256-offload", step_s=34.56, measured="34.56 s/step"),
     Run(case="llama2-7b-h100x8", step_s=0.721, measured="0.721 s/step"),
     Run(case="llama2-70b-h100x64", step_s=6.999, measured="6.999 s/step"),
+    # tpu-recipes' runs (benchmarks/recipe_runs.py: the Ironwood table, DeepSeek-V3 on v5p-1024),
+    # each at the step its recipe's table or log line gives.
+    *(Run(case=r.name, step_s=r.step_s, measured=r.measured) for r in recipe_runs.RECIPES),
 )
 BY_CASE = {r.case: r for r in RUNS}
 
@@ -98,6 +108,8 @@ def compile_case(run: Run, hlo_dir: Path) -> dict:
   import jaxmem.compiler.report as report
 
   case = published_runs.BY_NAME[run.case]
+  if (why := case.skipped()) is not None:
+    return {"case": run.case, "error": f"skipped: needs {why}"}
   kept: list[str] = []
   assigned: list[tuple] = []
   parse, assignment = report.parse_module, report.device_assignment
@@ -123,6 +135,7 @@ def compile_case(run: Run, hlo_dir: Path) -> dict:
   with gzip.open(hlo_path(hlo_dir, run.case), "wt") as f:
     f.write(kept[-1])
   meta = {"target": p.target.name, "slices": p.target.slices if hasattr(p.target, "slices") else 1,
+          "libtpu_init_args": os.environ.get("LIBTPU_INIT_ARGS"),
           "num_devices": p.target.num_devices, "batch": row.batch, "flops": row.flops,
           "model_flops": row.model_flops, "versions": row.versions, "compile_s": wall,
           "coords": report.placement(assigned[-1]) if assigned else None}
@@ -156,11 +169,12 @@ def result(run: Run, meta: dict, step, moe: str | None = None) -> dict:
   fields = step.as_dict()
   return {
       "case": run.case, "target": meta["target"], "measured": run.measured, "measured_step_s": measured,
+      "source": published_runs.BY_NAME[run.case].source, "published_versions": published_runs.BY_NAME[run.case].versions,
       "ratio": None if not step.step_time_s else step.step_time_s / measured,
       "roofline_ratio": None if not step.roofline_step_time_s else step.roofline_step_time_s / measured,
       "op_time_ratio": None if not step.op_time_s else step.op_time_s / measured,
       **{k: fields.get(k) for k in FIELDS}, "flops": meta["flops"], "versions": meta["versions"],
-      "compile_s": meta.get("compile_s"), "moe": moe,
+      "compile_s": meta.get("compile_s"), "moe": moe, "libtpu_init_args": meta.get("libtpu_init_args"),
   }
 
 
@@ -209,23 +223,49 @@ def table(rows: list[dict]) -> str:
   return "\n".join(lines) + f"\n\nsimulated / measured within [0.85, 1.15]: {inside} of {len(rows)}"
 
 
-def main(argv: list[str] | None = None) -> int:
-  import os
+def use_recipe_flags(names: list[str]) -> str | None:
+  """Sets ``LIBTPU_INIT_ARGS`` to the XLA flags of the tpu-recipes run among ``names``, as its
+  recipe runs it (libtpu reads them once, as it loads: so such a run compiles alone), or says why
+  it cannot, in one line."""
+  flagged = [n for n in names if n in recipe_runs.XLA_FLAGS]
+  if not flagged:
+    return None
+  if len(names) > 1:
+    return (f"{flagged[0]} compiles with its recipe's XLA flags, which libtpu reads once as it loads: run it alone "
+            "(--case NAME), or pass --without-recipe-flags")
+  flags, given = recipe_runs.XLA_FLAGS[flagged[0]], os.environ.get("LIBTPU_INIT_ARGS")
+  if given and given != flags:
+    return f"LIBTPU_INIT_ARGS is set ({given!r}) and {flagged[0]}'s recipe sets its own: unset it, or pass --without-recipe-flags"
+  os.environ["LIBTPU_INIT_ARGS"] = flags
+  return None
 
+
+def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("cases", nargs="*", help=f"runs (default: all): {', '.join(BY_CASE)}")
+  ap.add_argument("--case", action="append", default=[], metavar="NAME", help="this run (repeatable; as a positional name)")
   ap.add_argument("--resimulate", action="store_true", help="time the kept HLO again instead of compiling")
   ap.add_argument("--table", action="store_true", help="print the markdown table after the JSON lines")
   cache = Path(os.environ.get("JAXMEM_CACHE_DIR") or Path.home() / ".cache" / "jaxmem")
   ap.add_argument("--hlo-dir", type=Path, default=cache / "calibration")
+  ap.add_argument("--without-recipe-flags", action="store_true",
+                  help="compile a tpu-recipes run without its recipe's XLA flags (LIBTPU_INIT_ARGS)")
   args = ap.parse_args(argv)
+  args.cases = [*args.cases, *args.case]
   unknown = [c for c in args.cases if c not in BY_CASE]
   if unknown:
     print(f"unknown run {unknown[0]!r}; valid: {', '.join(BY_CASE)}", file=sys.stderr)
     return 2
+  # By default the runs that compile in minutes; tpu-recipes' (hundreds of devices) by name, or all kept ones again.
+  names = args.cases or [n for n in BY_CASE if args.resimulate or n not in recipe_runs.BY_NAME]
+  if not args.resimulate and not args.without_recipe_flags:
+    why = use_recipe_flags(names)
+    if why:
+      print(why, file=sys.stderr)
+      return 2
   os.chdir(published_runs.ROOT)
   rows = []
-  for name in args.cases or BY_CASE:
+  for name in names:
     run = BY_CASE[name]
     if args.resimulate and not hlo_path(args.hlo_dir, name).exists():
       r = {"case": name, "error": f"no kept HLO in {args.hlo_dir}: run without --resimulate first"}

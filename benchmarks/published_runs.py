@@ -290,7 +290,28 @@ def llama2_70b_v5p_cases() -> tuple[Case, ...]:
   )
 
 
-CASES = CASES + llama2_70b_v5p_cases()
+def recipe_cases() -> tuple[Case, ...]:
+  """tpu-recipes' runs with a measured step (:mod:`recipe_runs`: the Ironwood table and DeepSeek-V3
+  on v5p-1024), each MaxText's own step with its recipe's overrides, on the slice as the recipe
+  names it (``tpu7x-4x4x4``); the keys MaxText 0.2.5 renamed or dropped are said."""
+  here = str(Path(__file__).resolve().parent)  # benchmarks/ is not a package
+  if here not in sys.path:
+    sys.path.insert(0, here)
+  import recipe_runs
+
+  cases = []
+  for r in recipe_runs.RECIPES:
+    overrides, changed = recipe_runs.for_maxtext(r.overrides)
+    why = [f"the run's stack ({r.versions}) is not this one", "the recipe's XLA flags (LIBTPU_INIT_ARGS) are not passed",
+           *changed]
+    cases.append(Case(
+        name=r.name, platform="tpu", source=f"{recipe_runs.TR}, {r.script} (at {r.commit})",
+        configuration=r.configuration, outcome=RAN, measured=r.measured, versions=r.versions, needs=r.needs,
+        needs_maxtext=True, args=maxtext(r.slice, *overrides), why_it_may_differ="; ".join(why)))
+  return tuple(cases)
+
+
+CASES = CASES + llama2_70b_v5p_cases() + recipe_cases()
 BY_NAME = {c.name: c for c in CASES}
 
 

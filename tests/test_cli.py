@@ -54,6 +54,7 @@ def test_models_listing(capsys):
         (["compare", "--batch", "x"], "--batch must be a whole number of at least 1"),
         (["compare", "--mesh", "pipe=1"], "unknown axis"),
         (["compare", "--target", "abacus"], "unknown target"),
+        (["compare", "--target", "tpu7x-4x4x3"], "no v7x slice of chip grid 4x4x3; valid grids"),
         (["compare", "--target", "attached", "--distributed"], "jax.distributed.initialize() failed"),
         (["fit", "--target", "cpu", "--model", "tiny"], "needs a target with a memory capacity"),
         (["scale", "--target", "cpu", "--over", "seq=64"], "at least two"),

@@ -150,6 +150,8 @@ def test_slices_map_onto_compile_topology_num_slices():
 
   assert mx.topology(jaxmem.target("tpu:v4-128", slices=2)) == ("v4-128", 2)
   assert mx.topology(jaxmem.target("tpu:v5p-8")) == ("v5p-8", 1)
+  # MaxText names TPU7x slices by libtpu's name of the generation, never v7x-N.
+  assert mx.topology(jaxmem.target("tpu:v7x-128")) == ("tpu7x-128", 1)
 
 
 def test_batch_and_seq_are_maxtexts_own_unless_given(capsys):

@@ -47,7 +47,7 @@ def test_every_maxtext_case_plans_through_maxtexts_own_step(suite):
   from jaxmem.cli import _common, build_parser
   from jaxmem.resolve import plan
 
-  for case in (c for c in suite.CASES if c.needs_maxtext):
+  for case in (c for c in suite.CASES if c.needs_maxtext and not c.needs):  # c.needs: what jaxmem lacks, said
     ns = build_parser().parse_args(["compare", *suite.shlex.split(case.args)])
     _common.start(ns.target)
     p = plan(_common.workload(ns))
@@ -123,3 +123,41 @@ def test_a_case_judged_on_releases_compiles_under_each_and_is_judged_across_them
   assert r.status == status, r.line
   assert len(releases_mocked) == 2 and releases_mocked[0] == versions.installed_libtpu()
   assert "fits; required" in r.line and "does not fit; required" in r.line and "libtpu 0.0.52" in r.line
+
+
+def test_the_recipe_runs_are_cases_on_their_slices_as_the_recipes_name_them(suite):
+  """tpu-recipes' runs (benchmarks/recipe_runs.py) are cases and calibration runs: each its recipe's
+  overrides (MaxText 0.2.5's names, each change said), on the slice named as the recipe names it,
+  which is a target of that many devices, at the step it was measured at."""
+  import recipe_runs
+  from jaxmem.hardware.targets import get_target
+
+  cal = importlib.util.spec_from_file_location("calibrate_steptime", PATH.parent / "calibrate_steptime.py")
+  calibrate = importlib.util.module_from_spec(cal)
+  sys.modules[cal.name] = calibrate
+  cal.loader.exec_module(calibrate)
+  assert len(recipe_runs.RECIPES) >= 16
+  for r in recipe_runs.RECIPES:
+    case = suite.BY_NAME[r.name]
+    assert case.outcome == suite.RAN and r.commit in case.source and case.versions == r.versions
+    overrides, changed = recipe_runs.for_maxtext(r.overrides)
+    assert suite.maxtext_overrides(case) == dict(o.split("=", 1) for o in overrides), r.name
+    assert all(c in case.why_it_may_differ for c in changed), r.name
+    target = suite.shlex.split(case.args)[1]
+    devices = get_target(target).num_devices
+    assert target == r.slice
+    for key, value in suite.maxtext_overrides(case).items():  # each mesh axis the recipe sets divides the slice
+      if key.startswith("ici_") and key.endswith("_parallelism") and value != "-1":
+        assert devices % int(value) == 0, (r.name, key)
+    assert calibrate.BY_CASE[r.name].step_s == r.step_s
+  # A tpu7x slice named by its chip grid is two devices a chip.
+  assert get_target(recipe_runs.BY_NAME["llama3.1-70b-tpu7x-4x4x4-bf16"].slice).num_devices == 2 * 4 * 4 * 4
+
+
+def test_recipe_keys_maxtext_renamed_or_dropped_are_said(suite):
+  import recipe_runs  # beside published_runs, which puts benchmarks/ on the path
+
+  kept, changed = recipe_runs.for_maxtext(("fsdp_shard_on_exp=True", "tile_mlp_dim=1024", "wi_tile_fwd_buffer_count=2",
+                                            "megablox=True"))
+  assert kept == ("shard_exp_on_fsdp=True", "megablox=True")
+  assert len(changed) == 3 and "fsdp_shard_on_exp passed as shard_exp_on_fsdp" in changed

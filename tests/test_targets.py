@@ -88,6 +88,55 @@ def test_bad_target_names(name, match):
     tg.get_target(name)
 
 
+@pytest.mark.parametrize(
+    "name,canonical",
+    [
+        ("tpu7x-4x4x4", "tpu:v7x-128"),  # tpu-recipes' slice: 64 chips, two devices a chip
+        ("tpu7x-128", "tpu:v7x-128"),  # MaxText's compile_topology
+        ("tpu:tpu7x-4x4x4", "tpu:v7x-128"),
+        ("TPU7X-4x4x8", "tpu:v7x-256"),
+        ("v5p-1024", "tpu:v5p-1024"),  # the v5p recipes' accelerator type
+        ("v5p-8x8x8", "tpu:v5p-1024"),
+        ("v6e-16x16", "tpu:v6e-256"),
+        ("v5litepod-2x4", "tpu:v5e-8"),
+    ],
+)
+def test_recipe_slice_names_are_the_same_targets(name, canonical):
+  """A slice named the way the recipes name it (the accelerator type without ``tpu:``, or its
+  chip grid) is the target of that accelerator type: the same name, devices and machine."""
+  t, same = tg.get_target(name), tg.get_target(canonical)
+  assert (t.name, t.num_devices, t.kind) == (same.name, same.num_devices, same.kind)
+
+
+def test_tpu7x_grid_is_two_devices_a_chip():
+  t = tg.get_target("tpu7x-4x4x4")
+  assert t.num_devices == 2 * 4 * 4 * 4
+
+
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("tpu7x-4x4x3", r"no v7x slice of chip grid 4x4x3; valid grids: .*4x4x4 \(v7x-128\)"),
+        ("tpu7x-4x4", "no v7x slice of chip grid 4x4;"),  # a 3-D generation's grid has three sides
+        ("v5e-4x4x4", "no v5e slice of chip grid 4x4x4;"),
+        ("tpu7x-7", "no v7x-7 slice; valid sizes"),
+        ("tpu:v9-4x4x4", "unknown TPU generation 'v9'"),
+        ("v9-4x4x4", "unknown target 'v9-4x4x4'; valid forms: .*GEN-AxBxC"),  # no tpu: and no TPU generation
+        ("h100-8", "unknown target"),
+        ("tpu7x-4x4x4x4", "unknown target"),
+        ("tpu7x-", "unknown target"),
+    ],
+)
+def test_bad_recipe_slice_names_are_one_line(name, match):
+  with pytest.raises(JaxmemError, match=match) as e:
+    tg.get_target(name)
+  assert "\n" not in str(e.value)
+
+
+def test_slices_on_a_recipe_slice_name():
+  assert tg.get_target("tpu7x-4x4x4", slices=2).num_devices == 256
+
+
 def test_slices_only_for_tpu():
   with pytest.raises(JaxmemError, match="TPU targets only"):
     tg.get_target("gpu:h100", slices=2)

@@ -182,9 +182,15 @@ def tpu_machine(gen: TpuGeneration, *, size: int, slices: int, num_devices: int,
     notes.append(f"step_time_s: no vector-unit rate is published for TPU {gen.name}; its elementwise work is timed "
                  "by its HBM traffic alone")
   links = torus(gen, size, coords, per_slice)
-  if links is None:
+  if links is None and gen.ici_bandwidth_per_chip is not None and gen.ici_links_per_chip is None:
+    notes.append(f"step_time_s: TPU {gen.name}'s ICI links a chip are not published; collectives in a slice are "
+                 "timed at the chip's whole ICI bandwidth, every link at once (a lower bound)")
+  elif links is None:
     notes.append("step_time_s: the devices' chip coordinates are not known; collectives in a slice are timed at "
                  "the chip's whole ICI bandwidth, every link at once (a lower bound)")
+  if gen.devices_per_chip > 1:
+    notes.append(f"step_time_s: the link between the {gen.devices_per_chip} devices of a TPU {gen.name} chip is not "
+                 "published; collectives between them are timed at the device's share of the chip's ICI bandwidth")
   return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
                  fast=ici(peaks.link_bandwidth), slow=slow, devices_per_unit=per_slice, torus=links,
                  vector_rate=vector, notes=tuple(notes))
@@ -193,17 +199,17 @@ def tpu_machine(gen: TpuGeneration, *, size: int, slices: int, num_devices: int,
 def torus(gen: TpuGeneration, size: int, coords: Sequence[Sequence[int]] | None, per_slice: int) -> Torus | None:
   """The slice's links (:class:`Torus`) where ``coords`` place each of its devices on its chip
   grid, else ``None``. A link's one-way rate is the chip's bidirectional ICI over both directions
-  of its links: six on a 3-D grid, four on a 2-D one (the Cloud figure counts them all: v5p's
-  1200 GBps is six links of 100 GB/s each way, How to Scale Your Model's table), shared by the
-  chip's devices."""
-  if coords is None or gen.ici_bandwidth_per_chip is None:
+  of its links (``ici_links_per_chip``: six on a 3-D torus, four on a 2-D one; the Cloud figure
+  counts them all: v5p's 1200 GBps is six links of 100 GB/s each way, How to Scale Your Model's
+  table), shared by the chip's devices. ``None`` also where the part's link count is not published."""
+  if coords is None or gen.ici_bandwidth_per_chip is None or gen.ici_links_per_chip is None:
     return None
   shape = slice_shape(gen, size)
   dims = tuple(int(d) for d in shape.split("x"))
   coords = tuple(tuple(int(c) for c in xyz)[:len(dims)] for xyz in coords)
   if len(coords) < per_slice or any(len(c) != len(dims) for c in coords):
     return None
-  link = gen.ici_bandwidth_per_chip / 2 / (2 * len(dims)) / gen.devices_per_chip
+  link = gen.ici_bandwidth_per_chip / 2 / gen.ici_links_per_chip / gen.devices_per_chip
   return Torus(dims=dims, wrap=slice_wrap(shape), link_bandwidth=link, coords=coords)
 
 

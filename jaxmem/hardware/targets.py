@@ -10,7 +10,9 @@ Names:
 - ``tpu:GEN-SIZE``: a Cloud TPU slice by its accelerator-type name (``tpu:v5e-8``,
   ``tpu:v5p-128``, ``tpu:v6e-256``), compiled by libtpu without a TPU. v4, v5p and v7x names
   count TensorCores (v5p-8 is 4 chips, 4 JAX devices), v5e and v6e names count chips. Several
-  slices (multi-slice over DCN) with ``slices=N``.
+  slices (multi-slice over DCN) with ``slices=N``. The recipes' spellings name the same slices:
+  the accelerator type without ``tpu:`` (``v5p-1024``; ``tpu7x-128``, MaxText's compile_topology)
+  and the chip grid (``tpu7x-4x4x4``, xpk's ``--device-type``: 64 chips, ``tpu:v7x-128``).
 - ``gpu:NAME`` or ``gpu:NAMExN``: N GPUs (``gpu:h100x8``), compiled by XLA's CUDA compiler
   without a GPU from a target description of the part (:mod:`jaxmem.hardware.gpu`); more than
   8 devices are laid out as hosts of 8 (``gpu:h100x16`` is two 8-GPU hosts).
@@ -47,7 +49,7 @@ from jaxmem.hardware.machine import Machine, gpu_machine, tpu_machine
 from jaxmem.hardware import runtime
 from jaxmem.hardware.margin import RuntimeTerm, terms
 from jaxmem.hardware.peaks import Peaks, device_kind_peaks, gpu_peaks, tpu_peaks
-from jaxmem.hardware.tpu import TPU_GENERATIONS, tpu_compiler_available, tpu_devices, tpu_topology_name
+from jaxmem.hardware.tpu import TPU_GENERATIONS, slice_size, tpu_compiler_available, tpu_devices, tpu_topology_name
 from jaxmem.hardware.startup import attached_accelerator_present, start_jax
 from jaxmem.errors import BadValue, JaxmemError
 from jaxmem.inputs import MEM_FRACTION_VARIABLES, Fraction, Size, Whole, env_fraction
@@ -374,16 +376,39 @@ def attached_devices() -> list:
 
 
 _CPU_RE = re.compile(r"^cpu(?::(\d+))?$")
-_TPU_RE = re.compile(r"^tpu:([a-z0-9]+)-(\d+)$")
+# A TPU slice: Cloud's accelerator type (v5p-128, tpu7x-128, MaxText's compile_topology) or the
+# chip grid the recipes name it by (tpu7x-4x4x4, xpk's --device-type), with or without "tpu:".
+_TPU_RE = re.compile(r"^(tpu:)?([a-z0-9]+)-(\d+|\d+x\d+(?:x\d+)?)$")
 _GPU_RE = re.compile(r"^gpu:([a-z0-9-]+?)(?:x(\d+))?(?:@([a-z0-9-]+))?$")
+TARGET_FORMS = (
+    "cpu, cpu:N, attached, tpu:GEN-SIZE or GEN-SIZE (v5p-1024, tpu7x-128: the accelerator type), GEN-AxBxC (tpu7x-4x4x4: "
+    "its chip grid, as recipes name slices), gpu:NAME[xN][@SYSTEM]"
+)
+
+
+def _tpu_slice(key: str) -> tuple[str, int] | None:
+  """(generation, size) of a TPU slice name (:data:`_TPU_RE`), ``None`` where ``key`` names no
+  TPU slice. With ``tpu:`` an unknown generation or grid is refused; without it a name whose
+  generation is no TPU's is left to the other forms (and refused as an unknown target)."""
+  m = _TPU_RE.match(key)
+  if m is None:
+    return None
+  prefixed, gen_name, size = m.groups()
+  gen = next((g for g in TPU_GENERATIONS.values() if gen_name == g.name or gen_name in g.aliases), None)
+  if gen is None:
+    if not prefixed:
+      return None
+    raise JaxmemError(f"unknown TPU generation {gen_name!r}; valid: {', '.join(TPU_GENERATIONS)}")
+  return gen.name, (int(size) if size.isdigit() else slice_size(gen, size))
 
 
 def get_target(name: str, *, slices: int = 1, mem_fraction: float | None = None) -> Target:
-  """Looks a target up by name; an unknown name is a :class:`JaxmemError` listing valid ones.
-  ``mem_fraction`` (GPU targets): the share of device memory JAX's allocator takes (see
-  :func:`gpu_mem_fraction`)."""
+  """Looks a target up by name (:data:`TARGET_FORMS`); an unknown name is a :class:`JaxmemError`
+  listing the valid forms. ``mem_fraction`` (GPU targets): the share of device memory JAX's
+  allocator takes (see :func:`gpu_mem_fraction`)."""
   key = name.strip().lower()
-  if slices != 1 and not key.startswith("tpu:"):
+  tpu = _tpu_slice(key)
+  if slices != 1 and tpu is None:
     raise JaxmemError(f"`slices` applies to TPU targets only, not {name!r}")
   if mem_fraction is not None and not key.startswith("gpu:"):
     raise JaxmemError(f"`mem_fraction` applies to GPU targets only, not {name!r}")
@@ -391,16 +416,18 @@ def get_target(name: str, *, slices: int = 1, mem_fraction: float | None = None)
     return _cpu_target(int(m.group(1) or 1), name)
   if key == "attached":
     return _attached_target()
-  if m := _TPU_RE.match(key):
-    return _tpu_target(m.group(1), int(m.group(2)), slices)
+  if tpu is not None:
+    return _tpu_target(*tpu, slices)
   if m := _GPU_RE.match(key):
     return _gpu_target(m.group(1), int(m.group(2) or 1), mem_fraction, system=m.group(3))
   raise JaxmemError(
-      f"unknown target {name!r}; valid forms: cpu, cpu:N, attached, tpu:GEN-SIZE (GEN: "
-      f"{', '.join(TPU_GENERATIONS)}), gpu:NAME[xN][@SYSTEM] (NAME: {', '.join(GPU_SPECS)}; SYSTEM: "
-      f"{', '.join(GPU_SYSTEMS)}); "
-      "see `jaxmem targets`"
+      f"unknown target {name!r}; valid forms: {TARGET_FORMS} (GEN: {', '.join(_generation_names())}; NAME: "
+      f"{', '.join(GPU_SPECS)}; SYSTEM: {', '.join(GPU_SYSTEMS)}); see `jaxmem targets`"
   )
+
+
+def _generation_names() -> list[str]:
+  return [n for g in TPU_GENERATIONS.values() for n in (g.name, *g.aliases)]
 
 
 def _cpu_target(n: int, name: str) -> Target:

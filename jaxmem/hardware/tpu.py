@@ -79,6 +79,16 @@ class TpuGeneration:
   # Elementwise operations per second the chip's vector units (VPU) run, one an ALU a cycle (the
   # schedule walk times vector work at it). None: not published.
   vector_ops_per_chip: float | None = None
+  # The ICI links a chip drives to its neighbours, one a neighbour (a link carries both
+  # directions): what a slice's collectives are timed over, ``ici_bandwidth_per_chip`` shared by
+  # them (jaxmem.hardware.machine.torus). None: not published, and collectives are timed at the
+  # chip's whole ICI figure.
+  ici_links_per_chip: int | None = None
+  # Bytes per second each way between the host and one chip (PCIe): what host offload crosses.
+  # None: not published for the part; ``host_link_note`` says where the figure is published or why
+  # there is none.
+  host_link_bandwidth_per_chip: float | None = None
+  host_link_note: str | None = None
   # The TPU VM that carries the slice's chips: chips per host and its RAM, with the page that
   # publishes them (jaxmem.hardware.hostmem: what offloaded bytes are held against).
   host: HostSpec | None = None
@@ -115,6 +125,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # bandwidth 32 GiB, 1200 GBps"; it gives no per-chip ICI figure (only the pod's all-reduce
         # and bisection bandwidth), so none is assumed.
         peak_bf16_flops_per_chip=275e12, peak_8bit_ops_per_chip=275e12, hbm_bandwidth_per_chip=1200e9,
+        # "TPU v4 and TPU v5p are connected to the nearest 6 neighbors (forming a 3D torus)"; "PCIe
+        # bandwidth for TPU v4 is 16GB / second each way" (How to Scale Your Model, Part 2 "TPUs").
+        ici_links_per_chip=6, host_link_bandwidth_per_chip=16e9,
+        host_link_note="How to Scale Your Model, Part 2 \"TPUs\": \"PCIe bandwidth for TPU v4 is 16GB / second each way\"",
         # v4-8 (2x2x1, 4 chips) is one host, the same page; it publishes no RAM figure per host.
         host=HostSpec(machine="TPU v4 VM", accelerators=4, ram_bytes=None, source="https://cloud.google.com/tpu/docs/v4",
                       why="Cloud's TPU v4 page publishes no RAM per host (https://cloud.google.com/tpu/docs/v4)"),
@@ -132,6 +146,12 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # 8-chip host (25 Gbps of DCN a chip).
         peak_bf16_flops_per_chip=197e12, peak_8bit_ops_per_chip=393e12, hbm_bandwidth_per_chip=819e9,
         ici_bandwidth_per_chip=400e9, dcn_bandwidth_per_chip=25e9 / 8,
+        # "inference chips (e.g., TPU v5e), and Trilium (TPU v6e), ICI ... connects the 4 nearest
+        # neighbors" (How to Scale Your Model, Part 2 "TPUs"), which gives no PCIe figure per part
+        # ("typically around 1.5e10 bytes / second per chip").
+        ici_links_per_chip=4,
+        host_link_note="not published for v5e: How to Scale Your Model gives only \"typically around 1.5e10 bytes / "
+        "second per chip\"",
         # The same page's VM types: ct5lp-hightpu-1t 24 vCPUs and 48 GB RAM, ct5lp-hightpu-4t 112
         # vCPUs and 192 GB (48 GB a chip either way); its spec table's "DRAM per host 512 GiB,
         # chips per host 8" is the physical host, not what a TPU VM sees.
@@ -149,6 +169,11 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # bidirectional ICI 1200 GBps per chip, DCN 50 Gbps per chip.
         peak_bf16_flops_per_chip=459e12, peak_8bit_ops_per_chip=459e12, hbm_bandwidth_per_chip=2765e9,
         ici_bandwidth_per_chip=1200e9, dcn_bandwidth_per_chip=50e9 / 8,
+        # Six neighbours, a 3-D torus (How to Scale Your Model, Part 2 "TPUs", as for v4); no PCIe
+        # figure is published for v5p.
+        ici_links_per_chip=6,
+        host_link_note="not published for v5p: How to Scale Your Model gives only \"typically around 1.5e10 bytes / "
+        "second per chip\"",
         # "The TPU v5p VPU can do roughly 7e12 FLOPs / second per core" (How to Scale Your Model,
         # Part 1 "Rooflines"; an (8, 128) vector unit with 4 ALUs a lane and sublane, Part 2's
         # appendix), two cores a chip.
@@ -173,6 +198,10 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
         # GBps, bidirectional ICI 800 GBps per chip.
         peak_bf16_flops_per_chip=918e12, peak_8bit_ops_per_chip=1836e12, hbm_bandwidth_per_chip=1638e9,
         ici_bandwidth_per_chip=800e9,
+        # Four neighbours, a 2-D torus, and "Trillium (TPU v6e) has 32GB/s" of PCIe (How to Scale Your
+        # Model, Part 2 "TPUs").
+        ici_links_per_chip=4, host_link_bandwidth_per_chip=32e9,
+        host_link_note="How to Scale Your Model, Part 2 \"TPUs\": \"Trillium (TPU v6e) has 32GB/s\" of PCIe",
         # https://cloud.google.com/tpu/docs/tpu7x (its table of v5p, v6e, TPU7x): the 4-chip VM
         # (ct6e-standard-4t) has 180 vCPUs and 720 GB RAM. The v6e page's "DRAM per host 1536 GiB,
         # chips per host 8" is the physical 8-chip host.
@@ -186,11 +215,33 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v7x", libtpu_name="tpu7x", device_kind="TPU7x", hbm_bytes_per_chip=192 * _GiB,
         cores_per_chip=2, devices_per_chip=2, slice_counts_cores=True, aliases=("tpu7x",),
-        # The same page's table (v5p, v6e, TPU7x): peak 2307 TFLOPs bf16 and 4614 TFLOPs fp8 per
-        # chip, HBM bandwidth 7380 GBps, bidirectional ICI 1200 GBps per chip; each of the chip's
-        # two devices gets half (TpuGeneration.per_device).
+        # The same page's table (v5p, v6e, TPU7x): "Peak compute per chip (BF16) (TFLOPs) 2307",
+        # "(FP8) 4614", "HBM bandwidth per chip (GBps) 7380", "Bidirectional inter-chip interconnect
+        # (ICI) bandwidth per chip (GBps) 1200", "Data center network (DCN) bandwidth per chip (Gbps)
+        # 100". Int8 it has none: jax's table of the parts (jax/_src/tpu_info.py, jax 0.12.0.1,
+        # TPU_7X: "int8_ops_per_second=0  # Not Available"), so the 8-bit figure is fp8's.
+        # Per device: each of the chip's two devices (TensorCores) gets half of the chip's matrix
+        # rates and HBM bandwidth, as jax's own table splits them ("bf16_ops_per_second=
+        # int(2.31e15 // tensor_cores_per_chip)", "mem_bw_bytes_per_second=int(7.40e12 //
+        # tensor_cores_per_chip)"); jaxmem.hardware.peaks.tpu_peaks divides by devices_per_chip.
         peak_bf16_flops_per_chip=2307e12, peak_8bit_ops_per_chip=4614e12, hbm_bandwidth_per_chip=7380e9,
-        ici_bandwidth_per_chip=1200e9,
+        ici_bandwidth_per_chip=1200e9, dcn_bandwidth_per_chip=100e9 / 8,
+        # The matrix unit: "mxu_column_size=256, num_mxus=2" per TensorCore in jax's table (TPU_7X),
+        # as v6e's 256 x 256; Cloud's page gives no MXU size for TPU7x.
+        mxu_size=256,
+        # Six links a chip, a 3-D torus: Ironwood "chips form cubes via a 3D torus ICI" of 64 chips
+        # joined by optical switches (Google Cloud blog "From silicon to softmax: Inside the Ironwood
+        # AI stack", Nov 2025), and libtpu lays tpu7x slices out as 3-D chip grids whose full cubes
+        # wrap on every axis (MaxText 0.2.5 utils/accelerator_to_spec_map.py: "tpu7x-128" is
+        # "tpu7x:4x4x4" with wrap (True, True, True)). The rate of one link is not published: the
+        # chip's 1200 GBps is shared by its six links (100 GB/s each way a link), and the chip's
+        # two devices share them, half each (jaxmem.hardware.machine.torus); how the two devices
+        # drive the chip's links, and the link between them (the die-to-die interface of the
+        # dual-chiplet package), are not published.
+        ici_links_per_chip=6,
+        # No vector-unit rate is published: jax's table gives 8 sublanes x 128 lanes a core, no ALU
+        # count or clock. No host link (PCIe) rate is published for TPU7x.
+        host_link_note="not published for TPU7x (cloud.google.com/tpu/docs/tpu7x gives none)",
         # The same table: the 4-chip VM (tpu7x-standard-4t) has 224 vCPUs and 960 GB RAM, shared
         # by its 8 devices (two a chip).
         host=HostSpec(machine="tpu7x-standard-4t", accelerators=4, ram_bytes=960 * GB,
@@ -217,6 +268,16 @@ def slice_shape(gen: TpuGeneration, size: int) -> str:
         f"no {gen.name}-{size} slice; valid sizes ({unit}): "
         f"{', '.join(str(s) for s in gen.sizes)}")
   return gen.shapes[gen.sizes.index(size)]
+
+
+def slice_size(gen: TpuGeneration, shape: str) -> int:
+  """The accelerator-type size of the slice of chip grid ``shape``, as the recipes name slices
+  ("tpu7x-4x4x4", xpk's ``--device-type``): ("v7x", "4x4x4") -> 128 (64 chips, TensorCores
+  counted). A grid Cloud sells no slice of is refused, listing the grids there are."""
+  if shape not in gen.shapes:
+    grids = ", ".join(f"{g} ({gen.name}-{n})" for g, n in zip(gen.shapes, gen.sizes))
+    raise JaxmemError(f"no {gen.name} slice of chip grid {shape}; valid grids: {grids}")
+  return gen.sizes[gen.shapes.index(shape)]
 
 
 def tpu_topology_name(generation: str, size: int) -> str:

@@ -101,8 +101,12 @@ def topology(target: Any) -> tuple[str, int]:
     )
   from maxtext.utils import accelerator_to_spec_map
 
-  # The slice's accelerator type (v4-128), not the target's name, which carries its slices (v4-128x2slices).
-  name = f"{target.kind.generation}-{target.kind.size}"
+  from jaxmem.hardware.tpu import tpu_generation
+
+  # The slice's accelerator type (v4-128), not the target's name, which carries its slices
+  # (v4-128x2slices); by libtpu's name of the generation, which MaxText's table keys by
+  # (utils/accelerator_to_spec_map.py: "tpu7x-128", never "v7x-128").
+  name = f"{tpu_generation(target.kind.generation).libtpu_name}-{target.kind.size}"
   if name not in accelerator_to_spec_map.UserFacingNameToSystemCharacteristics:
     raise JaxmemError(f"`maxtext`: MaxText has no compile_topology {name!r} (target {target.name})")
   return name, target.slices
