@@ -51,10 +51,10 @@ Einsum = Callable[[str, jax.Array, jax.Array], jax.Array]
 
 def projection(quantization: str | None) -> Einsum:
   """The einsum of a layer's projections (activation, weight) under ``quantization``."""
-  return fp8_einsum if quantization == "fp8_full" else _plain
+  return fp8_einsum if quantization == "fp8_full" else plain_einsum
 
 
-def _plain(spec: str, x: jax.Array, w: jax.Array) -> jax.Array:
+def plain_einsum(spec: str, x: jax.Array, w: jax.Array) -> jax.Array:
   return jnp.einsum(spec, x, w)
 
 

@@ -260,8 +260,10 @@ class OpWork:
     # tile their own blocks), though the module's matrix FLOPs leave it out (jaxmem.hlo.ops).
     self.flops = matrix_flops(self.module, kernels=True)
     self.padded = matrix_flops(self.module, machine.tile, kernels=True)
+    # Of those, the matmuls of two fp8 operands, at the part's fp8 rate where it has one.
+    self.fp8 = matrix_flops(self.module, machine.tile, kernels=True, fp8=True) if machine.peak_fp8_flops else None
     rate = machine.matmul_rate
-    self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate)
+    self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate, machine.peak_fp8_flops)
     self.vector = vector_ops(self.module)
     self._memo: dict[tuple[str, str], _Cost] = {}
 
@@ -276,7 +278,8 @@ class OpWork:
     moved, sent = (o.bytes_accessed // runs, o.comm_bytes // runs) if o is not None else (0, 0)
     flops, padded = self.flops.of(ins), self.padded.of(ins)
     m = self.machine
-    compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
+    fp8 = 0.0 if self.fp8 is None else self.fp8.of(ins)
+    compute = (padded - fp8) / m.peak_flops + (fp8 and fp8 / m.peak_fp8_flops) if self.seconds is None else self.seconds.of(ins)
     elementwise = self.vector.of(ins)
     if m.vector_rate:
       compute = max(compute, elementwise / m.vector_rate)
