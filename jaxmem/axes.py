@@ -653,7 +653,7 @@ AXES: dict[str, Axis] = _registry(
                                   "(None: the parameters')"),
          help="form and reduce the gradients over the data axes in this dtype", list_note=_PRECISION_NOTE,
          word="grad reduce", heading="{} gradient reduction"),
-    Axis(name="quantization", default=("none",), valid="quantization", chooses="quantization", group="precision",
+    Axis(name="quantization", default=("none",), valid="quantization", chooses="quantization",
          nest=20, check=_quantized_layers, flag_default="none", word="quantization", quiet=(None, "none"),
          column=Shown(when=SAID, place=65),
          record=Recorded(annotation="str", default="none", after="grad_reduce_dtype",
