@@ -20,7 +20,7 @@ from jax.ad_checkpoint import checkpoint_name
 from .attention_ops import AttendFn, Local, dot_attend
 from .config import ModelConfig
 from .dropout import Dropout
-from .fp8 import Einsum, plain_einsum
+from .fp8 import Einsum
 from .layers import DEFAULT_INIT, Constrain, param
 from .names import (
   BATCH,
@@ -114,7 +114,7 @@ class Attention(nnx.Module):
 
   def __init__(
     self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, global_layer: bool = False,
-    kv_shared: bool = False, einsum: Einsum = plain_einsum,
+    kv_shared: bool = False, einsum: Einsum = jnp.einsum,
   ):
     k, h, self.k_eq_v = cfg.attention_geometry(None if global_layer else cfg.sliding_window)
     self.einsum = einsum  # the projections' (models/fp8.py: fp8 under quantization fp8_full)

@@ -8,7 +8,7 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
 from .config import ModelConfig
-from .fp8 import Einsum, plain_einsum
+from .fp8 import Einsum
 from .layers import DEFAULT_INIT, Constrain, param
 from .names import BATCH, EMBED, MLP, MLPWI, MLPWI_0, MLPWI_1, MLPWO, NORM_SEQ, SEQ
 
@@ -19,7 +19,7 @@ class GeluMLP(nnx.Module):
   GPT-2 uses the tanh approximation of GELU (openai/gpt-2 model.py), hence approximate=True.
   """
 
-  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, einsum: Einsum = plain_einsum):
+  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, einsum: Einsum = jnp.einsum):
     d, f, pdt = cfg.d_model, cfg.d_ff, cfg.param_jnp_dtype
     self.dtype = cfg.compute_jnp_dtype
     self.einsum = einsum  # the projections' (models/fp8.py: fp8 under quantization fp8_full)
@@ -47,7 +47,7 @@ class SwiGLU(nnx.Module):
   """y = (silu(x W_gate) * (x W_up)) W_down, no biases (Shazeer 2020, eq. 6; Llama); with
   ``cfg.mlp_act`` gelu_tanh, GeGLU (Shazeer 2020, eq. 5, GELU's tanh form: Gemma)."""
 
-  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, einsum: Einsum = plain_einsum):
+  def __init__(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, einsum: Einsum = jnp.einsum):
     d, f, pdt = cfg.d_model, cfg.d_ff, cfg.param_jnp_dtype
     self.dtype = cfg.compute_jnp_dtype
     self.einsum = einsum  # the projections' (models/fp8.py: fp8 under quantization fp8_full)
@@ -70,6 +70,6 @@ class SwiGLU(nnx.Module):
     return checkpoint_name(out_btd, MLPWO)
 
 
-def make_mlp(cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, einsum: Einsum = plain_einsum) -> GeluMLP | SwiGLU:
+def make_mlp(cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, einsum: Einsum = jnp.einsum) -> GeluMLP | SwiGLU:
   cls = GeluMLP if cfg.style == "gpt2" else SwiGLU
   return cls(cfg, out_init=out_init, rngs=rngs, einsum=einsum)

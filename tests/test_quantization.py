@@ -135,3 +135,15 @@ def test_maxtext_spells_fp8_full_as_the_recipes_do():
                      "weight_quantization_calibration_method": "fixed,-224,224",
                      "act_quantization_calibration_method": "fixed,-224,224"}
   assert table.row("quantization").write(None, table.At()) == {}  # none: MaxText's own ("")
+
+
+def test_the_roofline_bound_times_the_fp8_share_at_the_fp8_peak():
+  """So the bound stays below an fp8 step, which the walk times at the fp8 rate."""
+  from jaxmem.steptime.roofline import roofline
+
+  peaks = target_peaks(get_target("tpu:v7x-8"))[0]
+  bound = lambda fp8: roofline(flops=1e12, bytes_accessed=None, comm_bytes=None, num_devices=1, peaks=peaks,  # noqa: E731
+                               floor_flops=None, notes=[], fp8_flops=fp8).roofline_compute_time_s
+  assert bound(0.0) == 1e12 / peaks.peak_flops
+  assert bound(1e12) == 1e12 / peaks.peak_fp8_flops < bound(0.0)
+  assert bound(0.0) > bound(0.5e12) > bound(1e12)

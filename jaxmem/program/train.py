@@ -305,19 +305,6 @@ def check_configuration(
                  context_strategy=options.get("context_strategy"), options=options)
 
 
-def check_fp8_matmul(choices: StepChoices, target: Target) -> None:
-  """``quantization`` fp8_full runs its matmuls on fp8 operands: a target whose part has no fp8
-  matrix rate (:attr:`jaxmem.hardware.peaks.Peaks.peak_fp8_flops`: TPU v4, v5e and v6e publish
-  an int8 rate, not fp8; NVIDIA parts before Ada and Hopper; a CPU) is refused in one line."""
-  if choices.quantization == "none":
-    return
-  peaks, why = target_peaks(target)
-  if peaks is None or peaks.peak_fp8_flops is None:
-    part = why if peaks is None else f"{peaks.part} publishes no fp8 matrix rate"
-    raise JaxmemError(f"`quantization` {choices.quantization} needs fp8 matmuls, which target {target.name} has not "
-                      f"({part}); fp8 targets: TPU v5p, v7x; NVIDIA from Ada and Hopper (e.g. gpu:h100)")
-
-
 def check_step_options(cfg: ModelConfig, mesh: shd.MeshSpec, seq: int, *, sequence_parallel: bool) -> None:
   """Sequence parallelism needs a tensor axis that divides the sequence (after the sequence axes)."""
   if sequence_parallel:
@@ -548,3 +535,16 @@ def _jitted(train_step, jmesh: jax.sharding.Mesh, params: tuple[Any, Any], opt_s
   tokens = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sh)
   args = (jax.tree.map(sds, params, param_sh), jax.tree.map(sds, opt_state, opt_sh), tokens, tokens, *key_args)
   return step, args
+
+
+def check_fp8_matmul(choices: StepChoices, target: Target) -> None:
+  """``quantization`` fp8_full runs its matmuls on fp8 operands: a target whose part has no fp8
+  matrix rate (:attr:`jaxmem.hardware.peaks.Peaks.peak_fp8_flops`: TPU v4, v5e and v6e publish
+  an int8 rate, not fp8; NVIDIA parts before Ada and Hopper; a CPU) is refused in one line."""
+  if choices.quantization == "none":
+    return
+  peaks, why = target_peaks(target)
+  if peaks is None or peaks.peak_fp8_flops is None:
+    part = why if peaks is None else f"{peaks.part} publishes no fp8 matrix rate"
+    raise JaxmemError(f"`quantization` {choices.quantization} needs fp8 matmuls, which target {target.name} has not "
+                      f"({part}); fp8 targets: TPU v5p, v7x; NVIDIA from Ada and Hopper (e.g. gpu:h100)")

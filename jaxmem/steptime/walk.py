@@ -124,6 +124,8 @@ class Timeline(Record):
   # The same schedule walked with every collective on the fast link (ICI, NVLink), as if the
   # slices or hosts were one: the step minus it is what the slow link costs (:func:`timeline`).
   fast_link_step_time_s: float | None = None
+  # The matrix FLOPs of matmuls of two fp8 operands, per step (those the machine's fp8 rate timed).
+  fp8_flops: float = 0.0
   ops: tuple[OpRun, ...] = ()
   notes: tuple[str, ...] = ()
 
@@ -494,9 +496,19 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
       link_comm_time_s={link.field: None if link.bandwidth is None else sum((o.comm_time_s for o in ops
                                                                                if o.link == link.name), 0.0)
                         for link in machine.links},
-      slow_link=machine.slow, ops=ops,
+      slow_link=machine.slow, ops=ops, fp8_flops=_fp8_flops(walker, machine),
       notes=tuple(machine.notes) + tuple(walker.notes),
   )
+
+
+def _fp8_flops(walker: _Walker, machine: Machine) -> float:
+  """The walked ops' matrix FLOPs of two fp8 operands, unpadded (the roofline's compute term times
+  them at the fp8 peak); 0 on a machine without an fp8 rate."""
+  if not machine.peak_fp8_flops:
+    return 0.0
+  fp8 = matrix_flops(walker.module, fp8=True)
+  runs = ((walker.module.get(name, comp), r["count"]) for (comp, name), r in walker.runs.items())
+  return sum(fp8.of(ins) * n for ins, n in runs if ins is not None)
 
 
 def timeline(costs: HloCosts, machine: Machine) -> Timeline:
