@@ -504,6 +504,20 @@ def _kernel_of_experts(value: Any, s: Setting) -> None:
     raise JaxmemError(f"`moe_kernel` applies to mixture-of-experts models; {s.cfg.name} has no experts (drop it)")
 
 
+def _quantized_layers(value: Any, s: Setting) -> None:
+  # fp8_full is built for the decoder's own attention and MLP projections (models/fp8.py); a model
+  # whose layers bring their own matmuls (routed experts' grouped matmuls, latent attention, Gemma
+  # 4's) would be quantized in part, so it is refused, and MaxText's own step quantizes them all.
+  cfg = s.cfg
+  if value in (None, "none") or cfg is None:
+    return
+  own = [what for what, yes in (("routed experts", cfg.is_moe), ("latent attention", cfg.is_mla),
+                                ("Gemma 4 layers", cfg.gemma4 != type(cfg.gemma4)())) if yes]
+  if own:
+    raise JaxmemError(f"`quantization` {value} is built for dense attention and MLP projections; {cfg.name} has "
+                      f"{' and '.join(own)} (drop it, or run MaxText's step: --maxtext)")
+
+
 def _unstaged(value: Any, s: Setting) -> None:
   if value and dict(s.mesh).get("stage", 1) > 1:
     raise StagesRefused(
@@ -646,6 +660,15 @@ AXES: dict[str, Axis] = _registry(
                                   "(None: the parameters')"),
          help="form and reduce the gradients over the data axes in this dtype", list_note=_PRECISION_NOTE,
          word="grad reduce", heading="{} gradient reduction"),
+    Axis(name="quantization", default=("none",), valid="quantization", chooses="quantization",
+         nest=20, check=_quantized_layers, flag_default="none", word="quantization", quiet=(None, "none"),
+         column=Shown(when=SAID, place=65),
+         record=Recorded(annotation="str", default="none", after="grad_reduce_dtype",
+                         doc="the layers' matmuls: none, or fp8_full (MaxText's quantization=fp8_full)"),
+         help="the layers' projections (attention's q/k/v/o, the MLP's) as MaxText's quantization=fp8_full runs "
+         "them through qwix: operands in float8_e4m3fn at the recipes' fixed -224,224 scale, gradients in "
+         "float8_e5m2; none or fp8_full, comma separated to sweep (targets with an fp8 matmul: TPU v5p, v7x; NVIDIA "
+         "from Ada and Hopper)"),
     # Innermost, so the releases of one configuration sit side by side.
     Axis(name="compiler", parse=_compilers, default=(), nest=110, check=_compiler_here, summary=True, step=True,
          column=Shown(when=GIVEN, place=5, identity=True),

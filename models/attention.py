@@ -20,6 +20,7 @@ from jax.ad_checkpoint import checkpoint_name
 from .attention_ops import AttendFn, Local, dot_attend
 from .config import ModelConfig
 from .dropout import Dropout
+from .fp8 import Einsum
 from .layers import DEFAULT_INIT, Constrain, param
 from .names import (
   BATCH,
@@ -113,9 +114,10 @@ class Attention(nnx.Module):
 
   def __init__(
     self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs, global_layer: bool = False,
-    kv_shared: bool = False,
+    kv_shared: bool = False, einsum: Einsum = jnp.einsum,
   ):
     k, h, self.k_eq_v = cfg.attention_geometry(None if global_layer else cfg.sliding_window)
+    self.einsum = einsum  # the projections' (models/fp8.py: fp8 under quantization fp8_full)
     self.kv_shared = kv_shared
     d, n = cfg.d_model, cfg.num_heads
     pdt = cfg.param_jnp_dtype
@@ -181,17 +183,17 @@ class Attention(nnx.Module):
   ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
     """(q_btnh, k_btkh, v_btkh): the projections, biases, checkpoint names, RoPE, constraints
     (a KV-shared layer's k and v None: it has no projections for them)."""
-    q_btnh = jnp.einsum("btd,dnh->btnh", x_btd, self._w(self.w_q_dnh))
+    q_btnh = self.einsum("btd,dnh->btnh", x_btd, self._w(self.w_q_dnh))
     if self.kv_shared:
       q_btnh = checkpoint_name(q_btnh, QUERY_PROJ)
       if self.qk_norm:
         q_btnh = self.q_norm(q_btnh)
       q_btnh = apply_rope(q_btnh, rope_sin_tk, rope_cos_tk)
       return constrain(q_btnh, (BATCH, SEQ, HEADS, HEAD_DIM)), None, None
-    k_btkh = jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_k_dkh))
+    k_btkh = self.einsum("btd,dkh->btkh", x_btd, self._w(self.w_k_dkh))
     # attention_k_eq_v (Gemma 4's global layers): the values are the k projection's output,
     # taken before k's norm and RoPE (transformers' Gemma4TextAttention.forward).
-    v_btkh = k_btkh if self.k_eq_v else jnp.einsum("btd,dkh->btkh", x_btd, self._w(self.w_v_dkh))
+    v_btkh = k_btkh if self.k_eq_v else self.einsum("btd,dkh->btkh", x_btd, self._w(self.w_v_dkh))
     if self.qkv_bias:
       q_btnh = q_btnh + self._w(self.b_q_nh)
       k_btkh = k_btkh + self._w(self.b_k_kh)
@@ -317,7 +319,7 @@ class Attention(nnx.Module):
   def _output(self, ctx_btnh: jax.Array, *, constrain: Constrain) -> jax.Array:
     """The output projection (+ bias) of the attention context, constrained: a row-parallel
     matmul's partial sums, reduced (scattered along the sequence under sequence parallelism)."""
-    out_btd = jnp.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
+    out_btd = self.einsum("btnh,nhd->btd", ctx_btnh, self._w(self.w_o_nhd))
     if self.use_bias:
       out_btd = out_btd + self._w(self.b_o_d)
     return constrain(out_btd, (BATCH, NORM_SEQ, EMBED))

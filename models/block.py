@@ -23,6 +23,7 @@ from .attention_ops import AttendFn
 from .config import ModelConfig, StepChoices
 from .dropout import ATTENTION_OUT, ATTENTION_PROBS, MLP_OUT, Dropout, maybe
 from .layers import Constrain, make_norm
+from .fp8 import projection
 from .mlp import make_mlp
 from .moe import ExpertsFn, MoE
 from .names import BATCH, EMBED, NORM_SEQ, SEQ
@@ -75,6 +76,8 @@ class Block(nnx.Module):
     self.is_moe = moe
     self.window = window  # this layer's local attention window (None: global)
     self.kv_shared = kv_shared  # Gemma 4: attends to an earlier layer's keys and values
+    # The einsum of the layer's projections: fp8 under quantization fp8_full (models/fp8.py).
+    self.einsum = projection(choices.quantization)
     self.attn = self.make_attention(cfg, out_init=out_init, rngs=rngs)
     self.init_ffn(cfg, choices=choices, out_init=out_init, rngs=rngs)
 
@@ -83,12 +86,13 @@ class Block(nnx.Module):
   def make_attention(self, cfg: ModelConfig, *, out_init: nnx.Initializer, rngs: nnx.Rngs) -> nnx.Module:
     """This layer's attention; a global layer may have its own shape (Gemma 4:
     ModelConfig.attention_geometry)."""
-    return Attention(cfg, out_init=out_init, rngs=rngs, global_layer=self.window is None, kv_shared=self.kv_shared)
+    return Attention(cfg, out_init=out_init, rngs=rngs, global_layer=self.window is None, kv_shared=self.kv_shared,
+                     einsum=self.einsum)
 
   def init_ffn(self, cfg: ModelConfig, *, choices: StepChoices, out_init: nnx.Initializer, rngs: nnx.Rngs) -> None:
     """This layer's feed-forward (``self.mlp``): the MoE or the dense MLP."""
     self.mlp = MoE(cfg, choices=choices, out_init=out_init, rngs=rngs) if self.is_moe else make_mlp(
-      cfg, out_init=out_init, rngs=rngs
+      cfg, out_init=out_init, rngs=rngs, einsum=self.einsum
     )
 
   def ffn(self, x_btd: jax.Array, constrain: Constrain, experts: ExpertsFn | None) -> jax.Array:

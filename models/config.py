@@ -38,6 +38,8 @@ from jaxmem.composed import Composed, Record, composed
 from jaxmem.errors import JaxmemError
 from jaxmem.registry import publish
 
+from .fp8 import QUANTIZATIONS
+
 Style = Literal["gpt2", "llama3"]
 STYLES: tuple[str, ...] = ("gpt2", "llama3")
 RouterScoring = Literal["softmax", "sigmoid"]
@@ -242,11 +244,14 @@ class StepChoices(Record):
   dropout. Attention probabilities are dropped under ``dot`` attention only (the fused kernels
   take no dropout). ``moe_impl``: how a mixture of experts' routed experts run, dropless (sorted
   tokens, ragged_dot) or capacity (GShard; models/moe.py), and ``capacity_factor`` the capacity
-  path's slots per expert, as a multiple of the fair share (both ignored by a dense model)."""
+  path's slots per expert, as a multiple of the fair share (both ignored by a dense model).
+  ``quantization``: the layers' projections (attention's q/k/v/o, the MLP's) in fp8 as MaxText's
+  ``quantization=fp8_full`` runs them (``fp8_full``: models/fp8.py), or not (``none``)."""
 
   dropout: float = 0.0
   moe_impl: MoeImpl = "dropless"
   capacity_factor: float = 1.25
+  quantization: str = "none"
 
   def __post_init__(self):
     d, f = self.dropout, self.capacity_factor
@@ -256,6 +261,8 @@ class StepChoices(Record):
       raise JaxmemError(f"moe_impl must be one of {', '.join(MOE_IMPLS)}, got {self.moe_impl!r}")
     if isinstance(f, bool) or not isinstance(f, (int, float, np.floating)) or not f > 0:
       raise JaxmemError(f"capacity_factor must be > 0, got {f!r}")
+    if self.quantization not in QUANTIZATIONS:
+      raise JaxmemError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {self.quantization!r}")
 
 
 @composed

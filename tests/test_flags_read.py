@@ -131,6 +131,7 @@ EXAMPLES: dict[str | tuple[str, str], tuple] = {
     "master_dtype": ("float32",),
     "moments_dtype": ("bfloat16",),
     "grad_reduce_dtype": ("bfloat16",),
+    "quantization": ("fp8_full",),
     "qk_dtype": ("float32",),
     "microbatches": ("2",),
     "vocab_tiles": ("2",),

@@ -112,6 +112,7 @@ def recommendable() -> list[Configuration]:
           conf(grad_reduce_dtype="bfloat16"), conf(mesh="tensor=2,fsdp=2", sequence_parallel=True)]
   out += [conf(target="tpu:v5e-4x2slices", num_devices=8, mesh=m) for m in ("data=2,fsdp=4", "fsdp=8")]
   out += [conf(batch=2)]  # fewer sequences than devices: a fractional per_device_batch_size
+  out += [conf(target="tpu:v5p-8", quantization="fp8_full")]
   return out
 
 

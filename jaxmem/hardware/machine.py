@@ -141,6 +141,8 @@ class Machine(Record):
   part: str
   peak_flops: float
   hbm_bandwidth: float
+  # The matrix peak of a matmul whose operands are both fp8 (Peaks.peak_fp8_flops); None: no fp8 matmul.
+  peak_fp8_flops: float | None = None
   tile: MatrixTile | None = None
   matmul_rate: MatmulRate | None = dataclasses.field(default=None, repr=False, compare=False,
                                                       metadata={"as_dict": False})
@@ -191,7 +193,8 @@ def tpu_machine(gen: TpuGeneration, *, size: int, slices: int, num_devices: int,
   if gen.devices_per_chip > 1:
     notes.append(f"step_time_s: the link between the {gen.devices_per_chip} devices of a TPU {gen.name} chip is not "
                  "published; collectives between them are timed at the device's share of the chip's ICI bandwidth")
-  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
+  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, peak_fp8_flops=peaks.peak_fp8_flops,
+                 hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
                  fast=ici(peaks.link_bandwidth), slow=slow, devices_per_unit=per_slice, torus=links,
                  vector_rate=vector, notes=tuple(notes))
 
@@ -239,6 +242,7 @@ def gpu_machine(spec: GpuSpec, *, system: GpuSystem | None, hosts: int, num_devi
              else f"NVIDIA's reference system for {spec.description} (DGX), one NIC a GPU")
     notes.append(f"step_time_s: the hosts' network is {where}: "
                  + ("not published" if bandwidth is None else f"{bandwidth * 8 / 1e9:g} Gb/s a GPU"))
-  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, hbm_bandwidth=peaks.hbm_bandwidth, matmul_rate=rate,
+  return Machine(part=peaks.part, peak_flops=peaks.peak_flops, peak_fp8_flops=peaks.peak_fp8_flops,
+                 hbm_bandwidth=peaks.hbm_bandwidth, matmul_rate=rate,
                  fast=nvlink(peaks.link_bandwidth), slow=slow, devices_per_unit=num_devices // max(1, hosts),
                  vector_rate=vector, notes=tuple(notes))

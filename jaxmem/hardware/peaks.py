@@ -27,6 +27,11 @@ from jaxmem.hardware.gpu import GPU_SPECS, GpuSpec
 from jaxmem.hardware.tpu import TPU_GENERATIONS, TpuGeneration
 from jaxmem.records import Record
 
+# The first NVIDIA compute capability with fp8 tensor cores: Ada (8.9; "Ada Lovelace ... fourth-generation
+# Tensor Cores with FP8", NVIDIA Ada GPU Architecture whitepaper) and Hopper (9.0) on; Ampere (8.0, 8.6) has
+# none, and its 8-bit figure is int8 (jaxmem.hardware.gpu).
+FP8_CAPABILITY = (8, 9)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Peaks(Record):
@@ -39,6 +44,9 @@ class Peaks(Record):
   link: str  # "ICI" or "NVLink"
   link_bandwidth: float | None  # bytes per second one device sends (half the bidirectional figure)
   link_note: str | None = None  # where the link figure understates the path (multi-slice, multi-host)
+  # fp8 dense matrix FLOP/s where the part multiplies fp8 operands (the 8-bit figure, where it is an fp8
+  # one: TpuGeneration.eight_bit, an NVIDIA part of compute capability 8.9 or later); None: no fp8 matmul.
+  peak_fp8_flops: float | None = None
 
   @property
   def ridge_point(self) -> float:
@@ -62,6 +70,7 @@ def tpu_peaks(gen: TpuGeneration, *, slices: int = 1) -> tuple[Peaks | None, str
       peak_8bit_ops=None if gen.peak_8bit_ops_per_chip is None else gen.peak_8bit_ops_per_chip / share,
       hbm_bandwidth=gen.hbm_bandwidth_per_chip / share, link="ICI",
       link_bandwidth=None if ici is None else ici / 2 / share, link_note=note,
+      peak_fp8_flops=gen.peak_8bit_ops_per_chip / share if gen.eight_bit == "fp8" and gen.peak_8bit_ops_per_chip else None,
   ), None
 
 
@@ -77,7 +86,7 @@ def gpu_peaks(spec: GpuSpec, *, hosts: int = 1) -> tuple[Peaks | None, str | Non
   return Peaks(
       part=spec.description, peak_flops=spec.peak_bf16_flops, peak_8bit_ops=spec.peak_8bit_ops,
       hbm_bandwidth=float(spec.memory_bandwidth), link=spec.interconnect, link_bandwidth=spec.nvlink_bandwidth / 2,
-      link_note=note,
+      link_note=note, peak_fp8_flops=spec.peak_8bit_ops if spec.compute_capability >= FP8_CAPABILITY else None,
   ), None
 
 

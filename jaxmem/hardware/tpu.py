@@ -68,6 +68,9 @@ class TpuGeneration:
   # below); what the step-time estimate divides by (jaxmem.hardware.peaks). None: not published.
   peak_bf16_flops_per_chip: float | None = None
   peak_8bit_ops_per_chip: float | None = None  # int8 TOPS (v5e, v6e) or fp8 TFLOPS (v5p, v7x)
+  # What the 8-bit figure counts, as the page names it: "fp8" (a matrix unit that takes fp8 operands: v5p,
+  # v7x) or "int8" (v4, v5e, v6e: no fp8 figure published, and no fp8 matmul for --quantization fp8_full).
+  eight_bit: str = "int8"
   hbm_bandwidth_per_chip: float | None = None  # bytes per second
   ici_bandwidth_per_chip: float | None = None  # bytes per second, both directions together
   dcn_bandwidth_per_chip: float | None = None  # bytes per second
@@ -165,6 +168,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v5p", libtpu_name="v5p", mxu_size=128, device_kind="TPU v5", hbm_bytes_per_chip=95 * _GiB,
         cores_per_chip=2, devices_per_chip=1, slice_counts_cores=True,
+        eight_bit="fp8",
         # The same page: peak 459 TFLOPs per chip in bf16 and in fp8, HBM bandwidth 2765 GBps,
         # bidirectional ICI 1200 GBps per chip, DCN 50 Gbps per chip.
         peak_bf16_flops_per_chip=459e12, peak_8bit_ops_per_chip=459e12, hbm_bandwidth_per_chip=2765e9,
@@ -215,6 +219,7 @@ TPU_GENERATIONS: dict[str, TpuGeneration] = {g.name: g for g in (
     TpuGeneration(
         name="v7x", libtpu_name="tpu7x", device_kind="TPU7x", hbm_bytes_per_chip=192 * _GiB,
         cores_per_chip=2, devices_per_chip=2, slice_counts_cores=True, aliases=("tpu7x",),
+        eight_bit="fp8",
         # The same page's table (v5p, v6e, TPU7x): "Peak compute per chip (BF16) (TFLOPs) 2307",
         # "(FP8) 4614", "HBM bandwidth per chip (GBps) 7380", "Bidirectional inter-chip interconnect
         # (ICI) bandwidth per chip (GBps) 1200", "Data center network (DCN) bandwidth per chip (Gbps)

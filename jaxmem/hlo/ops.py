@@ -43,7 +43,8 @@ from jaxmem.records import Record
 
 _DIMS = re.compile(r"^\(?\s*[a-z][a-z0-9]*\[([^\]]*)\]")
 _ELEMENT = re.compile(r"^\(?\s*([a-z][a-z0-9]*)\[")
-_GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cudnn$matmul")
+# cuBLAS and cuDNN GEMMs as XLA:GPU calls them; ``$f8``: a GEMM of fp8 operands (XLA's GemmRewriter).
+_GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8", "__cudnn$matmul")
 _SHAPE = re.compile(r"\b(bf16|f16|f32|f64|f8\w*)\[([\d,]*)\]")
 _SPLASH_CALL = re.compile(r"/(splash_\w+)/pallas_call")
 _COST_ESTIMATE = re.compile(r'"cost_estimate"\s*:\s*\{\s*"flops"\s*:\s*"?(\d+)')
@@ -93,11 +94,20 @@ def dims(shape: str) -> tuple[int, ...]:
   return tuple(int(d.lstrip("<=")) for d in m.group(1).split(","))
 
 
-def matrix_flops(module: Module, tile: MatrixTile | None = None, *, kernels: bool = False):
+def matrix_flops(module: Module, tile: MatrixTile | None = None, *, kernels: bool = False, fp8: bool = False):
   """A counter of the matrix FLOPs of one execution of a top-level instruction (its ``of``; see
   the module docstring), each matmul rounded up to ``tile`` where one is given; with ``kernels``,
-  the kernels' custom calls too (:func:`kernel_call_flops`)."""
-  return _Flops(module, tile, kernels=kernels)
+  the kernels' custom calls too (:func:`kernel_call_flops`); with ``fp8``, only the matmuls whose
+  two operands are fp8 (:func:`fp8_operands`: what a part with an fp8 matrix rate runs at it)."""
+  return _Flops(module, tile, kernels=kernels, fp8=fp8)
+
+
+def fp8_operands(module: Module, ins: Instruction) -> bool:
+  """Whether the matmul ``ins`` (a dot, a convolution, a GEMM call) takes two fp8 operands
+  (``f8e4m3fn``, ``f8e5m2``...): a matrix unit with fp8 inputs runs it at its fp8 rate; one fp8
+  operand beside a bf16 one is converted and runs at the bf16 rate."""
+  srcs = [module.get(o, ins.computation) for o in ins.operands[:2]]
+  return len(srcs) == 2 and all(s is not None and element_type(s.shape).startswith("f8") for s in srcs)
 
 
 def kernel_call_flops(ins: Instruction) -> float:
@@ -193,13 +203,14 @@ class _VectorOps(_Counter):
     return 0.0
 
 
-def matrix_seconds(module: Module, peak_flops: float, rate: MatmulRate):
+def matrix_seconds(module: Module, peak_flops: float, rate: MatmulRate, peak_fp8_flops: float | None = None):
   """A counter of the seconds the matrix FLOPs of one execution of a top-level instruction take
   (its ``of``): each ``dot`` and cuBLAS / cuDNN GEMM at ``rate`` for its shape (the achieved rate,
   never above ``peak_flops``: the datasheet peak is the ceiling), or at ``peak_flops`` where
-  ``rate`` has none; a ``convolution`` at ``peak_flops``. Matmuls are not rounded up to a tile:
-  a measured rate by shape already holds what a tile would cost."""
-  return _Seconds(module, peak_flops, rate)
+  ``rate`` has none; a ``convolution`` at ``peak_flops``. A matmul of two fp8 operands
+  (:func:`fp8_operands`) has ``peak_fp8_flops`` for its peak where given. Matmuls are not rounded
+  up to a tile: a measured rate by shape already holds what a tile would cost."""
+  return _Seconds(module, peak_flops, rate, peak_fp8_flops)
 
 
 def element_type(shape: str) -> str:
@@ -218,13 +229,16 @@ class _Flops(_Counter):
   ``tile`` (the matrix unit's (rows, contracted, columns) granule, :class:`MatrixTile`), each
   matmul's dimensions are first rounded up to it: the FLOPs the matrix unit spends on them."""
 
-  def __init__(self, module: Module, tile: MatrixTile | None = None, *, kernels: bool = False):
+  def __init__(self, module: Module, tile: MatrixTile | None = None, *, kernels: bool = False, fp8: bool = False):
     super().__init__(module)
     self.tile = tile
     self.kernels = kernels
+    self.fp8 = fp8  # only the matmuls of two fp8 operands (a kernel's operands are not read: none)
 
   def of(self, ins: Instruction) -> float:
     op = ins.opcode
+    if self.fp8 and op in ("dot", "convolution", "custom-call") and not fp8_operands(self.module, ins):
+      return 0.0
     if op == "dot":
       return self._dot(ins)
     if op == "convolution":
@@ -311,29 +325,32 @@ def _configured(attrs: str, key: str) -> list[int]:
 class _Seconds(_Flops):
   """Seconds of the matrix FLOPs of one execution of an instruction (see :func:`matrix_seconds`)."""
 
-  def __init__(self, module: Module, peak_flops: float, rate: MatmulRate):
+  def __init__(self, module: Module, peak_flops: float, rate: MatmulRate, peak_fp8_flops: float | None = None):
     super().__init__(module, kernels=True)
-    self.peak, self.rate = peak_flops, rate
+    self.peak, self.rate, self.peak_fp8 = peak_flops, rate, peak_fp8_flops
 
   def _kernel(self, ins: Instruction) -> float:
     return super()._kernel(ins) / self.peak  # no measured rate for fused attention: at the peak
 
-  def _at_rate(self, flops: float, shape: tuple) -> float:
+  def _peak(self, ins: Instruction) -> float:
+    return self.peak_fp8 if self.peak_fp8 and fp8_operands(self.module, ins) else self.peak
+
+  def _at_rate(self, flops: float, shape: tuple, peak: float) -> float:
     achieved = self.rate(*shape) if flops else None
-    return flops / (self.peak if achieved is None else min(achieved, self.peak))
+    return flops / (peak if achieved is None else min(achieved, peak))
 
   def _dot(self, ins: Instruction) -> float:
     shape = self._shape(ins, _listed(ins.attrs, "lhs_batch_dims"), _listed(ins.attrs, "lhs_contracting_dims"),
                         _listed(ins.attrs, "rhs_batch_dims"), _listed(ins.attrs, "rhs_contracting_dims"))
-    return self._at_rate(super()._dot(ins), shape)
+    return self._at_rate(super()._dot(ins), shape, self._peak(ins))
 
   def _gemm(self, ins: Instruction) -> float:
     shape = self._shape(ins, *(_configured(ins.attrs, f"{side}_{kind}_dimensions")
                                for side in ("lhs", "rhs") for kind in ("batch", "contracting")))
-    return self._at_rate(super()._gemm(ins), shape)
+    return self._at_rate(super()._gemm(ins), shape, self._peak(ins))
 
   def _convolution(self, ins: Instruction) -> float:
-    return super()._convolution(ins) / self.peak
+    return super()._convolution(ins) / self._peak(ins)
 
 
 def _window(attrs: str) -> list[dict[str, int]]:

@@ -363,6 +363,18 @@ def _dropout(rate: float | None, at: At) -> dict[str, Any]:
   return {"dropout_rate": rate} if rate else {}
 
 
+# fp8_full as the Ironwood recipes run it (tpu-recipes training/ironwood/llama3.1-70b/8k-fp8-tpu7x-4x4x4/xpk/
+# run_recipe.sh and every other fp8 row): through qwix (MaxText 0.2.5 refuses fp8_full without it:
+# layers/quantizations.py, maybe_quantize_model), with static scaling (fixed calibration: no amax reductions).
+FP8_FULL = {"quantization": "fp8_full", "use_qwix_quantization": True,
+            "weight_quantization_calibration_method": "fixed,-224,224",
+            "act_quantization_calibration_method": "fixed,-224,224"}
+
+
+def _quantization(value: str | None, at: At) -> dict[str, Any]:
+  return dict(FP8_FULL) if value == "fp8_full" else {}
+
+
 def _context_strategy(strategy: str | None, at: At) -> dict[str, Any]:
   """How attention crosses a context-sharded sequence, as MaxText's ``context_parallel_strategy``:
   only where the mesh has a context axis (jaxmem records none elsewhere). MaxText runs ring on a
@@ -486,6 +498,7 @@ _ROWS = (
     Row(name="dropout", keys=("dropout_rate",), write=_dropout),
     Row(name="context_strategy", keys=("context_parallel_strategy", "use_tokamax_splash"), write=_context_strategy,
         per_task=True, when_given=True),
+    Row(name="quantization", keys=tuple(FP8_FULL), write=_quantization, per_task=True, when_given=True),
     # The compiler release is no MaxText option: a task's worker process loads it (jaxmem.compilers).
     Row(name="compiler", keys=(), write=lambda value, at: {}, per_task=True, when_given=True),
 )

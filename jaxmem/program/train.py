@@ -66,7 +66,7 @@ from jaxmem.program import precision as prec
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.optimizers import Optimizer
 from jaxmem.program.remat import RematPolicy
-from jaxmem.hardware.targets import Target
+from jaxmem.hardware.targets import Target, target_peaks
 
 
 @functools.lru_cache(maxsize=16)
@@ -300,6 +300,7 @@ def check_configuration(
   check_step_options(cfg, mesh, seq, sequence_parallel=bool(options.get("sequence_parallel")))
   prec.Precision.of(options).check(cfg.param_dtype)
   moe_kernel(cfg, choices, target, options)
+  check_fp8_matmul(choices, target)
   pick_attention(options.get("attention") or "auto", cfg, batch=batch, seq=seq, target=target, mesh=dict(mesh),
                  context_strategy=options.get("context_strategy"), options=options)
 
@@ -464,6 +465,7 @@ def build_train_program(
   check_batch(batch, seq, mesh, cfg, microbatches=microbatches, vocab_tiles=vocab_tiles, pipeline=pipeline,
               choices=choices)
   check_step_options(cfg, mesh, seq, sequence_parallel=sequence_parallel)
+  check_fp8_matmul(choices, target)
   jmesh = target.make_mesh(mesh)
   sched = pipeline.schedule(mesh)
   pipe = None if sched is None else Pipeline(mesh=jmesh, axes=shd.mesh_axes(jmesh), microbatches=sched[1], repeats=sched[2])
@@ -533,3 +535,16 @@ def _jitted(train_step, jmesh: jax.sharding.Mesh, params: tuple[Any, Any], opt_s
   tokens = jax.ShapeDtypeStruct(shape, jnp.int32, sharding=batch_sh)
   args = (jax.tree.map(sds, params, param_sh), jax.tree.map(sds, opt_state, opt_sh), tokens, tokens, *key_args)
   return step, args
+
+
+def check_fp8_matmul(choices: StepChoices, target: Target) -> None:
+  """``quantization`` fp8_full runs its matmuls on fp8 operands: a target whose part has no fp8
+  matrix rate (:attr:`jaxmem.hardware.peaks.Peaks.peak_fp8_flops`: TPU v4, v5e and v6e publish
+  an int8 rate, not fp8; NVIDIA parts before Ada and Hopper; a CPU) is refused in one line."""
+  if choices.quantization == "none":
+    return
+  peaks, why = target_peaks(target)
+  if peaks is None or peaks.peak_fp8_flops is None:
+    part = why if peaks is None else f"{peaks.part} publishes no fp8 matrix rate"
+    raise JaxmemError(f"`quantization` {choices.quantization} needs fp8 matmuls, which target {target.name} has not "
+                      f"({part}); fp8 targets: TPU v5p, v7x; NVIDIA from Ada and Hopper (e.g. gpu:h100)")

@@ -67,7 +67,8 @@ def estimate(
     notes.append(f"step time: {why}")
     return StepTime(bytes_accessed=bytes_accessed, model_flops=model_flops), notes
   bound = roofline(flops=flops, bytes_accessed=bytes_accessed, comm_bytes=comm_bytes, num_devices=n, peaks=peaks,
-                   floor_flops=None if work.floor_flops is None else work.floor_flops / n, notes=notes)
+                   floor_flops=None if work.floor_flops is None else work.floor_flops / n, notes=notes,
+                   fp8_flops=0.0 if walk is None else walk.fp8_flops)
   step, simulated = _simulated(bound.roofline_step_time_s, walk, n, notes)
   term = bound.bound
   if simulated:

@@ -57,15 +57,17 @@ class Roofline(Record):
 
 
 def roofline(*, flops: float | None, bytes_accessed: int | None, comm_bytes: int | None, num_devices: int,
-             peaks: Peaks, floor_flops: float | None, notes: list[str]) -> Roofline:
+             peaks: Peaks, floor_flops: float | None, notes: list[str], fp8_flops: float = 0.0) -> Roofline:
   """The bound of a step of ``flops``, ``bytes_accessed`` and ``comm_bytes`` per device on
-  ``peaks``; ``floor_flops``: the model's weight matmuls per device (see :func:`compute_flops`).
-  Appends a note for each term it leaves out."""
+  ``peaks``; ``floor_flops``: the model's weight matmuls per device (see :func:`compute_flops`);
+  ``fp8_flops``: of ``flops``, the matmuls of two fp8 operands, at the part's fp8 peak where it has
+  one (so the bound stays one under ``--quantization fp8_full``). Appends a note for each term it
+  leaves out."""
   if peaks.link_note:
     notes.append(f"roofline_comm_time_s: {peaks.link_note}")
   flops = compute_flops(flops, floor_flops, notes)
   terms = {
-      "compute": None if flops is None else flops / peaks.peak_flops,
+      "compute": None if flops is None else _compute_time(flops, fp8_flops, peaks),
       "memory": None if bytes_accessed is None else bytes_accessed / peaks.hbm_bandwidth,
       "comm": _comm_time(comm_bytes, max(1, num_devices), peaks.link_bandwidth, peaks.part, notes),
   }
@@ -76,6 +78,11 @@ def roofline(*, flops: float | None, bytes_accessed: int | None, comm_bytes: int
   return Roofline(roofline_compute_time_s=terms["compute"], roofline_memory_time_s=terms["memory"],
                   roofline_comm_time_s=terms["comm"], roofline_step_time_s=step,
                   bound=max(known, key=known.__getitem__) if step else None, flops=flops)
+
+
+def _compute_time(flops: float, fp8_flops: float, peaks: Peaks) -> float:
+  fp8 = min(fp8_flops, flops) if peaks.peak_fp8_flops else 0.0
+  return (flops - fp8) / peaks.peak_flops + (fp8 and fp8 / peaks.peak_fp8_flops)
 
 
 def compute_flops(flops: float | None, floor: float | None, notes: list[str]) -> float | None:

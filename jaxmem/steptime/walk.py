@@ -130,6 +130,8 @@ class Timeline(Record):
   # The same schedule walked with every collective on the fast link (ICI, NVLink), as if the
   # slices or hosts were one: the step minus it is what the slow link costs (:func:`timeline`).
   fast_link_step_time_s: float | None = None
+  # The matrix FLOPs of matmuls of two fp8 operands, per step (those the machine's fp8 rate timed).
+  fp8_flops: float = 0.0
   ops: tuple[OpRun, ...] = ()
   notes: tuple[str, ...] = ()
   # What a mixture-of-experts step spends its time on, by term (jaxmem.steptime.moe); None for a
@@ -270,8 +272,10 @@ class OpWork:
     # the grouped matmuls by their tiles (self.grouped, below).
     self.flops = matrix_flops(self.module, kernels=True)
     self.padded = matrix_flops(self.module, machine.tile, kernels=True)
+    # Of those, the matmuls of two fp8 operands, at the part's fp8 rate where it has one.
+    self.fp8 = matrix_flops(self.module, machine.tile, kernels=True, fp8=True) if machine.peak_fp8_flops else None
     rate = machine.matmul_rate
-    self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate)
+    self.seconds = None if rate is None else matrix_seconds(self.module, machine.peak_flops, rate, machine.peak_fp8_flops)
     self.vector = vector_ops(self.module)
     self._memo: dict[tuple[str, str], _Cost] = {}
     # The grouped matmul kernels (megablox), timed by their tiles where the machine's matmuls are
@@ -301,7 +305,8 @@ class OpWork:
     moved, sent = (o.bytes_accessed // runs, o.comm_bytes // runs) if o is not None else (0, 0)
     flops, padded = self.flops.of(ins), self.padded.of(ins)
     m = self.machine
-    compute = padded / m.peak_flops if self.seconds is None else self.seconds.of(ins)
+    fp8 = 0.0 if self.fp8 is None else self.fp8.of(ins)
+    compute = (padded - fp8) / m.peak_flops + (fp8 and fp8 / m.peak_fp8_flops) if self.seconds is None else self.seconds.of(ins)
     kernel = self.grouped.get(key)
     if kernel is not None:  # its tiles' work and the blocks it fetches (jaxmem.steptime.kernels)
       padded, moved = kernel.flops, round(kernel.bytes)
@@ -523,9 +528,19 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
       link_comm_time_s={link.field: None if link.bandwidth is None else sum((o.comm_time_s for o in ops
                                                                                if o.link == link.name), 0.0)
                         for link in machine.links},
-      slow_link=machine.slow, ops=ops,
+      slow_link=machine.slow, ops=ops, fp8_flops=_fp8_flops(walker, machine),
       notes=tuple(machine.notes) + tuple(walker.notes), moe=moe,
   )
+
+
+def _fp8_flops(walker: _Walker, machine: Machine) -> float:
+  """The walked ops' matrix FLOPs of two fp8 operands, unpadded (the roofline's compute term times
+  them at the fp8 peak); 0 on a machine without an fp8 rate."""
+  if not machine.peak_fp8_flops:
+    return 0.0
+  fp8 = matrix_flops(walker.module, fp8=True)
+  runs = ((walker.module.get(name, comp), r["count"]) for (comp, name), r in walker.runs.items())
+  return sum(fp8.of(ins) * n for ins, n in runs if ins is not None)
 
 
 def timeline(costs: HloCosts, machine: Machine) -> Timeline:
