@@ -7,7 +7,6 @@ import argparse
 import jaxmem
 from jaxmem.cli import _common as c
 from jaxmem import JaxmemError
-from jaxmem.planning.refusal import DEFAULT_CHANGES
 from jaxmem.render import columns as cols
 from jaxmem.render import tables
 from jaxmem.render.explain import render_explain, render_refusal
@@ -39,11 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
   p.add_argument("--xprof", default=None, metavar="DIR",
                  help="write the compiled step as an XProf logdir, to open with `xprof --logdir DIR` (Memory Viewer)")
   c.add_columns(p, cols.EXPLAIN_BUFFERS)
-  changes = DEFAULT_CHANGES
-  p.add_argument("--changes", type=jaxmem.inputs.Whole(least=0), default=changes, metavar="N",
+  p.add_argument("--changes", type=jaxmem.inputs.Whole(least=0), default=None, metavar="N",
                  help="where the compiler refuses the configuration: compile at most N changes that the extrapolation "
-                      f"puts within the capacity (remat, microbatches, batch, devices, vocab tiles; default "
-                      f"{changes}, 0: none)")
+                      "puts within the capacity (remat, microbatches, batch, devices, vocab tiles; default: "
+                      "jaxmem.explain's, 0: none)")
   p.set_defaults(func=run)
 
 
@@ -61,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
   # One compile, shown as compare shows each of its own (the chosen target, the compile, its row).
   sweep = c.Sweep(args, chosen, cached=False)
   result = sweep.run(lambda run: jaxmem.explain(c.workload(args), top=args.top, kinds=args.kind,
-                                                framework_packages=args.framework_packages, changes=args.changes,
-                                                run=run))
+                                                framework_packages=args.framework_packages, run=run,
+                                                **({} if args.changes is None else {"changes": args.changes})))
   if isinstance(result, jaxmem.RefusalExplanation):
     unwritten = [f for f, v in (("--plot", args.plot), ("--xprof", args.xprof), ("--top-ops", args.top_ops)) if v]
     if unwritten:
