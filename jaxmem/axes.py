@@ -515,7 +515,7 @@ def _quantized_layers(value: Any, s: Setting) -> None:
                                 ("Gemma 4 layers", cfg.gemma4 != type(cfg.gemma4)())) if yes]
   if own:
     raise JaxmemError(f"`quantization` {value} is built for dense attention and MLP projections; {cfg.name} has "
-                      f"{' and '.join(own)} (drop it, or run MaxText's step: --maxtext)")
+                      f"{' and '.join(own)} (drop it, or run MaxText's step: `maxtext`)")
 
 
 def _unstaged(value: Any, s: Setting) -> None:

@@ -693,7 +693,7 @@ def _check_per_layer(cfg: ModelConfig) -> str | None:
 def _float_dtype(name: str, field: str, value: Any) -> None:
   try:
     dt = jnp.dtype(value)
-  except TypeError:
+  except (TypeError, ValueError):  # numpy raises either, by the kind of value (1e16: ValueError)
     dt = None
   if dt is None or not jnp.issubdtype(dt, jnp.floating):
     raise JaxmemError(f"model {name!r}: {field} must name a float dtype (e.g. float32, bfloat16), got {value!r}")
