@@ -311,6 +311,86 @@ BY_NAME = {r.name: r for r in RECIPES}
 
 # Each run's XLA flags as its recipe passes them (LIBTPU_INIT_ARGS='${XLA_FLAGS}' in run_recipe.sh at the
 # commit above; the v5p run's are MaxText 3eb77db's benchmarks/xla_flags_library.py sets its config names).
+# Flags several runs' recipes pass alike (one family's script at two slices, or bf16 and fp8).
+_QWEN3_235B_FLAGS = (
+    "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
+    "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
+    "--xla_tpu_enable_all_experimental_scheduler_features=true "
+    "--xla_tpu_enable_scheduler_memory_pressure_tracking=true --xla_tpu_host_transfer_overlap_limit=24 "
+    "--xla_tpu_aggressive_opt_barrier_removal=ENABLED --xla_lhs_prioritize_async_depth_over_stall=ENABLED "
+    "--xla_tpu_enable_ag_backward_pipelining=true --xla_should_allow_loop_variant_parameter_in_chain=ENABLED "
+    "--xla_should_add_loop_invariant_op_in_chain=ENABLED --xla_max_concurrent_host_send_recv=100 "
+    "--xla_tpu_scheduler_percent_shared_memory_limit=100 --xla_latency_hiding_scheduler_rerun=2")
+_GPT_OSS_120B_FLAGS = (
+    "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_impure_enable_packed_bf16_math_ops=true "
+    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
+    "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
+    "--xla_sc_disable_megacore_partitioning=True --xla_tpu_enable_async_collective_fusion_fuse_all_gather=false "
+    "--xla_enable_async_all_gather=true --xla_tpu_prefer_async_allgather_to_allreduce=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
+    "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
+    "--xla_tpu_enable_concurrent_sparse_core_offloading=true --xla_max_concurrent_async_all_gathers=2 "
+    "--xla_max_concurrent_async_reduce_scatters=2 --xla_tpu_aggressive_opt_barrier_removal=true "
+    "--xla_tpu_enable_offloading_gather_to_sparsecore=true --xla_tpu_sparse_core_all_gather_latency_multiplier=1 "
+    "--xla_tpu_sparse_core_reduce_scatter_latency_multiplier=3 "
+    "--xla_tpu_enable_sparse_core_collective_aggregator=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
+    "--xla_tpu_scheduler_percent_shared_memory_limit=150 "
+    "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
+    "--xla_tpu_pcie_bandwidth_multiplier=0.03 --xla_tpu_enable_multi_compute_overlap_in_layer_scheduler=true")
+_GEMMA4_26B_FLAGS = (
+    "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
+    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
+    "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
+    "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
+    "--xla_sc_disable_megacore_partitioning=True --xla_enable_async_all_gather=true "
+    "--xla_tpu_prefer_async_allgather_to_allreduce=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
+    "--xla_tpu_scheduler_percent_shared_memory_limit=150 "
+    "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
+    "--xla_tpu_enable_sparse_core_collective_aggregator=true")
+_GEMMA4_SMALL_FLAGS = (
+    "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
+    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
+    "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true --xla_tpu_use_tc_device_shape_on_sc=true "
+    "--xla_sc_disable_megacore_partitioning=true --xla_enable_async_all_gather=true "
+    "--xla_tpu_prefer_async_allgather_to_allreduce=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
+    "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
+    "--xla_tpu_scheduler_percent_shared_memory_limit=150 --xla_tpu_enable_sparse_core_collective_aggregator=true "
+    "--xla_tpu_enable_all_gather_offload_tracing=true")
+_LLAMA31_70B_8K_FLAGS = (
+    "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
+    "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true")
+_LLAMA31_70B_128K_FLAGS = (
+    "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
+    "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
+    "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
+    "--xla_sc_disable_megacore_partitioning=True --xla_tpu_enable_async_collective_fusion_fuse_all_gather=false "
+    "--xla_enable_async_all_gather=true --xla_tpu_prefer_async_allgather_to_allreduce=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
+    "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
+    "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true")
+
 XLA_FLAGS: dict[str, str] = {
     "deepseek3-671b-tpu7x-4x4x8-bf16": (
         "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
@@ -409,130 +489,14 @@ XLA_FLAGS: dict[str, str] = {
         "--xla_tpu_impure_use_lmr_on_gxc=true --xla_tpu_dot_dot_fusion_duplicated=true --xla_tpu_rwb_fusion=false "
         "--xla_tpu_order_dot_after_layout=true --xla_tpu_prefetch_interval_picker_size_override=0 "
         "--xla_tpu_async_copy_bandwidth_scaling_factor=0.5"),
-    "qwen3-235b-a22b-tpu7x-4x8x8-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
-        "--xla_tpu_enable_all_experimental_scheduler_features=true "
-        "--xla_tpu_enable_scheduler_memory_pressure_tracking=true --xla_tpu_host_transfer_overlap_limit=24 "
-        "--xla_tpu_aggressive_opt_barrier_removal=ENABLED --xla_lhs_prioritize_async_depth_over_stall=ENABLED "
-        "--xla_tpu_enable_ag_backward_pipelining=true --xla_should_allow_loop_variant_parameter_in_chain=ENABLED "
-        "--xla_should_add_loop_invariant_op_in_chain=ENABLED --xla_max_concurrent_host_send_recv=100 "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=100 --xla_latency_hiding_scheduler_rerun=2"),
-    "qwen3-235b-a22b-tpu7x-4x8x8-fp8": (
-        "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
-        "--xla_tpu_enable_all_experimental_scheduler_features=true "
-        "--xla_tpu_enable_scheduler_memory_pressure_tracking=true --xla_tpu_host_transfer_overlap_limit=24 "
-        "--xla_tpu_aggressive_opt_barrier_removal=ENABLED --xla_lhs_prioritize_async_depth_over_stall=ENABLED "
-        "--xla_tpu_enable_ag_backward_pipelining=true --xla_should_allow_loop_variant_parameter_in_chain=ENABLED "
-        "--xla_should_add_loop_invariant_op_in_chain=ENABLED --xla_max_concurrent_host_send_recv=100 "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=100 --xla_latency_hiding_scheduler_rerun=2"),
-    "gpt-oss-120b-tpu7x-4x4x4-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_impure_enable_packed_bf16_math_ops=true "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
-        "--xla_sc_disable_megacore_partitioning=True --xla_tpu_enable_async_collective_fusion_fuse_all_gather=false "
-        "--xla_enable_async_all_gather=true --xla_tpu_prefer_async_allgather_to_allreduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
-        "--xla_tpu_enable_concurrent_sparse_core_offloading=true --xla_max_concurrent_async_all_gathers=2 "
-        "--xla_max_concurrent_async_reduce_scatters=2 --xla_tpu_aggressive_opt_barrier_removal=true "
-        "--xla_tpu_enable_offloading_gather_to_sparsecore=true --xla_tpu_sparse_core_all_gather_latency_multiplier=1 "
-        "--xla_tpu_sparse_core_reduce_scatter_latency_multiplier=3 "
-        "--xla_tpu_enable_sparse_core_collective_aggregator=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=150 "
-        "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
-        "--xla_tpu_pcie_bandwidth_multiplier=0.03 --xla_tpu_enable_multi_compute_overlap_in_layer_scheduler=true"),
-    "gpt-oss-120b-tpu7x-4x8x8-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_impure_enable_packed_bf16_math_ops=true "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
-        "--xla_sc_disable_megacore_partitioning=True --xla_tpu_enable_async_collective_fusion_fuse_all_gather=false "
-        "--xla_enable_async_all_gather=true --xla_tpu_prefer_async_allgather_to_allreduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
-        "--xla_tpu_enable_concurrent_sparse_core_offloading=true --xla_max_concurrent_async_all_gathers=2 "
-        "--xla_max_concurrent_async_reduce_scatters=2 --xla_tpu_aggressive_opt_barrier_removal=true "
-        "--xla_tpu_enable_offloading_gather_to_sparsecore=true --xla_tpu_sparse_core_all_gather_latency_multiplier=1 "
-        "--xla_tpu_sparse_core_reduce_scatter_latency_multiplier=3 "
-        "--xla_tpu_enable_sparse_core_collective_aggregator=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=150 "
-        "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
-        "--xla_tpu_pcie_bandwidth_multiplier=0.03 --xla_tpu_enable_multi_compute_overlap_in_layer_scheduler=true"),
-    "gemma4-26b-tpu7x-4x4x4-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
-        "--xla_sc_disable_megacore_partitioning=True --xla_enable_async_all_gather=true "
-        "--xla_tpu_prefer_async_allgather_to_allreduce=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=150 "
-        "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_aggregator=true"),
-    "gemma4-26b-tpu7x-4x8x8-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
-        "--xla_sc_disable_megacore_partitioning=True --xla_enable_async_all_gather=true "
-        "--xla_tpu_prefer_async_allgather_to_allreduce=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=150 "
-        "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_aggregator=true"),
-    "gemma4-2b-tpu7x-4x4x4-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true --xla_tpu_use_tc_device_shape_on_sc=true "
-        "--xla_sc_disable_megacore_partitioning=true --xla_enable_async_all_gather=true "
-        "--xla_tpu_prefer_async_allgather_to_allreduce=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
-        "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=150 --xla_tpu_enable_sparse_core_collective_aggregator=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true"),
-    "gemma4-4b-tpu7x-4x4x4-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_nd_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true --xla_tpu_use_tc_device_shape_on_sc=true "
-        "--xla_sc_disable_megacore_partitioning=true --xla_enable_async_all_gather=true "
-        "--xla_tpu_prefer_async_allgather_to_allreduce=true --xla_tpu_enable_latency_hiding_layer_scheduler=true "
-        "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
-        "--xla_tpu_scheduler_percent_shared_memory_limit=150 --xla_tpu_enable_sparse_core_collective_aggregator=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true"),
+    "qwen3-235b-a22b-tpu7x-4x8x8-bf16": _QWEN3_235B_FLAGS,
+    "qwen3-235b-a22b-tpu7x-4x8x8-fp8": _QWEN3_235B_FLAGS,
+    "gpt-oss-120b-tpu7x-4x4x4-bf16": _GPT_OSS_120B_FLAGS,
+    "gpt-oss-120b-tpu7x-4x8x8-bf16": _GPT_OSS_120B_FLAGS,
+    "gemma4-26b-tpu7x-4x4x4-bf16": _GEMMA4_26B_FLAGS,
+    "gemma4-26b-tpu7x-4x8x8-bf16": _GEMMA4_26B_FLAGS,
+    "gemma4-2b-tpu7x-4x4x4-bf16": _GEMMA4_SMALL_FLAGS,
+    "gemma4-4b-tpu7x-4x4x4-bf16": _GEMMA4_SMALL_FLAGS,
     "gemma4-31b-tpu7x-4x4x4-bf16": (
         "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
         "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
@@ -548,46 +512,12 @@ XLA_FLAGS: dict[str, str] = {
         "--xla_tpu_enable_layer_scheduler_for_dependent_collectives=true "
         "--xla_tpu_scheduler_percent_shared_memory_limit=150 --xla_tpu_enable_sparse_core_collective_aggregator=true "
         "--xla_tpu_enable_all_gather_offload_tracing=true"),
-    "llama3.1-70b-tpu7x-4x4x4-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true"),
-    "llama3.1-70b-tpu7x-4x4x4-fp8": (
-        "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true"),
-    "llama3.1-70b-tpu7x-4x8x8-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true"),
-    "llama3.1-70b-tpu7x-4x8x8-fp8": (
-        "--xla_tpu_scoped_vmem_limit_kib=61440 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true"),
-    "llama3.1-70b-128k-tpu7x-4x8x8-bf16": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
-        "--xla_sc_disable_megacore_partitioning=True --xla_tpu_enable_async_collective_fusion_fuse_all_gather=false "
-        "--xla_enable_async_all_gather=true --xla_tpu_prefer_async_allgather_to_allreduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true"),
-    "llama3.1-70b-128k-tpu7x-4x8x8-fp8": (
-        "--xla_tpu_scoped_vmem_limit_kib=65536 --xla_tpu_bf16_emission_mode=NATIVE_EMISSION "
-        "--xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_gather=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_2d_all_gather=true "
-        "--xla_tpu_enable_all_gather_offload_tracing=true --xla_tpu_use_tc_device_shape_on_sc=True "
-        "--xla_sc_disable_megacore_partitioning=True --xla_tpu_enable_async_collective_fusion_fuse_all_gather=false "
-        "--xla_enable_async_all_gather=true --xla_tpu_prefer_async_allgather_to_allreduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_all_reduce=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_reduce_scatter=true "
-        "--xla_tpu_enable_sparse_core_collective_offload_3d_all_gather=true "
-        "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true"),
+    "llama3.1-70b-tpu7x-4x4x4-bf16": _LLAMA31_70B_8K_FLAGS,
+    "llama3.1-70b-tpu7x-4x4x4-fp8": _LLAMA31_70B_8K_FLAGS,
+    "llama3.1-70b-tpu7x-4x8x8-bf16": _LLAMA31_70B_8K_FLAGS,
+    "llama3.1-70b-tpu7x-4x8x8-fp8": _LLAMA31_70B_8K_FLAGS,
+    "llama3.1-70b-128k-tpu7x-4x8x8-bf16": _LLAMA31_70B_128K_FLAGS,
+    "llama3.1-70b-128k-tpu7x-4x8x8-fp8": _LLAMA31_70B_128K_FLAGS,
     "llama3.1-405b-tpu7x-4x8x8-bf16": (
         "--xla_tpu_bf16_emission_mode=NATIVE_EMISSION --xla_tpu_enable_sparse_core_reduce_scatter_v2=true "
         "--xla_tpu_use_single_sparse_core_for_all_gather_offload=true "
