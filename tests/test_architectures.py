@@ -2,9 +2,6 @@
 (parameter counts against the published totals), and local attention's memory."""
 
 import dataclasses
-import importlib.util
-import json
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +13,7 @@ from jaxmem.errors import JaxmemError
 from jaxmem.models import Transformer, count_active_params, count_checkpoint_params, count_params, from_config, get_config
 
 from tests.test_hf import DATA
+import benchmark_module
 
 # Published totals (model cards / reports), in parameters; the file in tests/data/hf; which count.
 PUBLISHED = {
@@ -29,9 +27,7 @@ PUBLISHED = {
 }
 # The Hub ids and the cache built from tests/data/hf: benchmarks/hub_models.py's, which compiles
 # the same eight at full size.
-_spec = importlib.util.spec_from_file_location("hub_models", Path(__file__).resolve().parent.parent / "benchmarks" / "hub_models.py")
-_hub = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_hub)
+_hub = benchmark_module.load("hub_models")
 HUB_IDS, REV, hub_cache = _hub.HUB_IDS, _hub.REV, _hub.hub_cache
 TINY = ("tiny-gemma2", "tiny-gemma3", "tiny-gpt-oss", "tiny-llama4", "tiny-deepseek-v2", "tiny-phi3", "tiny-glm4-moe", "tiny-olmo2")
 

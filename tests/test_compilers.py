@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import benchmark_module
 from jaxmem import compilers, versions
 from jaxmem.cache import key
 from jaxmem.errors import CompilerUnavailable, JaxmemError
@@ -364,13 +365,7 @@ def test_an_environment_puts_a_plugin_first_on_the_path(monkeypatch):
 
 @pytest.mark.slow  # downloads libtpu 0.0.52's wheel once and compiles eight small programs in subprocesses
 def test_a_real_second_libtpu():
-  import importlib.util
-
-  path = Path(__file__).resolve().parent.parent / "benchmarks" / "compiler_versions.py"
-  spec = importlib.util.spec_from_file_location("compiler_versions", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  assert module.main() == 0
+  assert benchmark_module.load("compiler_versions").main() == 0
 
 
 def test_validate_refuses_a_release(capsys):

@@ -3,25 +3,18 @@ table, and its refusal on a machine without an accelerator."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import sys
 
 import pytest
 
+import benchmark_module
 from jaxmem.planning.validate import Measurement, cudnn_workspace_bytes
-
-PATH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "device_check.py"
 
 
 @pytest.fixture(scope="module")
 def dc():
-  spec = importlib.util.spec_from_file_location("device_check", PATH)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules["device_check"] = module  # its dataclass looks its module up
   try:
-    spec.loader.exec_module(module)
-    yield module
+    yield benchmark_module.load("device_check")
   finally:
     sys.modules.pop("device_check", None)
 

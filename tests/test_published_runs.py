@@ -1,22 +1,15 @@
 """The published-runs suite (benchmarks/published_runs.py): its cases are well formed, the ones
 jaxmem cannot build yet say what they need, and its light case runs through the suite here."""
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "published_runs.py"
+import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def suite():
-  spec = importlib.util.spec_from_file_location("published_runs", PATH)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # dataclasses look their module up there
-  spec.loader.exec_module(module)
-  return module
+  return benchmark_module.load("published_runs")
 
 
 def test_at_least_eight_published_cases_over_tpu_and_gpu_each_with_source_and_outcome(suite, capsys):
@@ -132,10 +125,7 @@ def test_the_recipe_runs_are_cases_on_their_slices_as_the_recipes_name_them(suit
   import recipe_runs
   from jaxmem.hardware.targets import get_target
 
-  cal = importlib.util.spec_from_file_location("calibrate_steptime", PATH.parent / "calibrate_steptime.py")
-  calibrate = importlib.util.module_from_spec(cal)
-  sys.modules[cal.name] = calibrate
-  cal.loader.exec_module(calibrate)
+  calibrate = benchmark_module.load("calibrate_steptime")
   assert len(recipe_runs.RECIPES) >= 16
   for r in recipe_runs.RECIPES:
     case = suite.BY_NAME[r.name]

@@ -4,22 +4,14 @@ smoke case runs through an engine here (the heavy ones are run by the benchmark)
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "serving.py"
+import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def suite():
-  spec = importlib.util.spec_from_file_location("serving_cases", PATH)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # dataclasses look their module up there
-  spec.loader.exec_module(module)
-  return module
+  return benchmark_module.load("serving")
 
 
 def test_every_published_case_has_its_source_settings_and_figure(suite, capsys):
