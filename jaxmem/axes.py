@@ -577,7 +577,7 @@ AXES: dict[str, Axis] = _registry(
     # A row records the kernel run (gmm where auto was asked on TPU), None where no dropless
     # experts ran; the program refuses one the target cannot compile.
     Axis(name="moe_kernel", default=("auto",), group="workload", valid="MoE kernel", check=_kernel_of_experts,
-         flag_default="auto", listed=False, word="moe kernel",
+         flag_default="auto", listed=False, word="moe kernel", quiet=(None, "auto"),
          record=Recorded(after="capacity_factor", doc="the grouped matmul the dropless experts ran (gmm where auto "
                          "was asked on TPU); None for capacity or a dense model"),
          help="mixture-of-experts models, dropless: the experts' grouped matmul, gmm (megablox's Pallas TPU kernel, "

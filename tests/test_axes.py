@@ -351,3 +351,15 @@ def test_an_option_is_named_by_its_declaration_its_program_its_closed_form_and_m
   others = {f for f in naming if not any(m in f for m in MAXTEXT)}
   assert others <= {"axes.py", *NAMED_BY[name]}, sorted(others - {"axes.py", *NAMED_BY[name]})
   assert len(others) + any(any(m in f for m in MAXTEXT) for f in naming) <= 4
+
+
+def test_a_label_names_the_moe_kernel_only_where_one_was_chosen():
+  # The progress line before each compile is made of these words: "moe kernel auto" on a dense
+  # model's compile (the default, which a dense model never uses) said nothing true.
+  from types import SimpleNamespace
+
+  from jaxmem.axes import labels
+
+  assert not any("moe kernel" in w for w in labels(SimpleNamespace(moe_kernel="auto")))
+  assert not any("moe kernel" in w for w in labels(SimpleNamespace(moe_kernel=None)))
+  assert "moe kernel ragged_dot" in labels(SimpleNamespace(moe_kernel="ragged_dot"))
