@@ -145,6 +145,9 @@ class StepTime(Record):
   dcn_comm_time_s: float | None = None
   nvlink_comm_time_s: float | None = None
   network_comm_time_s: float | None = None
+  # The simulated time of host offload's transfers on the device's link to host memory (a TPU's
+  # PCIe); None where the target's host link has no published bandwidth or is not modelled.
+  host_comm_time_s: float | None = None
   # Where a target spans slices or hosts (None otherwise): the simulated step with every
   # collective on the fast link (what the step would be as one slice or host).
   fast_link_step_time_s: float | None = None
