@@ -308,6 +308,8 @@ def _split_host(shapes: list[str]) -> tuple[int, int]:
   host = device = 0
   for shape in shapes:
     for m in _ARRAY.finditer(shape):
+      if "[]" in m.group(0):
+        continue  # a scalar: a slice's index, not the data moved
       if _HOST_SPACE.search(m.group(1) or ""):
         host += shape_bytes(m.group(0))
       else:
