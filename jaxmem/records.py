@@ -111,7 +111,8 @@ class StepTime(Record):
   transfer time on each link the target has, named by it (``None`` where it has no such link,
   or its bandwidth is not published): ``ici_`` inside a TPU slice and ``dcn_`` across slices;
   ``nvlink_`` inside a GPU host and ``network_`` across hosts (a collective whose group spans
-  slices or hosts counted whole on the slower link, its inside rings included).
+  slices or hosts counted whole on the slower link, its inside rings included); ``host_`` host
+  offload's transfers on a TPU's link to host memory (PCIe).
 
   ``bytes_accessed``: HBM bytes one device reads and writes per step, from the optimized HLO with
   loop trip counts (:mod:`jaxmem.hlo.traffic`). ``model_flops``: the step's model FLOPs per
@@ -145,6 +146,9 @@ class StepTime(Record):
   dcn_comm_time_s: float | None = None
   nvlink_comm_time_s: float | None = None
   network_comm_time_s: float | None = None
+  # The simulated time of host offload's transfers on the device's link to host memory (a TPU's
+  # PCIe); None where the target's host link has no published bandwidth or is not modelled.
+  host_comm_time_s: float | None = None
   # Where a target spans slices or hosts (None otherwise): the simulated step with every
   # collective on the fast link (what the step would be as one slice or host).
   fast_link_step_time_s: float | None = None

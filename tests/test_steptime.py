@@ -57,7 +57,7 @@ def test_each_kind_gives_its_platforms_runtime_terms():
 # kind without an entry here fails the test below: its step time would be unmodelled.
 KIND_EXAMPLES = {
     tg.Cpu: ("cpu", None),
-    tg.Tpu: ("tpu:v5e-8", ("ICI", "DCN")),  # two slices (slices=2 below)
+    tg.Tpu: ("tpu:v5e-8", ("ICI", "DCN", "host")),  # two slices (slices=2 below); the host link (PCIe)
     tg.Gpu: ("gpu:h100x64", ("NVLink", "network")),
     tg.Attached: ("gpu:h100x8", ("NVLink",)),  # an attached H100 host, by its device kind
 }

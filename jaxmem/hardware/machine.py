@@ -67,7 +67,7 @@ class Link(Record):
   it (:class:`jaxmem.records.StepTime`), so a link's time is always named by its link."""
 
   name: str  # as notes name it: "ICI", "DCN", "NVLink", "network" (the hosts')
-  field: str  # "ici_comm_time_s", "dcn_comm_time_s", "nvlink_comm_time_s", "network_comm_time_s"
+  field: str  # "ici_comm_time_s", "dcn_comm_time_s", "nvlink_comm_time_s", "network_comm_time_s", "host_comm_time_s"
   bandwidth: float | None
   between: str | None = None  # what a slow link joins: "slices" (DCN), "hosts" (the hosts' network)
   base_latency_s: float = 0.0
@@ -96,9 +96,15 @@ def network(bandwidth: float | None) -> Link:
               base_latency_s=NCCL_BASE_LATENCY_S, step_latency_s=NET_STEP_LATENCY_S)
 
 
+def host_link(bandwidth: float | None) -> Link:
+  """The link between a device and its host's memory (PCIe): what host offload's transfers
+  cross (remat offload's copies to and from pinned host memory), ``bandwidth`` each way."""
+  return Link(name="host", field="host_comm_time_s", bandwidth=bandwidth)
+
+
 # Every link a machine may have, by name and field (bandwidth aside): what the step-time records
 # declare a field for, and what tables name them by.
-LINKS: tuple[Link, ...] = (ici(None), dcn(None), nvlink(None), network(None))
+LINKS: tuple[Link, ...] = (ici(None), dcn(None), nvlink(None), network(None), host_link(None))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -156,12 +162,17 @@ class Machine(Record):
   # Elementwise operations per second the vector unit runs (one an ALU or FP32 lane a cycle; None:
   # not published for the part, and vector work is timed by its HBM traffic alone).
   vector_rate: float | None = None
+  # The device's link to its host's memory, what host offload's copies cross (a TPU's PCIe, per
+  # device; its bandwidth None where the part publishes none); None: not modelled (GPUs).
+  host: Link | None = None
+  # Why the host link has no bandwidth, where it has none (the part's catalogue note).
+  host_note: str | None = None
   notes: tuple[str, ...] = ()
 
   @property
   def links(self) -> tuple[Link, ...]:
-    """The links its collectives may cross, the fast one first."""
-    return (self.fast,) if self.slow is None else (self.fast, self.slow)
+    """The links its transfers may cross: the fast one first, the slow one, the host link."""
+    return tuple(link for link in (self.fast, self.slow, self.host) if link is not None)
 
 
 def tpu_machine(gen: TpuGeneration, *, size: int, slices: int, num_devices: int, peaks: Peaks,
@@ -193,10 +204,13 @@ def tpu_machine(gen: TpuGeneration, *, size: int, slices: int, num_devices: int,
   if gen.devices_per_chip > 1:
     notes.append(f"step_time_s: the link between the {gen.devices_per_chip} devices of a TPU {gen.name} chip is not "
                  "published; collectives between them are timed at the device's share of the chip's ICI bandwidth")
+  # PCIe is the chip's; its devices (two on v7x) share it, as they share the chip's other links.
+  pcie = gen.host_link_bandwidth_per_chip
+  host = host_link(None if pcie is None else pcie / gen.devices_per_chip)
   return Machine(part=peaks.part, peak_flops=peaks.peak_flops, peak_fp8_flops=peaks.peak_fp8_flops,
                  hbm_bandwidth=peaks.hbm_bandwidth, tile=tile,
                  fast=ici(peaks.link_bandwidth), slow=slow, devices_per_unit=per_slice, torus=links,
-                 vector_rate=vector, notes=tuple(notes))
+                 vector_rate=vector, host=host, host_note=gen.host_link_note, notes=tuple(notes))
 
 
 def torus(gen: TpuGeneration, size: int, coords: Sequence[Sequence[int]] | None, per_slice: int) -> Torus | None:

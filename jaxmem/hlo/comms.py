@@ -58,7 +58,10 @@ are looked into (TPU puts collectives inside fusions) as part of the computation
 Each logical collective counts once: ``-done`` halves of async pairs (``all-gather-start``/
 ``-done``, ``all-reduce-start``, ``collective-permute-start``, ``reduce-scatter-start``,
 ``all-to-all-start``; ``async-update``/``async-done``) are skipped, and a collective met again in
-one computation under the same ``channel_id`` counts once. The TPU compiler writes an async
+one computation under the same ``channel_id`` counts once. An asynchronous ``call-start``
+counts the collectives of the computation it calls (``to_apply``): XLA:TPU offloads collectives
+to the SparseCores as such calls, the callee on the ``sparsecore`` execution thread, started by
+the ``call-start`` and finished by its ``call-done``. The TPU compiler writes an async
 collective as three fusions sharing one channel id: a start fusion (custom-call
 ``AsyncCollectiveStart``), overlap fusions ``async_collective_fusion*`` and a done fusion
 (``AsyncCollectiveDone``); the overlap fusions may sit inside a loop the collective spans (seen
@@ -389,8 +392,10 @@ class _Walker:
       tally.counts[kind] += 1
     elif op in _UNCOUNTED or op.removesuffix("-start") in _UNCOUNTED:
       self.note(f"{op} present; not counted")
-    elif op == "fusion" or op == "async-start":
-      for callee in computation_refs(inst.attrs, "calls"):
+    elif op in ("fusion", "async-start", "call-start"):
+      # call-start: an asynchronous call (XLA:TPU's SparseCore offload of a collective, the
+      # callee on the ``sparsecore`` execution thread); its callee's collectives are the start's.
+      for callee in computation_refs(inst.attrs, "to_apply" if op == "call-start" else "calls"):
         sub = self.module.computations.get(callee)
         if sub is None or callee in self._active:
           continue

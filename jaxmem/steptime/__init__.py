@@ -13,8 +13,9 @@
 One vocabulary across them (docs/fields.md): ``step_time_s`` is the simulated step everywhere;
 a bound says it is one (``roofline_step_time_s``, ``roofline_compute_time_s``...,
 ``ops_roofline_step_time_s``); a link's time is named by its link (``ici_comm_time_s``,
-``dcn_comm_time_s`` on TPU slices, ``nvlink_comm_time_s``, ``network_comm_time_s`` on GPUs), and
-``comm_time_s`` without a link is every link's together.
+``dcn_comm_time_s`` on TPU slices, ``nvlink_comm_time_s``, ``network_comm_time_s`` on GPUs,
+``host_comm_time_s`` a TPU's link to host memory), and ``comm_time_s`` without a link is every
+link's together.
 
 It reads the HLO (:mod:`jaxmem.hlo`), the hardware catalogue (:mod:`jaxmem.hardware`) and the
 compiler's report (:mod:`jaxmem.compiler.report`); the compile step

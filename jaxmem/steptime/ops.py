@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from jaxmem.hardware.machine import host_link
 from jaxmem.hardware.peaks import Peaks
 from jaxmem.hlo.ops import HloCosts, OpCost
 from jaxmem.records import Record
@@ -81,6 +82,7 @@ class OpTimes(Record):
   dcn_comm_time_s: float | None = None
   nvlink_comm_time_s: float | None = None
   network_comm_time_s: float | None = None
+  host_comm_time_s: float | None = None
   time_by_bound: dict[str, float] = dataclasses.field(default_factory=dict)
   flops: float = 0.0
   bytes_accessed: int = 0
@@ -110,7 +112,9 @@ def per_op(costs: HloCosts, peaks: Peaks | None, num_devices: int, walk: Timelin
   ops.sort(key=lambda o: -o.time_s)
   sums = {t: sum(getattr(o, f"{t}_time_s") for o in ops) for t in TERMS}
   largest = [max(o.compute_time_s, o.memory_time_s, o.comm_time_s) for o in ops]
-  links = walk.link_comm_time_s if num_devices > 1 else dict.fromkeys(walk.link_comm_time_s, 0.0)
+  # On one device nothing is sent; host offload's transfers still cross the host link.
+  host = host_link(None)
+  links = {k: v if num_devices > 1 or k == host.field else 0.0 for k, v in walk.link_comm_time_s.items()}
   return OpTimes(
       ops=tuple(ops), op_time_s=sum(largest), ops_roofline_step_time_s=max(sums.values()), step_time_s=walk.step_time_s,
       exposed_comm_time_s=walk.exposed_comm_time_s,
@@ -125,7 +129,7 @@ def _op_time(c: OpCost, run: OpRun | None, num_devices: int) -> OpTime:
   taken or a loop of no trips)."""
   if run is None:
     return OpTime(cost=c, compute_time_s=0.0, memory_time_s=0.0, comm_time_s=0.0, time_s=0.0, bound="memory")
-  comm = 0.0 if num_devices <= 1 else run.comm_time_s
+  comm = 0.0 if num_devices <= 1 and run.link != host_link(None).name else run.comm_time_s
   return OpTime(cost=c, compute_time_s=run.compute_time_s, memory_time_s=run.memory_time_s, comm_time_s=comm,
                 time_s=run.time_s, bound=run.bound, exposed_comm_time_s=run.exposed_comm_time_s,
                 padded_flops=run.padded_flops, link=run.link)

@@ -34,6 +34,24 @@ links:
   model, ``src/graph/tuning.cc``);
 - a synchronous collective blocks the stream until its transfer ends; a start lets the stream
   go on and its done waits only for what is left of the transfer: the exposed communication;
+- a collective offloaded to another execution thread runs in a queue of its own. With the
+  recipes' flags XLA:TPU runs FSDP's all-gathers and reduce-scatters on the SparseCores ("Each
+  TPU7x chip contains two TensorCores and four SparseCores", cloud.google.com/tpu/docs/tpu7x; "a
+  TPU chip may have 2 or 4 SparseCores", docs.jax.dev/en/latest/pallas/tpu/sparsecore.html): a
+  ``call-start`` of a computation on the ``sparsecore`` execution thread (the start's
+  ``async_execution_thread="sparsecore"``, its ``sparse_core_config`` ``"offload":
+  "OFFLOAD_COLLECTIVE"``), a ``call-update`` that hands over the shard, and a ``call-done``. None
+  of them takes time on the TensorCore's stream; the transfer starts at the last update (the
+  start, where it takes its operands itself), on the links the group drives as any collective's,
+  the SparseCore's collectives one after another in their own queue beside the TensorCore's, and
+  the done waits for what is left of it. No rate of the SparseCore's own for collectives is
+  published: the links' rate, their bound, times them;
+- host offload's transfers (an array copied to or from host memory, space ``S(5)`` in a TPU
+  layout, or sliced out of or written into a buffer there: :func:`host_transfer`) take their bytes
+  over the device's host link (``Machine.host``: PCIe, the part's published rate each way, shared
+  by a chip's devices), one queue a direction: a ``copy-start`` or an asynchronous slice's start
+  lets the stream go on and its done waits for what is left; a plain copy blocks the stream. Where
+  the part publishes no host link rate (v5e, v5p, TPU7x) they are not timed, and a note says so;
 - a collective whose group spans several slices (TPU, over DCN) or hosts (GPU, over the hosts'
   network) runs hierarchically (Jia et al. 2018, "Highly Scalable Deep Learning Training System
   with Mixed-Precision", hierarchical all-reduce): a ring inside each slice or host over the fast
@@ -56,9 +74,9 @@ import dataclasses
 import re
 
 from jaxmem.hardware.machine import Link, Machine
-from jaxmem.hlo.comms import collective_groups, collective_kind, group_size
+from jaxmem.hlo.comms import collective_groups, collective_kind, group_size, shape_bytes
 from jaxmem.hlo.ops import HloCosts, matrix_flops, matrix_seconds, vector_ops
-from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs
+from jaxmem.hlo.text import Computation, Instruction, Module, computation_refs, matching, split_top
 from jaxmem.records import Record
 from jaxmem.steptime.kernels import GroupedMatmul, grouped_matmul
 from jaxmem.steptime.moe import MoeTerms, moe_terms
@@ -69,6 +87,17 @@ _FREE = frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all", "partition-id", "replica-id",
     "opt-barrier", "add-dependency", "domain", "async-update",
 })
+# The execution thread an asynchronous start runs its computation on, where not the main one (XLA
+# prints it on the start, ``async_execution_thread="sparsecore"``, and on the computation, after
+# its closing brace: ``execution_thread="sparsecore"``).
+_THREAD = re.compile(r'(?:^|[\s,])async_execution_thread="([^"]+)"')
+# Host memory's space in a TPU layout, ``{1,0:T(8,128)S(5)}`` (jaxmem.hlo.traffic: S(1) is the
+# on-chip VMEM); an array in it lives in the host's pinned memory (remat offload's destination).
+_ARRAY = re.compile(r"\b[a-z][a-z0-9]*\[[^\]]*\](\{[^}]*\})?")
+_HOST_SPACE = re.compile(r"S\(5\)")
+# The ops that move an array to or from host memory: a copy, or a slice read from or written into
+# a host buffer (remat offload's layer stack), each also as an asynchronous start and done.
+_HOST_MOVES = frozenset({"copy", "dynamic-slice", "dynamic-update-slice"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -137,6 +166,8 @@ class Timeline(Record):
   # What a mixture-of-experts step spends its time on, by term (jaxmem.steptime.moe); None for a
   # program without grouped matmul kernels.
   moe: MoeTerms | None = None
+  # Of exposed_comm_time_s, the wait for transfers over the host link (host offload's copies).
+  exposed_host_time_s: float = 0.0
 
   def across(self) -> dict[str, float]:
     """The collectives that cross slices or hosts, by kind, with their transfer seconds per step,
@@ -171,23 +202,49 @@ class _Cost:
   channels: tuple[str, ...] = ()  # TPU's async collective fusions: the channels a start or done carries
   done_of: str | None = None  # a done: the start it finishes
   inner: Instruction | None = None  # a collective step: the collective whose transfer it times
+  # The queue its transfer waits in: None, the links' (the TensorCore's collectives); an execution
+  # thread's ("sparsecore": the collectives offloaded to it); the host link's, each way ("host:to",
+  # "host:from").
+  queue: str | None = None
+  key: str | None = None  # what its done finds it by, where not its own name (the chain's start)
+  off_stream: bool = False  # another engine does its work: it takes no time on the stream
+  host_bytes: int = 0  # a transfer to or from host memory: the bytes it moves over the host link
 
 
 class _State:
   def __init__(self):
     self.clock = 0.0
     self.link_free = 0.0
+    self.queues: dict[str, float] = {}  # queue -> when it is free (the link's is link_free)
     self.pending: dict[str, tuple[float, tuple[str, str]]] = {}  # start key -> (transfer end, start op)
 
   def copy(self) -> _State:
     other = _State()
     other.clock, other.link_free, other.pending = self.clock, self.link_free, dict(self.pending)
+    other.queues = dict(self.queues)
     return other
 
   def shift(self, dt: float) -> None:
     self.clock += dt
     self.link_free += dt
+    self.queues = {q: t + dt for q, t in self.queues.items()}
     self.pending = {k: (end + dt, op) for k, (end, op) in self.pending.items()}
+
+  def free(self, queue: str | None) -> float:
+    return self.link_free if queue is None else self.queues.get(queue, 0.0)
+
+  def occupy(self, queue: str | None, begin: float, seconds: float) -> float:
+    """Puts a transfer of ``seconds`` on ``queue`` from ``begin``; returns when it ends."""
+    end = begin + seconds
+    if queue is None:
+      self.link_free = end
+    else:
+      self.queues[queue] = end
+    return end
+
+  def last(self) -> float:
+    """When the last transfer on any queue ends."""
+    return max([self.link_free, *self.queues.values()])
 
 
 def _async_role(module: Module, ins: Instruction) -> str | None:
@@ -206,10 +263,11 @@ def _async_role(module: Module, ins: Instruction) -> str | None:
 
 
 def _inner_collectives(module: Module, ins: Instruction, depth: int = 0) -> list[Instruction]:
-  """The collectives ``ins`` is or holds (fusions and async-wrapped computations looked into)."""
+  """The collectives ``ins`` is or holds (fusions, async-wrapped computations and asynchronous
+  calls looked into)."""
   if collective_kind(ins):
     return [ins]
-  if depth > 4 or ins.opcode not in ("fusion", "async-start"):
+  if depth > 4 or ins.opcode not in ("fusion", "async-start", "call-start"):
     return []
   out: list[Instruction] = []
   for callee in ins.calls:
@@ -217,6 +275,73 @@ def _inner_collectives(module: Module, ins: Instruction, depth: int = 0) -> list
     for inner in comp.instructions.values() if comp is not None else ():
       out += _inner_collectives(module, inner, depth + 1)
   return out
+
+
+def _thread(ins: Instruction) -> str | None:
+  """The execution thread an asynchronous start runs on, where not the main one."""
+  m = _THREAD.search(ins.attrs) if "async_execution_thread" in ins.attrs else None
+  return m.group(1) if m and m.group(1) != "main" else None
+
+
+def _chain_start(module: Module, comp: str, ins: Instruction) -> Instruction | None:
+  """The ``-start`` an asynchronous op belongs to: itself, or the start an ``-update`` or ``-done``
+  continues, looked through the updates between (XLA's async-start / async-update / async-done,
+  printed by the wrapped op's name: ``call-start``, ``call-update``, ``call-done``)."""
+  for _ in range(32):
+    if ins.opcode.endswith("-start"):
+      return ins
+    if not ins.opcode.endswith(("-update", "-done")) or not ins.operands:
+      return None
+    ins = module.get(ins.operands[0].partition("#")[0], comp)
+    if ins is None:
+      return None
+  return None
+
+
+def _elements(shape: str) -> list[str]:
+  shape = shape.strip()
+  return split_top(shape[1:matching(shape, 0) - 1]) if shape.startswith("(") else [shape]
+
+
+def _split_host(shapes: list[str]) -> tuple[int, int]:
+  """(bytes in host memory, bytes on the device) of the arrays in ``shapes``."""
+  host = device = 0
+  for shape in shapes:
+    for m in _ARRAY.finditer(shape):
+      if "[]" in m.group(0):
+        continue  # a scalar: a slice's index, not the data moved
+      if _HOST_SPACE.search(m.group(1) or ""):
+        host += shape_bytes(m.group(0))
+      else:
+        device += shape_bytes(m.group(0))
+  return host, device
+
+
+def host_transfer(module: Module, comp: str, ins: Instruction) -> tuple[str, int] | None:
+  """``("to", bytes)`` or ``("from", bytes)`` where ``ins`` moves an array between the device and
+  host memory (memory space S(5)): a copy whose result or operand is there, a dynamic-update-slice
+  into a host buffer or a dynamic-slice out of one, each also as an asynchronous start (``copy-start``'s
+  shape is (destination, source, context); a wrapped op's start's ((operands), result, context)).
+  The bytes are what crosses: the device's side (the update written, the slice read, the copy)."""
+  op = ins.opcode.removesuffix("-start")
+  if op not in _HOST_MOVES:
+    return None
+  parts = _elements(ins.shape)
+  if ins.opcode == "copy-start" and len(parts) >= 2:
+    result, operands = parts[0], [parts[1]]
+  elif ins.opcode.endswith("-start") and len(parts) >= 2:
+    result, operands = parts[1], _elements(parts[0])
+  elif ins.opcode.endswith("-start"):
+    return None
+  else:
+    result = ins.shape
+    operands = [src.shape for o in ins.operands if (src := module.get(o.partition("#")[0], comp)) is not None]
+  into, out = _split_host([result]), _split_host(operands)
+  if (into[0] and not out[0]) or (op == "dynamic-update-slice" and into[0]):  # written into host memory
+    return ("to", out[1]) if out[1] else None
+  if out[0] and not into[0]:  # read out of host memory
+    return ("from", into[1]) if into[1] else None
+  return None
 
 
 def _channels(insts: list[Instruction]) -> tuple[str, ...]:
@@ -281,6 +406,13 @@ class OpWork:
     # The grouped matmul kernels (megablox), timed by their tiles where the machine's matmuls are
     # timed at the peak (a measured rate by shape, a GPU's, holds no such kernel).
     self.grouped: dict[tuple[str, str], GroupedMatmul] = {} if rate is not None else self._grouped()
+    # An asynchronous call's last update, by (computation, start): where its operands are all handed
+    # over (a SparseCore collective's call-start takes none; its call-update passes the shard).
+    self.launch: dict[tuple[str, str], str] = {}
+    for comp in self.module.computations.values():
+      for ins in comp.instructions.values():
+        if ins.opcode.endswith("-update") and (start := _chain_start(self.module, comp.name, ins)) is not None:
+          self.launch[(comp.name, start.name)] = ins.name
 
   def _grouped(self) -> dict[tuple[str, str], GroupedMatmul]:
     out = {}
@@ -316,6 +448,9 @@ class OpWork:
       compute = max(compute, elementwise / m.vector_rate)
     c = _Cost(compute=compute, memory=moved / m.hbm_bandwidth, flops=flops, padded=padded, bytes=moved,
               comm_bytes=sent, vector_ops=elementwise)
+    self._memo[key] = c
+    if self._offloaded(comp, ins, c) or self._to_host(comp, ins, c):
+      return c
     role = _async_role(self.module, ins)
     if ins.opcode in _ASYNC_DONE:
       c.done_of = ins.operands[0].partition("#")[0] if ins.operands else None
@@ -328,8 +463,47 @@ class OpWork:
         c.start = role == "start" or ins.opcode.endswith("-start") or ins.opcode == "async-start"
         c.sync = not c.start
         c.channels = _channels(inner) if role == "start" else ()
-    self._memo[key] = c
     return c
+
+  def _offloaded(self, comp: Computation, ins: Instruction, c: _Cost) -> bool:
+    """Whether ``ins`` is a step of a collective offloaded to another execution thread (XLA:TPU's
+    SparseCores: a ``call-start`` of a computation on the ``sparsecore`` thread that holds the
+    collective, its ``call-update``s and its ``call-done``); if so, fills in ``c``: no time on the
+    stream (the SparseCore runs it), the transfer launched at the last update (where the shard is
+    handed over; at the start if it takes its operands itself) on the thread's own queue, and
+    the done waiting for it."""
+    start = _chain_start(self.module, comp.name, ins) if ins.opcode.endswith(("-start", "-update", "-done")) else None
+    thread = None if start is None else _thread(start)
+    inner = [] if thread is None else _inner_collectives(self.module, start)
+    if not inner:
+      return False
+    c.off_stream = True
+    if ins.opcode.endswith("-done"):
+      c.done_of = start.name
+    elif self.launch.get((comp.name, start.name), start.name) == ins.name:
+      o = self.per_op.get((comp.name, start.name))
+      c.comm_bytes = o.comm_bytes // max(1, o.count) if o is not None else 0
+      c.inner, c.start, c.queue, c.key = inner[0], True, thread, start.name
+    return True
+
+  def _to_host(self, comp: Computation, ins: Instruction, c: _Cost) -> bool:
+    """Whether ``ins`` moves an array to or from host memory (:func:`host_transfer`), or is the
+    done of such a start; if so, fills in ``c``: a start is asynchronous (a DMA: no time on the
+    stream, its done waits for it), a plain copy or slice blocks the stream, each on the host
+    link's queue of its direction."""
+    if ins.opcode.endswith("-done"):
+      start = _chain_start(self.module, comp.name, ins)
+      if start is not None and host_transfer(self.module, comp.name, start) is not None:
+        c.done_of = start.name
+        return True
+      return False
+    moved = host_transfer(self.module, comp.name, ins)
+    if moved is None:
+      return False
+    c.queue, c.host_bytes = f"host:{moved[0]}", moved[1]
+    c.start = ins.opcode.endswith("-start")
+    c.sync, c.off_stream = not c.start, c.start
+    return True
 
 
 class _Walker:
@@ -342,6 +516,7 @@ class _Walker:
     self.per_op = work.per_op
     self.runs: dict[tuple[str, str], dict] = {}  # (computation, op) -> accumulated figures
     self.bound_time = dict.fromkeys(TERMS, 0.0)
+    self.host_exposed = 0.0  # of the communication the stream waited for, the host link's
     self.notes: list[str] = []
     self._costs: dict[tuple[str, str], _Cost] = {}
 
@@ -359,7 +534,12 @@ class _Walker:
 
   def step(self, comp: Computation, ins: Instruction, state: _State, weight: float, record: bool) -> None:
     op = ins.opcode
-    if op in _FREE or op.endswith("-done") and op not in _ASYNC_DONE:
+    if op in _FREE:
+      return
+    if op.endswith("-done") and op not in _ASYNC_DONE:  # waited at: an offloaded collective's, a host transfer's
+      cost = self.cost(comp, ins)
+      if cost.done_of is not None:
+        self._wait(cost, state, weight, record)
       return
     if op == "while":
       return self._loop(comp, ins, state, weight, record)
@@ -374,16 +554,14 @@ class _Walker:
       self._wait(cost, state, weight, record)
     before = state.clock
     if cost.sync:
-      begin = max(state.clock, state.link_free)
-      state.link_free = begin + cost.transfer
-      state.clock = max(state.clock + cost.memory, state.link_free)
-    else:
+      end = state.occupy(cost.queue, max(state.clock, state.free(cost.queue)), cost.transfer)
+      state.clock = max(state.clock + cost.memory, end)
+    elif not cost.off_stream:
       state.clock += max(cost.compute, cost.memory)
     if cost.start:
-      begin = max(state.clock, state.link_free)
-      state.link_free = begin + cost.transfer
-      for key in cost.channels or (ins.name,):
-        state.pending[key] = (state.link_free, (comp.name, ins.name))
+      end = state.occupy(cost.queue, max(state.clock, state.free(cost.queue)), cost.transfer)
+      for key in cost.channels or (cost.key or ins.name,):
+        state.pending[key] = (end, (comp.name, ins.name))
     if record:
       self._record(comp, ins, cost, state.clock - before, weight)
 
@@ -399,6 +577,8 @@ class _Walker:
       start = found[0][1]
       self._run(start)["exposed"] += wait * weight
       self.bound_time["comm"] += wait * weight
+      if self._costs[start].host_bytes:
+        self.host_exposed += wait * weight
 
   def _record(self, comp: Computation, ins: Instruction, cost: _Cost, took: float, weight: float) -> None:
     r = self._run((comp.name, ins.name))
@@ -409,6 +589,8 @@ class _Walker:
       blocked = max(0.0, took - cost.memory)
       r["exposed"] += blocked * weight
       self.bound_time["comm"] += blocked * weight
+      if cost.host_bytes:
+        self.host_exposed += blocked * weight
       self.bound_time["memory"] += (took - blocked) * weight
     else:
       self.bound_time["compute" if cost.compute > cost.memory else "memory"] += took * weight
@@ -452,8 +634,25 @@ class _Walker:
     if c.inner is not None:
       transfer, link = self._transfer(c.inner, c.comm_bytes)
       c = dataclasses.replace(c, transfer=transfer, link=link)
+      if c.queue is not None:
+        self.note(f"comm: the collectives offloaded to the {c.queue} execution thread (asynchronous calls of "
+                  f"computations on it) are timed on the links their groups drive, in a queue of their own beside "
+                  "the TensorCore's collectives, from the update that hands over their operand to their done; the "
+                  f"{c.queue}'s own rate for collectives is not published, so the links' rate (their bound) times them")
+    elif c.host_bytes:
+      c = dataclasses.replace(c, **self._host(c.host_bytes))
     self._costs[key] = c
     return c
+
+  def _host(self, moved: int) -> dict:
+    """A transfer of ``moved`` bytes over the device's host link: its seconds and the link's name."""
+    host = self.machine.host
+    if host is None or host.bandwidth is None:
+      why = "" if self.machine.host_note is None else f" ({self.machine.host_note})"
+      self.note(f"host_comm_time_s: no published host link (PCIe) bandwidth for {self.machine.part}{why}; its "
+                "transfers to and from host memory are not timed")
+      return dict(transfer=0.0, link=None if host is None else host.name)
+    return dict(transfer=moved / host.bandwidth, link=host.name)
 
   def _transfer(self, inner: Instruction, sent: int) -> tuple[float, str | None]:
     kind = collective_kind(inner) or "all_gather"
@@ -515,7 +714,7 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
   entry = module.entry or (list(module.computations)[-1] if module.computations else None)
   if entry:
     walker.run(entry, state, 1.0, record=True)
-  tail = max(0.0, state.link_free - state.clock)  # transfers no done waited for: the step ends after them
+  tail = max(0.0, state.last() - state.clock)  # transfers no done waited for: the step ends after them
   walker.bound_time["comm"] += tail
   ops = tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s))
   moe = moe_terms(module, ops, walker.work.grouped)
@@ -529,7 +728,7 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
                                                                                if o.link == link.name), 0.0)
                         for link in machine.links},
       slow_link=machine.slow, ops=ops, fp8_flops=_fp8_flops(walker, machine),
-      notes=tuple(machine.notes) + tuple(walker.notes), moe=moe,
+      notes=tuple(machine.notes) + tuple(walker.notes), moe=moe, exposed_host_time_s=walker.host_exposed,
   )
 
 
