@@ -10,8 +10,10 @@ The search a performance engineer does by hand, in four steps:
    target's attention kernels (``auto`` and ``dot``, each once as the target resolves it) and,
    for a mixture-of-experts model whose experts run dropless, the target's MoE kernels (the
    ``moe_kernel`` names, each once as the target resolves it: ``auto`` (megablox's ``gmm`` on
-   TPU) and ``ragged_dot``; :func:`_moe_kernels`). The experts' placement is the ``expert`` mesh
-   axis, searched with the others for a model with experts.
+   TPU) and ``ragged_dot``; :func:`_moe_kernels`). The experts' placement: the ``expert`` mesh
+   axis, searched with the others for a model with experts, and on a mesh with an fsdp axis the
+   experts' weights split on their expert dimension over it or not (``fsdp_shard_on_exp``, where
+   the axes divide the experts; :func:`_moe_choices`).
 2. Dropped before anything compiles: meshes the workload cannot take (the batch not divisible by
    the data axes times the microbatches, heads not divisible by ``tensor``, experts not by
    ``expert``: each with its reason counted), and every candidate whose arguments alone
@@ -118,10 +120,30 @@ class Candidate:
   estimated_step_time_s: float | None
   pipeline_microbatches: int | None = None  # on a mesh with a stage axis; None without
   moe_kernel: str | None = None  # the experts' grouped matmul asked (dropless MoE); None: no experts to choose for
+  fsdp_shard_on_exp: bool | None = None  # the experts' weights split on E over fsdp; None: not a choice here
 
   def same_program_family(self, other: Candidate) -> bool:
-    return (self.mesh, self.attention, self.pipeline_microbatches, self.moe_kernel) == (
-        other.mesh, other.attention, other.pipeline_microbatches, other.moe_kernel)
+    return (self.mesh, self.attention, self.pipeline_microbatches, self.moe_kernel, self.fsdp_shard_on_exp) == (
+        other.mesh, other.attention, other.pipeline_microbatches, other.moe_kernel, other.fsdp_shard_on_exp)
+
+  @property
+  def key(self) -> str:
+    """Its configuration in a few words (:func:`candidate_key`, with its MoE choices)."""
+    moe = [f"moe {self.moe_kernel}"] if self.moe_kernel else []
+    moe += ["experts on fsdp"] if self.fsdp_shard_on_exp else []
+    return " ".join([candidate_key(self.mesh, self.remat, self.microbatches, self.attention,
+                                   self.pipeline_microbatches), *moe])
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeChoice:
+  """How a candidate runs a mixture of experts: the ``moe_kernel`` name asked and the kernel the
+  target resolves it to, and whether the experts' weights are split on their expert dimension
+  over fsdp (``fsdp_shard_on_exp``); ``None`` each where there is nothing to choose."""
+
+  kernel: str | None = None
+  resolved: str | None = None
+  on_fsdp: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -160,11 +182,8 @@ class PlanResult:
     ) | ({} if self.maxtext is None else {"maxtext_args": list(self.maxtext)})
 
 
-def candidate_key(
-    mesh: str, remat: str, microbatches: int, attention: str, pipeline: int | None = None, moe_kernel: str | None = None,
-) -> str:
-  return (f"{mesh} {remat} mb{microbatches} {attention}" + ("" if pipeline is None else f" pmb{pipeline}")
-          + ("" if moe_kernel is None else f" moe {moe_kernel}"))
+def candidate_key(mesh: str, remat: str, microbatches: int, attention: str, pipeline: int | None = None) -> str:
+  return f"{mesh} {remat} mb{microbatches} {attention}" + ("" if pipeline is None else f" pmb{pipeline}")
 
 
 def factorizations(n: int, axes: tuple[str, ...]) -> list[shd.MeshSpec]:
@@ -298,10 +317,32 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
         if refused:
           pruned[MOE_KERNEL_REFUSED] += per_kernel * refused
         try:
-          out += _schedule_candidates(p, mesh, kernel, pm, rungs, micro, pruned, moe)
+          out += _schedule_candidates(p, mesh, kernel, pm, rungs, micro, pruned, _moe_choices(p, mesh, moe, pruned,
+                                                                                               per_kernel))
         except DimensionDoesNotDivide:  # the mesh cannot shard the model's parameters (its vocabulary)
           pruned[REASONS[DimensionDoesNotDivide]] += per_kernel * len(moe)
   return out
+
+
+EXPERTS_ON_FSDP_REFUSED = "fsdp_shard_on_exp: the axes that would split the experts do not divide them"
+
+
+def _moe_choices(
+    p: Plan, mesh: shd.MeshSpec, kernels: dict[str | None, str | None], pruned: Counter, per_choice: int,
+) -> list[MoeChoice]:
+  """Each MoE kernel (:func:`_moe_kernels`) with each placement of the experts' weights this mesh
+  offers: on a mesh with an fsdp axis, split on d_model (the default) and on the expert dimension
+  (``fsdp_shard_on_exp``, where the expert, fsdp and context axes divide the experts; else counted
+  in ``pruned``, ``per_choice`` a kernel)."""
+  placements: list[bool | None] = [None]
+  if p.cfg.is_moe and dict(mesh).get("fsdp", 1) > 1:
+    placements = [False]
+    try:
+      shd.check_experts(mesh, p.cfg.num_experts, p.cfg.name, on_fsdp=True)
+      placements.append(True)
+    except ExpertsDoNotDivide:
+      pruned[EXPERTS_ON_FSDP_REFUSED] += per_choice * len(kernels)
+  return [MoeChoice(kernel, resolved, on) for kernel, resolved in kernels.items() for on in placements]
 
 
 MOE_KERNEL_REFUSED = "MoE kernel not available on this target"
@@ -329,10 +370,11 @@ def _moe_kernels(p: Plan) -> tuple[dict[str | None, str | None], int]:
 
 def _schedule_candidates(
     p: Plan, mesh: shd.MeshSpec, kernel: str, pm: int | None, rungs: list[Rung], micro: list[int], pruned: Counter,
-    moe: dict[str | None, str | None],
+    moe: list[MoeChoice],
 ) -> list[Candidate]:
   """One mesh, kernel and pipeline schedule's candidates over the microbatches, the ladder and the
-  MoE kernels ``moe`` (:func:`_moe_kernels`; their arguments are the same: one set of weights)."""
+  MoE choices ``moe`` (:func:`_moe_choices`; their arguments are the same bytes: one set of
+  weights, however split)."""
   cfg, tgt, n = p.cfg, p.target, p.target.num_devices
   program = build_train_program(
       cfg, choices=p.choices, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq,
@@ -342,7 +384,7 @@ def _schedule_candidates(
   args = shape_argument_bytes(program.args, n)
   fused = program.attention.name != "dot"
   out: list[Candidate] = []
-  for mb, rung, (asked, resolved) in itertools.product(micro, rungs, moe.items()):
+  for mb, rung, choice in itertools.product(micro, rungs, moe):
     why = mesh_reason(mesh, cfg, p.batch, p.seq, mb, pm, p.options(), p.built()[1])
     if why is None and tgt.capacity_bytes is not None and not fits_in(args, tgt.capacity_bytes):
       why = "arguments alone over capacity (not compiled)"
@@ -351,11 +393,11 @@ def _schedule_candidates(
       continue
     req, secs = analytic(cfg, mesh=mesh, rung=rung, microbatches=mb, batch=p.batch, seq=p.seq, argument_bytes=args,
                          param_count=count_params(cfg), target=tgt, fused=fused, pipeline_microbatches=pm,
-                         moe_kernel=resolved)
+                         moe_kernel=choice.resolved)
     out.append(Candidate(
         mesh=shd.format_mesh(mesh), remat=rung.name, microbatches=mb, attention=kernel, level=rungs.index(rung),
         argument_bytes=args, estimated_required_bytes=req, estimated_step_time_s=secs, pipeline_microbatches=pm,
-        moe_kernel=asked,
+        moe_kernel=choice.kernel, fsdp_shard_on_exp=choice.on_fsdp,
     ))
   return out
 
@@ -459,8 +501,7 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
   pruned.update(skipped)
   base = p.tasks()[0]
   rows = [_with_recompute(p, r, _task(base, c)) for r, c in zip(rows, compiled, strict=True)]
-  est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches, c.moe_kernel):
-         c.estimated_step_time_s for c in compiled}
+  est = {c.key: c.estimated_step_time_s for c in compiled}
   ranked = rank_rows(rows)
   return PlanResult(
       model=cfg.name, target=tgt.name, batch=w.batch, seq=w.seq, budget=budget,
@@ -473,9 +514,9 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
 
 def label(r: Row) -> str:
   """A row's configuration in a few words: mesh, remat, microbatches, attention, and the MoE
-  kernel where its dropless experts ran one."""
-  kernel = getattr(r, "moe_kernel", None)
-  return f"{r.mesh} {r.remat} mb{r.microbatches} {r.attention or ''}".strip() + (f" {kernel}" if kernel else "")
+  kernel where its dropless experts ran one (``experts on fsdp`` where ``fsdp_shard_on_exp``)."""
+  moe = [getattr(r, "moe_kernel", None) or "", "experts on fsdp" if getattr(r, "fsdp_shard_on_exp", None) else ""]
+  return " ".join([f"{r.mesh} {r.remat} mb{r.microbatches} {r.attention or ''}".strip(), *(w for w in moe if w)])
 
 
 # What a row's simulated step is made of (jaxmem.records.StepTime): the seconds each term bounds.
@@ -655,6 +696,8 @@ def _run_candidates(
 
 def _task(base: Task, c: Candidate) -> Task:
   moe = {} if c.moe_kernel is None else {"moe_kernel": (c.moe_kernel,)}
+  if c.fsdp_shard_on_exp:  # else the workload's default (off)
+    moe["fsdp_shard_on_exp"] = (True,)
   return base.replace(mesh=(c.mesh,), remat=(c.remat,), attention=(c.attention,), microbatches=(c.microbatches,),
                       pipeline_microbatches=c.pipeline_microbatches, **moe)
 
