@@ -309,11 +309,18 @@ def _moe_base(target: str = "tpu:v5e-4") -> sweep.Plan:
   return search._base_plan(jaxmem.Workload(**MOE_WORKLOAD, target=target), get_config("tiny-moe"), get_target(target))
 
 
-def test_moe_candidates_take_each_kernel_the_target_offers_and_each_placement_of_the_experts():
+@pytest.fixture(scope="module")
+def moe_candidates():
+  """tiny-moe's candidates on tpu:v5e-4 (no compile; each mesh's arguments sized once)."""
+  p = _moe_base()
+  return p, search.candidates(p, search.Counter())
+
+
+def test_moe_candidates_take_each_kernel_the_target_offers_and_each_placement_of_the_experts(moe_candidates):
   """No compile: on TPU the MoE kernels are auto (gmm) and ragged_dot, once each; the experts'
   weights split on d_model or on their expert dimension over fsdp on every mesh with an fsdp
   axis, neither where there is none; a dense model has no MoE choice."""
-  cands = search.candidates(_moe_base(), search.Counter())
+  _, cands = moe_candidates
   assert {c.moe_kernel for c in cands} == {"auto", "ragged_dot"}
   for c in cands:
     fsdp = dict(shd.parse_mesh(c.mesh)).get("fsdp", 1) > 1
@@ -321,9 +328,10 @@ def test_moe_candidates_take_each_kernel_the_target_offers_and_each_placement_of
   placed = {(c.mesh, c.fsdp_shard_on_exp) for c in cands if c.fsdp_shard_on_exp is not None}
   assert {m for m, on in placed if on} == {m for m, on in placed if not on} != set()
   assert any(c.mesh.startswith("expert=") for c in cands)  # expert parallelism, searched as a mesh axis
-  dense = search.candidates(search._base_plan(jaxmem.Workload(**WORKLOAD, target="tpu:v5e-4"), get_config("tiny"),
-                                              get_target("tpu:v5e-4")), search.Counter())
-  assert {(c.moe_kernel, c.fsdp_shard_on_exp) for c in dense} == {(None, None)}
+  dense = search._base_plan(jaxmem.Workload(**WORKLOAD, target="tpu:v5e-4"), get_config("tiny"), get_target("tpu:v5e-4"))
+  kernels = search._moe_kernels(dense)
+  assert kernels == ({None: None}, 0)
+  assert search._moe_choices(dense, (("fsdp", 4),), kernels[0], search.Counter(), 1) == [search.MoeChoice()]
 
 
 def test_moe_kernels_are_what_the_target_resolves():
@@ -398,9 +406,8 @@ def test_plan_on_an_moe_preset_ranks_its_kernels_and_says_which_moe_term_decides
 
 
 @pytest.mark.needs_tpu_compiler
-def test_moe_candidates_compile_with_their_kernel_and_placement():
-  p = _moe_base()
-  cands = search.candidates(p, search.Counter())
+def test_moe_candidates_compile_with_their_kernel_and_placement(moe_candidates):
+  p, cands = moe_candidates
   pick = {(c.moe_kernel, c.fsdp_shard_on_exp): c for c in cands
           if c.mesh == "fsdp=4" and c.remat == "full" and c.microbatches == 1 and c.attention == "auto"}
   chosen = [pick["ragged_dot", False], pick["auto", True]]
