@@ -364,8 +364,8 @@ def _moe_row(row, step: float, moe: dict[str, float] | None, **fields):
 
 @pytest.fixture(scope="module")
 def moe_planned():
-  """tiny-moe on tpu:v5e-4, three compiles, no row cache."""
-  return jaxmem.plan(target="tpu:v5e-4", budget=3, cache=None, **MOE_WORKLOAD)
+  """tiny-moe on tpu:v5e-4, two compiles, no row cache."""
+  return jaxmem.plan(target="tpu:v5e-4", budget=2, cache=None, **MOE_WORKLOAD)
 
 
 @pytest.mark.needs_tpu_compiler
@@ -392,7 +392,7 @@ def test_why_names_the_moe_term_whose_difference_is_most_of_the_gap(moe_planned)
 @pytest.mark.needs_tpu_compiler
 def test_plan_on_an_moe_preset_ranks_its_kernels_and_says_which_moe_term_decides(moe_planned):
   result = moe_planned
-  assert result.recommended is not None and len(result.rows) == 3
+  assert result.recommended is not None and len(result.rows) == 2
   for r in result.rows:  # the walk reads gmm's kernels as the MoE terms; ragged_dot's expansion it does not
     assert r.moe_kernel in ("gmm", "ragged_dot") and search.label(r).endswith(f" {r.moe_kernel}")
     if r.moe_kernel == "gmm":
