@@ -591,7 +591,9 @@ AXES: dict[str, Axis] = _registry(
          "elsewhere"),
     # A row records it where it applies to the experts' weights (None for a dense model, or a mesh
     # without an fsdp axis); the program shards by it (jaxmem.program.sharding.param_rules).
-    Axis(name="fsdp_shard_on_exp", parse=switches, default=(False,), group="parallelism", nest=45,
+    # Nested inside the mesh, so one mesh's two placements sit side by side; fit's and scale's
+    # summaries say it in their `moe` (jaxmem.program.train.moe_summary).
+    Axis(name="fsdp_shard_on_exp", parse=switches, default=(False,), group="parallelism", nest=55, summary=False,
          check=_experts_to_shard, applies=_on_mesh_axis("fsdp"),
          applies_to="meshes with an fsdp axis (e.g. fsdp=4); no mesh here has one",
          column=Shown(when=SAID, header="experts on fsdp", place=80), word="experts on fsdp",

@@ -539,9 +539,10 @@ def why(ranked: list[Row]) -> str | None:
   if gap <= 0:
     return f"{label(best)} and {label(second)} tie at the simulated step time; the first compiled is listed first"
   parts = sorted(((_part(second, t) - _part(best, t), t, what) for t, what in _PARTS), reverse=True)
-  said = [f"{_ms(d)} less {what}{_driver(best, second, t)}" for d, t, what in parts if d > 0.05 * gap]
+  decides = moe_decides(best, second)
+  said = ([decides] if decides else []) + [
+      f"{_ms(d)} less {what}{_driver(best, second, t)}" for d, t, what in parts if d > 0.05 * gap]
   head = f"{label(best)} is {_ms(gap)} ({gap / second.step_time_s:.1%}) faster per step than {label(second)}"
-  said = [d for d in (moe_decides(best, second),) if d] + said
   return head + (": " + "; ".join(said) if said else "")
 
 
@@ -696,8 +697,8 @@ def _run_candidates(
 
 def _task(base: Task, c: Candidate) -> Task:
   moe = {} if c.moe_kernel is None else {"moe_kernel": (c.moe_kernel,)}
-  if c.fsdp_shard_on_exp:  # else the workload's default (off)
-    moe["fsdp_shard_on_exp"] = (True,)
+  if c.fsdp_shard_on_exp is not None:  # off is the workload's default: the same task (and cache key) as before
+    moe["fsdp_shard_on_exp"] = (c.fsdp_shard_on_exp,)
   return base.replace(mesh=(c.mesh,), remat=(c.remat,), attention=(c.attention,), microbatches=(c.microbatches,),
                       pipeline_microbatches=c.pipeline_microbatches, **moe)
 

@@ -284,6 +284,14 @@ def moe_fields(cfg: ModelConfig, choices: StepChoices) -> dict[str, Any]:
   return dict(moe_impl=impl, capacity_factor=choices.capacity_factor if impl == "capacity" else None)
 
 
+def moe_summary(impl: str | None, capacity_factor: float | None, on_fsdp: bool | None = None) -> str | None:
+  """A summary's experts in a few words (fit's and scale's ``moe``): ``dropless``, ``capacity
+  1.25``, with ``, experts on fsdp`` where ``fsdp_shard_on_exp`` was on; None for a dense model."""
+  if not impl:
+    return None
+  return impl + ("" if capacity_factor is None else f" {capacity_factor:g}") + (", experts on fsdp" if on_fsdp else "")
+
+
 def check_configuration(
     cfg: ModelConfig, *, choices: StepChoices = StepChoices(), target: Target, mesh: shd.MeshSpec, batch: int,
     seq: int, options: Mapping[str, Any],
