@@ -328,7 +328,8 @@ def test_moe_candidates_take_each_kernel_the_target_offers_and_each_placement_of
   placed = {(c.mesh, c.fsdp_shard_on_exp) for c in cands if c.fsdp_shard_on_exp is not None}
   assert {m for m, on in placed if on} == {m for m, on in placed if not on} != set()
   assert any(c.mesh.startswith("expert=") for c in cands)  # expert parallelism, searched as a mesh axis
-  dense = search._base_plan(jaxmem.Workload(**WORKLOAD, target="tpu:v5e-4"), get_config("tiny"), get_target("tpu:v5e-4"))
+  tpu = get_target("tpu:v5e-4")
+  dense = search._base_plan(jaxmem.Workload(**WORKLOAD, target=tpu), get_config("tiny"), tpu)
   kernels = search._moe_kernels(dense)
   assert kernels == ({None: None}, 0)
   assert search._moe_choices(dense, (("fsdp", 4),), kernels[0], search.Counter(), 1) == [search.MoeChoice()]

@@ -577,7 +577,8 @@ def _driver(best: Row, second: Row, term: str) -> str:
   """What in the programs makes ``term`` differ: FLOPs (recomputation), bytes, a bubble."""
   out = []
   if term == "compute" and best.flops and second.flops and second.flops > best.flops:
-    out.append(f"the runner-up runs {second.flops / best.flops - 1:.0%} more FLOPs a device{_flops_driver(best, second)}")
+    more = second.flops / best.flops - 1
+    out.append(f"the runner-up runs {more:.0%} more FLOPs a device{_flops_driver(best, second)}")
   if term == "memory" and best.bytes_accessed and second.bytes_accessed and second.bytes_accessed > best.bytes_accessed:
     out.append(f"the runner-up moves {second.bytes_accessed / best.bytes_accessed - 1:.0%} more HBM bytes")
   if term == "comm":
