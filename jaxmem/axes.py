@@ -504,6 +504,11 @@ def _kernel_of_experts(value: Any, s: Setting) -> None:
     raise JaxmemError(f"`moe_kernel` applies to mixture-of-experts models; {s.cfg.name} has no experts (drop it)")
 
 
+def _experts_to_shard(value: Any, s: Setting) -> None:
+  if value and s.cfg is not None and not s.cfg.is_moe:
+    raise JaxmemError(f"`fsdp_shard_on_exp` shards routed experts' weights; {s.cfg.name} has no experts (drop it)")
+
+
 def _quantized_layers(value: Any, s: Setting) -> None:
   # fp8_full is built for the decoder's own attention and MLP projections (models/fp8.py); a model
   # whose layers bring their own matmuls (routed experts' grouped matmuls, latent attention, Gemma
@@ -584,6 +589,21 @@ AXES: dict[str, Axis] = _registry(
          "MaxText's sparse_matmul path) or ragged_dot (jax.lax.ragged_dot, which XLA's TPU and GPU compilers expand "
          "into a dense matmul over all experts), comma separated; default auto: gmm on TPU targets, ragged_dot "
          "elsewhere"),
+    # A row records it where it applies to the experts' weights (None for a dense model, or a mesh
+    # without an fsdp axis); the program shards by it (jaxmem.program.sharding.param_rules).
+    # Nested inside the mesh, so one mesh's two placements sit side by side; fit's and scale's
+    # summaries say it in their `moe` (jaxmem.program.train.moe_summary).
+    Axis(name="fsdp_shard_on_exp", parse=switches, default=(False,), group="parallelism", nest=55, summary=False,
+         check=_experts_to_shard, applies=_on_mesh_axis("fsdp"),
+         applies_to="meshes with an fsdp axis (e.g. fsdp=4); no mesh here has one",
+         column=Shown(when=SAID, header="experts on fsdp", place=80), word="experts on fsdp",
+         record=Recorded(annotation="bool | None", default=None, after="moe_kernel",
+                         doc="whether the routed experts' weights were split on their expert dimension over fsdp "
+                         "(MaxText's fsdp_shard_on_exp); None for a dense model or a mesh without an fsdp axis"),
+         flag_options={"nargs": "?", "const": "on", "metavar": "off,on"}, shown="off",
+         help="mixture-of-experts models on a mesh with an fsdp axis: split the routed experts' weights on their "
+         "expert dimension over fsdp (and expert, context) instead of d_model over fsdp, MaxText's "
+         "fsdp_shard_on_exp (the experts must divide by those axes); the flag alone is on, off,on compiles both"),
     Axis(name="param_dtype", layer=True, parse=outer(_optional), default=None, outer=True, group="workload", step=True,
          configures="param_dtype",
          record=Recorded(annotation="str", required=True, after="seq"), help="parameter dtype", shown="float32",

@@ -121,7 +121,9 @@ class StepTime(Record):
   ``comm``, the term that bounds most of ``step_time_s``. ``arithmetic_intensity`` (FLOPs per HBM byte)
   against ``ridge_point`` (peak FLOP/s over HBM bandwidth) says the same of compute and memory:
   above the ridge, compute-bound. ``op_time_s``: each op of the walk at its own slowest term,
-  the ops one after another (:mod:`jaxmem.steptime.ops`).
+  the ops one after another (:mod:`jaxmem.steptime.ops`). ``moe_time_s``: a mixture-of-experts
+  step's time by term (:mod:`jaxmem.steptime.moe`), term -> seconds, where the walk found the
+  experts' grouped matmul kernels.
 
   The fields are flat on the rows that carry them (as :class:`Communication`'s), so JSON and CSV
   have ``step_time_s`` beside ``comm_bytes``; :meth:`step_time` gives them as their own record.
@@ -155,6 +157,11 @@ class StepTime(Record):
   compute_bound_share: float | None = None
   memory_bound_share: float | None = None
   comm_bound_share: float | None = None
+  # A mixture-of-experts step's time by term (jaxmem.steptime.moe.TERMS: grouped_matmul,
+  # permutation, expert_activation, router, expert_weights, token_exchange -> its seconds on the
+  # device's stream, a collective's exposed part), read off the same walk; None where the walk
+  # found no grouped matmul kernel (a dense model, ragged_dot's expansion, no walk).
+  moe_time_s: dict[str, float] | None = None
 
   def step_time(self) -> StepTime:
     """These fields alone, as their own record (of a row that carries them)."""

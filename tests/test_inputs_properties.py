@@ -486,7 +486,7 @@ INVALID: dict[str, list[str]] = {
     "moe_impl": ["bogus"], "capacity_factor": ["0", "-1", "inf", "x"], "moe_kernel": ["bogus", ""],
     "param_dtype": [], "dtype": [], "attention": ["bogus", ""], "dropout": ["1", "-0.1", "nan", "x"],
     "microbatches": ["0", "-1", "x", ""], "vocab_tiles": ["0", "x"], "context_strategy": ["bogus"],
-    "sequence_parallel": ["maybe", "2"], "pipeline_microbatches": ["0", "x"], "pipeline_repeats": ["0", "-2", "x"],
+    "sequence_parallel": ["maybe", "2"], "fsdp_shard_on_exp": ["maybe", "2"], "pipeline_microbatches": ["0", "x"], "pipeline_repeats": ["0", "-2", "x"],
     "qk_dtype": ["float16", "", "x"], "compiler": ["jax==0.1", "libtpu", "libtpu==", "bogus==1"], "quantization": ["bogus", "fp8"], "master_dtype": [], "moments_dtype": [], "grad_reduce_dtype": [],
 }
 

@@ -126,6 +126,39 @@ def test_expert_axis_rules_split_experts_weights_only_and_keep_the_router_whole(
   assert shd.data_parallel_size((("expert", 4), ("fsdp", 2))) == 8  # the batch is split over both
 
 
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(model="tiny", mesh="fsdp=8"), "tiny has no experts"),
+        (dict(model="tiny-moe", mesh="data=8"), "applies to meshes with an fsdp axis"),
+        (dict(model="tiny-moe", mesh="fsdp=3", target="cpu:3", batch=6), "over fsdp=3 .* do not divide them"),
+        (dict(model="tiny-moe", mesh="fsdp=8", fsdp_shard_on_exp="maybe"), "takes on or off"),
+    ],
+)
+def test_bad_experts_on_fsdp_is_one_line_before_compiling(fields, match):
+  with pytest.raises(JaxmemError, match=match) as err:
+    plan(Workload(**{**MOE, "target": "cpu:8", "fsdp_shard_on_exp": "on", **fields}))
+  assert "\n" not in str(err.value)
+
+
+def test_experts_on_fsdp_rules_split_the_expert_dimension_and_leave_d_model_whole():
+  cfg = get_config("tiny-mla")
+  _, params, logical = abstract_model(cfg)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("expert", "fsdp"))
+  default = shd.param_shardings(params, logical, mesh)
+  on_fsdp = shd.param_shardings(params, logical, mesh, shd.param_rules(experts_on_fsdp=True))
+
+  def spec(shardings, name):
+    return next(s.spec for p, s in jax.tree_util.tree_leaves_with_path(shardings) if name in jax.tree_util.keystr(p))
+
+  # [layers, E, D, F] and [layers, E, F, D], the layers stacked first.
+  assert tuple(spec(default, "w_gate_edf"))[1:3] == ("expert", "fsdp")
+  assert tuple(spec(on_fsdp, "w_gate_edf"))[1:3] == (("expert", "fsdp"), None)
+  down = tuple(spec(on_fsdp, "w_down_efd")) + (None,) * 4
+  assert down[1] == ("expert", "fsdp") and down[3] is None
+  assert spec(on_fsdp, "w_router_de") == spec(default, "w_router_de")  # only the experts' weights move
+
+
 # --- compiled: cpu:8, TPU, GPU ------------------------------------------------------------------
 
 

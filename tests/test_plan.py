@@ -14,10 +14,11 @@ import jaxmem
 from jaxmem.cli import main
 from jaxmem.compiler.figures import shape_argument_bytes
 from jaxmem.hardware.targets import get_target
-from jaxmem.models import get_config
+from jaxmem.models import count_params, get_config
 from jaxmem.planning import search, sweep
 from jaxmem.program import sharding as shd
 from jaxmem.render.plan import plot_plan
+from jaxmem.steptime.moe import TERMS as MOE_TERMS
 
 WORKLOAD = dict(model="tiny", batch=8, seq=128)
 ARGS_OVER = "arguments alone over capacity (not compiled)"
@@ -297,3 +298,123 @@ def test_cli_emit_maxtext(planned, capsys):
   assert overrides["max_target_length"] == 128 and any(line.startswith("maxtext note: model tiny") for line in out)
   assert main([*argv, "--format", "csv"]) == 2
   assert "--emit" in capsys.readouterr().err
+
+
+# --- mixture of experts: the MoE kernel and the experts' placement, and the MoE term in `why` ---
+
+MOE_WORKLOAD = dict(model="tiny-moe", batch=8, seq=128)
+
+
+def _moe_base(target: str = "tpu:v5e-4") -> sweep.Plan:
+  return search._base_plan(jaxmem.Workload(**MOE_WORKLOAD, target=target), get_config("tiny-moe"), get_target(target))
+
+
+@pytest.fixture(scope="module")
+def moe_candidates():
+  """tiny-moe's candidates on tpu:v5e-4 (no compile; each mesh's arguments sized once)."""
+  p = _moe_base()
+  return p, search.candidates(p, search.Counter())
+
+
+def test_moe_candidates_take_each_kernel_the_target_offers_and_each_placement_of_the_experts(moe_candidates):
+  """No compile: on TPU the MoE kernels are auto (gmm) and ragged_dot, once each; the experts'
+  weights split on d_model or on their expert dimension over fsdp on every mesh with an fsdp
+  axis, neither where there is none; a dense model has no MoE choice."""
+  _, cands = moe_candidates
+  assert {c.moe_kernel for c in cands} == {"auto", "ragged_dot"}
+  for c in cands:
+    fsdp = dict(shd.parse_mesh(c.mesh)).get("fsdp", 1) > 1
+    assert (c.fsdp_shard_on_exp is not None) == fsdp
+  placed = {(c.mesh, c.fsdp_shard_on_exp) for c in cands if c.fsdp_shard_on_exp is not None}
+  assert {m for m, on in placed if on} == {m for m, on in placed if not on} != set()
+  assert any(c.mesh.startswith("expert=") for c in cands)  # expert parallelism, searched as a mesh axis
+  tpu = get_target("tpu:v5e-4")
+  dense = search._base_plan(jaxmem.Workload(**WORKLOAD, target=tpu), get_config("tiny"), tpu)
+  kernels = search._moe_kernels(dense)
+  assert kernels == ({None: None}, 0)
+  assert search._moe_choices(dense, (("fsdp", 4),), kernels[0], search.Counter(), 1) == [search.MoeChoice()]
+
+
+def test_moe_kernels_are_what_the_target_resolves():
+  assert search._moe_kernels(_moe_base()) == ({"auto": "gmm", "ragged_dot": "ragged_dot"}, 0)
+  # GPU targets run capacity by default: no grouped matmul to choose.
+  assert search._moe_kernels(_moe_base("gpu:h100")) == ({None: None}, 0)
+
+
+def test_experts_on_fsdp_is_offered_only_where_the_axes_divide_the_experts():
+  p, pruned = _moe_base(), search.Counter()
+  kernels = {"auto": "gmm"}
+  assert [c.on_fsdp for c in search._moe_choices(p, (("fsdp", 4),), kernels, pruned, 1)] == [False, True]
+  assert [c.on_fsdp for c in search._moe_choices(p, (("fsdp", 16),), kernels, pruned, 1)] == [False]  # 8 experts
+  assert pruned == {search.EXPERTS_ON_FSDP_REFUSED: 1}
+  assert [c.on_fsdp for c in search._moe_choices(p, (("expert", 4),), kernels, pruned, 1)] == [None]
+
+
+def test_closed_form_charges_ragged_dot_its_dense_expansion():
+  cfg, tgt = get_config("mixtral-8x7b"), get_target("tpu:v5p-16")
+  times = {k: search.analytic(cfg, mesh=(("fsdp", 16),), rung=search.REMAT_LADDER[0], microbatches=1, batch=64,
+                              seq=4096, argument_bytes=0, param_count=count_params(cfg), target=tgt, fused=True,
+                              moe_kernel=k)[1] for k in ("gmm", "ragged_dot")}
+  assert times["ragged_dot"] > times["gmm"]
+
+
+def _moe_row(row, step: float, moe: dict[str, float] | None, **fields):
+  return dataclasses.replace(row, step_time_s=step, compute_bound_share=1.0, memory_bound_share=0.0,
+                             comm_bound_share=0.0, moe_time_s=moe, **fields)
+
+
+@pytest.fixture(scope="module")
+def moe_planned():
+  """tiny-moe on tpu:v5e-4, two compiles, no row cache."""
+  return jaxmem.plan(target="tpu:v5e-4", budget=2, cache=None, **MOE_WORKLOAD)
+
+
+@pytest.mark.needs_tpu_compiler
+def test_why_names_the_moe_term_whose_difference_is_most_of_the_gap(moe_planned):
+  row = moe_planned.rows[0]
+  terms = dict.fromkeys(MOE_TERMS, 0.0)
+  best = _moe_row(row, 1.0, {**terms, "grouped_matmul": 0.2, "token_exchange": 0.1})
+  slower = _moe_row(row, 1.5, {**terms, "grouped_matmul": 0.5, "token_exchange": 0.3}, remat="full")
+  # 0.3 s of the 0.5 s between them is the grouped matmul's: more than half, so it decides.
+  assert search.moe_decides(best, slower) == "grouped matmul decides: 500.0 ms vs 200.0 ms"
+  line = search.why([best, slower])
+  assert "grouped matmul decides: 500.0 ms vs 200.0 ms" in line and line.index("decides") < line.index("less")
+  # 0.2 s of 0.5 s: no one MoE term accounts for most of the difference.
+  spread = _moe_row(row, 1.5, {**terms, "grouped_matmul": 0.4, "token_exchange": 0.3}, remat="full")
+  assert search.moe_decides(best, spread) is None and "decides" not in search.why([best, spread])
+  # The runner-up's experts ran ragged_dot (no grouped matmul kernel the walk reads): no term to
+  # set against, and the FLOPs are said to come from the kernel.
+  dense = _moe_row(row, 1.5, None, moe_kernel="ragged_dot", flops=3 * row.flops)
+  line = search.why([best, dense])
+  assert "decides" not in line and f"MoE kernel ragged_dot vs {row.moe_kernel}" in line
+  assert "remat" not in line  # the same policy: not what differs
+
+
+@pytest.mark.needs_tpu_compiler
+def test_plan_on_an_moe_preset_ranks_its_kernels_and_says_which_moe_term_decides(moe_planned):
+  result = moe_planned
+  assert result.recommended is not None and len(result.rows) == 2
+  for r in result.rows:  # the walk reads gmm's kernels as the MoE terms; ragged_dot's expansion it does not
+    assert r.moe_kernel in ("gmm", "ragged_dot") and search.label(r).endswith(f" {r.moe_kernel}")
+    if r.moe_kernel == "gmm":
+      assert set(r.moe_time_s) == set(MOE_TERMS) and r.moe_time_s["grouped_matmul"] > 0
+  fitting = [r for r in result.rows if r.fits]
+  decides = search.moe_decides(fitting[0], fitting[1])
+  assert result.why.startswith(search.label(fitting[0]))
+  assert (decides is not None and decides in result.why) or (decides is None and "decides" not in result.why)
+  doc = json.loads(jaxmem.table(result, "json"))
+  assert doc["why"] == result.why and doc["rows"][0]["moe_time_s"] == result.rows[0].moe_time_s
+
+
+@pytest.mark.needs_tpu_compiler
+def test_moe_candidates_compile_with_their_kernel_and_placement(moe_candidates):
+  p, cands = moe_candidates
+  pick = {(c.moe_kernel, c.fsdp_shard_on_exp): c for c in cands
+          if c.mesh == "fsdp=4" and c.remat == "full" and c.microbatches == 1 and c.attention == "auto"}
+  chosen = [pick["ragged_dot", False], pick["auto", True]]
+  dense, on_fsdp = search._run_candidates(p, p.tasks()[0], chosen, jobs=1, cache=None, on_row=None)
+  assert dense.error is None and dense.moe_kernel == "ragged_dot" and dense.moe_time_s is None
+  assert dense.fsdp_shard_on_exp is False and search.label(dense).endswith(" ragged_dot")
+  assert on_fsdp.error is None and on_fsdp.moe_kernel == "gmm" and on_fsdp.fsdp_shard_on_exp is True
+  assert search.label(on_fsdp).endswith("gmm experts on fsdp") and on_fsdp.moe_time_s
+  assert on_fsdp.param_bytes == dense.param_bytes  # the same bytes a device, split on another dimension

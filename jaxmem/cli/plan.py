@@ -1,5 +1,6 @@
 """``jaxmem plan``: the fastest configuration that fits (mesh, remat policy, microbatches,
-attention kernel), searched in a compile budget and ranked by the estimated step time."""
+attention kernel; on a mixture-of-experts model the MoE kernel and ``fsdp_shard_on_exp`` too),
+searched in a compile budget and ranked by the estimated step time."""
 
 from __future__ import annotations
 

@@ -436,6 +436,13 @@ def _moe(impl: str | None, at: At) -> dict[str, Any]:
                          "(sparse_matmul=false with a capacity_factor)")
 
 
+def _experts_on_fsdp(on: bool | None, at: At) -> dict[str, Any]:
+  """The experts' weights split on their expert dimension over fsdp: MaxText's
+  ``fsdp_shard_on_exp`` (layers/moe.py; the DeepSeek-V3 and GPT-OSS recipes set it; MaxText's
+  main branch since renamed it ``shard_exp_on_fsdp``). None: MaxText's own (off)."""
+  return {} if on is None else {"fsdp_shard_on_exp": bool(on)}
+
+
 # --- where it runs, and the model
 
 
@@ -495,6 +502,7 @@ _ROWS = (
     Row(name="dtype", keys=("dtype",), write=_dtype("dtype", "dtype")),
     Row(name="moments_dtype", keys=("mu_dtype",), write=_moments, notes=_moments_notes),
     Row(name="moe_impl", keys=("sparse_matmul", "capacity_factor"), write=_moe, also=("capacity_factor",)),
+    Row(name="fsdp_shard_on_exp", keys=("fsdp_shard_on_exp",), write=_experts_on_fsdp, per_task=True, when_given=True),
     Row(name="dropout", keys=("dropout_rate",), write=_dropout),
     Row(name="context_strategy", keys=("context_parallel_strategy", "use_tokamax_splash"), write=_context_strategy,
         per_task=True, when_given=True),

@@ -34,6 +34,7 @@ from jaxmem.cache import RowCache
 from jaxmem.planning.depth import depth_plan, depth_task, probe_depths
 from jaxmem.planning.depth import predict as predict_at_depth
 from jaxmem.resolve import Plan, Task, outer_variants, plan, resolve_meshes, resolve_target, variant_of
+from jaxmem.program.train import moe_summary
 from jaxmem.options import RunOptions
 from jaxmem.planning.sweep import Row, baseline_flops, compare_plan, run_rows, with_overheads
 from jaxmem.program import sharding as shd
@@ -63,7 +64,7 @@ class FitResult:
   note: str | None = None
   attention: str | None = None
   microbatches: int = 1
-  moe: str | None = None  # an MoE model's experts: "dropless", "capacity 1.25" (None: dense)
+  moe: str | None = None  # an MoE model's experts: "dropless", "capacity 1.25" (None: dense; program.train.moe_summary)
   # With a depth probe (fit --depth-probe): the two num_layers each probe was predicted from,
   # whether the answer compiled at full depth agreed, and the prediction's error there (percent
   # of the compiled required bytes). None without one.
@@ -338,9 +339,7 @@ def _moe_label(s: _Search) -> str | None:
   """The search's MoE variant: from a compiled row, else as its task names it."""
   row = s.best or s.last
   if row is not None:
-    if not row.moe_impl:
-      return None
-    return row.moe_impl + ("" if row.capacity_factor is None else f" {row.capacity_factor:g}")
+    return moe_summary(row.moe_impl, row.capacity_factor, row.fsdp_shard_on_exp)
   w = s.task.workload
   return ",".join(w.moe_impl) + "".join(f" {f:g}" for f in w.capacity_factor) or None
 

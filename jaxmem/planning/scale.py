@@ -22,6 +22,7 @@ from jaxmem.events import notice
 from jaxmem.options import RunOptions
 from jaxmem.resolve import Plan, Task, plan
 from jaxmem.planning.sweep import Row, run_rows, with_overheads
+from jaxmem.program.train import moe_summary
 from jaxmem.records import SWEPT_FIELDS, Record
 from jaxmem.workload import Workload
 
@@ -162,7 +163,7 @@ def growth_exponents(rows: Sequence[Row], over: dict[str, list[int]]) -> list[Gr
   varying = [v for v in VARIABLES if v in over]
   for values, rs in groups.items():
     g = dict(zip(fields, values, strict=True))
-    moe = g["moe_impl"] and g["moe_impl"] + ("" if g["capacity_factor"] is None else f" {g['capacity_factor']:g}")
+    moe = moe_summary(g["moe_impl"], g["capacity_factor"], g["fsdp_shard_on_exp"])
     for comp in COMPONENTS:
       pts = [(r, getattr(r, comp)) for r in rs if r.error is None and getattr(r, comp)]
       exps: dict[str, float | None] = dict.fromkeys(VARIABLES)

@@ -6,8 +6,14 @@ The search a performance engineer does by hand, in four steps:
    (:data:`SEARCH_AXES`, those the sharding rules know; a ``stage`` axis of S stages at
    :data:`PIPELINE_FACTORS` x S pipeline microbatches), the remat ladder from ``none`` to
    ``full`` (:data:`REMAT_LADDER`, policies of :data:`jaxmem.program.remat.REMAT_POLICIES`),
-   microbatch counts that divide the batch (powers of two up to :data:`MAX_MICROBATCHES`) and the
-   target's attention kernels (``auto`` and ``dot``, each once as the target resolves it).
+   microbatch counts that divide the batch (powers of two up to :data:`MAX_MICROBATCHES`), the
+   target's attention kernels (``auto`` and ``dot``, each once as the target resolves it) and,
+   for a mixture-of-experts model whose experts run dropless, the target's MoE kernels (the
+   ``moe_kernel`` names, each once as the target resolves it: ``auto`` (megablox's ``gmm`` on
+   TPU) and ``ragged_dot``; :func:`_moe_kernels`). The experts' placement: the ``expert`` mesh
+   axis, searched with the others for a model with experts, and on a mesh with an fsdp axis the
+   experts' weights split on their expert dimension over it or not (``fsdp_shard_on_exp``, where
+   the axes divide the experts; :func:`_moe_choices`).
 2. Dropped before anything compiles: meshes the workload cannot take (the batch not divisible by
    the data axes times the microbatches, heads not divisible by ``tensor``, experts not by
    ``expert``: each with its reason counted), and every candidate whose arguments alone
@@ -24,7 +30,8 @@ The search a performance engineer does by hand, in four steps:
    :mod:`jaxmem.steptime`): fitting candidates first (those at risk at the edge after
    those that are not), fastest first; the first is the recommendation, and :func:`why` says in
    one line what makes it faster than the runner-up (rows tie only where their simulated times
-   are equal, and then keep the order they were compiled in).
+   are equal, and then keep the order they were compiled in), naming the MoE term that decides
+   where one does (:func:`moe_decides`).
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ from jaxmem.program import sharding as shd
 from jaxmem.program.optimizers import OPTIMIZERS
 from jaxmem.program.pipelining import PipelineOptions
 from jaxmem.program.remat import REMAT_POLICIES
-from jaxmem.program.train import build_train_program, check_batch, moe_choice, pick_attention
+from jaxmem.program.train import build_train_program, check_batch, moe_choice, moe_kernel, pick_attention
+from jaxmem.registry import published
 from jaxmem.workload import DEFAULT_BATCH, Workload
 
 # The mesh axes a plan factorizes the devices over, in the order a mesh names them; one the
@@ -111,10 +119,31 @@ class Candidate:
   estimated_required_bytes: int
   estimated_step_time_s: float | None
   pipeline_microbatches: int | None = None  # on a mesh with a stage axis; None without
+  moe_kernel: str | None = None  # the experts' grouped matmul asked (dropless MoE); None: no experts to choose for
+  fsdp_shard_on_exp: bool | None = None  # the experts' weights split on E over fsdp; None: not a choice here
 
   def same_program_family(self, other: Candidate) -> bool:
-    return (self.mesh, self.attention, self.pipeline_microbatches) == (
-        other.mesh, other.attention, other.pipeline_microbatches)
+    return (self.mesh, self.attention, self.pipeline_microbatches, self.moe_kernel, self.fsdp_shard_on_exp) == (
+        other.mesh, other.attention, other.pipeline_microbatches, other.moe_kernel, other.fsdp_shard_on_exp)
+
+  @property
+  def key(self) -> str:
+    """Its configuration in a few words (:func:`candidate_key`, with its MoE choices)."""
+    moe = [f"moe {self.moe_kernel}"] if self.moe_kernel else []
+    moe += ["experts on fsdp"] if self.fsdp_shard_on_exp else []
+    return " ".join([candidate_key(self.mesh, self.remat, self.microbatches, self.attention,
+                                   self.pipeline_microbatches), *moe])
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeChoice:
+  """How a candidate runs a mixture of experts: the ``moe_kernel`` name asked and the kernel the
+  target resolves it to, and whether the experts' weights are split on their expert dimension
+  over fsdp (``fsdp_shard_on_exp``); ``None`` each where there is nothing to choose."""
+
+  kernel: str | None = None
+  resolved: str | None = None
+  on_fsdp: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -216,7 +245,7 @@ def mesh_reason(
 
 def analytic(
     cfg: Any, *, mesh: shd.MeshSpec, rung: Rung, microbatches: int, batch: int, seq: int, argument_bytes: int,
-    param_count: int, target: Any, fused: bool, pipeline_microbatches: int | None = None,
+    param_count: int, target: Any, fused: bool, pipeline_microbatches: int | None = None, moe_kernel: str | None = None,
 ) -> tuple[int, float | None]:
   """The closed-form (required bytes, step seconds) a candidate is ordered by.
 
@@ -230,7 +259,11 @@ def analytic(
   forward and backward, expert exchanges the tokens four times. A ``stage`` axis of S stages
   holds L/S layers per device, all of a microbatch's activations in flight (GPipe, Huang et
   al. 2019), runs (M + S - 1) / M of the work for M pipeline microbatches (the bubble) and
-  passes each microbatch's stage output on, forward and backward."""
+  passes each microbatch's stage output on, forward and backward. ``moe_kernel`` ``ragged_dot``
+  (as resolved), which XLA's TPU and GPU compilers expand into a dense matmul over every expert a
+  device holds (:mod:`jaxmem.models.moe_kernels`): each routed row times all ``E / expert`` local
+  experts, so the routed experts' FLOPs (6 x tokens x k x the MoE layers x 3·D·F_e) times
+  ``E / expert - 1`` more."""
   m = dict(mesh)
   n = shd.mesh_size(mesh)
   d, f, t, e, st = (m.get(a, 1) for a in ("data", "fsdp", "tensor", "expert", "stage"))
@@ -244,7 +277,11 @@ def analytic(
   if peaks is None:
     return required, None
   bubble = 1.0 if st == 1 else (pipeline_microbatches + st - 1) / pipeline_microbatches
-  compute = training_flops(cfg, batch=batch, seq=seq) / n * (1 + rung.recompute / 3) * bubble / peaks.peak_flops
+  flops = training_flops(cfg, batch=batch, seq=seq)
+  if cfg.is_moe and moe_kernel == "ragged_dot" and target.platform in ("tpu", "gpu"):
+    routed = 6 * batch * seq * cfg.experts_per_token * cfg.num_moe_layers * 3 * cfg.d_model * cfg.expert_d_ff
+    flops += routed * (cfg.num_experts / e - 1)
+  compute = flops / n * (1 + rung.recompute / 3) * bubble / peaks.peak_flops
   p16 = 2 * param_count / t / st
   comm = p16 * (2 * microbatches + 1) * (f - 1) / f + (2 * p16 / f * (d - 1) / d)
   tokens = batch * seq / shd.data_parallel_size(mesh)
@@ -266,26 +303,78 @@ def candidates(p: Plan, pruned: Counter) -> list[Candidate]:
   kernel (remat and microbatches do not change them)."""
   rungs = [r for r in REMAT_LADDER if r.name in REMAT_POLICIES]
   micro = [m for m in (2**i for i in range(MAX_MICROBATCHES.bit_length())) if m <= MAX_MICROBATCHES]
+  moe, refused = _moe_kernels(p)
+  per_kernel = len(rungs) * len(micro)
   out: list[Candidate] = []
   for mesh in factorizations(p.target.num_devices, search_axes(p.cfg)):
     stages = dict(mesh).get("stage", 1)
     for pm in [None] if stages == 1 else [k * stages for k in PIPELINE_FACTORS]:
       why = mesh_reason(mesh, p.cfg, p.batch, p.seq, 1, pm, p.options(), p.built()[1])
       if why is not None:  # more microbatches only make it worse
-        pruned[why] += len(ATTENTIONS) * len(micro) * len(rungs)
+        pruned[why] += len(ATTENTIONS) * per_kernel * (len(moe) + refused)
         continue
-      for kernel in _kernels(p, mesh, pruned, len(rungs) * len(micro)):
+      for kernel in _kernels(p, mesh, pruned, per_kernel * (len(moe) + refused)):
+        if refused:
+          pruned[MOE_KERNEL_REFUSED] += per_kernel * refused
         try:
-          out += _schedule_candidates(p, mesh, kernel, pm, rungs, micro, pruned)
+          out += _schedule_candidates(p, mesh, kernel, pm, rungs, micro, pruned, _moe_choices(p, mesh, moe, pruned,
+                                                                                               per_kernel))
         except DimensionDoesNotDivide:  # the mesh cannot shard the model's parameters (its vocabulary)
-          pruned[REASONS[DimensionDoesNotDivide]] += len(rungs) * len(micro)
+          pruned[REASONS[DimensionDoesNotDivide]] += per_kernel * len(moe)
   return out
+
+
+EXPERTS_ON_FSDP_REFUSED = "fsdp_shard_on_exp: the axes that would split the experts do not divide them"
+
+
+def _moe_choices(
+    p: Plan, mesh: shd.MeshSpec, kernels: dict[str | None, str | None], pruned: Counter, per_choice: int,
+) -> list[MoeChoice]:
+  """Each MoE kernel (:func:`_moe_kernels`) with each placement of the experts' weights this mesh
+  offers: on a mesh with an fsdp axis, split on d_model (the default) and on the expert dimension
+  (``fsdp_shard_on_exp``, where the expert, fsdp and context axes divide the experts; else counted
+  in ``pruned``, ``per_choice`` a kernel)."""
+  placements: list[bool | None] = [None]
+  if p.cfg.is_moe and dict(mesh).get("fsdp", 1) > 1:
+    placements = [False]
+    try:
+      shd.check_experts(mesh, p.cfg.num_experts, p.cfg.name, on_fsdp=True)
+      placements.append(True)
+    except ExpertsDoNotDivide:
+      pruned[EXPERTS_ON_FSDP_REFUSED] += per_choice * len(kernels)
+  return [MoeChoice(kernel, resolved, on) for kernel, resolved in kernels.items() for on in placements]
+
+
+MOE_KERNEL_REFUSED = "MoE kernel not available on this target"
+
+
+def _moe_kernels(p: Plan) -> tuple[dict[str | None, str | None], int]:
+  """The ``moe_kernel`` names a plan searches (name asked -> the kernel the target resolves it
+  to), each implementation once, as :func:`_kernels` takes attention's (``auto`` where it
+  resolves to ``gmm`` is ``auto``): on TPU ``auto`` (megablox's gmm) and ``ragged_dot``, elsewhere
+  ``auto`` (ragged_dot); and how many names the target refuses (gmm off TPU). ``{None: None}``
+  where there is no kernel to choose: a dense model, experts that run capacity (the default on
+  GPU targets)."""
+  cfg, choices = p.built()
+  if moe_kernel(cfg, choices, p.target, {}) is None:
+    return {None: None}, 0
+  kept: dict[str, str] = {}  # resolved -> the first name asked for it
+  refused = 0
+  for name in published("MoE kernel"):
+    try:
+      kept.setdefault(moe_kernel(cfg, choices, p.target, {"moe_kernel": name}), name)
+    except JaxmemError:
+      refused += 1
+  return {asked: resolved for resolved, asked in kept.items()}, refused
 
 
 def _schedule_candidates(
     p: Plan, mesh: shd.MeshSpec, kernel: str, pm: int | None, rungs: list[Rung], micro: list[int], pruned: Counter,
+    moe: list[MoeChoice],
 ) -> list[Candidate]:
-  """One mesh, kernel and pipeline schedule's candidates over the microbatches and the ladder."""
+  """One mesh, kernel and pipeline schedule's candidates over the microbatches, the ladder and the
+  MoE choices ``moe`` (:func:`_moe_choices`; their arguments are the same bytes: one set of
+  weights, however split)."""
   cfg, tgt, n = p.cfg, p.target, p.target.num_devices
   program = build_train_program(
       cfg, choices=p.choices, remat=REMAT_POLICIES["none"], optimizer=p.optimizers[0], batch=p.batch, seq=p.seq,
@@ -295,7 +384,7 @@ def _schedule_candidates(
   args = shape_argument_bytes(program.args, n)
   fused = program.attention.name != "dot"
   out: list[Candidate] = []
-  for mb, rung in itertools.product(micro, rungs):
+  for mb, rung, choice in itertools.product(micro, rungs, moe):
     why = mesh_reason(mesh, cfg, p.batch, p.seq, mb, pm, p.options(), p.built()[1])
     if why is None and tgt.capacity_bytes is not None and not fits_in(args, tgt.capacity_bytes):
       why = "arguments alone over capacity (not compiled)"
@@ -303,10 +392,12 @@ def _schedule_candidates(
       pruned[why] += 1
       continue
     req, secs = analytic(cfg, mesh=mesh, rung=rung, microbatches=mb, batch=p.batch, seq=p.seq, argument_bytes=args,
-                         param_count=count_params(cfg), target=tgt, fused=fused, pipeline_microbatches=pm)
+                         param_count=count_params(cfg), target=tgt, fused=fused, pipeline_microbatches=pm,
+                         moe_kernel=choice.resolved)
     out.append(Candidate(
         mesh=shd.format_mesh(mesh), remat=rung.name, microbatches=mb, attention=kernel, level=rungs.index(rung),
         argument_bytes=args, estimated_required_bytes=req, estimated_step_time_s=secs, pipeline_microbatches=pm,
+        moe_kernel=choice.kernel, fsdp_shard_on_exp=choice.on_fsdp,
     ))
   return out
 
@@ -410,8 +501,7 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
   pruned.update(skipped)
   base = p.tasks()[0]
   rows = [_with_recompute(p, r, _task(base, c)) for r, c in zip(rows, compiled, strict=True)]
-  est = {candidate_key(c.mesh, c.remat, c.microbatches, c.attention, c.pipeline_microbatches): c.estimated_step_time_s
-         for c in compiled}
+  est = {c.key: c.estimated_step_time_s for c in compiled}
   ranked = rank_rows(rows)
   return PlanResult(
       model=cfg.name, target=tgt.name, batch=w.batch, seq=w.seq, budget=budget,
@@ -423,8 +513,10 @@ def plan(w: Workload, *, budget: int, run: RunOptions) -> PlanResult:
 
 
 def label(r: Row) -> str:
-  """A row's configuration in a few words: mesh, remat, microbatches, attention."""
-  return f"{r.mesh} {r.remat} mb{r.microbatches} {r.attention or ''}".strip()
+  """A row's configuration in a few words: mesh, remat, microbatches, attention, and the MoE
+  kernel where its dropless experts ran one (``experts on fsdp`` where ``fsdp_shard_on_exp``)."""
+  moe = [getattr(r, "moe_kernel", None) or "", "experts on fsdp" if getattr(r, "fsdp_shard_on_exp", None) else ""]
+  return " ".join([f"{r.mesh} {r.remat} mb{r.microbatches} {r.attention or ''}".strip(), *(w for w in moe if w)])
 
 
 # What a row's simulated step is made of (jaxmem.records.StepTime): the seconds each term bounds.
@@ -432,9 +524,10 @@ _PARTS = (("compute", "compute-bound time"), ("memory", "memory-bound time"), ("
 
 
 def why(ranked: list[Row]) -> str | None:
-  """The first fitting row against the next fitting one in one line: how much faster, and the
-  terms of the simulated step that make the difference, largest first, each with what drives
-  it (recomputation's FLOPs, HBM traffic, the collectives' bytes, a pipeline's bubble)."""
+  """The first fitting row against the next fitting one in one line: how much faster, the MoE
+  term that decides where one does (:func:`moe_decides`), and the terms of the simulated step
+  that make the difference, largest first, each with what drives it (recomputation's FLOPs, the
+  MoE kernel, HBM traffic, the collectives' bytes, a pipeline's bubble)."""
   fitting = [r for r in ranked if r.fits and r.step_time_s is not None]
   if not fitting:
     return None
@@ -446,9 +539,31 @@ def why(ranked: list[Row]) -> str | None:
   if gap <= 0:
     return f"{label(best)} and {label(second)} tie at the simulated step time; the first compiled is listed first"
   parts = sorted(((_part(second, t) - _part(best, t), t, what) for t, what in _PARTS), reverse=True)
-  said = [f"{_ms(d)} less {what}{_driver(best, second, t)}" for d, t, what in parts if d > 0.05 * gap]
+  decides = moe_decides(best, second)
+  said = ([decides] if decides else []) + [
+      f"{_ms(d)} less {what}{_driver(best, second, t)}" for d, t, what in parts if d > 0.05 * gap]
   head = f"{label(best)} is {_ms(gap)} ({gap / second.step_time_s:.1%}) faster per step than {label(second)}"
   return head + (": " + "; ".join(said) if said else "")
+
+
+def moe_decides(best: Row, second: Row) -> str | None:
+  """The MoE term that decides between two rows (``best`` the faster), in words, or None.
+
+  A term decides where its difference between the rows' MoE times (``moe_time_s``, each term's
+  time on the device's stream in the simulated step: :mod:`jaxmem.steptime.moe`) accounts for
+  most of their step-time difference, more than half of it: what the runner-up spends on that
+  term beyond what the recommendation does is more than everything else between them put
+  together. Where a row has no MoE terms (a dense model; ``ragged_dot``, which XLA expands into
+  a dense matmul the walk does not read as the experts' kernel) no term is named."""
+  a, b = getattr(best, "moe_time_s", None), getattr(second, "moe_time_s", None)
+  gap = second.step_time_s - best.step_time_s
+  if not a or not b or gap <= 0:
+    return None
+  diffs = {t: b.get(t, 0.0) - a.get(t, 0.0) for t in dict.fromkeys([*b, *a])}
+  term = max(diffs, key=lambda t: diffs[t])
+  if diffs[term] <= gap / 2:
+    return None
+  return f"{term.replace('_', ' ')} decides: {_ms(b.get(term, 0.0))} vs {_ms(a.get(term, 0.0))}"
 
 
 def _part(r: Row, term: str) -> float:
@@ -462,8 +577,8 @@ def _driver(best: Row, second: Row, term: str) -> str:
   """What in the programs makes ``term`` differ: FLOPs (recomputation), bytes, a bubble."""
   out = []
   if term == "compute" and best.flops and second.flops and second.flops > best.flops:
-    out.append(f"the runner-up runs {second.flops / best.flops - 1:.0%} more FLOPs a device (remat {second.remat} vs "
-               f"{best.remat})")
+    more = second.flops / best.flops - 1
+    out.append(f"the runner-up runs {more:.0%} more FLOPs a device{_flops_driver(best, second)}")
   if term == "memory" and best.bytes_accessed and second.bytes_accessed and second.bytes_accessed > best.bytes_accessed:
     out.append(f"the runner-up moves {second.bytes_accessed / best.bytes_accessed - 1:.0%} more HBM bytes")
   if term == "comm":
@@ -477,6 +592,15 @@ def _driver(best: Row, second: Row, term: str) -> str:
   if bubbles[1] > bubbles[0]:
     out.append(f"pipeline bubble {bubbles[1]:.0%} vs {bubbles[0]:.0%}")
   return f" ({', '.join(out)})" if out else ""
+
+
+def _flops_driver(best: Row, second: Row) -> str:
+  """What in the configurations differs to run more FLOPs: the remat policy, the MoE kernel."""
+  kernels = (getattr(second, "moe_kernel", None), getattr(best, "moe_kernel", None))
+  said = [f"remat {second.remat} vs {best.remat}"] if second.remat != best.remat or kernels[0] == kernels[1] else []
+  if kernels[0] != kernels[1]:
+    said.append(f"MoE kernel {kernels[0]} vs {kernels[1]}")
+  return f" ({', '.join(said)})"
 
 
 def _ms(seconds: float) -> str:
@@ -573,8 +697,11 @@ def _run_candidates(
 
 
 def _task(base: Task, c: Candidate) -> Task:
+  moe = {} if c.moe_kernel is None else {"moe_kernel": (c.moe_kernel,)}
+  if c.fsdp_shard_on_exp is not None:  # off is the workload's default: the same task (and cache key) as before
+    moe["fsdp_shard_on_exp"] = (c.fsdp_shard_on_exp,)
   return base.replace(mesh=(c.mesh,), remat=(c.remat,), attention=(c.attention,), microbatches=(c.microbatches,),
-                      pipeline_microbatches=c.pipeline_microbatches)
+                      pipeline_microbatches=c.pipeline_microbatches, **moe)
 
 
 def _with_recompute(p: Plan, r: Row, task: Task) -> Row:

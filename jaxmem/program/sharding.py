@@ -75,6 +75,21 @@ PARAM_RULES: dict[str, tuple[str, ...]] = {
     # not split over stage: every stage holds them (see the module docstring).
     "layers": ("stage",),
 }
+# MaxText's fsdp_shard_on_exp (layers/moe.py: the experts' kernels name their expert dimension
+# "embed_no_exp", which its rules split over fsdp, and leave d_model unsplit): the routed experts'
+# weights split on the expert dimension over expert and what splits embed (fsdp, context), so
+# d_model, after them, is split by nothing (logical_to_spec uses a mesh axis once per array).
+EXPERTS_ON_FSDP_RULES: dict[str, tuple[str, ...]] = {**PARAM_RULES, "exp": ("expert", *PARAM_RULES["embed"])}
+
+
+def param_rules(*, experts_on_fsdp: bool = False) -> dict[str, tuple[str, ...]]:
+  """The parameters' rules: :data:`PARAM_RULES`, or with ``experts_on_fsdp`` (the
+  ``fsdp_shard_on_exp`` option) :data:`EXPERTS_ON_FSDP_RULES`. The same bytes a device, split on
+  another dimension: the experts' grouped matmuls gather the expert dimension over fsdp at the
+  edge of their shard_map, where the default gathers d_model (:mod:`jaxmem.models.moe_parallel`)."""
+  return EXPERTS_ON_FSDP_RULES if experts_on_fsdp else PARAM_RULES
+
+
 # Logical dimension -> mesh axes, for activations.
 ACTIVATION_RULES: dict[str, tuple[str, ...]] = {
     "batch": ("data", "fsdp", "expert"),
@@ -154,13 +169,24 @@ def check_sequence_parallel(mesh: MeshSpec, seq: int) -> None:
     raise JaxmemError(f"`sequence_parallel`: `seq` {seq} is not divisible by {by}; use a multiple of {ways}")
 
 
-def check_experts(mesh: MeshSpec, num_experts: int, model: str) -> None:
-  """An ``expert`` axis must divide the model's routed experts (each device holds E / expert)."""
+def check_experts(mesh: MeshSpec, num_experts: int, model: str, *, on_fsdp: bool = False) -> None:
+  """An ``expert`` axis must divide the model's routed experts (each device holds E / expert);
+  with ``on_fsdp`` (``fsdp_shard_on_exp``: :func:`param_rules`) so must its product with the
+  fsdp and context axes, which then split the expert dimension too."""
   ways = dict(mesh).get("expert", 1)
   if num_experts and ways > 1 and num_experts % ways:
     raise ExpertsDoNotDivide(
         f"mesh {format_mesh(mesh)}: expert={ways} does not divide {model}'s {num_experts} experts; "
         f"use an expert axis size that divides {num_experts}"
+    )
+  sizes = dict(mesh)
+  axes = [a for a in param_rules(experts_on_fsdp=on_fsdp)["exp"] if sizes.get(a, 1) > 1]
+  ways = math.prod(sizes[a] for a in axes)
+  if on_fsdp and num_experts and num_experts % ways:
+    by = " x ".join(f"{a}={sizes[a]}" for a in axes)
+    raise ExpertsDoNotDivide(
+        f"`fsdp_shard_on_exp` splits {model}'s {num_experts} experts over {by} of mesh {format_mesh(mesh)}, which "
+        f"do not divide them; use axis sizes whose product divides {num_experts}, or drop fsdp_shard_on_exp"
     )
 
 
@@ -187,11 +213,15 @@ def logical_to_spec(
   return PartitionSpec(*entries)
 
 
-def param_shardings(abstract_params: Any, logical_specs: Any, mesh: Mesh) -> Any:
-  """NamedShardings for a parameter tree from its logical specs (one name per dimension)."""
+def param_shardings(
+    abstract_params: Any, logical_specs: Any, mesh: Mesh, rules: dict[str, tuple[str, ...]] | None = None,
+) -> Any:
+  """NamedShardings for a parameter tree from its logical specs (one name per dimension), by
+  ``rules`` (:func:`param_rules`; default :data:`PARAM_RULES`)."""
+  rules = PARAM_RULES if rules is None else rules
 
   def one(path, leaf, logical):
-    spec = logical_to_spec(tuple(logical), leaf.shape, mesh, PARAM_RULES, what=f"parameter {_keystr(path)}")
+    spec = logical_to_spec(tuple(logical), leaf.shape, mesh, rules, what=f"parameter {_keystr(path)}")
     return NamedSharding(mesh, spec)
 
   return jax.tree_util.tree_map_with_path(

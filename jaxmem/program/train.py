@@ -284,6 +284,14 @@ def moe_fields(cfg: ModelConfig, choices: StepChoices) -> dict[str, Any]:
   return dict(moe_impl=impl, capacity_factor=choices.capacity_factor if impl == "capacity" else None)
 
 
+def moe_summary(impl: str | None, capacity_factor: float | None, on_fsdp: bool | None = None) -> str | None:
+  """A summary's experts in a few words (fit's and scale's ``moe``): ``dropless``, ``capacity
+  1.25``, with ``, experts on fsdp`` where ``fsdp_shard_on_exp`` was on; None for a dense model."""
+  if not impl:
+    return None
+  return impl + ("" if capacity_factor is None else f" {capacity_factor:g}") + (", experts on fsdp" if on_fsdp else "")
+
+
 def check_configuration(
     cfg: ModelConfig, *, choices: StepChoices = StepChoices(), target: Target, mesh: shd.MeshSpec, batch: int,
     seq: int, options: Mapping[str, Any],
@@ -298,6 +306,7 @@ def check_configuration(
   check_batch(batch, seq, mesh, cfg, microbatches=options.get("microbatches") or 1,
               vocab_tiles=options.get("vocab_tiles") or 1, pipeline=PipelineOptions.of(options), choices=choices)
   check_step_options(cfg, mesh, seq, sequence_parallel=bool(options.get("sequence_parallel")))
+  shd.check_experts(mesh, cfg.num_experts, cfg.name, on_fsdp=bool(experts_sharded_on_fsdp(cfg, mesh, options)))
   prec.Precision.of(options).check(cfg.param_dtype)
   moe_kernel(cfg, choices, target, options)
   check_fp8_matmul(choices, target)
@@ -475,7 +484,9 @@ def build_train_program(
       seq=seq, target=target, mesh=jmesh, context_strategy=options.get("context_strategy"), options=options,
   )
   graphdef, params, logical = abstract_model(cfg, choices)
-  param_sh = shd.param_shardings(params, logical, jmesh)
+  experts_on_fsdp = experts_sharded_on_fsdp(cfg, mesh, options)
+  shd.check_experts(mesh, cfg.num_experts, cfg.name, on_fsdp=bool(experts_on_fsdp))
+  param_sh = shd.param_shardings(params, logical, jmesh, shd.param_rules(experts_on_fsdp=bool(experts_on_fsdp)))
   precision.check(cfg.param_dtype)
   tx = precision.transformation(optimizer, learning_rate)
   opt_state = jax.eval_shape(tx.init, params)
@@ -513,8 +524,18 @@ def build_train_program(
       attention=choice, microbatches=microbatches, vocab_tiles=vocab_tiles, precision=precision, pipeline=pipe,
       sequence_parallel=sequence_parallel, step_notes=step_notes, moe_notes=moe_notes, moe_kernel=kernel,
       recorded=dict(attention=choice.name, context_strategy=choice.strategy, moe_kernel=kernel, **moe_fields(cfg, choices),
+                    fsdp_shard_on_exp=experts_on_fsdp,
                     **precision.recorded(opt_state), **pipeline.fields(mesh)),
   )
+
+
+def experts_sharded_on_fsdp(cfg: ModelConfig, mesh: shd.MeshSpec, options: Mapping[str, Any]) -> bool | None:
+  """The ``fsdp_shard_on_exp`` option as it applies: whether the routed experts' weights are split
+  on their expert dimension over fsdp (:func:`jaxmem.program.sharding.param_rules`); None where it
+  does not apply (a dense model, a mesh without an fsdp axis)."""
+  if not cfg.is_moe or dict(mesh).get("fsdp", 1) < 2:
+    return None
+  return bool(options.get("fsdp_shard_on_exp"))
 
 
 def _jitted(train_step, jmesh: jax.sharding.Mesh, params: tuple[Any, Any], opt_state: tuple[Any, Any],

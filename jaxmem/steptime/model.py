@@ -18,6 +18,8 @@ The row's fields (:class:`jaxmem.records.StepTime`; formulas in docs/fields.md):
   mfu            = model_flops / (step_time_s * peak_flops)   (model FLOPs: jaxmem.models.model_flops)
   arithmetic_intensity = flops / bytes_accessed;  ridge_point = peak_flops / hbm_bandwidth
   op_time_s      = the sum over the program's ops of each op's largest term (OpTimes.op_time_s)
+  moe_time_s     = a mixture-of-experts step's time by term (MoeTerms, jaxmem.steptime.moe), where
+                   the walk found grouped matmul kernels
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from jaxmem.inputs import Whole, optional
 from jaxmem.hardware.targets import Target, get_target, target_machine, target_peaks
 from jaxmem.hlo.ops import HloCosts
 from jaxmem.records import Record, StepTime
+from jaxmem.steptime.moe import TERMS as MOE_TERMS
 from jaxmem.steptime.moe import MoeTerms
 from jaxmem.steptime.ops import OpTimes, per_op
 from jaxmem.steptime.roofline import Work, roofline
@@ -150,7 +153,15 @@ def step_time(costs: HloCosts | None, target: Target | None, *, flops: float | N
   ops = per_op(costs, peaks, num_devices, walk, why=why)
   if step.step_time_s is not None:
     step = dataclasses.replace(step, op_time_s=ops.op_time_s)
-  return Estimate(step=step, ops=ops, notes=tuple(notes), moe=None if walk is None else walk.moe)
+  moe = None if walk is None else walk.moe
+  if moe is not None:  # on the row too, so a search can say which MoE term sets two rows apart
+    step = dataclasses.replace(step, moe_time_s=moe_times(moe))
+  return Estimate(step=step, ops=ops, notes=tuple(notes), moe=moe)
+
+
+def moe_times(moe: MoeTerms) -> dict[str, float]:
+  """A row's ``moe_time_s``: each MoE term's time on the stream (:data:`jaxmem.steptime.moe.TERMS`)."""
+  return {t: getattr(moe, f"{t}_time_s") for t in MOE_TERMS}
 
 
 def op_times(source: Any, target: str | Target | None = None, *, top: int | None = None) -> OpTimes:
