@@ -164,8 +164,8 @@ def moe_terms(module: Module, ops: Iterable, kernels: dict, *, peak_flops: float
     if (o.computation, o.name) in kernels:
       acc["grouped_matmul_time_s"] += o.time_s
       # Beyond its tiles at the peak and its blocks at HBM bandwidth: the kernel's measured rate.
-      tiles = max(o.padded_flops / peak_flops, o.memory_time_s) if peak_flops else o.time_s
-      rate = max(0.0, o.time_s - tiles)
+      measured = kernels[(o.computation, o.name)].measured_s is not None and peak_flops
+      rate = max(0.0, o.time_s - max(o.padded_flops / peak_flops, o.memory_time_s)) if measured else 0.0
       acc["kernel_rate_time_s"] += rate
       # Of the rest, the padding's share of the kernel's steps (its matmuls and the blocks they fetch alike).
       share = max(0.0, 1.0 - o.flops / o.padded_flops) if o.padded_flops else 0.0
