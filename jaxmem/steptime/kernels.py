@@ -100,8 +100,8 @@ class GroupedMatmul(Record):
   rows: int
   groups: int
   local_groups: int
-  k: int = 0
-  n: int = 0
+  k: int
+  n: int
   static_steps: int
   visits: float
   visits_empty: bool
