@@ -4,6 +4,7 @@ do the work (row tiles over ragged groups, masked blocks), and the step's time b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -11,13 +12,14 @@ import jax.numpy as jnp
 import pytest
 
 import jaxmem
-from jaxmem.hardware.targets import get_target, target_peaks
+from jaxmem.hardware.targets import get_target, target_machine, target_peaks
 from jaxmem.hlo.ops import hlo_costs
 from jaxmem.hlo.text import parse_module
 from jaxmem.models.moe_kernels import gmm, ragged_dot
 from jaxmem.steptime import timeline
 from jaxmem.steptime.kernels import expected_visits
 from jaxmem.steptime.moe import classify
+from jaxmem.steptime.walk import simulate
 
 TARGET = "tpu:v5e-1"
 
@@ -138,3 +140,24 @@ def test_ops_of_no_moe_term_are_left_out():
   # A collective moving neither experts' arrays nor routed rows.
   assert classify(module, module.get("logits", "main"), experts=8, rows=512, collective=True) is None
   assert hlo_costs(_MODULE).ops  # the module parses as the walk reads it
+
+
+@pytest.mark.needs_tpu_compiler
+def test_the_kernels_measured_rate_is_its_own_part_of_the_grouped_matmul():
+  # On TPU v5p the grouped matmul measured by tokamax runs below its tiles at the chip's peak
+  # (jaxmem.hardware.gmm_rates): the walk times it no faster, and reports what that adds apart.
+  # The same program on a machine whose part has no measured rate is timed by its tiles alone.
+  target = "tpu:v5p-2"
+  def step(x, w, sizes):
+    return jax.grad(lambda x, w: gmm(x, w, sizes).astype(jnp.float32).sum(), argnums=(0, 1))(x, w)
+
+  args = (jax.ShapeDtypeStruct((8192, 1024), jnp.bfloat16), jax.ShapeDtypeStruct((8, 1024, 1024), jnp.bfloat16),
+          jax.ShapeDtypeStruct((8,), jnp.int32))
+  report = jaxmem.analyze(step, *args, target=target)
+  machine, _ = target_machine(get_target(target), report.placement)
+  measured = simulate(report.hlo_costs, machine).moe
+  tiles = simulate(report.hlo_costs, dataclasses.replace(machine, part="TPU v5p, no measured rate")).moe
+  assert tiles.kernel_rate_time_s == 0 < measured.kernel_rate_time_s
+  assert measured.grouped_matmul_time_s == pytest.approx(tiles.grouped_matmul_time_s + measured.kernel_rate_time_s)
+  assert measured.tile_fill_time_s == pytest.approx(tiles.tile_fill_time_s)
+  assert "measured rate" in measured.summary() and "measured rate" not in tiles.summary()

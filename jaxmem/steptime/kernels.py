@@ -42,6 +42,11 @@ pipelined kernels", docs/pallas/tpu/matmul.md: "we actually care about the FLOPs
 bandwidth usage of each individual instance of the kernel"): its block matmul at the matrix rate
 against the blocks it fetches at HBM bandwidth (both inputs' blocks change index every step;
 each output element is written once), the slower of the two.
+
+The tiles at the peak are what the kernel cannot beat; what it reaches is measured: tokamax's
+autotuning cache times its copy of the algorithm by shape on TPU v5p, v5e and Ironwood
+(:mod:`jaxmem.hardware.gmm_rates`). Where the call's part has one, the call takes at least its
+2·m·k·n at the nearest measured shape's achieved rate (``measured_s``).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import math
 import re
 from functools import lru_cache
 
+from jaxmem.hardware.gmm_rates import achieved_flops
 from jaxmem.hardware.machine import MatrixTile
 from jaxmem.hlo.text import Instruction
 from jaxmem.records import Record
@@ -80,10 +86,13 @@ class KernelPlan(Record):
 class GroupedMatmul(Record):
   """One grouped matmul call's tiles (see the module docstring): row, contracted and column
   tiles ``tm``, ``tk``, ``tn``; ``rows`` (``m``), ``groups`` (all experts, ``G``) and
-  ``local_groups`` (the experts this device holds); ``static_steps`` (the grid's static
+  ``local_groups`` (the experts this device holds); ``k`` and ``n`` (the contracted and the
+  output's columns: ``[m, k] x [k, n]`` a group); ``static_steps`` (the grid's static
   dimensions' product: tiles of ``k`` x tiles of ``n``); ``visits`` (the expected row-tile
   visits, :func:`expected_visits`); ``step_flops`` (one block matmul, rounded up to the matrix
-  unit's tile); ``step_bytes`` (the input blocks one step fetches); ``out_bytes`` (the output)."""
+  unit's tile); ``step_bytes`` (the input blocks one step fetches); ``out_bytes`` (the output);
+  ``measured_s``: the call's time at its part's measured rate (:mod:`jaxmem.hardware.gmm_rates`),
+  ``None`` where the part has none."""
 
   tm: int
   tk: int
@@ -91,12 +100,25 @@ class GroupedMatmul(Record):
   rows: int
   groups: int
   local_groups: int
+  k: int
+  n: int
   static_steps: int
   visits: float
   visits_empty: bool
   step_flops: float
   step_bytes: int
   out_bytes: int
+  measured_s: float | None = None
+
+  @property
+  def kind(self) -> str:
+    """``tgmm`` (the weights' gradient: an output block per expert) or ``gmm``."""
+    return "tgmm" if self.visits_empty else "gmm"
+
+  @property
+  def cost_flops(self) -> float:
+    """The matmul as if the rows were packed, 2·m·k·n (the call's cost estimate)."""
+    return 2.0 * self.rows * self.k * self.n
 
   @property
   def steps(self) -> float:
@@ -191,13 +213,15 @@ def _kernel_attributes(body: str) -> dict[str, str] | None:
   return None
 
 
-def grouped_matmul(ins: Instruction, operand_shapes: list[str], tile: MatrixTile | None) -> GroupedMatmul | None:
+def grouped_matmul(ins: Instruction, operand_shapes: list[str], tile: MatrixTile | None,
+                   part: str | None = None) -> GroupedMatmul | None:
   """The tiles of a grouped matmul call (:class:`GroupedMatmul`), or ``None`` where ``ins`` is no
   such kernel: a Pallas call with one grid dimension known only at run time (the row-tile visits),
   group metadata in scalar prefetch (``group_offsets`` first, G + 1 entries), and three blocks: two
   of rows (``tm`` first) and one of a single group's ``(1, a, b)``, the weights (``gmm``) or the
   weights' gradient (``tgmm``). ``operand_shapes``: the call's operands' HLO shapes, in order;
-  ``tile``: the matrix unit's (its step's matmul is rounded up to it)."""
+  ``tile``: the matrix unit's (its step's matmul is rounded up to it); ``part``: the machine's part
+  name (``"TPU v5p"``), for its measured rate."""
   plan = kernel_plan(ins)
   if plan is None or plan.grid.count(None) != 1 or not plan.prefetch or len(plan.blocks) != 3:
     return None
@@ -207,7 +231,8 @@ def grouped_matmul(ins: Instruction, operand_shapes: list[str], tile: MatrixTile
     return None
   tm, (_, a, b) = by_rows[0][0], grouped[0]
   arrays = [_dims(s) for s in operand_shapes] + [_dims(ins.shape)]
-  rows = next((d[0] for d in arrays if len(d) == 2), None)
+  lhs = next((d for d in arrays if len(d) == 2), ())
+  rows = lhs[0] if lhs else None
   local = next((d[0] for d in arrays if len(d) == 3), None)
   groups = plan.prefetch[0] - 1
   if rows is None or local is None or groups < 1:
@@ -219,9 +244,13 @@ def grouped_matmul(ins: Instruction, operand_shapes: list[str], tile: MatrixTile
   inputs = sum(math.prod(blk) * n for blk, n in zip(plan.blocks[:-1], plan.block_bytes[:-1]))
   out_dims = _dims(ins.shape)
   out_bytes = math.prod(out_dims) * plan.block_bytes[-1] if out_dims else 0
-  return GroupedMatmul(tm=tm, tk=a, tn=b, rows=rows, groups=groups, local_groups=local, static_steps=static,
-                       visits=visits, visits_empty=visit_empty, step_flops=step, step_bytes=inputs,
-                       out_bytes=out_bytes)
+  # gmm: [m, k] x [G, k, n] -> [m, n]; tgmm: [m, k] x [m, n] -> [G, k, n].
+  k, n = (out_dims[1], out_dims[2]) if visit_empty and len(out_dims) == 3 else (lhs[-1], out_dims[-1])
+  kernel = GroupedMatmul(tm=tm, tk=a, tn=b, rows=rows, groups=groups, local_groups=local, k=k, n=n,
+                         static_steps=static, visits=visits, visits_empty=visit_empty, step_flops=step,
+                         step_bytes=inputs, out_bytes=out_bytes)
+  rate = None if part is None else achieved_flops(part, kernel.kind, groups=local, rows=rows, k=k, n=n)
+  return dataclasses.replace(kernel, measured_s=kernel.cost_flops / rate) if rate else kernel
 
 
 def _dims(shape: str) -> tuple[int, ...]:

@@ -6,10 +6,12 @@ put under one term by what it does in the compiled program, the experts (``G``) 
 rows (``m`` = tokens x top-k) taken from the grouped matmul kernels themselves
 (:mod:`jaxmem.steptime.kernels`); a program without such a kernel has no MoE terms.
 
-- ``grouped_matmul``: the experts' kernels, timed as their tiles do the work; ``tile_fill`` is
-  the part of it the padding takes (row tiles part filled at group boundaries, blocks of ``k`` and
-  ``n`` past the dimension): the kernels' time times the padding's share of their tiles' work,
-  ``1 - 2mkn / (the tiles' FLOPs)``.
+- ``grouped_matmul``: the experts' kernels, timed as their tiles do the work, and never faster
+  than the kernel's measured rate at their shape (:mod:`jaxmem.hardware.gmm_rates`); two parts of
+  it are reported apart: ``kernel_rate`` (what the measured rate adds beyond the tiles at the
+  peak and the blocks at HBM bandwidth) and ``tile_fill`` (of the rest, the part the padding
+  takes: row tiles part filled at group boundaries, blocks of ``k`` and ``n`` past the dimension;
+  that time times the padding's share of the tiles' work, ``1 - 2mkn / (the tiles' FLOPs)``).
 - ``permutation``: the token permutation, MaxText's and jaxmem's sparse path (MaxText layers/moe.py
   ``permute`` / ``unpermute``: an argsort of the expert ids, a gather of the rows into expert
   order, the inverse gather and the weighted sum over k, the group sizes by counting): every sort,
@@ -56,13 +58,15 @@ class MoeTerms(Record):
   """A MoE step's time by term, per device per step (see the module docstring): ``experts`` and
   ``rows`` as the kernels read them; each term's time on the stream (``*_time_s``); the
   collectives' transfer time on their links (``*_comm_time_s``) and the part of it left exposed
-  (``*_exposed_time_s``, also in the term's time); ``tile_fill_time_s`` (within
-  ``grouped_matmul_time_s``); ``decides``: the largest term."""
+  (``*_exposed_time_s``, also in the term's time); ``tile_fill_time_s`` and
+  ``kernel_rate_time_s`` (both within ``grouped_matmul_time_s``); ``decides``: the largest
+  term."""
 
   experts: int
   rows: int
   grouped_matmul_time_s: float = 0.0
   tile_fill_time_s: float = 0.0
+  kernel_rate_time_s: float = 0.0
   permutation_time_s: float = 0.0
   expert_activation_time_s: float = 0.0
   router_time_s: float = 0.0
@@ -78,7 +82,9 @@ class MoeTerms(Record):
     """One line naming each term, the one that decides first."""
     times = {t: getattr(self, f"{t}_time_s") for t in TERMS}
     parts = [f"{t.replace('_', ' ')} {times[t]:.3g} s" for t in sorted(times, key=lambda t: -times[t]) if times[t]]
-    fill = f" (tile fill {self.tile_fill_time_s:.3g} s of the grouped matmul)" if self.tile_fill_time_s else ""
+    within = [f"{what} {t:.3g} s" for what, t in (("the kernel's measured rate", self.kernel_rate_time_s),
+                                                  ("tile fill", self.tile_fill_time_s)) if t]
+    fill = f" ({', '.join(within)} of the grouped matmul)" if within else ""
     comm = "".join(f"; {t.replace('_', ' ')} on the links {getattr(self, f'{t}_comm_time_s'):.3g} s, "
                    f"{getattr(self, f'{t}_exposed_time_s'):.3g} s of it exposed"
                    for t in ("expert_weights", "token_exchange") if getattr(self, f"{t}_comm_time_s"))
@@ -137,15 +143,18 @@ def _per_token(dims: tuple[int, ...], experts: int, rows: int) -> bool:
   return len(dims) >= 2 and dims[-1] == experts and rows % tokens == 0 and rows // tokens <= experts
 
 
-def moe_terms(module: Module, ops: Iterable, kernels: dict) -> MoeTerms | None:
+def moe_terms(module: Module, ops: Iterable, kernels: dict, *, peak_flops: float | None = None) -> MoeTerms | None:
   """The MoE terms of a walk's ``ops`` (:class:`jaxmem.steptime.walk.OpRun`) over ``module``;
   ``kernels``: the grouped matmul calls, ``(computation, name) ->``
-  :class:`jaxmem.steptime.kernels.GroupedMatmul`. ``None`` without a grouped matmul."""
+  :class:`jaxmem.steptime.kernels.GroupedMatmul`; ``peak_flops``: the matrix peak the tiles were
+  timed at (``None``: no part of the kernels' time is put down to their measured rate). ``None``
+  without a grouped matmul."""
   if not kernels:
     return None
   first = next(iter(kernels.values()))
   experts, rows = first.groups, first.rows
-  acc = dict.fromkeys([f"{t}_time_s" for t in TERMS] + ["tile_fill_time_s", "expert_weights_comm_time_s",
+  acc = dict.fromkeys([f"{t}_time_s" for t in TERMS] + ["tile_fill_time_s", "kernel_rate_time_s",
+                                                        "expert_weights_comm_time_s",
                                                         "expert_weights_exposed_time_s", "token_exchange_comm_time_s",
                                                         "token_exchange_exposed_time_s"], 0.0)
   for o in ops:
@@ -154,8 +163,13 @@ def moe_terms(module: Module, ops: Iterable, kernels: dict) -> MoeTerms | None:
       continue
     if (o.computation, o.name) in kernels:
       acc["grouped_matmul_time_s"] += o.time_s
-      # The padding's share of the kernel's steps (its matmuls and the blocks they fetch alike).
-      acc["tile_fill_time_s"] += o.time_s * max(0.0, 1.0 - o.flops / o.padded_flops) if o.padded_flops else 0.0
+      # Beyond its tiles at the peak and its blocks at HBM bandwidth: the kernel's measured rate.
+      measured = kernels[(o.computation, o.name)].measured_s is not None and peak_flops
+      rate = max(0.0, o.time_s - max(o.padded_flops / peak_flops, o.memory_time_s)) if measured else 0.0
+      acc["kernel_rate_time_s"] += rate
+      # Of the rest, the padding's share of the kernel's steps (its matmuls and the blocks they fetch alike).
+      share = max(0.0, 1.0 - o.flops / o.padded_flops) if o.padded_flops else 0.0
+      acc["tile_fill_time_s"] += (o.time_s - rate) * share
       continue
     term = classify(module, ins, experts=experts, rows=rows, collective=o.link is not None)
     if term is None:

@@ -20,8 +20,9 @@ links:
   the two; the insides of kernels (splash's softmax) are not in the HLO and are not counted.
   Kernels' matrix work counts at the peak: megablox's grouped matmuls as their tiles do the work
   (:mod:`jaxmem.steptime.kernels`: every row-tile visit over the ragged groups a whole block,
-  each grid step the slower of its block matmul and the blocks it fetches), the fused attention
-  kernels by their FLOP count;
+  each grid step the slower of its block matmul and the blocks it fetches; never faster than the
+  kernel's measured rate at its shape where the part has one, :mod:`jaxmem.hardware.gmm_rates`),
+  the fused attention kernels by their FLOP count;
 - a collective's transfer takes ``latency + bytes / bandwidth`` on its link (the bytes it
   sends: :mod:`jaxmem.hlo.comms`), and the link carries one transfer at a time (a second waits
   for the first). Inside a TPU slice whose devices' chip coordinates are known
@@ -421,7 +422,7 @@ class OpWork:
         if ins.opcode != "custom-call" or '"tpu_custom_call"' not in ins.attrs:
           continue
         shapes = [src.shape if (src := self.module.get(o.partition("#")[0], comp.name)) else "" for o in ins.operands]
-        kernel = grouped_matmul(ins, shapes, self.machine.tile)
+        kernel = grouped_matmul(ins, shapes, self.machine.tile, self.machine.part)
         if kernel is not None:
           out[(comp.name, ins.name)] = kernel
     return out
@@ -442,7 +443,7 @@ class OpWork:
     kernel = self.grouped.get(key)
     if kernel is not None:  # its tiles' work and the blocks it fetches (jaxmem.steptime.kernels)
       padded, moved = kernel.flops, round(kernel.bytes)
-      compute = padded / m.peak_flops
+      compute = max(padded / m.peak_flops, kernel.measured_s or 0.0)  # never faster than measured
     elementwise = self.vector.of(ins)
     if m.vector_rate:
       compute = max(compute, elementwise / m.vector_rate)
@@ -717,7 +718,7 @@ def simulate(costs: HloCosts, machine: Machine, work: OpWork | None = None) -> T
   tail = max(0.0, state.last() - state.clock)  # transfers no done waited for: the step ends after them
   walker.bound_time["comm"] += tail
   ops = tuple(sorted(_op_runs(walker), key=lambda o: -o.time_s))
-  moe = moe_terms(module, ops, walker.work.grouped)
+  moe = moe_terms(module, ops, walker.work.grouped, peak_flops=machine.peak_flops)
   if moe is not None:
     walker.note(moe.summary())
   return Timeline(
