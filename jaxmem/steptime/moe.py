@@ -39,6 +39,7 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
+from jaxmem.hardware.machine import host_link
 from jaxmem.hlo.text import Instruction, Module
 from jaxmem.records import Record
 
@@ -51,6 +52,9 @@ _MOVE = _PERMUTE | frozenset({
     "convert", "copy-start", "copy-done", "call-start", "call-update", "call-done",
 })
 TERMS = ("grouped_matmul", "permutation", "expert_activation", "router", "expert_weights", "token_exchange")
+
+
+_HOST = host_link(None).name
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -171,7 +175,8 @@ def moe_terms(module: Module, ops: Iterable, kernels: dict, *, peak_flops: float
       share = max(0.0, 1.0 - o.flops / o.padded_flops) if o.padded_flops else 0.0
       acc["tile_fill_time_s"] += (o.time_s - rate) * share
       continue
-    term = classify(module, ins, experts=experts, rows=rows, collective=o.link is not None)
+    # An op on a link is a collective, but for the host link: host offload's copies move no tokens.
+    term = classify(module, ins, experts=experts, rows=rows, collective=o.link not in (None, _HOST))
     if term is None:
       continue
     acc[f"{term}_time_s"] += o.time_s
