@@ -131,12 +131,14 @@ class CompilerRefused(JaxmemError):
   exceed the device: ``required_bytes`` is what the refusal says the program needs (None where it
   says nothing), ``capacity_bytes`` what the target holds, ``out_of_memory`` whether it was for
   memory (a refusal for anything else cannot be explained by the bytes), ``compiled`` whether a
-  compile ran (False: the arguments' shapes alone were judged). A caller that can explain a
+  compile ran (False: the arguments' shapes alone were judged), ``reason`` the compiler's own
+  words (the message, where not given apart). A caller that can explain a
   refusal for memory (:mod:`jaxmem.planning.refusal`) tells it from every other error by this
   type."""
 
   def __init__(self, message: str, *, required_bytes: int | None, capacity_bytes: int | None,
-               out_of_memory: bool, compiled: bool):
+               out_of_memory: bool, compiled: bool, reason: str | None = None):
     super().__init__(message)
+    self.reason = message if reason is None else reason
     self.required_bytes, self.capacity_bytes = required_bytes, capacity_bytes
     self.out_of_memory, self.compiled = out_of_memory, compiled

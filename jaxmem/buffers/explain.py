@@ -276,7 +276,8 @@ def compile_with_dump(
       who = "the compiler refused this configuration" if outcome.cause is not None else "this configuration cannot fit"
       raise CompilerRefused(f"{who}{need}, so there is no plan to explain: {outcome.error}",
                             required_bytes=outcome.required_bytes, capacity_bytes=outcome.capacity_bytes,
-                            out_of_memory=outcome.fits is False, compiled=outcome.cause is not None)
+                            out_of_memory=outcome.fits is False, compiled=outcome.cause is not None,
+                            reason=outcome.error)
     dump = read_dump(d)
     optimized = read_optimized_hlo(d, module_name=dump.hlo.name or None)
   return outcome, dump, optimized

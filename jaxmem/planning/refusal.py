@@ -226,7 +226,7 @@ def explain_refusal(
       target=p.target.name, mesh=first.mesh, num_devices=first.num_devices, configuration=asked,
       required_bytes=refused.required_bytes, capacity_bytes=refused.capacity_bytes or p.target.capacity_bytes,
       extrapolated_bytes=sum(b.size_bytes for b in buffers), extrapolated_in=("depth",) + (("batch",) * (len(batches) > 1)),
-      buffers=buffers, probes=tuple(_probe(k, v) for k, v in tried), error=str(refused),
+      buffers=buffers, probes=tuple(_probe(k, v) for k, v in tried), error=refused.reason,
       versions=first.versions or compiler_versions(p.target.platform), notes=_notes(buffers, corners, depths, batches),
       kinds=parse_kinds(kinds),
   )
