@@ -188,3 +188,58 @@ def test_user_step_on_an_h100x8_fsdp_mesh_holds_an_eighth():
   message = str(e.value)
   assert "\n" not in message
   assert "8 cpu devices" in message and "not on target gpu:h100x8's 8 gpu devices (NVIDIA H100 80GB HBM3)" in message
+
+
+class _CrossCompile:
+  """tokamax.config.cross_compile as the kernel library has it: a context manager taking a bool."""
+
+  def __init__(self):
+    self.value = False
+
+  def __call__(self, value):
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope():
+      before, self.value = self.value, value
+      try:
+        yield
+      finally:
+        self.value = before
+
+    return scope()
+
+
+def _fake_tokamax(monkeypatch):
+  import types
+
+  cross = _CrossCompile()
+  monkeypatch.setitem(__import__("sys").modules, "tokamax", types.SimpleNamespace(config=types.SimpleNamespace(
+      cross_compile=cross)))
+  return cross
+
+
+def _traced_under(cross, target):
+  from jaxmem.compiler.analysis import lower_for_target
+
+  seen = []
+
+  def step(w, x):
+    seen.append(cross.value)  # read at trace time, where tokamax's ops check the device
+    return _step(w, x)
+
+  lower_for_target(step, *_args(), target=target)
+  return seen
+
+
+@pytest.mark.needs_tpu_compiler
+def test_a_kernel_library_is_told_it_cross_compiles_for_a_tpu_traced_on_this_host(monkeypatch):
+  cross = _fake_tokamax(monkeypatch)
+  assert _traced_under(cross, "tpu:v5e-4") == [True]  # tokamax refused such a trace: "Not supported on cpu"
+  assert cross.value is False  # only for the trace
+
+
+def test_a_kernel_library_is_not_told_so_for_the_host_itself(monkeypatch):
+  cross = _fake_tokamax(monkeypatch)
+  assert _traced_under(cross, "cpu:2") == [False]
+  assert _traced_under(cross, None) == [False]

@@ -12,8 +12,10 @@ compile, and the notes every such program gets (a framework trap:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -92,7 +94,8 @@ def lower_for_target(fn: Callable, *args: Any, target: str | Target | None = Non
   # own shardings and donated arguments hold (jitting it again would drop the donation: only the
   # outermost jit donates).
   jitted = fn if not jit_kwargs and hasattr(fn, "trace") and hasattr(fn, "lower") else jax.jit(fn, **jit_kwargs)
-  traced = jitted.trace(*args)
+  with _kernels_cross_compile(tgt):
+    traced = jitted.trace(*args)
   return Lowering(
       traced=traced, lowered=traced.lower(), target=tgt, argument_names=_names(fn, len(args), jit_kwargs), args=args
   )
@@ -129,6 +132,23 @@ def analyze(fn: Callable, *args: Any, target: str | Target | None = None, **jit_
   if isinstance(outcome, Refusal):  # the compiler's own error, as jax.jit would raise it
     raise outcome.cause if outcome.cause is not None else JaxmemError(outcome.error)
   return outcome.judged_report()
+
+
+@contextlib.contextmanager
+def _kernels_cross_compile(target: Target | None) -> Iterator[None]:
+  """Kernel libraries told that the program is lowered on one platform and compiled for
+  another. tokamax's ops (MaxText's grouped matmul and splash among them) refuse at trace time a
+  device they do not support, unless ``tokamax.config.cross_compile`` is set ("the machine where
+  kernels are lowered and compiled is not the same as the machine where they are run", its
+  flag's help): a TPU target traced on this host's CPU devices is that case. Only a tokamax the
+  program has already imported is told; jaxmem does not import it."""
+  tokamax = sys.modules.get("tokamax")
+  cross = getattr(getattr(tokamax, "config", None), "cross_compile", None)
+  if target is None or target.platform == jax.default_backend() or cross is None:
+    yield
+    return
+  with cross(True):
+    yield
 
 
 # -------------------------------------------------------------------- where the inputs live
