@@ -16,6 +16,9 @@ scanned layer for the whole stack of layers:
   weights out of the stacked ``[L, ...]`` parameters) is charged the slices read;
 - a ``dynamic-update-slice`` writes in place: its buffer operand is not read, and its result is
   charged the update's bytes (a layer's residual written into the stack it is saved in);
+- either is seen through a view of the buffer that moves nothing itself: a ``bitcast``, or a
+  nested fusion returning its operand's buffer in place (``output_to_operand_aliasing``), which
+  XLA:TPU wraps around a stacked buffer to retile it where one layer is sliced or written;
 - plumbing moves nothing: parameters, constants, tuples, ``get-tuple-element``, ``bitcast``,
   the ``-done`` halves of async pairs. An async ``fusion-start`` (GPU) is charged as its fusion,
   an ``async-start`` as the op it wraps.
@@ -217,6 +220,12 @@ class _Walker:
       if u.opcode in _SLICING and u.operands[:1] == (param.name,):
         total += shape_bytes(u.shape)
         continue
+      if _is_view(u, param.name):  # read as its view is read
+        got = self._sliced_read(fused, u, depth + 1)
+        if got is None:
+          return None
+        total += got
+        continue
       inner = self.module.computations.get(next(iter(computation_refs(u.attrs, "calls")), "")) if u.opcode == "fusion" else None
       if inner is None:
         return None
@@ -246,6 +255,8 @@ class _Walker:
         continue
       if o.opcode == "dynamic-update-slice" and len(o.operands) > 1:
         buffer = fused.instructions.get(o.operands[0])
+        while buffer is not None and buffer.operands and _is_view(buffer, buffer.operands[0]):
+          buffer = fused.instructions.get(buffer.operands[0])
         if buffer is not None and buffer.opcode == "parameter":
           in_place.add(buffer.name)
         update = fused.instructions.get(o.operands[1])
@@ -253,6 +264,21 @@ class _Walker:
       else:
         total += shape_bytes(o.shape)
     return total
+
+
+# A nested fusion whose whole result is its first operand's buffer
+# (output_to_operand_aliasing={{}: (0, {})}): XLA:TPU wraps a stacked buffer in one to change its
+# tiling (T(16,128) to T(8,128) for bf16) where a fusion slices or updates one layer of it, and the
+# kernel moves only the windows it slices or updates.
+_ALIASES_FIRST = re.compile(r"output_to_operand_aliasing=\{\{\}:\s*\(0,\s*\{\}\)\}")
+
+
+def _is_view(ins: Instruction, of: str) -> bool:
+  """Whether ``ins`` is ``of``'s buffer seen another way, moving nothing itself: a bitcast of it,
+  or a nested fusion returning it in place."""
+  if ins.operands[:1] != (of,):
+    return False
+  return ins.opcode == "bitcast" or (ins.opcode == "fusion" and _ALIASES_FIRST.search(ins.attrs) is not None)
 
 
 def _async_collectives(module: Module) -> dict[str, str]:
