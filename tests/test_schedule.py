@@ -87,6 +87,31 @@ ENTRY %main (a: bf16[100,64], b: bf16[64,200]) -> bf16[100,200] {{
   assert simulate(hlo_costs(small), _machine()).ops[0].padded_flops == d.flops  # no tile: no rounding
 
 
+def test_a_convolution_is_rounded_up_as_the_matmul_it_makes():
+  # The attention's output projection as XLA:TPU writes it (Llama 3.1 70B's MaxText step on tpu7x):
+  # a window over the 64 heads sums each head's 128 features into one output, so the matrix unit
+  # contracts 64 x 128 = 8192 at once, which a 256-deep tile does not pad (XLA's own cycle
+  # estimate for it was in proportion to its FLOPs, as for the unpadded matmuls beside it).
+  # A batched matmul written as a dilated convolution (each output its own kernel position)
+  # contracts its 16 features only, padded to 256.
+  text = """HloModule m
+
+ENTRY %main (a: bf16[2,512,64,128], w: bf16[256,64,128,1], c: bf16[8,128,16], d: bf16[8,128,16]) -> bf16[2,512,256,1] {
+  %a = bf16[2,512,64,128]{3,2,1,0} parameter(0)
+  %w = bf16[256,64,128,1]{3,2,1,0} parameter(1)
+  %c = bf16[8,128,16]{2,1,0} parameter(2)
+  %d = bf16[8,128,16]{2,1,0} parameter(3)
+  %batched = bf16[8,128,128]{2,1,0} convolution(%c, %d), window={size=8 stride=7 lhs_dilate=8}, dim_labels=0bf_0oi->0bf
+  ROOT %proj = bf16[2,512,256,1]{3,2,1,0} convolution(%a, %w), window={size=1x64}, dim_labels=0b1f_o1i0->0bf1
+}
+"""
+  ops = {o.name: o for o in simulate(hlo_costs(text), _machine(tile=MatrixTile(rows=8, contracted=256, columns=256))).ops}
+  assert ops["proj"].flops == 2 * 2 * 512 * 64 * 128 * 256
+  assert ops["proj"].padded_flops == ops["proj"].flops
+  assert ops["batched"].flops == 2 * 8 * 128 * 16 * 128
+  assert ops["batched"].padded_flops == 2 * 8 * 128 * 256 * 256
+
+
 def test_a_loop_body_runs_its_trip_count():
   body = f"""HloModule m, num_partitions=4
 

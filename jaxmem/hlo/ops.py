@@ -305,13 +305,24 @@ class _Flops(_Counter):
     fma *= lhs[ll.index("b")] // (int(batch_groups.group(1)) if batch_groups else 1)
     window = _window(ins.attrs)
     spatial = sorted(c for c in ll if c.isdigit())
+    rows = float(lhs[ll.index("b")] // (int(batch_groups.group(1)) if batch_groups else 1))
+    contracted = float(lhs[ll.index("f")] // (int(groups.group(1)) if groups else 1))
     for k, d in enumerate(spatial):
       w = window[k] if k < len(window) else {}
-      fma *= _valid_positions(lhs[ll.index(d)], rhs[rl.index(d)], out[ol.index(d)], **w)
-    if self.tile is not None:  # the matmul a convolution stands for: batch x input features x output features
-      rows = lhs[ll.index("b")] // (int(batch_groups.group(1)) if batch_groups else 1)
-      contracted = lhs[ll.index("f")] // (int(groups.group(1)) if groups else 1)
-      fma *= self.tile.padded(rows, contracted, out[ol.index("f")]) / max(1, rows * contracted * out[ol.index("f")])
+      kernel, output = rhs[rl.index(d)], out[ol.index(d)]
+      valid = _valid_positions(lhs[ll.index(d)], kernel, output, **w)
+      fma *= valid
+      # The matmul a spatial dimension makes of the convolution (im2col): the output positions
+      # that share a kernel position are more rows of one matmul, and the kernel positions that
+      # sum into one output more of its contracted size (the heads a projection's window spans,
+      # 64 x 128 as one contraction of 8192); a dimension where each output has a kernel position
+      # of its own (a batched matmul written as a convolution) adds neither.
+      if valid:
+        rows *= valid / kernel
+        contracted *= valid / output
+    if self.tile is not None:  # each rounded up to the tile, as a dot's
+      r, c, n = max(1, round(rows)), max(1, round(contracted)), out[ol.index("f")]
+      fma *= self.tile.padded(r, c, n) / (r * c * n)
     return 2.0 * fma
 
 
